@@ -1,0 +1,149 @@
+# minishard — plain GNU Makefile.
+#   make            build bin/configsvr bin/shardd bin/router bin/shardctl
+#   make test       unit + integration tests (prints "N passed, N failed")
+#   make demo       start a local cluster and show it working
+#   make bench      measurements, printed and saved to bench-results.json
+#   make check-long long soak / chaos runs
+#   make lint       cppcheck + shellcheck
+#   make SAN=address,undefined test   the same tests under sanitizers
+# Missing Debian packages are installed by scripts/deps.sh on first use.
+
+CC       ?= cc
+SAN      ?=
+OPT      ?= -O2
+WARN      = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2
+# Evaluated when a recipe runs (after the deps check), hence '=' not ':='.
+PKG_CFLAGS = $(shell pkg-config --cflags libbson-1.0 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs libbson-1.0 2>/dev/null)
+CFLAGS    = -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -I. $(PKG_CFLAGS) -MMD -MP
+LDLIBS    = $(PKG_LIBS) -lnng -lsqlite3 -lpthread -lm
+
+ifneq ($(SAN),)
+  CFLAGS  += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+  LDFLAGS += -fsanitize=$(SAN)
+  BUILD   ?= build/san
+else
+  BUILD   ?= build/rel
+endif
+BIN       = bin
+
+COMMON_SRC    = $(wildcard common/*.c)
+SHARDD_SRC    = $(filter-out shardd/main.c,$(wildcard shardd/*.c))
+CONFIGSVR_SRC = $(filter-out configsvr/main.c,$(wildcard configsvr/*.c))
+ROUTER_SRC    = $(filter-out router/main.c,$(wildcard router/*.c))
+CLI_SRC       = $(filter-out cli/main.c,$(wildcard cli/*.c))
+UNIT_SRC      = $(wildcard tests/unit/test_*.c)
+BENCH_SRC     = $(wildcard tests/bench/bench_*.c)
+
+objs = $(patsubst %.c,$(BUILD)/%.o,$(1))
+LIB_COMMON    = $(BUILD)/libcommon.a
+LIB_SHARDD    = $(BUILD)/libshardd.a
+LIB_CONFIGSVR = $(BUILD)/libconfigsvr.a
+LIB_ROUTER    = $(BUILD)/librouter.a
+LIB_CLI       = $(BUILD)/libcli.a
+ALL_LIBS      = $(LIB_SHARDD) $(LIB_CONFIGSVR) $(LIB_ROUTER) $(LIB_CLI) $(LIB_COMMON)
+
+DEPS_OK   = build/.deps-ok
+PROGRAMS  = $(BIN)/configsvr $(BIN)/shardd $(BIN)/router $(BIN)/shardctl
+UNIT_BINS = $(patsubst tests/unit/%.c,$(BUILD)/t/%,$(UNIT_SRC))
+BENCH_BINS= $(patsubst tests/bench/%.c,$(BUILD)/b/%,$(BENCH_SRC))
+
+.PHONY: all test unit integration demo bench check-long lint clean deps
+all: $(PROGRAMS)
+
+# Installs missing packages once; re-checked when the headers vanish.
+$(DEPS_OK):
+	@if [ ! -f /usr/include/nng/nng.h ] || ! pkg-config --exists libbson-1.0 || [ ! -f /usr/include/sqlite3.h ]; then \
+	    bash scripts/deps.sh; fi
+	@mkdir -p $(@D) && touch $@
+deps:
+	bash scripts/deps.sh
+
+$(BUILD)/%.o: %.c | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(LIB_COMMON): $(call objs,$(COMMON_SRC))
+$(LIB_SHARDD): $(call objs,$(SHARDD_SRC))
+$(LIB_CONFIGSVR): $(call objs,$(CONFIGSVR_SRC))
+$(LIB_ROUTER): $(call objs,$(ROUTER_SRC))
+$(LIB_CLI): $(call objs,$(CLI_SRC))
+$(BUILD)/lib%.a:
+	@mkdir -p $(@D)
+	@rm -f $@
+	ar rcs $@ $^ $(if $^,,$(BUILD)/.empty.o)
+
+$(BUILD)/.empty.o: | $(DEPS_OK)
+	@mkdir -p $(@D) && echo 'extern int ms_empty_unit; int ms_empty_unit;' | $(CC) -x c -c -o $@ -
+
+$(BIN)/shardd: $(BUILD)/shardd/main.o $(LIB_SHARDD) $(LIB_COMMON)
+$(BIN)/configsvr: $(BUILD)/configsvr/main.o $(LIB_CONFIGSVR) $(LIB_COMMON)
+$(BIN)/router: $(BUILD)/router/main.o $(LIB_ROUTER) $(LIB_COMMON)
+$(BIN)/shardctl: $(BUILD)/cli/main.o $(LIB_CLI) $(LIB_COMMON)
+$(PROGRAMS):
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# A unit test links only its module and common: tests/unit/test_<module>_*.c
+# (module = common | shardd | configsvr | router | cli), so one module's broken file
+# never blocks another module's tests.
+T_OBJ = $(BUILD)/tests/unit/t.o
+$(BUILD)/t/test_common_%: $(BUILD)/tests/unit/test_common_%.o $(T_OBJ) $(LIB_COMMON)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/t/test_shardd_%: $(BUILD)/tests/unit/test_shardd_%.o $(T_OBJ) $(LIB_SHARDD) $(LIB_COMMON)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/t/test_configsvr_%: $(BUILD)/tests/unit/test_configsvr_%.o $(T_OBJ) $(LIB_CONFIGSVR) $(LIB_COMMON)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/t/test_router_%: $(BUILD)/tests/unit/test_router_%.o $(T_OBJ) $(LIB_ROUTER) $(LIB_COMMON)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/t/test_cli_%: $(BUILD)/tests/unit/test_cli_%.o $(T_OBJ) $(LIB_CLI) $(LIB_COMMON)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Benchmarks follow the same naming: tests/bench/bench_<module>_*.c.
+$(BUILD)/b/bench_common_%: $(BUILD)/tests/bench/bench_common_%.o $(LIB_COMMON)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/b/bench_shardd_%: $(BUILD)/tests/bench/bench_shardd_%.o $(LIB_SHARDD) $(LIB_COMMON)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/b/bench_router_%: $(BUILD)/tests/bench/bench_router_%.o $(LIB_ROUTER) $(LIB_COMMON)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(ALL_LIBS): | $(BUILD)/.empty.o
+
+# ---- tests ----------------------------------------------------------------------------
+test: all $(UNIT_BINS)
+	@BUILD=$(BUILD) bash tests/run.sh
+
+unit: $(UNIT_BINS)
+	@BUILD=$(BUILD) bash tests/run.sh --unit
+
+integration: all
+	@BUILD=$(BUILD) bash tests/run.sh --integration
+
+check-long: all $(UNIT_BINS)
+	@BUILD=$(BUILD) LONG=1 bash tests/run.sh
+
+bench: all $(BENCH_BINS)
+	@BUILD=$(BUILD) python3 tests/bench/run.py
+
+demo: all
+	@bash scripts/demo.sh
+
+lint: | $(DEPS_OK)
+	@bash scripts/deps.sh --lint
+	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
+	    --inline-suppr --suppress=missingIncludeSystem --std=c11 -I. $(PKG_CFLAGS) \
+	    common configsvr shardd router cli
+	shellcheck scripts/*.sh tests/*.sh .ci/run
+
+clean:
+	rm -rf build bin bench-results.json
+
+-include $(shell find build -name '*.d' 2>/dev/null)

@@ -1,0 +1,132 @@
+/*
+ * cmd.h — command tables and dispatch, used by every daemon.
+ *
+ * Each daemon has one table (its *_cmd.c): a row per command with its handler, flags
+ * and the types of its fields. Dispatch checks, before any handler runs: message size,
+ * BSON validity and depth, that the first key names a known command (CommandNotFound),
+ * that test-only commands exist only with --enable-test-commands, and the types of
+ * the command's value and of every listed field (TypeMismatch; FailedToParse when a
+ * required field is missing). Then the handler fills the reply; dispatch adds `ok: 1`,
+ * or turns its error into {ok: 0, code, codeName, errmsg} plus any fields the handler
+ * put in ctx->err_info. Every error reply is logged with the command name.
+ *
+ * The common commands every daemon serves (hello/isMaster, ping, serverStatus,
+ * buildInfo, listCommands, configureFailPoint and waitForFailPoint) live in
+ * cmd_common.c; a daemon's own row of the same name takes precedence.
+ */
+#ifndef MS_CMD_H
+#define MS_CMD_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "errors.h"
+#include "limits.h"
+#include "rpc.h"
+
+/* Type masks for field checks: one bit per BSON type. */
+#define CT_BIT(t) (1u << ((unsigned)(t) & 31u))
+#define CT_DOUBLE CT_BIT(BSON_TYPE_DOUBLE)
+#define CT_STR CT_BIT(BSON_TYPE_UTF8)
+#define CT_DOC CT_BIT(BSON_TYPE_DOCUMENT)
+#define CT_ARR CT_BIT(BSON_TYPE_ARRAY)
+#define CT_BIN CT_BIT(BSON_TYPE_BINARY)
+#define CT_OID CT_BIT(BSON_TYPE_OID)
+#define CT_BOOL CT_BIT(BSON_TYPE_BOOL)
+#define CT_DATE CT_BIT(BSON_TYPE_DATE_TIME)
+#define CT_NULL CT_BIT(BSON_TYPE_NULL)
+#define CT_INT32 CT_BIT(BSON_TYPE_INT32)
+#define CT_TS CT_BIT(BSON_TYPE_TIMESTAMP)
+#define CT_INT64 CT_BIT(BSON_TYPE_INT64)
+#define CT_DEC CT_BIT(BSON_TYPE_DECIMAL128)
+#define CT_NUM (CT_DOUBLE | CT_INT32 | CT_INT64 | CT_DEC)
+#define CT_ANY 0xffffffffu
+/* A flag-like field: bool or number, as MongoDB accepts `multi: 1`. */
+#define CT_FLAG (CT_BOOL | CT_NUM)
+
+enum cmd_flags {
+    CMD_WRITE = 1u << 0,     /* changes data or metadata */
+    CMD_INTERNAL = 1u << 1,  /* sent by peers only; a router refuses it from clients */
+    CMD_TEST = 1u << 2,      /* exists only with --enable-test-commands */
+    CMD_NO_LOG = 1u << 3,    /* too chatty to log at info (ping, hello) */
+};
+
+#define CMD_FIELDS_MAX 16
+
+typedef struct cmd_field {
+    const char *name;   /* NULL ends the list */
+    uint32_t types;     /* allowed CT_* mask */
+    bool required;
+} cmd_field_t;
+
+struct cmd_ctx;
+typedef int (*cmd_handler_fn)(struct cmd_ctx *ctx, bson_t *reply, ms_error_t *err);
+
+typedef struct cmd_spec {
+    const char *name;                    /* the first key */
+    cmd_handler_fn handler;
+    unsigned flags;                      /* enum cmd_flags */
+    uint32_t arg_types;                  /* allowed types of the command's own value; 0 = any */
+    cmd_field_t fields[CMD_FIELDS_MAX];  /* checked before the handler runs */
+    const char *help;                    /* one line for listCommands */
+} cmd_spec_t;
+
+typedef struct cmd_server cmd_server_t;
+
+/* What a handler sees. Everything is borrowed for the duration of the call. */
+typedef struct cmd_ctx {
+    cmd_server_t *srv;
+    void *app;                 /* the daemon's state, as given to cmd_server_new */
+    const bson_t *req;         /* the whole request: a view into the received message */
+    const cmd_spec_t *spec;
+    const char *name;          /* == spec->name */
+    bson_iter_t arg;           /* positioned on the first element (the command's value) */
+    const char *db;            /* $db, or "admin" when absent */
+    bson_t err_info;           /* extra fields for an error reply (StaleConfig's vWanted...) */
+} cmd_ctx_t;
+
+/* serverStatus contributions of a daemon: appends its own sections to reply. */
+typedef void (*cmd_status_fn)(void *app, bson_t *reply);
+
+typedef struct cmd_server_opts {
+    const char *process;        /* "shardd", "configsvr", "router" */
+    const char *url;            /* where it listens */
+    int workers;                /* 0 → MS_RPC_WORKERS_DEFAULT */
+    bool enable_test_commands;
+    const cmd_spec_t *table;    /* the daemon's own table */
+    int table_len;
+    void *app;
+    cmd_status_fn status;       /* may be NULL */
+} cmd_server_opts_t;
+
+/* Builds a dispatcher and starts serving. *out set on success only. */
+int cmd_server_start(const cmd_server_opts_t *opts, cmd_server_t **out, ms_error_t *err);
+void cmd_server_stop(cmd_server_t *s);  /* NULL-safe */
+bool cmd_server_test_commands(const cmd_server_t *s);
+const char *cmd_server_url(const cmd_server_t *s);
+const char *cmd_server_process(const cmd_server_t *s);
+
+/* Runs the whole dispatch on raw bytes (what the RPC worker calls); exposed for tests. */
+void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *reply);
+
+/* Finds a command's spec in the daemon table or the common table (NULL if none). */
+const cmd_spec_t *cmd_lookup(const cmd_server_t *s, const char *name);
+
+/* Builds an error reply {ok: 0, errmsg, code, codeName} into reply (initialised). */
+void cmd_error_reply(bson_t *reply, const ms_error_t *err);
+
+/* Helpers for handlers: the field's iterator if present (false when absent). */
+bool cmd_field(const cmd_ctx_t *ctx, const char *name, bson_iter_t *out);
+/* Field as bool flag (absent → dflt). */
+bool cmd_flag(const cmd_ctx_t *ctx, const char *name, bool dflt);
+
+/* The common table (hello, ping, serverStatus, ...). */
+extern const cmd_spec_t cmd_common_table[];
+extern const int cmd_common_table_len;
+
+/* Blocks until SIGINT or SIGTERM (installed by cmd_wait_for_signal), then returns the
+ * signal number. Used by every daemon's main after it prints `ready`. */
+int cmd_wait_for_signal(void);
+
+#endif

@@ -1,0 +1,116 @@
+/*
+ * errors.h — the one error enum of minishard, used by every process.
+ *
+ * Fallible functions return 0 on success or one of these codes. The values are
+ * MongoDB's own error code numbers (src/mongo/base/error_codes.yml), so a code
+ * goes straight into a reply's `code` field and err_code_name() gives its
+ * `codeName`. SQLite and NNG codes are translated at the boundary
+ * (err_from_sqlite / err_from_nng) with their own text kept in the message.
+ */
+#ifndef MS_ERRORS_H
+#define MS_ERRORS_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+/* X(ENUM_SUFFIX, code, "codeName") — one row per code we send. */
+#define MS_ERROR_LIST(X)                                            \
+    X(INTERNAL, 1, "InternalError")                                 \
+    X(BAD_VALUE, 2, "BadValue")                                     \
+    X(NO_SUCH_KEY, 4, "NoSuchKey")                                  \
+    X(HOST_UNREACHABLE, 6, "HostUnreachable")                       \
+    X(HOST_NOT_FOUND, 7, "HostNotFound")                            \
+    X(UNKNOWN_ERROR, 8, "UnknownError")                             \
+    X(FAILED_TO_PARSE, 9, "FailedToParse")                          \
+    X(CANNOT_MUTATE_OBJECT, 10, "CannotMutateObject")               \
+    X(UNAUTHORIZED, 13, "Unauthorized")                             \
+    X(TYPE_MISMATCH, 14, "TypeMismatch")                            \
+    X(OVERFLOW, 15, "Overflow")                                     \
+    X(INVALID_LENGTH, 16, "InvalidLength")                          \
+    X(PROTOCOL_ERROR, 17, "ProtocolError")                          \
+    X(ILLEGAL_OPERATION, 20, "IllegalOperation")                    \
+    X(EMPTY_ARRAY_OPERATION, 21, "EmptyArrayOperation")             \
+    X(INVALID_BSON, 22, "InvalidBSON")                              \
+    X(LOCK_TIMEOUT, 24, "LockTimeout")                              \
+    X(NAMESPACE_NOT_FOUND, 26, "NamespaceNotFound")                 \
+    X(INDEX_NOT_FOUND, 27, "IndexNotFound")                         \
+    X(PATH_NOT_VIABLE, 28, "PathNotViable")                         \
+    X(NON_EXISTENT_PATH, 29, "NonExistentPath")                     \
+    X(INVALID_PATH, 30, "InvalidPath")                              \
+    X(CONFLICTING_UPDATE_OPERATORS, 40, "ConflictingUpdateOperators") \
+    X(CURSOR_NOT_FOUND, 43, "CursorNotFound")                       \
+    X(NO_MATCHING_DOCUMENT, 47, "NoMatchingDocument")               \
+    X(NAMESPACE_EXISTS, 48, "NamespaceExists")                      \
+    X(MAX_TIME_MS_EXPIRED, 50, "MaxTimeMSExpired")                  \
+    X(DOLLAR_PREFIXED_FIELD_NAME, 52, "DollarPrefixedFieldName")    \
+    X(INVALID_ID_FIELD, 53, "InvalidIdField")                       \
+    X(NOT_SINGLE_VALUE_FIELD, 54, "NotSingleValueField")            \
+    X(EMPTY_FIELD_NAME, 56, "EmptyFieldName")                       \
+    X(DOTTED_FIELD_NAME, 57, "DottedFieldName")                     \
+    X(COMMAND_NOT_FOUND, 59, "CommandNotFound")                     \
+    X(SHARD_KEY_NOT_FOUND, 61, "ShardKeyNotFound")                  \
+    X(IMMUTABLE_FIELD, 66, "ImmutableField")                        \
+    X(CANNOT_CREATE_INDEX, 67, "CannotCreateIndex")                 \
+    X(INDEX_ALREADY_EXISTS, 68, "IndexAlreadyExists")               \
+    X(SHARD_NOT_FOUND, 70, "ShardNotFound")                         \
+    X(INVALID_OPTIONS, 72, "InvalidOptions")                        \
+    X(INVALID_NAMESPACE, 73, "InvalidNamespace")                    \
+    X(OPERATION_INCOMPLETE, 77, "OperationIncomplete")              \
+    X(NO_PROGRESS_MADE, 82, "NoProgressMade")                       \
+    X(INDEX_OPTIONS_CONFLICT, 85, "IndexOptionsConflict")           \
+    X(INDEX_KEY_SPECS_CONFLICT, 86, "IndexKeySpecsConflict")        \
+    X(CANNOT_SPLIT, 87, "CannotSplit")                              \
+    X(NETWORK_TIMEOUT, 89, "NetworkTimeout")                        \
+    X(SHUTDOWN_IN_PROGRESS, 91, "ShutdownInProgress")               \
+    X(OPERATION_FAILED, 96, "OperationFailed")                      \
+    X(COMMAND_NOT_SUPPORTED, 115, "CommandNotSupported")            \
+    X(CONFLICTING_OPERATION, 117, "ConflictingOperationInProgress") \
+    X(NAMESPACE_NOT_SHARDED, 118, "NamespaceNotSharded")            \
+    X(EXCEEDED_MEMORY_LIMIT, 146, "ExceededMemoryLimit")            \
+    X(STALE_EPOCH, 150, "StaleEpoch")                               \
+    X(CHUNK_TOO_BIG, 153, "ChunkTooBig")                            \
+    X(ZONE_NOT_FOUND, 177, "ZoneNotFound")                          \
+    X(RANGE_OVERLAP_CONFLICT, 178, "RangeOverlapConflict")          \
+    X(FAIL_POINT_ENABLED, 192, "FailPointEnabled")                  \
+    X(CANNOT_BUILD_INDEX_KEYS, 201, "CannotBuildIndexKeys")         \
+    X(INVALID_UUID, 207, "InvalidUUID")                             \
+    X(NOT_IMPLEMENTED, 238, "NotImplemented")                       \
+    X(CANNOT_CREATE_COLLECTION, 242, "CannotCreateCollection")      \
+    X(STALE_DB_VERSION, 249, "StaleDbVersion")                      \
+    X(EXCEEDED_TIME_LIMIT, 262, "ExceededTimeLimit")                \
+    X(OBJECT_IS_BUSY, 314, "ObjectIsBusy")                          \
+    X(BSON_OBJECT_TOO_LARGE, 10334, "BSONObjectTooLarge")           \
+    X(DUPLICATE_KEY, 11000, "DuplicateKey")                         \
+    X(STALE_CONFIG, 13388, "StaleConfig")
+
+enum ms_err {
+    MS_OK = 0,
+#define MS_ERR_ENUM_ROW(name, code, str) MS_ERR_##name = code,
+    MS_ERROR_LIST(MS_ERR_ENUM_ROW)
+#undef MS_ERR_ENUM_ROW
+};
+
+/* One error with its text. Functions that fail fill it when the pointer is non-NULL. */
+typedef struct ms_error {
+    int code;          /* an enum ms_err value (a MongoDB code) */
+    char msg[512];     /* human text: what a reply's errmsg carries */
+} ms_error_t;
+
+/* codeName for a code ("BadValue"); "UnknownError" for a code not in the list. */
+const char *err_code_name(int code);
+
+/* Fills *err (when non-NULL) and returns code, so call sites read `return err_set(err, ...)`. */
+int err_set(ms_error_t *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int err_setv(ms_error_t *err, int code, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+/* Prefixes the message already in *err with "what: " so one line names the failed step. */
+void err_prefix(ms_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Boundary translations; both keep the library's own text in the message and log it.
+ * db is a sqlite3* (may be NULL) — void* so this header does not pull in sqlite3.h. */
+int err_from_sqlite(ms_error_t *err, int sqlite_rc, const char *what, void *db);
+int err_from_nng(ms_error_t *err, int nng_rv, const char *what);
+
+#endif

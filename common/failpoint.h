@@ -1,0 +1,45 @@
+/*
+ * failpoint.h — named failpoints, MongoDB style, in every daemon.
+ *
+ * Code marks a step with fp_eval("moveChunkHangAtStep3", &err). A test turns a point
+ * on with {configureFailPoint: NAME, mode: "alwaysOn" | "off" | {times: N} | {skip: N},
+ * data: {action: "hang" | "error" | "crash", code: N, errmsg: "..."}} (only when the
+ * daemon runs with --enable-test-commands), and {waitForFailPoint: NAME,
+ * timesEntered: N, maxTimeMS: M} tells it when the point has been reached.
+ *
+ * Actions when a point fires: "hang" (default) waits there until the point is turned
+ * off; "error" makes fp_eval return data.code (default FailPointEnabled) with a
+ * message naming the point; "crash" logs one line and kills the process with SIGKILL
+ * (no cleanup, exactly what kill -9 leaves behind).
+ */
+#ifndef MS_FAILPOINT_H
+#define MS_FAILPOINT_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+
+#include "errors.h"
+
+/* Declares a failpoint (name must be a static string). Call at start-up, before
+ * serving; declaring the same name twice is harmless. */
+void fp_register(const char *name);
+
+/* Evaluates a point: 0 to carry on (after any hang), or the error the point injects. */
+int fp_eval(const char *name, ms_error_t *err);
+
+/* Like fp_eval; when the point fires and data_out is non-NULL, *data_out is initialised
+ * with a copy of the point's data (caller destroys) and *fired set true. */
+int fp_eval_data(const char *name, bson_t *data_out, bool *fired, ms_error_t *err);
+
+/* Cheap check for hot paths: true when the point is on (any mode but off). */
+bool fp_active(const char *name);
+
+/* The command handlers' work: configure (reply gets `count`: times entered so far) and
+ * wait until timesEntered >= N (bounded by maxTimeMS, default 30 s → MaxTimeMSExpired). */
+int fp_configure(const bson_t *cmd, bson_t *reply, ms_error_t *err);
+int fp_wait(const bson_t *cmd, bson_t *reply, ms_error_t *err);
+
+/* Appends {name: {mode, timesEntered}} of every registered point (serverStatus). */
+void fp_append_status(bson_t *reply);
+
+#endif

@@ -1,0 +1,36 @@
+/*
+ * log.h — one event per line on stderr, used by every process:
+ *   2026-11-22T21:50:52.123Z shardd.shard0 I ready url=tcp://127.0.0.1:27018
+ * time (UTC, ms), process name, level letter (D I W E), then a message written as
+ * free text followed by key=value pairs. Thread-safe: each line is one write(2).
+ */
+#ifndef MS_LOG_H
+#define MS_LOG_H
+
+enum log_level { LOG_DEBUG = 0, LOG_INFO = 1, LOG_WARN = 2, LOG_ERROR = 3 };
+
+/* Sets the process name printed on every line (copied) and the lowest level printed.
+ * MS_LOG_LEVEL=debug|info|warn|error in the environment overrides min_level. */
+void log_init(const char *process_name, enum log_level min_level);
+
+void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
+#define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
+#define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
+#define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
+
+/* Our own invariants only (never input): logs file:line and aborts, in every build. */
+#define ASSERT(cond)                                                         \
+    do {                                                                     \
+        if (!(cond)) log_assert_fail(#cond, __FILE__, __LINE__, __func__);   \
+    } while (0)
+void log_assert_fail(const char *cond, const char *file, int line, const char *func)
+    __attribute__((noreturn));
+
+/* Milliseconds: wall clock since the epoch, and a monotonic clock for durations. */
+long long time_now_ms(void);
+long long time_mono_ms(void);
+long long time_mono_us(void);
+
+#endif
