@@ -1,0 +1,76 @@
+/*
+ * shardver.h — shard versioning and the ownership filter, in the shard daemon
+ * (DESIGN §6; notes §2.3 "shard-side version check", §2.4 "orphan filtering").
+ *
+ * Per sharded collection the shard keeps filtering metadata fetched from the config
+ * server with getRoutingTable: the generation (epoch, timestamp), the key pattern,
+ * and the chunks this shard owns. A routed request carries
+ *   shardVersion: {e: ObjectId epoch, t: Timestamp, v: Timestamp(major, minor)}
+ * (UNSHARDED = zero epoch, Timestamp(0,0), Timestamp(0,0)). The check follows MongoDB:
+ * metadata unknown or older than the request → refresh from the config server first;
+ * then a different generation, or a different major, → StaleConfig (13388) with
+ * {ns, vReceived, vWanted, shardId} in the error reply. Reads then filter through a
+ * pinned snapshot of the owned ranges, so orphans are never returned.
+ *
+ * getRoutingTable (served by the config server; the same reply feeds routers):
+ *   {getRoutingTable: "db.coll", sinceVersion?: {e, t, v}}
+ *   → {ok: 1, ns, key, unique, uuid, epoch, timestamp, full: bool,
+ *      collectionVersion: {e, t, v},
+ *      chunks: [{min, max, shard, lastmod: Timestamp(M, m), jumbo?}, ...]}   (sorted by min)
+ *   full = false means only chunks with lastmod >= sinceVersion.v of the same
+ *   generation are listed and must be merged into the cached table.
+ *   An unknown or unsharded namespace → {ok: 0, code: 118 NamespaceNotSharded}.
+ */
+#ifndef MS_SHARDVER_H
+#define MS_SHARDVER_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/errors.h"
+#include "common/keys.h"
+
+typedef struct shv shv_t;                 /* one per shardd process */
+typedef struct shv_filter shv_filter_t;   /* a pinned, reference-counted snapshot */
+
+int shv_open(shv_t **out, ms_error_t *err);
+void shv_close(shv_t *s);  /* NULL-safe */
+
+/* Sets who this shard is and where the config server is (from _addShard; shardd
+ * persists them and sets them again at start-up). Before this, every request that
+ * carries a shardVersion fails with ShardingStateNotInitialized-like IllegalOperation. */
+void shv_set_identity(shv_t *s, const char *shard_name, const char *config_url);
+const char *shv_shard_name(const shv_t *s);   /* "" when not part of a cluster */
+const char *shv_config_url(const shv_t *s);   /* "" when not part of a cluster */
+
+/* The per-request check, called by every command handler on a namespace.
+ *   no shardVersion field → 0 and *filter = NULL (an unversioned request, as straight
+ *     to a mongod: no filtering);
+ *   shardVersion UNSHARDED and the collection unsharded here → 0, *filter = NULL;
+ *   shardVersion matches (same generation and major) → 0 and *filter = a snapshot to
+ *     release with shv_filter_release;
+ *   otherwise → MS_ERR_STALE_CONFIG, with ns/vReceived/vWanted/shardId appended to
+ *     err_info (the handler's ctx->err_info).
+ * The snapshot stays valid however the metadata changes later (cursors keep theirs). */
+int shv_check(shv_t *s, const char *ns, const bson_t *req, shv_filter_t **filter,
+              bson_t *err_info, ms_error_t *err);
+
+/* True when the encoded shard key (keys_extract's output) lies in an owned chunk. */
+bool shv_filter_owns(const shv_filter_t *f, const uint8_t *key, size_t len);
+/* The collection's shard-key pattern (borrowed from the snapshot). */
+const keys_pattern_t *shv_filter_pattern(const shv_filter_t *f);
+shv_filter_t *shv_filter_ref(shv_filter_t *f);   /* another reference (cursors) */
+void shv_filter_release(shv_filter_t *f);        /* NULL-safe */
+
+/* Drops the cached metadata of ns (after a drop, or _flushRoutingTableCacheUpdates);
+ * the next versioned request refreshes it. */
+void shv_invalidate(shv_t *s, const char *ns);
+/* Refreshes ns from the config server now (_flushRoutingTableCacheUpdates). */
+int shv_refresh(shv_t *s, const char *ns, ms_error_t *err);
+
+/* Appends {ns: {version, chunks owned}} for serverStatus.sharding. */
+void shv_append_status(shv_t *s, bson_t *reply);
+
+#endif
