@@ -1,0 +1,35 @@
+/*
+ * ctl.h — shardctl, the command-line client: sends any command document to any
+ * daemon and prints the reply as relaxed extended JSON on one line; friendly verbs
+ * (status, watch, load) on top. This header shows the whole shape of the tool.
+ */
+#ifndef MS_CTL_H
+#define MS_CTL_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+
+#include "common/errors.h"
+#include "common/rpc.h"
+
+#define CTL_HOST_DEFAULT "tcp://127.0.0.1:27017"   /* the local router's default URL */
+
+typedef struct ctl {
+    const char *host;
+    int timeout_ms;
+    rpc_client_t *client;
+} ctl_t;
+
+/* Sends a command built from JSON text; *reply initialised on success (caller destroys).
+ * Errors: bad JSON (FailedToParse), transport errors. */
+int ctl_send_json(ctl_t *c, const char *json, bson_t *reply, ms_error_t *err);
+/* Sends cmd and requires ok: 1; an {ok: 0} reply becomes the error (code, errmsg).
+ * *reply is initialised (caller destroys) only when 0 is returned. */
+int ctl_command(ctl_t *c, const bson_t *cmd, bson_t *reply, ms_error_t *err);
+
+/* Verbs; each returns the process exit code. */
+int ctl_status(ctl_t *c, int argc, char **argv);   /* like sh.status() */
+int ctl_watch(ctl_t *c, int argc, char **argv);    /* status, redrawn every second */
+int ctl_load(ctl_t *c, int argc, char **argv);     /* generate N documents */
+
+#endif

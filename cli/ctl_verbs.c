@@ -1,0 +1,387 @@
+/*
+ * ctl_verbs.c — shardctl's friendly verbs: `status` (what sh.status() shows: shards,
+ * balancer, each database and sharded collection with its key and chunks per shard),
+ * `watch` (status redrawn live) and `load` (generate documents, with progress).
+ * Everything goes through the router's commands, so it shows what a client sees.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/ctl.h"
+#include "common/bsonx.h"
+#include "common/flags.h"
+#include "common/limits.h"
+#include "common/log.h"
+
+/* Upper bound on documents status reads from one config collection. */
+#define CTL_STATUS_DOCS_MAX 200000
+/* sh.status() lists chunk ranges only below this many chunks (unless --verbose). */
+#define CTL_STATUS_CHUNKS_LISTED_MAX 20
+
+typedef struct docs {
+    bson_t **v;
+    int n, cap;
+} docs_t;
+
+static void docs_free(docs_t *d) {
+    for (int i = 0; i < d->n; i++) bson_destroy(d->v[i]);
+    free(d->v);
+    memset(d, 0, sizeof *d);
+}
+
+static void docs_add_batch(docs_t *d, const bson_t *reply, const char *batch_name) {
+    bson_iter_t it, arr;
+    if (!bson_iter_init_find(&it, reply, "cursor") || !BSON_ITER_HOLDS_DOCUMENT(&it)) return;
+    bson_iter_recurse(&it, &arr);
+    if (!bson_iter_find(&arr, batch_name) || !BSON_ITER_HOLDS_ARRAY(&arr)) return;
+    bson_iter_recurse(&arr, &arr);
+    while (bson_iter_next(&arr) && d->n < CTL_STATUS_DOCS_MAX) {
+        uint32_t len;
+        const uint8_t *data;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) continue;
+        bson_iter_document(&arr, &len, &data);
+        if (d->n == d->cap) {
+            d->cap = d->cap ? d->cap * 2 : 64;
+            d->v = realloc(d->v, sizeof *d->v * (size_t)d->cap);
+            if (!d->v) abort();
+        }
+        d->v[d->n++] = bson_new_from_data(data, len);
+    }
+}
+
+static int64_t cursor_id(const bson_t *reply) {
+    bson_iter_t it;
+    int64_t id = 0;
+    if (bson_iter_init_find(&it, reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &it) && bson_iter_find(&it, "id"))
+        bsonx_as_int64(&it, &id);
+    return id;
+}
+
+/* find on db.coll with filter/sort, draining the cursor (bounded). */
+static int find_all(ctl_t *c, const char *db, const char *coll, const bson_t *filter,
+                    const bson_t *sort, docs_t *out, ms_error_t *err) {
+    bson_t cmd, reply;
+    int64_t id;
+    int rc;
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "find", coll);
+    BSON_APPEND_UTF8(&cmd, "$db", db);
+    if (filter) BSON_APPEND_DOCUMENT(&cmd, "filter", filter);
+    if (sort) BSON_APPEND_DOCUMENT(&cmd, "sort", sort);
+    BSON_APPEND_INT32(&cmd, "batchSize", 10000);
+    rc = ctl_command(c, &cmd, &reply, err);
+    bson_destroy(&cmd);
+    if (rc) return rc;
+    docs_add_batch(out, &reply, "firstBatch");
+    id = cursor_id(&reply);
+    bson_destroy(&reply);
+    while (id != 0 && out->n < CTL_STATUS_DOCS_MAX) {
+        bson_init(&cmd);
+        BSON_APPEND_INT64(&cmd, "getMore", id);
+        BSON_APPEND_UTF8(&cmd, "collection", coll);
+        BSON_APPEND_UTF8(&cmd, "$db", db);
+        BSON_APPEND_INT32(&cmd, "batchSize", 10000);
+        rc = ctl_command(c, &cmd, &reply, err);
+        bson_destroy(&cmd);
+        if (rc) return rc;
+        docs_add_batch(out, &reply, "nextBatch");
+        id = cursor_id(&reply);
+        bson_destroy(&reply);
+    }
+    return 0;
+}
+
+static const char *str_field(const bson_t *d, const char *name) {
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, d, name) && BSON_ITER_HOLDS_UTF8(&it)) return bson_iter_utf8(&it, NULL);
+    return "";
+}
+
+static bool bool_field(const bson_t *d, const char *name) {
+    bson_iter_t it;
+    return bson_iter_init_find(&it, d, name) && bsonx_truthy(&it);
+}
+
+static void print_json_field(const bson_t *d, const char *name) {
+    bson_iter_t it;
+    bson_t tmp;
+    char *json;
+    if (!bson_iter_init_find(&it, d, name)) {
+        fputs("?", stdout);
+        return;
+    }
+    if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        uint32_t len;
+        const uint8_t *data;
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&tmp, data, len);
+        json = bsonx_to_json(&tmp);
+    } else {
+        bson_init(&tmp);
+        bsonx_append_iter(&tmp, "v", &it);
+        json = bsonx_to_json(&tmp);
+        bson_destroy(&tmp);
+    }
+    fputs(json ? json : "?", stdout);
+    bson_free(json);
+}
+
+static void print_version(const bson_t *chunk) {
+    bson_iter_t it;
+    uint32_t t = 0, i = 0;
+    if (bson_iter_init_find(&it, chunk, "lastmod") && BSON_ITER_HOLDS_TIMESTAMP(&it))
+        bson_iter_timestamp(&it, &t, &i);
+    printf("Timestamp(%u, %u)", t, i);
+}
+
+static void print_collection(ctl_t *c, const bson_t *coll, bool verbose) {
+    const char *ns = str_field(coll, "_id");
+    docs_t chunks = {0};
+    bson_t filter, sort;
+    ms_error_t err = {0};
+    bson_iter_t it;
+    char shards[MS_SHARDS_MAX][64];
+    int counts[MS_SHARDS_MAX], nshards = 0, jumbo = 0;
+
+    printf("      %s\n        shard key: ", ns);
+    print_json_field(coll, "key");
+    printf("\n        unique: %s\n        balancing: %s\n", bool_field(coll, "unique") ? "true" : "false",
+           bool_field(coll, "noBalance") ? "false" : "true");
+    bson_init(&filter);
+    if (bson_iter_init_find(&it, coll, "uuid")) bsonx_append_iter(&filter, "uuid", &it);
+    else BSON_APPEND_UTF8(&filter, "ns", ns);
+    bson_init(&sort);
+    BSON_APPEND_INT32(&sort, "min", 1);
+    if (find_all(c, "config", "chunks", &filter, &sort, &chunks, &err)) {
+        printf("        chunks: (could not read: %s)\n", err.msg);
+        goto out;
+    }
+    for (int i = 0; i < chunks.n; i++) {
+        const char *sh = str_field(chunks.v[i], "shard");
+        int k;
+        if (bool_field(chunks.v[i], "jumbo")) jumbo++;
+        for (k = 0; k < nshards; k++)
+            if (strcmp(shards[k], sh) == 0) break;
+        if (k == nshards && nshards < MS_SHARDS_MAX) {
+            snprintf(shards[nshards], sizeof shards[0], "%s", sh);
+            counts[nshards++] = 0;
+        }
+        if (k < nshards) counts[k]++;
+    }
+    printf("        chunks: %d total%s\n", chunks.n, jumbo ? "" : "");
+    for (int k = 0; k < nshards; k++) printf("          %-16s %d\n", shards[k], counts[k]);
+    if (jumbo) printf("          jumbo chunks: %d\n", jumbo);
+    if (chunks.n <= CTL_STATUS_CHUNKS_LISTED_MAX || verbose) {
+        for (int i = 0; i < chunks.n; i++) {
+            printf("        ");
+            print_json_field(chunks.v[i], "min");
+            printf(" -->> ");
+            print_json_field(chunks.v[i], "max");
+            printf(" on: %s ", str_field(chunks.v[i], "shard"));
+            print_version(chunks.v[i]);
+            printf("%s\n", bool_field(chunks.v[i], "jumbo") ? " jumbo" : "");
+        }
+    } else {
+        printf("        too many chunks to print, use --verbose if you want to force print\n");
+    }
+out:
+    bson_destroy(&filter);
+    bson_destroy(&sort);
+    docs_free(&chunks);
+}
+
+static int status_once(ctl_t *c, bool verbose) {
+    docs_t shards = {0}, dbs = {0}, colls = {0};
+    bson_t cmd, reply, sort;
+    ms_error_t err = {0};
+    int rc = 1;
+
+    printf("--- Sharding Status ---\n  shards:\n");
+    bson_init(&sort);
+    BSON_APPEND_INT32(&sort, "_id", 1);
+    if (find_all(c, "config", "shards", NULL, &sort, &shards, &err)) {
+        printf("    (could not read config.shards: %s)\n", err.msg);
+        goto out;
+    }
+    for (int i = 0; i < shards.n; i++)
+        printf("    { _id: '%s', host: '%s', state: 1%s }\n", str_field(shards.v[i], "_id"),
+               str_field(shards.v[i], "host"), bool_field(shards.v[i], "draining") ? ", draining: true" : "");
+    if (shards.n == 0) printf("    (none)\n");
+
+    printf("  balancer:\n");
+    bson_init(&cmd);
+    BSON_APPEND_INT32(&cmd, "balancerStatus", 1);
+    BSON_APPEND_UTF8(&cmd, "$db", "admin");
+    if (ctl_command(c, &cmd, &reply, &err) == 0) {
+        bson_iter_t it;
+        printf("    mode: %s\n", str_field(&reply, "mode"));
+        printf("    in balancer round: %s\n", bool_field(&reply, "inBalancerRound") ? "yes" : "no");
+        if (bson_iter_init_find(&it, &reply, "numBalancerRounds")) {
+            int64_t n = 0;
+            bsonx_as_int64(&it, &n);
+            printf("    balancer rounds: %lld\n", (long long)n);
+        }
+        bson_destroy(&reply);
+    } else {
+        printf("    (balancerStatus: %s)\n", err.msg);
+    }
+    bson_destroy(&cmd);
+
+    printf("  databases:\n");
+    if (find_all(c, "config", "databases", NULL, &sort, &dbs, &err) ||
+        find_all(c, "config", "collections", NULL, &sort, &colls, &err)) {
+        printf("    (could not read the catalog: %s)\n", err.msg);
+        goto out;
+    }
+    for (int i = 0; i < dbs.n; i++) {
+        const char *db = str_field(dbs.v[i], "_id");
+        size_t dblen = strlen(db);
+        printf("    { _id: '%s', primary: '%s' }\n", db, str_field(dbs.v[i], "primary"));
+        for (int k = 0; k < colls.n; k++) {
+            const char *ns = str_field(colls.v[k], "_id");
+            if (strncmp(ns, db, dblen) == 0 && ns[dblen] == '.' && !bool_field(colls.v[k], "dropped"))
+                print_collection(c, colls.v[k], verbose);
+        }
+    }
+    if (dbs.n == 0) printf("    (none)\n");
+    rc = 0;
+out:
+    fflush(stdout);
+    bson_destroy(&sort);
+    docs_free(&shards);
+    docs_free(&dbs);
+    docs_free(&colls);
+    return rc;
+}
+
+int ctl_status(ctl_t *c, int argc, char **argv) {
+    bool verbose = false;
+    const flag_spec_t specs[] = {
+        {"verbose", FLAG_BOOL, &verbose, "list every chunk even when there are many"},
+        {NULL, FLAG_BOOL, NULL, NULL},
+    };
+    flags_parse(argc, argv, specs, "usage: shardctl [--host URL] status [--verbose]\n");
+    return status_once(c, verbose);
+}
+
+int ctl_watch(ctl_t *c, int argc, char **argv) {
+    int interval_ms = 1000, count = 0;
+    bool verbose = false;
+    const flag_spec_t specs[] = {
+        {"interval-ms", FLAG_INT, &interval_ms, "redraw period (default 1000)"},
+        {"count", FLAG_INT, &count, "stop after this many redraws (default: until Ctrl-C)"},
+        {"verbose", FLAG_BOOL, &verbose, "list every chunk"},
+        {NULL, FLAG_BOOL, NULL, NULL},
+    };
+    flags_parse(argc, argv, specs, "usage: shardctl [--host URL] watch [--interval-ms N] [--count N]\n");
+    if (interval_ms < 50) interval_ms = 50;
+    for (int i = 0; count <= 0 || i < count; i++) {
+        time_t now = time(NULL);
+        char when[64];
+        strftime(when, sizeof when, "%H:%M:%S", localtime(&now));
+        if (isatty(STDOUT_FILENO)) fputs("\033[H\033[2J", stdout);
+        printf("shardctl watch — %s — every %d ms (Ctrl-C to stop)\n", when, interval_ms);
+        status_once(c, verbose);
+        usleep((useconds_t)interval_ms * 1000u);
+    }
+    return 0;
+}
+
+int ctl_load(ctl_t *c, int argc, char **argv) {
+    const char *ns = NULL, *key = NULL;
+    int count = 0, batch = 1000, size = 200, start = 0;
+    bool quiet = false;
+    const flag_spec_t specs[] = {
+        {"ns", FLAG_STR, &ns, "namespace db.collection (required)"},
+        {"count", FLAG_INT, &count, "documents to insert (required)"},
+        {"batch", FLAG_INT, &batch, "documents per insert command (default 1000)"},
+        {"size", FLAG_INT, &size, "approximate document size in bytes (default 200)"},
+        {"start", FLAG_INT, &start, "first _id (default 0)"},
+        {"key", FLAG_STR, &key, "also set this field to a random integer (a shard key)"},
+        {"quiet", FLAG_BOOL, &quiet, "no progress display"},
+        {NULL, FLAG_BOOL, NULL, NULL},
+    };
+    char db[MS_NS_BYTES_MAX + 1];
+    const char *dot;
+    char *pad;
+    long long t0 = time_mono_ms();
+    int done = 0;
+    unsigned rnd = 12345;
+
+    flags_parse(argc, argv, specs,
+                "usage: shardctl [--host URL] load --ns DB.COLL --count N [--batch N] [--size B]\n");
+    if (!ns || !(dot = strchr(ns, '.')) || dot == ns || !dot[1] || strlen(ns) > MS_NS_BYTES_MAX || count <= 0 ||
+        batch <= 0 || batch > MS_WRITE_BATCH_OPS_MAX || size < 0 || size > 1024 * 1024) {
+        fprintf(stderr, "shardctl load: need --ns DB.COLL and --count N > 0 (batch 1..%d, size 0..1 MiB)\n",
+                MS_WRITE_BATCH_OPS_MAX);
+        return 2;
+    }
+    memcpy(db, ns, (size_t)(dot - ns));
+    db[dot - ns] = '\0';
+    pad = malloc((size_t)size + 1);
+    if (!pad) return 1;
+    memset(pad, 'x', (size_t)size);
+    pad[size > 60 ? size - 60 : 0] = '\0';  /* the other fields take about 60 bytes */
+
+    while (done < count) {
+        int n = count - done < batch ? count - done : batch;
+        bson_t cmd, docs, reply;
+        ms_error_t err = {0};
+        char idx[16];
+        int rc;
+        bson_init(&cmd);
+        BSON_APPEND_UTF8(&cmd, "insert", dot + 1);
+        BSON_APPEND_UTF8(&cmd, "$db", db);
+        BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &docs);
+        for (int i = 0; i < n; i++) {
+            bson_t d;
+            const char *k;
+            bson_uint32_to_string((uint32_t)i, &k, idx, sizeof idx);
+            BSON_APPEND_DOCUMENT_BEGIN(&docs, k, &d);
+            BSON_APPEND_INT64(&d, "_id", (int64_t)start + done + i);
+            rnd = rnd * 1103515245u + 12345u;
+            BSON_APPEND_INT64(&d, "x", (int64_t)(rnd >> 8) % 1000000);
+            if (key) BSON_APPEND_INT64(&d, key, (int64_t)((rnd >> 4) % 100000000u));
+            BSON_APPEND_UTF8(&d, "pad", pad);
+            bson_append_document_end(&docs, &d);
+        }
+        bson_append_array_end(&cmd, &docs);
+        BSON_APPEND_BOOL(&cmd, "ordered", false);
+        rc = ctl_command(c, &cmd, &reply, &err);
+        bson_destroy(&cmd);
+        if (rc == 0) {
+            bson_iter_t it;
+            if (bson_iter_init_find(&it, &reply, "writeErrors")) {
+                char *json = bsonx_to_json(&reply);
+                fprintf(stderr, "\nshardctl load: write errors: %.500s\n", json ? json : "?");
+                bson_free(json);
+                rc = 1;
+            }
+            bson_destroy(&reply);
+        } else {
+            fprintf(stderr, "\nshardctl load: insert failed: %s\n", err.msg);
+        }
+        if (rc) {
+            free(pad);
+            return 1;
+        }
+        done += n;
+        if (!quiet) {
+            long long ms = time_mono_ms() - t0;
+            fprintf(stderr, "\rloading %s: %d / %d (%3d%%)  %.0f docs/s   ", ns, done, count,
+                    (int)(100LL * done / count), ms > 0 ? done * 1000.0 / (double)ms : 0.0);
+        }
+    }
+    free(pad);
+    {
+        long long ms = time_mono_ms() - t0;
+        if (!quiet) fputc('\n', stderr);
+        printf("loaded %d documents into %s in %.1f s (%.0f docs/s)\n", count, ns, (double)ms / 1000.0,
+               ms > 0 ? count * 1000.0 / (double)ms : 0.0);
+    }
+    return 0;
+}
