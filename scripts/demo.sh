@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2016  # $db inside single quotes is JSON, not a shell variable
 # demo.sh — what `make demo` runs: a local cluster of 3 shards, a sharded collection,
 # 100,000 documents loaded with a progress display, and the data distribution shown,
 # then how to explore the cluster and stop it. The cluster keeps running afterwards.
 #   DEMO_DIR (default ./demo-cluster), DEMO_DOCS (default 100000), DEMO_PORT (27017).
 set -euo pipefail
-# shellcheck disable=SC2016  # $db in single quotes is JSON, not a shell variable
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${DEMO_DIR:-$ROOT/demo-cluster}
 DOCS=${DEMO_DOCS:-100000}
