@@ -4,7 +4,7 @@
 #   tests/run.sh [--unit | --integration] [name-filter]
 # LONG=1 also runs the long soak/chaos suites (tests/integration/long_*.py).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 BUILD=${BUILD:-build/rel}
 mode=all
 case "${1:-}" in
