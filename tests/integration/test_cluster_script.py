@@ -1,0 +1,83 @@
+"""
+test_cluster_script.py — scripts/cluster.sh as users and tests rely on it (DESIGN §10):
+start prints exactly one `NAME URL PID` line per process with the names config,
+shard0.., router0.., every process answers, listShards shows the same URLs, status
+reports them up, add-shard adds the next shard, and stop ends exactly those PIDs.
+"""
+import os
+import subprocess
+
+from lib import *
+
+SCRIPT = os.path.join(ROOT, "scripts", "cluster.sh")
+
+
+def cluster_sh(*args, timeout=120):
+    p = subprocess.run(["bash", SCRIPT] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise AssertionError("cluster.sh %s failed (%d): %s" % (" ".join(args), p.returncode, p.stderr[-2000:]))
+    return p.stdout
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+@test
+def test_start_status_add_stop(t):
+    base = free_ports(40)[0]
+    d = os.path.join(t.dir, "c")
+    lines = []
+    try:
+        out = cluster_sh("start", "--dir", d, "--shards", "2", "--routers", "2", "--base-port", str(base), "--test")
+        lines = [l.split() for l in out.strip().splitlines()]
+        names = [l[0] for l in lines]
+        assert sorted(names) == ["config", "router0", "router1", "shard0", "shard1"], names
+        for name, url, pid in lines:
+            assert url.startswith("tcp://127.0.0.1:"), url
+            assert pid_alive(int(pid)), name
+            Client(url).ok({"ping": 1})
+        urls = {l[0]: l[1] for l in lines}
+        assert urls["router0"] == "tcp://127.0.0.1:%d" % base
+        shards = Client(urls["router0"]).ok({"listShards": 1, "$db": "admin"})["shards"]
+        assert {s["_id"]: s["host"] for s in shards} == {"shard0": urls["shard0"], "shard1": urls["shard1"]}, shards
+
+        status = cluster_sh("status", "--dir", d)
+        assert status.count(" up") == 5, status
+
+        out = cluster_sh("add-shard", "--dir", d)
+        name, url, pid = out.strip().split()
+        lines.append([name, url, pid])
+        assert name == "shard2", out
+        shards = Client(urls["router1"]).ok({"listShards": 1, "$db": "admin"})["shards"]
+        assert [s["_id"] for s in sorted(shards, key=lambda s: s["_id"])] == ["shard0", "shard1", "shard2"]
+    finally:
+        if os.path.exists(os.path.join(d, "cluster.pids")):
+            cluster_sh("stop", "--dir", d)
+    for l in lines:
+        wait_until(lambda: not pid_alive(int(l[2])), 10, "%s to exit" % l[0])
+
+
+@test
+def test_refuses_second_start_and_bad_args(t):
+    base = free_ports(30)[0]
+    d = os.path.join(t.dir, "c")
+    try:
+        cluster_sh("start", "--dir", d, "--shards", "1", "--routers", "1", "--base-port", str(base))
+        p = subprocess.run(["bash", SCRIPT, "start", "--dir", d, "--base-port", str(base)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        assert p.returncode != 0 and "already running" in p.stderr, p.stderr
+    finally:
+        cluster_sh("stop", "--dir", d)
+    p = subprocess.run(["bash", SCRIPT, "start", "--dir", d, "--shards", "0"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=60)
+    assert p.returncode != 0 and "--shards" in p.stderr, p.stderr
+
+
+if __name__ == "__main__":
+    main()
