@@ -1,0 +1,492 @@
+/*
+ * bsonx.c — BSON helpers linked into every process (config server, shard daemons,
+ * routers, shardctl): MongoDB's value comparison (BSONElement::woCompare /
+ * compareElementValues), $type names, dotted-path lookup, validation of raw input
+ * bytes, storability checks (storage_validation), numbers, and extended JSON.
+ *
+ * The comparator is written plainly from MongoDB's rules and deliberately shares no
+ * code with the key encoder in keys.c: the unit tests check each against the other.
+ */
+#include "common/bsonx.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/limits.h"
+
+/* 2^63 as a double: the first double above every int64 (MongoDB's
+ * kLongLongMaxPlusOneAsDouble). */
+#define TWO_POW_63 9223372036854775808.0
+
+int bsonx_canonical_rank(bson_type_t t) {
+    switch (t) {
+    case BSON_TYPE_MINKEY: return -1;
+    case BSON_TYPE_EOD:
+    case BSON_TYPE_UNDEFINED: return 0;
+    case BSON_TYPE_NULL: return 5;
+    case BSON_TYPE_DOUBLE:
+    case BSON_TYPE_INT32:
+    case BSON_TYPE_INT64:
+    case BSON_TYPE_DECIMAL128: return 10;
+    case BSON_TYPE_UTF8:
+    case BSON_TYPE_SYMBOL: return 15;
+    case BSON_TYPE_DOCUMENT: return 20;
+    case BSON_TYPE_ARRAY: return 25;
+    case BSON_TYPE_BINARY: return 30;
+    case BSON_TYPE_OID: return 35;
+    case BSON_TYPE_BOOL: return 40;
+    case BSON_TYPE_DATE_TIME: return 45;
+    case BSON_TYPE_TIMESTAMP: return 47;
+    case BSON_TYPE_REGEX: return 50;
+    case BSON_TYPE_DBPOINTER: return 55;
+    case BSON_TYPE_CODE: return 60;
+    case BSON_TYPE_CODEWSCOPE: return 65;
+    case BSON_TYPE_MAXKEY: return 127;
+    }
+    /* libbson's iterator refuses unknown type bytes, so this is not reached for
+     * validated input; rank it with EOO rather than abort on a stray value. */
+    return 0;
+}
+
+/* ---- numbers ------------------------------------------------------------------------ */
+
+static int cmp_i64(int64_t a, int64_t b) { return a < b ? -1 : a > b ? 1 : 0; }
+static int cmp_u64(uint64_t a, uint64_t b) { return a < b ? -1 : a > b ? 1 : 0; }
+
+/* MongoDB's compareDoubles: NaN equals NaN and is below every other number. */
+static int cmp_double(double a, double b) {
+    if (a < b) return -1;
+    if (a > b) return 1;
+    if (a == b) return 0;  /* also -0.0 == 0.0 */
+    if (isnan(a)) return isnan(b) ? 0 : -1;
+    return 1;
+}
+
+/* MongoDB's compareLongToDouble: exact even where int64 has more precision than double. */
+static int cmp_i64_double(int64_t l, double d) {
+    if (isnan(d)) return 1;
+    /* Integers of magnitude <= 2^53 are exact doubles. */
+    if (l >= -(INT64_C(1) << 53) && l <= (INT64_C(1) << 53)) return cmp_double((double)l, d);
+    /* Doubles at or beyond +-2^63 (and +-inf) lie outside every int64. */
+    if (d >= TWO_POW_63) return -1;
+    if (d < -TWO_POW_63) return 1;
+    /* |l| > 2^53, so a double with a fraction (|d| < 2^52) is far from l and truncating
+     * it cannot change the answer; larger doubles are integers and convert exactly. */
+    return cmp_i64(l, (int64_t)d);
+}
+
+static double decimal_to_double(const bson_iter_t *it) {
+    bson_decimal128_t dec;
+    char s[BSON_DECIMAL128_STRING];
+    if (!bson_iter_decimal128(it, &dec)) return NAN;
+    bson_decimal128_to_string(&dec, s);
+    return strtod(s, NULL);  /* understands "NaN", "Infinity", "-Infinity", "1E+3" */
+}
+
+static int cmp_numbers(const bson_iter_t *a, const bson_iter_t *b) {
+    bson_type_t ta = bson_iter_type(a), tb = bson_iter_type(b);
+    bool a_int = ta == BSON_TYPE_INT32 || ta == BSON_TYPE_INT64;
+    bool b_int = tb == BSON_TYPE_INT32 || tb == BSON_TYPE_INT64;
+    if (a_int && b_int) return cmp_i64(bson_iter_as_int64(a), bson_iter_as_int64(b));
+    double da = ta == BSON_TYPE_DECIMAL128 ? decimal_to_double(a)
+                : ta == BSON_TYPE_DOUBLE   ? bson_iter_double(a)
+                                           : 0.0;
+    double db = tb == BSON_TYPE_DECIMAL128 ? decimal_to_double(b)
+                : tb == BSON_TYPE_DOUBLE   ? bson_iter_double(b)
+                                           : 0.0;
+    if (a_int) return cmp_i64_double(bson_iter_as_int64(a), db);
+    if (b_int) return -cmp_i64_double(bson_iter_as_int64(b), da);
+    return cmp_double(da, db);
+}
+
+/* ---- strings and documents ------------------------------------------------------------ */
+
+/* MongoDB's compareElementStringValues: bytes of the common length, then the length
+ * (embedded NULs are ordinary bytes). */
+static int cmp_bytes(const char *a, uint32_t alen, const char *b, uint32_t blen) {
+    uint32_t n = alen < blen ? alen : blen;
+    int c = n ? memcmp(a, b, n) : 0;
+    if (c) return c < 0 ? -1 : 1;
+    return alen < blen ? -1 : alen > blen ? 1 : 0;
+}
+
+static int sign_of(int x) { return x < 0 ? -1 : x > 0 ? 1 : 0; }
+
+/* BSONObj::woCompare with field names: element by element; the document that ends
+ * first is smaller whatever the other's next element is. */
+static int cmp_doc_iters(bson_iter_t *a, bson_iter_t *b) {
+    for (;;) {
+        bool more_a = bson_iter_next(a), more_b = bson_iter_next(b);
+        if (!more_a) return more_b ? -1 : 0;
+        if (!more_b) return 1;
+        int ra = bsonx_canonical_rank(bson_iter_type(a));
+        int rb = bsonx_canonical_rank(bson_iter_type(b));
+        if (ra != rb) return ra < rb ? -1 : 1;
+        int c = strcmp(bson_iter_key(a), bson_iter_key(b));
+        if (c) return sign_of(c);
+        c = bsonx_compare_values(a, b);
+        if (c) return c;
+    }
+}
+
+static int cmp_embedded(const bson_iter_t *a, const bson_iter_t *b) {
+    bson_iter_t ca, cb;
+    if (!bson_iter_recurse(a, &ca) || !bson_iter_recurse(b, &cb)) return 0;
+    return cmp_doc_iters(&ca, &cb);
+}
+
+static int cmp_scopes(const uint8_t *sa, uint32_t la, const uint8_t *sb, uint32_t lb) {
+    bson_t da, db;
+    bson_iter_t ia, ib;
+    if (!bson_init_static(&da, sa, la) || !bson_init_static(&db, sb, lb)) return 0;
+    if (!bson_iter_init(&ia, &da) || !bson_iter_init(&ib, &db)) return 0;
+    return cmp_doc_iters(&ia, &ib);
+}
+
+int bsonx_compare_values(const bson_iter_t *a, const bson_iter_t *b) {
+    bson_type_t ta = bson_iter_type(a), tb = bson_iter_type(b);
+    int ra = bsonx_canonical_rank(ta), rb = bsonx_canonical_rank(tb);
+    if (ra != rb) return ra < rb ? -1 : 1;
+
+    switch (ta) {
+    case BSON_TYPE_EOD:
+    case BSON_TYPE_UNDEFINED:
+    case BSON_TYPE_NULL:
+    case BSON_TYPE_MINKEY:
+    case BSON_TYPE_MAXKEY:
+        return 0;
+    case BSON_TYPE_DOUBLE:
+    case BSON_TYPE_INT32:
+    case BSON_TYPE_INT64:
+    case BSON_TYPE_DECIMAL128:
+        return cmp_numbers(a, b);
+    case BSON_TYPE_UTF8:
+    case BSON_TYPE_SYMBOL: {
+        uint32_t la = 0, lb = 0;
+        const char *sa = ta == BSON_TYPE_UTF8 ? bson_iter_utf8(a, &la) : bson_iter_symbol(a, &la);
+        const char *sb = tb == BSON_TYPE_UTF8 ? bson_iter_utf8(b, &lb) : bson_iter_symbol(b, &lb);
+        return cmp_bytes(sa, la, sb, lb);
+    }
+    case BSON_TYPE_DOCUMENT:
+    case BSON_TYPE_ARRAY:
+        return cmp_embedded(a, b);
+    case BSON_TYPE_BINARY: {
+        /* Length first, then subtype, then bytes (MongoDB compares the declared length,
+         * then memcmp from the subtype byte on). The old subtype 2 carries an inner
+         * length that libbson strips; it equals the outer length less 4, so it cannot
+         * decide anything once the outer lengths are equal. */
+        bson_subtype_t sa, sb;
+        uint32_t la, lb;
+        const uint8_t *pa, *pb;
+        bson_iter_binary(a, &sa, &la, &pa);
+        bson_iter_binary(b, &sb, &lb, &pb);
+        uint64_t oa = (uint64_t)la + (sa == BSON_SUBTYPE_BINARY_DEPRECATED ? 4 : 0);
+        uint64_t ob = (uint64_t)lb + (sb == BSON_SUBTYPE_BINARY_DEPRECATED ? 4 : 0);
+        if (oa != ob) return oa < ob ? -1 : 1;
+        if (sa != sb) return (unsigned)sa < (unsigned)sb ? -1 : 1;
+        return la ? sign_of(memcmp(pa, pb, la)) : 0;
+    }
+    case BSON_TYPE_OID:
+        return sign_of(memcmp(bson_iter_oid(a)->bytes, bson_iter_oid(b)->bytes, 12));
+    case BSON_TYPE_BOOL:
+        return (int)bson_iter_bool(a) - (int)bson_iter_bool(b);
+    case BSON_TYPE_DATE_TIME:
+        return cmp_i64(bson_iter_date_time(a), bson_iter_date_time(b));
+    case BSON_TYPE_TIMESTAMP: {
+        uint32_t ta_t, ta_i, tb_t, tb_i;
+        bson_iter_timestamp(a, &ta_t, &ta_i);
+        bson_iter_timestamp(b, &tb_t, &tb_i);
+        return cmp_u64((uint64_t)ta_t << 32 | ta_i, (uint64_t)tb_t << 32 | tb_i);
+    }
+    case BSON_TYPE_REGEX: {
+        const char *oa, *ob;
+        const char *pa = bson_iter_regex(a, &oa), *pb = bson_iter_regex(b, &ob);
+        int c = strcmp(pa, pb);
+        return c ? sign_of(c) : sign_of(strcmp(oa, ob));
+    }
+    case BSON_TYPE_DBPOINTER: {
+        /* Value size first, then the raw value bytes: the name, then the ObjectId. */
+        uint32_t la, lb;
+        const char *ca, *cb;
+        const bson_oid_t *oa, *ob;
+        bson_iter_dbpointer(a, &la, &ca, &oa);
+        bson_iter_dbpointer(b, &lb, &cb, &ob);
+        if (la != lb) return la < lb ? -1 : 1;
+        int c = la ? memcmp(ca, cb, la) : 0;
+        return c ? sign_of(c) : sign_of(memcmp(oa->bytes, ob->bytes, 12));
+    }
+    case BSON_TYPE_CODE: {
+        uint32_t la, lb;
+        const char *ca = bson_iter_code(a, &la), *cb = bson_iter_code(b, &lb);
+        return cmp_bytes(ca, la, cb, lb);
+    }
+    case BSON_TYPE_CODEWSCOPE: {
+        /* The code as a string, then the scope as a document with field names. */
+        uint32_t la, lb, sla, slb;
+        const uint8_t *sa, *sb;
+        const char *ca = bson_iter_codewscope(a, &la, &sla, &sa);
+        const char *cb = bson_iter_codewscope(b, &lb, &slb, &sb);
+        int c = cmp_bytes(ca, la, cb, lb);
+        return c ? c : cmp_scopes(sa, sla, sb, slb);
+    }
+    }
+    return 0;
+}
+
+int bsonx_compare_docs(const bson_t *a, const bson_t *b) {
+    bson_iter_t ia, ib;
+    if (!bson_iter_init(&ia, a) || !bson_iter_init(&ib, b)) return 0;
+    return cmp_doc_iters(&ia, &ib);
+}
+
+/* ---- type names --------------------------------------------------------------------- */
+
+static const struct {
+    bson_type_t type;
+    const char *name;
+} type_names[] = {
+    {BSON_TYPE_DOUBLE, "double"},       {BSON_TYPE_UTF8, "string"},
+    {BSON_TYPE_DOCUMENT, "object"},     {BSON_TYPE_ARRAY, "array"},
+    {BSON_TYPE_BINARY, "binData"},      {BSON_TYPE_UNDEFINED, "undefined"},
+    {BSON_TYPE_OID, "objectId"},        {BSON_TYPE_BOOL, "bool"},
+    {BSON_TYPE_DATE_TIME, "date"},      {BSON_TYPE_NULL, "null"},
+    {BSON_TYPE_REGEX, "regex"},         {BSON_TYPE_DBPOINTER, "dbPointer"},
+    {BSON_TYPE_CODE, "javascript"},     {BSON_TYPE_SYMBOL, "symbol"},
+    {BSON_TYPE_CODEWSCOPE, "javascriptWithScope"},
+    {BSON_TYPE_INT32, "int"},           {BSON_TYPE_TIMESTAMP, "timestamp"},
+    {BSON_TYPE_INT64, "long"},          {BSON_TYPE_DECIMAL128, "decimal"},
+    {BSON_TYPE_MINKEY, "minKey"},       {BSON_TYPE_MAXKEY, "maxKey"},
+};
+
+const char *bsonx_type_name(bson_type_t t) {
+    for (size_t i = 0; i < sizeof type_names / sizeof type_names[0]; i++)
+        if (type_names[i].type == t) return type_names[i].name;
+    return t == BSON_TYPE_EOD ? "missing" : "unknown";
+}
+
+int bsonx_type_from_alias(const char *alias, bool *is_number) {
+    if (is_number) *is_number = false;
+    if (!alias) return -1;
+    if (strcmp(alias, "number") == 0) {
+        if (is_number) *is_number = true;
+        return BSON_TYPE_EOD;
+    }
+    for (size_t i = 0; i < sizeof type_names / sizeof type_names[0]; i++)
+        if (strcmp(type_names[i].name, alias) == 0) return (int)type_names[i].type;
+    return -1;
+}
+
+/* ---- paths and numbers -------------------------------------------------------------- */
+
+bool bsonx_find_path(const bson_t *doc, const char *dotted, bson_iter_t *out) {
+    bson_iter_t it, child;
+    const char *p = dotted;
+    if (!doc || !dotted || !*dotted || !bson_iter_init(&it, doc)) return false;
+    for (;;) {
+        const char *dot = strchr(p, '.');
+        size_t n = dot ? (size_t)(dot - p) : strlen(p);
+        bool found = false;
+        if (n == 0) return false;
+        while (bson_iter_next(&it)) {
+            const char *k = bson_iter_key(&it);
+            if (strncmp(k, p, n) == 0 && k[n] == '\0') {
+                found = true;
+                break;
+            }
+        }
+        if (!found) return false;
+        if (!dot) {
+            *out = it;
+            return true;
+        }
+        /* Embedded documents only: an array on the path ends the lookup. */
+        if (bson_iter_type(&it) != BSON_TYPE_DOCUMENT || !bson_iter_recurse(&it, &child))
+            return false;
+        it = child;
+        p = dot + 1;
+    }
+}
+
+bool bsonx_is_number(const bson_iter_t *it) {
+    switch (bson_iter_type(it)) {
+    case BSON_TYPE_INT32:
+    case BSON_TYPE_INT64:
+    case BSON_TYPE_DOUBLE:
+    case BSON_TYPE_DECIMAL128: return true;
+    default: return false;
+    }
+}
+
+bool bsonx_as_double(const bson_iter_t *it, double *out) {
+    switch (bson_iter_type(it)) {
+    case BSON_TYPE_INT32:
+    case BSON_TYPE_INT64: *out = (double)bson_iter_as_int64(it); return true;
+    case BSON_TYPE_DOUBLE: *out = bson_iter_double(it); return true;
+    case BSON_TYPE_DECIMAL128: *out = decimal_to_double(it); return true;
+    default: return false;
+    }
+}
+
+/* Doubles (and decimals, through double) truncate toward zero; NaN and values outside
+ * int64 give false, since no int64 stands for them. */
+bool bsonx_as_int64(const bson_iter_t *it, int64_t *out) {
+    bson_type_t t = bson_iter_type(it);
+    if (t == BSON_TYPE_INT32 || t == BSON_TYPE_INT64) {
+        *out = bson_iter_as_int64(it);
+        return true;
+    }
+    double d;
+    if (!bsonx_as_double(it, &d)) return false;
+    if (isnan(d) || d >= TWO_POW_63 || d < -TWO_POW_63) return false;
+    *out = (int64_t)d;
+    return true;
+}
+
+bool bsonx_as_int64_exact(const bson_iter_t *it, int64_t *out) {
+    bson_type_t t = bson_iter_type(it);
+    if (t == BSON_TYPE_INT32 || t == BSON_TYPE_INT64) {
+        *out = bson_iter_as_int64(it);
+        return true;
+    }
+    double d;
+    if (!bsonx_as_double(it, &d)) return false;
+    if (isnan(d) || d >= TWO_POW_63 || d < -TWO_POW_63 || trunc(d) != d) return false;
+    *out = (int64_t)d;
+    return true;
+}
+
+/* BSONElement::trueValue: false, 0 (any number type), null, undefined and a missing
+ * element read as false; every other present value (even "" or {}) reads as true. */
+bool bsonx_truthy(const bson_iter_t *it) {
+    switch (bson_iter_type(it)) {
+    case BSON_TYPE_EOD:
+    case BSON_TYPE_NULL:
+    case BSON_TYPE_UNDEFINED: return false;
+    case BSON_TYPE_BOOL: return bson_iter_bool(it);
+    case BSON_TYPE_INT32:
+    case BSON_TYPE_INT64: return bson_iter_as_int64(it) != 0;
+    case BSON_TYPE_DOUBLE: return bson_iter_double(it) != 0.0;
+    case BSON_TYPE_DECIMAL128: return decimal_to_double(it) != 0.0;
+    default: return true;
+    }
+}
+
+/* ---- depth and validation ------------------------------------------------------------- */
+
+/* Depth of the elements under it, counting the level it is on as `level`. Stops
+ * descending past `cap`, so a depth bomb costs at most cap stack frames: that is what
+ * keeps raw network input from exhausting the stack before libbson's own (unbounded)
+ * recursive validation runs. Malformed structure simply ends the walk; validation then
+ * reports it. */
+static int depth_walk(bson_iter_t *it, int level, int cap) {
+    int max = level;
+    while (bson_iter_next(it)) {
+        bson_iter_t child;
+        bson_type_t t = bson_iter_type(it);
+        bool has_child = false;
+        if (t == BSON_TYPE_DOCUMENT || t == BSON_TYPE_ARRAY) {
+            has_child = bson_iter_recurse(it, &child);
+        } else if (t == BSON_TYPE_CODEWSCOPE) {
+            uint32_t code_len, scope_len;
+            const uint8_t *scope;
+            bson_iter_codewscope(it, &code_len, &scope_len, &scope);
+            has_child = scope && bson_iter_init_from_data(&child, scope, scope_len);
+        }
+        if (!has_child) continue;
+        if (level + 1 > cap) return cap + 1;
+        int d = depth_walk(&child, level + 1, cap);
+        if (d > max) max = d;
+        if (max > cap) return max;
+    }
+    return max;
+}
+
+/* Depths beyond MS_DOC_DEPTH_MAX are reported as MS_DOC_DEPTH_MAX + 1 ("too deep"):
+ * the walk stops there so that its own recursion stays bounded. */
+int bsonx_depth(const bson_t *doc) {
+    bson_iter_t it;
+    if (!bson_iter_init(&it, doc)) return 0;
+    return depth_walk(&it, 1, MS_DOC_DEPTH_MAX);
+}
+
+int bsonx_view(const uint8_t *data, size_t len, bson_t *out, ms_error_t *err) {
+    bson_error_t berr;
+    if (!data || len < 5 || len > (size_t)INT32_MAX)
+        return err_set(err, MS_ERR_INVALID_BSON, "invalid BSON: length %zu", len);
+    if (!bson_init_static(out, data, len))
+        return err_set(err, MS_ERR_INVALID_BSON,
+                       "invalid BSON: declared length or terminator does not match %zu bytes",
+                       len);
+    /* Bound nesting before libbson validates (its validator recurses without a limit). */
+    if (bsonx_depth(out) > MS_DOC_DEPTH_MAX)
+        return err_set(err, MS_ERR_OVERFLOW,
+                       "BSONObj exceeds maximum nested object depth: %d", MS_DOC_DEPTH_MAX);
+    if (!bson_validate_with_error(out, BSON_VALIDATE_UTF8 | BSON_VALIDATE_UTF8_ALLOW_NULL,
+                                  &berr))
+        return err_set(err, MS_ERR_INVALID_BSON, "invalid BSON: %s", berr.message);
+    return 0;
+}
+
+/* Field-name rules of MongoDB's storage validation, at every level. depth bounds the
+ * recursion (callers have checked the document's depth already). */
+static int check_names(bson_iter_t *it, int depth, ms_error_t *err) {
+    while (bson_iter_next(it)) {
+        const char *k = bson_iter_key(it);
+        bson_type_t t = bson_iter_type(it);
+        bson_iter_t child;
+        if (k[0] == '\0')
+            return err_set(err, MS_ERR_EMPTY_FIELD_NAME, "An empty field name is not allowed");
+        if (k[0] == '$')
+            return err_set(err, MS_ERR_DOLLAR_PREFIXED_FIELD_NAME,
+                           "Document can't have $ prefixed field names: %s", k);
+        if ((t == BSON_TYPE_DOCUMENT || t == BSON_TYPE_ARRAY) && depth < MS_DOC_DEPTH_MAX &&
+            bson_iter_recurse(it, &child)) {
+            int rc = check_names(&child, depth + 1, err);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
+int bsonx_check_storable(const bson_t *doc, ms_error_t *err) {
+    bson_iter_t it;
+    if (doc->len > MS_DOC_BYTES_MAX)
+        return err_set(err, MS_ERR_BSON_OBJECT_TOO_LARGE,
+                       "object to insert too large. size in bytes: %u, max size: %d", doc->len,
+                       MS_DOC_BYTES_MAX);
+    if (bsonx_depth(doc) > MS_DOC_DEPTH_MAX)
+        return err_set(err, MS_ERR_OVERFLOW, "Document exceeds maximum nesting depth of %d",
+                       MS_DOC_DEPTH_MAX);
+    if (!bson_iter_init(&it, doc)) return err_set(err, MS_ERR_INVALID_BSON, "invalid BSON");
+    int rc = check_names(&it, 1, err);
+    if (rc) return rc;
+    if (bson_iter_init_find(&it, doc, "_id")) {
+        bson_type_t t = bson_iter_type(&it);
+        if (t == BSON_TYPE_ARRAY || t == BSON_TYPE_REGEX || t == BSON_TYPE_UNDEFINED)
+            return err_set(err, MS_ERR_INVALID_ID_FIELD, "can't use a %s for _id",
+                           bsonx_type_name(t));
+    }
+    return 0;
+}
+
+/* ---- extended JSON ------------------------------------------------------------------ */
+
+char *bsonx_to_json(const bson_t *doc) { return bson_as_relaxed_extended_json(doc, NULL); }
+
+char *bsonx_to_canonical_json(const bson_t *doc) {
+    return bson_as_canonical_extended_json(doc, NULL);
+}
+
+int bsonx_from_json(const char *json, bson_t *out, ms_error_t *err) {
+    bson_error_t berr;
+    if (!json) return err_set(err, MS_ERR_FAILED_TO_PARSE, "no JSON text");
+    /* bson_init_from_json leaves *out destroyed when it fails. */
+    if (!bson_init_from_json(out, json, -1, &berr))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "bad JSON: %s", berr.message);
+    return 0;
+}
+
+void bsonx_append_iter(bson_t *dst, const char *key, const bson_iter_t *it) {
+    bson_append_iter(dst, key, -1, it);
+}
