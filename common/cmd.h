@@ -129,4 +129,9 @@ extern const int cmd_common_table_len;
  * signal number. Used by every daemon's main after it prints `ready`. */
 int cmd_wait_for_signal(void);
 
+/* Blocks SIGINT and SIGTERM in the calling thread, so every thread it starts afterwards
+ * (NNG's, the RPC workers, a daemon's own) inherits the mask and the signal reaches only
+ * cmd_wait_for_signal. A daemon's main calls it first, before any other library call. */
+void cmd_block_signals(void);
+
 #endif

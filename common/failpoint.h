@@ -42,4 +42,15 @@ int fp_wait(const bson_t *cmd, bson_t *reply, ms_error_t *err);
 /* Appends {name: {mode, timesEntered}} of every registered point (serverStatus). */
 void fp_append_status(bson_t *reply);
 
+/* Evaluates a point without acting on it, for points whose caller decides what firing
+ * means (dispatch's failCommand). pred, when non-NULL, sees the point's data (borrowed)
+ * and decides whether this evaluation counts at all, as MongoDB's failCommand counts
+ * only the commands it names. Returns true when the point fires; then *data_out (when
+ * non-NULL) is initialised with a copy of the data (caller destroys). */
+bool fp_check(const char *name, bool (*pred)(const bson_t *data, void *arg), void *arg,
+              bson_t *data_out);
+
+/* Turns every point off and releases every hang (a daemon shutting down). */
+void fp_release_all(void);
+
 #endif

@@ -37,6 +37,8 @@ int rpc_server_start(const char *url, int nworkers, rpc_handler_fn fn, void *arg
 void rpc_server_stop(rpc_server_t *s);
 /* Requests served so far (for serverStatus). */
 uint64_t rpc_server_requests(const rpc_server_t *s);
+/* Connections open now and accepted since start (for serverStatus). */
+void rpc_server_connections(const rpc_server_t *s, uint64_t *current, uint64_t *total);
 
 /* ---- client ---------------------------------------------------------------------- */
 

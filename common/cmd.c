@@ -1,0 +1,347 @@
+/*
+ * cmd.c — command tables and dispatch (see cmd.h), run by every daemon on its RPC
+ * worker threads.
+ *
+ * Dispatch mirrors what mongod/mongos do before a command's run(): the message size
+ * limit (maxMessageSizeBytes), BSON validation, command lookup by the first key
+ * (CommandNotFound), test-only commands hidden unless enabled (as MongoDB hides
+ * configureFailPoint without enableTestCommands), then the IDL-style field checks
+ * (TypeMismatch, or FailedToParse for a missing required field). The failCommand
+ * failpoint is evaluated here, as in MongoDB's ServiceEntryPoint, so a test can make
+ * any command fail. Every error reply is logged on one line with the command name.
+ */
+#include "common/cmd.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/bsonx.h"
+#include "common/cmd_priv.h"
+#include "common/failpoint.h"
+#include "common/log.h"
+
+/* A command at least this slow is logged at info, like mongod's slowms default. */
+#define CMD_SLOW_MS 100
+/* failCommand's blockTimeMS ceiling: a test's block must end on its own. */
+#define CMD_FAIL_BLOCK_MS_MAX (10 * 60 * 1000)
+/* Bytes of a command name kept for errmsg and log lines (names come from the wire). */
+#define CMD_NAME_SHOWN_MAX 100
+
+/* ---- small helpers --------------------------------------------------------------- */
+
+/* A printable, bounded copy of a name from the wire, for one-line logs and errmsg. */
+static void cmd_printable(char *dst, size_t cap, const char *src) {
+    size_t i = 0;
+    for (; src[i] && i + 1 < cap && i < CMD_NAME_SHOWN_MAX; i++) {
+        unsigned char ch = (unsigned char)src[i];
+        dst[i] = (ch < 0x20 || ch == 0x7f || ch == '"') ? '?' : (char)ch;
+    }
+    dst[i] = '\0';
+}
+
+/* "string" or "int, long, double": the types a mask allows, for TypeMismatch texts. */
+static void cmd_types_text(uint32_t mask, char *dst, size_t cap) {
+    size_t n = 0;
+    dst[0] = '\0';
+    for (unsigned t = 1; t < 32; t++) {
+        const char *name;
+        if (!(mask & CT_BIT(t))) continue;
+        /* MinKey (0xff) and MaxKey (0x7f) share bit 31 of the mask. */
+        name = t == 31 ? "minKey, maxKey" : bsonx_type_name((bson_type_t)t);
+        if (!name || !*name || strcmp(name, "unknown") == 0) continue;
+        int w = snprintf(dst + n, cap - n, "%s%s", n ? ", " : "", name);
+        if (w < 0 || (size_t)w >= cap - n) break;
+        n += (size_t)w;
+    }
+}
+
+void cmd_error_reply(bson_t *reply, const ms_error_t *err) {
+    BSON_APPEND_DOUBLE(reply, "ok", 0.0);
+    BSON_APPEND_UTF8(reply, "errmsg", err->msg);
+    BSON_APPEND_INT32(reply, "code", err->code);
+    BSON_APPEND_UTF8(reply, "codeName", err_code_name(err->code));
+}
+
+bool cmd_field(const cmd_ctx_t *ctx, const char *name, bson_iter_t *out) {
+    return bson_iter_init_find(out, ctx->req, name);
+}
+
+bool cmd_flag(const cmd_ctx_t *ctx, const char *name, bool dflt) {
+    bson_iter_t it;
+    if (!cmd_field(ctx, name, &it)) return dflt;
+    return bsonx_truthy(&it);
+}
+
+/* ---- lookup ---------------------------------------------------------------------- */
+
+static const cmd_spec_t *cmd_find_in(const cmd_spec_t *table, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(table[i].name, name) == 0) return &table[i];
+    return NULL;
+}
+
+const cmd_spec_t *cmd_lookup(const cmd_server_t *s, const char *name) {
+    const cmd_spec_t *spec = cmd_find_in(s->table, s->table_len, name);
+    if (!spec) spec = cmd_find_in(cmd_common_table, cmd_common_table_len, name);
+    /* Without --enable-test-commands a test command does not exist at all. */
+    if (spec && (spec->flags & CMD_TEST) && !s->test_commands) return NULL;
+    return spec;
+}
+
+cmd_counter_t *cmd_counter_of(cmd_server_t *s, const cmd_spec_t *spec) {
+    if (spec >= s->table && spec < s->table + s->table_len) return &s->own_counts[spec - s->table];
+    ASSERT(spec >= cmd_common_table && spec < cmd_common_table + cmd_common_table_len);
+    return &s->common_counts[spec - cmd_common_table];
+}
+
+/* ---- checks before the handler --------------------------------------------------- */
+
+static int cmd_check_type(const char *cmd, const char *field, const bson_iter_t *it,
+                          uint32_t types, ms_error_t *err) {
+    bson_type_t t = bson_iter_type(it);
+    char want[160];
+    if (types & CT_BIT(t)) return 0;
+    cmd_types_text(types, want, sizeof want);
+    if (field)
+        return err_set(err, MS_ERR_TYPE_MISMATCH,
+                       "BSON field '%s.%s' is the wrong type '%s', expected type '%s'", cmd, field,
+                       bsonx_type_name(t), want);
+    return err_set(err, MS_ERR_TYPE_MISMATCH,
+                   "BSON field '%s' is the wrong type '%s', expected type '%s'", cmd,
+                   bsonx_type_name(t), want);
+}
+
+static int cmd_check_fields(const cmd_ctx_t *ctx, ms_error_t *err) {
+    const cmd_spec_t *spec = ctx->spec;
+    bson_iter_t it;
+    int rc;
+    if (spec->arg_types && (rc = cmd_check_type(spec->name, NULL, &ctx->arg, spec->arg_types, err)))
+        return rc;
+    for (int i = 0; i < CMD_FIELDS_MAX && spec->fields[i].name; i++) {
+        const cmd_field_t *f = &spec->fields[i];
+        if (!bson_iter_init_find(&it, ctx->req, f->name)) {
+            if (f->required)
+                return err_set(err, MS_ERR_FAILED_TO_PARSE,
+                               "BSON field '%s.%s' is missing but a required field", spec->name,
+                               f->name);
+            continue;
+        }
+        if ((rc = cmd_check_type(spec->name, f->name, &it, f->types, err))) return rc;
+    }
+    return 0;
+}
+
+/* ---- failCommand: MongoDB's test hook that makes named commands fail ------------- */
+
+static bool cmd_fail_matches(const bson_t *data, void *arg) {
+    const char *name = arg;
+    bson_iter_t it, arr;
+    if (!bson_iter_init_find(&it, data, "failCommands") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &arr))
+        return false;
+    while (bson_iter_next(&arr))
+        if (BSON_ITER_HOLDS_UTF8(&arr) && strcmp(bson_iter_utf8(&arr, NULL), name) == 0) return true;
+    return false;
+}
+
+/* data: {failCommands: [names], errorCode: N, errmsg: "...", blockConnection: bool,
+ * blockTimeMS: N}. Blocks first (if asked), then fails with errorCode (if given). */
+static int cmd_fail_command(const char *name, ms_error_t *err) {
+    bson_t data;
+    bson_iter_t it;
+    int64_t v;
+    int rc = 0;
+    if (!fp_check("failCommand", cmd_fail_matches, (void *)name, &data)) return 0;
+    if (bson_iter_init_find(&it, &data, "blockConnection") && bsonx_truthy(&it) &&
+        bson_iter_init_find(&it, &data, "blockTimeMS") && bsonx_as_int64(&it, &v) && v > 0) {
+        struct timespec ts;
+        if (v > CMD_FAIL_BLOCK_MS_MAX) v = CMD_FAIL_BLOCK_MS_MAX;
+        ts.tv_sec = (time_t)(v / 1000);
+        ts.tv_nsec = (long)(v % 1000) * 1000000L;
+        while (nanosleep(&ts, &ts) != 0) { /* EINTR: sleep the rest */ }
+    }
+    if (bson_iter_init_find(&it, &data, "errorCode") && bsonx_as_int64(&it, &v) && v > 0 &&
+        v <= INT32_MAX) {
+        const char *msg = "Failing command via 'failCommand' failpoint";
+        if (bson_iter_init_find(&it, &data, "errmsg") && BSON_ITER_HOLDS_UTF8(&it))
+            msg = bson_iter_utf8(&it, NULL);
+        rc = err_set(err, (int)v, "%s", msg);
+    }
+    bson_destroy(&data);
+    return rc;
+}
+
+/* ---- dispatch -------------------------------------------------------------------- */
+
+void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *reply) {
+    ms_error_t err = {0};
+    cmd_ctx_t ctx;
+    cmd_counter_t *ctr = NULL;
+    bson_t req;
+    bson_iter_t it;
+    char shown[CMD_NAME_SHOWN_MAX + 1] = "-";
+    long long t0_us = time_mono_us(), ms;
+    int rc;
+
+    memset(&ctx, 0, sizeof ctx);
+    bson_init(&ctx.err_info);
+    ctx.srv = s;
+    ctx.app = s->app;
+    ctx.db = "admin";
+
+    if (len > MS_MSG_BYTES_MAX) {
+        rc = err_set(&err, MS_ERR_BSON_OBJECT_TOO_LARGE,
+                     "message of %zu bytes is larger than the limit of %d bytes", len,
+                     MS_MSG_BYTES_MAX);
+        goto out;
+    }
+    if ((rc = bsonx_view(data, len, &req, &err)) != 0) goto out;
+    ctx.req = &req;
+    if (!bson_iter_init(&ctx.arg, &req) || !bson_iter_next(&ctx.arg)) {
+        rc = err_set(&err, MS_ERR_FAILED_TO_PARSE, "empty command document");
+        goto out;
+    }
+    cmd_printable(shown, sizeof shown, bson_iter_key(&ctx.arg));
+    ctx.spec = cmd_lookup(s, bson_iter_key(&ctx.arg));
+    if (!ctx.spec) {
+        rc = err_set(&err, MS_ERR_COMMAND_NOT_FOUND, "no such command: '%s'", shown);
+        goto out;
+    }
+    ctx.name = ctx.spec->name;
+    ctr = cmd_counter_of(s, ctx.spec);
+    atomic_fetch_add(&ctr->total, 1);
+    if ((rc = cmd_check_fields(&ctx, &err)) != 0) goto out;
+    if (bson_iter_init_find(&it, &req, "$db")) {
+        if (!BSON_ITER_HOLDS_UTF8(&it)) {
+            rc = cmd_check_type(ctx.name, "$db", &it, CT_STR, &err);
+            goto out;
+        }
+        ctx.db = bson_iter_utf8(&it, NULL);
+    }
+    /* configureFailPoint stays reachable, or a test could lock itself out. */
+    if (strcmp(ctx.name, "configureFailPoint") != 0 && (rc = cmd_fail_command(ctx.name, &err)))
+        goto out;
+
+    atomic_fetch_add(&s->active, 1);
+    rc = ctx.spec->handler(&ctx, reply, &err);
+    atomic_fetch_sub(&s->active, 1);
+    if (rc != 0) {
+        if (err.code != rc) {
+            /* The handler returned a code without filling err: keep its code. */
+            if (!err.msg[0]) snprintf(err.msg, sizeof err.msg, "%s failed", ctx.name);
+            err.code = rc;
+        }
+        goto out;
+    }
+    if (!bson_has_field(reply, "ok")) BSON_APPEND_DOUBLE(reply, "ok", 1.0);
+    if (reply->len > MS_MSG_BYTES_MAX)
+        rc = err_set(&err, MS_ERR_BSON_OBJECT_TOO_LARGE,
+                     "reply of %u bytes is larger than the limit of %d bytes", reply->len,
+                     MS_MSG_BYTES_MAX);
+out:
+    ms = (time_mono_us() - t0_us) / 1000;
+    if (rc != 0) {
+        bson_reinit(reply);
+        cmd_error_reply(reply, &err);
+        if (!bson_empty(&ctx.err_info)) bson_concat(reply, &ctx.err_info);
+        if (ctr) atomic_fetch_add(&ctr->failed, 1);
+        else atomic_fetch_add(&s->rejected, 1);
+        log_warn("command failed cmd=%s code=%d codeName=%s ms=%lld errmsg=\"%s\"", shown,
+                 err.code, err_code_name(err.code), ms, err.msg);
+    } else if (!(ctx.spec->flags & CMD_NO_LOG)) {
+        if (ms >= CMD_SLOW_MS)
+            log_info("slow command cmd=%s db=%s ms=%lld", ctx.name, ctx.db, ms);
+        else
+            log_debug("command cmd=%s db=%s ms=%lld", ctx.name, ctx.db, ms);
+    }
+    bson_destroy(&ctx.err_info);
+}
+
+/* ---- server ---------------------------------------------------------------------- */
+
+static void cmd_rpc_handler(void *arg, const uint8_t *data, size_t len, bson_t *reply) {
+    cmd_dispatch(arg, data, len, reply);
+}
+
+static void cmd_server_free(cmd_server_t *s) {
+    if (!s) return;
+    free(s->own_counts);
+    free(s->common_counts);
+    free(s);
+}
+
+int cmd_server_start(const cmd_server_opts_t *opts, cmd_server_t **out, ms_error_t *err) {
+    cmd_server_t *s;
+    int rc;
+
+    if (!opts->process || !opts->url || opts->table_len < 0 || (opts->table_len && !opts->table))
+        return err_set(err, MS_ERR_BAD_VALUE, "cmd server: process, url and table are required");
+    s = calloc(1, sizeof *s);
+    if (!s) return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "cmd server: out of memory");
+    snprintf(s->process, sizeof s->process, "%s", opts->process);
+    snprintf(s->url, sizeof s->url, "%s", opts->url);
+    s->test_commands = opts->enable_test_commands;
+    s->table = opts->table;
+    s->table_len = opts->table_len;
+    s->app = opts->app;
+    s->status = opts->status;
+    s->start_mono_ms = time_mono_ms();
+    /* calloc'd zeros are valid initial atomics on every platform we build for. */
+    s->own_counts = calloc((size_t)opts->table_len + 1, sizeof *s->own_counts);
+    s->common_counts = calloc((size_t)cmd_common_table_len, sizeof *s->common_counts);
+    if (!s->own_counts || !s->common_counts) {
+        cmd_server_free(s);
+        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "cmd server: out of memory");
+    }
+    for (int i = 0; i < opts->table_len; i++)
+        ASSERT(opts->table[i].name && opts->table[i].handler);
+    fp_register("failCommand");
+
+    rc = rpc_server_start(opts->url, opts->workers, cmd_rpc_handler, s, &s->rpc, err);
+    if (rc != 0) {
+        cmd_server_free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void cmd_server_stop(cmd_server_t *s) {
+    if (!s) return;
+    /* A handler hung on a failpoint would hold its worker, and the join, forever. */
+    fp_release_all();
+    rpc_server_stop(s->rpc);
+    cmd_server_free(s);
+}
+
+bool cmd_server_test_commands(const cmd_server_t *s) { return s->test_commands; }
+const char *cmd_server_url(const cmd_server_t *s) { return s->url; }
+const char *cmd_server_process(const cmd_server_t *s) { return s->process; }
+
+/* ---- signals --------------------------------------------------------------------- */
+
+static void cmd_signal_set(sigset_t *set) {
+    sigemptyset(set);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+}
+
+void cmd_block_signals(void) {
+    sigset_t set;
+    cmd_signal_set(&set);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
+
+int cmd_wait_for_signal(void) {
+    sigset_t set;
+    int sig = 0;
+    cmd_signal_set(&set);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    /* sigwait only fails for an invalid set; loop until one of ours arrives. */
+    while (sigwait(&set, &sig) != 0 || (sig != SIGINT && sig != SIGTERM)) {
+    }
+    return sig;
+}

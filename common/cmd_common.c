@@ -1,0 +1,199 @@
+/*
+ * cmd_common.c — the commands every daemon serves (hello/isMaster, ping,
+ * serverStatus, buildInfo, listCommands, configureFailPoint, waitForFailPoint).
+ * Reply shapes follow mongod's so drivers and tools read them unchanged; a daemon
+ * overrides a row by putting one of the same name in its own table (the router's
+ * hello adds msg: "isdbgrid", as mongos does).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/cmd.h"
+#include "common/cmd_priv.h"
+#include "common/failpoint.h"
+#include "common/log.h"
+
+/* Wire versions: mongod 6.0 reports maxWireVersion 17; drivers refuse a server whose
+ * range does not overlap theirs. */
+#define CMD_MIN_WIRE_VERSION 0
+#define CMD_MAX_WIRE_VERSION 17
+
+/* hello / isMaster: the handshake (MongoDB's hello command). `hello` answers
+ * isWritablePrimary, the legacy names answer ismaster. */
+static int cmd_hello(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    (void)err;
+    if (strcmp(ctx->name, "hello") == 0) BSON_APPEND_BOOL(reply, "isWritablePrimary", true);
+    else BSON_APPEND_BOOL(reply, "ismaster", true);
+    if (cmd_flag(ctx, "helloOk", false)) BSON_APPEND_BOOL(reply, "helloOk", true);
+    BSON_APPEND_INT32(reply, "maxBsonObjectSize", MS_DOC_BYTES_MAX);
+    BSON_APPEND_INT32(reply, "maxMessageSizeBytes", MS_MSG_BYTES_MAX);
+    BSON_APPEND_INT32(reply, "maxWriteBatchSize", MS_WRITE_BATCH_OPS_MAX);
+    BSON_APPEND_DATE_TIME(reply, "localTime", time_now_ms());
+    BSON_APPEND_INT32(reply, "minWireVersion", CMD_MIN_WIRE_VERSION);
+    BSON_APPEND_INT32(reply, "maxWireVersion", CMD_MAX_WIRE_VERSION);
+    BSON_APPEND_BOOL(reply, "readOnly", false);
+    BSON_APPEND_UTF8(reply, "process", cmd_server_process(ctx->srv));
+    return 0;
+}
+
+static int cmd_ping(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    (void)ctx, (void)reply, (void)err;
+    return 0;
+}
+
+static void cmd_append_command_metrics(cmd_server_t *s, bson_t *reply) {
+    bson_t metrics, cmds;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "metrics", &metrics);
+    BSON_APPEND_DOCUMENT_BEGIN(&metrics, "commands", &cmds);
+    for (int pass = 0; pass < 2; pass++) {
+        const cmd_spec_t *table = pass == 0 ? s->table : cmd_common_table;
+        int n = pass == 0 ? s->table_len : cmd_common_table_len;
+        for (int i = 0; i < n; i++) {
+            const cmd_spec_t *spec = &table[i];
+            cmd_counter_t *c;
+            bson_t one;
+            /* A common row shadowed by the daemon's own is never dispatched. */
+            if (pass == 1 && cmd_lookup(s, spec->name) != spec) continue;
+            c = cmd_counter_of(s, spec);
+            if (atomic_load(&c->total) == 0) continue;
+            BSON_APPEND_DOCUMENT_BEGIN(&cmds, spec->name, &one);
+            BSON_APPEND_INT64(&one, "total", (int64_t)atomic_load(&c->total));
+            BSON_APPEND_INT64(&one, "failed", (int64_t)atomic_load(&c->failed));
+            bson_append_document_end(&cmds, &one);
+        }
+    }
+    bson_append_document_end(&metrics, &cmds);
+    BSON_APPEND_INT64(&metrics, "rejectedRequests", (int64_t)atomic_load(&s->rejected));
+    bson_append_document_end(reply, &metrics);
+}
+
+/* serverStatus: MongoDB's process overview, plus the daemon's own sections. */
+static int cmd_server_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    cmd_server_t *s = ctx->srv;
+    char host[256];
+    long long up_ms = time_mono_ms() - s->start_mono_ms;
+    uint64_t conns_now, conns_total;
+    bson_t sub;
+    (void)err;
+
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "localhost");
+    host[sizeof host - 1] = '\0';
+    BSON_APPEND_UTF8(reply, "host", host);
+    BSON_APPEND_UTF8(reply, "url", s->url);
+    BSON_APPEND_UTF8(reply, "version", MS_VERSION);
+    BSON_APPEND_UTF8(reply, "process", s->process);
+    BSON_APPEND_INT64(reply, "pid", (int64_t)getpid());
+    BSON_APPEND_DOUBLE(reply, "uptime", (double)up_ms / 1000.0);
+    BSON_APPEND_INT64(reply, "uptimeMillis", up_ms);
+    BSON_APPEND_DATE_TIME(reply, "localTime", time_now_ms());
+
+    rpc_server_connections(s->rpc, &conns_now, &conns_total);
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "connections", &sub);
+    BSON_APPEND_INT64(&sub, "current", (int64_t)conns_now);
+    BSON_APPEND_INT64(&sub, "totalCreated", (int64_t)conns_total);
+    BSON_APPEND_INT32(&sub, "active", atomic_load(&s->active));
+    bson_append_document_end(reply, &sub);
+
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "network", &sub);
+    /* This request is still being served, so it is not counted yet. */
+    BSON_APPEND_INT64(&sub, "numRequests", (int64_t)rpc_server_requests(s->rpc));
+    bson_append_document_end(reply, &sub);
+
+    cmd_append_command_metrics(s, reply);
+    if (s->test_commands) {
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "failpoints", &sub);
+        fp_append_status(&sub);
+        bson_append_document_end(reply, &sub);
+    }
+    if (s->status) s->status(s->app, reply);
+    return 0;
+}
+
+static int cmd_build_info(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    bson_t arr;
+    (void)err;
+    BSON_APPEND_UTF8(reply, "version", MS_VERSION);
+    BSON_APPEND_ARRAY_BEGIN(reply, "versionArray", &arr);
+    BSON_APPEND_INT32(&arr, "0", 0);
+    BSON_APPEND_INT32(&arr, "1", 1);
+    BSON_APPEND_INT32(&arr, "2", 0);
+    BSON_APPEND_INT32(&arr, "3", 0);
+    bson_append_array_end(reply, &arr);
+    BSON_APPEND_INT32(reply, "bits", (int32_t)(sizeof(void *) * 8));
+    BSON_APPEND_BOOL(reply, "debug", false);
+    BSON_APPEND_INT32(reply, "maxBsonObjectSize", MS_DOC_BYTES_MAX);
+    BSON_APPEND_UTF8(reply, "process", cmd_server_process(ctx->srv));
+    BSON_APPEND_UTF8(reply, "storageEngine", "sqlite");
+    return 0;
+}
+
+static int cmd_spec_cmp(const void *a, const void *b) {
+    const cmd_spec_t *const *x = a, *const *y = b;
+    return strcmp((*x)->name, (*y)->name);
+}
+
+/* listCommands: {commands: {name: {help, write, internal, test}}}, sorted by name as
+ * mongod's; shadowed common rows and hidden test commands left out. */
+static int cmd_list_commands(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    cmd_server_t *s = ctx->srv;
+    int n = 0, cap = s->table_len + cmd_common_table_len;
+    const cmd_spec_t **all = calloc((size_t)cap, sizeof *all);
+    bson_t cmds;
+    if (!all) return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "listCommands: out of memory");
+    for (int pass = 0; pass < 2; pass++) {
+        const cmd_spec_t *table = pass == 0 ? s->table : cmd_common_table;
+        int len = pass == 0 ? s->table_len : cmd_common_table_len;
+        for (int i = 0; i < len; i++)
+            if (cmd_lookup(s, table[i].name) == &table[i]) all[n++] = &table[i];
+    }
+    qsort(all, (size_t)n, sizeof *all, cmd_spec_cmp);
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "commands", &cmds);
+    for (int i = 0; i < n; i++) {
+        bson_t one;
+        BSON_APPEND_DOCUMENT_BEGIN(&cmds, all[i]->name, &one);
+        BSON_APPEND_UTF8(&one, "help", all[i]->help ? all[i]->help : "");
+        BSON_APPEND_BOOL(&one, "write", (all[i]->flags & CMD_WRITE) != 0);
+        BSON_APPEND_BOOL(&one, "internal", (all[i]->flags & CMD_INTERNAL) != 0);
+        BSON_APPEND_BOOL(&one, "test", (all[i]->flags & CMD_TEST) != 0);
+        bson_append_document_end(&cmds, &one);
+    }
+    bson_append_document_end(reply, &cmds);
+    free(all);
+    return 0;
+}
+
+static int cmd_configure_fail_point(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    return fp_configure(ctx->req, reply, err);
+}
+
+static int cmd_wait_for_fail_point(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    return fp_wait(ctx->req, reply, err);
+}
+
+#define HELLO_FIELDS {{"helloOk", CT_FLAG, false}, {"client", CT_DOC, false}}
+
+const cmd_spec_t cmd_common_table[] = {
+    {.name = "hello", .handler = cmd_hello, .flags = CMD_NO_LOG, .fields = HELLO_FIELDS,
+     .help = "handshake: limits, wire versions, the process kind"},
+    {.name = "isMaster", .handler = cmd_hello, .flags = CMD_NO_LOG, .fields = HELLO_FIELDS,
+     .help = "legacy name of hello"},
+    {.name = "ismaster", .handler = cmd_hello, .flags = CMD_NO_LOG, .fields = HELLO_FIELDS,
+     .help = "legacy name of hello"},
+    {.name = "ping", .handler = cmd_ping, .flags = CMD_NO_LOG, .help = "answers {ok: 1}"},
+    {.name = "serverStatus", .handler = cmd_server_status, .flags = CMD_NO_LOG,
+     .help = "process overview: uptime, connections, command counters, daemon sections"},
+    {.name = "buildInfo", .handler = cmd_build_info, .flags = CMD_NO_LOG,
+     .help = "version of this build"},
+    {.name = "listCommands", .handler = cmd_list_commands,
+     .help = "every command this process serves, with its help and flags"},
+    {.name = "configureFailPoint", .handler = cmd_configure_fail_point, .flags = CMD_TEST,
+     .arg_types = CT_STR,
+     .fields = {{"mode", CT_STR | CT_DOC, true}, {"data", CT_DOC, false}},
+     .help = "turns a failpoint on or off: mode alwaysOn | off | {times: N} | {skip: N}"},
+    {.name = "waitForFailPoint", .handler = cmd_wait_for_fail_point, .flags = CMD_TEST,
+     .arg_types = CT_STR,
+     .fields = {{"timesEntered", CT_NUM, true}, {"maxTimeMS", CT_NUM, false}},
+     .help = "waits until a failpoint has been entered timesEntered times"},
+};
+const int cmd_common_table_len = (int)(sizeof cmd_common_table / sizeof cmd_common_table[0]);

@@ -1,0 +1,41 @@
+/*
+ * cmd_priv.h — the command server's inside, shared by cmd.c (dispatch) and
+ * cmd_common.c (the common commands, which report on the server itself). Not for
+ * daemons: they see only cmd.h.
+ */
+#ifndef MS_CMD_PRIV_H
+#define MS_CMD_PRIV_H
+
+#include <stdatomic.h>
+
+#include "common/cmd.h"
+
+/* Per-command counters, serverStatus's metrics.commands.<name>. */
+typedef struct cmd_counter {
+    atomic_uint_fast64_t total;
+    atomic_uint_fast64_t failed;
+} cmd_counter_t;
+
+struct cmd_server {
+    char process[32];
+    char url[MS_URL_BYTES_MAX];
+    bool test_commands;
+    const cmd_spec_t *table;
+    int table_len;
+    void *app;
+    cmd_status_fn status;
+    rpc_server_t *rpc;
+    long long start_mono_ms;
+    cmd_counter_t *own_counts;     /* one per row of table */
+    cmd_counter_t *common_counts;  /* one per row of cmd_common_table */
+    atomic_uint_fast64_t rejected; /* requests refused before any command was found */
+    atomic_int active;             /* handlers running now */
+};
+
+/* The version every daemon reports (buildInfo, serverStatus). */
+#define MS_VERSION "0.1.0"
+
+/* The counters of spec (a row of the daemon's table or of the common table). */
+cmd_counter_t *cmd_counter_of(cmd_server_t *s, const cmd_spec_t *spec);
+
+#endif

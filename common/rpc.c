@@ -1,0 +1,402 @@
+/*
+ * rpc.c — request/reply over NNG REQ/REP (see rpc.h), used by every process: each
+ * daemon serves its command table through rpc_server_*, and every process calls its
+ * peers through rpc_client_* / rpc_peer.
+ *
+ * Server: one REP socket and a fixed pool of threads. Each thread owns an nng_ctx and
+ * one aio that it drives synchronously (nng_ctx_recv + nng_aio_wait, run the handler,
+ * nng_ctx_send + nng_aio_wait), so a handler that blocks holds only its own thread.
+ *
+ * Client: one REQ socket per peer URL, dialed in the background; every call opens its
+ * own nng_ctx (so calls from many threads are in flight together) and gives each step
+ * the time left of one deadline.
+ *
+ * Resends: NNG's REQ socket re-sends a request that has waited NNG_OPT_REQ_RESENDTIME
+ * (60 s by default) without a reply, and re-sends on a new connection a request whose
+ * connection dropped. We switch resending off (NNG_DURATION_INFINITE): commands like
+ * insert or _recvChunkCommit are not idempotent, and a slow handler must never run
+ * twice because the client grew impatient. With resends off, NNG fails a call whose
+ * connection drops before the reply with ECONNRESET (HostUnreachable to our callers),
+ * at once instead of at the deadline. A request not yet sent waits for a connection
+ * until its deadline (NetworkTimeout). A caller that knows a command is safe to repeat
+ * retries it itself, as MongoDB's retryable reads do.
+ */
+#include "common/rpc.h"
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/util/platform.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bsonx.h"
+#include "common/limits.h"
+#include "common/log.h"
+
+/* ---- server ---------------------------------------------------------------------- */
+
+typedef struct rpc_worker {
+    rpc_server_t *srv;
+    nng_ctx ctx;
+    nng_aio *aio;
+    pthread_t thread;
+    bool started;
+} rpc_worker_t;
+
+struct rpc_server {
+    nng_socket sock;
+    bool sock_open;
+    rpc_handler_fn fn;
+    void *arg;
+    int nworkers;
+    rpc_worker_t *workers;
+    atomic_uint_fast64_t requests;
+    atomic_uint_fast64_t conns_current;
+    atomic_uint_fast64_t conns_total;
+    char url[MS_URL_BYTES_MAX];
+};
+
+static void rpc_pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg) {
+    rpc_server_t *s = arg;
+    (void)p;
+    if (ev == NNG_PIPE_EV_ADD_POST) {
+        atomic_fetch_add(&s->conns_current, 1);
+        atomic_fetch_add(&s->conns_total, 1);
+    } else if (ev == NNG_PIPE_EV_REM_POST) {
+        atomic_fetch_sub(&s->conns_current, 1);
+    }
+}
+
+/* Puts the reply document into msg (reusing the request's buffer). On failure the
+ * message is left empty and the caller answers nothing (the client's deadline fires). */
+static int rpc_fill_reply(nng_msg *msg, const bson_t *reply) {
+    nng_msg_clear(msg);
+    return nng_msg_append(msg, bson_get_data(reply), reply->len);
+}
+
+static void *rpc_worker_main(void *argp) {
+    rpc_worker_t *w = argp;
+    rpc_server_t *s = w->srv;
+    /* Bounded by the socket's life: every wait returns NNG_ECLOSED once it closes. */
+    for (;;) {
+        nng_msg *msg;
+        bson_t reply;
+        int rv;
+        nng_ctx_recv(w->ctx, w->aio);
+        nng_aio_wait(w->aio);
+        rv = nng_aio_result(w->aio);
+        if (rv == NNG_ECLOSED) break;
+        if (rv != 0) {
+            /* Not expected from a REP context; pause so a persistent fault cannot spin. */
+            log_warn("rpc recv failed url=%s err=\"%s\"", s->url, nng_strerror(rv));
+            nng_msleep(10);
+            continue;
+        }
+        msg = nng_aio_get_msg(w->aio);
+        bson_init(&reply);
+        s->fn(s->arg, nng_msg_body(msg), nng_msg_len(msg), &reply);
+        atomic_fetch_add(&s->requests, 1);
+        rv = rpc_fill_reply(msg, &reply);
+        bson_destroy(&reply);
+        if (rv != 0) {
+            log_error("rpc reply alloc failed url=%s err=\"%s\"", s->url, nng_strerror(rv));
+            nng_msg_free(msg);
+            continue;
+        }
+        nng_aio_set_msg(w->aio, msg);
+        nng_ctx_send(w->ctx, w->aio);
+        nng_aio_wait(w->aio);
+        rv = nng_aio_result(w->aio);
+        if (rv != 0) {
+            /* A send takes ownership only when it succeeds. */
+            nng_msg_free(msg);
+            if (rv == NNG_ECLOSED) break;
+            log_debug("rpc send failed url=%s err=\"%s\"", s->url, nng_strerror(rv));
+        }
+    }
+    return NULL;
+}
+
+int rpc_server_start(const char *url, int nworkers, rpc_handler_fn fn, void *arg,
+                     rpc_server_t **out, ms_error_t *err) {
+    rpc_server_t *s = NULL;
+    int rv, rc = 0;
+
+    if (!url || strlen(url) >= MS_URL_BYTES_MAX)
+        return err_set(err, MS_ERR_BAD_VALUE, "listen url missing or longer than %d bytes",
+                       MS_URL_BYTES_MAX - 1);
+    if (nworkers <= 0) nworkers = MS_RPC_WORKERS_DEFAULT;
+    if (nworkers > MS_RPC_WORKERS_MAX)
+        return err_set(err, MS_ERR_BAD_VALUE, "workers %d over the limit %d", nworkers,
+                       MS_RPC_WORKERS_MAX);
+
+    s = calloc(1, sizeof *s);
+    if (!s) return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "rpc server: out of memory");
+    snprintf(s->url, sizeof s->url, "%s", url);
+    s->fn = fn;
+    s->arg = arg;
+    s->nworkers = nworkers;
+    atomic_init(&s->requests, 0);
+    atomic_init(&s->conns_current, 0);
+    atomic_init(&s->conns_total, 0);
+
+    if ((rv = nng_rep0_open(&s->sock)) != 0) {
+        rc = err_from_nng(err, rv, "rep socket open");
+        goto out;
+    }
+    s->sock_open = true;
+    if ((rv = nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, MS_TRANSPORT_BYTES_MAX)) != 0 ||
+        (rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, rpc_pipe_event, s)) != 0 ||
+        (rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, rpc_pipe_event, s)) != 0) {
+        rc = err_from_nng(err, rv, "rep socket options");
+        goto out;
+    }
+    s->workers = calloc((size_t)nworkers, sizeof *s->workers);
+    if (!s->workers) {
+        rc = err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "rpc server: out of memory");
+        goto out;
+    }
+    /* Contexts first, listener last: nothing arrives before a worker can take it. */
+    for (int i = 0; i < nworkers; i++) {
+        rpc_worker_t *w = &s->workers[i];
+        w->srv = s;
+        if ((rv = nng_aio_alloc(&w->aio, NULL, NULL)) != 0 ||
+            (rv = nng_ctx_open(&w->ctx, s->sock)) != 0) {
+            rc = err_from_nng(err, rv, "rep context");
+            goto out;
+        }
+        if (pthread_create(&w->thread, NULL, rpc_worker_main, w) != 0) {
+            rc = err_set(err, MS_ERR_INTERNAL, "rpc server: cannot start worker thread");
+            goto out;
+        }
+        w->started = true;
+    }
+    if ((rv = nng_listen(s->sock, url, NULL, 0)) != 0) {
+        rc = err_from_nng(err, rv, "listen");
+        err_prefix(err, "%s", url);
+        goto out;
+    }
+out:
+    if (rc != 0) {
+        rpc_server_stop(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void rpc_server_stop(rpc_server_t *s) {
+    if (!s) return;
+    /* Closing the socket fails every pending recv with NNG_ECLOSED; a handler already
+     * running finishes, its send fails the same way, and its worker ends. */
+    if (s->sock_open) nng_close(s->sock);
+    if (s->workers) {
+        for (int i = 0; i < s->nworkers; i++) {
+            if (s->workers[i].started) pthread_join(s->workers[i].thread, NULL);
+            nng_aio_free(s->workers[i].aio);  /* NULL-safe */
+        }
+        free(s->workers);
+    }
+    free(s);
+}
+
+uint64_t rpc_server_requests(const rpc_server_t *s) {
+    return s ? atomic_load(&((rpc_server_t *)s)->requests) : 0;
+}
+
+void rpc_server_connections(const rpc_server_t *s, uint64_t *current, uint64_t *total) {
+    rpc_server_t *m = (rpc_server_t *)s;
+    *current = s ? atomic_load(&m->conns_current) : 0;
+    *total = s ? atomic_load(&m->conns_total) : 0;
+}
+
+/* ---- client ---------------------------------------------------------------------- */
+
+struct rpc_client {
+    nng_socket sock;
+    char url[MS_URL_BYTES_MAX];
+};
+
+int rpc_client_open(const char *url, rpc_client_t **out, ms_error_t *err) {
+    rpc_client_t *c;
+    int rv, rc = 0;
+    bool sock_open = false;
+
+    if (!url || strlen(url) >= MS_URL_BYTES_MAX)
+        return err_set(err, MS_ERR_BAD_VALUE, "peer url missing or longer than %d bytes",
+                       MS_URL_BYTES_MAX - 1);
+    c = calloc(1, sizeof *c);
+    if (!c) return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "rpc client: out of memory");
+    snprintf(c->url, sizeof c->url, "%s", url);
+    if ((rv = nng_req0_open(&c->sock)) != 0) {
+        rc = err_from_nng(err, rv, "req socket open");
+        goto out;
+    }
+    sock_open = true;
+    /* Redial quickly at first (a daemon restarting in a test or a demo), backing off to
+     * one attempt a second for a peer that stays down. */
+    if ((rv = nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, MS_TRANSPORT_BYTES_MAX)) != 0 ||
+        (rv = nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE)) != 0 ||
+        (rv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 20)) != 0 ||
+        (rv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000)) != 0) {
+        rc = err_from_nng(err, rv, "req socket options");
+        goto out;
+    }
+    /* Non-blocking: the peer may not be up yet; NNG keeps redialing in the background. */
+    if ((rv = nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
+        rc = err_from_nng(err, rv, "dial");
+        err_prefix(err, "%s", url);
+        goto out;
+    }
+out:
+    if (rc != 0) {
+        if (sock_open) nng_close(c->sock);
+        free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void rpc_client_close(rpc_client_t *c) {
+    if (!c) return;
+    nng_close(c->sock);
+    free(c);
+}
+
+const char *rpc_client_url(const rpc_client_t *c) { return c->url; }
+
+/* Milliseconds left before deadline_ms (monotonic), at least 1 so NNG still waits. */
+static nng_duration rpc_left_ms(long long deadline_ms) {
+    long long left = deadline_ms - time_mono_ms();
+    return left < 1 ? 1 : (nng_duration)(left > INT32_MAX ? INT32_MAX : left);
+}
+
+int rpc_call_raw(rpc_client_t *c, const void *data, size_t len, int timeout_ms,
+                 bson_t *reply, ms_error_t *err) {
+    nng_aio *aio = NULL;
+    nng_msg *msg = NULL;
+    nng_ctx ctx;
+    bool ctx_open = false;
+    bson_t view;
+    long long deadline_ms;
+    int rv, rc = 0;
+
+    if (timeout_ms <= 0) timeout_ms = MS_RPC_TIMEOUT_MS_DEFAULT;
+    deadline_ms = time_mono_ms() + timeout_ms;
+
+    if ((rv = nng_msg_alloc(&msg, len)) != 0) {
+        rc = err_from_nng(err, rv, "request alloc");
+        goto out;
+    }
+    if (len) memcpy(nng_msg_body(msg), data, len);
+    if ((rv = nng_aio_alloc(&aio, NULL, NULL)) != 0 || (rv = nng_ctx_open(&ctx, c->sock)) != 0) {
+        rc = err_from_nng(err, rv, "request context");
+        goto out;
+    }
+    ctx_open = true;
+
+    nng_aio_set_timeout(aio, rpc_left_ms(deadline_ms));
+    nng_aio_set_msg(aio, msg);
+    nng_ctx_send(ctx, aio);
+    nng_aio_wait(aio);
+    if ((rv = nng_aio_result(aio)) != 0) {
+        /* Not taken: the message is still ours (msg) and freed at out. */
+        rc = err_from_nng(err, rv, "send");
+        goto out;
+    }
+    msg = NULL;  /* the context owns it now */
+
+    nng_aio_set_timeout(aio, rpc_left_ms(deadline_ms));
+    nng_ctx_recv(ctx, aio);
+    nng_aio_wait(aio);
+    if ((rv = nng_aio_result(aio)) != 0) {
+        rc = err_from_nng(err, rv, "reply");
+        goto out;
+    }
+    msg = nng_aio_get_msg(aio);
+    rc = bsonx_view(nng_msg_body(msg), nng_msg_len(msg), &view, err);
+    if (rc != 0) {
+        if (err) err->code = rc = MS_ERR_INVALID_BSON;
+        err_prefix(err, "reply");
+        goto out;
+    }
+    bson_copy_to(&view, reply);
+out:
+    if (ctx_open) nng_ctx_close(ctx);
+    nng_aio_free(aio);
+    if (msg) nng_msg_free(msg);
+    if (rc != 0) err_prefix(err, "call to %s", c->url);
+    return rc;
+}
+
+int rpc_call(rpc_client_t *c, const bson_t *cmd, int timeout_ms, bson_t *reply,
+             ms_error_t *err) {
+    return rpc_call_raw(c, bson_get_data(cmd), cmd->len, timeout_ms, reply, err);
+}
+
+int rpc_command(rpc_client_t *c, const bson_t *cmd, int timeout_ms, bson_t *reply,
+                ms_error_t *err) {
+    bson_iter_t it;
+    int rc = rpc_call(c, cmd, timeout_ms, reply, err);
+    if (rc != 0) return rc;
+    if (bson_iter_init_find(&it, reply, "ok") && bsonx_truthy(&it)) return 0;
+    /* {ok: 0}: the peer's code and text become ours; the reply stays for the caller. */
+    {
+        int code = MS_ERR_UNKNOWN_ERROR;
+        const char *msg = "reply without ok: 1";
+        int64_t v;
+        if (bson_iter_init_find(&it, reply, "code") && bsonx_as_int64(&it, &v) && v > 0 &&
+            v <= INT32_MAX)
+            code = (int)v;
+        if (bson_iter_init_find(&it, reply, "errmsg") && BSON_ITER_HOLDS_UTF8(&it))
+            msg = bson_iter_utf8(&it, NULL);
+        return err_set(err, code, "%s", msg);
+    }
+}
+
+/* ---- peer cache ------------------------------------------------------------------ */
+
+/* Clients live for the process's life, so a borrowed pointer never dangles; the list
+ * is bounded because the cluster's URLs are (shards, config server, routers). */
+#define RPC_PEERS_MAX 1024
+
+static pthread_mutex_t rpc_peers_mu = PTHREAD_MUTEX_INITIALIZER;
+static rpc_client_t *rpc_peers[RPC_PEERS_MAX];
+static int rpc_npeers;
+
+int rpc_peer(const char *url, rpc_client_t **out, ms_error_t *err) {
+    rpc_client_t *c = NULL;
+    int rc = 0;
+    pthread_mutex_lock(&rpc_peers_mu);
+    for (int i = 0; i < rpc_npeers; i++) {
+        if (strcmp(rpc_peers[i]->url, url) == 0) {
+            c = rpc_peers[i];
+            goto out;
+        }
+    }
+    if (rpc_npeers >= RPC_PEERS_MAX) {
+        rc = err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "more than %d peers", RPC_PEERS_MAX);
+        goto out;
+    }
+    if ((rc = rpc_client_open(url, &c, err)) != 0) goto out;
+    rpc_peers[rpc_npeers++] = c;
+out:
+    pthread_mutex_unlock(&rpc_peers_mu);
+    if (rc == 0) *out = c;
+    return rc;
+}
+
+void rpc_peers_close_all(void) {
+    pthread_mutex_lock(&rpc_peers_mu);
+    for (int i = 0; i < rpc_npeers; i++) {
+        rpc_client_close(rpc_peers[i]);
+        rpc_peers[i] = NULL;
+    }
+    rpc_npeers = 0;
+    pthread_mutex_unlock(&rpc_peers_mu);
+}
