@@ -160,6 +160,8 @@ static bool snap_finish(shv_filter_t *f, const char *me) {
     buf_t gmin = {0}, gmax = {0};
     bson_t bmin, bmax;
     bool ok = true;
+    bson_init(&bmin);
+    bson_init(&bmax);
     keys_global_min(&f->pattern, &bmin);
     keys_global_max(&f->pattern, &bmax);
     if (keys_encode_bound(&f->pattern, &bmin, &gmin, NULL) ||
