@@ -17,7 +17,7 @@
 #include "common/keys.h"
 
 struct sortspec {
-    bson_t spec;     /* copy of the spec */
+    bson_t *spec;    /* copy of the spec (a pointer: bson_t wants 128-byte alignment) */
     int nfields;
     char **fields;   /* dotted paths */
     int *dir;        /* 1 or -1 */
@@ -28,7 +28,7 @@ void sortspec_free(sortspec_t *s) {
     for (int i = 0; i < s->nfields; i++) bson_free(s->fields[i]);
     bson_free(s->fields);
     bson_free(s->dir);
-    bson_destroy(&s->spec);
+    bson_destroy(s->spec);
     bson_free(s);
 }
 
@@ -47,7 +47,7 @@ int sortspec_compile(const bson_t *spec, sortspec_t **out, ms_error_t *err) {
     sortspec_t *s = bson_malloc0(sizeof *s);
     bson_iter_t it;
     int rc = 0;
-    bson_copy_to(spec, &s->spec);
+    s->spec = bson_copy(spec);
     uint32_t n = bson_count_keys(spec);
     s->fields = bson_malloc0(sizeof *s->fields * (n + 1));
     s->dir = bson_malloc0(sizeof *s->dir * (n + 1));
@@ -74,7 +74,7 @@ out:
 }
 
 const bson_t *sortspec_spec(const sortspec_t *s) {
-    return &s->spec;
+    return s->spec;
 }
 
 /* ---- the value a path contributes to the sort key ---------------------------------- */

@@ -51,8 +51,8 @@ typedef struct qnode qnode_t;
 struct qnode {
     enum qkind kind;
     char *path;          /* dotted path; NULL for logical nodes and $elemMatch value leaves */
-    bson_t operand;      /* {"v": value} for comparisons; {"v": [..]} for $in */
-    bool has_operand;
+    bson_t *operand;     /* {"v": value} for comparisons; {"v": [..]} for $in; a pointer
+                            because a bson_t wants 128-byte alignment malloc does not give */
     qregex_t *rx;        /* Q_REGEX, or an $eq whose operand is a regex */
     qregex_t **in_rx;    /* Q_IN: one regex per regex element of the list */
     int n_in_rx;
@@ -95,7 +95,7 @@ static void node_free(qnode_t *n) {
     bson_free(n->in_rx);
     regex_free(n->rx);
     query_free(n->sub);
-    if (n->has_operand) bson_destroy(&n->operand);
+    bson_destroy(n->operand);
     bson_free(n->path);
     bson_free(n);
 }
@@ -107,13 +107,12 @@ static void node_add(qnode_t *parent, qnode_t *kid) {
 
 /* Keeps a copy of the value at it as the node's operand. */
 static void node_set_operand(qnode_t *n, const bson_iter_t *it) {
-    bson_init(&n->operand);
-    bsonx_append_iter(&n->operand, "v", it);
-    n->has_operand = true;
+    n->operand = bson_new();
+    bsonx_append_iter(n->operand, "v", it);
 }
 
 static void node_operand(const qnode_t *n, bson_iter_t *out) {
-    bool ok = bson_iter_init_find(out, &n->operand, "v");
+    bool ok = bson_iter_init_find(out, n->operand, "v");
     ASSERT(ok);
 }
 
@@ -626,11 +625,10 @@ static int make_all(const char *path, const bson_iter_t *v, qnode_t *and_node, m
     }
     if (!any) {
         qnode_t *none = node_new(Q_IN, path);   /* $in: [] — nothing is in it */
-        bson_init(&none->operand);
+        none->operand = bson_new();
         bson_t list;
-        bson_append_array_begin(&none->operand, "v", 1, &list);
-        bson_append_array_end(&none->operand, &list);
-        none->has_operand = true;
+        bson_append_array_begin(none->operand, "v", 1, &list);
+        bson_append_array_end(none->operand, &list);
         node_add(and_node, none);
     }
     return 0;
