@@ -1,0 +1,1017 @@
+/*
+ * exec.c — the shard daemon's planner, scans and cursors (bin/shardd).
+ *
+ * Planner (MongoDB's QueryPlanner + a trial by counting, in miniature): every index gets
+ * bounds from the filter (bounds_from_filter); an _id point wins at once (IDHACK); otherwise
+ * each bounded index is costed by counting its keys inside the bounds (capped), an index
+ * whose order gives the requested sort saves the blocking sort, and the cheapest plan wins;
+ * no useful index → COLLSCAN. Every fetched document is re-checked against the whole filter
+ * and, for routed requests, the ownership filter (orphans are never returned).
+ *
+ * Scans are resumable: a position (range, last key, last rowid) lets each cursor batch run
+ * in its own short read transaction, as MongoDB yields and restores between batches.
+ * Blocking sorts hold at most 100 MB (MongoDB's limit) and keep only skip+limit documents
+ * when a limit is given (top-k).
+ */
+#include "shardd/shardd.h"
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "common/bsonx.h"
+#include "common/log.h"
+
+/* Keys counted per candidate index when costing plans (MongoDB's trial period works). */
+#define PLAN_TRIAL_KEYS 10000
+
+/* ---- plans -------------------------------------------------------------------------- */
+
+void plan_free(plan_t *p) {
+    if (!p) return;
+    bounds_free(&p->bounds);
+    if (p->key_pattern.len) bson_destroy(&p->key_pattern);
+    memset(p, 0, sizeof *p);
+}
+
+/* 1 when the index order gives the sort, -1 when the reversed order does, 0 otherwise. */
+static int sort_dir_of(const store_index_t *ix, const sortspec_t *sort) {
+    bson_iter_t it;
+    int f = 0, dir = 0;
+    if (!sort || ix->multikey) return 0;
+    if (!bson_iter_init(&it, sortspec_spec(sort))) return 0;
+    while (bson_iter_next(&it)) {
+        int64_t v = 0;
+        int d;
+        if (f >= ix->pat.nfields || ix->pat.hashed[f]) return 0;
+        if (strcmp(bson_iter_key(&it), ix->pat.fields[f]) != 0) return 0;
+        if (!bsonx_as_int64(&it, &v)) return 0;
+        d = (v < 0 ? -1 : 1) * ix->pat.dir[f];
+        if (dir && d != dir) return 0;
+        dir = d;
+        f++;
+    }
+    return dir;
+}
+
+/* Appends the SQL conditions of one range (and the resume clause) to sql. Placeholders:
+ * ?1 lo, ?2 hi, ?3 last key, ?4 last rowid. */
+static void range_sql(char *sql, size_t sz, const char *kcol, const char *ridcol,
+                      const bounds_range_t *r, bool resume, int dir, bool id_unique) {
+    size_t o = strlen(sql);
+    if (r && r->lo.len)
+        o += (size_t)snprintf(sql + o, sz - o, " AND %s %s ?1", kcol, r->lo_incl ? ">=" : ">");
+    if (r && r->hi.len)
+        o += (size_t)snprintf(sql + o, sz - o, " AND %s %s ?2", kcol, r->hi_incl ? "<=" : "<");
+    if (resume) {
+        if (id_unique)
+            o += (size_t)snprintf(sql + o, sz - o, " AND %s %s ?3", kcol, dir > 0 ? ">" : "<");
+        else
+            o += (size_t)snprintf(sql + o, sz - o, " AND (%s, %s) %s (?3, ?4)", kcol, ridcol,
+                                  dir > 0 ? ">" : "<");
+    }
+    (void)o;
+}
+
+static void bind_range(sqlite3_stmt *s, const bounds_range_t *r) {
+    if (r && r->lo.len) sqlite3_bind_blob(s, 1, r->lo.data, (int)r->lo.len, SQLITE_STATIC);
+    if (r && r->hi.len) sqlite3_bind_blob(s, 2, r->hi.data, (int)r->hi.len, SQLITE_STATIC);
+}
+
+/* Keys of ix inside b, counted up to cap. */
+static int64_t estimate(store_txn_t *t, store_coll_t *c, const store_index_t *ix,
+                        const bounds_t *b, int64_t cap) {
+    int64_t total = 0;
+    int n = b->all ? 1 : b->n;
+    for (int i = 0; i < n && total < cap; i++) {
+        const bounds_range_t *r = b->all ? NULL : &b->r[i];
+        char sql[320];
+        sqlite3_stmt *s;
+        if (ix->is_id)
+            snprintf(sql, sizeof sql, "SELECT count(*) FROM (SELECT 1 FROM c%lld WHERE 1",
+                     (long long)c->id);
+        else
+            snprintf(sql, sizeof sql, "SELECT count(*) FROM (SELECT 1 FROM i%lld WHERE 1",
+                     (long long)ix->id);
+        range_sql(sql, sizeof sql, ix->is_id ? "id" : "k", "rid", r, false, 1, ix->is_id);
+        strncat(sql, " LIMIT ?5)", sizeof sql - strlen(sql) - 1);
+        if (!(s = store_stmt(t, sql, NULL))) return cap;
+        bind_range(s, r);
+        sqlite3_bind_int64(s, 5, cap - total);
+        if (sqlite3_step(s) == SQLITE_ROW) total += sqlite3_column_int64(s, 0);
+        sqlite3_reset(s);
+    }
+    return total;
+}
+
+static store_index_t *hinted_index(store_coll_t *c, const exec_query_t *eq) {
+    if (eq->hint_name) return store_index_by_name(c, eq->hint_name);
+    if (eq->hint && eq->hint->len > 5)
+        for (int i = 0; i < c->nindexes; i++)
+            if (bson_equal(&c->ix[i]->pat.spec, eq->hint)) return c->ix[i];
+    return NULL;
+}
+
+static bool hint_is_natural(const exec_query_t *eq) {
+    bson_iter_t it;
+    return eq->hint && bson_iter_init(&it, eq->hint) && bson_iter_next(&it) &&
+           strcmp(bson_iter_key(&it), "$natural") == 0;
+}
+
+static void plan_take(plan_t *p, store_index_t *ix, bounds_t *b, int dir, bool blocking) {
+    p->kind = PLAN_IXSCAN;
+    p->ix_id = ix->id;
+    p->is_id = ix->is_id;
+    snprintf(p->ix_name, sizeof p->ix_name, "%s", ix->name);
+    bson_copy_to(&ix->pat.spec, &p->key_pattern);
+    p->bounds = *b;
+    memset(b, 0, sizeof *b);
+    p->dir = dir ? dir : 1;
+    p->blocking_sort = blocking;
+    p->multikey = ix->multikey != 0;
+}
+
+int exec_plan(store_txn_t *t, store_coll_t *c, const exec_query_t *eq, plan_t *out,
+              ms_error_t *err) {
+    bson_t empty = BSON_INITIALIZER;
+    const bson_t *filter = eq->filter ? eq->filter : &empty;
+    store_index_t *best = NULL;
+    bounds_t best_b = {0};
+    int64_t best_cost = INT64_MAX, total;
+    int best_dir = 0, rc = 0;
+    memset(out, 0, sizeof *out);
+    out->kind = PLAN_COLLSCAN;
+    out->coll_id = c->id;
+    out->coll_gen = c->gen;
+    out->dir = 1;
+    out->blocking_sort = eq->sort != NULL;
+    if (hint_is_natural(eq)) return 0;
+    if (eq->hint || eq->hint_name) {
+        store_index_t *ix = hinted_index(c, eq);
+        bounds_t b = {0};
+        if (!ix)
+            return err_set(err, MS_ERR_BAD_VALUE,
+                           "error processing query: planner returned error :: caused by :: hint "
+                           "provided does not correspond to an existing index");
+        if ((rc = bounds_from_filter(filter, &ix->pat, SHARDD_PLAN_RANGES_MAX, &b, err)) != 0)
+            return rc;
+        {
+            int d = sort_dir_of(ix, eq->sort);
+            plan_take(out, ix, &b, d, eq->sort && !d);
+        }
+        out->ncandidates = 1;
+        return 0;
+    }
+    total = -1;
+    for (int i = 0; i < c->nindexes; i++) {
+        store_index_t *ix = c->ix[i];
+        bounds_t b = {0};
+        int d;
+        int64_t est, cost;
+        if (i > 0 && eq->no_index) break;
+        if ((rc = bounds_from_filter(filter, &ix->pat, SHARDD_PLAN_RANGES_MAX, &b, err)) != 0)
+            goto out;
+        d = sort_dir_of(ix, eq->sort);
+        if (b.all && !d) {
+            bounds_free(&b);
+            continue;
+        }
+        out->ncandidates++;
+        if (ix->is_id && bounds_is_point(&b)) {
+            /* IDHACK: an _id equality is one lookup, nothing beats it. */
+            bounds_free(&best_b);
+            best = ix;
+            best_b = b;
+            best_dir = d;
+            break;
+        }
+        if (b.all) {
+            if (total < 0) total = estimate(t, c, c->ix[0], &b, PLAN_TRIAL_KEYS);
+            est = total;
+        } else {
+            est = estimate(t, c, ix, &b, PLAN_TRIAL_KEYS);
+        }
+        /* A blocking sort costs about as much again as reading the documents. */
+        cost = est + (eq->sort && !d ? est + 1 : 0);
+        if (cost < best_cost) {
+            bounds_free(&best_b);
+            best = ix;
+            best_b = b;
+            best_dir = d;
+            best_cost = cost;
+        } else {
+            bounds_free(&b);
+        }
+    }
+    if (best) {
+        /* A full-range index scan only pays when it saves a sort; a collection scan plus
+         * sort costs 2 × total, so compare with that. */
+        if (best_b.all && !best_dir) {
+            bounds_free(&best_b);
+        } else {
+            plan_take(out, best, &best_b, best_dir, eq->sort && !best_dir);
+        }
+    }
+out:
+    bounds_free(&best_b);
+    return rc;
+}
+
+static void append_bound_value(bson_t *arr, int i, const bson_t *decoded, int f) {
+    bson_iter_t it;
+    char key[16], *js = NULL;
+    int j = 0;
+    snprintf(key, sizeof key, "%d", i);
+    if (bson_iter_init(&it, decoded))
+        while (bson_iter_next(&it)) {
+            if (j++ == f) {
+                bson_t one;
+                bson_init(&one);
+                bsonx_append_iter(&one, "v", &it);
+                js = bsonx_to_json(&one);
+                bson_destroy(&one);
+                break;
+            }
+        }
+    BSON_APPEND_UTF8(arr, key, js ? js : "?");
+    bson_free(js);
+}
+
+void plan_append_explain(const plan_t *p, const store_coll_t *c, const exec_query_t *eq,
+                         bson_t *dst, const char *key) {
+    bson_t plan, input, bounds;
+    bson_t *s = &plan;
+    bson_append_document_begin(dst, key, -1, &plan);
+    if (p->blocking_sort) {
+        BSON_APPEND_UTF8(&plan, "stage", "SORT");
+        BSON_APPEND_DOCUMENT(&plan, "sortPattern", sortspec_spec(eq->sort));
+        BSON_APPEND_INT64(&plan, "memLimit", SHARDD_SORT_BYTES_MAX);
+        BSON_APPEND_UTF8(&plan, "type", "simple");
+        bson_append_document_begin(&plan, "inputStage", -1, &input);
+        s = &input;
+    }
+    {
+        if (p->kind == PLAN_COLLSCAN) {
+            BSON_APPEND_UTF8(s, "stage", "COLLSCAN");
+            if (eq->filter) BSON_APPEND_DOCUMENT(s, "filter", eq->filter);
+            BSON_APPEND_UTF8(s, "direction", "forward");
+        } else {
+            bson_t ix;
+            keys_pattern_t pat;
+            ms_error_t e;
+            BSON_APPEND_UTF8(s, "stage", "FETCH");
+            if (eq->filter) BSON_APPEND_DOCUMENT(s, "filter", eq->filter);
+            bson_append_document_begin(s, "inputStage", -1, &ix);
+            BSON_APPEND_UTF8(&ix, "stage", "IXSCAN");
+            BSON_APPEND_DOCUMENT(&ix, "keyPattern", &p->key_pattern);
+            BSON_APPEND_UTF8(&ix, "indexName", p->ix_name);
+            BSON_APPEND_BOOL(&ix, "isMultiKey", p->multikey);
+            BSON_APPEND_BOOL(&ix, "isUnique", p->is_id);
+            BSON_APPEND_UTF8(&ix, "direction", p->dir > 0 ? "forward" : "backward");
+            bson_append_document_begin(&ix, "indexBounds", -1, &bounds);
+            if (keys_pattern_parse(&p->key_pattern, &pat, &e) == 0) {
+                for (int f = 0; f < pat.nfields; f++) {
+                    bson_t arr;
+                    bson_append_array_begin(&bounds, pat.fields[f], -1, &arr);
+                    if (p->bounds.all) {
+                        BSON_APPEND_UTF8(&arr, "0", "[MinKey, MaxKey]");
+                    } else {
+                        for (int r = 0; r < p->bounds.n; r++) {
+                            bson_t lo, hi, tmp;
+                            char *l, *h, text[600], key2[16];
+                            store_key_decode(&pat, p->bounds.r[r].lo.data, p->bounds.r[r].lo.len,
+                                             &lo);
+                            store_key_decode(&pat, p->bounds.r[r].hi.data, p->bounds.r[r].hi.len,
+                                             &hi);
+                            bson_init(&tmp);
+                            append_bound_value(&tmp, 0, &lo, f);
+                            append_bound_value(&tmp, 1, &hi, f);
+                            {
+                                bson_iter_t it;
+                                bson_iter_init(&it, &tmp);
+                                bson_iter_next(&it);
+                                l = bson_strdup(bson_iter_utf8(&it, NULL));
+                                bson_iter_next(&it);
+                                h = bson_strdup(bson_iter_utf8(&it, NULL));
+                            }
+                            snprintf(text, sizeof text, "%s%s, %s%s",
+                                     p->bounds.r[r].lo_incl ? "[" : "(", l, h,
+                                     p->bounds.r[r].hi_incl ? "]" : ")");
+                            snprintf(key2, sizeof key2, "%d", r);
+                            BSON_APPEND_UTF8(&arr, key2, text);
+                            bson_free(l);
+                            bson_free(h);
+                            bson_destroy(&tmp);
+                            bson_destroy(&lo);
+                            bson_destroy(&hi);
+                        }
+                    }
+                    bson_append_array_end(&bounds, &arr);
+                }
+                keys_pattern_free(&pat);
+            }
+            bson_append_document_end(&ix, &bounds);
+            bson_append_document_end(s, &ix);
+        }
+    }
+    if (p->blocking_sort) bson_append_document_end(&plan, &input);
+    bson_append_document_end(dst, &plan);
+    (void)c;
+}
+
+/* ---- scans -------------------------------------------------------------------------- */
+
+void scan_pos_free(scan_pos_t *pos) {
+    if (!pos) return;
+    buf_free(&pos->key);
+    free(pos->seen);
+    memset(pos, 0, sizeof *pos);
+}
+
+/* Multikey dedupe: true when rid was seen already; otherwise records it. */
+static bool seen_check_add(scan_pos_t *pos, int64_t rid) {
+    size_t lo = 0, hi = pos->nseen;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (pos->seen[mid] == rid) return true;
+        if (pos->seen[mid] < rid) lo = mid + 1; else hi = mid;
+    }
+    if (pos->nseen == pos->capseen) {
+        size_t cap = pos->capseen ? pos->capseen * 2 : 64;
+        int64_t *n = realloc(pos->seen, cap * sizeof *n);
+        ASSERT(n != NULL);
+        pos->seen = n;
+        pos->capseen = cap;
+    }
+    memmove(&pos->seen[lo + 1], &pos->seen[lo], (pos->nseen - lo) * sizeof *pos->seen);
+    pos->seen[lo] = rid;
+    pos->nseen++;
+    return false;
+}
+
+/* The ownership filter: documents outside this shard's chunks (orphans) are skipped. */
+static bool owned(const exec_query_t *eq, sqlite3_stmt *s, int skcol, const bson_t *doc) {
+    const void *sk;
+    int n;
+    if (!eq->own) return true;
+    sk = sqlite3_column_blob(s, skcol);
+    n = sqlite3_column_bytes(s, skcol);
+    if (sk && sqlite3_column_type(s, skcol) == SQLITE_BLOB)
+        return shv_filter_owns(eq->own, sk, (size_t)n);
+    {
+        /* sk not filled (the collection is not yet sharded in our catalog): extract it. */
+        buf_t enc = {0};
+        bool ok = keys_extract(shv_filter_pattern(eq->own), doc, NULL, &enc, NULL) == 0 &&
+                  shv_filter_owns(eq->own, enc.data, enc.len);
+        buf_free(&enc);
+        return ok;
+    }
+}
+
+int exec_scan(store_txn_t *t, store_coll_t *c, const plan_t *p, const exec_query_t *eq,
+              scan_pos_t *pos, scan_fn fn, void *arg, ms_error_t *err) {
+    int nranges = p->kind == PLAN_COLLSCAN || p->bounds.all ? 1 : p->bounds.n;
+    if (pos->done) return 0;
+    for (; pos->range < nranges; pos->range++, pos->started = false) {
+        int ri = p->dir > 0 ? pos->range : nranges - 1 - pos->range;
+        const bounds_range_t *r =
+            p->kind == PLAN_COLLSCAN || p->bounds.all ? NULL : &p->bounds.r[ri];
+        char sql[512];
+        sqlite3_stmt *s;
+        int src;
+        if (p->kind == PLAN_COLLSCAN) {
+            snprintf(sql, sizeof sql, "SELECT rid, rid, sk, doc FROM c%lld WHERE 1%s ORDER BY rid",
+                     (long long)c->id, pos->started ? " AND rid > ?4" : "");
+        } else if (p->is_id) {
+            snprintf(sql, sizeof sql, "SELECT id, rid, sk, doc FROM c%lld WHERE 1",
+                     (long long)c->id);
+            range_sql(sql, sizeof sql, "id", "rid", r, pos->started, p->dir, true);
+            strncat(sql, p->dir > 0 ? " ORDER BY id" : " ORDER BY id DESC",
+                    sizeof sql - strlen(sql) - 1);
+        } else {
+            snprintf(sql, sizeof sql,
+                     "SELECT i.k, i.rid, c.sk, c.doc FROM i%lld AS i JOIN c%lld AS c"
+                     " ON c.rid = i.rid WHERE 1",
+                     (long long)p->ix_id, (long long)c->id);
+            range_sql(sql, sizeof sql, "i.k", "i.rid", r, pos->started, p->dir, false);
+            strncat(sql, p->dir > 0 ? " ORDER BY i.k, i.rid" : " ORDER BY i.k DESC, i.rid DESC",
+                    sizeof sql - strlen(sql) - 1);
+        }
+        if (!(s = store_stmt(t, sql, err))) return err->code;
+        bind_range(s, r);
+        if (pos->started) {
+            if (p->kind != PLAN_COLLSCAN)
+                sqlite3_bind_blob(s, 3, pos->key.data ? (const void *)pos->key.data : "",
+                                  (int)pos->key.len, SQLITE_TRANSIENT);
+            if (p->kind == PLAN_COLLSCAN || !p->is_id) sqlite3_bind_int64(s, 4, pos->rid);
+        }
+        while ((src = sqlite3_step(s)) == SQLITE_ROW) {
+            int64_t rid = sqlite3_column_int64(s, 1);
+            bson_t doc;
+            int rc;
+            pos->keys_examined++;
+            if (p->kind != PLAN_COLLSCAN) {
+                buf_reset(&pos->key);
+                buf_put(&pos->key, sqlite3_column_blob(s, 0), (size_t)sqlite3_column_bytes(s, 0));
+            }
+            pos->rid = rid;
+            pos->started = true;
+            if (p->multikey && seen_check_add(pos, rid)) continue;
+            if (!bson_init_static(&doc, sqlite3_column_blob(s, 3),
+                                  (size_t)sqlite3_column_bytes(s, 3))) {
+                sqlite3_reset(s);
+                return err_set(err, MS_ERR_INVALID_BSON, "corrupt document rid=%lld in %s",
+                               (long long)rid, c->ns);
+            }
+            pos->docs_examined++;
+            if (!owned(eq, s, 2, &doc)) continue;
+            if (eq->q && !query_match(eq->q, &doc)) continue;
+            rc = fn(arg, rid, &doc, err);
+            if (rc == 1) {
+                sqlite3_reset(s);
+                return 0;
+            }
+            if (rc != 0) {
+                sqlite3_reset(s);
+                return rc;
+            }
+        }
+        sqlite3_reset(s);
+        if (src != SQLITE_DONE) return err_from_sqlite(err, src, "scan", store_txn_db(t));
+    }
+    pos->done = true;
+    return 0;
+}
+
+/* ---- blocking sort ------------------------------------------------------------------ */
+
+typedef struct sdoc {
+    int64_t rid;
+    bson_t *doc;
+} sdoc_t;
+
+typedef struct sorter {
+    const sortspec_t *sort;
+    sdoc_t *v;
+    size_t n, cap, keep;   /* keep = skip+limit (0 = all) */
+    size_t bytes;
+} sorter_t;
+
+static int sdoc_cmp(const void *a, const void *b, void *arg) {
+    const sdoc_t *x = a, *y = b;
+    int c = sortspec_compare_docs(arg, x->doc, y->doc);
+    if (c) return c;
+    return x->rid < y->rid ? -1 : x->rid > y->rid;
+}
+
+static void sorter_truncate(sorter_t *so) {
+    qsort_r(so->v, so->n, sizeof *so->v, sdoc_cmp, (void *)so->sort);
+    while (so->n > so->keep) {
+        so->n--;
+        so->bytes -= so->v[so->n].doc->len;
+        bson_destroy(so->v[so->n].doc);
+    }
+}
+
+static void sorter_free(sorter_t *so) {
+    for (size_t i = 0; i < so->n; i++)
+        if (so->v[i].doc) bson_destroy(so->v[i].doc);
+    free(so->v);
+    memset(so, 0, sizeof *so);
+}
+
+static int sorter_add(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err) {
+    sorter_t *so = arg;
+    if (so->n == so->cap) {
+        size_t cap = so->cap ? so->cap * 2 : 64;
+        sdoc_t *n = realloc(so->v, cap * sizeof *n);
+        ASSERT(n != NULL);
+        so->v = n;
+        so->cap = cap;
+    }
+    so->v[so->n].rid = rid;
+    so->v[so->n].doc = bson_copy(doc);
+    so->n++;
+    so->bytes += doc->len;
+    if (so->keep && so->n >= 2 * so->keep + 64) sorter_truncate(so);
+    if (so->bytes > SHARDD_SORT_BYTES_MAX)
+        return err_set(err, MS_ERR_OPERATION_FAILED,
+                       "Executor error during find command :: caused by :: Sort exceeded memory "
+                       "limit of %d bytes, but did not opt in to external sorting.",
+                       SHARDD_SORT_BYTES_MAX);
+    return 0;
+}
+
+static int sorter_run(store_txn_t *t, store_coll_t *c, const plan_t *p, const exec_query_t *eq,
+                      scan_pos_t *pos, sorter_t *so, ms_error_t *err) {
+    int rc;
+    so->sort = eq->sort;
+    so->keep = eq->limit > 0 ? (size_t)(eq->skip + eq->limit) : 0;
+    if ((rc = exec_scan(t, c, p, eq, pos, sorter_add, so, err)) != 0) return rc;
+    qsort_r(so->v, so->n, sizeof *so->v, sdoc_cmp, (void *)so->sort);
+    if (so->keep) sorter_truncate(so);
+    return 0;
+}
+
+/* ---- rowids for writes -------------------------------------------------------------- */
+
+typedef struct rid_acc {
+    int64_t *v;
+    size_t n, cap;
+    int64_t skip, limit;
+} rid_acc_t;
+
+static int rid_add(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err) {
+    rid_acc_t *a = arg;
+    (void)doc;
+    (void)err;
+    if (a->skip > 0) {
+        a->skip--;
+        return 0;
+    }
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 16;
+        int64_t *n = realloc(a->v, cap * sizeof *n);
+        ASSERT(n != NULL);
+        a->v = n;
+        a->cap = cap;
+    }
+    a->v[a->n++] = rid;
+    return a->limit > 0 && (int64_t)a->n >= a->limit ? 1 : 0;
+}
+
+int exec_match_rowids(store_txn_t *t, store_coll_t *c, const exec_query_t *eq, int64_t **rids,
+                      size_t *n, ms_error_t *err) {
+    plan_t p;
+    scan_pos_t pos = {0};
+    rid_acc_t acc = {0};
+    int rc;
+    if ((rc = exec_plan(t, c, eq, &p, err)) != 0) return rc;
+    acc.skip = eq->skip;
+    acc.limit = eq->limit;
+    if (p.blocking_sort) {
+        sorter_t so = {0};
+        if ((rc = sorter_run(t, c, &p, eq, &pos, &so, err)) == 0)
+            for (size_t i = 0; i < so.n; i++)
+                if (rid_add(&acc, so.v[i].rid, NULL, NULL) == 1) break;
+        sorter_free(&so);
+    } else {
+        rc = exec_scan(t, c, &p, eq, &pos, rid_add, &acc, err);
+    }
+    plan_free(&p);
+    scan_pos_free(&pos);
+    if (rc != 0) {
+        free(acc.v);
+        return rc;
+    }
+    *rids = acc.v;
+    *n = acc.n;
+    return 0;
+}
+
+/* ---- cursors ------------------------------------------------------------------------ */
+
+struct cursor {
+    int64_t id;
+    find_args_t fa;
+    char ns[MS_NS_BYTES_MAX + 1];
+    plan_t plan;
+    bool planned;
+    scan_pos_t pos;
+    sorter_t sorted;
+    bool sorted_ready;
+    size_t sorted_next;
+    int64_t skip_left;
+    int64_t limit_left;          /* -1 = unlimited */
+    long long last_used_ms;
+    struct cursor *next;
+};
+
+struct cursors {
+    pthread_mutex_t mu;
+    cursor_t *head;
+    int n;
+    int idle_timeout_ms;
+};
+
+static void cursor_free(cursor_t *cur) {
+    if (!cur) return;
+    plan_free(&cur->plan);
+    scan_pos_free(&cur->pos);
+    sorter_free(&cur->sorted);
+    find_args_free(&cur->fa);
+    free(cur);
+}
+
+int cursors_new(int idle_timeout_ms, cursors_t **out) {
+    cursors_t *cs = calloc(1, sizeof *cs);
+    if (!cs) return MS_ERR_INTERNAL;
+    pthread_mutex_init(&cs->mu, NULL);
+    cs->idle_timeout_ms = idle_timeout_ms > 0 ? idle_timeout_ms : MS_CURSOR_IDLE_MS_MAX;
+    *out = cs;
+    return 0;
+}
+
+void cursors_free(cursors_t *cs) {
+    cursor_t *c, *n;
+    if (!cs) return;
+    for (c = cs->head; c; c = n) {
+        n = c->next;
+        cursor_free(c);
+    }
+    pthread_mutex_destroy(&cs->mu);
+    free(cs);
+}
+
+int cursors_reap(cursors_t *cs) {
+    cursor_t **pp, *dead = NULL;
+    long long now = time_mono_ms();
+    int n = 0;
+    pthread_mutex_lock(&cs->mu);
+    for (pp = &cs->head; *pp;) {
+        cursor_t *c = *pp;
+        if (now - c->last_used_ms > cs->idle_timeout_ms) {
+            *pp = c->next;
+            c->next = dead;
+            dead = c;
+            cs->n--;
+            n++;
+        } else {
+            pp = &c->next;
+        }
+    }
+    pthread_mutex_unlock(&cs->mu);
+    while (dead) {
+        cursor_t *nx = dead->next;
+        log_info("cursor timed out id=%lld ns=%s", (long long)dead->id, dead->ns);
+        cursor_free(dead);
+        dead = nx;
+    }
+    return n;
+}
+
+int cursors_count(cursors_t *cs) {
+    int n;
+    pthread_mutex_lock(&cs->mu);
+    n = cs->n;
+    pthread_mutex_unlock(&cs->mu);
+    return n;
+}
+
+static int cursors_add(cursors_t *cs, cursor_t *cur, ms_error_t *err) {
+    int64_t id;
+    pthread_mutex_lock(&cs->mu);
+    if (cs->n >= MS_CURSORS_MAX) {
+        pthread_mutex_unlock(&cs->mu);
+        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "too many open cursors (%d)",
+                       MS_CURSORS_MAX);
+    }
+    if (!cur->id) {
+        for (;;) {
+            bool dup = false;
+            if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id) id = time_mono_us();
+            id &= INT64_MAX;
+            if (!id) continue;
+            for (cursor_t *c = cs->head; c; c = c->next)
+                if (c->id == id) dup = true;
+            if (!dup) break;
+        }
+        cur->id = id;
+    }
+    cur->last_used_ms = time_mono_ms();
+    cur->next = cs->head;
+    cs->head = cur;
+    cs->n++;
+    pthread_mutex_unlock(&cs->mu);
+    return 0;
+}
+
+/* Takes the cursor out of the table while a getMore runs on it. */
+static cursor_t *cursors_take(cursors_t *cs, int64_t id) {
+    cursor_t **pp, *c = NULL;
+    pthread_mutex_lock(&cs->mu);
+    for (pp = &cs->head; *pp; pp = &(*pp)->next)
+        if ((*pp)->id == id) {
+            c = *pp;
+            *pp = c->next;
+            cs->n--;
+            break;
+        }
+    pthread_mutex_unlock(&cs->mu);
+    return c;
+}
+
+bool cursors_kill(cursors_t *cs, int64_t id) {
+    cursor_t *c = cursors_take(cs, id);
+    if (!c) return false;
+    cursor_free(c);
+    return true;
+}
+
+void find_args_free(find_args_t *fa) {
+    if (!fa) return;
+    if (fa->filter.len) bson_destroy(&fa->filter);
+    if (fa->hint.len) bson_destroy(&fa->hint);
+    query_free(fa->q);
+    sortspec_free(fa->sort);
+    projection_free(fa->proj);
+    shv_filter_release(fa->own);
+    memset(fa, 0, sizeof *fa);
+}
+
+static void eq_from_fa(const find_args_t *fa, exec_query_t *eq) {
+    bson_iter_t it;
+    memset(eq, 0, sizeof *eq);
+    eq->filter = fa->filter.len ? &fa->filter : NULL;
+    eq->q = fa->q;
+    eq->sort = fa->sort;
+    if (fa->hint.len > 5) {
+        if (bson_iter_init_find(&it, &fa->hint, "$hint") && BSON_ITER_HOLDS_UTF8(&it))
+            eq->hint_name = bson_iter_utf8(&it, NULL);
+        else
+            eq->hint = &fa->hint;
+    }
+    eq->skip = fa->skip;
+    eq->limit = fa->limit < 0 ? -fa->limit : fa->limit;
+    eq->own = fa->own;
+    eq->no_index = fa->no_index;
+}
+
+typedef struct batch {
+    cursor_t *cur;
+    bson_t *arr;
+    int64_t max_docs;            /* -1 = bytes only */
+    int64_t n;
+    size_t bytes;
+    int rc;
+} batch_t;
+
+/* Emits one document into the batch (skip, limit, projection). 1 = batch full or done. */
+static int batch_emit(batch_t *b, const bson_t *doc, ms_error_t *err) {
+    cursor_t *cur = b->cur;
+    char key[24];
+    if (cur->skip_left > 0) {
+        cur->skip_left--;
+        return 0;
+    }
+    if (cur->limit_left == 0) return 1;
+    snprintf(key, sizeof key, "%lld", (long long)b->n);
+    if (cur->fa.proj) {
+        bson_t out;
+        int rc = projection_apply(cur->fa.proj, doc, &out, err);
+        if (rc != 0) return rc;
+        BSON_APPEND_DOCUMENT(b->arr, key, &out);
+        b->bytes += out.len;
+        bson_destroy(&out);
+    } else {
+        BSON_APPEND_DOCUMENT(b->arr, key, doc);
+        b->bytes += doc->len;
+    }
+    b->n++;
+    if (cur->limit_left > 0) cur->limit_left--;
+    if (cur->limit_left == 0) return 1;
+    if (b->max_docs >= 0 && b->n >= b->max_docs) return 1;
+    /* MongoDB stops a batch at 16 MB; the document that crossed the line stays in it. */
+    if (b->bytes >= MS_BATCH_BYTES_MAX) return 1;
+    return 0;
+}
+
+static int batch_scan_fn(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err) {
+    (void)rid;
+    return batch_emit(arg, doc, err);
+}
+
+typedef struct fill_arg {
+    cursor_t *cur;
+    batch_t *b;
+    bool exhausted;
+} fill_arg_t;
+
+static int fill_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    fill_arg_t *fl = arg;
+    cursor_t *cur = fl->cur;
+    store_coll_t *c = store_coll_get(t, cur->ns);
+    exec_query_t eq;
+    int rc;
+    eq_from_fa(&cur->fa, &eq);
+    if (!c) {
+        if (!cur->planned) {
+            fl->exhausted = true;  /* a missing collection is an empty one */
+            return 0;
+        }
+        return err_set(err, MS_ERR_OPERATION_FAILED,
+                       "query plan killed :: caused by :: collection dropped: %s", cur->ns);
+    }
+    if (!cur->planned) {
+        if ((rc = exec_plan(t, c, &eq, &cur->plan, err)) != 0) return rc;
+        cur->planned = true;
+    } else if (c->id != cur->plan.coll_id) {
+        return err_set(err, MS_ERR_OPERATION_FAILED,
+                       "query plan killed :: caused by :: collection dropped: %s", cur->ns);
+    } else if (cur->plan.kind == PLAN_IXSCAN && !cur->plan.is_id) {
+        bool found = false;
+        for (int i = 1; i < c->nindexes; i++)
+            if (c->ix[i]->id == cur->plan.ix_id) found = true;
+        if (!found)
+            return err_set(err, MS_ERR_OPERATION_FAILED,
+                           "query plan killed :: caused by :: index '%s' dropped",
+                           cur->plan.ix_name);
+    }
+    if (fl->b->max_docs == 0) return 0;
+    if (cur->plan.blocking_sort) {
+        if (!cur->sorted_ready) {
+            if ((rc = sorter_run(t, c, &cur->plan, &eq, &cur->pos, &cur->sorted, err)) != 0)
+                return rc;
+            cur->sorted_ready = true;
+        }
+        while (cur->sorted_next < cur->sorted.n) {
+            rc = batch_emit(fl->b, cur->sorted.v[cur->sorted_next].doc, err);
+            bson_destroy(cur->sorted.v[cur->sorted_next].doc);
+            cur->sorted.v[cur->sorted_next].doc = NULL;  /* sent: release it early */
+            cur->sorted_next++;
+            if (rc == 1) break;
+            if (rc != 0) return rc;
+        }
+        fl->exhausted = cur->sorted_next >= cur->sorted.n || cur->limit_left == 0;
+        return 0;
+    }
+    if ((rc = exec_scan(t, c, &cur->plan, &eq, &cur->pos, batch_scan_fn, fl->b, err)) != 0)
+        return rc;
+    fl->exhausted = cur->pos.done || cur->limit_left == 0;
+    return 0;
+}
+
+/* Runs one batch of cur into an array under `key` of the reply's cursor document. */
+static int run_batch(store_t *st, cursors_t *cs, cursor_t *cur, int64_t max_docs,
+                     const char *key, bson_t *reply, ms_error_t *err) {
+    bson_t cdoc, arr;
+    batch_t b = {cur, &arr, max_docs, 0, 0, 0};
+    fill_arg_t fl = {cur, &b, false};
+    int rc;
+    bson_init(&arr);
+    rc = store_read(st, fill_fn, &fl, err);
+    if (rc != 0) {
+        bson_destroy(&arr);
+        cursor_free(cur);
+        return rc;
+    }
+    if (fl.exhausted) {
+        int64_t id = cur->id;
+        bson_append_document_begin(reply, "cursor", -1, &cdoc);
+        BSON_APPEND_ARRAY(&cdoc, key, &arr);
+        BSON_APPEND_INT64(&cdoc, "id", 0);
+        BSON_APPEND_UTF8(&cdoc, "ns", cur->ns);
+        bson_append_document_end(reply, &cdoc);
+        (void)id;
+        cursor_free(cur);
+    } else {
+        if ((rc = cursors_add(cs, cur, err)) != 0) {
+            bson_destroy(&arr);
+            cursor_free(cur);
+            return rc;
+        }
+        /* After cursors_add another thread may take cur: use only the copies below. */
+        bson_append_document_begin(reply, "cursor", -1, &cdoc);
+        BSON_APPEND_ARRAY(&cdoc, key, &arr);
+        BSON_APPEND_INT64(&cdoc, "id", cur->id);
+        BSON_APPEND_UTF8(&cdoc, "ns", cur->ns);
+        bson_append_document_end(reply, &cdoc);
+    }
+    bson_destroy(&arr);
+    return 0;
+}
+
+int exec_find(store_t *st, cursors_t *cs, find_args_t *fa, bson_t *reply, ms_error_t *err) {
+    cursor_t *cur = calloc(1, sizeof *cur);
+    int64_t first;
+    char id_ns[MS_NS_BYTES_MAX + 1];
+    if (!cur) {
+        find_args_free(fa);
+        return err_set(err, MS_ERR_INTERNAL, "out of memory");
+    }
+    snprintf(cur->ns, sizeof cur->ns, "%s", fa->ns);
+    snprintf(id_ns, sizeof id_ns, "%s", fa->ns);
+    cur->fa = *fa;
+    cur->fa.ns = cur->ns;
+    memset(fa, 0, sizeof *fa);
+    cur->skip_left = cur->fa.skip;
+    cur->limit_left = cur->fa.limit == 0 ? -1 : cur->fa.limit < 0 ? -cur->fa.limit : cur->fa.limit;
+    first = cur->fa.batch_size >= 0 ? cur->fa.batch_size : MS_FIRST_BATCH_DOCS_DEFAULT;
+    if (cur->fa.limit < 0 || cur->fa.single_batch) {
+        /* A single batch: as many as asked (|limit| or batchSize), then the cursor closes. */
+        if (cur->fa.limit < 0) first = -cur->fa.limit;
+        if (first == 0) first = MS_FIRST_BATCH_DOCS_DEFAULT;
+        cur->limit_left = cur->limit_left < 0 ? first
+                          : (cur->limit_left < first ? cur->limit_left : first);
+    }
+    return run_batch(st, cs, cur, first, "firstBatch", reply, err);
+}
+
+int exec_get_more(store_t *st, cursors_t *cs, int64_t id, const char *ns, int64_t batch_size,
+                  bson_t *reply, ms_error_t *err) {
+    cursor_t *cur = cursors_take(cs, id);
+    if (!cur) return err_set(err, MS_ERR_CURSOR_NOT_FOUND, "cursor id %lld not found", (long long)id);
+    if (strcmp(cur->ns, ns) != 0) {
+        ms_error_t e2;
+        int rc = err_set(err, MS_ERR_UNAUTHORIZED,
+                         "Requested getMore on namespace '%s', but cursor belongs to a different "
+                         "namespace %s", ns, cur->ns);
+        if (cursors_add(cs, cur, &e2) != 0) cursor_free(cur);
+        return rc;
+    }
+    return run_batch(st, cs, cur, batch_size > 0 ? batch_size : -1, "nextBatch", reply, err);
+}
+
+/* ---- explain ------------------------------------------------------------------------ */
+
+typedef struct explain_arg {
+    find_args_t *fa;
+    bool exec_stats;
+    bson_t *reply;
+} explain_arg_t;
+
+typedef struct count_acc {
+    int64_t n, skip, limit;
+} count_acc_t;
+
+static int count_fn(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err) {
+    count_acc_t *a = arg;
+    (void)rid;
+    (void)doc;
+    (void)err;
+    if (a->skip > 0) {
+        a->skip--;
+        return 0;
+    }
+    a->n++;
+    return a->limit > 0 && a->n >= a->limit ? 1 : 0;
+}
+
+static int explain_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    explain_arg_t *ea = arg;
+    exec_query_t eq;
+    store_coll_t *c = store_coll_get(t, ea->fa->ns);
+    plan_t p;
+    bson_t qp, es, empty = BSON_INITIALIZER;
+    int rc;
+    eq_from_fa(ea->fa, &eq);
+    bson_append_document_begin(ea->reply, "queryPlanner", -1, &qp);
+    BSON_APPEND_UTF8(&qp, "namespace", ea->fa->ns);
+    BSON_APPEND_DOCUMENT(&qp, "parsedQuery", eq.filter ? eq.filter : &empty);
+    if (!c) {
+        bson_t wp;
+        BSON_APPEND_DOCUMENT_BEGIN(&qp, "winningPlan", &wp);
+        BSON_APPEND_UTF8(&wp, "stage", "EOF");
+        bson_append_document_end(&qp, &wp);
+        bson_append_document_end(ea->reply, &qp);
+        return 0;
+    }
+    if ((rc = exec_plan(t, c, &eq, &p, err)) != 0) {
+        bson_append_document_end(ea->reply, &qp);
+        return rc;
+    }
+    plan_append_explain(&p, c, &eq, &qp, "winningPlan");
+    {
+        bson_t rej;
+        BSON_APPEND_ARRAY_BEGIN(&qp, "rejectedPlans", &rej);
+        bson_append_array_end(&qp, &rej);
+    }
+    bson_append_document_end(ea->reply, &qp);
+    if (ea->exec_stats) {
+        scan_pos_t pos = {0};
+        count_acc_t acc = {0, eq.skip, eq.limit};
+        long long t0 = time_mono_us();
+        if (p.blocking_sort) {
+            sorter_t so = {0};
+            rc = sorter_run(t, c, &p, &eq, &pos, &so, err);
+            if (rc == 0)
+                for (size_t i = 0; i < so.n; i++)
+                    if (count_fn(&acc, 0, NULL, NULL) == 1) break;
+            sorter_free(&so);
+        } else {
+            rc = exec_scan(t, c, &p, &eq, &pos, count_fn, &acc, err);
+        }
+        if (rc == 0) {
+            bson_append_document_begin(ea->reply, "executionStats", -1, &es);
+            BSON_APPEND_BOOL(&es, "executionSuccess", true);
+            BSON_APPEND_INT64(&es, "nReturned", acc.n);
+            BSON_APPEND_INT64(&es, "executionTimeMillis", (time_mono_us() - t0) / 1000);
+            BSON_APPEND_INT64(&es, "totalKeysExamined",
+                              p.kind == PLAN_COLLSCAN ? 0 : pos.keys_examined);
+            BSON_APPEND_INT64(&es, "totalDocsExamined", pos.docs_examined);
+            bson_append_document_end(ea->reply, &es);
+        }
+        scan_pos_free(&pos);
+    }
+    plan_free(&p);
+    return rc;
+}
+
+int exec_explain_find(store_t *st, find_args_t *fa, bool exec_stats, bson_t *reply,
+                      ms_error_t *err) {
+    explain_arg_t ea = {fa, exec_stats, reply};
+    return store_read(st, explain_fn, &ea, err);
+}

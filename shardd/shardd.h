@@ -1,0 +1,352 @@
+/*
+ * shardd.h — the shard daemon's one header: its whole shape in one place.
+ *
+ * bin/shardd keeps BSON documents in one SQLite file (WAL) and serves MongoDB's CRUD
+ * command set over NNG, standalone like a small mongod or as a shard of a cluster.
+ *
+ *   main.c        flags, open the store, start the command server, print `ready`
+ *   shardd_cmd.c  the command table: one row per command
+ *   store.c       SQLite storage: catalog, collections, indexes, THE single write path
+ *   exec.c        planner (index choice), scans, blocking sort, cursors
+ *   cmd_crud.c    insert, find, getMore, killCursors, update, delete, count, distinct,
+ *                 findAndModify, explain
+ *   cmd_admin.c   createIndexes, listIndexes, dropIndexes, drop, dropDatabase,
+ *                 listCollections, listDatabases, collStats, and the cluster hooks
+ *                 (_addShard, _shardsvrShardCollection, _flushRoutingTableCacheUpdates)
+ *   split.c       dataSize, splitVector, autoSplitVector
+ *   query.c update.c project.c   the query engine (filters, updates, projections)
+ *   shardver.c    shard versioning and the ownership filter
+ *
+ * Concurrency: one writer SQLite connection behind a mutex (SQLite has one writer) and one
+ * reader connection per thread (WAL lets readers run beside the writer). The in-memory
+ * catalog is guarded by a read/write lock: reads and ordinary writes hold it shared for one
+ * transaction; DDL (create/drop collection or index, shardCollection) holds it exclusively.
+ * Lock order: writer mutex, then catalog lock.
+ */
+#ifndef MS_SHARDD_H
+#define MS_SHARDD_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/bounds.h"
+#include "common/buf.h"
+#include "common/cmd.h"
+#include "common/errors.h"
+#include "common/keys.h"
+#include "common/limits.h"
+#include "common/sortspec.h"
+#include "shardd/project.h"
+#include "shardd/query.h"
+#include "shardd/shardver.h"
+#include "shardd/update.h"
+
+/* MongoDB codes not (yet) in common/errors.h: sent with their numbers; codeName comes out
+ * as UnknownError until errors.h gains the rows. */
+#define SHARDD_ERR_CANNOT_INDEX_PARALLEL_ARRAYS 171
+
+/* Blocking sorts hold at most this many bytes of documents: MongoDB's
+ * internalQueryMaxBlockingSortMemoryUsageBytes (100 MiB). */
+#define SHARDD_SORT_BYTES_MAX (100 * 1024 * 1024)
+
+/* Ranges the planner asks bounds_from_filter for (a $in of more values scans coarser). */
+#define SHARDD_PLAN_RANGES_MAX 256
+
+/* Keys one document may produce in one index (a multikey array of this many elements). */
+#define SHARDD_INDEX_KEYS_PER_DOC_MAX 100000
+
+/* Split points one splitVector/autoSplitVector reply may carry besides the 16 MB cap. */
+#define SHARDD_SPLIT_POINTS_MAX 8192
+
+/* ================================ store.c ============================================ */
+
+typedef struct store store_t;
+typedef struct store_txn store_txn_t;
+
+typedef struct store_opts {
+    bool sync_full;   /* PRAGMA synchronous=FULL (power-loss safe) instead of NORMAL */
+} store_opts_t;
+
+/* One index of a collection as the catalog knows it. ix[0] of every collection is _id_,
+ * which lives in the collection table's `id` column rather than a side table. */
+typedef struct store_index {
+    int64_t id;              /* side table i<id>; 0 for _id_ */
+    char name[128];
+    keys_pattern_t pat;
+    bson_t spec;             /* {v: 2, key: {...}, name: "...", unique?: true} */
+    bool unique;
+    bool is_id;
+    int multikey;            /* set (atomically) once any document produced several keys */
+} store_index_t;
+
+/* One collection. Valid while the caller holds the catalog lock (inside a transaction). */
+typedef struct store_coll {
+    char ns[MS_NS_BYTES_MAX + 1];
+    int64_t id;              /* table c<id> */
+    uint8_t uuid[16];
+    bool sharded;
+    keys_pattern_t sk;       /* shard-key pattern when sharded */
+    bool sk_unique;
+    bson_t options;
+    int nindexes;
+    store_index_t *ix[MS_INDEXES_MAX];
+    uint64_t gen;            /* bumped by every DDL on it: cursors notice */
+} store_coll_t;
+
+/* Called by store_write_doc for every document change, inside the writing transaction
+ * (migration write capture hooks in here, DESIGN §6 "Write capture", notes §1.3).
+ * old_doc NULL = insert; new_doc NULL = delete. old_sk/new_sk: the encoded shard keys
+ * (NULL when the collection is unsharded). All arguments are borrowed for the call. */
+typedef void (*store_write_observer_fn)(void *arg, const char *ns, const bson_t *old_doc,
+                                        const bson_t *new_doc, const buf_t *old_sk,
+                                        const buf_t *new_sk);
+
+/* Opens (creating when absent) DIR/shard.sqlite. *out set on success only. */
+int store_open(const char *dbpath_dir, const store_opts_t *opts, store_t **out, ms_error_t *err);
+void store_close(store_t *st);   /* NULL-safe; all transactions must have ended */
+const char *store_path(const store_t *st);
+void store_set_write_observer(store_t *st, store_write_observer_fn fn, void *arg);
+
+/* Transactions run a callback: BEGIN, fn, COMMIT when fn returns 0, else ROLLBACK.
+ * store_read: a reader connection of this thread, catalog shared.
+ * store_write: the writer connection (mutex), catalog shared.
+ * store_ddl: the writer connection, catalog exclusive (may change the catalog). */
+typedef int (*store_txn_fn)(store_txn_t *t, void *arg, ms_error_t *err);
+int store_read(store_t *st, store_txn_fn fn, void *arg, ms_error_t *err);
+int store_write(store_t *st, store_txn_fn fn, void *arg, ms_error_t *err);
+int store_ddl(store_t *st, store_txn_fn fn, void *arg, ms_error_t *err);
+
+void *store_txn_db(store_txn_t *t);          /* the sqlite3* of the transaction */
+store_t *store_txn_store(store_txn_t *t);
+
+/* Catalog, inside a transaction. Borrowed results. */
+store_coll_t *store_coll_get(store_txn_t *t, const char *ns);
+int store_coll_count(store_txn_t *t);
+store_coll_t *store_coll_at(store_txn_t *t, int i);
+store_index_t *store_index_by_name(store_coll_t *c, const char *name);
+
+/* DDL (inside store_ddl). */
+/* Creates ns (empty, with _id_) when absent; *created tells. uuid may be NULL (random). */
+int store_coll_create(store_txn_t *t, const char *ns, const uint8_t *uuid, store_coll_t **out,
+                      bool *created, ms_error_t *err);
+int store_coll_drop(store_txn_t *t, const char *ns, ms_error_t *err);
+/* Builds an index over the existing documents. spec = the user's {key, name?, unique?};
+ * already existing identical → *existed = true. IndexOptionsConflict / IndexKeySpecsConflict
+ * / DuplicateKey / CannotIndexParallelArrays. */
+int store_index_create(store_txn_t *t, store_coll_t *c, const bson_t *spec, bool *existed,
+                       ms_error_t *err);
+int store_index_drop(store_txn_t *t, store_coll_t *c, const char *name, ms_error_t *err);
+/* Records the shard key and fills `sk` of every document (one transaction). */
+int store_coll_set_shard_key(store_txn_t *t, store_coll_t *c, const keys_pattern_t *p,
+                             bool unique, ms_error_t *err);
+
+/* Generated index name: {a: 1, b: -1} → "a_1_b_-1", {a: "hashed"} → "a_hashed". */
+void store_index_name(const bson_t *key, char *out, size_t outsz);
+
+/* THE single write path (inside store_write or store_ddl). Insert: old_doc NULL, rowid
+ * ignored, *new_rowid set. Update: both docs, rowid of the row. Delete: new_doc NULL.
+ * Maintains the _id column, `sk`, every index, then calls the observer. On error nothing of
+ * this document is written. Errors: DuplicateKey (message in MongoDB's E11000 shape, and
+ * err_info gets keyPattern/keyValue when non-NULL), ImmutableField, CannotIndexParallelArrays,
+ * BadValue (array in shard key). */
+int store_write_doc(store_txn_t *t, store_coll_t *c, int64_t rowid, const bson_t *old_doc,
+                    const bson_t *new_doc, int64_t *new_rowid, bson_t *err_info,
+                    ms_error_t *err);
+
+/* Point reads by rowid / by encoded _id (inside a transaction). *doc initialised on
+ * success with a copy (caller destroys); NoMatchingDocument when absent. */
+int store_get_by_rowid(store_txn_t *t, store_coll_t *c, int64_t rowid, bson_t *doc,
+                       ms_error_t *err);
+
+/* count and total bytes of a collection's documents. */
+int store_coll_stats(store_txn_t *t, store_coll_t *c, int64_t *count, int64_t *bytes,
+                     int64_t *storage_bytes, int64_t *index_bytes, ms_error_t *err);
+int64_t store_file_bytes(store_t *st);
+
+/* Shard identity and other small persisted values (meta table). get: *out initialised on
+ * success; NoSuchKey when absent. */
+int store_meta_get(store_t *st, const char *key, bson_t *out, ms_error_t *err);
+int store_meta_put(store_t *st, const char *key, const bson_t *value, ms_error_t *err);
+
+/* Index keys of one document under a pattern (index key generation, multikey rules):
+ * appends each distinct encoded key to keys (caller frees each buf), *multikey when an
+ * array was expanded. Exposed for tests and split.c. */
+int store_index_keys(const keys_pattern_t *p, const bson_t *doc, buf_t **keys, int *nkeys,
+                     bool *multikey, ms_error_t *err);
+void store_keys_free(buf_t *keys, int nkeys);
+/* Decodes an encoded key back to {field: value...} (descending fields re-inverted; stops
+ * quietly at the first undecodable byte). *out initialised. */
+void store_key_decode(const keys_pattern_t *p, const uint8_t *data, size_t len, bson_t *out);
+
+/* Values at a dotted path with arrays unwound (distinct): calls fn for each value found. */
+typedef void (*store_path_fn)(void *arg, const bson_iter_t *value);
+void store_path_values(const bson_t *doc, const char *path, store_path_fn fn, void *arg);
+
+/* Prepared-statement cache of the transaction's connection (borrowed; reset by caller). */
+void *store_stmt(store_txn_t *t, const char *sql, ms_error_t *err);
+
+/* ================================ exec.c ============================================= */
+
+enum plan_kind { PLAN_COLLSCAN = 0, PLAN_IXSCAN = 1 };
+
+/* What a query asks for (all borrowed). */
+typedef struct exec_query {
+    const bson_t *filter;       /* may be NULL = {} */
+    const query_t *q;           /* compiled filter, NULL = everything */
+    const sortspec_t *sort;     /* NULL = none */
+    const bson_t *hint;         /* index name (string) or key pattern, NULL = planner */
+    const char *hint_name;
+    int64_t skip, limit;        /* limit 0 = none */
+    shv_filter_t *own;          /* ownership filter, NULL = none */
+    bool no_index;              /* test/diff aid: ignore secondary indexes (forces scans) */
+} exec_query_t;
+
+/* The chosen plan. */
+typedef struct plan {
+    enum plan_kind kind;
+    int64_t coll_id;
+    uint64_t coll_gen;
+    int64_t ix_id;              /* 0 with is_id for _id_ */
+    bool is_id;
+    char ix_name[128];
+    bson_t key_pattern;
+    bounds_t bounds;            /* for IXSCAN; bounds.all = whole index */
+    int dir;                    /* 1 forward, -1 backward */
+    bool blocking_sort;         /* sort needed after the scan */
+    bool multikey;              /* dedupe rowids */
+    int ncandidates;
+} plan_t;
+
+int exec_plan(store_txn_t *t, store_coll_t *c, const exec_query_t *eq, plan_t *out,
+              ms_error_t *err);
+void plan_free(plan_t *p);   /* NULL-safe; zeroed plan ok */
+/* Appends queryPlanner-style winningPlan to dst under key. */
+void plan_append_explain(const plan_t *p, const store_coll_t *c, const exec_query_t *eq,
+                         bson_t *dst, const char *key);
+
+/* A resumable scan: candidates in plan order, filtered by q and the ownership filter.
+ * fn returns 0 to go on, 1 to stop (position kept after this document), or an error. */
+typedef struct scan_pos {
+    int range;
+    buf_t key;
+    int64_t rid;
+    bool started, done;
+    /* multikey dedupe: rowids already returned (sorted array, binary search) */
+    int64_t *seen;
+    size_t nseen, capseen;
+    int64_t docs_examined, keys_examined;
+} scan_pos_t;
+typedef int (*scan_fn)(void *arg, int64_t rowid, const bson_t *doc, ms_error_t *err);
+int exec_scan(store_txn_t *t, store_coll_t *c, const plan_t *p, const exec_query_t *eq,
+              scan_pos_t *pos, scan_fn fn, void *arg, ms_error_t *err);
+void scan_pos_free(scan_pos_t *pos);
+
+/* Rowids of the documents matching eq (sorted by eq->sort when given, skip/limit
+ * applied) — the read half of update/delete/findAndModify. Caller frees *rids. */
+int exec_match_rowids(store_txn_t *t, store_coll_t *c, const exec_query_t *eq, int64_t **rids,
+                      size_t *n, ms_error_t *err);
+
+/* Cursors. */
+typedef struct cursor cursor_t;
+typedef struct cursors cursors_t;
+
+int cursors_new(int idle_timeout_ms, cursors_t **out);
+void cursors_free(cursors_t *cs);  /* NULL-safe; kills every cursor */
+/* Kills cursors idle for longer than the timeout; returns how many. */
+int cursors_reap(cursors_t *cs);
+int cursors_count(cursors_t *cs);
+
+/* A find: plans and runs the first batch. ns, the compiled parts and own are taken over
+ * by the cursor (on success and on failure). Appends the reply's `cursor` document. */
+typedef struct find_args {
+    const char *ns;
+    bson_t filter;              /* owned copies */
+    query_t *q;
+    sortspec_t *sort;
+    projection_t *proj;
+    shv_filter_t *own;
+    bson_t hint;                /* empty = none */
+    int64_t skip, limit;
+    int64_t batch_size;         /* -1 = default */
+    bool single_batch;
+    bool no_index;
+} find_args_t;
+int exec_find(store_t *st, cursors_t *cs, find_args_t *fa, bson_t *reply, ms_error_t *err);
+void find_args_free(find_args_t *fa);  /* NULL-safe; fields already taken are NULL */
+int exec_get_more(store_t *st, cursors_t *cs, int64_t id, const char *ns, int64_t batch_size,
+                  bson_t *reply, ms_error_t *err);
+/* Returns true when the cursor existed (and is now killed). */
+bool cursors_kill(cursors_t *cs, int64_t id);
+/* Explain of a find: queryPlanner (+ executionStats when exec_stats). */
+int exec_explain_find(store_t *st, find_args_t *fa, bool exec_stats, bson_t *reply,
+                      ms_error_t *err);
+
+/* ================================ the daemon ========================================= */
+
+typedef struct shardd {
+    store_t *st;
+    shv_t *shv;
+    cursors_t *cursors;
+    const char *name;            /* --name */
+    bool no_index;               /* --no-secondary-indexes (differential tests) */
+} shardd_t;
+
+extern const cmd_spec_t shardd_cmd_table[];
+extern const int shardd_cmd_table_len;
+
+/* Builds "db.coll" from ctx->db and the command's string value; InvalidNamespace. */
+int shardd_ns(const cmd_ctx_t *ctx, char *ns, size_t nssz, ms_error_t *err);
+/* Re-creates this shard's identity from the meta table at start-up. */
+int shardd_load_identity(shardd_t *app, ms_error_t *err);
+void shardd_status(void *app, bson_t *reply);
+
+/* cmd_crud.c */
+int cmd_insert(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_delete(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_distinct(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+
+/* cmd_admin.c */
+int cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_list_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_drop_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_create(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_drop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_list_collections(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_list_databases(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_coll_stats(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_add_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_shardsvr_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_flush_routing(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+
+/* split.c */
+int cmd_data_size(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_split_vector(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_auto_split_vector(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+
+/* Split-point computation over an index whose pattern starts with kp (split.c). Exposed
+ * for tests. keys_out: array of key documents {field: value...} (caller destroys). */
+typedef struct split_args {
+    const char *ns;
+    bson_t key_pattern;          /* borrowed view */
+    bson_t min, max;             /* bounds in pattern order; empty = global */
+    int64_t max_chunk_bytes;
+    int64_t max_chunk_objects;   /* 0 = MS_CHUNK_OBJECTS_MAX */
+    int64_t max_split_points;    /* 0 = none */
+    int64_t limit;               /* autoSplitVector: 0 = none */
+    bool force;
+    bool auto_mode;              /* autoSplitVector rules */
+} split_args_t;
+int split_compute(store_t *st, const split_args_t *a, bson_t *split_keys_array,
+                  bool *continuation, ms_error_t *err);
+
+#endif

@@ -1,0 +1,1467 @@
+/*
+ * store.c — the shard daemon's storage: one SQLite file (WAL) holding every collection,
+ * the catalog, the secondary indexes, and THE single write path (store_write_doc) through
+ * which every insert, update and delete of a document on this shard passes. Runs in
+ * bin/shardd. See docs/storage.md for the tables and why they look the way they do.
+ *
+ * Tables:
+ *   meta(k PRIMARY KEY, v)                          shard identity, table counter
+ *   collections(ns PRIMARY KEY, id, uuid, key, key_unique, options)
+ *   indexes(ns, name, id, spec, multikey)           secondary index specs (_id_ is implicit)
+ *   c<id>(rid INTEGER PRIMARY KEY, id BLOB UNIQUE, sk BLOB, doc BLOB)   + index on sk
+ *   i<id>(k, rid) WITHOUT ROWID                     one row per index key (multikey: many)
+ */
+#include "shardd/shardd.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+
+#include "common/bsonx.h"
+#include "common/log.h"
+
+#define STMT_CACHE_MAX 128
+
+typedef struct stmt_ent {
+    uint64_t hash;
+    char *sql;
+    sqlite3_stmt *st;
+} stmt_ent_t;
+
+typedef struct conn {
+    sqlite3 *db;
+    stmt_ent_t cache[STMT_CACHE_MAX];
+    int ncache;
+    struct conn *next;
+} conn_t;
+
+struct store {
+    char path[PATH_MAX];
+    bool sync_full;
+    pthread_mutex_t wmu;        /* the single writer */
+    conn_t *writer;
+    pthread_rwlock_t cat_lock;  /* the in-memory catalog */
+    pthread_key_t rkey;         /* this thread's reader connection */
+    pthread_mutex_t rmu;        /* the list of reader connections */
+    conn_t *readers;
+    store_coll_t **colls;
+    int ncolls, capcolls;
+    int64_t next_id;            /* next table number (c<id>, i<id>) */
+    store_write_observer_fn obs;
+    void *obs_arg;
+};
+
+struct store_txn {
+    store_t *st;
+    conn_t *c;
+    bool write;
+};
+
+/* ---- connections and statements ---------------------------------------------------- */
+
+static uint64_t fnv1a(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+static void conn_close(conn_t *c) {
+    if (!c) return;
+    for (int i = 0; i < c->ncache; i++) {
+        sqlite3_finalize(c->cache[i].st);
+        free(c->cache[i].sql);
+    }
+    sqlite3_close(c->db);
+    free(c);
+}
+
+static int conn_exec(conn_t *c, const char *sql, ms_error_t *err) {
+    char *msg = NULL;
+    int rc = sqlite3_exec(c->db, sql, NULL, NULL, &msg);
+    if (rc != SQLITE_OK) {
+        int code = err_from_sqlite(err, rc, sql, c->db);
+        sqlite3_free(msg);
+        return code;
+    }
+    return 0;
+}
+
+static int conn_open(store_t *st, bool writer, conn_t **out, ms_error_t *err) {
+    conn_t *c = calloc(1, sizeof *c);
+    int rc;
+    char pragmas[256];
+    if (!c) return err_set(err, MS_ERR_INTERNAL, "out of memory");
+    rc = sqlite3_open_v2(st->path, &c->db,
+                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        int code = err_from_sqlite(err, rc, "open", c->db);
+        conn_close(c);
+        return code;
+    }
+    sqlite3_busy_timeout(c->db, 30000);
+    /* WAL: readers never block the writer; synchronous NORMAL survives a process crash
+     * (kill -9), FULL also survives power loss (docs/storage.md). */
+    snprintf(pragmas, sizeof pragmas,
+             "PRAGMA journal_mode=WAL; PRAGMA synchronous=%s; PRAGMA temp_store=MEMORY;"
+             " PRAGMA cache_size=-%d;",
+             st->sync_full ? "FULL" : "NORMAL", writer ? 65536 : 16384);
+    if ((rc = conn_exec(c, pragmas, err)) != 0) {
+        conn_close(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void *store_stmt(store_txn_t *t, const char *sql, ms_error_t *err) {
+    conn_t *c = t->c;
+    uint64_t h = fnv1a(sql);
+    sqlite3_stmt *st = NULL;
+    int rc;
+    for (int i = 0; i < c->ncache; i++)
+        if (c->cache[i].hash == h && strcmp(c->cache[i].sql, sql) == 0) {
+            sqlite3_reset(c->cache[i].st);
+            sqlite3_clear_bindings(c->cache[i].st);
+            return c->cache[i].st;
+        }
+    rc = sqlite3_prepare_v3(c->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL);
+    if (rc != SQLITE_OK) {
+        err_from_sqlite(err, rc, sql, c->db);
+        return NULL;
+    }
+    if (c->ncache == STMT_CACHE_MAX) {
+        /* Full (many collections): drop the whole cache; statements are cheap to remake. */
+        for (int i = 0; i < c->ncache; i++) {
+            sqlite3_finalize(c->cache[i].st);
+            free(c->cache[i].sql);
+        }
+        c->ncache = 0;
+    }
+    c->cache[c->ncache].hash = h;
+    c->cache[c->ncache].sql = strdup(sql);
+    c->cache[c->ncache].st = st;
+    c->ncache++;
+    return st;
+}
+
+/* Finalizes cached statements that mention a table about to be dropped (DDL only). */
+static void conn_forget_all(conn_t *c) {
+    for (int i = 0; i < c->ncache; i++) {
+        sqlite3_finalize(c->cache[i].st);
+        free(c->cache[i].sql);
+    }
+    c->ncache = 0;
+}
+
+static conn_t *reader_conn(store_t *st, ms_error_t *err) {
+    conn_t *c = pthread_getspecific(st->rkey);
+    if (c) return c;
+    if (conn_open(st, false, &c, err) != 0) return NULL;
+    pthread_mutex_lock(&st->rmu);
+    c->next = st->readers;
+    st->readers = c;
+    pthread_mutex_unlock(&st->rmu);
+    pthread_setspecific(st->rkey, c);
+    return c;
+}
+
+/* ---- catalog in memory -------------------------------------------------------------- */
+
+static void index_free(store_index_t *ix) {
+    if (!ix) return;
+    keys_pattern_free(&ix->pat);
+    bson_destroy(&ix->spec);
+    free(ix);
+}
+
+static void coll_free(store_coll_t *c) {
+    if (!c) return;
+    for (int i = 0; i < c->nindexes; i++) index_free(c->ix[i]);
+    if (c->sharded) keys_pattern_free(&c->sk);
+    bson_destroy(&c->options);
+    free(c);
+}
+
+static void catalog_clear(store_t *st) {
+    for (int i = 0; i < st->ncolls; i++) coll_free(st->colls[i]);
+    st->ncolls = 0;
+}
+
+static void catalog_add(store_t *st, store_coll_t *c) {
+    if (st->ncolls == st->capcolls) {
+        int cap = st->capcolls ? st->capcolls * 2 : 16;
+        store_coll_t **n = realloc(st->colls, (size_t)cap * sizeof *n);
+        ASSERT(n != NULL);
+        st->colls = n;
+        st->capcolls = cap;
+    }
+    st->colls[st->ncolls++] = c;
+}
+
+static int index_new(const bson_t *spec, int64_t id, bool multikey, store_index_t **out,
+                     ms_error_t *err) {
+    store_index_t *ix = calloc(1, sizeof *ix);
+    bson_iter_t it, kit;
+    bson_t key;
+    const uint8_t *data;
+    uint32_t len;
+    int rc;
+    if (!ix) return err_set(err, MS_ERR_INTERNAL, "out of memory");
+    if (!bson_iter_init_find(&kit, spec, "key") || !BSON_ITER_HOLDS_DOCUMENT(&kit)) {
+        free(ix);
+        return err_set(err, MS_ERR_CANNOT_CREATE_INDEX, "index spec has no key document");
+    }
+    bson_iter_document(&kit, &len, &data);
+    if (!bson_init_static(&key, data, len)) {
+        free(ix);
+        return err_set(err, MS_ERR_INVALID_BSON, "bad index key document");
+    }
+    if ((rc = keys_pattern_parse(&key, &ix->pat, err)) != 0) {
+        free(ix);
+        return rc;
+    }
+    bson_copy_to(spec, &ix->spec);
+    if (bson_iter_init_find(&it, spec, "name") && BSON_ITER_HOLDS_UTF8(&it))
+        snprintf(ix->name, sizeof ix->name, "%s", bson_iter_utf8(&it, NULL));
+    ix->unique = bson_iter_init_find(&it, spec, "unique") && bsonx_truthy(&it);
+    ix->id = id;
+    ix->is_id = (id == 0);
+    ix->multikey = multikey;
+    *out = ix;
+    return 0;
+}
+
+static void id_index_spec(bson_t *spec) {
+    bson_t key;
+    bson_init(spec);
+    BSON_APPEND_INT32(spec, "v", 2);
+    BSON_APPEND_DOCUMENT_BEGIN(spec, "key", &key);
+    BSON_APPEND_INT32(&key, "_id", 1);
+    bson_append_document_end(spec, &key);
+    BSON_APPEND_UTF8(spec, "name", "_id_");
+}
+
+static int coll_new(const char *ns, int64_t id, const uint8_t *uuid, store_coll_t **out,
+                    ms_error_t *err) {
+    store_coll_t *c = calloc(1, sizeof *c);
+    bson_t spec;
+    int rc;
+    if (!c) return err_set(err, MS_ERR_INTERNAL, "out of memory");
+    snprintf(c->ns, sizeof c->ns, "%s", ns);
+    c->id = id;
+    memcpy(c->uuid, uuid, 16);
+    bson_init(&c->options);
+    id_index_spec(&spec);
+    rc = index_new(&spec, 0, false, &c->ix[0], err);
+    bson_destroy(&spec);
+    if (rc != 0) {
+        coll_free(c);
+        return rc;
+    }
+    c->nindexes = 1;
+    *out = c;
+    return 0;
+}
+
+static int bind_blob(sqlite3_stmt *s, int i, const void *p, size_t n) {
+    return sqlite3_bind_blob(s, i, n ? p : "", (int)n, SQLITE_STATIC);
+}
+
+static int catalog_load(store_t *st, conn_t *cn, ms_error_t *err) {
+    sqlite3_stmt *s = NULL;
+    int rc = 0, src;
+    catalog_clear(st);
+    src = sqlite3_prepare_v2(cn->db,
+                             "SELECT ns, id, uuid, key, key_unique, options FROM collections"
+                             " ORDER BY id", -1, &s, NULL);
+    if (src != SQLITE_OK) return err_from_sqlite(err, src, "load collections", cn->db);
+    while ((src = sqlite3_step(s)) == SQLITE_ROW) {
+        store_coll_t *c = NULL;
+        const char *ns = (const char *)sqlite3_column_text(s, 0);
+        const void *uuid = sqlite3_column_blob(s, 2);
+        uint8_t u[16] = {0};
+        if (uuid && sqlite3_column_bytes(s, 2) == 16) memcpy(u, uuid, 16);
+        if ((rc = coll_new(ns, sqlite3_column_int64(s, 1), u, &c, err)) != 0) goto out;
+        if (sqlite3_column_type(s, 3) == SQLITE_BLOB) {
+            bson_t key;
+            if (!bson_init_static(&key, sqlite3_column_blob(s, 3),
+                                  (size_t)sqlite3_column_bytes(s, 3)) ||
+                (rc = keys_pattern_parse(&key, &c->sk, err)) != 0) {
+                coll_free(c);
+                rc = rc ? rc : err_set(err, MS_ERR_INVALID_BSON, "bad shard key in catalog");
+                goto out;
+            }
+            c->sharded = true;
+            c->sk_unique = sqlite3_column_int(s, 4) != 0;
+        }
+        if (sqlite3_column_type(s, 5) == SQLITE_BLOB) {
+            bson_t opt;
+            if (bson_init_static(&opt, sqlite3_column_blob(s, 5),
+                                 (size_t)sqlite3_column_bytes(s, 5))) {
+                bson_destroy(&c->options);
+                bson_copy_to(&opt, &c->options);
+            }
+        }
+        catalog_add(st, c);
+    }
+    if (src != SQLITE_DONE) {
+        rc = err_from_sqlite(err, src, "load collections", cn->db);
+        goto out;
+    }
+    sqlite3_finalize(s);
+    s = NULL;
+    src = sqlite3_prepare_v2(cn->db, "SELECT ns, id, spec, multikey FROM indexes ORDER BY id", -1,
+                             &s, NULL);
+    if (src != SQLITE_OK) {
+        rc = err_from_sqlite(err, src, "load indexes", cn->db);
+        goto out;
+    }
+    while ((src = sqlite3_step(s)) == SQLITE_ROW) {
+        const char *ns = (const char *)sqlite3_column_text(s, 0);
+        store_coll_t *c = NULL;
+        store_index_t *ix = NULL;
+        bson_t spec;
+        for (int i = 0; i < st->ncolls; i++)
+            if (strcmp(st->colls[i]->ns, ns) == 0) c = st->colls[i];
+        if (!c || c->nindexes >= MS_INDEXES_MAX) continue;
+        if (!bson_init_static(&spec, sqlite3_column_blob(s, 2),
+                              (size_t)sqlite3_column_bytes(s, 2))) {
+            rc = err_set(err, MS_ERR_INVALID_BSON, "bad index spec in catalog");
+            goto out;
+        }
+        if ((rc = index_new(&spec, sqlite3_column_int64(s, 1), sqlite3_column_int(s, 3) != 0, &ix,
+                            err)) != 0)
+            goto out;
+        c->ix[c->nindexes++] = ix;
+    }
+    if (src != SQLITE_DONE) rc = err_from_sqlite(err, src, "load indexes", cn->db);
+out:
+    sqlite3_finalize(s);
+    return rc;
+}
+
+/* ---- open / close ------------------------------------------------------------------- */
+
+static const char *SCHEMA =
+    "CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v BLOB);"
+    "CREATE TABLE IF NOT EXISTS collections(ns TEXT PRIMARY KEY, id INTEGER NOT NULL UNIQUE,"
+    " uuid BLOB NOT NULL, key BLOB, key_unique INTEGER NOT NULL DEFAULT 0, options BLOB);"
+    "CREATE TABLE IF NOT EXISTS indexes(ns TEXT NOT NULL, name TEXT NOT NULL,"
+    " id INTEGER NOT NULL UNIQUE, spec BLOB NOT NULL, multikey INTEGER NOT NULL DEFAULT 0,"
+    " PRIMARY KEY(ns, name));";
+
+int store_open(const char *dir, const store_opts_t *opts, store_t **out, ms_error_t *err) {
+    store_t *st = calloc(1, sizeof *st);
+    pthread_rwlockattr_t ra;
+    int rc;
+    if (!st) return err_set(err, MS_ERR_INTERNAL, "out of memory");
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        free(st);
+        return err_set(err, MS_ERR_BAD_VALUE, "cannot create dbpath %s: %s", dir, strerror(errno));
+    }
+    if ((size_t)snprintf(st->path, sizeof st->path, "%s/shard.sqlite", dir) >= sizeof st->path) {
+        free(st);
+        return err_set(err, MS_ERR_BAD_VALUE, "dbpath too long");
+    }
+    st->sync_full = opts && opts->sync_full;
+    pthread_mutex_init(&st->wmu, NULL);
+    pthread_mutex_init(&st->rmu, NULL);
+    pthread_rwlockattr_init(&ra);
+    /* Writers (DDL) must not starve behind a stream of readers. */
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&st->cat_lock, &ra);
+    pthread_rwlockattr_destroy(&ra);
+    pthread_key_create(&st->rkey, NULL);
+    if ((rc = conn_open(st, true, &st->writer, err)) != 0) goto fail;
+    if ((rc = conn_exec(st->writer, SCHEMA, err)) != 0) goto fail;
+    {
+        sqlite3_stmt *s = NULL;
+        st->next_id = 1;
+        if (sqlite3_prepare_v2(st->writer->db,
+                               "SELECT max(m) FROM (SELECT max(id) AS m FROM collections UNION ALL"
+                               " SELECT max(id) FROM indexes)", -1, &s, NULL) == SQLITE_OK &&
+            sqlite3_step(s) == SQLITE_ROW)
+            st->next_id = sqlite3_column_int64(s, 0) + 1;
+        sqlite3_finalize(s);
+    }
+    if ((rc = catalog_load(st, st->writer, err)) != 0) goto fail;
+    log_info("store open path=%s collections=%d sync=%s", st->path, st->ncolls,
+             st->sync_full ? "full" : "normal");
+    *out = st;
+    return 0;
+fail:
+    store_close(st);
+    return rc;
+}
+
+void store_close(store_t *st) {
+    conn_t *c, *n;
+    if (!st) return;
+    catalog_clear(st);
+    free(st->colls);
+    for (c = st->readers; c; c = n) {
+        n = c->next;
+        conn_close(c);
+    }
+    conn_close(st->writer);
+    pthread_key_delete(st->rkey);
+    pthread_rwlock_destroy(&st->cat_lock);
+    pthread_mutex_destroy(&st->wmu);
+    pthread_mutex_destroy(&st->rmu);
+    free(st);
+}
+
+const char *store_path(const store_t *st) { return st->path; }
+
+void store_set_write_observer(store_t *st, store_write_observer_fn fn, void *arg) {
+    pthread_mutex_lock(&st->wmu);
+    st->obs = fn;
+    st->obs_arg = arg;
+    pthread_mutex_unlock(&st->wmu);
+}
+
+void *store_txn_db(store_txn_t *t) { return t->c->db; }
+store_t *store_txn_store(store_txn_t *t) { return t->st; }
+
+/* ---- transactions ------------------------------------------------------------------- */
+
+int store_read(store_t *st, store_txn_fn fn, void *arg, ms_error_t *err) {
+    store_txn_t t = {st, NULL, false};
+    int rc;
+    if (!(t.c = reader_conn(st, err))) return err ? err->code : MS_ERR_INTERNAL;
+    pthread_rwlock_rdlock(&st->cat_lock);
+    if ((rc = conn_exec(t.c, "BEGIN", err)) == 0) {
+        rc = fn(&t, arg, err);
+        /* A read transaction has nothing to keep: COMMIT just ends the snapshot. */
+        if (conn_exec(t.c, rc == 0 ? "COMMIT" : "ROLLBACK", rc == 0 ? err : NULL) != 0 && rc == 0)
+            rc = err ? err->code : MS_ERR_INTERNAL;
+    }
+    pthread_rwlock_unlock(&st->cat_lock);
+    return rc;
+}
+
+static int write_txn(store_t *st, bool ddl, store_txn_fn fn, void *arg, ms_error_t *err) {
+    store_txn_t t = {st, st->writer, true};
+    int rc;
+    pthread_mutex_lock(&st->wmu);
+    if (ddl)
+        pthread_rwlock_wrlock(&st->cat_lock);
+    else
+        pthread_rwlock_rdlock(&st->cat_lock);
+    if ((rc = conn_exec(t.c, "BEGIN IMMEDIATE", err)) == 0) {
+        rc = fn(&t, arg, err);
+        if (rc == 0) {
+            if ((rc = conn_exec(t.c, "COMMIT", err)) != 0) conn_exec(t.c, "ROLLBACK", NULL);
+        } else {
+            conn_exec(t.c, "ROLLBACK", NULL);
+        }
+        if (rc != 0 && ddl) {
+            /* The callback may have changed the in-memory catalog: reread what committed. */
+            ms_error_t e2;
+            if (catalog_load(st, t.c, &e2) != 0)
+                log_error("catalog reload failed after rollback errmsg=\"%s\"", e2.msg);
+        }
+    }
+    pthread_rwlock_unlock(&st->cat_lock);
+    pthread_mutex_unlock(&st->wmu);
+    return rc;
+}
+
+int store_write(store_t *st, store_txn_fn fn, void *arg, ms_error_t *err) {
+    return write_txn(st, false, fn, arg, err);
+}
+
+int store_ddl(store_t *st, store_txn_fn fn, void *arg, ms_error_t *err) {
+    return write_txn(st, true, fn, arg, err);
+}
+
+/* ---- catalog access ----------------------------------------------------------------- */
+
+store_coll_t *store_coll_get(store_txn_t *t, const char *ns) {
+    for (int i = 0; i < t->st->ncolls; i++)
+        if (strcmp(t->st->colls[i]->ns, ns) == 0) return t->st->colls[i];
+    return NULL;
+}
+
+int store_coll_count(store_txn_t *t) { return t->st->ncolls; }
+store_coll_t *store_coll_at(store_txn_t *t, int i) { return t->st->colls[i]; }
+
+store_index_t *store_index_by_name(store_coll_t *c, const char *name) {
+    for (int i = 0; i < c->nindexes; i++)
+        if (strcmp(c->ix[i]->name, name) == 0) return c->ix[i];
+    return NULL;
+}
+
+static int sql_fmt_exec(store_txn_t *t, ms_error_t *err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int sql_fmt_exec(store_txn_t *t, ms_error_t *err, const char *fmt, ...) {
+    char sql[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    return conn_exec(t->c, sql, err);
+}
+
+static int step_done(store_txn_t *t, sqlite3_stmt *s, const char *what, ms_error_t *err) {
+    int rc = sqlite3_step(s);
+    sqlite3_reset(s);
+    if (rc != SQLITE_DONE) return err_from_sqlite(err, rc, what, t->c->db);
+    return 0;
+}
+
+static int coll_persist(store_txn_t *t, store_coll_t *c, ms_error_t *err) {
+    sqlite3_stmt *s = store_stmt(t,
+                                 "INSERT OR REPLACE INTO collections(ns, id, uuid, key, key_unique,"
+                                 " options) VALUES(?,?,?,?,?,?)", err);
+    if (!s) return err->code;
+    sqlite3_bind_text(s, 1, c->ns, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, c->id);
+    sqlite3_bind_blob(s, 3, c->uuid, 16, SQLITE_STATIC);
+    if (c->sharded)
+        bind_blob(s, 4, bson_get_data(&c->sk.spec), c->sk.spec.len);
+    else
+        sqlite3_bind_null(s, 4);
+    sqlite3_bind_int(s, 5, c->sk_unique);
+    bind_blob(s, 6, bson_get_data(&c->options), c->options.len);
+    return step_done(t, s, "save collection", err);
+}
+
+int store_coll_create(store_txn_t *t, const char *ns, const uint8_t *uuid, store_coll_t **out,
+                      bool *created, ms_error_t *err) {
+    store_coll_t *c = store_coll_get(t, ns);
+    uint8_t u[16];
+    int rc;
+    if (created) *created = false;
+    if (c) {
+        if (out) *out = c;
+        return 0;
+    }
+    if (strlen(ns) > MS_NS_BYTES_MAX)
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "namespace too long: %s", ns);
+    if (uuid) {
+        memcpy(u, uuid, 16);
+    } else {
+        if (getrandom(u, sizeof u, 0) != (ssize_t)sizeof u)
+            return err_set(err, MS_ERR_INTERNAL, "getrandom failed");
+        u[6] = (uint8_t)((u[6] & 0x0f) | 0x40);  /* RFC 4122 version 4 */
+        u[8] = (uint8_t)((u[8] & 0x3f) | 0x80);
+    }
+    if ((rc = coll_new(ns, t->st->next_id, u, &c, err)) != 0) return rc;
+    if ((rc = sql_fmt_exec(t, err,
+                           "CREATE TABLE c%lld(rid INTEGER PRIMARY KEY, id BLOB NOT NULL UNIQUE,"
+                           " sk BLOB, doc BLOB NOT NULL); CREATE INDEX c%lld_sk ON c%lld(sk);",
+                           (long long)c->id, (long long)c->id, (long long)c->id)) != 0 ||
+        (rc = coll_persist(t, c, err)) != 0) {
+        coll_free(c);
+        return rc;
+    }
+    t->st->next_id++;
+    catalog_add(t->st, c);
+    log_info("collection created ns=%s table=c%lld", ns, (long long)c->id);
+    if (created) *created = true;
+    if (out) *out = c;
+    return 0;
+}
+
+int store_coll_drop(store_txn_t *t, const char *ns, ms_error_t *err) {
+    store_coll_t *c = store_coll_get(t, ns);
+    sqlite3_stmt *s;
+    int rc;
+    if (!c) return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "ns not found: %s", ns);
+    conn_forget_all(t->c);
+    for (int i = 1; i < c->nindexes; i++)
+        if ((rc = sql_fmt_exec(t, err, "DROP TABLE i%lld", (long long)c->ix[i]->id)) != 0)
+            return rc;
+    if ((rc = sql_fmt_exec(t, err, "DROP TABLE c%lld", (long long)c->id)) != 0) return rc;
+    if (!(s = store_stmt(t, "DELETE FROM indexes WHERE ns = ?", err))) return err->code;
+    sqlite3_bind_text(s, 1, ns, -1, SQLITE_STATIC);
+    if ((rc = step_done(t, s, "drop indexes", err)) != 0) return rc;
+    if (!(s = store_stmt(t, "DELETE FROM collections WHERE ns = ?", err))) return err->code;
+    sqlite3_bind_text(s, 1, ns, -1, SQLITE_STATIC);
+    if ((rc = step_done(t, s, "drop collection", err)) != 0) return rc;
+    for (int i = 0; i < t->st->ncolls; i++)
+        if (t->st->colls[i] == c) {
+            t->st->colls[i] = t->st->colls[--t->st->ncolls];
+            break;
+        }
+    coll_free(c);
+    log_info("collection dropped ns=%s", ns);
+    return 0;
+}
+
+/* ---- index keys --------------------------------------------------------------------- */
+
+/* A value found at a path: a position in the document, or a synthesized null/undefined. */
+enum { PV_ITER = 0, PV_NULL = 1, PV_UNDEFINED = 2 };
+typedef struct pval {
+    bson_iter_t it;
+    int kind;
+} pval_t;
+typedef struct pvals {
+    pval_t *v;
+    int n, cap;
+    bool overflow;
+} pvals_t;
+
+static void pv_push(pvals_t *pv, const bson_iter_t *it, int kind) {
+    if (pv->n >= SHARDD_INDEX_KEYS_PER_DOC_MAX) {
+        pv->overflow = true;
+        return;
+    }
+    if (pv->n == pv->cap) {
+        int cap = pv->cap ? pv->cap * 2 : 8;
+        pval_t *n = realloc(pv->v, (size_t)cap * sizeof *n);
+        ASSERT(n != NULL);
+        pv->v = n;
+        pv->cap = cap;
+    }
+    if (it) pv->v[pv->n].it = *it;
+    pv->v[pv->n].kind = kind;
+    pv->n++;
+}
+
+/* Collects the values at path inside the document whose elements iter_in iterates
+ * (MongoDB's multikey key generation, simplified): arrays are unwound (one level at the
+ * leaf, each element at an inner level), missing values are null, an empty array at the
+ * leaf is undefined. Emitting a superset of MongoDB's keys is harmless for queries: the
+ * executor re-checks the whole filter on every fetched document. */
+static void path_collect(bson_iter_t *doc_it, const char *path, pvals_t *out, bool *expanded,
+                         bool emit_missing, int depth) {
+    const char *dot = strchr(path, '.');
+    size_t clen = dot ? (size_t)(dot - path) : strlen(path);
+    bson_iter_t it = *doc_it;
+    bool found = false;
+    if (depth > MS_DOC_DEPTH_MAX) return;
+    while (bson_iter_next(&it)) {
+        if (bson_iter_key_len(&it) == clen && memcmp(bson_iter_key(&it), path, clen) == 0) {
+            found = true;
+            break;
+        }
+    }
+    if (!found) {
+        if (emit_missing) pv_push(out, NULL, PV_NULL);
+        return;
+    }
+    if (!dot) {
+        if (BSON_ITER_HOLDS_ARRAY(&it)) {
+            bson_iter_t ch;
+            bool any = false;
+            *expanded = true;
+            if (bson_iter_recurse(&it, &ch))
+                while (bson_iter_next(&ch)) {
+                    pv_push(out, &ch, PV_ITER);
+                    any = true;
+                }
+            if (!any && emit_missing) pv_push(out, NULL, PV_UNDEFINED);
+        } else {
+            pv_push(out, &it, PV_ITER);
+        }
+        return;
+    }
+    if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_iter_t ch;
+        if (bson_iter_recurse(&it, &ch)) path_collect(&ch, dot + 1, out, expanded, emit_missing,
+                                                      depth + 1);
+    } else if (BSON_ITER_HOLDS_ARRAY(&it)) {
+        bson_iter_t ch;
+        bool any = false;
+        *expanded = true;
+        if (bson_iter_recurse(&it, &ch))
+            while (bson_iter_next(&ch)) {
+                any = true;
+                if (BSON_ITER_HOLDS_DOCUMENT(&ch)) {
+                    bson_iter_t sub;
+                    if (bson_iter_recurse(&ch, &sub))
+                        path_collect(&sub, dot + 1, out, expanded, emit_missing, depth + 1);
+                } else if (emit_missing) {
+                    pv_push(out, NULL, PV_NULL);
+                }
+            }
+        if (!any && emit_missing) pv_push(out, NULL, PV_NULL);
+    } else if (emit_missing) {
+        pv_push(out, NULL, PV_NULL);
+    }
+}
+
+void store_path_values(const bson_t *doc, const char *path, store_path_fn fn, void *arg) {
+    pvals_t pv = {0};
+    bson_iter_t it;
+    bool expanded = false;
+    if (!bson_iter_init(&it, doc)) return;
+    path_collect(&it, path, &pv, &expanded, false, 0);
+    for (int i = 0; i < pv.n; i++) fn(arg, &pv.v[i].it);
+    free(pv.v);
+}
+
+static bson_t null_doc, undef_doc;
+static pthread_once_t null_docs_once = PTHREAD_ONCE_INIT;
+
+static void null_docs_init(void) {
+    bson_init(&null_doc);
+    BSON_APPEND_NULL(&null_doc, "");
+    bson_init(&undef_doc);
+    BSON_APPEND_UNDEFINED(&undef_doc, "");
+}
+
+static const bson_t *static_null_doc(int kind) {
+    pthread_once(&null_docs_once, null_docs_init);
+    return kind == PV_NULL ? &null_doc : &undef_doc;
+}
+
+static int encode_pval(const keys_pattern_t *p, int f, const pval_t *v, buf_t *out,
+                       ms_error_t *err) {
+    size_t from = out->len;
+    bson_iter_t it;
+    if (v->kind == PV_ITER) {
+        it = v->it;
+    } else {
+        if (!bson_iter_init(&it, static_null_doc(v->kind)) || !bson_iter_next(&it))
+            return err_set(err, MS_ERR_INTERNAL, "null key");
+    }
+    if (p->hashed[f]) {
+        if (BSON_ITER_HOLDS_ARRAY(&it))
+            return err_set(err, MS_ERR_BAD_VALUE,
+                           "hashed indexes do not currently support array values");
+        keys_encode_int64(out, keys_hash64(&it));
+    } else {
+        int rc = keys_encode_value(out, &it, err);
+        if (rc != 0) return rc;
+    }
+    if (p->dir[f] < 0) keys_invert(out, from);
+    return 0;
+}
+
+static int buf_cmp(const void *a, const void *b) {
+    const buf_t *x = a, *y = b;
+    size_t n = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->data, y->data, n);
+    if (c) return c;
+    return x->len < y->len ? -1 : x->len > y->len;
+}
+
+void store_keys_free(buf_t *keys, int nkeys) {
+    if (!keys) return;
+    for (int i = 0; i < nkeys; i++) buf_free(&keys[i]);
+    free(keys);
+}
+
+int store_index_keys(const keys_pattern_t *p, const bson_t *doc, buf_t **keys_out, int *nkeys,
+                     bool *multikey, ms_error_t *err) {
+    pvals_t pv[MS_KEY_FIELDS_MAX];
+    int arrays = 0, array_field = -1, rc = 0, n = 1, nk = 0;
+    buf_t *keys = NULL;
+    memset(pv, 0, sizeof pv);
+    *multikey = false;
+    for (int f = 0; f < p->nfields; f++) {
+        bson_iter_t it;
+        bool expanded = false;
+        if (!bson_iter_init(&it, doc)) {
+            rc = err_set(err, MS_ERR_INVALID_BSON, "invalid document");
+            goto out;
+        }
+        path_collect(&it, p->fields[f], &pv[f], &expanded, true, 0);
+        if (pv[f].overflow || pv[f].n == 0) {
+            if (pv[f].overflow) {
+                rc = err_set(err, MS_ERR_CANNOT_BUILD_INDEX_KEYS,
+                             "too many index keys for field %s", p->fields[f]);
+                goto out;
+            }
+            pv_push(&pv[f], NULL, PV_NULL);
+        }
+        if (expanded) {
+            *multikey = true;
+            if (arrays++ && array_field >= 0) {
+                rc = err_set(err, SHARDD_ERR_CANNOT_INDEX_PARALLEL_ARRAYS,
+                             "cannot index parallel arrays [%s] [%s]", p->fields[f],
+                             p->fields[array_field]);
+                goto out;
+            }
+            array_field = f;
+        }
+        n *= pv[f].n;  /* only one field has more than one value (no parallel arrays)... */
+        if (n > SHARDD_INDEX_KEYS_PER_DOC_MAX) {
+            rc = err_set(err, MS_ERR_CANNOT_BUILD_INDEX_KEYS, "too many index keys");
+            goto out;
+        }
+    }
+    keys = calloc((size_t)n, sizeof *keys);
+    ASSERT(keys != NULL);
+    for (int k = 0; k < n; k++) {
+        int rem = k;
+        for (int f = 0; f < p->nfields; f++) {
+            /* ...but a nested array path can still give several values in two fields
+             * (e.g. {a: {b: [1]}, c: [2, 3]}); the product covers every combination. */
+            int pick = rem % pv[f].n;
+            rem /= pv[f].n;
+            if ((rc = encode_pval(p, f, &pv[f].v[pick], &keys[nk], err)) != 0) {
+                buf_free(&keys[nk]);
+                goto out;
+            }
+        }
+        if (keys[nk].len > MS_KEY_BYTES_MAX) {
+            rc = err_set(err, MS_ERR_CANNOT_BUILD_INDEX_KEYS, "index key too large (%zu bytes)",
+                         keys[nk].len);
+            buf_free(&keys[nk]);
+            goto out;
+        }
+        nk++;
+    }
+    if (nk > 1) {
+        int u = 1;
+        qsort(keys, (size_t)nk, sizeof *keys, buf_cmp);
+        for (int i = 1; i < nk; i++) {
+            if (buf_cmp(&keys[i], &keys[u - 1]) == 0)
+                buf_free(&keys[i]);
+            else
+                keys[u++] = keys[i];
+        }
+        nk = u;
+    }
+out:
+    for (int f = 0; f < p->nfields; f++) free(pv[f].v);
+    if (rc != 0) {
+        store_keys_free(keys, nk);
+        return rc;
+    }
+    *keys_out = keys;
+    *nkeys = nk;
+    return 0;
+}
+
+/* ---- E11000 messages ---------------------------------------------------------------- */
+
+/* {a: 1, b: "x"} → `{ a: 1, b: "x" }` as MongoDB prints dup keys. */
+static void dupkey_text(const bson_t *kv, char *out, size_t outsz) {
+    bson_iter_t it;
+    size_t o = 0;
+    bool first = true;
+    o += (size_t)snprintf(out + o, outsz - o, "{ ");
+    if (bson_iter_init(&it, kv))
+        while (bson_iter_next(&it) && o < outsz) {
+            bson_t one;
+            char *js, *colon;
+            size_t l;
+            bson_init(&one);
+            bsonx_append_iter(&one, "v", &it);
+            js = bson_as_relaxed_extended_json(&one, NULL);
+            bson_destroy(&one);
+            if (!js) continue;
+            colon = strstr(js, "\" : ");
+            l = strlen(js);
+            if (colon && l > 2) {
+                js[l - 2] = '\0';  /* strip " }" */
+                o += (size_t)snprintf(out + o, outsz - o, "%s%s: %s", first ? "" : ", ",
+                                      bson_iter_key(&it), colon + 4);
+            }
+            bson_free(js);
+            first = false;
+        }
+    if (o < outsz) snprintf(out + o, outsz - o, " }");
+}
+
+void store_key_decode(const keys_pattern_t *p, const uint8_t *data, size_t len, bson_t *out) {
+    size_t pos = 0;
+    bson_init(out);
+    for (int f = 0; f < p->nfields && pos < len; f++) {
+        ms_error_t e;
+        if (p->dir[f] < 0) {
+            buf_t tmp = {0};
+            size_t sub = 0;
+            buf_put(&tmp, data + pos, len - pos);
+            keys_invert(&tmp, 0);
+            if (keys_decode_value(tmp.data, tmp.len, &sub, out, p->fields[f], &e) != 0) {
+                buf_free(&tmp);
+                return;
+            }
+            pos += sub;
+            buf_free(&tmp);
+        } else if (keys_decode_value(data, len, &pos, out, p->fields[f], &e) != 0) {
+            return;
+        }
+    }
+}
+
+static int dup_error(store_coll_t *c, store_index_t *ix, const buf_t *key, const bson_t *doc,
+                     bson_t *err_info, ms_error_t *err) {
+    bson_t kv;
+    char text[300];
+    if (ix->is_id) {
+        bson_iter_t it;
+        bson_init(&kv);
+        if (doc && bson_iter_init_find(&it, doc, "_id")) bsonx_append_iter(&kv, "_id", &it);
+    } else {
+        store_key_decode(&ix->pat, key->data, key->len, &kv);
+    }
+    dupkey_text(&kv, text, sizeof text);
+    if (err_info) {
+        BSON_APPEND_DOCUMENT(err_info, "keyPattern", &ix->pat.spec);
+        BSON_APPEND_DOCUMENT(err_info, "keyValue", &kv);
+    }
+    bson_destroy(&kv);
+    return err_set(err, MS_ERR_DUPLICATE_KEY,
+                   "E11000 duplicate key error collection: %s index: %s dup key: %s", c->ns,
+                   ix->name, text);
+}
+
+/* ---- THE write path ----------------------------------------------------------------- */
+
+typedef struct ixkeys {
+    buf_t *keys;
+    int n;
+} ixkeys_t;
+
+static int index_put(store_txn_t *t, store_coll_t *c, store_index_t *ix, const buf_t *k,
+                     int64_t rid, const bson_t *doc, bson_t *err_info, ms_error_t *err) {
+    char sql[96];
+    sqlite3_stmt *s;
+    int rc;
+    snprintf(sql, sizeof sql, "INSERT INTO i%lld(k, rid) VALUES(?,?)", (long long)ix->id);
+    if (!(s = store_stmt(t, sql, err))) return err->code;
+    bind_blob(s, 1, k->data, k->len);
+    sqlite3_bind_int64(s, 2, rid);
+    rc = sqlite3_step(s);
+    sqlite3_reset(s);
+    if (rc == SQLITE_DONE) return 0;
+    if (rc == SQLITE_CONSTRAINT) {
+        if (ix->unique) return dup_error(c, ix, k, doc, err_info, err);
+        return 0;  /* the same (key, rid) twice: nothing to add */
+    }
+    return err_from_sqlite(err, rc, "index insert", t->c->db);
+}
+
+static int index_del(store_txn_t *t, store_index_t *ix, const buf_t *k, int64_t rid,
+                     ms_error_t *err) {
+    char sql[96];
+    sqlite3_stmt *s;
+    snprintf(sql, sizeof sql, "DELETE FROM i%lld WHERE k = ? AND rid = ?", (long long)ix->id);
+    if (!(s = store_stmt(t, sql, err))) return err->code;
+    bind_blob(s, 1, k->data, k->len);
+    sqlite3_bind_int64(s, 2, rid);
+    return step_done(t, s, "index delete", err);
+}
+
+static int mark_multikey(store_txn_t *t, store_index_t *ix, ms_error_t *err) {
+    sqlite3_stmt *s;
+    int expected = 0;
+    if (atomic_load((_Atomic int *)&ix->multikey)) return 0;
+    if (!(s = store_stmt(t, "UPDATE indexes SET multikey = 1 WHERE id = ?", err))) return err->code;
+    sqlite3_bind_int64(s, 1, ix->id);
+    if (step_done(t, s, "mark multikey", err) != 0) return err->code;
+    /* Set before commit: a rollback leaves it on, which only costs the sort shortcut. */
+    atomic_compare_exchange_strong((_Atomic int *)&ix->multikey, &expected, 1);
+    return 0;
+}
+
+static int encode_id(const bson_t *doc, buf_t *out, ms_error_t *err) {
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, doc, "_id"))
+        return err_set(err, MS_ERR_INVALID_ID_FIELD, "document has no _id");
+    return keys_encode_value(out, &it, err);
+}
+
+int store_write_doc(store_txn_t *t, store_coll_t *c, int64_t rowid, const bson_t *old_doc,
+                    const bson_t *new_doc, int64_t *new_rowid, bson_t *err_info,
+                    ms_error_t *err) {
+    store_t *st = t->st;
+    buf_t id_new = {0}, id_old = {0}, sk_new = {0}, sk_old = {0};
+    ixkeys_t oldk[MS_INDEXES_MAX], newk[MS_INDEXES_MAX];
+    bool need_sp = st->obs != NULL, in_sp = false, mk_new[MS_INDEXES_MAX];
+    sqlite3_stmt *s;
+    char sql[160];
+    int rc = 0, src;
+    ASSERT(t->write);
+    ASSERT(old_doc || new_doc);
+    memset(oldk, 0, sizeof oldk);
+    memset(newk, 0, sizeof newk);
+    memset(mk_new, 0, sizeof mk_new);
+
+    /* Everything that can fail on the document's content is computed before any write. */
+    if (new_doc) {
+        if ((rc = bsonx_check_storable(new_doc, err)) != 0) goto out;
+        if ((rc = encode_id(new_doc, &id_new, err)) != 0) goto out;
+    }
+    if (old_doc && (rc = encode_id(old_doc, &id_old, err)) != 0) goto out;
+    if (old_doc && new_doc &&
+        (id_old.len != id_new.len || memcmp(id_old.data, id_new.data, id_new.len) != 0)) {
+        rc = err_set(err, MS_ERR_IMMUTABLE_FIELD,
+                     "Performing an update on the path '_id' would modify the immutable field "
+                     "'_id'");
+        goto out;
+    }
+    if (c->sharded) {
+        if (new_doc && (rc = keys_extract(&c->sk, new_doc, NULL, &sk_new, err)) != 0) goto out;
+        if (old_doc && keys_extract(&c->sk, old_doc, NULL, &sk_old, NULL) != 0) buf_reset(&sk_old);
+    }
+    for (int i = 1; i < c->nindexes; i++) {
+        bool mk = false;
+        if (c->ix[i]->unique) need_sp = true;
+        if (new_doc) {
+            if ((rc = store_index_keys(&c->ix[i]->pat, new_doc, &newk[i].keys, &newk[i].n, &mk,
+                                       err)) != 0)
+                goto out;
+            mk_new[i] = mk || newk[i].n > 1;
+        }
+        if (old_doc &&
+            store_index_keys(&c->ix[i]->pat, old_doc, &oldk[i].keys, &oldk[i].n, &mk, NULL) != 0)
+            oldk[i].n = 0;  /* an old document always had valid keys; be lenient anyway */
+    }
+
+    if (need_sp) {
+        if ((rc = conn_exec(t->c, "SAVEPOINT wdoc", err)) != 0) goto out;
+        in_sp = true;
+    }
+    /* The document row: _id uniqueness is the UNIQUE constraint on `id`. */
+    if (!old_doc) {
+        snprintf(sql, sizeof sql, "INSERT INTO c%lld(id, sk, doc) VALUES(?,?,?)", (long long)c->id);
+        if (!(s = store_stmt(t, sql, err))) { rc = err->code; goto out; }
+        bind_blob(s, 1, id_new.data, id_new.len);
+        if (c->sharded) bind_blob(s, 2, sk_new.data, sk_new.len); else sqlite3_bind_null(s, 2);
+        bind_blob(s, 3, bson_get_data(new_doc), new_doc->len);
+        src = sqlite3_step(s);
+        sqlite3_reset(s);
+        if (src == SQLITE_CONSTRAINT) {
+            rc = dup_error(c, c->ix[0], &id_new, new_doc, err_info, err);
+            goto out;
+        }
+        if (src != SQLITE_DONE) { rc = err_from_sqlite(err, src, "insert", t->c->db); goto out; }
+        rowid = sqlite3_last_insert_rowid(t->c->db);
+        if (new_rowid) *new_rowid = rowid;
+    } else if (!new_doc) {
+        snprintf(sql, sizeof sql, "DELETE FROM c%lld WHERE rid = ?", (long long)c->id);
+        if (!(s = store_stmt(t, sql, err))) { rc = err->code; goto out; }
+        sqlite3_bind_int64(s, 1, rowid);
+        if ((rc = step_done(t, s, "delete", err)) != 0) goto out;
+    } else {
+        snprintf(sql, sizeof sql, "UPDATE c%lld SET sk = ?, doc = ? WHERE rid = ?",
+                 (long long)c->id);
+        if (!(s = store_stmt(t, sql, err))) { rc = err->code; goto out; }
+        if (c->sharded) bind_blob(s, 1, sk_new.data, sk_new.len); else sqlite3_bind_null(s, 1);
+        bind_blob(s, 2, bson_get_data(new_doc), new_doc->len);
+        sqlite3_bind_int64(s, 3, rowid);
+        if ((rc = step_done(t, s, "update", err)) != 0) goto out;
+    }
+    /* Secondary indexes: remove keys that went away, add keys that appeared (both sorted). */
+    for (int i = 1; i < c->nindexes; i++) {
+        int a = 0, b = 0;
+        while (a < oldk[i].n || b < newk[i].n) {
+            int cmp = a >= oldk[i].n ? 1 : b >= newk[i].n ? -1
+                                        : buf_cmp(&oldk[i].keys[a], &newk[i].keys[b]);
+            if (cmp < 0) {
+                if ((rc = index_del(t, c->ix[i], &oldk[i].keys[a++], rowid, err)) != 0) goto out;
+            } else if (cmp > 0) {
+                if ((rc = index_put(t, c, c->ix[i], &newk[i].keys[b++], rowid, new_doc, err_info,
+                                    err)) != 0)
+                    goto out;
+            } else {
+                a++;
+                b++;
+            }
+        }
+        if (mk_new[i] && (rc = mark_multikey(t, c->ix[i], err)) != 0) goto out;
+    }
+    if (st->obs)
+        st->obs(st->obs_arg, c->ns, old_doc, new_doc, c->sharded && old_doc ? &sk_old : NULL,
+                c->sharded && new_doc ? &sk_new : NULL);
+    if (in_sp) {
+        in_sp = false;
+        if ((rc = conn_exec(t->c, "RELEASE wdoc", err)) != 0) goto out;
+    }
+out:
+    if (in_sp) {
+        conn_exec(t->c, "ROLLBACK TO wdoc", NULL);
+        conn_exec(t->c, "RELEASE wdoc", NULL);
+    }
+    for (int i = 1; i < c->nindexes; i++) {
+        store_keys_free(oldk[i].keys, oldk[i].n);
+        store_keys_free(newk[i].keys, newk[i].n);
+    }
+    buf_free(&id_new);
+    buf_free(&id_old);
+    buf_free(&sk_new);
+    buf_free(&sk_old);
+    return rc;
+}
+
+int store_get_by_rowid(store_txn_t *t, store_coll_t *c, int64_t rowid, bson_t *doc,
+                       ms_error_t *err) {
+    char sql[96];
+    sqlite3_stmt *s;
+    int rc;
+    snprintf(sql, sizeof sql, "SELECT doc FROM c%lld WHERE rid = ?", (long long)c->id);
+    if (!(s = store_stmt(t, sql, err))) return err->code;
+    sqlite3_bind_int64(s, 1, rowid);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        bson_t view;
+        if (!bson_init_static(&view, sqlite3_column_blob(s, 0), (size_t)sqlite3_column_bytes(s, 0))) {
+            sqlite3_reset(s);
+            return err_set(err, MS_ERR_INVALID_BSON, "corrupt document rid=%lld", (long long)rowid);
+        }
+        bson_copy_to(&view, doc);
+        sqlite3_reset(s);
+        return 0;
+    }
+    sqlite3_reset(s);
+    if (rc == SQLITE_DONE) return err_set(err, MS_ERR_NO_MATCHING_DOCUMENT, "no document");
+    return err_from_sqlite(err, rc, "get", t->c->db);
+}
+
+/* ---- index DDL ---------------------------------------------------------------------- */
+
+void store_index_name(const bson_t *key, char *out, size_t outsz) {
+    bson_iter_t it;
+    size_t o = 0;
+    out[0] = '\0';
+    if (!bson_iter_init(&it, key)) return;
+    while (bson_iter_next(&it) && o < outsz) {
+        char val[64];
+        if (BSON_ITER_HOLDS_UTF8(&it))
+            snprintf(val, sizeof val, "%s", bson_iter_utf8(&it, NULL));
+        else if (BSON_ITER_HOLDS_DOUBLE(&it))
+            snprintf(val, sizeof val, "%g", bson_iter_double(&it));
+        else if (BSON_ITER_HOLDS_INT32(&it))
+            snprintf(val, sizeof val, "%d", bson_iter_int32(&it));
+        else if (BSON_ITER_HOLDS_INT64(&it))
+            snprintf(val, sizeof val, "%lld", (long long)bson_iter_int64(&it));
+        else
+            snprintf(val, sizeof val, "1");
+        o += (size_t)snprintf(out + o, outsz - o, "%s%s_%s", o ? "_" : "", bson_iter_key(&it), val);
+    }
+}
+
+static bool spec_bool(const bson_t *spec, const char *name) {
+    bson_iter_t it;
+    return bson_iter_init_find(&it, spec, name) && bsonx_truthy(&it);
+}
+
+/* Builds every document's keys into a new index's side table. */
+static int index_build(store_txn_t *t, store_coll_t *c, store_index_t *ix, ms_error_t *err) {
+    char sql[96];
+    sqlite3_stmt *s = NULL;
+    int rc = 0, src;
+    bool any_mk = false;
+    snprintf(sql, sizeof sql, "SELECT rid, doc FROM c%lld", (long long)c->id);
+    if ((src = sqlite3_prepare_v2(t->c->db, sql, -1, &s, NULL)) != SQLITE_OK)
+        return err_from_sqlite(err, src, "index build", t->c->db);
+    while ((src = sqlite3_step(s)) == SQLITE_ROW) {
+        bson_t doc;
+        buf_t *keys = NULL;
+        int nk = 0;
+        bool mk = false;
+        if (!bson_init_static(&doc, sqlite3_column_blob(s, 1), (size_t)sqlite3_column_bytes(s, 1))) {
+            rc = err_set(err, MS_ERR_INVALID_BSON, "corrupt document");
+            goto out;
+        }
+        if ((rc = store_index_keys(&ix->pat, &doc, &keys, &nk, &mk, err)) != 0) goto out;
+        if (mk || nk > 1) any_mk = true;
+        for (int k = 0; k < nk && rc == 0; k++)
+            rc = index_put(t, c, ix, &keys[k], sqlite3_column_int64(s, 0), &doc, NULL, err);
+        store_keys_free(keys, nk);
+        if (rc != 0) goto out;
+    }
+    if (src != SQLITE_DONE) rc = err_from_sqlite(err, src, "index build", t->c->db);
+    if (rc == 0 && any_mk) ix->multikey = 1;
+out:
+    sqlite3_finalize(s);
+    return rc;
+}
+
+int store_index_create(store_txn_t *t, store_coll_t *c, const bson_t *user_spec, bool *existed,
+                       ms_error_t *err) {
+    bson_iter_t it;
+    bson_t key, spec;
+    const uint8_t *data;
+    uint32_t len;
+    char name[128];
+    keys_pattern_t pat;
+    store_index_t *ix = NULL;
+    bool unique = spec_bool(user_spec, "unique");
+    sqlite3_stmt *s;
+    int rc;
+    *existed = false;
+    if (!bson_iter_init_find(&it, user_spec, "key") || !BSON_ITER_HOLDS_DOCUMENT(&it))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "index specification must have a 'key' document");
+    bson_iter_document(&it, &len, &data);
+    if (!bson_init_static(&key, data, len)) return err_set(err, MS_ERR_INVALID_BSON, "bad key");
+    if ((rc = keys_pattern_parse(&key, &pat, err)) != 0) {
+        if (rc == MS_ERR_BAD_VALUE) err->code = rc = MS_ERR_CANNOT_CREATE_INDEX;
+        return rc;
+    }
+    if (bson_iter_init_find(&it, user_spec, "name")) {
+        if (!BSON_ITER_HOLDS_UTF8(&it) || !*bson_iter_utf8(&it, NULL)) {
+            keys_pattern_free(&pat);
+            return err_set(err, MS_ERR_CANNOT_CREATE_INDEX, "index name must be a non-empty string");
+        }
+        snprintf(name, sizeof name, "%s", bson_iter_utf8(&it, NULL));
+    } else {
+        store_index_name(&key, name, sizeof name);
+    }
+    if (unique && pat.hashed_field >= 0) {
+        keys_pattern_free(&pat);
+        return err_set(err, MS_ERR_CANNOT_CREATE_INDEX, "Currently hashed indexes cannot guarantee "
+                       "uniqueness. Use a regular index.");
+    }
+    /* MongoDB's rules: same name + same key + same options → no-op; same name with another
+     * key → IndexKeySpecsConflict; same key under another name or options →
+     * IndexOptionsConflict. */
+    for (int i = 0; i < c->nindexes; i++) {
+        store_index_t *o = c->ix[i];
+        bool same_key = keys_pattern_equal(&o->pat, &pat) && bson_equal(&o->pat.spec, &key);
+        bool same_name = strcmp(o->name, name) == 0;
+        bool same_opts = o->unique == unique || (o->is_id && unique);
+        if (same_name && same_key && same_opts) {
+            *existed = true;
+            keys_pattern_free(&pat);
+            return 0;
+        }
+        if (same_name && !same_key) {
+            keys_pattern_free(&pat);
+            return err_set(err, MS_ERR_INDEX_KEY_SPECS_CONFLICT,
+                           "An existing index has the same name as the requested index. When "
+                           "index names are not specified, they are auto generated and can cause "
+                           "conflicts. Please refer to our documentation. Requested index: %s, "
+                           "existing index: %s", name, o->name);
+        }
+        if (same_key) {
+            keys_pattern_free(&pat);
+            return err_set(err, MS_ERR_INDEX_OPTIONS_CONFLICT,
+                           "An equivalent index already exists with a different name and "
+                           "options. Requested index: %s, existing index: %s", name, o->name);
+        }
+    }
+    keys_pattern_free(&pat);
+    if (c->nindexes >= MS_INDEXES_MAX)
+        return err_set(err, MS_ERR_CANNOT_CREATE_INDEX, "add index fails, too many indexes for %s",
+                       c->ns);
+    bson_init(&spec);
+    BSON_APPEND_INT32(&spec, "v", 2);
+    BSON_APPEND_DOCUMENT(&spec, "key", &key);
+    BSON_APPEND_UTF8(&spec, "name", name);
+    if (unique) BSON_APPEND_BOOL(&spec, "unique", true);
+    rc = index_new(&spec, t->st->next_id, false, &ix, err);
+    bson_destroy(&spec);
+    if (rc != 0) return rc;
+    if (ix->unique)
+        rc = sql_fmt_exec(t, err, "CREATE TABLE i%lld(k BLOB PRIMARY KEY, rid INTEGER NOT NULL)"
+                          " WITHOUT ROWID", (long long)ix->id);
+    else
+        rc = sql_fmt_exec(t, err, "CREATE TABLE i%lld(k BLOB NOT NULL, rid INTEGER NOT NULL,"
+                          " PRIMARY KEY(k, rid)) WITHOUT ROWID", (long long)ix->id);
+    if (rc != 0) goto fail;
+    t->st->next_id++;
+    if ((rc = index_build(t, c, ix, err)) != 0) goto fail;
+    if (!(s = store_stmt(t, "INSERT INTO indexes(ns, name, id, spec, multikey) VALUES(?,?,?,?,?)",
+                         err))) {
+        rc = err->code;
+        goto fail;
+    }
+    sqlite3_bind_text(s, 1, c->ns, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, ix->name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, ix->id);
+    bind_blob(s, 4, bson_get_data(&ix->spec), ix->spec.len);
+    sqlite3_bind_int(s, 5, ix->multikey);
+    if ((rc = step_done(t, s, "save index", err)) != 0) goto fail;
+    c->ix[c->nindexes++] = ix;
+    c->gen++;
+    log_info("index created ns=%s name=%s table=i%lld", c->ns, ix->name, (long long)ix->id);
+    return 0;
+fail:
+    index_free(ix);
+    return rc;
+}
+
+int store_index_drop(store_txn_t *t, store_coll_t *c, const char *name, ms_error_t *err) {
+    store_index_t *ix = store_index_by_name(c, name);
+    sqlite3_stmt *s;
+    int rc, at = -1;
+    if (!ix) return err_set(err, MS_ERR_INDEX_NOT_FOUND, "index not found with name [%s]", name);
+    if (ix->is_id) return err_set(err, MS_ERR_INVALID_OPTIONS, "cannot drop _id index");
+    conn_forget_all(t->c);
+    if ((rc = sql_fmt_exec(t, err, "DROP TABLE i%lld", (long long)ix->id)) != 0) return rc;
+    if (!(s = store_stmt(t, "DELETE FROM indexes WHERE ns = ? AND name = ?", err))) return err->code;
+    sqlite3_bind_text(s, 1, c->ns, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
+    if ((rc = step_done(t, s, "drop index", err)) != 0) return rc;
+    for (int i = 0; i < c->nindexes; i++)
+        if (c->ix[i] == ix) at = i;
+    ASSERT(at > 0);
+    memmove(&c->ix[at], &c->ix[at + 1], (size_t)(c->nindexes - at - 1) * sizeof c->ix[0]);
+    c->nindexes--;
+    c->gen++;
+    log_info("index dropped ns=%s name=%s", c->ns, ix->name);
+    index_free(ix);
+    return 0;
+}
+
+int store_coll_set_shard_key(store_txn_t *t, store_coll_t *c, const keys_pattern_t *p,
+                             bool unique, ms_error_t *err) {
+    char sql[128];
+    sqlite3_stmt *s = NULL, *u;
+    int rc = 0, src;
+    bson_t spec;
+    keys_pattern_t copy;
+    /* Fill sk of every document; an array in a key field fails the whole transaction. */
+    snprintf(sql, sizeof sql, "SELECT rid, doc FROM c%lld", (long long)c->id);
+    if ((src = sqlite3_prepare_v2(t->c->db, sql, -1, &s, NULL)) != SQLITE_OK)
+        return err_from_sqlite(err, src, "shard key fill", t->c->db);
+    snprintf(sql, sizeof sql, "UPDATE c%lld SET sk = ? WHERE rid = ?", (long long)c->id);
+    if (!(u = store_stmt(t, sql, err))) {
+        rc = err->code;
+        goto out;
+    }
+    while ((src = sqlite3_step(s)) == SQLITE_ROW) {
+        bson_t doc;
+        buf_t sk = {0};
+        if (!bson_init_static(&doc, sqlite3_column_blob(s, 1), (size_t)sqlite3_column_bytes(s, 1))) {
+            rc = err_set(err, MS_ERR_INVALID_BSON, "corrupt document");
+            goto out;
+        }
+        if ((rc = keys_extract(p, &doc, NULL, &sk, err)) != 0) {
+            bson_iter_t idit;
+            char *js = NULL;
+            if (bson_iter_init_find(&idit, &doc, "_id")) {
+                bson_t one;
+                bson_init(&one);
+                bsonx_append_iter(&one, "_id", &idit);
+                js = bsonx_to_json(&one);
+                bson_destroy(&one);
+            }
+            err_prefix(err, "document %s cannot be sharded", js ? js : "?");
+            bson_free(js);
+            buf_free(&sk);
+            goto out;
+        }
+        sqlite3_reset(u);
+        bind_blob(u, 1, sk.data, sk.len);
+        sqlite3_bind_int64(u, 2, sqlite3_column_int64(s, 0));
+        rc = step_done(t, u, "shard key fill", err);
+        buf_free(&sk);
+        if (rc != 0) goto out;
+    }
+    if (src != SQLITE_DONE) {
+        rc = err_from_sqlite(err, src, "shard key fill", t->c->db);
+        goto out;
+    }
+    bson_copy_to(&p->spec, &spec);
+    rc = keys_pattern_parse(&spec, &copy, err);
+    bson_destroy(&spec);
+    if (rc != 0) goto out;
+    if (c->sharded) keys_pattern_free(&c->sk);
+    c->sk = copy;
+    c->sharded = true;
+    c->sk_unique = unique;
+    c->gen++;
+    rc = coll_persist(t, c, err);
+out:
+    sqlite3_finalize(s);
+    return rc;
+}
+
+/* ---- stats and meta ----------------------------------------------------------------- */
+
+static int64_t dbstat_bytes(store_txn_t *t, const char *name) {
+    sqlite3_stmt *s = store_stmt(t, "SELECT total(pgsize) FROM dbstat WHERE name = ?", NULL);
+    int64_t v = 0;
+    if (!s) return 0;  /* dbstat not compiled in: sizes reported as 0 */
+    sqlite3_bind_text(s, 1, name, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(s) == SQLITE_ROW) v = sqlite3_column_int64(s, 0);
+    sqlite3_reset(s);
+    return v;
+}
+
+int store_coll_stats(store_txn_t *t, store_coll_t *c, int64_t *count, int64_t *bytes,
+                     int64_t *storage_bytes, int64_t *index_bytes, ms_error_t *err) {
+    char sql[128];
+    sqlite3_stmt *s;
+    int rc;
+    snprintf(sql, sizeof sql, "SELECT count(*), total(length(doc)) FROM c%lld", (long long)c->id);
+    if (!(s = store_stmt(t, sql, err))) return err->code;
+    rc = sqlite3_step(s);
+    if (rc != SQLITE_ROW) {
+        sqlite3_reset(s);
+        return err_from_sqlite(err, rc, "stats", t->c->db);
+    }
+    *count = sqlite3_column_int64(s, 0);
+    *bytes = (int64_t)sqlite3_column_double(s, 1);
+    sqlite3_reset(s);
+    if (storage_bytes) {
+        snprintf(sql, sizeof sql, "c%lld", (long long)c->id);
+        *storage_bytes = dbstat_bytes(t, sql);
+    }
+    if (index_bytes) {
+        int64_t ib = 0;
+        snprintf(sql, sizeof sql, "sqlite_autoindex_c%lld_1", (long long)c->id);
+        ib += dbstat_bytes(t, sql);
+        for (int i = 1; i < c->nindexes; i++) {
+            snprintf(sql, sizeof sql, "i%lld", (long long)c->ix[i]->id);
+            ib += dbstat_bytes(t, sql);
+        }
+        *index_bytes = ib;
+    }
+    return 0;
+}
+
+int64_t store_file_bytes(store_t *st) {
+    struct stat sb;
+    char wal[PATH_MAX + 8];
+    int64_t n = 0;
+    if (stat(st->path, &sb) == 0) n += sb.st_size;
+    snprintf(wal, sizeof wal, "%s-wal", st->path);
+    if (stat(wal, &sb) == 0) n += sb.st_size;
+    return n;
+}
+
+typedef struct meta_arg {
+    const char *key;
+    const bson_t *in;
+    bson_t *out;
+} meta_arg_t;
+
+static int meta_get_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    meta_arg_t *m = arg;
+    sqlite3_stmt *s = store_stmt(t, "SELECT v FROM meta WHERE k = ?", err);
+    int rc;
+    if (!s) return err->code;
+    sqlite3_bind_text(s, 1, m->key, -1, SQLITE_STATIC);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        bson_t view;
+        if (!bson_init_static(&view, sqlite3_column_blob(s, 0), (size_t)sqlite3_column_bytes(s, 0))) {
+            sqlite3_reset(s);
+            return err_set(err, MS_ERR_INVALID_BSON, "bad meta value %s", m->key);
+        }
+        bson_copy_to(&view, m->out);
+        sqlite3_reset(s);
+        return 0;
+    }
+    sqlite3_reset(s);
+    if (rc == SQLITE_DONE) return err_set(err, MS_ERR_NO_SUCH_KEY, "no meta value %s", m->key);
+    return err_from_sqlite(err, rc, "meta get", t->c->db);
+}
+
+static int meta_put_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    meta_arg_t *m = arg;
+    sqlite3_stmt *s = store_stmt(t, "INSERT OR REPLACE INTO meta(k, v) VALUES(?,?)", err);
+    if (!s) return err->code;
+    sqlite3_bind_text(s, 1, m->key, -1, SQLITE_STATIC);
+    bind_blob(s, 2, bson_get_data(m->in), m->in->len);
+    return step_done(t, s, "meta put", err);
+}
+
+int store_meta_get(store_t *st, const char *key, bson_t *out, ms_error_t *err) {
+    meta_arg_t m = {key, NULL, out};
+    return store_read(st, meta_get_fn, &m, err);
+}
+
+int store_meta_put(store_t *st, const char *key, const bson_t *value, ms_error_t *err) {
+    meta_arg_t m = {key, value, NULL};
+    return store_write(st, meta_put_fn, &m, err);
+}
