@@ -10,6 +10,7 @@
 #include "common/bsonx.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -478,12 +479,46 @@ char *bsonx_to_canonical_json(const bson_t *doc) {
     return bson_as_canonical_extended_json(doc, NULL);
 }
 
+/* Copies the elements at it into dst, naming array elements "0", "1", ... libbson
+ * 1.23's JSON reader writes garbage keys for array elements that follow a {"$code"} or
+ * {"$dbPointer"} value inside an array, which leaves arrays that libbson itself then
+ * refuses; rebuilding the keys repairs them. depth is bounded by the reader's own
+ * nesting limit. */
+static void copy_renumbering_arrays(bson_iter_t *it, bson_t *dst, bool array) {
+    uint32_t i = 0;
+    while (bson_iter_next(it)) {
+        char idx[16];
+        const char *key = bson_iter_key(it);
+        bson_type_t t = bson_iter_type(it);
+        bson_iter_t child;
+        if (array) {
+            snprintf(idx, sizeof idx, "%u", i++);
+            key = idx;
+        }
+        if ((t == BSON_TYPE_DOCUMENT || t == BSON_TYPE_ARRAY) && bson_iter_recurse(it, &child)) {
+            bson_t sub;
+            if (t == BSON_TYPE_DOCUMENT) bson_append_document_begin(dst, key, -1, &sub);
+            else bson_append_array_begin(dst, key, -1, &sub);
+            copy_renumbering_arrays(&child, &sub, t == BSON_TYPE_ARRAY);
+            if (t == BSON_TYPE_DOCUMENT) bson_append_document_end(dst, &sub);
+            else bson_append_array_end(dst, &sub);
+        } else {
+            bson_append_iter(dst, key, -1, it);
+        }
+    }
+}
+
 int bsonx_from_json(const char *json, bson_t *out, ms_error_t *err) {
     bson_error_t berr;
+    bson_t parsed;
+    bson_iter_t it;
     if (!json) return err_set(err, MS_ERR_FAILED_TO_PARSE, "no JSON text");
-    /* bson_init_from_json leaves *out destroyed when it fails. */
-    if (!bson_init_from_json(out, json, -1, &berr))
+    /* bson_init_from_json leaves the document destroyed when it fails. */
+    if (!bson_init_from_json(&parsed, json, -1, &berr))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "bad JSON: %s", berr.message);
+    bson_init(out);
+    if (bson_iter_init(&it, &parsed)) copy_renumbering_arrays(&it, out, false);
+    bson_destroy(&parsed);
     return 0;
 }
 
