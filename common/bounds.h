@@ -21,7 +21,9 @@ typedef struct bounds_range {
     bool lo_incl, hi_incl;
 } bounds_range_t;
 
-/* Ranges sorted and disjoint; all = no useful bound (whole key space). */
+/* Ranges sorted and disjoint; all = no useful bound (whole key space; r then holds that
+ * one range, [MinKey.., MaxKey..], so callers may also just iterate r). n == 0 and !all:
+ * no document can match (e.g. {$in: []}). */
 typedef struct bounds {
     int n;
     bounds_range_t *r;
@@ -35,7 +37,10 @@ typedef struct bounds {
  * $exists:false / null (null bound). Anything else on a field → that field unbounded. For
  * compound patterns, point-prefixes then one range (MongoDB's bounds "explode"); fields
  * after a range field are MinKey..MaxKey. Borrows filter and p; *out filled on success
- * (caller frees with bounds_free). */
+ * (caller frees with bounds_free). A document's key is what keys_extract gives per field
+ * (missing = null, hashed fields hashed), each field complemented (keys_invert) when its
+ * direction is -1. Assumes keys hold no arrays (shard keys; non-multikey indexes): two
+ * ranges on one field are intersected. Errors: BadValue for a malformed $or / $and. */
 int bounds_from_filter(const bson_t *filter, const keys_pattern_t *p, int max_ranges,
                        bounds_t *out, ms_error_t *err);
 
