@@ -200,6 +200,15 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
     }
     if ((rc = bsonx_view(data, len, &req, &err)) != 0) goto out;
     ctx.req = &req;
+    if (s->intercept && s->intercept(data, len, reply)) {
+        bson_iter_t f;
+        atomic_fetch_add(&s->rejected, 1);
+        if (bson_iter_init(&f, &req) && bson_iter_next(&f))
+            cmd_printable(shown, sizeof shown, bson_iter_key(&f));
+        log_warn("command refused cmd=%s code=%d", shown,
+                 bson_iter_init_find(&it, reply, "code") ? (int)bson_iter_as_int64(&it) : 0);
+        goto done;
+    }
     if (!bson_iter_init(&ctx.arg, &req) || !bson_iter_next(&ctx.arg)) {
         rc = err_set(&err, MS_ERR_FAILED_TO_PARSE, "empty command document");
         goto out;
@@ -257,6 +266,7 @@ out:
         else
             log_debug("command cmd=%s db=%s ms=%lld", ctx.name, ctx.db, ms);
     }
+done:
     bson_destroy(&ctx.err_info);
 }
 
@@ -288,6 +298,7 @@ int cmd_server_start(const cmd_server_opts_t *opts, cmd_server_t **out, ms_error
     s->table_len = opts->table_len;
     s->app = opts->app;
     s->status = opts->status;
+    s->intercept = opts->intercept;
     s->start_mono_ms = time_mono_ms();
     /* calloc'd zeros are valid initial atomics on every platform we build for. */
     s->own_counts = calloc((size_t)opts->table_len + 1, sizeof *s->own_counts);

@@ -98,6 +98,11 @@ typedef struct cmd_server_opts {
     int table_len;
     void *app;
     cmd_status_fn status;       /* may be NULL */
+    /* May be NULL. Sees every request that passed the size and BSON checks, before the
+     * command lookup; returning true means it filled reply (an error reply, logged by
+     * dispatch) and the request ends there. The router refuses internal commands from
+     * clients this way (rt_refuse_internal). */
+    bool (*intercept)(const uint8_t *data, size_t len, bson_t *reply);
 } cmd_server_opts_t;
 
 /* Builds a dispatcher and starts serving. *out set on success only. */

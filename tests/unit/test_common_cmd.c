@@ -596,7 +596,41 @@ static void cmd_fail_command(void) {
     cmd_server_stop(s);
 }
 
+static bool refuse_underscore(const uint8_t *data, size_t len, bson_t *reply) {
+    bson_t doc;
+    bson_iter_t it;
+    if (!bson_init_static(&doc, data, len) || !bson_iter_init(&it, &doc) || !bson_iter_next(&it) ||
+        bson_iter_key(&it)[0] != '_')
+        return false;
+    ms_error_t e = {MS_ERR_UNAUTHORIZED, "internal command"};
+    cmd_error_reply(reply, &e);
+    return true;
+}
+
+/* The intercept hook (the router's internal-command guard) runs before lookup. */
+static void cmd_intercept(void) {
+    cmd_server_opts_t o = {.process = "testd", .url = "inproc://cmd_intercept", .workers = 2,
+                           .table = test_table, .table_len = 1, .intercept = refuse_underscore};
+    cmd_server_t *s = NULL;
+    rpc_client_t *c = NULL;
+    ms_error_t err = {0};
+    bson_t r;
+    CHECK_INT(cmd_server_start(&o, &s, &err), 0);
+    CHECK_INT(rpc_client_open("inproc://cmd_intercept", &c, &err), 0);
+    call_json(c, "{\"_recvChunkStart\": \"a.b\"}", &r);
+    EXPECT_ERR(r, MS_ERR_UNAUTHORIZED);
+    bson_destroy(&r);
+    call_json(c, "{\"ping\": 1}", &r);
+    CHECK(ok_is(&r, 1.0));
+    bson_destroy(&r);
+    call_json(c, "{\"serverStatus\": 1}", &r);
+    CHECK_INT(get_int(&r, "metrics.rejectedRequests"), 1);
+    bson_destroy(&r);
+    rpc_client_close(c);
+    cmd_server_stop(s);
+}
+
 T_MAIN(T_CASE(cmd_common_commands), T_CASE(cmd_unknown_command), T_CASE(cmd_field_checks),
        T_CASE(cmd_test_only_hidden), T_CASE(cmd_error_fields), T_CASE(cmd_error_logged),
        T_CASE(cmd_size_limits), T_CASE(cmd_garbage), T_CASE(cmd_dispatch_direct),
-       T_CASE(cmd_fail_command))
+       T_CASE(cmd_fail_command), T_CASE(cmd_intercept))
