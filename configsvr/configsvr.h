@@ -1,0 +1,309 @@
+/*
+ * configsvr.h — the config server (bin/configsvr): the whole shape of the daemon in one
+ * header. The sharding catalog lives in one SQLite file (WAL) whose tables mirror
+ * MongoDB's config database (catalog.c, prefix cat_); the metadata commands
+ * (cmd_*.c, prefix cfg_) parse requests, talk to shards over RPC and commit each
+ * metadata change as ONE catalog transaction. docs/catalog.md describes the tables,
+ * the document shapes and the version rules; docs/protocol.md every command.
+ *
+ * Locking: the catalog serialises its own SQLite use with one mutex and never holds it
+ * across an RPC (shards call getRoutingTable back while we wait on them). Commands that
+ * read, ask shards, then commit (shardCollection, split, merge, addShard, drops) take
+ * cfg_t.ddl_mu first — our miniature of MongoDB's DDL lock / chunk-op lock — so that
+ * what they read is still true when they commit.
+ */
+#ifndef MS_CONFIGSVR_H
+#define MS_CONFIGSVR_H
+
+#include <bson/bson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/cmd.h"
+#include "common/errors.h"
+#include "common/keys.h"
+#include "common/limits.h"
+
+/* ---- limits of the config server (each with its reason) -------------------------- */
+
+/* Rows kept in config.changelog / config.actionlog. MongoDB caps them at 200 MB and
+ * 20 MB; with entries of ~1 KB these row counts keep the same order of size and make
+ * trimming an O(1) delete by sequence number. */
+#define CAT_CHANGELOG_ROWS_MAX 200000
+#define CAT_ACTIONLOG_ROWS_MAX 20000
+
+/* Default max chunk size when config.settings has no chunksize document: MongoDB 6.0+. */
+#define CAT_CHUNKSIZE_MB_DEFAULT 128
+/* Allowed chunksize values in MB (MongoDB: 1..1024). */
+#define CAT_CHUNKSIZE_MB_MIN 1
+#define CAT_CHUNKSIZE_MB_MAX 1024
+
+/* numInitialChunks bounds: MongoDB refuses more than 8192 per shard or 1,000,000 total. */
+#define CAT_INITIAL_CHUNKS_PER_SHARD_MAX 8192
+#define CAT_INITIAL_CHUNKS_MAX 1000000
+
+/* Split points accepted in one split (MongoDB's splitChunk reply cap is the 16 MB
+ * document; a count bound keeps one transaction's work bounded). */
+#define CAT_SPLIT_POINTS_MAX 8192
+
+/* Shard names and hosts. */
+#define CAT_SHARD_NAME_BYTES_MAX 128
+#define CAT_DB_NAME_BYTES_MAX 64   /* MongoDB: database names < 64 bytes */
+
+/* Deadlines of the config server's calls to shards. hello at addShard is short: a host
+ * that does not answer quickly is refused rather than added. */
+#define CFG_HELLO_TIMEOUT_MS 5000
+#define CFG_SHARD_CMD_TIMEOUT_MS MS_RPC_TIMEOUT_MS_DEFAULT
+/* Rows returned by one find on a config collection before a cursor is needed; we return
+ * everything in firstBatch up to the reply size limit (see cmd_config.c). */
+
+/* ---- the catalog (catalog.c) ----------------------------------------------------- */
+
+typedef struct cat cat_t;
+
+/* A BSON Timestamp (seconds-or-major, increment-or-minor). */
+typedef struct cat_ts {
+    uint32_t t;
+    uint32_t i;
+} cat_ts_t;
+
+/* A collection generation + placement version: MongoDB's ChunkVersion {e, t, v}. */
+typedef struct cat_version {
+    bson_oid_t epoch;
+    cat_ts_t ts;          /* collection timestamp */
+    uint32_t major, minor;
+} cat_version_t;
+
+/* One config.collections row. key is initialised by cat_coll_get; release with
+ * cat_coll_free. */
+typedef struct cat_coll {
+    char ns[MS_NS_BYTES_MAX + 1];
+    bson_t key;                   /* the shard key pattern document */
+    bool unique;
+    bson_oid_t epoch;
+    cat_ts_t ts;
+    uint8_t uuid[16];
+    int64_t created_ms;           /* `lastmod` Date */
+    bool no_balance;
+    int64_t max_chunk_size_bytes; /* 0 = cluster default */
+    bool allow_migrations;
+    bool enable_auto_merge;       /* absent = default true */
+    bool defragment;
+    char defrag_phase[32];        /* "" when none */
+} cat_coll_t;
+
+/* One planned chunk of a new collection (shardCollection). Borrows min/max. */
+typedef struct cat_chunk_plan {
+    const bson_t *min;
+    const bson_t *max;
+    const char *shard;
+} cat_chunk_plan_t;
+
+/* Opens (creating when absent) the catalog at path: WAL, schema, config.version with a
+ * new clusterId on first open. *out set on success only. */
+int cat_open(const char *path, cat_t **out, ms_error_t *err);
+void cat_close(cat_t *c);  /* NULL-safe */
+/* Sets the `server` field of changelog entries (this config server's URL; copied). */
+void cat_set_server(cat_t *c, const char *server);
+void cat_cluster_id(const cat_t *c, bson_oid_t *out);
+/* A new cluster Timestamp, strictly greater than every one issued before (persisted). */
+int cat_next_ts(cat_t *c, cat_ts_t *out, ms_error_t *err);
+
+/* -- shards -- */
+/* Checks that host and name (NULL = pick the next free "shardN") are not in use and
+ * writes the name to use into name_out. The same host with the same (or no) name is
+ * already a shard → 0 with *already = true (MongoDB: addShard is idempotent). Errors:
+ * the host belongs to a shard of another name, or the name is taken by another host
+ * (IllegalOperation). */
+int cat_shard_prepare(cat_t *c, const char *name, const char *host, char *name_out,
+                      size_t name_cap, bool *already, ms_error_t *err);
+/* Inserts config.shards {_id: name, host, state: 1, topologyTime} and a changelog
+ * `addShard` entry, in one transaction (re-checking duplicates). */
+int cat_shard_insert(cat_t *c, const char *name, const char *host, ms_error_t *err);
+/* Host of a shard into host_out; ShardNotFound when unknown. draining may be NULL. */
+int cat_shard_host(cat_t *c, const char *name, char *host_out, size_t host_cap,
+                   bool *draining, ms_error_t *err);
+/* Appends [{_id, host, state, draining?, tags, topologyTime}] sorted by _id under key. */
+int cat_shards_append(cat_t *c, bson_t *dst, const char *key, ms_error_t *err);
+/* Names of the shards (not draining unless include_draining), sorted; caller frees
+ * with cat_strv_free. */
+int cat_shard_names(cat_t *c, bool include_draining, char ***names_out, int *n_out,
+                    ms_error_t *err);
+void cat_strv_free(char **v, int n);
+/* One removeShard step (MongoDB's removeShard state machine) in one transaction: mark
+ * draining ("started"), report what is left ("ongoing" with remaining {chunks, dbs,
+ * jumboChunks}), or delete the shard when it owns nothing ("completed"). Appends
+ * msg/state/shard/remaining/dbsToMove to reply. */
+int cat_shard_remove_step(cat_t *c, const char *name, bson_t *reply, ms_error_t *err);
+
+/* -- databases -- */
+/* Creates config.databases {_id: db, primary, version} unless it exists. primary NULL =
+ * the non-draining shard holding the fewest databases (ties by name). An existing
+ * database with a different requested primary → NamespaceExists. Appends primary and
+ * version {uuid, timestamp, lastMod} to out when non-NULL. *created says which. */
+int cat_db_ensure(cat_t *c, const char *db, const char *primary, bool *created,
+                  bson_t *out, ms_error_t *err);
+/* Primary shard of db; NamespaceNotFound when db is not in the catalog. */
+int cat_db_primary(cat_t *c, const char *db, char *primary_out, size_t cap, ms_error_t *err);
+/* Sharded collections of db (caller frees with cat_strv_free). */
+int cat_db_collections(cat_t *c, const char *db, char ***ns_out, int *n_out, ms_error_t *err);
+/* Removes db, its collections, chunks and zones in one transaction; changelog
+ * dropDatabase. Absent → 0 with *existed false. */
+int cat_db_drop(cat_t *c, const char *db, bool *existed, ms_error_t *err);
+
+/* -- collections -- */
+/* Loads ns; NamespaceNotSharded when ns is not a sharded collection. */
+int cat_coll_get(cat_t *c, const char *ns, cat_coll_t *out, ms_error_t *err);
+void cat_coll_free(cat_coll_t *coll);  /* releases key; NULL-safe */
+/* Creates the collection and its chunks in one transaction: chunks get versions (1,0),
+ * (1,1), ... in plan order (which must be key order), onCurrentShardSince/history =
+ * coll->ts. The tiling invariant is asserted before COMMIT; a plan that does not tile is
+ * refused with InternalError before that (the caller built it wrong). Changelog
+ * `shardCollection.end`. NamespaceExists when ns is already sharded. */
+int cat_coll_create(cat_t *c, const cat_coll_t *coll, const cat_chunk_plan_t *plan, int n,
+                    ms_error_t *err);
+/* Removes ns with its chunks and zones in one transaction; changelog dropCollection.
+ * Absent → 0 with *existed false. */
+int cat_coll_drop(cat_t *c, const char *ns, bool *existed, ms_error_t *err);
+/* The collection version (max chunk lastmod) with its generation. */
+int cat_coll_version(cat_t *c, const char *ns, cat_version_t *out, ms_error_t *err);
+/* Highest lastmod among the chunks of ns on shard ((0,0) when it owns none). */
+int cat_shard_version(cat_t *c, const char *ns, const char *shard, cat_version_t *out,
+                      ms_error_t *err);
+
+/* -- chunks -- */
+/* The chunk of ns containing the key document (in pattern order, hashed fields already
+ * hashed): its bounds into min_out/max_out (initialised) and owner into shard_out. */
+int cat_chunk_containing(cat_t *c, const char *ns, const bson_t *key, bson_t *min_out,
+                         bson_t *max_out, char *shard_out, size_t cap, ms_error_t *err);
+/* Owner of the chunk exactly [min, max); BadValue when no such chunk. */
+int cat_chunk_exact(cat_t *c, const char *ns, const bson_t *min, const bson_t *max,
+                    char *shard_out, size_t cap, ms_error_t *err);
+/* Splits the chunk exactly [min, max) at points[0..n) (key order, strictly inside) in one
+ * transaction (notes §2.2): pieces get (collM, collm+1), (collM, collm+2), ...; the first
+ * keeps the chunk's _id; jumbo and estimatedDataSizeBytes are cleared. Changelog `split`
+ * (2 pieces) or `multi-split` (one per piece). Appends shard and shardVersion {e,t,v}
+ * (the new collection version) to info when non-NULL. */
+int cat_chunk_split(cat_t *c, const char *ns, const bson_t *min, const bson_t *max,
+                    const bson_t *const *points, int n, bson_t *info, ms_error_t *err);
+/* Merges the contiguous chunks exactly covering [min, max) on one shard into one chunk
+ * at (collM, collm+1) in one transaction; already one chunk → 0 (MongoDB: idempotent).
+ * Changelog `merge`. Appends shard and shardVersion to info when non-NULL. */
+int cat_chunk_merge(cat_t *c, const char *ns, const bson_t *min, const bson_t *max,
+                    bson_t *info, ms_error_t *err);
+
+/* -- routing -- */
+/* The getRoutingTable reply body (shardd/shardver.h) for ns into reply (initialised by
+ * the caller). since NULL or of another generation → full table. */
+int cat_routing_table(cat_t *c, const char *ns, const cat_version_t *since, bson_t *reply,
+                      ms_error_t *err);
+/* Parses {e: ObjectId, t: Timestamp, v: Timestamp} into *out. BadValue when malformed. */
+int cat_version_parse(const bson_t *doc, cat_version_t *out, ms_error_t *err);
+void cat_version_append(bson_t *dst, const char *key, const cat_version_t *v);
+
+/* -- config collections as documents (config.<name> in MongoDB's shapes, notes §9) -- */
+/* Calls fn for every document of config.<coll> in _id order (chunks: by ns then min).
+ * The documents are borrowed for the call; fn must not call the catalog. fn returning
+ * non-zero stops the scan with that code. NamespaceNotFound for an unknown coll. */
+typedef int (*cat_doc_fn)(void *arg, const bson_t *doc);
+int cat_config_scan(cat_t *c, const char *coll, cat_doc_fn fn, void *arg, ms_error_t *err);
+/* True for the names cat_config_scan serves. */
+bool cat_config_known(const char *coll);
+
+/* -- settings (config.settings) -- */
+/* The document with _id id into *out (initialised when found). */
+int cat_settings_get(cat_t *c, const char *id, bson_t *out, bool *found, ms_error_t *err);
+/* Checks a settings document as MongoDB does for the known _ids: balancer (mode
+ * "full"|"off", stopped bool, activeWindow {start, stop} "HH:MM" with start != stop,
+ * _secondaryThrottle, _waitForDelete, attemptToBalanceJumboChunks), chunksize (value
+ * 1..1024 MB), autosplit / automerge (enabled bool). BadValue with the reason. */
+int cat_settings_validate(const bson_t *doc, ms_error_t *err);
+/* Max chunk size in bytes from the chunksize document (default 128 MB). */
+int64_t cat_chunk_size_bytes(cat_t *c);
+/* Applies one update statement of an `update` command on config.settings in one
+ * transaction: q/u as in MongoDB's update (operators or replacement), upsert, multi.
+ * Every resulting document is validated before COMMIT. *n = matched, *n_modified,
+ * *upserted = true with upserted_id (initialised {"_id": v}) when inserted. */
+int cat_settings_update(cat_t *c, const bson_t *q, const bson_t *u, bool upsert, bool multi,
+                        int64_t *n, int64_t *n_modified, bool *upserted, bson_t *upserted_id,
+                        ms_error_t *err);
+
+/* -- routers, changelog, status -- */
+/* Upserts config.mongos {_id: host, ping: now, up, waiting, mongoVersion}. */
+int cat_router_ping(cat_t *c, const char *host, int64_t up_s, bool waiting,
+                    const char *version, ms_error_t *err);
+/* Writes one changelog entry in its own transaction (details borrowed, may be NULL). */
+int cat_changelog(cat_t *c, const char *what, const char *ns, const bson_t *details,
+                  ms_error_t *err);
+/* Counts for serverStatus.sharding. */
+int cat_counts(cat_t *c, int64_t *shards, int64_t *dbs, int64_t *colls, int64_t *chunks,
+               ms_error_t *err);
+/* Checks the tiling invariant of ns without asserting (tests, diagnostics): chunks tile
+ * [MinKey, MaxKey) with no gap or overlap and min < max. InternalError with the reason. */
+int cat_verify_tiling(cat_t *c, const char *ns, ms_error_t *err);
+
+/* -- for cat_settings.c only: the raw connection, used under cat_lock -- */
+struct sqlite3;
+struct sqlite3 *cat_db_handle(cat_t *c);
+void cat_lock(cat_t *c);
+void cat_unlock(cat_t *c);
+
+/* -- pure helpers (no catalog) -- */
+/* MongoDB's initial hashed split points for n chunks (notes §7): n-1 values, ascending,
+ * written to out (capacity >= n-1). n >= 1. */
+void cat_hashed_split_points(int n, int64_t *out);
+/* Bounds of the n initial chunks of an empty collection whose key starts with a hashed
+ * field (MongoDB's pre-split): bounds[0] = global min, bounds[n] = global max, and
+ * bounds[i] = {hashed: NumberLong(point i-1), later fields: MinKey}. bounds has n+1
+ * slots; each is initialised here (caller destroys). */
+void cat_hashed_initial_bounds(const keys_pattern_t *p, int n, bson_t *bounds);
+/* A random version-4 UUID. */
+void cat_uuid_new(uint8_t uuid[16]);
+
+/* ---- the daemon (main.c, configsvr_cmd.c, cmd_*.c) ------------------------------- */
+
+typedef struct cfg {
+    cat_t *cat;
+    char url[MS_URL_BYTES_MAX];   /* this server's URL: the shards' configsvrConnectionString */
+    pthread_mutex_t ddl_mu;       /* serialises read-ask-commit metadata commands */
+    long long started_ms;
+} cfg_t;
+
+/* The command table (configsvr_cmd.c). */
+extern const cmd_spec_t cfg_cmd_table[];
+extern const int cfg_cmd_table_len;
+/* serverStatus section `sharding` (counts of shards, databases, collections, chunks). */
+void cfg_status(void *app, bson_t *reply);
+
+/* Sends cmd to a shard by name (host looked up in the catalog) with a deadline; reply
+ * rules as rpc_command (an {ok: 0} reply becomes the error, *reply initialised then). */
+int cfg_shard_command(cfg_t *cfg, const char *shard, const bson_t *cmd, int timeout_ms,
+                      bson_t *reply, ms_error_t *err);
+/* Best effort `_flushRoutingTableCacheUpdates: ns` to shard; failures are logged. */
+void cfg_flush_shard(cfg_t *cfg, const char *shard, const char *ns);
+
+/* cmd_shards.c */
+int cfg_cmd_add_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_list_shards(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_remove_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+/* cmd_db.c */
+int cfg_cmd_enable_sharding(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_create_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+/* cmd_coll.c */
+int cfg_cmd_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_drop_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_get_routing_table(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+/* cmd_chunks.c */
+int cfg_cmd_split(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_merge_chunks(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+/* cmd_config.c */
+int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_router_ping(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_balancer_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+
+#endif
