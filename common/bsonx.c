@@ -411,7 +411,58 @@ int bsonx_depth(const bson_t *doc) {
     return depth_walk(&it, 1, MS_DOC_DEPTH_MAX);
 }
 
+/* UTF-8 of every key and text value. bson_validate(BSON_VALIDATE_UTF8) in libbson 1.23
+ * lets some invalid sequences through (e.g. "\xff\xfe" in a string value), and text
+ * that is not UTF-8 would later make extended-JSON output fail, so the check is done
+ * again here, value by value. Runs on structurally valid documents of bounded depth. */
+static bool utf8_walk(bson_iter_t *it, int level) {
+    while (bson_iter_next(it)) {
+        const char *k = bson_iter_key(it);
+        uint32_t n = 0;
+        const char *s = NULL;
+        bson_iter_t child;
+        if (!bson_utf8_validate(k, strlen(k), false)) return false;
+        switch (bson_iter_type(it)) {
+        case BSON_TYPE_UTF8: s = bson_iter_utf8(it, &n); break;
+        case BSON_TYPE_SYMBOL: s = bson_iter_symbol(it, &n); break;
+        case BSON_TYPE_CODE: s = bson_iter_code(it, &n); break;
+        case BSON_TYPE_DBPOINTER: {
+            const bson_oid_t *oid;
+            bson_iter_dbpointer(it, &n, &s, &oid);
+            break;
+        }
+        case BSON_TYPE_REGEX: {
+            const char *opts;
+            const char *pat = bson_iter_regex(it, &opts);
+            if (!bson_utf8_validate(pat, strlen(pat), false) ||
+                !bson_utf8_validate(opts, strlen(opts), false))
+                return false;
+            break;
+        }
+        case BSON_TYPE_CODEWSCOPE: {
+            uint32_t scope_len;
+            const uint8_t *scope;
+            s = bson_iter_codewscope(it, &n, &scope_len, &scope);
+            if (level < MS_DOC_DEPTH_MAX && bson_iter_init_from_data(&child, scope, scope_len) &&
+                !utf8_walk(&child, level + 1))
+                return false;
+            break;
+        }
+        case BSON_TYPE_DOCUMENT:
+        case BSON_TYPE_ARRAY:
+            if (level < MS_DOC_DEPTH_MAX && bson_iter_recurse(it, &child) &&
+                !utf8_walk(&child, level + 1))
+                return false;
+            break;
+        default: break;
+        }
+        if (s && !bson_utf8_validate(s, n, true)) return false;
+    }
+    return true;
+}
+
 int bsonx_view(const uint8_t *data, size_t len, bson_t *out, ms_error_t *err) {
+    bson_iter_t it;
     bson_error_t berr;
     if (!data || len < 5 || len > (size_t)INT32_MAX)
         return err_set(err, MS_ERR_INVALID_BSON, "invalid BSON: length %zu", len);
@@ -426,6 +477,8 @@ int bsonx_view(const uint8_t *data, size_t len, bson_t *out, ms_error_t *err) {
     if (!bson_validate_with_error(out, BSON_VALIDATE_UTF8 | BSON_VALIDATE_UTF8_ALLOW_NULL,
                                   &berr))
         return err_set(err, MS_ERR_INVALID_BSON, "invalid BSON: %s", berr.message);
+    if (!bson_iter_init(&it, out) || !utf8_walk(&it, 1))
+        return err_set(err, MS_ERR_INVALID_BSON, "invalid BSON: text is not valid UTF-8");
     return 0;
 }
 

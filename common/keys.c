@@ -499,6 +499,14 @@ static int decode_value(dec_t *d, bson_t *dst, const char *key, int depth) {
         char *pat = NULL, *opts = NULL;
         if ((rc = dec_cstring(d, &pat))) return rc;
         if ((rc = dec_cstring(d, &opts))) goto regex_out;
+        /* libbson's bson_append_regex sorts the options and drops unknown letters, so
+         * only options already in that form (ascending, unique, from "ilmsux") can come
+         * back unchanged; anything else would decode to a different key. */
+        for (const char *o = opts; *o; o++)
+            if (!strchr("ilmsux", *o) || (o > opts && o[-1] >= *o)) {
+                rc = dec_fail(d, "regex options not in canonical form");
+                goto regex_out;
+            }
         bson_append_regex(dst, key, -1, pat, opts);
     regex_out:
         bson_free(pat);
