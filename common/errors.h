@@ -31,6 +31,7 @@
     X(ILLEGAL_OPERATION, 20, "IllegalOperation")                    \
     X(EMPTY_ARRAY_OPERATION, 21, "EmptyArrayOperation")             \
     X(INVALID_BSON, 22, "InvalidBSON")                              \
+    X(ALREADY_INITIALIZED, 23, "AlreadyInitialized")                \
     X(LOCK_TIMEOUT, 24, "LockTimeout")                              \
     X(NAMESPACE_NOT_FOUND, 26, "NamespaceNotFound")                 \
     X(INDEX_NOT_FOUND, 27, "IndexNotFound")                         \
