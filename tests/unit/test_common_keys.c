@@ -337,6 +337,24 @@ static void test_number_layout(void) {
     h = keys_hex(b.data, b.len);
     CHECK_STR(h, "0a017f");
     bson_free(h);
+    /* The examples of docs/key-encoding.md. */
+    {
+        bson_t *d = bson_new_from_json((const uint8_t *)"{\"n\": 42.0, \"o\": {\"a\": 1}}", -1, NULL);
+        bson_iter_t it;
+        buf_reset(&a);
+        bson_iter_init_find(&it, d, "n");
+        encode_ok(&a, &it);
+        h = keys_hex(a.data, a.len);
+        CHECK_STR(h, "148005a800000000000000");
+        bson_free(h);
+        buf_reset(&a);
+        bson_iter_init_find(&it, d, "o");
+        encode_ok(&a, &it);
+        h = keys_hex(a.data, a.len);
+        CHECK_STR(h, "2810610000148000800000000000000000");
+        bson_free(h);
+        bson_destroy(d);
+    }
     /* INT64_MIN: magnitude 2^63 needs the full 64-bit mantissa. */
     buf_reset(&a);
     buf_reset(&b);
