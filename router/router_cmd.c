@@ -33,6 +33,15 @@ static int rt_isdbgrid(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return 0;
 }
 
+
+#define NS_ARG CT_STR
+#define CRUD(nm, fn, fl, ...) {.name = nm, .handler = fn, .flags = fl, .arg_types = NS_ARG, \
+                              .fields = {__VA_ARGS__}, .help = "routed by shard key"}
+#define CFG(nm) {.name = nm, .handler = rt_cmd_to_config, .flags = CMD_WRITE, \
+                 .help = "forwarded to the config server"}
+#define CFG_RO(nm) {.name = nm, .handler = rt_cmd_to_config, \
+                    .help = "forwarded to the config server"}
+
 #define RT_HELLO_FIELDS {{"helloOk", CT_FLAG, false}, {"client", CT_DOC, false}}
 
 const cmd_spec_t router_table[] = {
@@ -44,5 +53,42 @@ const cmd_spec_t router_table[] = {
      .help = "legacy name of hello"},
     {.name = "isdbgrid", .handler = rt_isdbgrid, .flags = CMD_NO_LOG,
      .help = "legacy router check: {isdbgrid: 1, hostname}"},
+    CRUD("find", rt_cmd_find, 0, {"filter", CT_DOC, false}, {"sort", CT_DOC, false},
+         {"projection", CT_DOC, false}, {"skip", CT_NUM, false}, {"limit", CT_NUM, false},
+         {"batchSize", CT_NUM, false}, {"singleBatch", CT_FLAG, false}),
+    {.name = "getMore", .handler = rt_cmd_get_more, .arg_types = CT_NUM,
+     .fields = {{"collection", CT_STR, true}, {"batchSize", CT_NUM, false}},
+     .help = "next batch of a router cursor"},
+    CRUD("killCursors", rt_cmd_kill_cursors, 0, {"cursors", CT_ARR, true}),
+    CRUD("count", rt_cmd_count, 0, {"query", CT_DOC, false}, {"skip", CT_NUM, false},
+         {"limit", CT_NUM, false}),
+    CRUD("distinct", rt_cmd_distinct, 0, {"key", CT_STR, true}, {"query", CT_DOC, false}),
+    CRUD("insert", rt_cmd_insert, CMD_WRITE, {"documents", CT_ARR, true},
+         {"ordered", CT_FLAG, false}),
+    CRUD("update", rt_cmd_update, CMD_WRITE, {"updates", CT_ARR, true},
+         {"ordered", CT_FLAG, false}),
+    CRUD("delete", rt_cmd_delete, CMD_WRITE, {"deletes", CT_ARR, true},
+         {"ordered", CT_FLAG, false}),
+    CRUD("findAndModify", rt_cmd_find_and_modify, CMD_WRITE, {"query", CT_DOC, false},
+         {"update", CT_DOC, false}, {"remove", CT_FLAG, false}),
+    CRUD("findandmodify", rt_cmd_find_and_modify, CMD_WRITE, {"query", CT_DOC, false},
+         {"update", CT_DOC, false}, {"remove", CT_FLAG, false}),
+    CRUD("drop", rt_cmd_drop, CMD_WRITE, {NULL, 0, false}),
+    CRUD("createIndexes", rt_cmd_to_all_shards, CMD_WRITE, {"indexes", CT_ARR, true}),
+    CRUD("dropIndexes", rt_cmd_to_all_shards, CMD_WRITE, {"index", CT_ANY, false}),
+    CRUD("listIndexes", rt_cmd_to_primary, 0, {NULL, 0, false}),
+    CRUD("collStats", rt_cmd_to_primary, 0, {NULL, 0, false}),
+    {.name = "listCollections", .handler = rt_cmd_to_primary,
+     .help = "the database's primary shard"},
+    {.name = "create", .handler = rt_cmd_to_primary, .flags = CMD_WRITE, .arg_types = CT_STR,
+     .help = "created on the database's primary shard"},
+    {.name = "flushRouterConfig", .handler = rt_cmd_flush_router_config,
+     .help = "forget cached routing (a namespace, a database, or everything)"},
+    CFG("addShard"), CFG("removeShard"), CFG_RO("listShards"), CFG("enableSharding"),
+    CFG("shardCollection"), CFG("split"), CFG("mergeChunks"), CFG("moveChunk"),
+    CFG("moveRange"), CFG_RO("balancerStatus"), CFG("balancerStart"), CFG("balancerStop"),
+    CFG_RO("balancerCollectionStatus"), CFG("configureCollectionBalancing"),
+    CFG("addShardToZone"), CFG("removeShardFromZone"), CFG("updateZoneKeyRange"),
+    CFG_RO("getRoutingTable"),
 };
 const int router_table_len = (int)(sizeof router_table / sizeof router_table[0]);

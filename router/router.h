@@ -1,0 +1,206 @@
+/*
+ * router.h — the router daemon (bin/router, MongoDB's mongos in miniature): the whole
+ * shape of the process in one header (DESIGN §9; notes §8).
+ *
+ *   main.c        flags, start the command server, the config.mongos pinger, `ready`
+ *   router_cmd.c  the command table: one row per command
+ *   rt_cache.c    caches: routing tables per collection (sorted chunk arrays, refreshed
+ *                 incrementally with getRoutingTable sinceVersion), database primaries,
+ *                 the shard registry (listShards)
+ *   rt_target.c   targeting: a document's owning shard, a filter's shards (bounds.h)
+ *   rt_send.c     sending to shards: versioned command copies, parallel scatter/gather
+ *   rt_find.c     find (k-way merge, skip/limit at the router), getMore, killCursors,
+ *                 router cursors, count, distinct
+ *   rt_write.c    insert / update / delete batches split per shard, findAndModify,
+ *                 StaleConfig retries of only the failed ops
+ *   rt_admin.c    commands forwarded to the config server, drop, the internal-command
+ *                 guard, config.mongos pings, serverStatus
+ *
+ * Every request to a shard for a sharded collection carries shardVersion {e, t, v} =
+ * the version of that shard's chunks in our cache; unsharded collections go to the
+ * database's primary shard with the UNSHARDED version. StaleConfig (13388) from a shard
+ * makes us refresh that collection and retry (MS_STALE_RETRIES_MAX); it never reaches
+ * the client while retries remain.
+ */
+#ifndef MS_ROUTER_H
+#define MS_ROUTER_H
+
+#include <bson/bson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+#include "common/cmd.h"
+#include "common/errors.h"
+#include "common/keys.h"
+#include "common/limits.h"
+
+/* Deadline of a call to a shard or to the config server. */
+#define RT_CALL_TIMEOUT_MS MS_RPC_TIMEOUT_MS_DEFAULT
+/* config.mongos liveness upsert period (MongoDB's sharding uptime reporter: 10 s). */
+#define RT_PING_INTERVAL_MS 10000
+/* Ranges asked of bounds_from_filter when targeting; more → coarser (superset) bounds. */
+#define RT_TARGET_RANGES_MAX 1024
+/* Documents in a getMore batch when the client sets no batchSize (MongoDB fills 16 MB). */
+#define RT_GETMORE_DOCS_DEFAULT 10000
+/* Shard names and database names (config.shards _id, config.databases _id). */
+#define RT_NAME_BYTES_MAX 128
+
+/* ================================ rt_cache.c ========================================= */
+
+typedef struct rt_chunk {
+    buf_t min, max;       /* encoded bounds */
+    int shard;            /* index into rt_table_t.shards */
+    uint32_t major, minor;
+} rt_chunk_t;
+
+/* An immutable, reference-counted routing table of one collection. */
+typedef struct rt_table {
+    atomic_int refs;
+    char ns[MS_NS_BYTES_MAX + 1];
+    bool sharded;
+    bson_oid_t epoch;
+    uint32_t ts_t, ts_i;
+    keys_pattern_t pattern;
+    bool unique;
+    uint32_t coll_major, coll_minor;
+    int nshards;
+    char shards[MS_SHARDS_MAX][RT_NAME_BYTES_MAX];
+    uint32_t shard_major[MS_SHARDS_MAX], shard_minor[MS_SHARDS_MAX];
+    int nchunks;
+    rt_chunk_t *chunks;   /* sorted by min, tiling the key space */
+} rt_table_t;
+
+typedef struct rt_coll_entry rt_coll_entry_t;
+typedef struct rt_db_entry rt_db_entry_t;
+typedef struct rt_cursors rt_cursors_t;
+
+typedef struct router {
+    char configdb[MS_URL_BYTES_MAX];
+    char url[MS_URL_BYTES_MAX];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    rt_coll_entry_t *colls;
+    rt_db_entry_t *dbs;
+    int nshards;
+    char shard_names[MS_SHARDS_MAX][RT_NAME_BYTES_MAX];
+    char shard_hosts[MS_SHARDS_MAX][MS_URL_BYTES_MAX];
+    rt_cursors_t *cursors;
+    long long start_ms;
+    /* serverStatus.router counters */
+    atomic_uint_fast64_t stale_retries, refreshes, targeted_ops, scatter_ops;
+    /* the config.mongos pinger */
+    pthread_t pinger;
+    bool pinger_running;
+    atomic_bool stopping;
+    pthread_mutex_t ping_mu;
+    pthread_cond_t ping_cv;
+} router_t;
+
+int rt_open(const char *configdb, const char *url, router_t **out, ms_error_t *err);
+void rt_close(router_t *r);   /* NULL-safe; stops the pinger */
+
+/* Any command to the config server; *reply initialised on success whatever ok says. */
+int rt_config_call(router_t *r, const bson_t *cmd, bson_t *reply, ms_error_t *err);
+
+/* The routing table of ns (cached, else fetched). Caller releases. Unsharded namespaces
+ * give a table with sharded = false. */
+int rt_table_get(router_t *r, const char *ns, rt_table_t **out, ms_error_t *err);
+/* Refreshes ns after a StaleConfig seen with `seen` (incremental when possible); when
+ * another thread already replaced `seen` this returns at once. */
+int rt_table_refresh(router_t *r, const char *ns, const rt_table_t *seen, ms_error_t *err);
+void rt_table_invalidate(router_t *r, const char *ns);
+void rt_table_release(rt_table_t *t);   /* NULL-safe */
+
+/* The primary shard of db. create: make the database (_configsvrCreateDatabase) when it
+ * does not exist; else NamespaceNotFound. */
+int rt_db_primary(router_t *r, const char *db, bool create, char *primary, size_t cap,
+                  ms_error_t *err);
+void rt_db_invalidate(router_t *r, const char *db);
+/* Forgets every cached table and database (flushRouterConfig without a name). */
+void rt_cache_flush_all(router_t *r);
+/* The host URL of a shard (listShards on a miss). */
+int rt_shard_url(router_t *r, const char *shard, char *url, size_t cap, ms_error_t *err);
+/* Every shard name known (refreshed with listShards); returns the count. */
+int rt_all_shards(router_t *r, char names[][RT_NAME_BYTES_MAX], int cap, ms_error_t *err);
+
+/* ================================ rt_target.c ======================================== */
+
+/* memcmp order of byte strings (shorter prefix first). */
+int rt_bytes_cmp(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen);
+/* Index of the chunk holding the encoded key. */
+int rt_chunk_for_key(const rt_table_t *t, const uint8_t *key, size_t len);
+/* The shard of a document (insert; a replacement's key). Errors: array in the key. */
+int rt_target_doc(const rt_table_t *t, const bson_t *doc, int *shard, ms_error_t *err);
+/* The shards whose chunks a filter may touch (bit i = t->shards[i]); *point = the filter
+ * fixes the whole shard key (equality on every field). Never empty for a sharded table. */
+int rt_target_filter(const rt_table_t *t, const bson_t *filter, uint64_t *mask, bool *point,
+                     ms_error_t *err);
+/* True when the filter has an exact equality on _id (not an operator document). */
+bool rt_filter_has_exact_id(const bson_t *filter);
+/* Index of name in t->shards, -1 if absent. */
+int rt_table_shard_index(const rt_table_t *t, const char *name);
+
+/* ================================ rt_send.c ========================================== */
+
+/* One request to one shard (scatter/gather element). */
+typedef struct rt_req {
+    char shard[RT_NAME_BYTES_MAX];
+    bson_t cmd;           /* initialised by the caller; rt_req_clear destroys it */
+    bson_t reply;         /* initialised when rc == 0 */
+    int rc;               /* transport/lookup error (the reply's own ok is not looked at) */
+    ms_error_t err;
+} rt_req_t;
+
+/* Sends every request in parallel (one thread per extra request) and waits for all. */
+void rt_send_all(router_t *r, rt_req_t *reqs, int n);
+void rt_req_clear(rt_req_t *q);
+/* The status of a reply: 0 for ok: 1, else its code with errmsg into err. */
+int rt_reply_status(const bson_t *reply, ms_error_t *err);
+/* Copies the client's command, leaving out the named fields (NULL-terminated list) and
+ * shardVersion. */
+void rt_copy_cmd(bson_t *dst, const bson_t *src, const char *const *skip);
+/* Appends shardVersion for shard index i of t (UNSHARDED for unsharded tables). */
+void rt_append_version(bson_t *cmd, const rt_table_t *t, int shard);
+/* Logs one stale retry and counts it. */
+void rt_note_stale(router_t *r, const char *ns, const char *shard, const bson_t *reply);
+/* Sends one command to one named shard (no versioning); *reply initialised on 0. */
+int rt_shard_call(router_t *r, const char *shard, const bson_t *cmd, bson_t *reply,
+                  ms_error_t *err);
+
+/* ================================ command handlers ==================================== */
+
+int rt_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);          /* rt_find.c */
+int rt_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int rt_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int rt_cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int rt_cmd_distinct(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int rt_cursors_open(rt_cursors_t **out);
+void rt_cursors_close(router_t *r, rt_cursors_t *c);
+void rt_cursors_reap(router_t *r);   /* kills cursors idle > MS_CURSOR_IDLE_MS_MAX */
+int rt_cursors_count(router_t *r);
+
+int rt_cmd_insert(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);        /* rt_write.c */
+int rt_cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int rt_cmd_delete(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int rt_cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+
+int rt_cmd_to_config(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);     /* rt_admin.c */
+int rt_cmd_drop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int rt_cmd_to_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int rt_cmd_to_all_shards(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int rt_cmd_internal(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int rt_cmd_flush_router_config(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+/* When the request names an internal command (leading '_'), fills reply with
+ * Unauthorized and returns true. Called before dispatch. */
+bool rt_refuse_internal(const uint8_t *data, size_t len, bson_t *reply);
+void rt_status(void *app, bson_t *reply);
+int rt_pinger_start(router_t *r, ms_error_t *err);
+
+/* The table (router_cmd.c). */
+extern const cmd_spec_t router_table[];
+extern const int router_table_len;
+
+#endif

@@ -1,0 +1,235 @@
+/*
+ * rt_admin.c — the router's non-CRUD commands, run by bin/router: admin and metadata
+ * commands forwarded to the config server (addShard, shardCollection, split, ... as
+ * mongos forwards them to the config primary), drop (sharded → _configsvrDropCollection,
+ * unsharded → the primary shard), commands for a collection's primary shard or for every
+ * shard (createIndexes on a sharded collection), the internal-command guard (MongoDB
+ * refuses internal commands from clients: Unauthorized), the config.mongos pinger
+ * (MongoDB's sharding uptime reporter, every 10 s) and serverStatus.router.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/bsonx.h"
+#include "common/log.h"
+#include "router/router.h"
+
+/* Copies a peer's reply into ours: ok:0 becomes our error (extra fields kept). */
+static int relay(cmd_ctx_t *ctx, bson_t *rep, bson_t *reply, ms_error_t *err) {
+    bson_iter_t it;
+    int code = rt_reply_status(rep, err);
+    bson_t *dst = code ? &ctx->err_info : reply;
+    if (bson_iter_init(&it, rep))
+        while (bson_iter_next(&it)) {
+            const char *k = bson_iter_key(&it);
+            if (!strcmp(k, "ok") || (code && (!strcmp(k, "code") || !strcmp(k, "codeName") ||
+                                               !strcmp(k, "errmsg"))))
+                continue;
+            bson_append_iter(dst, k, -1, &it);
+        }
+    return code;
+}
+
+/* Invalidates what a metadata command changes. */
+static void invalidate_after(router_t *r, cmd_ctx_t *ctx) {
+    const char *n = ctx->name;
+    if (BSON_ITER_HOLDS_UTF8(&ctx->arg) &&
+        (!strcmp(n, "shardCollection") || !strcmp(n, "split") || !strcmp(n, "mergeChunks") ||
+         !strcmp(n, "moveChunk") || !strcmp(n, "moveRange") ||
+         !strcmp(n, "refineCollectionShardKey")))
+        rt_table_invalidate(r, bson_iter_utf8(&ctx->arg, NULL));
+    if (BSON_ITER_HOLDS_UTF8(&ctx->arg) && !strcmp(n, "enableSharding"))
+        rt_db_invalidate(r, bson_iter_utf8(&ctx->arg, NULL));
+}
+
+int rt_cmd_to_config(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    bson_t cmd, rep;
+    bson_init(&cmd);
+    rt_copy_cmd(&cmd, ctx->req, NULL);
+    int rc = rt_config_call(r, &cmd, &rep, err);
+    bson_destroy(&cmd);
+    if (rc) return rc;
+    rc = relay(ctx, &rep, reply, err);
+    bson_destroy(&rep);
+    if (rc == 0) invalidate_after(r, ctx);
+    return rc;
+}
+
+static void ns_of(cmd_ctx_t *ctx, char *ns, size_t cap) {
+    snprintf(ns, cap, "%s.%s", ctx->db,
+             BSON_ITER_HOLDS_UTF8(&ctx->arg) ? bson_iter_utf8(&ctx->arg, NULL) : "");
+}
+
+int rt_cmd_drop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    char ns[RT_NAME_BYTES_MAX + MS_NS_BYTES_MAX + 2];
+    rt_table_t *t = NULL;
+    bson_t cmd, rep;
+    int rc;
+    ns_of(ctx, ns, sizeof ns);
+    /* Always ask afresh: dropping by a stale notion of sharded-ness drops the wrong thing. */
+    rt_table_invalidate(r, ns);
+    if ((rc = rt_table_get(r, ns, &t, err)) != 0) return rc;
+    bson_init(&cmd);
+    if (t->sharded) {
+        BSON_APPEND_UTF8(&cmd, "_configsvrDropCollection", ns);
+        BSON_APPEND_UTF8(&cmd, "$db", "admin");
+        rc = rt_config_call(r, &cmd, &rep, err);
+    } else {
+        char primary[RT_NAME_BYTES_MAX];
+        rc = rt_db_primary(r, ctx->db, false, primary, sizeof primary, err);
+        if (rc == MS_ERR_NAMESPACE_NOT_FOUND) {
+            rc = err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "ns not found");
+        } else if (rc == 0) {
+            rt_copy_cmd(&cmd, ctx->req, NULL);
+            rt_append_version(&cmd, t, -1);
+            rc = rt_shard_call(r, primary, &cmd, &rep, err);
+        }
+    }
+    bson_destroy(&cmd);
+    rt_table_release(t);
+    rt_table_invalidate(r, ns);
+    if (rc) return rc;
+    rc = relay(ctx, &rep, reply, err);
+    bson_destroy(&rep);
+    if (rc == 0 && !bson_has_field(reply, "ns")) BSON_APPEND_UTF8(reply, "ns", ns);
+    return rc;
+}
+
+int rt_cmd_to_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    char primary[RT_NAME_BYTES_MAX];
+    bson_t cmd, rep;
+    bool create = ctx->spec->flags & CMD_WRITE;
+    int rc = rt_db_primary(r, ctx->db, create, primary, sizeof primary, err);
+    if (rc) return rc;
+    bson_init(&cmd);
+    rt_copy_cmd(&cmd, ctx->req, NULL);
+    rc = rt_shard_call(r, primary, &cmd, &rep, err);
+    bson_destroy(&cmd);
+    if (rc) return rc;
+    rc = relay(ctx, &rep, reply, err);
+    bson_destroy(&rep);
+    return rc;
+}
+
+/* Sharded collection: every shard (indexes must exist wherever chunks may go); else the
+ * primary. The first shard's reply is returned; any failure fails the command. */
+int rt_cmd_to_all_shards(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    char ns[RT_NAME_BYTES_MAX + MS_NS_BYTES_MAX + 2];
+    char names[MS_SHARDS_MAX][RT_NAME_BYTES_MAX];
+    rt_table_t *t = NULL;
+    rt_req_t reqs[MS_SHARDS_MAX];
+    ns_of(ctx, ns, sizeof ns);
+    int rc = rt_table_get(r, ns, &t, err);
+    if (rc) return rc;
+    bool sharded = t->sharded;
+    rt_table_release(t);
+    if (!sharded) return rt_cmd_to_primary(ctx, reply, err);
+    int n = rt_all_shards(r, names, MS_SHARDS_MAX, err);
+    if (n < 0) return -n;
+    for (int i = 0; i < n; i++) {
+        memset(&reqs[i], 0, sizeof reqs[i]);
+        memcpy(reqs[i].shard, names[i], sizeof reqs[i].shard);
+        bson_init(&reqs[i].cmd);
+        rt_copy_cmd(&reqs[i].cmd, ctx->req, NULL);
+    }
+    rt_send_all(r, reqs, n);
+    rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        if (reqs[i].rc) {
+            *err = reqs[i].err;
+            rc = reqs[i].rc;
+        } else if (rt_reply_status(&reqs[i].reply, NULL) != 0) {
+            rc = relay(ctx, &reqs[i].reply, reply, err);
+            err_prefix(err, "shard %s", reqs[i].shard);
+        }
+    }
+    if (!rc && n > 0) rc = relay(ctx, &reqs[0].reply, reply, err);
+    for (int i = 0; i < n; i++) rt_req_clear(&reqs[i]);
+    return rc;
+}
+
+int rt_cmd_internal(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    (void)reply;
+    return err_set(err, MS_ERR_UNAUTHORIZED, "%s is an internal command", ctx->name);
+}
+
+int rt_cmd_flush_router_config(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    (void)err;
+    if (BSON_ITER_HOLDS_UTF8(&ctx->arg)) {
+        const char *ns = bson_iter_utf8(&ctx->arg, NULL);
+        if (strchr(ns, '.')) rt_table_invalidate(r, ns);
+        else rt_db_invalidate(r, ns);
+    } else {
+        rt_cache_flush_all(r);
+    }
+    BSON_APPEND_BOOL(reply, "flushed", true);
+    return 0;
+}
+
+bool rt_refuse_internal(const uint8_t *data, size_t len, bson_t *reply) {
+    bson_t req;
+    bson_iter_t it;
+    if (!bson_init_static(&req, data, len) || !bson_iter_init(&it, &req) || !bson_iter_next(&it))
+        return false;
+    const char *name = bson_iter_key(&it);
+    if (name[0] != '_') return false;
+    ms_error_t e;
+    err_set(&e, MS_ERR_UNAUTHORIZED, "%.200s is an internal command", name);
+    cmd_error_reply(reply, &e);
+    return true;
+}
+
+void rt_status(void *app, bson_t *reply) {
+    router_t *r = app;
+    bson_t d;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "router", &d);
+    BSON_APPEND_UTF8(&d, "configdb", r->configdb);
+    BSON_APPEND_INT64(&d, "staleConfigRetries", (int64_t)atomic_load(&r->stale_retries));
+    BSON_APPEND_INT64(&d, "routingTableRefreshes", (int64_t)atomic_load(&r->refreshes));
+    BSON_APPEND_INT64(&d, "targetedOps", (int64_t)atomic_load(&r->targeted_ops));
+    BSON_APPEND_INT64(&d, "scatterGatherOps", (int64_t)atomic_load(&r->scatter_ops));
+    BSON_APPEND_INT32(&d, "openCursors", rt_cursors_count(r));
+    bson_append_document_end(reply, &d);
+}
+
+static void *pinger(void *p) {
+    router_t *r = p;
+    while (!atomic_load(&r->stopping)) {
+        bson_t cmd, rep;
+        ms_error_t e;
+        bson_init(&cmd);
+        BSON_APPEND_UTF8(&cmd, "_configsvrRouterPing", r->url);
+        BSON_APPEND_UTF8(&cmd, "host", r->url);
+        BSON_APPEND_INT64(&cmd, "up", (time_now_ms() - r->start_ms) / 1000);
+        BSON_APPEND_BOOL(&cmd, "waiting", true);
+        BSON_APPEND_UTF8(&cmd, "mongoVersion", "minishard-0.1.0");
+        BSON_APPEND_UTF8(&cmd, "$db", "admin");
+        if (rt_config_call(r, &cmd, &rep, &e) == 0) {
+            if (rt_reply_status(&rep, &e) != 0)
+                log_debug("router ping refused code=%d errmsg=\"%s\"", e.code, e.msg);
+            bson_destroy(&rep);
+        }
+        bson_destroy(&cmd);
+        rt_cursors_reap(r);
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += RT_PING_INTERVAL_MS / 1000;
+        pthread_mutex_lock(&r->ping_mu);
+        if (!atomic_load(&r->stopping)) pthread_cond_timedwait(&r->ping_cv, &r->ping_mu, &dl);
+        pthread_mutex_unlock(&r->ping_mu);
+    }
+    return NULL;
+}
+
+int rt_pinger_start(router_t *r, ms_error_t *err) {
+    if (pthread_create(&r->pinger, NULL, pinger, r) != 0)
+        return err_set(err, MS_ERR_INTERNAL, "cannot start the config.mongos pinger");
+    r->pinger_running = true;
+    return 0;
+}

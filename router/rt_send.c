@@ -1,0 +1,123 @@
+/*
+ * rt_send.c — sending commands to shards, run by bin/router: copies of the client's
+ * command with the shard's version attached (MongoDB's appendShardVersion), parallel
+ * scatter/gather (one thread per extra target; the caller's thread takes the first, so a
+ * targeted operation costs no thread), reply status, and the stale-retry log line.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/rpc.h"
+#include "router/router.h"
+
+int rt_reply_status(const bson_t *reply, ms_error_t *err) {
+    bson_iter_t it;
+    double ok = 0;
+    if (bson_iter_init_find(&it, reply, "ok")) {
+        if (BSON_ITER_HOLDS_DOUBLE(&it)) ok = bson_iter_double(&it);
+        else if (BSON_ITER_HOLDS_INT32(&it)) ok = bson_iter_int32(&it);
+        else if (BSON_ITER_HOLDS_INT64(&it)) ok = (double)bson_iter_int64(&it);
+        else if (BSON_ITER_HOLDS_BOOL(&it)) ok = bson_iter_bool(&it);
+    }
+    if (ok == 1) return 0;
+    int code = MS_ERR_UNKNOWN_ERROR;
+    const char *msg = "command failed";
+    if (bson_iter_init_find(&it, reply, "code") && BSON_ITER_HOLDS_INT32(&it))
+        code = bson_iter_int32(&it);
+    if (bson_iter_init_find(&it, reply, "errmsg") && BSON_ITER_HOLDS_UTF8(&it))
+        msg = bson_iter_utf8(&it, NULL);
+    return err_set(err, code ? code : MS_ERR_UNKNOWN_ERROR, "%s", msg);
+}
+
+void rt_copy_cmd(bson_t *dst, const bson_t *src, const char *const *skip) {
+    bson_iter_t it;
+    if (!bson_iter_init(&it, src)) return;
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        bool drop = strcmp(k, "shardVersion") == 0;
+        for (int i = 0; skip && skip[i] && !drop; i++) drop = strcmp(k, skip[i]) == 0;
+        if (!drop) bson_append_iter(dst, k, -1, &it);
+    }
+}
+
+void rt_append_version(bson_t *cmd, const rt_table_t *t, int shard) {
+    bson_t v;
+    bson_oid_t zero;
+    memset(&zero, 0, sizeof zero);
+    BSON_APPEND_DOCUMENT_BEGIN(cmd, "shardVersion", &v);
+    if (t && t->sharded) {
+        BSON_APPEND_OID(&v, "e", &t->epoch);
+        BSON_APPEND_TIMESTAMP(&v, "t", t->ts_t, t->ts_i);
+        if (shard >= 0 && shard < t->nshards)
+            BSON_APPEND_TIMESTAMP(&v, "v", t->shard_major[shard], t->shard_minor[shard]);
+        else
+            BSON_APPEND_TIMESTAMP(&v, "v", 0, 0);
+    } else {
+        BSON_APPEND_OID(&v, "e", &zero);
+        BSON_APPEND_TIMESTAMP(&v, "t", 0, 0);
+        BSON_APPEND_TIMESTAMP(&v, "v", 0, 0);
+    }
+    bson_append_document_end(cmd, &v);
+}
+
+void rt_note_stale(router_t *r, const char *ns, const char *shard, const bson_t *reply) {
+    bson_iter_t it;
+    uint32_t rm = 0, rn = 0, wm = 0, wn = 0;
+    if (reply && bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "vReceived.v", &it) &&
+        BSON_ITER_HOLDS_TIMESTAMP(&it))
+        bson_iter_timestamp(&it, &rm, &rn);
+    if (reply && bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "vWanted.v", &it) &&
+        BSON_ITER_HOLDS_TIMESTAMP(&it))
+        bson_iter_timestamp(&it, &wm, &wn);
+    atomic_fetch_add(&r->stale_retries, 1);
+    log_info("stale config retry ns=%s shard=%s received=%u|%u wanted=%u|%u", ns, shard, rm, rn,
+             wm, wn);
+}
+
+int rt_shard_call(router_t *r, const char *shard, const bson_t *cmd, bson_t *reply,
+                  ms_error_t *err) {
+    char url[MS_URL_BYTES_MAX];
+    rpc_client_t *c;
+    int rc = rt_shard_url(r, shard, url, sizeof url, err);
+    if (rc) return rc;
+    if ((rc = rpc_peer(url, &c, err)) != 0) return rc;
+    return rpc_call(c, cmd, RT_CALL_TIMEOUT_MS, reply, err);
+}
+
+typedef struct send_arg {
+    router_t *r;
+    rt_req_t *q;
+} send_arg_t;
+
+static void *send_one(void *p) {
+    send_arg_t *a = p;
+    memset(&a->q->err, 0, sizeof a->q->err);
+    a->q->rc = rt_shard_call(a->r, a->q->shard, &a->q->cmd, &a->q->reply, &a->q->err);
+    return NULL;
+}
+
+void rt_send_all(router_t *r, rt_req_t *reqs, int n) {
+    pthread_t th[MS_SHARDS_MAX];
+    send_arg_t args[MS_SHARDS_MAX];
+    bool started[MS_SHARDS_MAX] = {0};
+    ASSERT(n <= MS_SHARDS_MAX);
+    for (int i = 1; i < n; i++) {
+        args[i] = (send_arg_t){r, &reqs[i]};
+        started[i] = pthread_create(&th[i], NULL, send_one, &args[i]) == 0;
+        if (!started[i]) send_one(&args[i]);   /* no thread: do it here, still correct */
+    }
+    if (n > 0) {
+        args[0] = (send_arg_t){r, &reqs[0]};
+        send_one(&args[0]);
+    }
+    for (int i = 1; i < n; i++)
+        if (started[i]) pthread_join(th[i], NULL);
+}
+
+void rt_req_clear(rt_req_t *q) {
+    bson_destroy(&q->cmd);
+    if (q->rc == 0) bson_destroy(&q->reply);
+    q->rc = -1;
+}

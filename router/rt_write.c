@@ -1,0 +1,565 @@
+/*
+ * rt_write.c — writes through the router (MongoDB's BatchWriteExec and write targeter,
+ * notes §8.3), run by bin/router. A client batch is split per shard and the pieces are
+ * sent in parallel, each with that shard's version; replies are merged with the client's
+ * op indexes (n, nModified, upserted, writeErrors). Ordered batches go as consecutive runs
+ * of ops with one target, in client order, and stop at the first error; unordered batches
+ * go to every shard at once. StaleConfig (whole reply or per op) never reaches the client
+ * while retries remain: refresh the collection and re-target only the failed ops.
+ *   insert: the shard owning the document's shard key (missing → null; array → error);
+ *   update: upsert needs the exact shard key; multi:false needs the shard key, the exact
+ *           _id (broadcast) or a replacement whose key targets one shard; updates that
+ *           would change shard-key fields are refused (ImmutableField);
+ *   delete: limit:1 needs the shard key or the exact _id; otherwise by query;
+ *   findAndModify: the shard key must be in the query.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bounds.h"
+#include "common/bsonx.h"
+#include "common/log.h"
+#include "router/router.h"
+
+enum wkind { W_INSERT, W_UPDATE, W_DELETE };
+enum wstate { OP_PENDING, OP_DONE, OP_ERROR };
+
+typedef struct wop {
+    bson_t doc;            /* a view into the request */
+    uint64_t targets;      /* shards still to send to (table indexes) */
+    uint64_t done_mask;    /* shards that applied it */
+    enum wstate state;
+    int code;
+    char msg[sizeof(((ms_error_t *)0)->msg)];
+} wop_t;
+
+static const char *ops_field(enum wkind k) {
+    return k == W_INSERT ? "documents" : k == W_UPDATE ? "updates" : "deletes";
+}
+
+static void op_fail(wop_t *op, const ms_error_t *e) {
+    op->state = OP_ERROR;
+    op->code = e->code;
+    snprintf(op->msg, sizeof op->msg, "%s", e->msg);
+}
+
+static bool get_sub(const bson_t *d, const char *key, bson_t *out) {
+    bson_iter_t it;
+    uint32_t len;
+    const uint8_t *data;
+    if (!bson_iter_init_find(&it, d, key)) return false;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&it) && !BSON_ITER_HOLDS_ARRAY(&it)) return false;
+    if (BSON_ITER_HOLDS_DOCUMENT(&it)) bson_iter_document(&it, &len, &data);
+    else bson_iter_array(&it, &len, &data);
+    return bson_init_static(out, data, len);
+}
+
+static bool flag_of(const bson_t *d, const char *key) {
+    bson_iter_t it;
+    return bson_iter_init_find(&it, d, key) && bsonx_truthy(&it);
+}
+
+/* Does path touch a shard-key field (equal, prefix or extension)? Sets *field. */
+static bool touches_key(const keys_pattern_t *p, const char *path, const char **field) {
+    size_t pl = strlen(path);
+    for (int i = 0; i < p->nfields; i++) {
+        const char *f = p->fields[i];
+        size_t fl = strlen(f);
+        if ((pl == fl && !memcmp(path, f, fl)) ||
+            (pl < fl && !memcmp(path, f, pl) && f[pl] == '.') ||
+            (fl < pl && !memcmp(path, f, fl) && path[fl] == '.')) {
+            *field = f;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The query's equality value for field (plain value or {$eq: v}). */
+static bool query_eq(const bson_t *q, const char *field, bson_iter_t *out) {
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, q, field)) return false;
+    if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_iter_t c;
+        if (bson_iter_recurse(&it, &c) && bson_iter_next(&c) && bson_iter_key(&c)[0] == '$') {
+            if (strcmp(bson_iter_key(&c), "$eq") != 0) return false;
+            *out = c;
+            return true;
+        }
+    }
+    *out = it;
+    return true;
+}
+
+/* Refuses operator updates that change shard-key fields ($set to the value the query pins
+ * is allowed, as MongoDB allows a no-op). */
+static int check_key_update(const rt_table_t *t, const bson_t *q, const bson_t *u,
+                            ms_error_t *err) {
+    bson_iter_t op, f;
+    if (!bson_iter_init(&op, u)) return 0;
+    while (bson_iter_next(&op)) {
+        const char *name = bson_iter_key(&op);
+        if (name[0] != '$') return 0;   /* a replacement: checked by its key */
+        if (!strcmp(name, "$setOnInsert") || !BSON_ITER_HOLDS_DOCUMENT(&op)) continue;
+        if (!bson_iter_recurse(&op, &f)) continue;
+        while (bson_iter_next(&f)) {
+            const char *path = bson_iter_key(&f), *kf = NULL;
+            if (!touches_key(&t->pattern, path, &kf)) continue;
+            bson_iter_t qv;
+            if (!strcmp(name, "$set") && !strcmp(path, kf) && query_eq(q, kf, &qv) &&
+                bsonx_compare_values(&qv, &f) == 0 &&
+                bson_iter_type(&qv) == bson_iter_type(&f))
+                continue;
+            return err_set(err, MS_ERR_IMMUTABLE_FIELD,
+                           "Performing an update on the path '%s' would modify the immutable "
+                           "shard key field '%s'", path, kf);
+        }
+    }
+    return 0;
+}
+
+static bool is_replacement(const bson_t *u) {
+    bson_iter_t it;
+    if (!bson_iter_init(&it, u) || !bson_iter_next(&it)) return true;
+    return bson_iter_key(&it)[0] != '$';
+}
+
+/* Computes op->targets for a sharded table. */
+static int target_op(const rt_table_t *t, enum wkind k, wop_t *op, ms_error_t *err) {
+    int shard, rc;
+    if (k == W_INSERT) {
+        if ((rc = rt_target_doc(t, &op->doc, &shard, err)) != 0) return rc;
+        op->targets = 1ull << shard;
+        return 0;
+    }
+    bson_t q, u;
+    uint64_t mask = 0;
+    bool point = false;
+    if (!get_sub(&op->doc, "q", &q))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "%s op needs a q document",
+                       k == W_UPDATE ? "update" : "delete");
+    if ((rc = rt_target_filter(t, &q, &mask, &point, err)) != 0) return rc;
+    int nt = __builtin_popcountll(mask);
+    if (k == W_DELETE) {
+        bson_iter_t it;
+        int64_t limit = 0;
+        if (bson_iter_init_find(&it, &op->doc, "limit")) bsonx_as_int64(&it, &limit);
+        if (limit == 1 && nt > 1 && !rt_filter_has_exact_id(&q))
+            return err_set(err, MS_ERR_SHARD_KEY_NOT_FOUND,
+                           "A single delete on a sharded collection must contain an exact match "
+                           "on _id (and have the collection default collation) or contain the "
+                           "shard key (and have the simple collation).");
+        op->targets = mask;
+        return 0;
+    }
+    if (!get_sub(&op->doc, "u", &u))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "update op needs a u document");
+    bool upsert = flag_of(&op->doc, "upsert"), multi = flag_of(&op->doc, "multi");
+    if (upsert && !point)
+        return err_set(err, MS_ERR_SHARD_KEY_NOT_FOUND,
+                       "Failed to target upsert by query :: could not extract exact shard key");
+    if ((rc = check_key_update(t, &q, &u, err)) != 0) return rc;
+    if (is_replacement(&u)) {
+        buf_t rk = {0};
+        bounds_t b;
+        memset(&b, 0, sizeof b);
+        if ((rc = keys_extract(&t->pattern, &u, NULL, &rk, err)) != 0) return rc;
+        if (point && bounds_from_filter(&q, &t->pattern, 2, &b, NULL) == 0 && b.n == 1 &&
+            rt_bytes_cmp(b.r[0].lo.data, b.r[0].lo.len, rk.data, rk.len) != 0) {
+            bounds_free(&b);
+            buf_free(&rk);
+            return err_set(err, MS_ERR_IMMUTABLE_FIELD,
+                           "the replacement document would modify the immutable shard key");
+        }
+        bounds_free(&b);
+        if (!multi && nt > 1) {
+            mask = 1ull << t->chunks[rt_chunk_for_key(t, rk.data, rk.len)].shard;
+            nt = 1;
+        }
+        buf_free(&rk);
+    }
+    if (!multi && nt > 1 && !rt_filter_has_exact_id(&q))
+        return err_set(err, MS_ERR_SHARD_KEY_NOT_FOUND,
+                       "A single update on a sharded collection must contain an exact match on "
+                       "_id (and have the collection default collation) or contain the shard "
+                       "key (and have the simple collation).");
+    op->targets = mask;
+    return 0;
+}
+
+typedef struct shard_batch {
+    int shard;             /* table index, -1 = the unsharded primary */
+    int nops;
+    int *ops;              /* client indexes */
+} shard_batch_t;
+
+static void append_upserted(bson_t *arr, int *nup, int index, bson_iter_t *id) {
+    bson_t d;
+    char idx[16];
+    snprintf(idx, sizeof idx, "%d", (*nup)++);
+    BSON_APPEND_DOCUMENT_BEGIN(arr, idx, &d);
+    BSON_APPEND_INT32(&d, "index", index);
+    bson_append_iter(&d, "_id", 3, id);
+    bson_append_document_end(arr, &d);
+}
+
+static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    if (!strcmp(ctx->db, "config")) return rt_cmd_to_config(ctx, reply, err);
+    const char *coll = bson_iter_utf8(&ctx->arg, NULL);
+    char ns[RT_NAME_BYTES_MAX + MS_NS_BYTES_MAX + 2];
+    bson_iter_t it, arr;
+    wop_t *ops = NULL;
+    int nops = 0, rc = 0, stale_rounds = 0, nup = 0;
+    int64_t n = 0, nmod = 0;
+    bool ordered = cmd_flag(ctx, "ordered", true);
+    bson_t upserted;
+    shard_batch_t batches[MS_SHARDS_MAX + 1];
+    memset(batches, 0, sizeof batches);
+    bson_init(&upserted);
+    snprintf(ns, sizeof ns, "%s.%s", ctx->db, coll);
+
+    if (!bson_iter_init_find(&it, ctx->req, ops_field(kind)) || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &arr)) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "%s needs a %s array", ctx->name,
+                     ops_field(kind));
+        goto out;
+    }
+    ops = calloc(MS_WRITE_BATCH_OPS_MAX + 1, sizeof *ops);
+    ASSERT(ops);
+    while (bson_iter_next(&arr)) {
+        uint32_t len;
+        const uint8_t *data;
+        if (nops >= MS_WRITE_BATCH_OPS_MAX) {
+            rc = err_set(err, MS_ERR_INVALID_LENGTH, "Write batch sizes must be between 1 and %d",
+                         MS_WRITE_BATCH_OPS_MAX);
+            goto out;
+        }
+        if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) {
+            rc = err_set(err, MS_ERR_TYPE_MISMATCH, "%s elements must be documents",
+                         ops_field(kind));
+            goto out;
+        }
+        bson_iter_document(&arr, &len, &data);
+        bson_init_static(&ops[nops].doc, data, len);
+        nops++;
+    }
+    if (nops == 0) {
+        rc = err_set(err, MS_ERR_INVALID_LENGTH, "Write batch sizes must be between 1 and %d",
+                     MS_WRITE_BATCH_OPS_MAX);
+        goto out;
+    }
+
+    /* Rounds: each sends some pending ops; bounded by ops + stale retries. */
+    for (int round = 0; round < nops + MS_STALE_RETRIES_MAX + 2; round++) {
+        rt_table_t *t = NULL;
+        char primary[RT_NAME_BYTES_MAX] = "";
+        int first_err = -1, first_pending = -1;
+        for (int i = 0; i < nops; i++) {
+            if (ops[i].state == OP_ERROR && first_err < 0) first_err = i;
+            if (ops[i].state == OP_PENDING && first_pending < 0) first_pending = i;
+        }
+        if (first_pending < 0 || (ordered && first_err >= 0 && first_err < first_pending)) break;
+        if ((rc = rt_table_get(r, ns, &t, err)) != 0) goto out;
+        if (!t->sharded && (rc = rt_db_primary(r, ctx->db, true, primary, sizeof primary, err))) {
+            rt_table_release(t);
+            goto out;
+        }
+        /* Target every pending op (again: the table may be new). */
+        for (int i = first_pending; i < nops; i++) {
+            if (ops[i].state != OP_PENDING) continue;
+            if (!t->sharded) {
+                ops[i].targets = 1;
+                continue;
+            }
+            ms_error_t e = {0};
+            if (target_op(t, kind, &ops[i], &e)) {
+                op_fail(&ops[i], &e);
+            } else {
+                ops[i].targets &= ~ops[i].done_mask;
+                if (!ops[i].targets) ops[i].state = OP_DONE;
+            }
+            if (ordered && ops[i].state == OP_ERROR) break;
+        }
+        /* Choose this round's ops. */
+        int nb = 0;
+        int nslots = t->sharded ? t->nshards : 1;
+        for (int s = 0; s < nslots; s++) {
+            batches[s].shard = t->sharded ? s : -1;
+            batches[s].nops = 0;
+            free(batches[s].ops);
+            batches[s].ops = NULL;
+        }
+        if (ordered) {
+            /* The run of pending ops from the first one that share one single target. */
+            uint64_t tg = 0;
+            for (int i = 0; i < nops; i++) {
+                if (ops[i].state == OP_DONE) continue;
+                if (ops[i].state == OP_ERROR) break;
+                if (!tg) tg = ops[i].targets;
+                if (ops[i].targets != tg) break;
+                bool single = __builtin_popcountll(tg) == 1;
+                for (int s = 0; s < nslots; s++) {
+                    if (!(tg & (1ull << s))) continue;
+                    shard_batch_t *b = &batches[s];
+                    if (!b->ops) b->ops = malloc((size_t)nops * sizeof *b->ops);
+                    ASSERT(b->ops);
+                    b->ops[b->nops++] = i;
+                }
+                if (!single) break;   /* a multi-shard op goes alone */
+            }
+        } else {
+            for (int i = 0; i < nops; i++) {
+                if (ops[i].state != OP_PENDING) continue;
+                for (int s = 0; s < nslots; s++) {
+                    if (!(ops[i].targets & (1ull << s))) continue;
+                    shard_batch_t *b = &batches[s];
+                    if (!b->ops) b->ops = malloc((size_t)nops * sizeof *b->ops);
+                    ASSERT(b->ops);
+                    b->ops[b->nops++] = i;
+                }
+            }
+        }
+        rt_req_t reqs[MS_SHARDS_MAX];
+        shard_batch_t *sent[MS_SHARDS_MAX];
+        static const char *const skipf[] = {"documents", "updates", "deletes", "ordered", NULL};
+        for (int s = 0; s < nslots; s++) {
+            shard_batch_t *b = &batches[s];
+            if (!b->nops) continue;
+            rt_req_t *q = &reqs[nb];
+            memset(q, 0, sizeof *q);
+            snprintf(q->shard, sizeof q->shard, "%s", t->sharded ? t->shards[s] : primary);
+            bson_init(&q->cmd);
+            rt_copy_cmd(&q->cmd, ctx->req, skipf);
+            BSON_APPEND_BOOL(&q->cmd, "ordered", ordered);
+            bson_t a;
+            BSON_APPEND_ARRAY_BEGIN(&q->cmd, ops_field(kind), &a);
+            for (int j = 0; j < b->nops; j++) {
+                char idx[16];
+                snprintf(idx, sizeof idx, "%d", j);
+                BSON_APPEND_DOCUMENT(&a, idx, &ops[b->ops[j]].doc);
+            }
+            bson_append_array_end(&q->cmd, &a);
+            rt_append_version(&q->cmd, t, t->sharded ? s : -1);
+            sent[nb++] = b;
+        }
+        if (t->sharded) atomic_fetch_add(nb == 1 ? &r->targeted_ops : &r->scatter_ops, 1);
+        rt_send_all(r, reqs, nb);
+        bool stale = false;
+        for (int k = 0; k < nb; k++) {
+            rt_req_t *q = &reqs[k];
+            shard_batch_t *b = sent[k];
+            uint64_t bit = 1ull << (b->shard < 0 ? 0 : b->shard);
+            ms_error_t e = {0};
+            int code = q->rc ? q->rc : rt_reply_status(&q->reply, &e);
+            if (q->rc) e = q->err;
+            if (code == MS_ERR_STALE_CONFIG) {
+                stale = true;
+                rt_note_stale(r, ns, q->shard, &q->reply);
+                continue;
+            }
+            if (code) {   /* the whole piece failed: every op of it carries the error */
+                err_prefix(&e, "shard %s", q->shard);
+                for (int j = 0; j < b->nops; j++) op_fail(&ops[b->ops[j]], &e);
+                continue;
+            }
+            bson_iter_t f;
+            int64_t v = 0;
+            if (bson_iter_init_find(&f, &q->reply, "n") && bsonx_as_int64(&f, &v)) n += v;
+            v = 0;
+            if (bson_iter_init_find(&f, &q->reply, "nModified") && bsonx_as_int64(&f, &v))
+                nmod += v;
+            if (bson_iter_init_find(&f, &q->reply, "upserted") && bson_iter_recurse(&f, &arr)) {
+                while (bson_iter_next(&arr)) {
+                    bson_iter_t d, id;
+                    int64_t li = -1;
+                    if (!bson_iter_recurse(&arr, &d)) continue;
+                    bson_iter_t d2 = d;
+                    if (bson_iter_find(&d, "index")) bsonx_as_int64(&d, &li);
+                    if (li < 0 || li >= b->nops || !bson_iter_find(&d2, "_id")) continue;
+                    id = d2;
+                    append_upserted(&upserted, &nup, b->ops[li], &id);
+                }
+            }
+            int first_werr = b->nops;   /* ordered: ops after the first error did not run */
+            if (bson_iter_init_find(&f, &q->reply, "writeErrors") && bson_iter_recurse(&f, &arr)) {
+                while (bson_iter_next(&arr)) {
+                    bson_iter_t d;
+                    int64_t li = -1, c = MS_ERR_UNKNOWN_ERROR;
+                    const char *msg = "";
+                    if (!bson_iter_recurse(&arr, &d)) continue;
+                    while (bson_iter_next(&d)) {
+                        const char *key = bson_iter_key(&d);
+                        if (!strcmp(key, "index")) bsonx_as_int64(&d, &li);
+                        else if (!strcmp(key, "code")) bsonx_as_int64(&d, &c);
+                        else if (!strcmp(key, "errmsg") && BSON_ITER_HOLDS_UTF8(&d))
+                            msg = bson_iter_utf8(&d, NULL);
+                    }
+                    if (li < 0 || li >= b->nops) continue;
+                    if (li < first_werr) first_werr = (int)li;
+                    wop_t *op = &ops[b->ops[li]];
+                    if (c == MS_ERR_STALE_CONFIG) {   /* pending again, marked for below */
+                        stale = true;
+                        op->code = MS_ERR_STALE_CONFIG;
+                        rt_note_stale(r, ns, q->shard, NULL);
+                        continue;
+                    }
+                    op->state = OP_ERROR;
+                    op->code = (int)c;
+                    snprintf(op->msg, sizeof op->msg, "%s", msg);
+                }
+            }
+            for (int j = 0; j < b->nops; j++) {
+                wop_t *op = &ops[b->ops[j]];
+                if (op->state == OP_ERROR) continue;
+                if (ordered && j > first_werr) continue;   /* not executed */
+                if (op->code == MS_ERR_STALE_CONFIG) {      /* stale: pending again */
+                    op->code = 0;
+                    continue;
+                }
+                op->done_mask |= bit;
+                op->targets &= ~bit;
+                if (!op->targets) op->state = OP_DONE;
+            }
+        }
+        for (int k = 0; k < nb; k++) rt_req_clear(&reqs[k]);
+        if (stale) {
+            if (++stale_rounds > MS_STALE_RETRIES_MAX) {
+                ms_error_t e;
+                err_set(&e, MS_ERR_STALE_CONFIG,
+                        "%s: shards kept answering StaleConfig after %d refreshes", ns,
+                        MS_STALE_RETRIES_MAX);
+                for (int i = 0; i < nops; i++)
+                    if (ops[i].state == OP_PENDING) op_fail(&ops[i], &e);
+            } else {
+                ms_error_t e;
+                if (rt_table_refresh(r, ns, t, &e)) {
+                    for (int i = 0; i < nops; i++)
+                        if (ops[i].state == OP_PENDING) op_fail(&ops[i], &e);
+                }
+            }
+        }
+        rt_table_release(t);
+    }
+
+    BSON_APPEND_INT32(reply, "n", (int32_t)n);
+    if (kind == W_UPDATE) {
+        BSON_APPEND_INT32(reply, "nModified", (int32_t)nmod);
+        if (nup) bson_append_array(reply, "upserted", -1, &upserted);
+    }
+    bson_t werr;
+    int nw = 0;
+    for (int i = 0; i < nops; i++) {
+        if (ops[i].state != OP_ERROR) continue;
+        if (!nw) BSON_APPEND_ARRAY_BEGIN(reply, "writeErrors", &werr);
+        bson_t d;
+        char idx[16];
+        snprintf(idx, sizeof idx, "%d", nw++);
+        BSON_APPEND_DOCUMENT_BEGIN(&werr, idx, &d);
+        BSON_APPEND_INT32(&d, "index", i);
+        BSON_APPEND_INT32(&d, "code", ops[i].code);
+        BSON_APPEND_UTF8(&d, "codeName", err_code_name(ops[i].code));
+        BSON_APPEND_UTF8(&d, "errmsg", ops[i].msg);
+        bson_append_document_end(&werr, &d);
+        if (ordered) break;
+    }
+    if (nw) bson_append_array_end(reply, &werr);
+out:
+    for (int s = 0; s <= MS_SHARDS_MAX; s++) free(batches[s].ops);
+    bson_destroy(&upserted);
+    free(ops);
+    return rc;
+}
+
+int rt_cmd_insert(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    return run_writes(ctx, W_INSERT, reply, err);
+}
+
+int rt_cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    return run_writes(ctx, W_UPDATE, reply, err);
+}
+
+int rt_cmd_delete(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    return run_writes(ctx, W_DELETE, reply, err);
+}
+
+/* findAndModify: one shard, by the shard key in the query; retried on StaleConfig. */
+int rt_cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    const char *coll = bson_iter_utf8(&ctx->arg, NULL);
+    char ns[RT_NAME_BYTES_MAX + MS_NS_BYTES_MAX + 2];
+    bson_t q, u;
+    bson_iter_t it;
+    snprintf(ns, sizeof ns, "%s.%s", ctx->db, coll);
+    bson_init(&q);
+    if (bson_iter_init_find(&it, ctx->req, "query") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        uint32_t len;
+        const uint8_t *data;
+        bson_iter_document(&it, &len, &data);
+        bson_destroy(&q);
+        bson_init_static(&q, data, len);
+    }
+    for (int attempt = 0; attempt <= MS_STALE_RETRIES_MAX; attempt++) {
+        rt_table_t *t = NULL;
+        char target[RT_NAME_BYTES_MAX];
+        int rc = rt_table_get(r, ns, &t, err), idx = -1;
+        if (rc) return rc;
+        if (!t->sharded) {
+            rc = rt_db_primary(r, ctx->db, true, target, sizeof target, err);
+        } else {
+            uint64_t mask = 0;
+            bool point = false;
+            rc = rt_target_filter(t, &q, &mask, &point, err);
+            if (!rc && __builtin_popcountll(mask) != 1)
+                rc = err_set(err, MS_ERR_SHARD_KEY_NOT_FOUND,
+                             "Query for sharded findAndModify must contain the shard key");
+            if (!rc && bson_iter_init_find(&it, ctx->req, "update") &&
+                BSON_ITER_HOLDS_DOCUMENT(&it)) {
+                uint32_t len;
+                const uint8_t *data;
+                bson_iter_document(&it, &len, &data);
+                if (bson_init_static(&u, data, len)) rc = check_key_update(t, &q, &u, err);
+            }
+            if (!rc) {
+                idx = __builtin_ctzll(mask);
+                snprintf(target, sizeof target, "%s", t->shards[idx]);
+            }
+        }
+        if (rc) {
+            rt_table_release(t);
+            return rc;
+        }
+        bson_t cmd, rep;
+        bson_init(&cmd);
+        rt_copy_cmd(&cmd, ctx->req, NULL);
+        rt_append_version(&cmd, t, idx);
+        rc = rt_shard_call(r, target, &cmd, &rep, err);
+        bson_destroy(&cmd);
+        if (rc) {
+            rt_table_release(t);
+            return rc;
+        }
+        ms_error_t e;
+        int code = rt_reply_status(&rep, &e);
+        if (code == MS_ERR_STALE_CONFIG) {
+            rt_note_stale(r, ns, target, &rep);
+            bson_destroy(&rep);
+            rc = rt_table_refresh(r, ns, t, err);
+            rt_table_release(t);
+            if (rc) return rc;
+            continue;
+        }
+        rt_table_release(t);
+        if (code) {
+            *err = e;
+            bson_destroy(&rep);
+            return code;
+        }
+        bson_iter_init(&it, &rep);
+        while (bson_iter_next(&it))
+            if (strcmp(bson_iter_key(&it), "ok") != 0) bson_append_iter(reply, NULL, 0, &it);
+        bson_destroy(&rep);
+        return 0;
+    }
+    return err_set(err, MS_ERR_STALE_CONFIG, "%s: shards kept answering StaleConfig", ns);
+}
