@@ -92,8 +92,9 @@ bool rt_filter_has_exact_id(const bson_t *filter) {
         if (!bson_iter_next(&c)) return true;   /* {_id: {}} is an exact value */
         const char *k = bson_iter_key(&c);
         if (k[0] != '$') return true;           /* an embedded document value */
-        if (strcmp(k, "$eq") != 0 || bson_iter_next(&c)) return false;
-        return !BSON_ITER_HOLDS_REGEX(&c) && !BSON_ITER_HOLDS_ARRAY(&c);
+        if (strcmp(k, "$eq") != 0) return false;
+        bool regex_or_array = BSON_ITER_HOLDS_REGEX(&c) || BSON_ITER_HOLDS_ARRAY(&c);
+        return !bson_iter_next(&c) && !regex_or_array;
     }
     return !BSON_ITER_HOLDS_REGEX(&it) && !BSON_ITER_HOLDS_ARRAY(&it);
 }

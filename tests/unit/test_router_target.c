@@ -1,0 +1,121 @@
+/*
+ * test_router_target.c — unit tests of the router's targeting (router/rt_target.c):
+ * chunk lookup by binary search, a document's shard, and a filter's shards through
+ * bounds_from_filter (equality, ranges, $in, unplannable, hashed equality).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bsonx.h"
+#include "router/router.h"
+#include "tests/unit/t.h"
+
+/* A table over {x: 1} (or hashed) with chunks [Min,0) s0, [0,100) s1, [100,Max) s2. */
+static rt_table_t *make_table(bool hashed) {
+    rt_table_t *t = calloc(1, sizeof *t);
+    bson_t pat = BSON_INITIALIZER;
+    ms_error_t err = {0};
+    atomic_init(&t->refs, 1);
+    t->sharded = true;
+    if (hashed) BSON_APPEND_UTF8(&pat, "x", "hashed");
+    else BSON_APPEND_INT32(&pat, "x", 1);
+    CHECK(keys_pattern_parse(&pat, &t->pattern, &err) == 0);
+    bson_destroy(&pat);
+    t->nshards = 3;
+    for (int i = 0; i < 3; i++) snprintf(t->shards[i], RT_NAME_BYTES_MAX, "s%d", i);
+    t->nchunks = 3;
+    t->chunks = calloc(3, sizeof *t->chunks);
+    int64_t cut[2] = {0, 100};
+    for (int i = 0; i < 3; i++) {
+        bson_t lo = BSON_INITIALIZER, hi = BSON_INITIALIZER;
+        if (i == 0) BSON_APPEND_MINKEY(&lo, "x");
+        else BSON_APPEND_INT64(&lo, "x", cut[i - 1]);
+        if (i == 2) BSON_APPEND_MAXKEY(&hi, "x");
+        else BSON_APPEND_INT64(&hi, "x", cut[i]);
+        CHECK(keys_encode_bound(&t->pattern, &lo, &t->chunks[i].min, &err) == 0);
+        CHECK(keys_encode_bound(&t->pattern, &hi, &t->chunks[i].max, &err) == 0);
+        t->chunks[i].shard = i;
+        t->chunks[i].major = 1;
+        t->chunks[i].minor = (uint32_t)i;
+        bson_destroy(&lo);
+        bson_destroy(&hi);
+    }
+    return t;
+}
+
+static uint64_t mask_of(rt_table_t *t, const char *json, bool *point) {
+    bson_t f;
+    ms_error_t err = {0};
+    uint64_t m = 0;
+    CHECK(bsonx_from_json(json, &f, &err) == 0);
+    int rc = rt_target_filter(t, &f, &m, point, &err);
+    CHECK_MSG(rc == 0, "%s: %s", json, err.msg);
+    bson_destroy(&f);
+    return m;
+}
+
+static void test_doc_targeting(void) {
+    rt_table_t *t = make_table(false);
+    const char *docs[] = {"{\"x\": -5}", "{\"x\": 0}", "{\"x\": 99.5}", "{\"x\": 100}",
+                          "{\"y\": 1}", "{\"x\": \"str\"}"};
+    int want[] = {0, 1, 1, 2, 0 /* missing = null < numbers */, 2 /* strings > numbers */};
+    for (int i = 0; i < 6; i++) {
+        bson_t d;
+        ms_error_t err = {0};
+        int shard = -1;
+        CHECK(bsonx_from_json(docs[i], &d, &err) == 0);
+        CHECK_INT(rt_target_doc(t, &d, &shard, &err), 0);
+        CHECK_MSG(shard == want[i], "%s → s%d, expected s%d", docs[i], shard, want[i]);
+        bson_destroy(&d);
+    }
+    bson_t arr;
+    ms_error_t err = {0};
+    int shard = -1;
+    CHECK(bsonx_from_json("{\"x\": [1, 2]}", &arr, &err) == 0);
+    CHECK(rt_target_doc(t, &arr, &shard, &err) != 0);   /* arrays are not shard keys */
+    bson_destroy(&arr);
+    rt_table_release(t);
+}
+
+static void test_filter_targeting(void) {
+    rt_table_t *t = make_table(false);
+    bool point = false;
+    CHECK_INT(mask_of(t, "{\"x\": 5}", &point), 2);
+    CHECK(point);
+    CHECK_INT(mask_of(t, "{\"x\": {\"$gte\": 0, \"$lt\": 100}}", &point), 2);
+    CHECK(!point);
+    CHECK_INT(mask_of(t, "{\"x\": {\"$gte\": 50}}", &point), 6);
+    CHECK_INT(mask_of(t, "{\"x\": {\"$in\": [-1, 150]}}", &point), 5);
+    CHECK_INT(mask_of(t, "{}", &point), 7);
+    CHECK_INT(mask_of(t, "{\"y\": 3}", &point), 7);
+    CHECK_INT(mask_of(t, "{\"x\": {\"$lt\": 100}}", &point), 3);
+    rt_table_release(t);
+}
+
+static void test_hashed_equality_targets_one_shard(void) {
+    rt_table_t *t = make_table(true);
+    bool point = false;
+    /* hash(42) = -944302157085130861 < 0 → chunk [Min, 0) → s0 */
+    CHECK_INT(mask_of(t, "{\"x\": 42}", &point), 1);
+    CHECK(point);
+    /* ranges on a hashed field: every shard */
+    CHECK_INT(mask_of(t, "{\"x\": {\"$gt\": 5}}", &point), 7);
+    rt_table_release(t);
+}
+
+static void test_exact_id(void) {
+    const char *yes[] = {"{\"_id\": 5}", "{\"_id\": {\"$eq\": 5}}", "{\"_id\": {\"a\": 1}}"};
+    const char *no[] = {"{\"a\": 5}", "{\"_id\": {\"$gt\": 5}}", "{\"_id\": {\"$in\": [1]}}"};
+    for (int i = 0; i < 3; i++) {
+        bson_t d;
+        CHECK(bsonx_from_json(yes[i], &d, NULL) == 0);
+        CHECK_MSG(rt_filter_has_exact_id(&d), "%s", yes[i]);
+        bson_destroy(&d);
+        CHECK(bsonx_from_json(no[i], &d, NULL) == 0);
+        CHECK_MSG(!rt_filter_has_exact_id(&d), "%s", no[i]);
+        bson_destroy(&d);
+    }
+}
+
+T_MAIN(T_CASE(test_doc_targeting), T_CASE(test_filter_targeting),
+       T_CASE(test_hashed_equality_targets_one_shard), T_CASE(test_exact_id))
