@@ -38,7 +38,7 @@ int err_set(ms_error_t *err, int code, const char *fmt, ...) {
 }
 
 void err_prefix(ms_error_t *err, const char *fmt, ...) {
-    char head[256], old[sizeof err->msg];
+    char head[256], old[MS_ERRMSG_BYTES];
     va_list ap;
     if (!err) return;
     va_start(ap, fmt);

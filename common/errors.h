@@ -91,10 +91,12 @@ enum ms_err {
 #undef MS_ERR_ENUM_ROW
 };
 
+#define MS_ERRMSG_BYTES 512  /* one error message: a line, never a dump */
+
 /* One error with its text. Functions that fail fill it when the pointer is non-NULL. */
 typedef struct ms_error {
     int code;          /* an enum ms_err value (a MongoDB code) */
-    char msg[512];     /* human text: what a reply's errmsg carries */
+    char msg[MS_ERRMSG_BYTES]; /* human text: what a reply's errmsg carries */
 } ms_error_t;
 
 /* codeName for a code ("BadValue"); "UnknownError" for a code not in the list. */
