@@ -163,6 +163,7 @@ int store_get_by_rowid(store_txn_t *t, store_coll_t *c, int64_t rowid, bson_t *d
 /* count and total bytes of a collection's documents. */
 int store_coll_stats(store_txn_t *t, store_coll_t *c, int64_t *count, int64_t *bytes,
                      int64_t *storage_bytes, int64_t *index_bytes, ms_error_t *err);
+int64_t store_index_bytes(store_txn_t *t, store_coll_t *c, int i);  /* bytes of ix[i] */
 int64_t store_file_bytes(store_t *st);
 
 /* Shard identity and other small persisted values (meta table). get: *out initialised on

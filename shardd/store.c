@@ -1409,6 +1409,15 @@ int store_coll_stats(store_txn_t *t, store_coll_t *c, int64_t *count, int64_t *b
     return 0;
 }
 
+int64_t store_index_bytes(store_txn_t *t, store_coll_t *c, int i) {
+    char name[64];
+    if (c->ix[i]->is_id)
+        snprintf(name, sizeof name, "sqlite_autoindex_c%lld_1", (long long)c->id);
+    else
+        snprintf(name, sizeof name, "i%lld", (long long)c->ix[i]->id);
+    return dbstat_bytes(t, name);
+}
+
 int64_t store_file_bytes(store_t *st) {
     struct stat sb;
     char wal[PATH_MAX + 8];

@@ -1,0 +1,628 @@
+/*
+ * cmd_admin.c — the shard daemon's catalog and admin commands (bin/shardd): create,
+ * createIndexes, listIndexes, dropIndexes, drop, dropDatabase, listCollections,
+ * listDatabases, collStats, and the cluster hooks the config server calls: _addShard
+ * (MongoDB's shardIdentity document), _shardsvrShardCollection (the shard's half of
+ * shardCollection: shard-key index, pattern, `sk` column) and
+ * _flushRoutingTableCacheUpdates. Each catalog change is one SQLite transaction.
+ */
+#include "shardd/shardd.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bsonx.h"
+#include "common/log.h"
+
+static bool as_doc(const bson_iter_t *it, bson_t *out) {
+    const uint8_t *data;
+    uint32_t len;
+    if (BSON_ITER_HOLDS_DOCUMENT(it))
+        bson_iter_document(it, &len, &data);
+    else if (BSON_ITER_HOLDS_ARRAY(it))
+        bson_iter_array(it, &len, &data);
+    else
+        return false;
+    return bson_init_static(out, data, len);
+}
+
+static void append_uuid(bson_t *d, const char *key, const uint8_t *uuid) {
+    bson_append_binary(d, key, -1, BSON_SUBTYPE_UUID, uuid, 16);
+}
+
+/* ---- create / createIndexes --------------------------------------------------------- */
+
+typedef struct ci_arg {
+    const char *ns;
+    bson_iter_t specs;
+    bool created;
+    int before, after, existed, n;
+    bool exclusive_create;
+} ci_arg_t;
+
+static int create_coll_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    ci_arg_t *a = arg;
+    if (store_coll_get(t, a->ns))
+        return err_set(err, MS_ERR_NAMESPACE_EXISTS, "Collection %s already exists.", a->ns);
+    return store_coll_create(t, a->ns, NULL, NULL, &a->created, err);
+}
+
+int cmd_create(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    char ns[MS_NS_BYTES_MAX + 8];
+    ci_arg_t a;
+    shv_filter_t *own = NULL;
+    int rc;
+    (void)reply;
+    memset(&a, 0, sizeof a);
+    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) return rc;
+    if ((rc = shv_check(app->shv, ns, ctx->req, &own, &ctx->err_info, err)) != 0) return rc;
+    shv_filter_release(own);
+    a.ns = ns;
+    return store_ddl(app->st, create_coll_fn, &a, err);
+}
+
+static int create_indexes_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    ci_arg_t *a = arg;
+    store_coll_t *c;
+    bson_iter_t it = a->specs;
+    int rc;
+    if ((rc = store_coll_create(t, a->ns, NULL, &c, &a->created, err)) != 0) return rc;
+    a->before = c->nindexes;
+    while (bson_iter_next(&it)) {
+        bson_t spec;
+        bool existed = false;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !as_doc(&it, &spec))
+            return err_set(err, MS_ERR_TYPE_MISMATCH, "each index specification must be an object");
+        if ((rc = store_index_create(t, c, &spec, &existed, err)) != 0) return rc;
+        a->n++;
+        if (existed) a->existed++;
+    }
+    if (a->n == 0) return err_set(err, MS_ERR_BAD_VALUE, "Must specify at least one index to create");
+    a->after = c->nindexes;
+    return 0;
+}
+
+int cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    char ns[MS_NS_BYTES_MAX + 8];
+    ci_arg_t a;
+    bson_iter_t it;
+    shv_filter_t *own = NULL;
+    int rc;
+    memset(&a, 0, sizeof a);
+    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) return rc;
+    if ((rc = shv_check(app->shv, ns, ctx->req, &own, &ctx->err_info, err)) != 0) return rc;
+    shv_filter_release(own);
+    if (!cmd_field(ctx, "indexes", &it) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &a.specs))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'createIndexes.indexes' is missing");
+    a.ns = ns;
+    if ((rc = store_ddl(app->st, create_indexes_fn, &a, err)) != 0) return rc;
+    BSON_APPEND_INT32(reply, "numIndexesBefore", a.before);
+    BSON_APPEND_INT32(reply, "numIndexesAfter", a.after);
+    BSON_APPEND_BOOL(reply, "createdCollectionAutomatically", a.created);
+    if (a.existed == a.n) BSON_APPEND_UTF8(reply, "note", "all indexes already exist");
+    return 0;
+}
+
+/* ---- listIndexes / dropIndexes ------------------------------------------------------ */
+
+typedef struct li_arg {
+    const char *ns;
+    bson_t *arr;
+} li_arg_t;
+
+static int list_indexes_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    li_arg_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    if (!c) return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "ns does not exist: %s", a->ns);
+    for (int i = 0; i < c->nindexes; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "%d", i);
+        BSON_APPEND_DOCUMENT(a->arr, key, &c->ix[i]->spec);
+    }
+    return 0;
+}
+
+int cmd_list_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    char ns[MS_NS_BYTES_MAX + 8], cns[MS_NS_BYTES_MAX + 64];
+    bson_t arr = BSON_INITIALIZER, cur;
+    li_arg_t a = {ns, &arr};
+    shv_filter_t *own = NULL;
+    int rc;
+    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) goto out;
+    if ((rc = shv_check(app->shv, ns, ctx->req, &own, &ctx->err_info, err)) != 0) goto out;
+    if ((rc = store_read(app->st, list_indexes_fn, &a, err)) != 0) goto out;
+    snprintf(cns, sizeof cns, "%s.$cmd.listIndexes.%s", ctx->db, bson_iter_utf8(&ctx->arg, NULL));
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
+    BSON_APPEND_INT64(&cur, "id", 0);
+    BSON_APPEND_UTF8(&cur, "ns", cns);
+    BSON_APPEND_ARRAY(&cur, "firstBatch", &arr);
+    bson_append_document_end(reply, &cur);
+out:
+    shv_filter_release(own);
+    bson_destroy(&arr);
+    return rc;
+}
+
+typedef struct di_arg {
+    const char *ns;
+    bson_iter_t index;
+    int was;
+} di_arg_t;
+
+static int drop_one_index(store_txn_t *t, store_coll_t *c, const bson_iter_t *v, ms_error_t *err) {
+    if (BSON_ITER_HOLDS_UTF8(v)) {
+        const char *name = bson_iter_utf8(v, NULL);
+        if (strcmp(name, "*") == 0) {
+            int rc;
+            while (c->nindexes > 1)
+                if ((rc = store_index_drop(t, c, c->ix[c->nindexes - 1]->name, err)) != 0) return rc;
+            return 0;
+        }
+        if (strcmp(name, "_id_") == 0)
+            return err_set(err, MS_ERR_INVALID_OPTIONS, "cannot drop _id index");
+        return store_index_drop(t, c, name, err);
+    }
+    if (BSON_ITER_HOLDS_DOCUMENT(v)) {
+        bson_t key;
+        if (!as_doc(v, &key)) return err_set(err, MS_ERR_INVALID_BSON, "bad index key");
+        for (int i = 0; i < c->nindexes; i++)
+            if (bson_equal(&c->ix[i]->pat.spec, &key)) {
+                if (c->ix[i]->is_id) return err_set(err, MS_ERR_INVALID_OPTIONS, "cannot drop _id index");
+                return store_index_drop(t, c, c->ix[i]->name, err);
+            }
+        {
+            char *js = bsonx_to_json(&key);
+            int rc = err_set(err, MS_ERR_INDEX_NOT_FOUND, "can't find index with key: %s", js ? js : "?");
+            bson_free(js);
+            return rc;
+        }
+    }
+    return err_set(err, MS_ERR_TYPE_MISMATCH, "index must be a string, an object or an array of names");
+}
+
+static int drop_indexes_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    di_arg_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    int rc;
+    if (!c) return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "ns not found %s", a->ns);
+    a->was = c->nindexes;
+    if (BSON_ITER_HOLDS_ARRAY(&a->index)) {
+        bson_iter_t ch;
+        if (!bson_iter_recurse(&a->index, &ch)) return err_set(err, MS_ERR_INVALID_BSON, "bad array");
+        while (bson_iter_next(&ch)) {
+            if (!BSON_ITER_HOLDS_UTF8(&ch) || strcmp(bson_iter_utf8(&ch, NULL), "*") == 0)
+                return err_set(err, MS_ERR_BAD_VALUE, "an array of index names may hold names only");
+            if ((rc = drop_one_index(t, c, &ch, err)) != 0) return rc;
+        }
+        return 0;
+    }
+    return drop_one_index(t, c, &a->index, err);
+}
+
+int cmd_drop_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    char ns[MS_NS_BYTES_MAX + 8];
+    di_arg_t a;
+    shv_filter_t *own = NULL;
+    int rc;
+    memset(&a, 0, sizeof a);
+    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) return rc;
+    if ((rc = shv_check(app->shv, ns, ctx->req, &own, &ctx->err_info, err)) != 0) return rc;
+    shv_filter_release(own);
+    if (!cmd_field(ctx, "index", &a.index))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'dropIndexes.index' is missing");
+    a.ns = ns;
+    if ((rc = store_ddl(app->st, drop_indexes_fn, &a, err)) != 0) return rc;
+    BSON_APPEND_INT32(reply, "nIndexesWas", a.was);
+    return 0;
+}
+
+/* ---- drop / dropDatabase ------------------------------------------------------------ */
+
+typedef struct drop_arg {
+    const char *ns;
+    const char *db;
+    int was;
+    bool existed;
+    char dropped[64][MS_NS_BYTES_MAX + 1];
+    int ndropped;
+} drop_arg_t;
+
+static int drop_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    drop_arg_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    if (!c) return 0;
+    a->existed = true;
+    a->was = c->nindexes;
+    return store_coll_drop(t, a->ns, err);
+}
+
+int cmd_drop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    char ns[MS_NS_BYTES_MAX + 8];
+    drop_arg_t *a = calloc(1, sizeof *a);
+    int rc;
+    if (!a) return err_set(err, MS_ERR_INTERNAL, "out of memory");
+    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) goto out;
+    a->ns = ns;
+    if ((rc = store_ddl(app->st, drop_fn, a, err)) != 0) goto out;
+    if (app->shv) shv_invalidate(app->shv, ns);
+    /* MongoDB 7.0: dropping a missing collection succeeds. */
+    BSON_APPEND_UTF8(reply, "ns", ns);
+    BSON_APPEND_INT32(reply, "nIndexesWas", a->was);
+out:
+    free(a);
+    return rc;
+}
+
+static int drop_db_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    drop_arg_t *a = arg;
+    size_t dl = strlen(a->db);
+    for (int i = store_coll_count(t) - 1; i >= 0; i--) {
+        store_coll_t *c = store_coll_at(t, i);
+        int rc;
+        if (strncmp(c->ns, a->db, dl) != 0 || c->ns[dl] != '.') continue;
+        if (a->ndropped < 64) snprintf(a->dropped[a->ndropped++], sizeof a->dropped[0], "%s", c->ns);
+        if ((rc = store_coll_drop(t, c->ns, err)) != 0) return rc;
+        i = store_coll_count(t);  /* the catalog array moved: start over */
+        a->existed = true;
+    }
+    return 0;
+}
+
+int cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    drop_arg_t *a = calloc(1, sizeof *a);
+    int rc;
+    if (!a) return err_set(err, MS_ERR_INTERNAL, "out of memory");
+    a->db = ctx->db;
+    if (!strcmp(ctx->db, "admin") || !strcmp(ctx->db, "local") || !strcmp(ctx->db, "config")) {
+        rc = err_set(err, MS_ERR_ILLEGAL_OPERATION, "Cannot drop '%s' database", ctx->db);
+        goto out;
+    }
+    if ((rc = store_ddl(app->st, drop_db_fn, a, err)) != 0) goto out;
+    for (int i = 0; i < a->ndropped && app->shv; i++) shv_invalidate(app->shv, a->dropped[i]);
+    BSON_APPEND_UTF8(reply, "dropped", ctx->db);
+out:
+    free(a);
+    return rc;
+}
+
+/* ---- listCollections / listDatabases / collStats ------------------------------------ */
+
+typedef struct lc_arg {
+    const char *db;
+    query_t *filter;
+    bool name_only;
+    bson_t *arr;
+    int n;
+} lc_arg_t;
+
+static int list_colls_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    lc_arg_t *a = arg;
+    size_t dl = strlen(a->db);
+    (void)err;
+    for (int i = 0; i < store_coll_count(t); i++) {
+        store_coll_t *c = store_coll_at(t, i);
+        bson_t e, info;
+        char key[16];
+        if (strncmp(c->ns, a->db, dl) != 0 || c->ns[dl] != '.') continue;
+        bson_init(&e);
+        BSON_APPEND_UTF8(&e, "name", c->ns + dl + 1);
+        BSON_APPEND_UTF8(&e, "type", "collection");
+        if (!a->name_only) {
+            BSON_APPEND_DOCUMENT(&e, "options", &c->options);
+            BSON_APPEND_DOCUMENT_BEGIN(&e, "info", &info);
+            BSON_APPEND_BOOL(&info, "readOnly", false);
+            append_uuid(&info, "uuid", c->uuid);
+            bson_append_document_end(&e, &info);
+            BSON_APPEND_DOCUMENT(&e, "idIndex", &c->ix[0]->spec);
+        }
+        if (!a->filter || query_match(a->filter, &e)) {
+            snprintf(key, sizeof key, "%d", a->n++);
+            BSON_APPEND_DOCUMENT(a->arr, key, &e);
+        }
+        bson_destroy(&e);
+    }
+    return 0;
+}
+
+int cmd_list_collections(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    bson_t arr = BSON_INITIALIZER, cur, f;
+    bson_iter_t it;
+    char cns[MS_NS_BYTES_MAX + 32];
+    lc_arg_t a = {ctx->db, NULL, cmd_flag(ctx, "nameOnly", false), &arr, 0};
+    int rc = 0;
+    if (cmd_field(ctx, "filter", &it) && as_doc(&it, &f) && (rc = query_compile(&f, &a.filter, err)) != 0)
+        goto out;
+    if ((rc = store_read(app->st, list_colls_fn, &a, err)) != 0) goto out;
+    snprintf(cns, sizeof cns, "%s.$cmd.listCollections", ctx->db);
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
+    BSON_APPEND_INT64(&cur, "id", 0);
+    BSON_APPEND_UTF8(&cur, "ns", cns);
+    BSON_APPEND_ARRAY(&cur, "firstBatch", &arr);
+    bson_append_document_end(reply, &cur);
+out:
+    query_free(a.filter);
+    bson_destroy(&arr);
+    return rc;
+}
+
+typedef struct ldb_arg {
+    bson_t *arr;
+    int64_t total;
+} ldb_arg_t;
+
+static int list_dbs_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    ldb_arg_t *a = arg;
+    int n = store_coll_count(t), ndb = 0;
+    char (*names)[MS_NS_BYTES_MAX + 1] = calloc((size_t)n + 1, sizeof *names);
+    int64_t *sizes = calloc((size_t)n + 1, sizeof *sizes);
+    bool *empty = calloc((size_t)n + 1, sizeof *empty);
+    int rc = 0;
+    if (!names || !sizes || !empty) {
+        rc = err_set(err, MS_ERR_INTERNAL, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        store_coll_t *c = store_coll_at(t, i);
+        const char *dot = strchr(c->ns, '.');
+        int64_t cnt, bytes, sb = 0, ib = 0;
+        int j;
+        char db[MS_NS_BYTES_MAX + 1];
+        snprintf(db, sizeof db, "%.*s", (int)(dot ? dot - c->ns : (long)strlen(c->ns)), c->ns);
+        for (j = 0; j < ndb; j++)
+            if (strcmp(names[j], db) == 0) break;
+        if (j == ndb) {
+            snprintf(names[ndb], sizeof names[0], "%s", db);
+            empty[ndb] = true;
+            ndb++;
+        }
+        if ((rc = store_coll_stats(t, c, &cnt, &bytes, &sb, &ib, err)) != 0) goto out;
+        sizes[j] += sb + ib;
+        if (cnt) empty[j] = false;
+    }
+    for (int j = 0; j < ndb; j++) {
+        bson_t d;
+        char key[16];
+        snprintf(key, sizeof key, "%d", j);
+        BSON_APPEND_DOCUMENT_BEGIN(a->arr, key, &d);
+        BSON_APPEND_UTF8(&d, "name", names[j]);
+        BSON_APPEND_INT64(&d, "sizeOnDisk", sizes[j]);
+        BSON_APPEND_BOOL(&d, "empty", empty[j]);
+        bson_append_document_end(a->arr, &d);
+        a->total += sizes[j];
+    }
+out:
+    free(names);
+    free(sizes);
+    free(empty);
+    return rc;
+}
+
+int cmd_list_databases(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    bson_t arr = BSON_INITIALIZER;
+    ldb_arg_t a = {&arr, 0};
+    int rc;
+    if ((rc = store_read(app->st, list_dbs_fn, &a, err)) != 0) goto out;
+    BSON_APPEND_ARRAY(reply, "databases", &arr);
+    BSON_APPEND_INT64(reply, "totalSize", a.total);
+    BSON_APPEND_INT64(reply, "totalSizeMb", a.total / (1024 * 1024));
+out:
+    bson_destroy(&arr);
+    return rc;
+}
+
+typedef struct cs_arg {
+    const char *ns;
+    bson_t *reply;
+    int64_t scale;
+} cs_arg_t;
+
+static int coll_stats_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    cs_arg_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    int64_t cnt, bytes, sb, ib;
+    bson_t sizes;
+    int rc;
+    if (!c) return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "Collection [%s] not found.", a->ns);
+    if ((rc = store_coll_stats(t, c, &cnt, &bytes, &sb, &ib, err)) != 0) return rc;
+    BSON_APPEND_UTF8(a->reply, "ns", a->ns);
+    BSON_APPEND_BOOL(a->reply, "sharded", c->sharded);
+    if (c->sharded) BSON_APPEND_DOCUMENT(a->reply, "shardKey", &c->sk.spec);
+    BSON_APPEND_INT64(a->reply, "count", cnt);
+    BSON_APPEND_INT64(a->reply, "size", bytes / a->scale);
+    BSON_APPEND_INT64(a->reply, "avgObjSize", cnt ? bytes / cnt : 0);
+    BSON_APPEND_INT64(a->reply, "storageSize", sb / a->scale);
+    BSON_APPEND_INT32(a->reply, "nindexes", c->nindexes);
+    BSON_APPEND_INT64(a->reply, "totalIndexSize", ib / a->scale);
+    BSON_APPEND_DOCUMENT_BEGIN(a->reply, "indexSizes", &sizes);
+    for (int i = 0; i < c->nindexes; i++)
+        BSON_APPEND_INT64(&sizes, c->ix[i]->name, store_index_bytes(t, c, i) / a->scale);
+    bson_append_document_end(a->reply, &sizes);
+    BSON_APPEND_INT64(a->reply, "scaleFactor", a->scale);
+    return 0;
+}
+
+int cmd_coll_stats(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    char ns[MS_NS_BYTES_MAX + 8];
+    cs_arg_t a = {ns, reply, 1};
+    bson_iter_t it;
+    shv_filter_t *own = NULL;
+    int rc;
+    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) return rc;
+    if ((rc = shv_check(app->shv, ns, ctx->req, &own, &ctx->err_info, err)) != 0) return rc;
+    shv_filter_release(own);
+    if (cmd_field(ctx, "scale", &it) && (!bsonx_as_int64(&it, &a.scale) || a.scale < 1))
+        return err_set(err, MS_ERR_BAD_VALUE, "scale has to be >= 1");
+    return store_read(app->st, coll_stats_fn, &a, err);
+}
+
+/* ---- cluster hooks ------------------------------------------------------------------ */
+
+#define META_IDENTITY "shardIdentity"
+
+static bool str_field(const bson_t *d, const char *name, const char **out) {
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, d, name) || !BSON_ITER_HOLDS_UTF8(&it)) return false;
+    *out = bson_iter_utf8(&it, NULL);
+    return **out != '\0';
+}
+
+int cmd_add_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    bson_iter_t it;
+    bson_t ident, old;
+    const char *name, *cfg, *oldname = NULL;
+    int rc;
+    (void)reply;
+    if (!cmd_field(ctx, "shardIdentity", &it) || !as_doc(&it, &ident))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field '_addShard.shardIdentity' is missing");
+    if (!str_field(&ident, "shardName", &name) || !str_field(&ident, "configsvrConnectionString", &cfg))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE,
+                       "shardIdentity needs shardName and configsvrConnectionString");
+    /* MongoDB refuses a second identity: a shard belongs to one cluster under one name. */
+    if (store_meta_get(app->st, META_IDENTITY, &old, NULL) == 0) {
+        bool same = str_field(&old, "shardName", &oldname) && strcmp(oldname, name) == 0;
+        bson_destroy(&old);
+        if (!same)
+            return err_set(err, MS_ERR_ILLEGAL_OPERATION,
+                           "this shard already has the identity '%s'; cannot become '%s'",
+                           oldname ? oldname : "?", name);
+    }
+    if ((rc = store_meta_put(app->st, META_IDENTITY, &ident, err)) != 0) return rc;
+    shv_set_identity(app->shv, name, cfg);
+    log_info("shard identity set shard=%s config=%s", name, cfg);
+    return 0;
+}
+
+int shardd_load_identity(shardd_t *app, ms_error_t *err) {
+    bson_t ident;
+    const char *name, *cfg;
+    int rc = store_meta_get(app->st, META_IDENTITY, &ident, err);
+    if (rc == MS_ERR_NO_SUCH_KEY) return 0;
+    if (rc != 0) return rc;
+    if (str_field(&ident, "shardName", &name) && str_field(&ident, "configsvrConnectionString", &cfg)) {
+        shv_set_identity(app->shv, name, cfg);
+        log_info("shard identity loaded shard=%s config=%s", name, cfg);
+    }
+    bson_destroy(&ident);
+    return 0;
+}
+
+typedef struct sc_arg {
+    const char *ns;
+    keys_pattern_t pat;
+    bool unique;
+    const uint8_t *uuid;
+    uint8_t uuid_out[16];
+} sc_arg_t;
+
+static int shard_coll_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    sc_arg_t *a = arg;
+    store_coll_t *c;
+    int64_t cnt, bytes;
+    bool created, has_index = false;
+    int rc;
+    if ((rc = store_coll_create(t, a->ns, a->uuid, &c, &created, err)) != 0) return rc;
+    memcpy(a->uuid_out, c->uuid, 16);
+    if (c->sharded) {
+        if (keys_pattern_equal(&c->sk, &a->pat)) return 0;
+        return err_set(err, MS_ERR_ILLEGAL_OPERATION, "%s is already sharded with another key", a->ns);
+    }
+    for (int i = 0; i < c->nindexes; i++)
+        if (keys_pattern_is_prefix_of(&a->pat, &c->ix[i]->pat) && !c->ix[i]->multikey)
+            has_index = true;
+    if ((rc = store_coll_stats(t, c, &cnt, &bytes, NULL, NULL, err)) != 0) return rc;
+    if (!has_index) {
+        bson_t spec;
+        bool existed;
+        if (cnt > 0)
+            return err_set(err, MS_ERR_INVALID_OPTIONS, "Please create an index that starts with "
+                           "the proposed shard key before sharding the collection");
+        /* An empty collection gets the shard-key index (MongoDB's name: "a_1", "a_hashed"). */
+        bson_init(&spec);
+        BSON_APPEND_DOCUMENT(&spec, "key", &a->pat.spec);
+        if (a->unique && a->pat.hashed_field < 0) BSON_APPEND_BOOL(&spec, "unique", true);
+        rc = store_index_create(t, c, &spec, &existed, err);
+        bson_destroy(&spec);
+        if (rc != 0) return rc;
+    }
+    return store_coll_set_shard_key(t, c, &a->pat, a->unique, err);
+}
+
+int cmd_shardsvr_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    sc_arg_t a;
+    bson_iter_t it;
+    bson_t key;
+    int rc;
+    memset(&a, 0, sizeof a);
+    if (!BSON_ITER_HOLDS_UTF8(&ctx->arg) || !strchr(bson_iter_utf8(&ctx->arg, NULL), '.'))
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "_shardsvrShardCollection needs \"db.coll\"");
+    a.ns = bson_iter_utf8(&ctx->arg, NULL);
+    if (strlen(a.ns) > MS_NS_BYTES_MAX) return err_set(err, MS_ERR_INVALID_NAMESPACE, "ns too long");
+    if (!cmd_field(ctx, "key", &it) || !as_doc(&it, &key))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'key' is missing");
+    if ((rc = keys_pattern_parse(&key, &a.pat, err)) != 0) return rc;
+    a.unique = cmd_flag(ctx, "unique", false);
+    if (cmd_field(ctx, "uuid", &it)) {
+        bson_subtype_t st;
+        uint32_t len;
+        const uint8_t *data;
+        if (!BSON_ITER_HOLDS_BINARY(&it)) {
+            keys_pattern_free(&a.pat);
+            return err_set(err, MS_ERR_INVALID_UUID, "uuid must be a UUID (binData subtype 4)");
+        }
+        bson_iter_binary(&it, &st, &len, &data);
+        if (len != 16) {
+            keys_pattern_free(&a.pat);
+            return err_set(err, MS_ERR_INVALID_UUID, "uuid must be 16 bytes");
+        }
+        a.uuid = data;
+    }
+    rc = store_ddl(app->st, shard_coll_fn, &a, err);
+    keys_pattern_free(&a.pat);
+    if (rc != 0) return rc;
+    if (app->shv) shv_invalidate(app->shv, a.ns);
+    BSON_APPEND_UTF8(reply, "collectionsharded", a.ns);
+    append_uuid(reply, "collectionUUID", a.uuid_out);
+    log_info("collection sharded ns=%s", a.ns);
+    return 0;
+}
+
+int cmd_flush_routing(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    const char *ns;
+    (void)reply;
+    if (!BSON_ITER_HOLDS_UTF8(&ctx->arg) || !strchr(bson_iter_utf8(&ctx->arg, NULL), '.'))
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "_flushRoutingTableCacheUpdates needs \"db.coll\"");
+    ns = bson_iter_utf8(&ctx->arg, NULL);
+    return shv_refresh(app->shv, ns, err);
+}
+
+/* ---- serverStatus ------------------------------------------------------------------- */
+
+void shardd_status(void *arg, bson_t *reply) {
+    shardd_t *app = arg;
+    bson_t d;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "shardd", &d);
+    BSON_APPEND_UTF8(&d, "dbpath", store_path(app->st));
+    BSON_APPEND_INT64(&d, "fileBytes", store_file_bytes(app->st));
+    BSON_APPEND_INT32(&d, "cursorsOpen", cursors_count(app->cursors));
+    bson_append_document_end(reply, &d);
+    if (app->shv) {
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "sharding", &d);
+        BSON_APPEND_UTF8(&d, "shardName", shv_shard_name(app->shv));
+        BSON_APPEND_UTF8(&d, "configsvr", shv_config_url(app->shv));
+        shv_append_status(app->shv, &d);
+        bson_append_document_end(reply, &d);
+    }
+}

@@ -1,0 +1,1097 @@
+/*
+ * cmd_crud.c — the shard daemon's CRUD commands (bin/shardd): insert, find, getMore,
+ * killCursors, update, delete, count, distinct, findAndModify and explain of a find, with
+ * MongoDB's fields, reply shapes and error codes (docs/protocol.md "Shard daemon").
+ *
+ * Every handler on a namespace calls shv_check first (DESIGN §6 "Versioning"; MongoDB's
+ * shard version check in the service entry point); reads then drop documents outside the
+ * owned chunks. Each write command runs as one SQLite transaction: a document that fails
+ * is rolled back alone (store_write_doc) and reported in writeErrors with the client's
+ * index; an acknowledged write is committed.
+ */
+#include "shardd/shardd.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bsonx.h"
+#include "common/log.h"
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+int shardd_ns(const cmd_ctx_t *ctx, char *ns, size_t nssz, ms_error_t *err) {
+    const char *coll;
+    uint32_t len = 0;
+    if (!BSON_ITER_HOLDS_UTF8(&ctx->arg))
+        return err_set(err, MS_ERR_INVALID_NAMESPACE,
+                       "collection name has invalid type %s",
+                       bsonx_type_name(bson_iter_type(&ctx->arg)));
+    coll = bson_iter_utf8(&ctx->arg, &len);
+    if (len == 0 || strlen(coll) != len)
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "Invalid namespace specified '%s.%s'",
+                       ctx->db, coll);
+    if (!ctx->db[0] || strchr(ctx->db, '.') || strchr(ctx->db, '$') || strchr(ctx->db, ' ') ||
+        strchr(coll, '$'))
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "Invalid namespace specified '%s.%s'",
+                       ctx->db, coll);
+    if ((size_t)snprintf(ns, nssz, "%s.%s", ctx->db, coll) >= nssz || strlen(ns) > MS_NS_BYTES_MAX)
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "namespace too long: %s.%s", ctx->db, coll);
+    return 0;
+}
+
+static int version_check(cmd_ctx_t *ctx, const char *ns, shv_filter_t **own, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    *own = NULL;
+    if (!app->shv) return 0;
+    return shv_check(app->shv, ns, ctx->req, own, &ctx->err_info, err);
+}
+
+/* A document view of the field's value (false when absent or not a document). */
+static bool field_doc(const bson_iter_t *it, bson_t *out) {
+    const uint8_t *data;
+    uint32_t len;
+    if (!BSON_ITER_HOLDS_DOCUMENT(it) && !BSON_ITER_HOLDS_ARRAY(it)) return false;
+    if (BSON_ITER_HOLDS_DOCUMENT(it))
+        bson_iter_document(it, &len, &data);
+    else
+        bson_iter_array(it, &len, &data);
+    return bson_init_static(out, data, len);
+}
+
+/* Fatal errors abort the whole command; others belong to one document. */
+static bool is_fatal(int code) {
+    return code == MS_ERR_INTERNAL || code == MS_ERR_LOCK_TIMEOUT;
+}
+
+static void write_error(bson_t *arr, int *nerr, int index, const ms_error_t *e, const bson_t *info) {
+    bson_t we;
+    char key[16];
+    snprintf(key, sizeof key, "%d", *nerr);
+    BSON_APPEND_DOCUMENT_BEGIN(arr, key, &we);
+    BSON_APPEND_INT32(&we, "index", index);
+    BSON_APPEND_INT32(&we, "code", e->code);
+    BSON_APPEND_UTF8(&we, "codeName", err_code_name(e->code));
+    BSON_APPEND_UTF8(&we, "errmsg", e->msg);
+    if (info && !bson_empty(info)) bson_concat(&we, info);
+    bson_append_document_end(arr, &we);
+    (*nerr)++;
+}
+
+/* Returns doc with _id as its first field: unchanged (copied) when it is already first,
+ * moved when elsewhere, a new ObjectId when absent — as MongoDB stores documents. */
+static void with_id_first(const bson_t *doc, bson_t *out) {
+    bson_iter_t it;
+    bool first_is_id = false, has_id = false;
+    if (bson_iter_init(&it, doc) && bson_iter_next(&it)) first_is_id = strcmp(bson_iter_key(&it), "_id") == 0;
+    if (first_is_id) {
+        bson_copy_to(doc, out);
+        return;
+    }
+    bson_init(out);
+    if (bson_iter_init_find(&it, doc, "_id")) {
+        bsonx_append_iter(out, "_id", &it);
+        has_id = true;
+    }
+    if (!has_id) {
+        bson_oid_t oid;
+        bson_oid_init(&oid, NULL);
+        BSON_APPEND_OID(out, "_id", &oid);
+    }
+    if (bson_iter_init(&it, doc))
+        while (bson_iter_next(&it))
+            if (strcmp(bson_iter_key(&it), "_id") != 0) bsonx_append_iter(out, bson_iter_key(&it), &it);
+}
+
+/* Creates ns when absent (implicit creation by insert / upsert). */
+typedef struct create_arg {
+    const char *ns;
+} create_arg_t;
+
+static int create_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    create_arg_t *a = arg;
+    return store_coll_create(t, a->ns, NULL, NULL, NULL, err);
+}
+
+static int ensure_coll(shardd_t *app, const char *ns, ms_error_t *err) {
+    create_arg_t a = {ns};
+    return store_ddl(app->st, create_fn, &a, err);
+}
+
+/* ---- insert ------------------------------------------------------------------------- */
+
+typedef struct insert_arg {
+    const char *ns;
+    bson_t *docs;
+    int ndocs;
+    int *src_index;
+    bool ordered;
+    bool need_create;
+    int64_t n;
+    bson_t *errs;
+    int nerr;
+    int first_index_error;   /* docs refused before the write (not documents) */
+} insert_arg_t;
+
+static int insert_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    insert_arg_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    if (!c) {
+        a->need_create = true;
+        return 0;
+    }
+    for (int i = 0; i < a->ndocs; i++) {
+        ms_error_t e = {0};
+        bson_t info = BSON_INITIALIZER;
+        int rc = store_write_doc(t, c, 0, NULL, &a->docs[i], NULL, &info, &e);
+        if (rc != 0) {
+            if (is_fatal(rc)) {
+                bson_destroy(&info);
+                *err = e;
+                return rc;
+            }
+            write_error(a->errs, &a->nerr, a->src_index[i], &e, &info);
+            bson_destroy(&info);
+            if (a->ordered) break;
+            continue;
+        }
+        bson_destroy(&info);
+        a->n++;
+    }
+    return 0;
+}
+
+int cmd_insert(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    char ns[MS_NS_BYTES_MAX + 8];
+    shv_filter_t *own = NULL;
+    bson_iter_t it, dit;
+    bson_t errs = BSON_INITIALIZER, pre = BSON_INITIALIZER;
+    insert_arg_t a;
+    int rc, total = 0, nd = 0, npre = 0;
+    memset(&a, 0, sizeof a);
+    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) goto out;
+    if ((rc = version_check(ctx, ns, &own, err)) != 0) goto out;
+    a.ns = ns;
+    a.ordered = cmd_flag(ctx, "ordered", true);
+    if (!cmd_field(ctx, "documents", &it) || !bson_iter_recurse(&it, &dit)) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'insert.documents' is missing");
+        goto out;
+    }
+    {
+        bson_iter_t cnt = dit;
+        while (bson_iter_next(&cnt)) total++;
+    }
+    if (total > MS_WRITE_BATCH_OPS_MAX) {
+        rc = err_set(err, MS_ERR_INVALID_LENGTH, "Write batch sizes must be between 1 and %d. "
+                     "Got %d operations.", MS_WRITE_BATCH_OPS_MAX, total);
+        goto out;
+    }
+    a.docs = calloc((size_t)total + 1, sizeof *a.docs);
+    a.src_index = calloc((size_t)total + 1, sizeof *a.src_index);
+    if (!a.docs || !a.src_index) {
+        rc = err_set(err, MS_ERR_INTERNAL, "out of memory");
+        goto out;
+    }
+    for (int i = 0; bson_iter_next(&dit); i++) {
+        bson_t d;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&dit) || !field_doc(&dit, &d)) {
+            ms_error_t e;
+            err_set(&e, MS_ERR_TYPE_MISMATCH, "BSON field 'insert.documents.%d' is the wrong type "
+                    "'%s', expected type 'object'", i, bsonx_type_name(bson_iter_type(&dit)));
+            write_error(&pre, &npre, i, &e, NULL);
+            if (a.ordered) break;  /* an ordered batch stops at its first bad entry */
+            continue;
+        }
+        with_id_first(&d, &a.docs[nd]);
+        a.src_index[nd++] = i;
+    }
+    a.ndocs = nd;
+    for (int tries = 0; a.ndocs > 0 && tries < 3; tries++) {
+        bson_reinit(&errs);
+        a.errs = &errs;
+        a.nerr = 0;
+        a.n = 0;
+        a.need_create = false;
+        rc = store_write(app->st, insert_fn, &a, err);
+        if (rc != 0 || !a.need_create) break;
+        /* Implicit creation (the write stopped before its first document). */
+        if ((rc = ensure_coll(app, ns, err)) != 0) break;
+    }
+    if (rc != 0) goto out;
+    BSON_APPEND_INT64(reply, "n", a.n);
+    if (npre && !(a.ordered && a.nerr)) {
+        /* Entries that were not documents; an ordered batch that already stopped at a
+         * document error never reached them. */
+        bson_iter_t pi;
+        if (bson_iter_init(&pi, &pre))
+            while (bson_iter_next(&pi)) {
+                char key[16];
+                snprintf(key, sizeof key, "%d", a.nerr++);
+                bsonx_append_iter(&errs, key, &pi);
+            }
+    }
+    if (a.nerr) BSON_APPEND_ARRAY(reply, "writeErrors", &errs);
+out:
+    if (a.docs)
+        for (int i = 0; i < nd; i++) bson_destroy(&a.docs[i]);
+    free(a.docs);
+    free(a.src_index);
+    bson_destroy(&errs);
+    bson_destroy(&pre);
+    shv_filter_release(own);
+    return rc;
+}
+
+/* ---- find / getMore / killCursors --------------------------------------------------- */
+
+static bool get_int64(const bson_iter_t *it, int64_t *out) {
+    return bsonx_as_int64(it, out);
+}
+
+/* Parses a find command document (find itself, or the inner one of explain). */
+static int parse_find(const bson_t *cmd, const char *db, char *ns, size_t nssz, find_args_t *fa,
+                      ms_error_t *err) {
+    bson_iter_t it;
+    bson_t d;
+    int rc;
+    memset(fa, 0, sizeof *fa);
+    fa->batch_size = -1;
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it))
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "find needs a collection name");
+    if ((size_t)snprintf(ns, nssz, "%s.%s", db, bson_iter_utf8(&it, NULL)) >= nssz)
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "namespace too long");
+    fa->ns = ns;
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "filter") == 0) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !field_doc(&it, &d))
+                return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'filter' must be an object");
+            bson_copy_to(&d, &fa->filter);
+            if ((rc = query_compile(&d, &fa->q, err)) != 0) return rc;
+        } else if (strcmp(k, "projection") == 0) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !field_doc(&it, &d))
+                return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'projection' must be an object");
+            if (!bson_empty(&d) && (rc = projection_compile(&d, &fa->proj, err)) != 0) return rc;
+        } else if (strcmp(k, "sort") == 0) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !field_doc(&it, &d))
+                return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'sort' must be an object");
+            if (!bson_empty(&d) && (rc = sortspec_compile(&d, &fa->sort, err)) != 0) return rc;
+        } else if (strcmp(k, "hint") == 0) {
+            if (BSON_ITER_HOLDS_UTF8(&it)) {
+                bson_init(&fa->hint);
+                BSON_APPEND_UTF8(&fa->hint, "$hint", bson_iter_utf8(&it, NULL));
+            } else if (BSON_ITER_HOLDS_DOCUMENT(&it) && field_doc(&it, &d)) {
+                if (!bson_empty(&d)) bson_copy_to(&d, &fa->hint);
+            } else {
+                return err_set(err, MS_ERR_FAILED_TO_PARSE, "hint must be a string or an object");
+            }
+        } else if (strcmp(k, "skip") == 0) {
+            if (!get_int64(&it, &fa->skip))
+                return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'skip' must be a number");
+            if (fa->skip < 0)
+                return err_set(err, MS_ERR_BAD_VALUE, "skip value must be non-negative, but "
+                               "received: %lld", (long long)fa->skip);
+        } else if (strcmp(k, "limit") == 0) {
+            if (!get_int64(&it, &fa->limit))
+                return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'limit' must be a number");
+        } else if (strcmp(k, "batchSize") == 0) {
+            if (!get_int64(&it, &fa->batch_size))
+                return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'batchSize' must be a number");
+            if (fa->batch_size < 0)
+                return err_set(err, MS_ERR_BAD_VALUE, "batchSize value must be non-negative, but "
+                               "received: %lld", (long long)fa->batch_size);
+        } else if (strcmp(k, "singleBatch") == 0) {
+            fa->single_batch = bsonx_truthy(&it);
+        }
+    }
+    return 0;
+}
+
+int cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    char ns[MS_NS_BYTES_MAX + 8], ns2[MS_NS_BYTES_MAX + 8];
+    find_args_t fa;
+    int rc;
+    memset(&fa, 0, sizeof fa);
+    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) return rc;
+    if ((rc = parse_find(ctx->req, ctx->db, ns2, sizeof ns2, &fa, err)) != 0) goto fail;
+    if ((rc = version_check(ctx, ns, &fa.own, err)) != 0) goto fail;
+    fa.ns = ns;
+    return exec_find(app->st, app->cursors, &fa, reply, err);  /* takes fa over */
+fail:
+    find_args_free(&fa);
+    return rc;
+}
+
+int cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    bson_iter_t it;
+    int64_t id = 0, bs = 0;
+    char ns[MS_NS_BYTES_MAX + 8];
+    if (!bsonx_as_int64(&ctx->arg, &id))
+        return err_set(err, MS_ERR_TYPE_MISMATCH, "getMore needs a cursor id (long)");
+    if (!cmd_field(ctx, "collection", &it) || !BSON_ITER_HOLDS_UTF8(&it))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'getMore.collection' is missing");
+    snprintf(ns, sizeof ns, "%s.%s", ctx->db, bson_iter_utf8(&it, NULL));
+    if (cmd_field(ctx, "batchSize", &it) && (!bsonx_as_int64(&it, &bs) || bs < 0))
+        return err_set(err, MS_ERR_BAD_VALUE, "batchSize must be a non-negative number");
+    return exec_get_more(app->st, app->cursors, id, ns, bs, reply, err);
+}
+
+int cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    bson_iter_t it, ci;
+    bson_t killed, nf, alive, unknown;
+    int i = 0, j = 0;
+    char key[16];
+    if (!BSON_ITER_HOLDS_UTF8(&ctx->arg))
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "killCursors needs a collection name");
+    if (!cmd_field(ctx, "cursors", &it) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &ci))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'killCursors.cursors' is missing");
+    BSON_APPEND_ARRAY_BEGIN(reply, "cursorsKilled", &killed);
+    bson_init(&nf);
+    while (bson_iter_next(&ci)) {
+        int64_t id;
+        if (!bsonx_as_int64(&ci, &id)) continue;
+        if (cursors_kill(app->cursors, id)) {
+            snprintf(key, sizeof key, "%d", i++);
+            BSON_APPEND_INT64(&killed, key, id);
+        } else {
+            snprintf(key, sizeof key, "%d", j++);
+            BSON_APPEND_INT64(&nf, key, id);
+        }
+    }
+    bson_append_array_end(reply, &killed);
+    BSON_APPEND_ARRAY(reply, "cursorsNotFound", &nf);
+    bson_destroy(&nf);
+    BSON_APPEND_ARRAY_BEGIN(reply, "cursorsAlive", &alive);
+    bson_append_array_end(reply, &alive);
+    BSON_APPEND_ARRAY_BEGIN(reply, "cursorsUnknown", &unknown);
+    bson_append_array_end(reply, &unknown);
+    return 0;
+}
+
+/* ---- update ------------------------------------------------------------------------- */
+
+/* The document an upsert inserts: the query's equality fields, then the update. */
+static int upsert_doc(const bson_t *q, const update_t *u, bson_t *out, ms_error_t *err) {
+    bson_t seed, applied;
+    bool changed;
+    int rc;
+    if ((rc = update_upsert_seed(q, &seed, err)) != 0) return rc;
+    rc = update_apply(u, &seed, true, &applied, &changed, err);
+    bson_destroy(&seed);
+    if (rc != 0) return rc;
+    with_id_first(&applied, out);
+    bson_destroy(&applied);
+    return 0;
+}
+
+/* New documents must stay in this shard's chunks (MongoDB: WouldChangeOwningShard). */
+static int check_owned(const store_coll_t *c, shv_filter_t *own, const bson_t *doc,
+                       ms_error_t *err) {
+    buf_t sk = {0};
+    bool ok;
+    if (!own) return 0;
+    if (keys_extract(c->sharded ? &c->sk : shv_filter_pattern(own), doc, NULL, &sk, err) != 0) {
+        buf_free(&sk);
+        return err->code;
+    }
+    ok = shv_filter_owns(own, sk.data, sk.len);
+    buf_free(&sk);
+    if (!ok)
+        return err_set(err, MS_ERR_ILLEGAL_OPERATION,
+                       "WouldChangeOwningShard: the document's new shard key belongs to another "
+                       "shard; update it through the router");
+    return 0;
+}
+
+typedef struct update_arg {
+    const char *ns;
+    bson_iter_t ops;
+    bool ordered;
+    shv_filter_t *own;
+    bool need_create;
+    int64_t n, nmod;
+    bson_t *errs, *upserted;
+    int nerr, nups;
+} update_arg_t;
+
+/* One update statement; returns 0 or the op's error (fatal ones abort the command). */
+static int update_one_op(store_txn_t *t, store_coll_t *c, update_arg_t *a, int index,
+                         const bson_t *op, bson_t *info, ms_error_t *e) {
+    bson_t q = BSON_INITIALIZER, u;
+    bson_iter_t it;
+    query_t *qc = NULL;
+    update_t *uc = NULL;
+    bool multi = false, upsert = false;
+    int64_t *rids = NULL;
+    size_t nr = 0;
+    int rc;
+    if (bson_iter_init_find(&it, op, "q") && !(BSON_ITER_HOLDS_DOCUMENT(&it) && field_doc(&it, &q)))
+        return err_set(e, MS_ERR_TYPE_MISMATCH, "BSON field 'update.updates.q' must be an object");
+    if (!bson_iter_init_find(&it, op, "u") || !field_doc(&it, &u))
+        return err_set(e, MS_ERR_FAILED_TO_PARSE, "BSON field 'update.updates.u' is missing or "
+                       "not an object");
+    if (bson_iter_init_find(&it, op, "multi")) multi = bsonx_truthy(&it);
+    if (bson_iter_init_find(&it, op, "upsert")) upsert = bsonx_truthy(&it);
+    if (bson_iter_init_find(&it, op, "arrayFilters"))
+        return err_set(e, MS_ERR_BAD_VALUE, "arrayFilters are not supported");
+    if ((rc = query_compile(&q, &qc, e)) != 0) goto out;
+    {
+        bson_iter_t ui;
+        if (bson_iter_init_find(&ui, op, "u") && BSON_ITER_HOLDS_ARRAY(&ui)) {
+            rc = err_set(e, MS_ERR_BAD_VALUE, "aggregation pipeline updates are not supported");
+            goto out;
+        }
+    }
+    if ((rc = update_compile(&u, &uc, e)) != 0) goto out;
+    if (multi && update_is_replacement(uc)) {
+        rc = err_set(e, MS_ERR_FAILED_TO_PARSE,
+                     "multi update is not supported for replacement-style update");
+        goto out;
+    }
+    if (c) {
+        exec_query_t eq;
+        memset(&eq, 0, sizeof eq);
+        eq.filter = &q;
+        eq.q = qc;
+        eq.limit = multi ? 0 : 1;
+        eq.own = a->own;
+        if ((rc = exec_match_rowids(t, c, &eq, &rids, &nr, e)) != 0) goto out;
+    }
+    for (size_t i = 0; i < nr; i++) {
+        bson_t doc, nd;
+        bool changed = false;
+        if ((rc = store_get_by_rowid(t, c, rids[i], &doc, e)) != 0) goto out;
+        rc = update_apply(uc, &doc, false, &nd, &changed, e);
+        if (rc == 0 && changed) {
+            rc = check_owned(c, a->own, &nd, e);
+            if (rc == 0) rc = store_write_doc(t, c, rids[i], &doc, &nd, NULL, info, e);
+        }
+        bson_destroy(&doc);
+        if (rc == 0) bson_destroy(&nd);
+        if (rc != 0) goto out;
+        a->n++;
+        if (changed) a->nmod++;
+    }
+    if (nr == 0 && upsert) {
+        bson_t nd;
+        int64_t rid;
+        if (!c) {
+            a->need_create = true;
+            goto out;
+        }
+        if ((rc = upsert_doc(&q, uc, &nd, e)) != 0) goto out;
+        rc = check_owned(c, a->own, &nd, e);
+        if (rc == 0) rc = store_write_doc(t, c, 0, NULL, &nd, &rid, info, e);
+        if (rc == 0) {
+            bson_t up;
+            char key[16];
+            bson_iter_t idit;
+            snprintf(key, sizeof key, "%d", a->nups++);
+            BSON_APPEND_DOCUMENT_BEGIN(a->upserted, key, &up);
+            BSON_APPEND_INT32(&up, "index", index);
+            if (bson_iter_init_find(&idit, &nd, "_id")) bsonx_append_iter(&up, "_id", &idit);
+            bson_append_document_end(a->upserted, &up);
+            a->n++;
+        }
+        bson_destroy(&nd);
+    }
+out:
+    free(rids);
+    query_free(qc);
+    update_free(uc);
+    return rc;
+}
+
+static int update_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    update_arg_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    bson_iter_t ops = a->ops;
+    for (int i = 0; bson_iter_next(&ops); i++) {
+        bson_t op, info = BSON_INITIALIZER;
+        ms_error_t e = {0};
+        int rc;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&ops) || !field_doc(&ops, &op))
+            rc = err_set(&e, MS_ERR_TYPE_MISMATCH, "BSON field 'update.updates.%d' must be an object", i);
+        else
+            rc = update_one_op(t, c, a, i, &op, &info, &e);
+        if (a->need_create) {
+            bson_destroy(&info);
+            return 0;
+        }
+        if (rc != 0) {
+            if (is_fatal(rc)) {
+                bson_destroy(&info);
+                *err = e;
+                return rc;
+            }
+            write_error(a->errs, &a->nerr, i, &e, &info);
+            bson_destroy(&info);
+            if (a->ordered) break;
+            continue;
+        }
+        bson_destroy(&info);
+    }
+    return 0;
+}
+
+static int count_ops(bson_iter_t it) {
+    int n = 0;
+    while (bson_iter_next(&it)) n++;
+    return n;
+}
+
+int cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    char ns[MS_NS_BYTES_MAX + 8];
+    update_arg_t a;
+    bson_iter_t it;
+    bson_t errs = BSON_INITIALIZER, ups = BSON_INITIALIZER;
+    int rc;
+    memset(&a, 0, sizeof a);
+    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) goto out;
+    if ((rc = version_check(ctx, ns, &a.own, err)) != 0) goto out;
+    if (!cmd_field(ctx, "updates", &it) || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &a.ops)) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'update.updates' is missing");
+        goto out;
+    }
+    if (count_ops(a.ops) > MS_WRITE_BATCH_OPS_MAX) {
+        rc = err_set(err, MS_ERR_INVALID_LENGTH, "Write batch sizes must be between 1 and %d",
+                     MS_WRITE_BATCH_OPS_MAX);
+        goto out;
+    }
+    a.ns = ns;
+    a.ordered = cmd_flag(ctx, "ordered", true);
+    for (int tries = 0; tries < 3; tries++) {
+        bson_reinit(&errs);
+        bson_reinit(&ups);
+        a.errs = &errs;
+        a.upserted = &ups;
+        a.n = a.nmod = 0;
+        a.nerr = a.nups = 0;
+        a.need_create = false;
+        rc = store_write(app->st, update_fn, &a, err);
+        if (rc != 0 || !a.need_create) break;
+        /* An upsert into a missing collection: create it, then run the batch again (the
+         * first run wrote nothing: it stopped before its first write). */
+        if ((rc = ensure_coll(app, ns, err)) != 0) break;
+    }
+    if (rc != 0) goto out;
+    BSON_APPEND_INT64(reply, "n", a.n);
+    BSON_APPEND_INT64(reply, "nModified", a.nmod);
+    if (a.nups) BSON_APPEND_ARRAY(reply, "upserted", &ups);
+    if (a.nerr) BSON_APPEND_ARRAY(reply, "writeErrors", &errs);
+out:
+    bson_destroy(&errs);
+    bson_destroy(&ups);
+    shv_filter_release(a.own);
+    return rc;
+}
+
+/* ---- delete ------------------------------------------------------------------------- */
+
+typedef struct delete_arg {
+    const char *ns;
+    bson_iter_t ops;
+    bool ordered;
+    shv_filter_t *own;
+    int64_t n;
+    bson_t *errs;
+    int nerr;
+} delete_arg_t;
+
+static int delete_one_op(store_txn_t *t, store_coll_t *c, delete_arg_t *a, const bson_t *op,
+                         ms_error_t *e) {
+    bson_t q = BSON_INITIALIZER;
+    bson_iter_t it;
+    query_t *qc = NULL;
+    int64_t limit = 0, *rids = NULL;
+    size_t nr = 0;
+    int rc;
+    exec_query_t eq;
+    if (!bson_iter_init_find(&it, op, "q") || !BSON_ITER_HOLDS_DOCUMENT(&it) || !field_doc(&it, &q))
+        return err_set(e, MS_ERR_FAILED_TO_PARSE, "BSON field 'delete.deletes.q' is missing");
+    if (!bson_iter_init_find(&it, op, "limit") || !bsonx_as_int64(&it, &limit))
+        return err_set(e, MS_ERR_FAILED_TO_PARSE, "BSON field 'delete.deletes.limit' is missing");
+    if (limit != 0 && limit != 1)
+        return err_set(e, MS_ERR_FAILED_TO_PARSE, "The limit field in delete objects must be 0 or "
+                       "1. Got %lld", (long long)limit);
+    if ((rc = query_compile(&q, &qc, e)) != 0) return rc;
+    if (!c) goto out;
+    memset(&eq, 0, sizeof eq);
+    eq.filter = &q;
+    eq.q = qc;
+    eq.limit = limit;
+    eq.own = a->own;
+    if ((rc = exec_match_rowids(t, c, &eq, &rids, &nr, e)) != 0) goto out;
+    for (size_t i = 0; i < nr; i++) {
+        bson_t doc;
+        if ((rc = store_get_by_rowid(t, c, rids[i], &doc, e)) != 0) goto out;
+        rc = store_write_doc(t, c, rids[i], &doc, NULL, NULL, NULL, e);
+        bson_destroy(&doc);
+        if (rc != 0) goto out;
+        a->n++;
+    }
+out:
+    free(rids);
+    query_free(qc);
+    return rc;
+}
+
+static int delete_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    delete_arg_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    bson_iter_t ops = a->ops;
+    for (int i = 0; bson_iter_next(&ops); i++) {
+        bson_t op;
+        ms_error_t e = {0};
+        int rc;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&ops) || !field_doc(&ops, &op))
+            rc = err_set(&e, MS_ERR_TYPE_MISMATCH, "BSON field 'delete.deletes.%d' must be an object", i);
+        else
+            rc = delete_one_op(t, c, a, &op, &e);
+        if (rc != 0) {
+            if (is_fatal(rc)) {
+                *err = e;
+                return rc;
+            }
+            write_error(a->errs, &a->nerr, i, &e, NULL);
+            if (a->ordered) break;
+        }
+    }
+    return 0;
+}
+
+int cmd_delete(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    char ns[MS_NS_BYTES_MAX + 8];
+    delete_arg_t a;
+    bson_iter_t it;
+    bson_t errs = BSON_INITIALIZER;
+    int rc;
+    memset(&a, 0, sizeof a);
+    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) goto out;
+    if ((rc = version_check(ctx, ns, &a.own, err)) != 0) goto out;
+    if (!cmd_field(ctx, "deletes", &it) || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &a.ops)) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'delete.deletes' is missing");
+        goto out;
+    }
+    if (count_ops(a.ops) > MS_WRITE_BATCH_OPS_MAX) {
+        rc = err_set(err, MS_ERR_INVALID_LENGTH, "Write batch sizes must be between 1 and %d",
+                     MS_WRITE_BATCH_OPS_MAX);
+        goto out;
+    }
+    a.ns = ns;
+    a.ordered = cmd_flag(ctx, "ordered", true);
+    a.errs = &errs;
+    if ((rc = store_write(app->st, delete_fn, &a, err)) != 0) goto out;
+    BSON_APPEND_INT64(reply, "n", a.n);
+    if (a.nerr) BSON_APPEND_ARRAY(reply, "writeErrors", &errs);
+out:
+    bson_destroy(&errs);
+    shv_filter_release(a.own);
+    return rc;
+}
+
+/* ---- count / distinct --------------------------------------------------------------- */
+
+typedef struct read_arg {
+    const char *ns;
+    exec_query_t eq;
+    const char *key;            /* distinct */
+    bson_t *values;             /* distinct: collected values {"0": v, ...} */
+    int64_t n;
+    size_t bytes;
+} read_arg_t;
+
+static int count_cb(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err) {
+    read_arg_t *a = arg;
+    (void)rid;
+    (void)doc;
+    (void)err;
+    if (a->eq.skip > 0) {
+        a->eq.skip--;
+        return 0;
+    }
+    a->n++;
+    return a->eq.limit > 0 && a->n >= a->eq.limit ? 1 : 0;
+}
+
+static int count_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    read_arg_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    plan_t p;
+    scan_pos_t pos = {0};
+    int rc;
+    if (!c) return 0;
+    if ((rc = exec_plan(t, c, &a->eq, &p, err)) != 0) return rc;
+    p.blocking_sort = false;
+    rc = exec_scan(t, c, &p, &a->eq, &pos, count_cb, a, err);
+    plan_free(&p);
+    scan_pos_free(&pos);
+    return rc;
+}
+
+int cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    char ns[MS_NS_BYTES_MAX + 8];
+    read_arg_t a;
+    bson_iter_t it;
+    bson_t q = BSON_INITIALIZER, hint;
+    query_t *qc = NULL;
+    int rc;
+    memset(&a, 0, sizeof a);
+    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) goto out;
+    if ((rc = version_check(ctx, ns, &a.eq.own, err)) != 0) goto out;
+    if (cmd_field(ctx, "query", &it) && !BSON_ITER_HOLDS_NULL(&it) && !field_doc(&it, &q)) {
+        rc = err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'count.query' must be an object");
+        goto out;
+    }
+    if ((rc = query_compile(&q, &qc, err)) != 0) goto out;
+    if (cmd_field(ctx, "skip", &it) && (!bsonx_as_int64(&it, &a.eq.skip) || a.eq.skip < 0)) {
+        rc = err_set(err, MS_ERR_BAD_VALUE, "skip value is negative in count query");
+        goto out;
+    }
+    if (cmd_field(ctx, "limit", &it) && !bsonx_as_int64(&it, &a.eq.limit)) {
+        rc = err_set(err, MS_ERR_TYPE_MISMATCH, "limit must be a number");
+        goto out;
+    }
+    if (a.eq.limit < 0) a.eq.limit = -a.eq.limit;
+    if (cmd_field(ctx, "hint", &it)) {
+        if (BSON_ITER_HOLDS_UTF8(&it)) a.eq.hint_name = bson_iter_utf8(&it, NULL);
+        else if (field_doc(&it, &hint) && !bson_empty(&hint)) a.eq.hint = &hint;
+    }
+    a.ns = ns;
+    a.eq.filter = &q;
+    a.eq.q = qc;
+    if ((rc = store_read(app->st, count_fn, &a, err)) != 0) goto out;
+    BSON_APPEND_INT64(reply, "n", a.n);
+out:
+    query_free(qc);
+    shv_filter_release(a.eq.own);
+    return rc;
+}
+
+static void distinct_value(void *arg, const bson_iter_t *v) {
+    read_arg_t *a = arg;
+    char key[24];
+    snprintf(key, sizeof key, "%lld", (long long)a->n++);
+    bsonx_append_iter(a->values, key, v);
+}
+
+static int distinct_cb(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err) {
+    read_arg_t *a = arg;
+    (void)rid;
+    store_path_values(doc, a->key, distinct_value, a);
+    if (a->values->len > 4 * (uint32_t)MS_DOC_BYTES_MAX)
+        return err_set(err, MS_ERR_BSON_OBJECT_TOO_LARGE, "distinct too big, 16mb cap");
+    return 0;
+}
+
+static int distinct_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    read_arg_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    plan_t p;
+    scan_pos_t pos = {0};
+    int rc;
+    if (!c) return 0;
+    if ((rc = exec_plan(t, c, &a->eq, &p, err)) != 0) return rc;
+    rc = exec_scan(t, c, &p, &a->eq, &pos, distinct_cb, a, err);
+    plan_free(&p);
+    scan_pos_free(&pos);
+    return rc;
+}
+
+static int iter_cmp(const void *x, const void *y) {
+    return bsonx_compare_values(x, y);
+}
+
+int cmd_distinct(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    char ns[MS_NS_BYTES_MAX + 8];
+    read_arg_t a;
+    bson_iter_t it;
+    bson_t q = BSON_INITIALIZER, values = BSON_INITIALIZER, out;
+    query_t *qc = NULL;
+    bson_iter_t *v = NULL;
+    int rc;
+    memset(&a, 0, sizeof a);
+    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) goto done;
+    if ((rc = version_check(ctx, ns, &a.eq.own, err)) != 0) goto done;
+    if (!cmd_field(ctx, "key", &it) || !BSON_ITER_HOLDS_UTF8(&it) || !*bson_iter_utf8(&it, NULL)) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'distinct.key' is missing");
+        goto done;
+    }
+    a.key = bson_iter_utf8(&it, NULL);
+    if (cmd_field(ctx, "query", &it) && !BSON_ITER_HOLDS_NULL(&it) && !field_doc(&it, &q)) {
+        rc = err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'distinct.query' must be an object");
+        goto done;
+    }
+    if ((rc = query_compile(&q, &qc, err)) != 0) goto done;
+    a.ns = ns;
+    a.eq.filter = &q;
+    a.eq.q = qc;
+    a.values = &values;
+    if ((rc = store_read(app->st, distinct_fn, &a, err)) != 0) goto done;
+    /* Sort in BSON order, then keep one of each (1 and 1.0 are the same value). */
+    v = calloc((size_t)a.n + 1, sizeof *v);
+    if (!v) {
+        rc = err_set(err, MS_ERR_INTERNAL, "out of memory");
+        goto done;
+    }
+    {
+        int64_t n = 0, u = 0;
+        if (bson_iter_init(&it, &values))
+            while (bson_iter_next(&it) && n < a.n) v[n++] = it;
+        qsort(v, (size_t)n, sizeof *v, iter_cmp);
+        BSON_APPEND_ARRAY_BEGIN(reply, "values", &out);
+        for (int64_t i = 0; i < n; i++) {
+            char key[24];
+            if (i > 0 && bsonx_compare_values(&v[i - 1], &v[i]) == 0) continue;
+            snprintf(key, sizeof key, "%lld", (long long)u++);
+            bsonx_append_iter(&out, key, &v[i]);
+        }
+        bson_append_array_end(reply, &out);
+        if (reply->len > MS_DOC_BYTES_MAX) {
+            rc = err_set(err, MS_ERR_BSON_OBJECT_TOO_LARGE, "distinct too big, 16mb cap");
+            goto done;
+        }
+    }
+done:
+    free(v);
+    bson_destroy(&values);
+    query_free(qc);
+    shv_filter_release(a.eq.own);
+    return rc;
+}
+
+/* ---- findAndModify ------------------------------------------------------------------ */
+
+typedef struct fam_arg {
+    const char *ns;
+    bson_t query;
+    query_t *q;
+    sortspec_t *sort;
+    update_t *u;
+    projection_t *proj;
+    bool remove, want_new, upsert;
+    shv_filter_t *own;
+    bool need_create;
+    bson_t *reply;
+    bson_t err_info;
+} fam_arg_t;
+
+static void fam_value(fam_arg_t *a, const bson_t *doc, ms_error_t *err) {
+    if (!doc) {
+        BSON_APPEND_NULL(a->reply, "value");
+        return;
+    }
+    if (a->proj) {
+        bson_t out;
+        if (projection_apply(a->proj, doc, &out, err) == 0) {
+            BSON_APPEND_DOCUMENT(a->reply, "value", &out);
+            bson_destroy(&out);
+            return;
+        }
+    }
+    BSON_APPEND_DOCUMENT(a->reply, "value", doc);
+}
+
+static int fam_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    fam_arg_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    int64_t *rids = NULL;
+    size_t nr = 0;
+    bson_t leo;
+    int rc = 0;
+    if (c) {
+        exec_query_t eq;
+        memset(&eq, 0, sizeof eq);
+        eq.filter = &a->query;
+        eq.q = a->q;
+        eq.sort = a->sort;
+        eq.limit = 1;
+        eq.own = a->own;
+        if ((rc = exec_match_rowids(t, c, &eq, &rids, &nr, err)) != 0) goto out;
+    }
+    if (nr > 0) {
+        bson_t doc;
+        if ((rc = store_get_by_rowid(t, c, rids[0], &doc, err)) != 0) goto out;
+        if (a->remove) {
+            rc = store_write_doc(t, c, rids[0], &doc, NULL, NULL, NULL, err);
+            if (rc == 0) {
+                BSON_APPEND_DOCUMENT_BEGIN(a->reply, "lastErrorObject", &leo);
+                BSON_APPEND_INT32(&leo, "n", 1);
+                bson_append_document_end(a->reply, &leo);
+                fam_value(a, &doc, err);
+            }
+        } else {
+            bson_t nd;
+            bool changed = false;
+            rc = update_apply(a->u, &doc, false, &nd, &changed, err);
+            if (rc == 0) {
+                if (changed) {
+                    rc = check_owned(c, a->own, &nd, err);
+                    if (rc == 0) rc = store_write_doc(t, c, rids[0], &doc, &nd, NULL, &a->err_info, err);
+                }
+                if (rc == 0) {
+                    BSON_APPEND_DOCUMENT_BEGIN(a->reply, "lastErrorObject", &leo);
+                    BSON_APPEND_INT32(&leo, "n", 1);
+                    BSON_APPEND_BOOL(&leo, "updatedExisting", true);
+                    bson_append_document_end(a->reply, &leo);
+                    fam_value(a, a->want_new ? &nd : &doc, err);
+                }
+                bson_destroy(&nd);
+            }
+        }
+        bson_destroy(&doc);
+    } else if (a->upsert && !a->remove) {
+        bson_t nd;
+        bson_iter_t idit;
+        if (!c) {
+            a->need_create = true;
+            goto out;
+        }
+        if ((rc = upsert_doc(&a->query, a->u, &nd, err)) != 0) goto out;
+        rc = check_owned(c, a->own, &nd, err);
+        if (rc == 0) rc = store_write_doc(t, c, 0, NULL, &nd, NULL, &a->err_info, err);
+        if (rc == 0) {
+            BSON_APPEND_DOCUMENT_BEGIN(a->reply, "lastErrorObject", &leo);
+            BSON_APPEND_INT32(&leo, "n", 1);
+            BSON_APPEND_BOOL(&leo, "updatedExisting", false);
+            if (bson_iter_init_find(&idit, &nd, "_id")) bsonx_append_iter(&leo, "upserted", &idit);
+            bson_append_document_end(a->reply, &leo);
+            fam_value(a, a->want_new ? &nd : NULL, err);
+        }
+        bson_destroy(&nd);
+    } else {
+        BSON_APPEND_DOCUMENT_BEGIN(a->reply, "lastErrorObject", &leo);
+        BSON_APPEND_INT32(&leo, "n", 0);
+        if (!a->remove) BSON_APPEND_BOOL(&leo, "updatedExisting", false);
+        bson_append_document_end(a->reply, &leo);
+        fam_value(a, NULL, err);
+    }
+out:
+    free(rids);
+    return rc;
+}
+
+int cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    char ns[MS_NS_BYTES_MAX + 8];
+    fam_arg_t a;
+    bson_iter_t it;
+    bson_t d;
+    bool has_update;
+    int rc;
+    memset(&a, 0, sizeof a);
+    bson_init(&a.query);
+    bson_init(&a.err_info);
+    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) goto out;
+    if ((rc = version_check(ctx, ns, &a.own, err)) != 0) goto out;
+    a.ns = ns;
+    a.remove = cmd_flag(ctx, "remove", false);
+    a.want_new = cmd_flag(ctx, "new", false);
+    a.upsert = cmd_flag(ctx, "upsert", false);
+    has_update = cmd_field(ctx, "update", &it);
+    if (has_update && a.remove) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "Cannot specify both an update and remove=true");
+        goto out;
+    }
+    if (!has_update && !a.remove) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "Either an update or remove=true must be specified");
+        goto out;
+    }
+    if (a.remove && a.upsert) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "Cannot specify both upsert=true and remove=true");
+        goto out;
+    }
+    if (a.remove && a.want_new) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "Cannot specify both new=true and remove=true; "
+                     "'remove' always returns the deleted document");
+        goto out;
+    }
+    if (has_update) {
+        if (BSON_ITER_HOLDS_ARRAY(&it)) {
+            rc = err_set(err, MS_ERR_BAD_VALUE, "aggregation pipeline updates are not supported");
+            goto out;
+        }
+        if (!field_doc(&it, &d)) {
+            rc = err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'update' must be an object");
+            goto out;
+        }
+        if ((rc = update_compile(&d, &a.u, err)) != 0) goto out;
+    }
+    if (cmd_field(ctx, "query", &it) && !BSON_ITER_HOLDS_NULL(&it)) {
+        if (!field_doc(&it, &d)) {
+            rc = err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'query' must be an object");
+            goto out;
+        }
+        bson_destroy(&a.query);
+        bson_copy_to(&d, &a.query);
+    }
+    if ((rc = query_compile(&a.query, &a.q, err)) != 0) goto out;
+    if (cmd_field(ctx, "sort", &it) && field_doc(&it, &d) && !bson_empty(&d) &&
+        (rc = sortspec_compile(&d, &a.sort, err)) != 0)
+        goto out;
+    if (cmd_field(ctx, "fields", &it) && field_doc(&it, &d) && !bson_empty(&d) &&
+        (rc = projection_compile(&d, &a.proj, err)) != 0)
+        goto out;
+    for (int tries = 0; tries < 3; tries++) {
+        bson_t partial;
+        bson_init(&partial);
+        a.reply = &partial;
+        a.need_create = false;
+        rc = store_write(app->st, fam_fn, &a, err);
+        if (rc == 0 && !a.need_create) bson_concat(reply, &partial);
+        bson_destroy(&partial);
+        if (rc != 0 || !a.need_create) break;
+        if ((rc = ensure_coll(app, ns, err)) != 0) break;
+    }
+    if (rc != 0 && !bson_empty(&a.err_info)) bson_concat(&ctx->err_info, &a.err_info);
+out:
+    bson_destroy(&a.query);
+    bson_destroy(&a.err_info);
+    query_free(a.q);
+    sortspec_free(a.sort);
+    update_free(a.u);
+    projection_free(a.proj);
+    shv_filter_release(a.own);
+    return rc;
+}
+
+/* ---- explain ------------------------------------------------------------------------ */
+
+int cmd_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    char ns[MS_NS_BYTES_MAX + 8];
+    bson_t inner;
+    bson_iter_t it;
+    find_args_t fa;
+    const char *verbosity = "queryPlanner";
+    int rc;
+    memset(&fa, 0, sizeof fa);
+    if (!BSON_ITER_HOLDS_DOCUMENT(&ctx->arg) || !field_doc(&ctx->arg, &inner))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "explain needs a command document");
+    if (!bson_iter_init(&it, &inner) || !bson_iter_next(&it) ||
+        strcmp(bson_iter_key(&it), "find") != 0)
+        return err_set(err, MS_ERR_COMMAND_NOT_SUPPORTED, "explain is supported for find only");
+    if (cmd_field(ctx, "verbosity", &it) && BSON_ITER_HOLDS_UTF8(&it)) {
+        verbosity = bson_iter_utf8(&it, NULL);
+        if (strcmp(verbosity, "queryPlanner") != 0 && strcmp(verbosity, "executionStats") != 0 &&
+            strcmp(verbosity, "allPlansExecution") != 0)
+            return err_set(err, MS_ERR_FAILED_TO_PARSE, "verbosity string must be one of "
+                           "{'queryPlanner', 'executionStats', 'allPlansExecution'}");
+    }
+    if ((rc = parse_find(&inner, ctx->db, ns, sizeof ns, &fa, err)) != 0) goto out;
+    if ((rc = version_check(ctx, ns, &fa.own, err)) != 0) goto out;
+    rc = exec_explain_find(app->st, &fa, strcmp(verbosity, "queryPlanner") != 0, reply, err);
+out:
+    find_args_free(&fa);
+    return rc;
+}

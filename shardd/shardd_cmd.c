@@ -1,0 +1,102 @@
+/*
+ * shardd_cmd.c — the shard daemon's command table (bin/shardd): one row per command with
+ * its flags and field types, checked by common/cmd.c before the handler runs. A new
+ * command is one row here plus its handler (cmd_crud.c, cmd_admin.c, split.c).
+ */
+#include "shardd/shardd.h"
+
+#define NS CT_STR
+#define F(name, types) {name, types, false}
+#define REQ(name, types) {name, types, true}
+
+const cmd_spec_t shardd_cmd_table[] = {
+    /* CRUD */
+    {.name = "insert", .handler = cmd_insert, .flags = CMD_WRITE, .arg_types = NS,
+     .fields = {REQ("documents", CT_ARR), F("ordered", CT_FLAG)},
+     .help = "insert documents: {insert, documents, ordered}"},
+    {.name = "find", .handler = cmd_find, .arg_types = NS,
+     .fields = {F("filter", CT_DOC), F("projection", CT_DOC), F("sort", CT_DOC), F("skip", CT_NUM),
+                F("limit", CT_NUM), F("batchSize", CT_NUM), F("singleBatch", CT_FLAG),
+                F("hint", CT_DOC | CT_STR)},
+     .help = "query: {find, filter, projection, sort, skip, limit, batchSize, singleBatch}"},
+    {.name = "getMore", .handler = cmd_get_more, .arg_types = CT_INT64 | CT_INT32,
+     .fields = {REQ("collection", CT_STR), F("batchSize", CT_NUM)},
+     .help = "next batch of a cursor: {getMore: id, collection, batchSize}"},
+    {.name = "killCursors", .handler = cmd_kill_cursors, .arg_types = NS,
+     .fields = {REQ("cursors", CT_ARR)}, .help = "kill cursors: {killCursors, cursors: [ids]}"},
+    {.name = "update", .handler = cmd_update, .flags = CMD_WRITE, .arg_types = NS,
+     .fields = {REQ("updates", CT_ARR), F("ordered", CT_FLAG)},
+     .help = "update: {update, updates: [{q, u, upsert, multi}], ordered}"},
+    {.name = "delete", .handler = cmd_delete, .flags = CMD_WRITE, .arg_types = NS,
+     .fields = {REQ("deletes", CT_ARR), F("ordered", CT_FLAG)},
+     .help = "delete: {delete, deletes: [{q, limit}], ordered}"},
+    {.name = "count", .handler = cmd_count, .arg_types = NS,
+     .fields = {F("query", CT_DOC | CT_NULL), F("skip", CT_NUM), F("limit", CT_NUM),
+                F("hint", CT_DOC | CT_STR)},
+     .help = "count: {count, query, skip, limit}"},
+    {.name = "distinct", .handler = cmd_distinct, .arg_types = NS,
+     .fields = {REQ("key", CT_STR), F("query", CT_DOC | CT_NULL)},
+     .help = "distinct values: {distinct, key, query}"},
+    {.name = "findAndModify", .handler = cmd_find_and_modify, .flags = CMD_WRITE, .arg_types = NS,
+     .fields = {F("query", CT_DOC | CT_NULL), F("sort", CT_DOC), F("update", CT_DOC | CT_ARR),
+                F("remove", CT_FLAG), F("new", CT_FLAG), F("upsert", CT_FLAG),
+                F("fields", CT_DOC)},
+     .help = "findAndModify: {findAndModify, query, sort, update | remove, new, upsert, fields}"},
+    {.name = "findandmodify", .handler = cmd_find_and_modify, .flags = CMD_WRITE, .arg_types = NS,
+     .fields = {F("query", CT_DOC | CT_NULL), F("sort", CT_DOC), F("update", CT_DOC | CT_ARR),
+                F("remove", CT_FLAG), F("new", CT_FLAG), F("upsert", CT_FLAG),
+                F("fields", CT_DOC)},
+     .help = "legacy spelling of findAndModify"},
+    {.name = "explain", .handler = cmd_explain, .arg_types = CT_DOC,
+     .fields = {F("verbosity", CT_STR)},
+     .help = "explain a find: {explain: {find...}, verbosity}"},
+    /* catalog */
+    {.name = "create", .handler = cmd_create, .flags = CMD_WRITE, .arg_types = NS,
+     .help = "create a collection"},
+    {.name = "createIndexes", .handler = cmd_create_indexes, .flags = CMD_WRITE, .arg_types = NS,
+     .fields = {REQ("indexes", CT_ARR)},
+     .help = "build indexes: {createIndexes, indexes: [{key, name, unique}]}"},
+    {.name = "listIndexes", .handler = cmd_list_indexes, .arg_types = NS,
+     .help = "index specs (cursor form, _id_ first)"},
+    {.name = "dropIndexes", .handler = cmd_drop_indexes, .flags = CMD_WRITE, .arg_types = NS,
+     .fields = {REQ("index", CT_STR | CT_DOC | CT_ARR)},
+     .help = "drop indexes: {dropIndexes, index: \"*\" | name | key | [names]}"},
+    {.name = "drop", .handler = cmd_drop, .flags = CMD_WRITE, .arg_types = NS,
+     .help = "drop a collection"},
+    {.name = "dropDatabase", .handler = cmd_drop_database, .flags = CMD_WRITE,
+     .help = "drop every collection of $db"},
+    {.name = "listCollections", .handler = cmd_list_collections,
+     .fields = {F("filter", CT_DOC), F("nameOnly", CT_FLAG)},
+     .help = "collections of $db (cursor form, with info.uuid)"},
+    {.name = "listDatabases", .handler = cmd_list_databases, .fields = {F("nameOnly", CT_FLAG)},
+     .help = "databases with sizeOnDisk and empty"},
+    {.name = "collStats", .handler = cmd_coll_stats, .arg_types = NS,
+     .fields = {F("scale", CT_NUM)},
+     .help = "count, size, avgObjSize, storageSize, nindexes, totalIndexSize"},
+    {.name = "dataSize", .handler = cmd_data_size, .arg_types = CT_STR,
+     .fields = {F("keyPattern", CT_DOC), F("min", CT_DOC), F("max", CT_DOC), F("estimate", CT_FLAG)},
+     .help = "bytes and documents of a key range: {dataSize: ns, keyPattern, min, max}"},
+    {.name = "splitVector", .handler = cmd_split_vector, .arg_types = CT_STR,
+     .fields = {REQ("keyPattern", CT_DOC), F("min", CT_DOC), F("max", CT_DOC),
+                F("maxChunkSize", CT_NUM), F("maxChunkSizeBytes", CT_NUM),
+                F("maxSplitPoints", CT_NUM), F("maxChunkObjects", CT_NUM), F("force", CT_FLAG)},
+     .help = "split points of a range (legacy rules)"},
+    {.name = "autoSplitVector", .handler = cmd_auto_split_vector, .arg_types = CT_STR,
+     .fields = {REQ("keyPattern", CT_DOC), F("min", CT_DOC), F("max", CT_DOC),
+                REQ("maxChunkSizeBytes", CT_NUM), F("limit", CT_NUM)},
+     .help = "split points of a range (5.0+ rules)"},
+    /* cluster hooks (peers only) */
+    {.name = "_addShard", .handler = cmd_add_shard, .flags = CMD_WRITE | CMD_INTERNAL,
+     .fields = {REQ("shardIdentity", CT_DOC)},
+     .help = "become a shard: {_addShard: 1, shardIdentity: {shardName, clusterId, "
+             "configsvrConnectionString}}"},
+    {.name = "_shardsvrShardCollection", .handler = cmd_shardsvr_shard_collection,
+     .flags = CMD_WRITE | CMD_INTERNAL, .arg_types = CT_STR,
+     .fields = {REQ("key", CT_DOC), F("unique", CT_FLAG), F("uuid", CT_BIN)},
+     .help = "shard a collection here: shard-key index, pattern, sk column"},
+    {.name = "_flushRoutingTableCacheUpdates", .handler = cmd_flush_routing,
+     .flags = CMD_INTERNAL, .arg_types = CT_STR,
+     .help = "refresh this shard's filtering metadata of a namespace"},
+};
+
+const int shardd_cmd_table_len = (int)(sizeof shardd_cmd_table / sizeof shardd_cmd_table[0]);
