@@ -277,12 +277,29 @@ extern const int cfg_cmd_table_len;
 /* serverStatus section `sharding` (counts of shards, databases, collections, chunks). */
 void cfg_status(void *app, bson_t *reply);
 
-/* Sends cmd to a shard by name (host looked up in the catalog) with a deadline; reply
- * rules as rpc_command (an {ok: 0} reply becomes the error, *reply initialised then). */
+/* Sends cmd to a shard by name (host looked up in the catalog) with a deadline. On
+ * success *reply is initialised (caller owns it); on any failure — transport or an
+ * {ok: 0} answer, whose code and errmsg become *err — nothing is left to destroy. */
 int cfg_shard_command(cfg_t *cfg, const char *shard, const bson_t *cmd, int timeout_ms,
                       bson_t *reply, ms_error_t *err);
 /* Best effort `_flushRoutingTableCacheUpdates: ns` to shard; failures are logged. */
 void cfg_flush_shard(cfg_t *cfg, const char *shard, const char *ns);
+
+/* Splits "db.coll" into db (cap >= CAT_DB_NAME_BYTES_MAX) and checks both parts are
+ * non-empty and the whole fits MS_NS_BYTES_MAX (InvalidNamespace otherwise). */
+int cfg_ns_split(const char *ns, char *db, size_t db_cap, const char **coll, ms_error_t *err);
+/* A command's string value (ctx->arg) or the named string field; "" when absent. */
+const char *cfg_arg_str(const cmd_ctx_t *ctx);
+/* Copies the document field name of the request into *out as a read-only view (false
+ * when absent or not a document/array). */
+bool cfg_field_doc(const cmd_ctx_t *ctx, const char *name, bson_t *out);
+
+/* splitVector on a shard over [min, max) of ns (cmd_coll.c): the split keys array copied
+ * into *keys (initialised on success; caller destroys). force → the median only
+ * (MongoDB's splitVector force: true), else points every max_bytes / 2 of data. */
+int cfg_split_vector(cfg_t *cfg, const char *shard, const char *ns, const bson_t *key,
+                     const bson_t *min, const bson_t *max, bool force, int64_t max_bytes,
+                     bson_t *keys, ms_error_t *err);
 
 /* cmd_shards.c */
 int cfg_cmd_add_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
@@ -292,17 +309,18 @@ int cfg_cmd_remove_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_enable_sharding(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_create_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_drop_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* cmd_coll.c */
 int cfg_cmd_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
-int cfg_cmd_drop_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_get_routing_table(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* cmd_chunks.c */
 int cfg_cmd_split(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_merge_chunks(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
-/* cmd_config.c */
+/* cmd_config.c: reads and settings writes on the config database */
 int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+/* cmd_status.c */
 int cfg_cmd_router_ping(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_balancer_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 

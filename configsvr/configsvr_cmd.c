@@ -30,5 +30,54 @@ const cmd_spec_t cfg_cmd_table[] = {
      .help = "legacy name of hello"},
     {.name = "ismaster", .handler = cfg_hello, .flags = CMD_NO_LOG, .fields = CFG_HELLO_FIELDS,
      .help = "legacy name of hello"},
+
+    /* shard membership (cmd_shards.c) */
+    {.name = "addShard", .handler = cfg_cmd_add_shard, .flags = CMD_WRITE, .arg_types = CT_STR,
+     .fields = {{"name", CT_STR, false}, {"maxSize", CT_NUM, false}},
+     .help = "add a shard daemon by URL (or host:port); optional name; reply shardAdded"},
+    {.name = "listShards", .handler = cfg_cmd_list_shards,
+     .help = "the shards: [{_id, host, state, draining?, tags, topologyTime}]"},
+    {.name = "removeShard", .handler = cfg_cmd_remove_shard, .flags = CMD_WRITE, .arg_types = CT_STR,
+     .help = "drain then remove a shard: state started / ongoing (remaining) / completed"},
+
+    /* databases and collections (cmd_db.c, cmd_coll.c) */
+    {.name = "enableSharding", .handler = cfg_cmd_enable_sharding, .flags = CMD_WRITE,
+     .arg_types = CT_STR, .fields = {{"primaryShard", CT_STR, false}},
+     .help = "create a database entry with a primary shard (optional primaryShard)"},
+    {.name = "_configsvrCreateDatabase", .handler = cfg_cmd_create_database,
+     .flags = CMD_WRITE | CMD_INTERNAL, .arg_types = CT_STR,
+     .fields = {{"name", CT_STR, false}, {"primaryShard", CT_STR, false}},
+     .help = "router: create a database on first write; reply {primary, version}"},
+    {.name = "_configsvrDropDatabase", .handler = cfg_cmd_drop_database,
+     .flags = CMD_WRITE | CMD_INTERNAL, .arg_types = CT_STR,
+     .help = "router: drop a database on every shard and from the catalog"},
+    {.name = "_configsvrDropCollection", .handler = cfg_cmd_drop_collection,
+     .flags = CMD_WRITE | CMD_INTERNAL, .arg_types = CT_STR,
+     .help = "router: drop a collection on every shard, then its metadata"},
+    {.name = "shardCollection", .handler = cfg_cmd_shard_collection, .flags = CMD_WRITE,
+     .arg_types = CT_STR,
+     .fields = {{"key", CT_DOC, true}, {"unique", CT_FLAG, false}, {"numInitialChunks", CT_NUM, false},
+                {"collation", CT_DOC, false}},
+     .help = "shard a collection by a ranged, hashed or compound key"},
+    {.name = "getRoutingTable", .handler = cfg_cmd_get_routing_table, .flags = CMD_NO_LOG,
+     .arg_types = CT_STR, .fields = {{"sinceVersion", CT_DOC, false}},
+     .help = "chunk table of a collection, full or since a version (shardd/shardver.h)"},
+
+    /* chunks (cmd_chunks.c) */
+    {.name = "split", .handler = cfg_cmd_split, .flags = CMD_WRITE, .arg_types = CT_STR,
+     .fields = {{"middle", CT_DOC, false}, {"find", CT_DOC, false}, {"bounds", CT_ARR, false}},
+     .help = "split a chunk at middle, or at the median of the chunk holding find / bounds"},
+    {.name = "mergeChunks", .handler = cfg_cmd_merge_chunks, .flags = CMD_WRITE, .arg_types = CT_STR,
+     .fields = {{"bounds", CT_ARR, true}},
+     .help = "merge contiguous chunks of one shard exactly covering bounds [min, max]"},
+
+    /* status (cmd_status.c) */
+    {.name = "balancerStatus", .handler = cfg_cmd_balancer_status,
+     .help = "balancer mode from config.settings (no balancer rounds run yet)"},
+    {.name = "_configsvrRouterPing", .handler = cfg_cmd_router_ping,
+     .flags = CMD_INTERNAL | CMD_NO_LOG,
+     .fields = {{"host", CT_STR, true}, {"up", CT_NUM, false}, {"waiting", CT_FLAG, false},
+                {"mongoVersion", CT_STR, false}},
+     .help = "router liveness: upserts config.mongos"},
 };
 const int cfg_cmd_table_len = (int)(sizeof cfg_cmd_table / sizeof cfg_cmd_table[0]);

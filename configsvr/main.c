@@ -1,7 +1,8 @@
 /*
- * main.c — bin/configsvr, the config server: parses flags, prepares --dbpath, starts
- * the command server with the config server's table (configsvr_cmd.c), prints one
- * `ready url=...` line, and serves until SIGINT or SIGTERM, then stops cleanly.
+ * main.c — bin/configsvr, the config server: parses flags, prepares --dbpath, opens the
+ * catalog (<dbpath>/config.db, catalog.c), starts the command server with the config
+ * server's table (configsvr_cmd.c), prints one `ready url=...` line, and serves until
+ * SIGINT or SIGTERM, then stops cleanly.
  *
  * The order matters and every daemon follows it: block the stop signals before any
  * thread exists (so only cmd_wait_for_signal sees them), open state, start serving,
@@ -83,6 +84,15 @@ int main(int argc, char **argv) {
         log_error("startup failed step=dbpath code=%d errmsg=\"%s\"", err.code, err.msg);
         return 1;
     }
+    {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/config.db", dbpath);
+        if (cat_open(path, &cfg.cat, &err) != 0) {
+            log_error("startup failed step=catalog code=%d errmsg=\"%s\"", err.code, err.msg);
+            return 1;
+        }
+        cat_set_server(cfg.cat, url);
+    }
 
     {
         cmd_server_opts_t opts = {
@@ -93,10 +103,12 @@ int main(int argc, char **argv) {
             .table = cfg_cmd_table,
             .table_len = cfg_cmd_table_len,
             .app = &cfg,
+            .status = cfg_status,
         };
         if (cmd_server_start(&opts, &srv, &err) != 0) {
             log_error("startup failed step=listen url=%s code=%d errmsg=\"%s\"", url, err.code,
                       err.msg);
+            cat_close(cfg.cat);
             return 1;
         }
     }
@@ -106,6 +118,7 @@ int main(int argc, char **argv) {
     log_info("shutting down signal=%s", sig == SIGINT ? "SIGINT" : "SIGTERM");
     cmd_server_stop(srv);
     rpc_peers_close_all();
+    cat_close(cfg.cat);
     pthread_mutex_destroy(&cfg.ddl_mu);
     log_info("stopped");
     return 0;
