@@ -228,11 +228,7 @@ static void append_bound_value(bson_t *arr, int i, const bson_t *decoded, int f)
     if (bson_iter_init(&it, decoded))
         while (bson_iter_next(&it)) {
             if (j++ == f) {
-                bson_t one;
-                bson_init(&one);
-                bsonx_append_iter(&one, "v", &it);
-                js = bsonx_to_json(&one);
-                bson_destroy(&one);
+                js = store_value_json(&it);
                 break;
             }
         }

@@ -181,6 +181,9 @@ void store_keys_free(buf_t *keys, int nkeys);
  * quietly at the first undecodable byte). *out initialised. */
 void store_key_decode(const keys_pattern_t *p, const uint8_t *data, size_t len, bson_t *out);
 
+/* The relaxed-JSON text of one value (`3`, `"x"`, `{ "$minKey" : 1 }`); bson_free it. */
+char *store_value_json(const bson_iter_t *it);
+
 /* Values at a dotted path with arrays unwound (distinct): calls fn for each value found. */
 typedef void (*store_path_fn)(void *arg, const bson_iter_t *value);
 void store_path_values(const bson_t *doc, const char *path, store_path_fn fn, void *arg);

@@ -838,6 +838,25 @@ out:
 
 /* ---- E11000 messages ---------------------------------------------------------------- */
 
+char *store_value_json(const bson_iter_t *it) {
+    bson_t one;
+    char *js, *colon, *out = NULL;
+    size_t l;
+    bson_init(&one);
+    bsonx_append_iter(&one, "v", it);
+    js = bson_as_relaxed_extended_json(&one, NULL);
+    bson_destroy(&one);
+    if (!js) return bson_strdup("?");
+    colon = strstr(js, "\" : ");
+    l = strlen(js);
+    if (colon && l > 2) {
+        js[l - 2] = '\0';  /* strip " }" */
+        out = bson_strdup(colon + 4);
+    }
+    bson_free(js);
+    return out ? out : bson_strdup("?");
+}
+
 /* {a: 1, b: "x"} → `{ a: 1, b: "x" }` as MongoDB prints dup keys. */
 static void dupkey_text(const bson_t *kv, char *out, size_t outsz) {
     bson_iter_t it;
