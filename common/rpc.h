@@ -5,7 +5,7 @@
  * threads, each with its own nng_ctx and aio used synchronously, so a handler may
  * block (a failpoint hang, a migration critical section, a call to another daemon)
  * without stalling NNG's own threads. A client is one REQ socket per peer URL; each
- * call opens its own context, so calls from many threads run at once, and each call
+ * call runs on its own context, so calls from many threads run at once, and each call
  * has an explicit deadline. Dialing is non-blocking and NNG redials a lost peer.
  *
  * Ownership (NNG's rule): on success the reply document is the caller's; on failure
