@@ -313,43 +313,75 @@ static void pred_operator(const bson_iter_t *op, bounds_t *l) {
     } else list_all(l);
 }
 
+/* [MinKey, MaxKey]: a predicate that bounds nothing. */
+static bool is_whole_field(const bounds_t *l) {
+    buf_t lo = {0}, hi = {0};
+    keys_encode_minkey(&lo);
+    keys_encode_maxkey(&hi);
+    bool whole = l->n == 1 && l->r[0].lo_incl && l->r[0].hi_incl && bytes_cmp(&lo, &l->r[0].lo) == 0 &&
+                 bytes_cmp(&hi, &l->r[0].hi) == 0;
+    buf_free(&lo);
+    buf_free(&hi);
+    return whole;
+}
+
 static bool is_operator_doc(const bson_iter_t *v) {
     bson_iter_t it;
     return BSON_ITER_HOLDS_DOCUMENT(v) && bson_iter_recurse(v, &it) && bson_iter_next(&it) &&
            bson_iter_key(&it)[0] == '$';
 }
 
+/* Per-call settings: a multikey index may only use ONE predicate per field (an array
+ * [1, 10] satisfies {$gt: 5, $lt: 3} through two different elements), only its first
+ * field, and no intersection of an $or with the rest (MongoDB's multikey rules, made
+ * coarser: no path-level multikey information here). */
+typedef struct bctx {
+    const keys_pattern_t *p;
+    int max_ranges;
+    bool multikey;
+    int npred;         /* predicates applied to the current field */
+} bctx_t;
+
+/* field ∩= the bounds of one predicate (multikey: only the first predicate counts). */
+static void field_intersect(bctx_t *c, bounds_t *field, bounds_t *pred) {
+    bounds_t tmp;
+    if (c->multikey && c->npred++ > 0) return;
+    list_intersect(field, pred, &tmp);
+    list_clear(field);
+    *field = tmp;
+}
+
 /* field ∩= the bounds of the value given for it in the filter. */
-static void field_constrain(bounds_t *field, const bson_iter_t *value) {
+static void field_constrain(bctx_t *c, bounds_t *field, const bson_iter_t *value) {
     if (!is_operator_doc(value)) {
-        bounds_t p = {0}, tmp;
+        bounds_t p = {0};
         pred_eq(value, &p);
-        list_intersect(field, &p, &tmp);
+        field_intersect(c, field, &p);
         list_clear(&p);
-        list_clear(field);
-        *field = tmp;
         return;
     }
     bson_iter_t op;
     bson_iter_recurse(value, &op);
     while (bson_iter_next(&op)) {
-        bounds_t p = {0}, tmp;
+        bounds_t p = {0};
         pred_operator(&op, &p);
-        list_intersect(field, &p, &tmp);
+        if (p.n == 1 && is_whole_field(&p)) {   /* $ne, $exists:true...: bounds nothing */
+            list_clear(&p);
+            continue;
+        }
+        field_intersect(c, field, &p);
         list_clear(&p);
-        list_clear(field);
-        *field = tmp;
     }
 }
 
 /* Walks the AND of filter (implicit and $and) and constrains field by path. */
-static void field_from_and(const bson_t *filter, const char *path, bounds_t *field) {
+static void field_from_and(bctx_t *c, const bson_t *filter, const char *path, bounds_t *field) {
     bson_iter_t it;
     if (!bson_iter_init(&it, filter)) return;
     while (bson_iter_next(&it)) {
         const char *key = bson_iter_key(&it);
         if (strcmp(key, path) == 0) {
-            field_constrain(field, &it);
+            field_constrain(c, field, &it);
         } else if (strcmp(key, "$and") == 0 && BSON_ITER_HOLDS_ARRAY(&it)) {
             bson_iter_t el;
             bson_iter_recurse(&it, &el);
@@ -359,7 +391,7 @@ static void field_from_and(const bson_t *filter, const char *path, bounds_t *fie
                 bson_t sub;
                 if (!BSON_ITER_HOLDS_DOCUMENT(&el)) continue;
                 bson_iter_document(&el, &len, &data);
-                if (bson_init_static(&sub, data, len)) field_from_and(&sub, path, field);
+                if (bson_init_static(&sub, data, len)) field_from_and(c, &sub, path, field);
             }
         }
     }
@@ -433,9 +465,11 @@ static void fill(const keys_pattern_t *p, int i, bool smallest, buf_t *out) {
 }
 
 /* The interval list of field i in key order (hashed, inverted as the pattern says). */
-static void field_list(const bson_t *filter, const keys_pattern_t *p, int i, bounds_t *field) {
+static void field_list(bctx_t *c, const bson_t *filter, int i, bounds_t *field) {
+    const keys_pattern_t *p = c->p;
     list_all(field);
-    field_from_and(filter, p->fields[i], field);
+    c->npred = 0;
+    field_from_and(c, filter, p->fields[i], field);
     if (p->hashed[i]) field_hash(field);
     if (p->dir[i] < 0) field_invert(field);
 }
@@ -467,15 +501,16 @@ static void add_fills(const keys_pattern_t *p, int from, bounds_t *l) {
 }
 
 /* Bounds of the plain predicates of filter's AND (no $or), steps 1–3. */
-static void and_bounds(const bson_t *filter, const keys_pattern_t *p, int max_ranges,
-                       bounds_t *out) {
+static void and_bounds(bctx_t *c, const bson_t *filter, bounds_t *out) {
+    const keys_pattern_t *p = c->p;
+    int max_ranges = c->max_ranges;
     bounds_t cur = {0};
     buf_t empty = {0};
     list_push(&cur, &empty, true, &empty, true);
     int i;
     for (i = 0; i < p->nfields; i++) {
         bounds_t field = {0}, next = {0};
-        field_list(filter, p, i, &field);
+        field_list(c, filter, i, &field);
         bool points = field_all_points(&field);
         if ((long)cur.n * field.n > max_ranges) {
             list_hull(&field);
@@ -485,7 +520,7 @@ static void and_bounds(const bson_t *filter, const keys_pattern_t *p, int max_ra
         list_clear(&field);
         list_clear(&cur);
         cur = next;
-        if (!points) {
+        if (!points || c->multikey) {   /* multikey: the first field only */
             i++;
             break;
         }
@@ -493,90 +528,6 @@ static void and_bounds(const bson_t *filter, const keys_pattern_t *p, int max_ra
     add_fills(p, i, &cur);
     list_normalise(&cur);
     *out = cur;
-}
-
-static int filter_bounds(const bson_t *filter, const keys_pattern_t *p, int max_ranges,
-                         bounds_t *out, ms_error_t *err);
-
-/* The union of an $or's branches. */
-static int or_bounds(const bson_iter_t *v, const keys_pattern_t *p, int max_ranges,
-                     bounds_t *out, ms_error_t *err) {
-    bson_iter_t el;
-    bounds_t u = {0};
-    if (!BSON_ITER_HOLDS_ARRAY(v) || !bson_iter_recurse(v, &el))
-        return err_set(err, MS_ERR_BAD_VALUE, "$or must be an array");
-    while (bson_iter_next(&el)) {
-        uint32_t len;
-        const uint8_t *data;
-        bson_t branch;
-        bounds_t b = {0};
-        if (!BSON_ITER_HOLDS_DOCUMENT(&el)) {
-            list_clear(&u);
-            return err_set(err, MS_ERR_BAD_VALUE, "$or/$and/$nor entries need to be full objects");
-        }
-        bson_iter_document(&el, &len, &data);
-        int rc = bson_init_static(&branch, data, len) ? filter_bounds(&branch, p, max_ranges, &b, err)
-                                                      : err_set(err, MS_ERR_BAD_VALUE, "bad $or entry");
-        if (rc) {
-            list_clear(&u);
-            return rc;
-        }
-        list_append(&u, &b);
-        list_clear(&b);
-    }
-    list_normalise(&u);
-    if (u.n > max_ranges) list_hull(&u);
-    *out = u;
-    return 0;
-}
-
-/* Intersects *acc with the $or bounds of every $or in filter's AND (also inside $and). */
-static int apply_ors(const bson_t *filter, const keys_pattern_t *p, int max_ranges,
-                     bounds_t *acc, ms_error_t *err) {
-    bson_iter_t it;
-    if (!bson_iter_init(&it, filter)) return err_set(err, MS_ERR_BAD_VALUE, "invalid filter");
-    while (bson_iter_next(&it)) {
-        const char *key = bson_iter_key(&it);
-        int rc = 0;
-        if (strcmp(key, "$or") == 0) {
-            bounds_t o = {0}, tmp;
-            rc = or_bounds(&it, p, max_ranges, &o, err);
-            if (rc) return rc;
-            list_intersect(acc, &o, &tmp);
-            list_clear(&o);
-            list_clear(acc);
-            *acc = tmp;
-        } else if (strcmp(key, "$and") == 0) {
-            bson_iter_t el;
-            if (!BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &el))
-                return err_set(err, MS_ERR_BAD_VALUE, "$and must be an array");
-            while (rc == 0 && bson_iter_next(&el)) {
-                uint32_t len;
-                const uint8_t *data;
-                bson_t sub;
-                if (!BSON_ITER_HOLDS_DOCUMENT(&el))
-                    return err_set(err, MS_ERR_BAD_VALUE, "$or/$and/$nor entries need to be full objects");
-                bson_iter_document(&el, &len, &data);
-                if (bson_init_static(&sub, data, len)) rc = apply_ors(&sub, p, max_ranges, acc, err);
-            }
-        }
-        if (rc) return rc;
-    }
-    return 0;
-}
-
-static int filter_bounds(const bson_t *filter, const keys_pattern_t *p, int max_ranges,
-                         bounds_t *out, ms_error_t *err) {
-    bounds_t acc = {0};
-    and_bounds(filter, p, max_ranges, &acc);
-    int rc = apply_ors(filter, p, max_ranges, &acc, err);
-    if (rc) {
-        list_clear(&acc);
-        return rc;
-    }
-    if (acc.n > max_ranges) list_hull(&acc);
-    *out = acc;
-    return 0;
 }
 
 /* True when l is the one range [all MinKey.., all MaxKey..]. */
@@ -593,11 +544,95 @@ static bool is_whole_space(const bounds_t *l, const keys_pattern_t *p) {
     return whole;
 }
 
-int bounds_from_filter(const bson_t *filter, const keys_pattern_t *p, int max_ranges,
-                       bounds_t *out, ms_error_t *err) {
+static int filter_bounds(bctx_t *c, const bson_t *filter, bounds_t *out, ms_error_t *err);
+
+/* The union of an $or's branches. */
+static int or_bounds(bctx_t *c, const bson_iter_t *v, bounds_t *out, ms_error_t *err) {
+    bson_iter_t el;
+    bounds_t u = {0};
+    if (!BSON_ITER_HOLDS_ARRAY(v) || !bson_iter_recurse(v, &el))
+        return err_set(err, MS_ERR_BAD_VALUE, "$or must be an array");
+    while (bson_iter_next(&el)) {
+        uint32_t len;
+        const uint8_t *data;
+        bson_t branch;
+        bounds_t b = {0};
+        if (!BSON_ITER_HOLDS_DOCUMENT(&el)) {
+            list_clear(&u);
+            return err_set(err, MS_ERR_BAD_VALUE, "$or/$and/$nor entries need to be full objects");
+        }
+        bson_iter_document(&el, &len, &data);
+        int rc = bson_init_static(&branch, data, len) ? filter_bounds(c, &branch, &b, err)
+                                                      : err_set(err, MS_ERR_BAD_VALUE, "bad $or entry");
+        if (rc) {
+            list_clear(&u);
+            return rc;
+        }
+        list_append(&u, &b);
+        list_clear(&b);
+    }
+    list_normalise(&u);
+    if (u.n > c->max_ranges) list_hull(&u);
+    *out = u;
+    return 0;
+}
+
+/* Intersects *acc with the $or bounds of every $or in filter's AND (also inside $and). */
+static int apply_ors(bctx_t *c, const bson_t *filter, bounds_t *acc, ms_error_t *err) {
+    bson_iter_t it;
+    if (!bson_iter_init(&it, filter)) return err_set(err, MS_ERR_BAD_VALUE, "invalid filter");
+    while (bson_iter_next(&it)) {
+        const char *key = bson_iter_key(&it);
+        int rc = 0;
+        if (strcmp(key, "$or") == 0) {
+            bounds_t o = {0}, tmp;
+            rc = or_bounds(c, &it, &o, err);
+            if (rc) return rc;
+            if (c->multikey && !is_whole_space(acc, c->p)) {   /* keep one predicate's bounds */
+                list_clear(&o);
+                continue;
+            }
+            list_intersect(acc, &o, &tmp);
+            list_clear(&o);
+            list_clear(acc);
+            *acc = tmp;
+        } else if (strcmp(key, "$and") == 0) {
+            bson_iter_t el;
+            if (!BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &el))
+                return err_set(err, MS_ERR_BAD_VALUE, "$and must be an array");
+            while (rc == 0 && bson_iter_next(&el)) {
+                uint32_t len;
+                const uint8_t *data;
+                bson_t sub;
+                if (!BSON_ITER_HOLDS_DOCUMENT(&el))
+                    return err_set(err, MS_ERR_BAD_VALUE, "$or/$and/$nor entries need to be full objects");
+                bson_iter_document(&el, &len, &data);
+                if (bson_init_static(&sub, data, len)) rc = apply_ors(c, &sub, acc, err);
+            }
+        }
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int filter_bounds(bctx_t *c, const bson_t *filter, bounds_t *out, ms_error_t *err) {
+    bounds_t acc = {0};
+    and_bounds(c, filter, &acc);
+    int rc = apply_ors(c, filter, &acc, err);
+    if (rc) {
+        list_clear(&acc);
+        return rc;
+    }
+    if (acc.n > c->max_ranges) list_hull(&acc);
+    *out = acc;
+    return 0;
+}
+
+static int bounds_build(const bson_t *filter, const keys_pattern_t *p, int max_ranges, bool multikey,
+                        bounds_t *out, ms_error_t *err) {
     bounds_t res = {0};
-    if (max_ranges < 1) max_ranges = 1;
-    int rc = filter_bounds(filter, p, max_ranges, &res, err);
+    bctx_t c = {.p = p, .max_ranges = max_ranges < 1 ? 1 : max_ranges, .multikey = multikey};
+    int rc = filter_bounds(&c, filter, &res, err);
     if (rc) return rc;
     res.all = is_whole_space(&res, p);
     *out = res;
@@ -607,4 +642,14 @@ int bounds_from_filter(const bson_t *filter, const keys_pattern_t *p, int max_ra
 bool bounds_is_point(const bounds_t *b) {
     return !b->all && b->n == 1 && b->r[0].lo_incl && b->r[0].hi_incl &&
            bytes_cmp(&b->r[0].lo, &b->r[0].hi) == 0;
+}
+
+int bounds_from_filter(const bson_t *filter, const keys_pattern_t *p, int max_ranges,
+                       bounds_t *out, ms_error_t *err) {
+    return bounds_build(filter, p, max_ranges, false, out, err);
+}
+
+int bounds_from_filter_multikey(const bson_t *filter, const keys_pattern_t *p, int max_ranges,
+                                bounds_t *out, ms_error_t *err) {
+    return bounds_build(filter, p, max_ranges, true, out, err);
 }

@@ -44,6 +44,13 @@ typedef struct bounds {
 int bounds_from_filter(const bson_t *filter, const keys_pattern_t *p, int max_ranges,
                        bounds_t *out, ms_error_t *err);
 
+/* The same for a MULTIKEY index (some document has an array on an indexed path, one key per
+ * element): only one predicate per field is used and only the pattern's first field is
+ * bounded (later fields MinKey..MaxKey), because different elements may satisfy different
+ * predicates ({a: {$gt: 5, $lt: 3}} matches a: [1, 10]). Additive to the agreed API. */
+int bounds_from_filter_multikey(const bson_t *filter, const keys_pattern_t *p, int max_ranges,
+                                bounds_t *out, ms_error_t *err);
+
 /* Exactly one range with lo == hi, both inclusive. */
 bool bounds_is_point(const bounds_t *b);
 

@@ -387,5 +387,56 @@ static void test_property_superset(void) {
     CHECK(narrowed > 200);
 }
 
-T_MAIN(T_CASE(test_shapes), T_CASE(test_exact_points), T_CASE(test_errors),
+/* Multikey: a document a: [1, 10] has keys 1 and 10 and is found when ONE of them is in
+ * the bounds, although its elements satisfy different predicates. Each row names the key
+ * that must be inside (the one the first predicate covers). */
+static void key_of_values(const keys_pattern_t *p, const char *a, const char *b, buf_t *key) {
+    char json[128];
+    bson_snprintf(json, sizeof json, b ? "{\"a\": %s, \"b\": %s}" : "{\"a\": %s}", a, b);
+    bson_t *d = J(json);
+    buf_reset(key);
+    CHECK(doc_key(p, d, key));
+    bson_destroy(d);
+}
+
+static void test_multikey(void) {
+    static const struct {
+        const char *filter, *pattern, *a, *b;   /* (a, b): one index key of a matching document */
+    } rows[] = {
+        {"{\"a\": {\"$gt\": 5, \"$lt\": 3}}", "{\"a\": 1}", "10", NULL},
+        {"{\"a\": {\"$gt\": 5, \"$lt\": 3}}", "{\"a\": -1}", "10", NULL},
+        {"{\"a\": {\"$gt\": 5}, \"$or\": [{\"a\": {\"$lt\": 3}}]}", "{\"a\": 1}", "10", NULL},
+        {"{\"$and\": [{\"a\": 1}, {\"a\": 2}]}", "{\"a\": 1}", "1", NULL},
+        {"{\"a\": 1, \"b\": 1}", "{\"a\": 1, \"b\": 1}", "1", "9"},   /* parallel elements */
+        {"{\"a\": {\"$lt\": 3, \"$gt\": 5}}", "{\"a\": -1}", "1", NULL},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        keys_pattern_t p;
+        bson_t *f = J(rows[i].filter);
+        bounds_t b = {0};
+        buf_t key = {0};
+        pattern(rows[i].pattern, &p);
+        CHECK_INT(bounds_from_filter_multikey(f, &p, 10, &b, NULL), 0);
+        key_of_values(&p, rows[i].a, rows[i].b, &key);
+        CHECK_MSG(key_in(&b, &key), "multikey row %zu: key (%s, %s) outside", i, rows[i].a, rows[i].b ? rows[i].b : "-");
+        CHECK(well_formed(&b));
+        bounds_free(&b);
+        bounds_free(&(bounds_t){0});
+        buf_free(&key);
+        keys_pattern_free(&p);
+        bson_destroy(f);
+    }
+    /* A single equality still gives a tight bound. */
+    bounds_t b = {0};
+    keys_pattern_t p;
+    bson_t *f = J("{\"a\": 5}");
+    pattern("{\"a\": 1}", &p);
+    CHECK_INT(bounds_from_filter_multikey(f, &p, 10, &b, NULL), 0);
+    CHECK(bounds_is_point(&b));
+    bounds_free(&b);
+    keys_pattern_free(&p);
+    bson_destroy(f);
+}
+
+T_MAIN(T_CASE(test_shapes), T_CASE(test_multikey), T_CASE(test_exact_points), T_CASE(test_errors),
        T_CASE(test_property_superset))
