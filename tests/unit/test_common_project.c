@@ -4,7 +4,7 @@
  * exclusion, the _id rules, dotted paths through documents and arrays, and the errors
  * for mixing, collisions and unsupported operators. Runs in `make test`.
  */
-#include "shardd/project.h"
+#include "common/project.h"
 
 #include <bson/bson.h>
 

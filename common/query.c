@@ -21,7 +21,7 @@
  * {$gt: 5} only looks at numbers. Regular expressions use POSIX extended regexes
  * (regcomp); docs/query-language.md lists the differences from MongoDB's PCRE.
  */
-#include "shardd/query.h"
+#include "common/query.h"
 
 #include <math.h>
 #include <regex.h>

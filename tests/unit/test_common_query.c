@@ -3,7 +3,7 @@
  * (filter, document, expected) rows written from MongoDB's documented query behaviour,
  * plus the parse errors users see. Runs in `make test`.
  */
-#include "shardd/query.h"
+#include "common/query.h"
 
 #include <bson/bson.h>
 

@@ -8,7 +8,7 @@
  * component, numeric components as numbers), so new fields are appended in that order;
  * an existing field keeps its position.
  */
-#include "shardd/update.h"
+#include "common/update.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +17,7 @@
 #include "common/bsonx.h"
 #include "common/log.h"
 #include "common/sortspec.h"
-#include "shardd/query.h"
+#include "common/query.h"
 
 /* ---- the mutable document tree ------------------------------------------------------ */
 

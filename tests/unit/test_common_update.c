@@ -4,7 +4,7 @@
  * behaviour, plus nModified detection, $setOnInsert, $currentDate and upsert seeds.
  * Runs in `make test`.
  */
-#include "shardd/update.h"
+#include "common/update.h"
 
 #include <bson/bson.h>
 

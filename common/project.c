@@ -10,7 +10,7 @@
  * inclusion keeps the element documents (reduced) and drops scalars, an exclusion keeps
  * scalars. $slice, $elemMatch, $meta and computed fields are refused with a clear error.
  */
-#include "shardd/project.h"
+#include "common/project.h"
 
 #include <string.h>
 

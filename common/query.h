@@ -1,0 +1,33 @@
+/*
+ * query.h — filter matching: a MongoDB query filter ({a: {$gt: 5}, b: "x"}) is compiled
+ * once into a tree of match expressions and then tested against documents. Used by the shard
+ * daemon (find, count, distinct, update, delete, findAndModify) and the config server
+ * (find on config collections). Pure logic over
+ * BSON: no storage, no I/O. MongoDB semantics incl. arrays and dotted paths; see
+ * docs/query-language.md for what is supported and what is refused.
+ */
+#ifndef MS_QUERY_H
+#define MS_QUERY_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+
+#include "common/errors.h"
+
+typedef struct query query_t;
+
+/* Compiles filter into *out (caller owns; free with query_free). Borrows filter (copies
+ * what it keeps). Errors: BadValue "unknown operator: $foo", "unknown top level operator:
+ * $foo", malformed operands ($in needs an array, $size a whole number, ...). */
+int query_compile(const bson_t *filter, query_t **out, ms_error_t *err);
+
+/* True when doc matches. Borrows both. MongoDB semantics incl. arrays and dotted paths. */
+bool query_match(const query_t *q, const bson_t *doc);
+
+/* True for the empty filter {}: it matches everything. */
+bool query_is_empty(const query_t *q);
+
+/* NULL-safe. */
+void query_free(query_t *q);
+
+#endif
