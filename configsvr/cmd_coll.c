@@ -34,18 +34,30 @@ static int key_check(const bson_t *key, keys_pattern_t *p, ms_error_t *err) {
 
 /* Sends _shardsvrShardCollection to one shard: it creates the collection with our uuid
  * and the shard-key index, or refuses (no usable index on a non-empty collection, array
- * values in the key). */
+ * values in the key). A collection that already exists there keeps its own uuid (as in
+ * MongoDB, sharding an existing collection does not change its UUID): the reply's
+ * collectionUUID is written back to uuid. */
 static int shardsvr_shard_collection(cfg_t *cfg, const char *shard, const char *ns,
-                                     const bson_t *key, bool unique, const uint8_t uuid[16],
+                                     const bson_t *key, bool unique, uint8_t uuid[16],
                                      ms_error_t *err) {
     bson_t cmd = BSON_INITIALIZER, r;
+    bson_iter_t it;
     BSON_APPEND_UTF8(&cmd, "_shardsvrShardCollection", ns);
     BSON_APPEND_DOCUMENT(&cmd, "key", key);
     BSON_APPEND_BOOL(&cmd, "unique", unique);
     bson_append_binary(&cmd, "uuid", -1, BSON_SUBTYPE_UUID, uuid, 16);
     BSON_APPEND_UTF8(&cmd, "$db", "admin");
     int rc = cfg_shard_command(cfg, shard, &cmd, CFG_SHARD_CMD_TIMEOUT_MS, &r, err);
-    if (rc == 0) bson_destroy(&r);
+    if (rc == 0) {
+        if (bson_iter_init_find(&it, &r, "collectionUUID") && BSON_ITER_HOLDS_BINARY(&it)) {
+            bson_subtype_t st;
+            uint32_t len;
+            const uint8_t *data;
+            bson_iter_binary(&it, &st, &len, &data);
+            if (len == 16) memcpy(uuid, data, 16);
+        }
+        bson_destroy(&r);
+    }
     bson_destroy(&cmd);
     return rc;
 }
@@ -276,9 +288,19 @@ int cfg_cmd_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     /* Every shard that gets chunks creates the collection and its shard-key index first
      * (the primary already did for a non-empty collection). */
     if (ndocs == 0) {
+        /* The primary first: an existing (empty) collection there keeps its uuid, which
+         * the other shards then receive. */
         int nrecv = nchunks < nowners ? nchunks : nowners;
-        for (int i = 0; i < nrecv && rc == 0; i++)
-            rc = shardsvr_shard_collection(cfg, owners[i], ns, &key, unique, coll.uuid, err);
+        for (int i = 0; i < nrecv && rc == 0; i++) {
+            uint8_t u[16];
+            memcpy(u, coll.uuid, 16);
+            rc = shardsvr_shard_collection(cfg, owners[i], ns, &key, unique, u, err);
+            if (rc == 0 && i == 0) memcpy(coll.uuid, u, 16);
+            else if (rc == 0 && memcmp(u, coll.uuid, 16) != 0)
+                rc = err_set(err, MS_ERR_INVALID_UUID,
+                             "shard %s already holds %s with another UUID; drop it there first",
+                             owners[i], ns);
+        }
         if (rc) goto out;
     }
     rc = cat_coll_create(cfg->cat, &coll, plan, nchunks, err);
