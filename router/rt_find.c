@@ -326,6 +326,8 @@ static int cursor_fill_batch(router_t *r, rt_cursor_t *c, int64_t max_docs, bson
             break;
         }
         int best = -1;
+        /* Two static bson_t, never copied by assignment: a static bson_t points into
+         * itself, so a struct copy would follow the original's later contents. */
         bson_t best_doc, cand;
         for (int i = 0; i < c->n; i++) {
             int rc = stream_fill(r, c, &c->s[i], err);
@@ -341,7 +343,7 @@ static int cursor_fill_batch(router_t *r, rt_cursor_t *c, int64_t max_docs, bson
             if (!bson_init_static(&cand, data, len)) continue;
             if (best < 0 || sortspec_compare_docs(c->sort, &cand, &best_doc) < 0) {
                 best = i;
-                best_doc = cand;
+                if (!bson_init_static(&best_doc, data, len)) best = -1;
             }
         }
         if (best < 0) {
