@@ -491,11 +491,14 @@ int cmd_add_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     /* MongoDB refuses a second identity: a shard belongs to one cluster under one name. */
     if (store_meta_get(app->st, META_IDENTITY, &old, NULL) == 0) {
         bool same = str_field(&old, "shardName", &oldname) && strcmp(oldname, name) == 0;
+        if (!same) {
+            rc = err_set(err, MS_ERR_ILLEGAL_OPERATION,
+                         "this shard already has the identity '%s'; cannot become '%s'",
+                         oldname ? oldname : "?", name);
+            bson_destroy(&old);
+            return rc;
+        }
         bson_destroy(&old);
-        if (!same)
-            return err_set(err, MS_ERR_ILLEGAL_OPERATION,
-                           "this shard already has the identity '%s'; cannot become '%s'",
-                           oldname ? oldname : "?", name);
     }
     if ((rc = store_meta_put(app->st, META_IDENTITY, &ident, err)) != 0) return rc;
     shv_set_identity(app->shv, name, cfg);
@@ -571,6 +574,18 @@ int cmd_shardsvr_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err
     if (strlen(a.ns) > MS_NS_BYTES_MAX) return err_set(err, MS_ERR_INVALID_NAMESPACE, "ns too long");
     if (!cmd_field(ctx, "key", &it) || !as_doc(&it, &key))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'key' is missing");
+    {
+        /* A shard key's values are 1 or "hashed" (MongoDB's shardCollection rule). */
+        bson_iter_t kv;
+        if (bson_iter_init(&kv, &key))
+            while (bson_iter_next(&kv)) {
+                int64_t v = 0;
+                bool hashed = BSON_ITER_HOLDS_UTF8(&kv) && strcmp(bson_iter_utf8(&kv, NULL), "hashed") == 0;
+                if (!hashed && !(bsonx_as_int64_exact(&kv, &v) && v == 1))
+                    return err_set(err, MS_ERR_BAD_VALUE, "Shard key field values must be 1 or "
+                                   "\"hashed\"; field %s is not", bson_iter_key(&kv));
+            }
+    }
     if ((rc = keys_pattern_parse(&key, &a.pat, err)) != 0) return rc;
     a.unique = cmd_flag(ctx, "unique", false);
     if (cmd_field(ctx, "uuid", &it)) {

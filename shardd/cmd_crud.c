@@ -187,7 +187,7 @@ int cmd_insert(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
                      "Got %d operations.", MS_WRITE_BATCH_OPS_MAX, total);
         goto out;
     }
-    a.docs = calloc((size_t)total + 1, sizeof *a.docs);
+    a.docs = store_zalloc(((size_t)total + 1) * sizeof *a.docs);
     a.src_index = calloc((size_t)total + 1, sizeof *a.src_index);
     if (!a.docs || !a.src_index) {
         rc = err_set(err, MS_ERR_INTERNAL, "out of memory");
@@ -267,7 +267,7 @@ static int parse_find(const bson_t *cmd, const char *db, char *ns, size_t nssz, 
         if (strcmp(k, "filter") == 0) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !field_doc(&it, &d))
                 return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'filter' must be an object");
-            bson_copy_to(&d, &fa->filter);
+            fa->filter = bson_copy(&d);
             if ((rc = query_compile(&d, &fa->q, err)) != 0) return rc;
         } else if (strcmp(k, "projection") == 0) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !field_doc(&it, &d))
@@ -279,10 +279,10 @@ static int parse_find(const bson_t *cmd, const char *db, char *ns, size_t nssz, 
             if (!bson_empty(&d) && (rc = sortspec_compile(&d, &fa->sort, err)) != 0) return rc;
         } else if (strcmp(k, "hint") == 0) {
             if (BSON_ITER_HOLDS_UTF8(&it)) {
-                bson_init(&fa->hint);
-                BSON_APPEND_UTF8(&fa->hint, "$hint", bson_iter_utf8(&it, NULL));
+                fa->hint = bson_new();
+                BSON_APPEND_UTF8(fa->hint, "$hint", bson_iter_utf8(&it, NULL));
             } else if (BSON_ITER_HOLDS_DOCUMENT(&it) && field_doc(&it, &d)) {
-                if (!bson_empty(&d)) bson_copy_to(&d, &fa->hint);
+                if (!bson_empty(&d)) fa->hint = bson_copy(&d);
             } else {
                 return err_set(err, MS_ERR_FAILED_TO_PARSE, "hint must be a string or an object");
             }
@@ -807,8 +807,21 @@ static int distinct_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     return rc;
 }
 
-static int iter_cmp(const void *x, const void *y) {
-    return bsonx_compare_values(x, y);
+/* A value of the collected array by position (bson_iter_t arrays would be misaligned). */
+typedef struct vpos {
+    const bson_t *doc;
+    uint32_t off, keylen;
+} vpos_t;
+
+static bool vpos_iter(const vpos_t *p, bson_iter_t *it) {
+    return bson_iter_init_from_data_at_offset(it, bson_get_data(p->doc), p->doc->len, p->off,
+                                              p->keylen);
+}
+
+static int vpos_cmp(const void *x, const void *y) {
+    bson_iter_t a, b;
+    if (!vpos_iter(x, &a) || !vpos_iter(y, &b)) return 0;
+    return bsonx_compare_values(&a, &b);
 }
 
 int cmd_distinct(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
@@ -818,7 +831,7 @@ int cmd_distinct(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bson_iter_t it;
     bson_t q = BSON_INITIALIZER, values = BSON_INITIALIZER, out;
     query_t *qc = NULL;
-    bson_iter_t *v = NULL;
+    vpos_t *v = NULL;
     int rc;
     memset(&a, 0, sizeof a);
     if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) goto done;
@@ -847,14 +860,21 @@ int cmd_distinct(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     {
         int64_t n = 0, u = 0;
         if (bson_iter_init(&it, &values))
-            while (bson_iter_next(&it) && n < a.n) v[n++] = it;
-        qsort(v, (size_t)n, sizeof *v, iter_cmp);
+            while (bson_iter_next(&it) && n < a.n) {
+                v[n].doc = &values;
+                v[n].off = bson_iter_offset(&it);
+                v[n].keylen = bson_iter_key_len(&it);
+                n++;
+            }
+        qsort(v, (size_t)n, sizeof *v, vpos_cmp);
         BSON_APPEND_ARRAY_BEGIN(reply, "values", &out);
         for (int64_t i = 0; i < n; i++) {
             char key[24];
-            if (i > 0 && bsonx_compare_values(&v[i - 1], &v[i]) == 0) continue;
+            bson_iter_t vi;
+            if (i > 0 && vpos_cmp(&v[i - 1], &v[i]) == 0) continue;
+            if (!vpos_iter(&v[i], &vi)) continue;
             snprintf(key, sizeof key, "%lld", (long long)u++);
-            bsonx_append_iter(&out, key, &v[i]);
+            bsonx_append_iter(&out, key, &vi);
         }
         bson_append_array_end(reply, &out);
         if (reply->len > MS_DOC_BYTES_MAX) {

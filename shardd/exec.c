@@ -709,8 +709,8 @@ bool cursors_kill(cursors_t *cs, int64_t id) {
 
 void find_args_free(find_args_t *fa) {
     if (!fa) return;
-    if (fa->filter.len) bson_destroy(&fa->filter);
-    if (fa->hint.len) bson_destroy(&fa->hint);
+    if (fa->filter) bson_destroy(fa->filter);
+    if (fa->hint) bson_destroy(fa->hint);
     query_free(fa->q);
     sortspec_free(fa->sort);
     projection_free(fa->proj);
@@ -721,14 +721,14 @@ void find_args_free(find_args_t *fa) {
 static void eq_from_fa(const find_args_t *fa, exec_query_t *eq) {
     bson_iter_t it;
     memset(eq, 0, sizeof *eq);
-    eq->filter = fa->filter.len ? &fa->filter : NULL;
+    eq->filter = fa->filter;
     eq->q = fa->q;
     eq->sort = fa->sort;
-    if (fa->hint.len > 5) {
-        if (bson_iter_init_find(&it, &fa->hint, "$hint") && BSON_ITER_HOLDS_UTF8(&it))
+    if (fa->hint) {
+        if (bson_iter_init_find(&it, fa->hint, "$hint") && BSON_ITER_HOLDS_UTF8(&it))
             eq->hint_name = bson_iter_utf8(&it, NULL);
         else
-            eq->hint = &fa->hint;
+            eq->hint = fa->hint;
     }
     eq->skip = fa->skip;
     eq->limit = fa->limit < 0 ? -fa->limit : fa->limit;
@@ -881,7 +881,7 @@ static int run_batch(store_t *st, cursors_t *cs, cursor_t *cur, int64_t max_docs
 }
 
 int exec_find(store_t *st, cursors_t *cs, find_args_t *fa, bson_t *reply, ms_error_t *err) {
-    cursor_t *cur = calloc(1, sizeof *cur);
+    cursor_t *cur = store_zalloc(sizeof *cur);
     int64_t first;
     char id_ns[MS_NS_BYTES_MAX + 1];
     if (!cur) {

@@ -103,6 +103,10 @@ typedef void (*store_write_observer_fn)(void *arg, const char *ns, const bson_t 
                                         const bson_t *new_doc, const buf_t *old_sk,
                                         const buf_t *new_sk);
 
+/* Zeroed heap memory aligned for bson_t (libbson declares it 128-byte aligned), for any
+ * struct or array that holds a bson_t by value. Release with free(); NULL on failure. */
+void *store_zalloc(size_t n);
+
 /* Opens (creating when absent) DIR/shard.sqlite. *out set on success only. */
 int store_open(const char *dbpath_dir, const store_opts_t *opts, store_t **out, ms_error_t *err);
 void store_close(store_t *st);   /* NULL-safe; all transactions must have ended */
@@ -266,12 +270,12 @@ int cursors_count(cursors_t *cs);
  * by the cursor (on success and on failure). Appends the reply's `cursor` document. */
 typedef struct find_args {
     const char *ns;
-    bson_t filter;              /* owned copies */
+    bson_t *filter;             /* owned copies (heap: a bson_t may not be moved) */
     query_t *q;
     sortspec_t *sort;
     projection_t *proj;
     shv_filter_t *own;
-    bson_t hint;                /* empty = none */
+    bson_t *hint;               /* NULL = none; {$hint: "name"} for a name */
     int64_t skip, limit;
     int64_t batch_size;         /* -1 = default */
     bool single_batch;

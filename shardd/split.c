@@ -82,12 +82,14 @@ static int encode_bounds(const keysrc_t *ks, const bson_t *min, const bson_t *ma
     if (min && !bson_empty(min)) {
         if ((rc = keys_encode_bound(&ks->kp, min, lo, err)) != 0) return rc;
     } else {
+        bson_init(&g);
         keys_global_min(&ks->kp, &g);
         rc = keys_encode_bound(&ks->kp, &g, lo, err);
         bson_destroy(&g);
         if (rc) return rc;
     }
     if (max && !bson_empty(max)) return keys_encode_bound(&ks->kp, max, hi, err);
+    bson_init(&g);
     keys_global_max(&ks->kp, &g);
     rc = keys_encode_bound(&ks->kp, &g, hi, err);
     bson_destroy(&g);

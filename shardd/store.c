@@ -64,6 +64,13 @@ struct store_txn {
     bool write;
 };
 
+void *store_zalloc(size_t n) {
+    size_t a = BSON_ALIGNOF(bson_t), sz = (n + a - 1) / a * a;
+    void *p = aligned_alloc(a, sz ? sz : a);
+    if (p) memset(p, 0, sz ? sz : a);
+    return p;
+}
+
 /* ---- connections and statements ---------------------------------------------------- */
 
 static uint64_t fnv1a(const char *s) {
@@ -207,7 +214,7 @@ static void catalog_add(store_t *st, store_coll_t *c) {
 
 static int index_new(const bson_t *spec, int64_t id, bool multikey, store_index_t **out,
                      ms_error_t *err) {
-    store_index_t *ix = calloc(1, sizeof *ix);
+    store_index_t *ix = store_zalloc(sizeof *ix);
     bson_iter_t it, kit;
     bson_t key;
     const uint8_t *data;
@@ -250,7 +257,7 @@ static void id_index_spec(bson_t *spec) {
 
 static int coll_new(const char *ns, int64_t id, const uint8_t *uuid, store_coll_t **out,
                     ms_error_t *err) {
-    store_coll_t *c = calloc(1, sizeof *c);
+    store_coll_t *c = store_zalloc(sizeof *c);
     bson_t spec;
     int rc;
     if (!c) return err_set(err, MS_ERR_INTERNAL, "out of memory");
@@ -571,10 +578,12 @@ int store_coll_create(store_txn_t *t, const char *ns, const uint8_t *uuid, store
     return 0;
 }
 
-int store_coll_drop(store_txn_t *t, const char *ns, ms_error_t *err) {
-    store_coll_t *c = store_coll_get(t, ns);
+int store_coll_drop(store_txn_t *t, const char *ns_in, ms_error_t *err) {
+    store_coll_t *c = store_coll_get(t, ns_in);
+    char ns[MS_NS_BYTES_MAX + 1];   /* ns_in may be c->ns, freed below */
     sqlite3_stmt *s;
     int rc;
+    snprintf(ns, sizeof ns, "%s", ns_in);
     if (!c) return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "ns not found: %s", ns);
     conn_forget_all(t->c);
     for (int i = 1; i < c->nindexes; i++)
@@ -601,8 +610,11 @@ int store_coll_drop(store_txn_t *t, const char *ns, ms_error_t *err) {
 
 /* A value found at a path: a position in the document, or a synthesized null/undefined. */
 enum { PV_ITER = 0, PV_NULL = 1, PV_UNDEFINED = 2 };
+/* Positions, not bson_iter_t copies: libbson declares bson_iter_t 128-byte aligned, so
+ * arrays of it on the heap would be misaligned. */
 typedef struct pval {
-    bson_iter_t it;
+    const uint8_t *raw;
+    uint32_t len, off, keylen;
     int kind;
 } pval_t;
 typedef struct pvals {
@@ -610,6 +622,10 @@ typedef struct pvals {
     int n, cap;
     bool overflow;
 } pvals_t;
+
+static bool pval_iter(const pval_t *v, bson_iter_t *out) {
+    return bson_iter_init_from_data_at_offset(out, v->raw, v->len, v->off, v->keylen);
+}
 
 static void pv_push(pvals_t *pv, const bson_iter_t *it, int kind) {
     if (pv->n >= SHARDD_INDEX_KEYS_PER_DOC_MAX) {
@@ -623,7 +639,13 @@ static void pv_push(pvals_t *pv, const bson_iter_t *it, int kind) {
         pv->v = n;
         pv->cap = cap;
     }
-    if (it) pv->v[pv->n].it = *it;
+    if (it) {
+        bson_iter_t c = *it;
+        pv->v[pv->n].raw = c.raw;
+        pv->v[pv->n].len = c.len;
+        pv->v[pv->n].off = bson_iter_offset(&c);
+        pv->v[pv->n].keylen = bson_iter_key_len(&c);
+    }
     pv->v[pv->n].kind = kind;
     pv->n++;
 }
@@ -697,7 +719,10 @@ void store_path_values(const bson_t *doc, const char *path, store_path_fn fn, vo
     bool expanded = false;
     if (!bson_iter_init(&it, doc)) return;
     path_collect(&it, path, &pv, &expanded, false, 0);
-    for (int i = 0; i < pv.n; i++) fn(arg, &pv.v[i].it);
+    for (int i = 0; i < pv.n; i++) {
+        bson_iter_t vi;
+        if (pval_iter(&pv.v[i], &vi)) fn(arg, &vi);
+    }
     free(pv.v);
 }
 
@@ -721,7 +746,7 @@ static int encode_pval(const keys_pattern_t *p, int f, const pval_t *v, buf_t *o
     size_t from = out->len;
     bson_iter_t it;
     if (v->kind == PV_ITER) {
-        it = v->it;
+        if (!pval_iter(v, &it)) return err_set(err, MS_ERR_INVALID_BSON, "bad value position");
     } else {
         if (!bson_iter_init(&it, static_null_doc(v->kind)) || !bson_iter_next(&it))
             return err_set(err, MS_ERR_INTERNAL, "null key");
@@ -1326,7 +1351,6 @@ int store_coll_set_shard_key(store_txn_t *t, store_coll_t *c, const keys_pattern
     sqlite3_stmt *s = NULL, *u;
     int rc = 0, src;
     bson_t spec;
-    keys_pattern_t copy;
     /* Fill sk of every document; an array in a key field fails the whole transaction. */
     snprintf(sql, sizeof sql, "SELECT rid, doc FROM c%lld", (long long)c->id);
     if ((src = sqlite3_prepare_v2(t->c->db, sql, -1, &s, NULL)) != SQLITE_OK)
@@ -1369,12 +1393,13 @@ int store_coll_set_shard_key(store_txn_t *t, store_coll_t *c, const keys_pattern
         rc = err_from_sqlite(err, src, "shard key fill", t->c->db);
         goto out;
     }
+    /* Parse in place: a keys_pattern_t holds a bson_t, which must not be moved. */
     bson_copy_to(&p->spec, &spec);
-    rc = keys_pattern_parse(&spec, &copy, err);
+    if (c->sharded) keys_pattern_free(&c->sk);
+    c->sharded = false;
+    rc = keys_pattern_parse(&spec, &c->sk, err);
     bson_destroy(&spec);
     if (rc != 0) goto out;
-    if (c->sharded) keys_pattern_free(&c->sk);
-    c->sk = copy;
     c->sharded = true;
     c->sk_unique = unique;
     c->gen++;

@@ -23,10 +23,8 @@ static const char *fresh_dir(const char *name) {
 }
 
 static bson_t *J(const char *json) {
-    bson_t *b = bson_new();
+    bson_t *b = store_zalloc(sizeof *b);
     ms_error_t e;
-    bson_destroy(b);
-    b = bson_malloc0(sizeof *b);
     if (bsonx_from_json(json, b, &e) != 0) {
         t_fail(__FILE__, __LINE__, "bad json %s: %s", json, e.msg);
         bson_init(b);
@@ -36,7 +34,7 @@ static bson_t *J(const char *json) {
 
 static void Jfree(bson_t *b) {
     bson_destroy(b);
-    bson_free(b);
+    free(b);
 }
 
 /* ---- small drivers ----------------------------------------------------------------- */
