@@ -71,6 +71,19 @@ const cmd_spec_t cfg_cmd_table[] = {
      .fields = {{"bounds", CT_ARR, true}},
      .help = "merge contiguous chunks of one shard exactly covering bounds [min, max]"},
 
+    /* the config database (cmd_config.c) */
+    {.name = "find", .handler = cfg_cmd_find, .arg_types = CT_STR,
+     .fields = {{"filter", CT_DOC, false}, {"projection", CT_DOC, false}, {"sort", CT_DOC, false},
+                {"skip", CT_NUM, false}, {"limit", CT_NUM, false}, {"batchSize", CT_NUM, false},
+                {"singleBatch", CT_FLAG, false}},
+     .help = "read config.<collection> (chunks, shards, collections, databases, settings, ...)"},
+    {.name = "count", .handler = cfg_cmd_count, .arg_types = CT_STR,
+     .fields = {{"query", CT_DOC, false}, {"skip", CT_NUM, false}, {"limit", CT_NUM, false}},
+     .help = "count documents of config.<collection>"},
+    {.name = "update", .handler = cfg_cmd_update, .flags = CMD_WRITE, .arg_types = CT_STR,
+     .fields = {{"updates", CT_ARR, true}, {"ordered", CT_FLAG, false}},
+     .help = "update config.settings (balancer, chunksize, automerge); validated"},
+
     /* status (cmd_status.c) */
     {.name = "balancerStatus", .handler = cfg_cmd_balancer_status,
      .help = "balancer mode from config.settings (no balancer rounds run yet)"},

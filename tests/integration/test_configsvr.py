@@ -236,6 +236,70 @@ def test_drops_and_remove_shard(t):
 
 
 @test
+def test_config_find_and_settings(t):
+    cfg, shards, c = setup(t)
+    c.ok({"enableSharding": "app", "primaryShard": "shard0"})
+    c.ok({"shardCollection": "app.h", "key": {"h": "hashed"}})
+    c.ok({"shardCollection": "app.r", "key": {"x": 1}})
+    coll = c.find_all("collections", "config", {"_id": "app.h"})
+    assert len(coll) == 1 and coll[0]["key"] == {"h": "hashed"} and coll[0]["unique"] is False, coll
+    assert "lastmodEpoch" in coll[0] and "timestamp" in coll[0] and "uuid" in coll[0], coll
+    chunks = c.find_all("chunks", "config", {"uuid": coll[0]["uuid"]}, sort={"lastmod": -1},
+                        projection={"_id": 0, "lastmod": 1, "shard": 1})
+    assert [ch["lastmod"]["$timestamp"]["i"] for ch in chunks] == [3, 2, 1, 0], chunks
+    assert set(chunks[0].keys()) == {"lastmod", "shard"}, chunks[0]
+    full = c.find_all("chunks", "config", {"shard": "shard1"}, limit=1)
+    assert len(full) == 1 and {"_id", "uuid", "min", "max", "shard", "lastmod", "onCurrentShardSince",
+                               "history"} <= set(full[0].keys()), full
+    assert c.ok({"count": "chunks", "$db": "config"})["n"] == 5
+    assert c.ok({"count": "chunks", "$db": "config", "query": {"shard": "shard0"}})["n"] == 3
+    dbs = c.find_all("databases", "config")
+    assert dbs[0]["_id"] == "app" and dbs[0]["primary"] == "shard0" and "version" in dbs[0], dbs
+    assert len(c.find_all("shards", "config")) == 2
+    assert c.find_all("version", "config")[0]["clusterId"]
+    log = c.find_all("changelog", "config", {"what": "shardCollection.end", "ns": "app.h"})
+    assert len(log) == 1 and log[0]["shard"] == "config", log
+    assert c.find_all("nosuch", "config") == []
+    c.err({"find": "chunks", "$db": "config", "filter": {"x": {"$bogus": 1}}}, 2)
+    c.err({"find": "chunks", "$db": "app"}, 20)
+    # settings: upsert, operators, validation (a refused write changes nothing)
+    r = c.ok({"update": "settings", "$db": "config",
+              "updates": [{"q": {"_id": "balancer"}, "u": {"$set": {"stopped": True, "mode": "off"}},
+                           "upsert": True}]})
+    assert r["n"] == 1 and r["upserted"][0]["_id"] == "balancer", r
+    assert c.ok({"balancerStatus": 1})["mode"] == "off"
+    r = c.ok({"update": "settings", "$db": "config",
+              "updates": [{"q": {"_id": "balancer"},
+                           "u": {"$set": {"activeWindow": {"start": "10:00", "stop": "10:00"}}}}]})
+    assert r["writeErrors"][0]["code"] == 2 and r["nModified"] == 0, r
+    r = c.ok({"update": "settings", "$db": "config",
+              "updates": [{"q": {"_id": "balancer"}, "u": {"$set": {"stopped": False, "mode": "full"}}},
+                          {"q": {"_id": "chunksize"}, "u": {"$set": {"value": 0}}, "upsert": True},
+                          {"q": {"_id": "chunksize"}, "u": {"$set": {"value": 64}}, "upsert": True}]})
+    assert r["nModified"] == 1 and len(r["writeErrors"]) == 1 and r["writeErrors"][0]["index"] == 1, r
+    assert "upserted" not in r  # ordered: the third statement did not run
+    assert c.ok({"balancerStatus": 1})["mode"] == "full"
+    r = c.ok({"update": "settings", "$db": "config", "ordered": False,
+              "updates": [{"q": {"_id": "chunksize"}, "u": {"$set": {"value": 2048}}, "upsert": True},
+                          {"q": {"_id": "chunksize"}, "u": {"_id": "chunksize", "value": 1}, "upsert": True}]})
+    assert len(r["writeErrors"]) == 1 and r["n"] == 1, r
+    s = c.find_all("settings", "config", {"_id": "chunksize"})
+    assert s == [{"_id": "chunksize", "value": 1}], s
+    c.err({"update": "chunks", "$db": "config", "updates": [{"q": {}, "u": {"$set": {"jumbo": True}}}]}, 20)
+    # with 1 MB chunks, sharding a ~2 MB collection splits it on the primary (splitVector)
+    s0 = shards[0].client()
+    pad = "x" * 1000
+    for b in range(4):
+        s0.ok({"insert": "big", "$db": "app",
+               "documents": [{"_id": b * 500 + i, "k": b * 500 + i, "pad": pad} for i in range(500)]})
+    s0.ok({"createIndexes": "big", "$db": "app", "indexes": [{"key": {"k": 1}, "name": "k_1"}]})
+    c.ok({"shardCollection": "app.big", "key": {"k": 1}})
+    rt = table(c, "app.big")
+    assert len(rt["chunks"]) >= 3 and all(ch["shard"] == "shard0" for ch in rt["chunks"]), rt
+    assert versions(rt) == [(1, i) for i in range(len(rt["chunks"]))], rt
+
+
+@test
 def test_bad_input_keeps_serving(t):
     cfg, shards, c = setup(t, 1)
     c.ok({"enableSharding": "app"})

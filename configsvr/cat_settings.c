@@ -1,0 +1,164 @@
+/*
+ * cat_settings.c — updates of config.settings in the config server's catalog
+ * (bin/configsvr): MongoDB's update semantics (query, update operators or replacement,
+ * upsert, multi) applied to the stored settings documents in one SQLite transaction,
+ * each resulting document validated (cat_settings_validate) before COMMIT. Part of the
+ * catalog module (prefix cat_); kept apart from catalog.c because it needs the query
+ * engine (common/query.h, common/update.h).
+ */
+#include <sqlite3.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "common/log.h"
+#include "common/query.h"
+#include "common/update.h"
+#include "configsvr/configsvr.h"
+
+static int exec(sqlite3 *db, const char *sql, ms_error_t *err) {
+    int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+    return rc == SQLITE_OK ? 0 : err_from_sqlite(err, rc, "settings", db);
+}
+
+/* Encoded _id of a settings document (BSON order, the table's key). */
+static int id_enc(const bson_t *doc, buf_t *out, ms_error_t *err) {
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, doc, "_id"))
+        return err_set(err, MS_ERR_BAD_VALUE, "a settings document needs an _id");
+    return keys_encode_value(out, &it, err);
+}
+
+static int put_doc(sqlite3 *db, const bson_t *doc, bool insert, ms_error_t *err) {
+    sqlite3_stmt *st = NULL;
+    buf_t key = {0};
+    int rc = id_enc(doc, &key, err);
+    if (rc) return rc;
+    int s = sqlite3_prepare_v2(db, insert ? "INSERT INTO settings (doc, id_enc) VALUES (?, ?)"
+                                          : "UPDATE settings SET doc = ? WHERE id_enc = ?",
+                               -1, &st, NULL);
+    if (s == SQLITE_OK) {
+        sqlite3_bind_blob(st, 1, bson_get_data(doc), (int)doc->len, SQLITE_TRANSIENT);
+        sqlite3_bind_blob(st, 2, key.data, (int)key.len, SQLITE_TRANSIENT);
+        s = sqlite3_step(st);
+        if (s == SQLITE_DONE) s = SQLITE_OK;
+    }
+    if (s != SQLITE_OK) rc = err_from_sqlite(err, s, "write settings", db);
+    sqlite3_finalize(st);
+    buf_free(&key);
+    return rc;
+}
+
+/* The work of one update statement inside the caller's transaction. */
+static int update_locked(sqlite3 *db, const query_t *qc, const update_t *uc, const bson_t *q,
+                         bool upsert, bool multi, int64_t *n, int64_t *n_modified,
+                         bool *upserted, bson_t *upserted_id, ms_error_t *err) {
+    sqlite3_stmt *st = NULL;
+    bson_t **docs = NULL;  /* pointers: a bson_t must not move (it may point into itself) */
+    int ndocs = 0, cap = 0, rc = 0, s;
+    /* Settings are a handful of documents: read them all, then write. */
+    s = sqlite3_prepare_v2(db, "SELECT doc FROM settings ORDER BY id_enc", -1, &st, NULL);
+    if (s != SQLITE_OK) return err_from_sqlite(err, s, "read settings", db);
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        bson_t v;
+        const uint8_t *p = sqlite3_column_blob(st, 0);
+        int len = sqlite3_column_bytes(st, 0);
+        ASSERT(p && len >= 5 && bson_init_static(&v, p, (size_t)len));
+        if (ndocs == cap) {
+            cap = cap ? cap * 2 : 8;
+            docs = bson_realloc(docs, sizeof *docs * (size_t)cap);
+        }
+        docs[ndocs++] = bson_copy(&v);
+    }
+    sqlite3_finalize(st);
+    if (s != SQLITE_DONE) {
+        rc = err_from_sqlite(err, s, "read settings", db);
+        goto out;
+    }
+    for (int i = 0; i < ndocs && rc == 0; i++) {
+        bson_t out;
+        bool changed = false;
+        if (!query_match(qc, docs[i])) continue;
+        (*n)++;
+        rc = update_apply(uc, docs[i], false, &out, &changed, err);
+        if (rc) break;
+        if (changed) {
+            rc = cat_settings_validate(&out, err);
+            if (rc == 0) rc = put_doc(db, &out, false, err);
+            if (rc == 0) (*n_modified)++;
+        }
+        bson_destroy(&out);
+        if (!multi) break;
+    }
+    if (rc || *n > 0 || !upsert) goto out;
+    /* Upsert: the query's equality fields seed the new document; an _id is generated when
+     * neither gives one (MongoDB's rule). */
+    {
+        bson_t seed, out, withid;
+        bool changed = false;
+        bson_iter_t it;
+        rc = update_upsert_seed(q, &seed, err);
+        if (rc) goto out;
+        rc = update_apply(uc, &seed, true, &out, &changed, err);
+        bson_destroy(&seed);
+        if (rc) goto out;
+        if (!bson_iter_init_find(&it, &out, "_id")) {
+            bson_oid_t oid;
+            bson_oid_init(&oid, NULL);
+            bson_init(&withid);
+            BSON_APPEND_OID(&withid, "_id", &oid);
+            bson_concat(&withid, &out);
+            bson_destroy(&out);
+            bson_copy_to(&withid, &out);
+            bson_destroy(&withid);
+            bson_iter_init_find(&it, &out, "_id");
+        }
+        rc = cat_settings_validate(&out, err);
+        if (rc == 0) rc = put_doc(db, &out, true, err);
+        if (rc == 0) {
+            bson_init(upserted_id);
+            bson_append_iter(upserted_id, "_id", -1, &it);
+            *upserted = true;
+        }
+        bson_destroy(&out);
+    }
+out:
+    for (int i = 0; i < ndocs; i++) bson_destroy(docs[i]);
+    bson_free(docs);
+    return rc;
+}
+
+int cat_settings_update(cat_t *c, const bson_t *q, const bson_t *u, bool upsert, bool multi,
+                        int64_t *n, int64_t *n_modified, bool *upserted, bson_t *upserted_id,
+                        ms_error_t *err) {
+    query_t *qc = NULL;
+    update_t *uc = NULL;
+    sqlite3 *db = cat_db_handle(c);
+    int rc;
+    *n = *n_modified = 0;
+    *upserted = false;
+    rc = query_compile(q, &qc, err);
+    if (rc == 0) rc = update_compile(u, &uc, err);
+    if (rc) goto out;
+    if (multi && update_is_replacement(uc)) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "multi update is not supported for replacement-style update");
+        goto out;
+    }
+    cat_lock(c);
+    rc = exec(db, "BEGIN IMMEDIATE", err);
+    if (rc == 0) {
+        rc = update_locked(db, qc, uc, q, upsert, multi, n, n_modified, upserted, upserted_id, err);
+        if (rc == 0) rc = exec(db, "COMMIT", err);
+        if (rc) {
+            exec(db, "ROLLBACK", NULL);
+            if (*upserted) bson_destroy(upserted_id);
+            *upserted = false;
+            *n = *n_modified = 0;
+        }
+    }
+    cat_unlock(c);
+    if (rc == 0 && (*n_modified > 0 || *upserted)) log_info("settings updated n=%lld", (long long)*n);
+out:
+    query_free(qc);
+    update_free(uc);
+    return rc;
+}
