@@ -107,6 +107,48 @@ static int64_t estimate(store_txn_t *t, store_coll_t *c, const store_index_t *ix
     return total;
 }
 
+/* Bounds on a multikey index are only safe when no two predicates on one indexed field
+ * get intersected: {a: {$gte: 2, $lt: 5}} matches {a: [1, 6]} (each element satisfies one
+ * side), yet that document has no key in [2, 5). MongoDB does not intersect bounds of
+ * multikey fields; we use such an index only when each indexed field carries one simple
+ * predicate (equality, $eq, $in, or one range operator) at the top level. */
+static bool multikey_bounds_ok(const bson_t *filter, const keys_pattern_t *p) {
+    bson_iter_t it;
+    if (!filter || !bson_iter_init(&it, filter)) return true;
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        bool indexed = false;
+        if (k[0] == '$') return false;  /* $and / $or / $nor ...: be conservative */
+        for (int f = 0; f < p->nfields; f++)
+            if (strcmp(p->fields[f], k) == 0) indexed = true;
+        if (!indexed) continue;
+        if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            bson_iter_t op;
+            int nops = 0, nrange = 0;
+            if (!bson_iter_recurse(&it, &op)) return false;
+            while (bson_iter_next(&op)) {
+                const char *o = bson_iter_key(&op);
+                if (o[0] != '$') return false;  /* an embedded document equality: fine, but rare */
+                nops++;
+                if (!strcmp(o, "$gt") || !strcmp(o, "$gte") || !strcmp(o, "$lt") || !strcmp(o, "$lte"))
+                    nrange++;
+                else if (strcmp(o, "$eq") != 0 && strcmp(o, "$in") != 0)
+                    return false;
+            }
+            if (nops != 1) return false;
+        }
+    }
+    /* The same field twice at the top level is also an intersection. */
+    for (int f = 0; f < p->nfields; f++) {
+        int seen = 0;
+        bson_iter_init(&it, filter);
+        while (bson_iter_next(&it))
+            if (strcmp(bson_iter_key(&it), p->fields[f]) == 0) seen++;
+        if (seen > 1) return false;
+    }
+    return true;
+}
+
 static store_index_t *hinted_index(store_coll_t *c, const exec_query_t *eq) {
     if (eq->hint_name) return store_index_by_name(c, eq->hint_name);
     if (eq->hint && eq->hint->len > 5)
@@ -156,7 +198,9 @@ int exec_plan(store_txn_t *t, store_coll_t *c, const exec_query_t *eq, plan_t *o
             return err_set(err, MS_ERR_BAD_VALUE,
                            "error processing query: planner returned error :: caused by :: hint "
                            "provided does not correspond to an existing index");
-        if ((rc = bounds_from_filter(filter, &ix->pat, SHARDD_PLAN_RANGES_MAX, &b, err)) != 0)
+        if (ix->multikey && !multikey_bounds_ok(filter, &ix->pat))
+            b.all = true;  /* the whole index, re-checked by the filter */
+        else if ((rc = bounds_from_filter(filter, &ix->pat, SHARDD_PLAN_RANGES_MAX, &b, err)) != 0)
             return rc;
         {
             int d = sort_dir_of(ix, eq->sort);
@@ -172,6 +216,7 @@ int exec_plan(store_txn_t *t, store_coll_t *c, const exec_query_t *eq, plan_t *o
         int d;
         int64_t est, cost;
         if (i > 0 && eq->no_index) break;
+        if (ix->multikey && !multikey_bounds_ok(filter, &ix->pat)) continue;
         if ((rc = bounds_from_filter(filter, &ix->pat, SHARDD_PLAN_RANGES_MAX, &b, err)) != 0)
             goto out;
         d = sort_dir_of(ix, eq->sort);
