@@ -521,6 +521,8 @@ static void adjust_projection(const bson_t *proj, const bson_t *sort, bson_t *ou
         const char *f = bson_iter_key(&it);
         bool inc2 = inclusion;
         bool covered = proj_covers(proj, f, &inc2, &excl);
+        /* _id stays in an inclusion projection unless excluded by name. */
+        if (!strncmp(f, "_id", 3) && (f[3] == '\0' || f[3] == '.') && !excl) covered = true;
         if ((inclusion && !covered) || excl) {
             if (c->nstrip < RT_STRIP_MAX) snprintf(c->strip[c->nstrip++], 256, "%s", f);
             if (excl && ndrop < RT_STRIP_MAX) snprintf(drop[ndrop++], 256, "%s", f);

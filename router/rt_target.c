@@ -37,6 +37,10 @@ int rt_target_doc(const rt_table_t *t, const bson_t *doc, int *shard, ms_error_t
     buf_t k = {0};
     int rc = keys_extract(&t->pattern, doc, NULL, &k, err);
     if (rc == 0) *shard = t->chunks[rt_chunk_for_key(t, k.data, k.len)].shard;
+    else if (rc == MS_ERR_BAD_VALUE && err && strstr(err->msg, "array"))
+        /* an array on a key path: MongoDB's insert targeter code and wording */
+        rc = err_set(err, MS_ERR_SHARD_KEY_NOT_FOUND,
+                     "Shard key cannot contain array values or array descendants.");
     buf_free(&k);
     return rc;
 }

@@ -178,8 +178,10 @@ static int target_op(const rt_table_t *t, enum wkind k, wop_t *op, ms_error_t *e
         }
         buf_free(&rk);
     }
+    /* MongoDB before updateOne-without-shard-key (7.1) answers InvalidOptions here, and
+     * ShardKeyNotFound for the single delete above. */
     if (!multi && nt > 1 && !rt_filter_has_exact_id(&q))
-        return err_set(err, MS_ERR_SHARD_KEY_NOT_FOUND,
+        return err_set(err, MS_ERR_INVALID_OPTIONS,
                        "A single update on a sharded collection must contain an exact match on "
                        "_id (and have the collection default collation) or contain the shard "
                        "key (and have the simple collation).");
