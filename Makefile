@@ -18,14 +18,18 @@ PKG_LIBS   = $(shell pkg-config --libs libbson-1.0 2>/dev/null)
 CFLAGS    = -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -I. $(PKG_CFLAGS) -MMD -MP
 LDLIBS    = $(PKG_LIBS) -lnng -lsqlite3 -lpthread -lm
 
+# Sanitizer builds live apart (objects AND binaries), so they never replace the release
+# binaries; the tests find the binaries of the build they run through MS_BIN.
 ifneq ($(SAN),)
   CFLAGS  += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
   LDFLAGS += -fsanitize=$(SAN)
   BUILD   ?= build/san
+  BIN     ?= build/san/bin
 else
   BUILD   ?= build/rel
+  BIN     ?= bin
 endif
-BIN       = bin
+RUN_ENV   = BUILD=$(BUILD) MS_BIN=$(abspath $(BIN))
 
 COMMON_SRC    = $(wildcard common/*.c)
 SHARDD_SRC    = $(filter-out shardd/main.c,$(wildcard shardd/*.c))
@@ -119,19 +123,19 @@ $(ALL_LIBS): | $(BUILD)/.empty.o
 
 # ---- tests ----------------------------------------------------------------------------
 test: all $(UNIT_BINS)
-	@BUILD=$(BUILD) bash tests/run.sh
+	@$(RUN_ENV) bash tests/run.sh
 
 unit: $(UNIT_BINS)
-	@BUILD=$(BUILD) bash tests/run.sh --unit
+	@$(RUN_ENV) bash tests/run.sh --unit
 
 integration: all
-	@BUILD=$(BUILD) bash tests/run.sh --integration
+	@$(RUN_ENV) bash tests/run.sh --integration
 
 check-long: all $(UNIT_BINS)
-	@BUILD=$(BUILD) LONG=1 bash tests/run.sh
+	@$(RUN_ENV) LONG=1 bash tests/run.sh
 
 bench: all $(BENCH_BINS)
-	@BUILD=$(BUILD) python3 tests/bench/run.py
+	@$(RUN_ENV) python3 tests/bench/run.py
 
 demo: all
 	@bash scripts/demo.sh

@@ -17,7 +17,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BIN="$ROOT/bin"
+BIN=${MS_BIN:-$ROOT/bin}   # make SAN=... test points it at the sanitizer build
 READY_TIMEOUT_S=20
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }

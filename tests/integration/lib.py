@@ -29,7 +29,7 @@ import time
 import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.path.join(ROOT, "bin")
+BIN = os.environ.get("MS_BIN") or os.path.join(ROOT, "bin")   # make SAN=... points it at the sanitizer build
 SHARDCTL = os.path.join(BIN, "shardctl")
 
 _started = []          # every Proc we started, so we can stop them whatever happens
