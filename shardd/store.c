@@ -564,7 +564,8 @@ int store_coll_create(store_txn_t *t, const char *ns, const uint8_t *uuid, store
     if ((rc = coll_new(ns, t->st->next_id, u, &c, err)) != 0) return rc;
     if ((rc = sql_fmt_exec(t, err,
                            "CREATE TABLE c%lld(rid INTEGER PRIMARY KEY, id BLOB NOT NULL UNIQUE,"
-                           " sk BLOB, doc BLOB NOT NULL); CREATE INDEX c%lld_sk ON c%lld(sk);",
+                           " sk BLOB, doc BLOB NOT NULL);"
+                           " CREATE INDEX c%lld_sk ON c%lld(sk) WHERE sk IS NOT NULL;",
                            (long long)c->id, (long long)c->id, (long long)c->id)) != 0 ||
         (rc = coll_persist(t, c, err)) != 0) {
         coll_free(c);
