@@ -71,9 +71,12 @@ void rt_note_stale(router_t *r, const char *ns, const char *shard, const bson_t 
     if (reply && bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "vWanted.v", &it) &&
         BSON_ITER_HOLDS_TIMESTAMP(&it))
         bson_iter_timestamp(&it, &wm, &wn);
+    const char *why = "";
+    if (reply && bson_iter_init_find(&it, reply, "errmsg") && BSON_ITER_HOLDS_UTF8(&it))
+        why = bson_iter_utf8(&it, NULL);
     atomic_fetch_add(&r->stale_retries, 1);
-    log_info("stale config retry ns=%s shard=%s received=%u|%u wanted=%u|%u", ns, shard, rm, rn,
-             wm, wn);
+    log_info("stale config retry ns=%s shard=%s received=%u|%u wanted=%u|%u errmsg=\"%.200s\"",
+             ns, shard, rm, rn, wm, wn, why);
 }
 
 int rt_shard_call(router_t *r, const char *shard, const bson_t *cmd, bson_t *reply,
