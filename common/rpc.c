@@ -45,6 +45,7 @@ typedef struct rpc_worker {
     nng_aio *aio;
     pthread_t thread;
     bool started;
+    bool ctx_open;
 } rpc_worker_t;
 
 struct rpc_server {
@@ -169,6 +170,7 @@ int rpc_server_start(const char *url, int nworkers, rpc_handler_fn fn, void *arg
             rc = err_from_nng(err, rv, "rep context");
             goto out;
         }
+        w->ctx_open = true;
         if (pthread_create(&w->thread, NULL, rpc_worker_main, w) != 0) {
             rc = err_set(err, MS_ERR_INTERNAL, "rpc server: cannot start worker thread");
             goto out;
@@ -191,14 +193,20 @@ out:
 
 void rpc_server_stop(rpc_server_t *s) {
     if (!s) return;
-    /* Closing the socket fails every pending recv with NNG_ECLOSED; a handler already
-     * running finishes, its send fails the same way, and its worker ends. */
+    /* Order matters. Closing a context fails its pending recv with NNG_ECLOSED, and a
+     * handler still running finds its context gone when it sends (ECLOSED too), so
+     * every worker ends. Only then is the socket closed: NNG 1.5.2 can free the
+     * socket under a worker that is inside nng_ctx_send when nng_close runs first
+     * (it panics on a destroyed mutex), so the socket must outlive every worker. */
+    if (s->workers) {
+        for (int i = 0; i < s->nworkers; i++)
+            if (s->workers[i].ctx_open) nng_ctx_close(s->workers[i].ctx);
+        for (int i = 0; i < s->nworkers; i++)
+            if (s->workers[i].started) pthread_join(s->workers[i].thread, NULL);
+    }
     if (s->sock_open) nng_close(s->sock);
     if (s->workers) {
-        for (int i = 0; i < s->nworkers; i++) {
-            if (s->workers[i].started) pthread_join(s->workers[i].thread, NULL);
-            nng_aio_free(s->workers[i].aio);  /* NULL-safe */
-        }
+        for (int i = 0; i < s->nworkers; i++) nng_aio_free(s->workers[i].aio);  /* NULL-safe */
         free(s->workers);
     }
     free(s);
