@@ -70,6 +70,7 @@
     X(EXCEEDED_MEMORY_LIMIT, 146, "ExceededMemoryLimit")            \
     X(STALE_EPOCH, 150, "StaleEpoch")                               \
     X(CHUNK_TOO_BIG, 153, "ChunkTooBig")                            \
+    X(CANNOT_INDEX_PARALLEL_ARRAYS, 171, "CannotIndexParallelArrays") \
     X(ZONE_NOT_FOUND, 177, "ZoneNotFound")                          \
     X(RANGE_OVERLAP_CONFLICT, 178, "RangeOverlapConflict")          \
     X(FAIL_POINT_ENABLED, 192, "FailPointEnabled")                  \
@@ -79,6 +80,8 @@
     X(CANNOT_CREATE_COLLECTION, 242, "CannotCreateCollection")      \
     X(STALE_DB_VERSION, 249, "StaleDbVersion")                      \
     X(EXCEEDED_TIME_LIMIT, 262, "ExceededTimeLimit")                \
+    X(WOULD_CHANGE_OWNING_SHARD, 283, "WouldChangeOwningShard")     \
+    X(QUERY_EXCEEDED_MEMORY_LIMIT, 292, "QueryExceededMemoryLimitNoDiskUseAllowed") \
     X(OBJECT_IS_BUSY, 314, "ObjectIsBusy")                          \
     X(BSON_OBJECT_TOO_LARGE, 10334, "BSONObjectTooLarge")           \
     X(DUPLICATE_KEY, 11000, "DuplicateKey")                         \

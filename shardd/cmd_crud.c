@@ -401,8 +401,8 @@ static int check_owned(const store_coll_t *c, shv_filter_t *own, const bson_t *d
     ok = shv_filter_owns(own, sk.data, sk.len);
     buf_free(&sk);
     if (!ok)
-        return err_set(err, MS_ERR_ILLEGAL_OPERATION,
-                       "WouldChangeOwningShard: the document's new shard key belongs to another "
+        return err_set(err, MS_ERR_WOULD_CHANGE_OWNING_SHARD,
+                       "the document's new shard key belongs to another "
                        "shard; update it through the router");
     return 0;
 }

@@ -539,7 +539,7 @@ static int sorter_add(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err
     so->bytes += doc->len;
     if (so->keep && so->n >= 2 * so->keep + 64) sorter_truncate(so);
     if (so->bytes > SHARDD_SORT_BYTES_MAX)
-        return err_set(err, MS_ERR_OPERATION_FAILED,
+        return err_set(err, MS_ERR_QUERY_EXCEEDED_MEMORY_LIMIT,
                        "Executor error during find command :: caused by :: Sort exceeded memory "
                        "limit of %d bytes, but did not opt in to external sorting.",
                        SHARDD_SORT_BYTES_MAX);

@@ -38,14 +38,10 @@
 #include "common/keys.h"
 #include "common/limits.h"
 #include "common/sortspec.h"
-#include "shardd/project.h"
-#include "shardd/query.h"
+#include "common/project.h"
+#include "common/query.h"
 #include "shardd/shardver.h"
-#include "shardd/update.h"
-
-/* MongoDB codes not (yet) in common/errors.h: sent with their numbers; codeName comes out
- * as UnknownError until errors.h gains the rows. */
-#define SHARDD_ERR_CANNOT_INDEX_PARALLEL_ARRAYS 171
+#include "common/update.h"
 
 /* Blocking sorts hold at most this many bytes of documents: MongoDB's
  * internalQueryMaxBlockingSortMemoryUsageBytes (100 MiB). */

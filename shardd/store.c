@@ -805,7 +805,7 @@ int store_index_keys(const keys_pattern_t *p, const bson_t *doc, buf_t **keys_ou
         if (expanded) {
             *multikey = true;
             if (arrays++ && array_field >= 0) {
-                rc = err_set(err, SHARDD_ERR_CANNOT_INDEX_PARALLEL_ARRAYS,
+                rc = err_set(err, MS_ERR_CANNOT_INDEX_PARALLEL_ARRAYS,
                              "cannot index parallel arrays [%s] [%s]", p->fields[f],
                              p->fields[array_field]);
                 goto out;
