@@ -334,7 +334,7 @@ static void test_unique_and_parallel_arrays(void) {
     /* compound multikey of two arrays */
     CHECK_INT(create_index(st, "db.u", "{\"key\": {\"x\": 1, \"y\": -1}}", &o), 0);
     CHECK_INT(do_insert(st, "db.u", "{\"_id\": 4, \"x\": [1, 2], \"y\": [3, 4]}", &o),
-              SHARDD_ERR_CANNOT_INDEX_PARALLEL_ARRAYS);
+              MS_ERR_CANNOT_INDEX_PARALLEL_ARRAYS);
     bson_destroy(&o.info);
     CHECK_INT(do_insert(st, "db.u", "{\"_id\": 5, \"x\": [1, 2], \"y\": 3}", &o), 0);
     do_find(st, "db.u", "{\"x\": 2, \"y\": 3}", NULL, &o);
@@ -534,7 +534,7 @@ static void test_index_keys(void) {
     CHECK_INT(index_keys_count("{\"a.b\": 1}", "{\"a\": [{\"b\": 1}, {\"b\": 2}, {\"c\": 3}]}", &mk), 3);
     CHECK_INT(index_keys_count("{\"a\": 1, \"b\": 1}", "{\"a\": [1, 2], \"b\": 5}", &mk), 2);
     CHECK_INT(index_keys_count("{\"a\": 1, \"b\": 1}", "{\"a\": [1], \"b\": [5]}", &mk),
-              -SHARDD_ERR_CANNOT_INDEX_PARALLEL_ARRAYS);
+              -MS_ERR_CANNOT_INDEX_PARALLEL_ARRAYS);
     CHECK_INT(index_keys_count("{\"a\": \"hashed\"}", "{\"a\": 42}", &mk), 1);
     CHECK_INT(index_keys_count("{\"a\": 1}", "{\"a\": []}", &mk), 1);
 }
