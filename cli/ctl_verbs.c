@@ -12,6 +12,7 @@
 
 #include "cli/ctl.h"
 #include "common/bsonx.h"
+#include "common/buf.h"
 #include "common/flags.h"
 #include "common/limits.h"
 #include "common/log.h"
@@ -45,8 +46,7 @@ static void docs_add_batch(docs_t *d, const bson_t *reply, const char *batch_nam
         bson_iter_document(&arr, &len, &data);
         if (d->n == d->cap) {
             d->cap = d->cap ? d->cap * 2 : 64;
-            d->v = realloc(d->v, sizeof *d->v * (size_t)d->cap);
-            if (!d->v) abort();
+            d->v = xrealloc(d->v, sizeof *d->v * (size_t)d->cap);
         }
         d->v[d->n++] = bson_new_from_data(data, len);
     }

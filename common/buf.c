@@ -49,3 +49,12 @@ void buf_put_be64(buf_t *b, uint64_t v) {
     buf_put_be32(b, (uint32_t)(v >> 32));
     buf_put_be32(b, (uint32_t)v);
 }
+
+void *xrealloc(void *p, size_t size) {
+    void *q = realloc(p, size ? size : 1);
+    if (!q) {
+        fprintf(stderr, "out of memory (%zu bytes)\n", size);
+        abort();
+    }
+    return q;
+}

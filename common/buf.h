@@ -23,4 +23,8 @@ void buf_put_u8(buf_t *b, uint8_t v);
 void buf_put_be32(buf_t *b, uint32_t v);
 void buf_put_be64(buf_t *b, uint64_t v);
 
+/* realloc that aborts on out-of-memory (as libbson and buf_reserve do): growing an
+ * array never leaves a caller with a NULL to check. */
+void *xrealloc(void *p, size_t size);
+
 #endif

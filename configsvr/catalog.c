@@ -623,8 +623,7 @@ static int strv_locked(cat_t *c, const char *sql, const char *p1, char ***out, i
     while ((s = sqlite3_step(st)) == SQLITE_ROW) {
         if (n == cap) {
             cap = cap ? cap * 2 : 8;
-            v = realloc(v, sizeof *v * (size_t)cap);
-            ASSERT(v);
+            v = xrealloc(v, sizeof *v * (size_t)cap);
         }
         v[n] = strdup(col_text(st, 0));
         ASSERT(v[n]);

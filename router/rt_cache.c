@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/buf.h"
 #include "common/bsonx.h"
 #include "common/log.h"
 #include "common/rpc.h"
@@ -227,8 +228,7 @@ static int table_from_reply(const char *ns, const bson_t *reply, const rt_table_
         }
         if (nfresh == cap) {
             cap = cap ? 2 * cap : 16;
-            fresh = realloc(fresh, (size_t)cap * sizeof *fresh);
-            ASSERT(fresh);
+            fresh = xrealloc(fresh, (size_t)cap * sizeof *fresh);
         }
         rc = parse_chunk(&arr, t, &fresh[nfresh], err);
         nfresh++;

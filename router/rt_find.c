@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "common/bsonx.h"
 #include "common/log.h"
 #include "common/sortspec.h"
@@ -792,8 +793,7 @@ int rt_cmd_distinct(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
             while (bson_iter_next(&arr)) {
                 if (nv == cap) {
                     cap = cap ? 2 * cap : 64;
-                    vals = realloc(vals, cap * sizeof *vals);
-                    ASSERT(vals);
+                    vals = xrealloc(vals, cap * sizeof *vals);
                 }
                 bson_init(&vals[nv].holder);
                 bson_append_iter(&vals[nv].holder, "", 0, &arr);

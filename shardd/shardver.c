@@ -418,8 +418,7 @@ static int snap_from_reply(const bson_t *reply, shv_filter_t *base, const char *
         }
         if (nfresh == cap) {
             cap = cap ? cap * 2 : 16;
-            fresh = realloc(fresh, (size_t)cap * sizeof *fresh);
-            ASSERT(fresh);
+            fresh = xrealloc(fresh, (size_t)cap * sizeof *fresh);
         }
         rc = parse_chunk(&arr, &f->pattern, &fresh[nfresh], err);
         if (rc) {

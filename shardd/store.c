@@ -916,7 +916,7 @@ void store_key_decode(const keys_pattern_t *p, const uint8_t *data, size_t len, 
     size_t pos = 0;
     bson_init(out);
     for (int f = 0; f < p->nfields && pos < len; f++) {
-        ms_error_t e;
+        ms_error_t e = {0};
         if (p->dir[f] < 0) {
             buf_t tmp = {0};
             size_t sub = 0;
