@@ -51,7 +51,7 @@ The cluster is still running. Explore it:
   bin/shardctl watch                                    # the same, live
   bin/shardctl '{"find": "chunks", "\$db": "config", "filter": {}}'
   bin/shardctl '{"count": "users", "\$db": "demo", "query": {"x": {"\$lt": 1000}}}'
-  bin/shardctl '{"split": "demo.users", "middle": {"_id": 0}, "\$db": "admin"}'
+  bin/shardctl '{"split": "demo.users", "middle": {"_id": 1000}, "\$db": "admin"}'   # a hashed-key value
   tail -f $DIR/*.log
 Stop it:
   scripts/cluster.sh stop --dir $DIR
