@@ -24,14 +24,29 @@
 enum wkind { W_INSERT, W_UPDATE, W_DELETE };
 enum wstate { OP_PENDING, OP_DONE, OP_ERROR };
 
+/* Kept small (no bson_t, no inline message): a batch holds up to 100,000 of these, and
+ * fresh pages cost a fault each. */
 typedef struct wop {
-    bson_t doc;            /* a view into the request */
+    const uint8_t *data;   /* the op document: a view into the request */
+    uint32_t len;
+    enum wstate state;
     uint64_t targets;      /* shards still to send to (table indexes) */
     uint64_t done_mask;    /* shards that applied it */
-    enum wstate state;
     int code;
-    char msg[sizeof(((ms_error_t *)0)->msg)];
+    char *msg;             /* caller owns (freed with the batch); NULL until an error */
 } wop_t;
+
+/* A bson_t view of the op document (static: valid while the request is). */
+static void op_view(const wop_t *op, bson_t *out) {
+    bool ok = bson_init_static(out, op->data, op->len);
+    ASSERT(ok);   /* the request was validated as a whole by dispatch */
+}
+
+static void op_set_msg(wop_t *op, const char *msg) {
+    free(op->msg);
+    op->msg = strdup(msg ? msg : "");
+    ASSERT(op->msg);
+}
 
 static const char *ops_field(enum wkind k) {
     return k == W_INSERT ? "documents" : k == W_UPDATE ? "updates" : "deletes";
@@ -40,7 +55,7 @@ static const char *ops_field(enum wkind k) {
 static void op_fail(wop_t *op, const ms_error_t *e) {
     op->state = OP_ERROR;
     op->code = e->code;
-    snprintf(op->msg, sizeof op->msg, "%s", e->msg);
+    op_set_msg(op, e->msg);
 }
 
 static bool get_sub(const bson_t *d, const char *key, bson_t *out) {
@@ -127,15 +142,17 @@ static bool is_replacement(const bson_t *u) {
 /* Computes op->targets for a sharded table. */
 static int target_op(const rt_table_t *t, enum wkind k, wop_t *op, ms_error_t *err) {
     int shard, rc;
+    bson_t doc;
+    op_view(op, &doc);
     if (k == W_INSERT) {
-        if ((rc = rt_target_doc(t, &op->doc, &shard, err)) != 0) return rc;
+        if ((rc = rt_target_doc(t, &doc, &shard, err)) != 0) return rc;
         op->targets = 1ull << shard;
         return 0;
     }
     bson_t q, u;
     uint64_t mask = 0;
     bool point = false;
-    if (!get_sub(&op->doc, "q", &q))
+    if (!get_sub(&doc, "q", &q))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "%s op needs a q document",
                        k == W_UPDATE ? "update" : "delete");
     if ((rc = rt_target_filter(t, &q, &mask, &point, err)) != 0) return rc;
@@ -143,7 +160,7 @@ static int target_op(const rt_table_t *t, enum wkind k, wop_t *op, ms_error_t *e
     if (k == W_DELETE) {
         bson_iter_t it;
         int64_t limit = 0;
-        if (bson_iter_init_find(&it, &op->doc, "limit")) bsonx_as_int64(&it, &limit);
+        if (bson_iter_init_find(&it, &doc, "limit")) bsonx_as_int64(&it, &limit);
         if (limit == 1 && nt > 1 && !rt_filter_has_exact_id(&q))
             return err_set(err, MS_ERR_SHARD_KEY_NOT_FOUND,
                            "A single delete on a sharded collection must contain an exact match "
@@ -152,9 +169,9 @@ static int target_op(const rt_table_t *t, enum wkind k, wop_t *op, ms_error_t *e
         op->targets = mask;
         return 0;
     }
-    if (!get_sub(&op->doc, "u", &u))
+    if (!get_sub(&doc, "u", &u))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "update op needs a u document");
-    bool upsert = flag_of(&op->doc, "upsert"), multi = flag_of(&op->doc, "multi");
+    bool upsert = flag_of(&doc, "upsert"), multi = flag_of(&doc, "multi");
     if (upsert && !point)
         return err_set(err, MS_ERR_SHARD_KEY_NOT_FOUND,
                        "Failed to target upsert by query :: could not extract exact shard key");
@@ -227,8 +244,13 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
                      ops_field(kind));
         goto out;
     }
-    ops = calloc(MS_WRITE_BATCH_OPS_MAX + 1, sizeof *ops);
-    ASSERT(ops);
+    {   /* size the op array to the batch (not to the 100,000 limit: that is 40 MB) */
+        bson_iter_t cnt = arr;
+        int total = 0;
+        while (total <= MS_WRITE_BATCH_OPS_MAX && bson_iter_next(&cnt)) total++;
+        ops = calloc((size_t)total + 1, sizeof *ops);
+        ASSERT(ops);
+    }
     while (bson_iter_next(&arr)) {
         uint32_t len;
         const uint8_t *data;
@@ -243,7 +265,8 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
             goto out;
         }
         bson_iter_document(&arr, &len, &data);
-        bson_init_static(&ops[nops].doc, data, len);
+        ops[nops].data = data;
+        ops[nops].len = len;
         nops++;
     }
     if (nops == 0) {
@@ -339,7 +362,9 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
             for (int j = 0; j < b->nops; j++) {
                 char idx[16];
                 snprintf(idx, sizeof idx, "%d", j);
-                BSON_APPEND_DOCUMENT(&a, idx, &ops[b->ops[j]].doc);
+                bson_t od;
+                op_view(&ops[b->ops[j]], &od);
+                BSON_APPEND_DOCUMENT(&a, idx, &od);
             }
             bson_append_array_end(&q->cmd, &a);
             rt_append_version(&q->cmd, t, t->sharded ? s : -1);
@@ -408,7 +433,7 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
                     }
                     op->state = OP_ERROR;
                     op->code = (int)c;
-                    snprintf(op->msg, sizeof op->msg, "%s", msg);
+                    op_set_msg(op, msg);
                 }
             }
             for (int j = 0; j < b->nops; j++) {
@@ -461,7 +486,7 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
         BSON_APPEND_INT32(&d, "index", i);
         BSON_APPEND_INT32(&d, "code", ops[i].code);
         BSON_APPEND_UTF8(&d, "codeName", err_code_name(ops[i].code));
-        BSON_APPEND_UTF8(&d, "errmsg", ops[i].msg);
+        BSON_APPEND_UTF8(&d, "errmsg", ops[i].msg ? ops[i].msg : "");
         bson_append_document_end(&werr, &d);
         if (ordered) break;
     }
@@ -469,6 +494,7 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
 out:
     for (int s = 0; s <= MS_SHARDS_MAX; s++) free(batches[s].ops);
     bson_destroy(&upserted);
+    for (int i = 0; ops && i < nops; i++) free(ops[i].msg);
     free(ops);
     return rc;
 }
