@@ -533,7 +533,7 @@ int update_compile(const bson_t *spec, update_t **out, ms_error_t *err) {
             rc = parse_operator(u, &it, err);
     }
     if (rc == 0) rc = check_conflicts(u, err);
-    if (rc == 0) qsort(u->items, (size_t)u->n, sizeof *u->items, cmp_items);
+    if (rc == 0 && u->n > 1) qsort(u->items, (size_t)u->n, sizeof *u->items, cmp_items);
 out:
     if (rc) {
         update_free(u);
@@ -768,7 +768,7 @@ static int push_sort(unode_t *arr, const bson_iter_t *how, ms_error_t *err) {
         unode_append_to(arr->kids[i], items[i].doc, "v");
         items[i].index = i;
     }
-    qsort_r(items, (size_t)arr->n, sizeof *items, sort_cmp, &sc);
+    if (arr->n > 1) qsort_r(items, (size_t)arr->n, sizeof *items, sort_cmp, &sc);
     for (int i = 0; i < arr->n; i++) {
         arr->kids[i] = items[i].node;
         bson_destroy(items[i].doc);

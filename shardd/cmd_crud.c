@@ -866,7 +866,7 @@ int cmd_distinct(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
                 v[n].keylen = bson_iter_key_len(&it);
                 n++;
             }
-        qsort(v, (size_t)n, sizeof *v, vpos_cmp);
+        if (n > 1) qsort(v, (size_t)n, sizeof *v, vpos_cmp);
         BSON_APPEND_ARRAY_BEGIN(reply, "values", &out);
         for (int64_t i = 0; i < n; i++) {
             char key[24];

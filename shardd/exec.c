@@ -509,7 +509,7 @@ static int sdoc_cmp(const void *a, const void *b, void *arg) {
 }
 
 static void sorter_truncate(sorter_t *so) {
-    qsort_r(so->v, so->n, sizeof *so->v, sdoc_cmp, (void *)so->sort);
+    if (so->n > 1) qsort_r(so->v, so->n, sizeof *so->v, sdoc_cmp, (void *)so->sort);
     while (so->n > so->keep) {
         so->n--;
         so->bytes -= so->v[so->n].doc->len;
@@ -552,7 +552,7 @@ static int sorter_run(store_txn_t *t, store_coll_t *c, const plan_t *p, const ex
     so->sort = eq->sort;
     so->keep = eq->limit > 0 ? (size_t)(eq->skip + eq->limit) : 0;
     if ((rc = exec_scan(t, c, p, eq, pos, sorter_add, so, err)) != 0) return rc;
-    qsort_r(so->v, so->n, sizeof *so->v, sdoc_cmp, (void *)so->sort);
+    if (so->n > 1) qsort_r(so->v, so->n, sizeof *so->v, sdoc_cmp, (void *)so->sort);
     if (so->keep) sorter_truncate(so);
     return 0;
 }

@@ -473,7 +473,7 @@ static int snap_from_reply(const bson_t *reply, shv_filter_t *base, const char *
         fresh = NULL;
         nfresh = 0;
         f->nchunks = j;
-        qsort(f->chunks, (size_t)f->nchunks, sizeof *f->chunks, chunk_cmp_min);
+        if (f->nchunks > 1) qsort(f->chunks, (size_t)f->nchunks, sizeof *f->chunks, chunk_cmp_min);
     }
     if (bson_iter_init_find(&it, reply, "collectionVersion")) {
         shv_recv_t cv;
