@@ -119,7 +119,12 @@ static int check_key_update(const rt_table_t *t, const bson_t *q, const bson_t *
         if (!bson_iter_recurse(&op, &f)) continue;
         while (bson_iter_next(&f)) {
             const char *path = bson_iter_key(&f), *kf = NULL;
-            if (!touches_key(&t->pattern, path, &kf)) continue;
+            /* $rename writes its value's path: {$rename: {x: "k"}} modifies k too. */
+            if (!strcmp(name, "$rename") && BSON_ITER_HOLDS_UTF8(&f) &&
+                touches_key(&t->pattern, bson_iter_utf8(&f, NULL), &kf))
+                path = bson_iter_utf8(&f, NULL);
+            else if (!touches_key(&t->pattern, path, &kf))
+                continue;
             bson_iter_t qv;
             if (!strcmp(name, "$set") && !strcmp(path, kf) && query_eq(q, kf, &qv) &&
                 bsonx_compare_values(&qv, &f) == 0 &&

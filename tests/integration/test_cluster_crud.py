@@ -342,6 +342,9 @@ def test_sharded_write_errors(t):
     assert r["writeErrors"][0]["code"] == 66, r
     r = R.ok({"update": "ha", "$db": DB, "updates": [{"q": {"a": 3, "b": 3}, "u": {"$unset": {"b": 1}}}]})
     assert r["writeErrors"][0]["code"] == 66, r
+    for u in ({"$rename": {"v": "k"}}, {"$rename": {"k": "kk"}}):
+        r = R.ok({"update": "h", "$db": DB, "updates": [{"q": {"k": 3}, "u": u}]})
+        assert r["writeErrors"][0]["code"] == 66, (u, r)
     # $set of the key to the value the query pins is a no-op and allowed
     r = R.ok({"update": "h", "$db": DB, "updates": [{"q": {"k": 3}, "u": {"$set": {"k": 3, "y": 1}}}]})
     assert r["n"] == 1 and "writeErrors" not in r, r
