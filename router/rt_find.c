@@ -7,8 +7,10 @@
  * count (sum with skip/limit applied across shards) and distinct (union, de-duplicated and
  * ordered in BSON order). Every read is versioned; StaleConfig → refresh → retry.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/buf.h"
 #include "common/bsonx.h"
@@ -398,13 +400,28 @@ static int cursor_fill_batch(router_t *r, rt_cursor_t *c, int64_t max_docs, bson
     return 0;
 }
 
+/* Cursor ids: splitmix64 over a per-process sequence seeded from the clock and pid, so
+ * two routers (or two runs) do not hand out the same ids, as rand() unseeded would. */
+static uint64_t cursor_id_next(void) {
+    static atomic_uint_fast64_t seq;
+    static atomic_bool seeded;
+    if (!atomic_exchange(&seeded, true))
+        atomic_fetch_add(&seq, (uint64_t)time_now_ms() * 1000003u ^ (uint64_t)getpid() << 40);
+    uint64_t z = atomic_fetch_add(&seq, 0x9e3779b97f4a7c15ull) + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
 static void cursor_register(router_t *r, rt_cursor_t *c) {
     rt_cursors_t *cs = r->cursors;
     pthread_mutex_lock(&cs->mu);
-    do {
-        c->id = (int64_t)(((uint64_t)rand() << 31 ^ (uint64_t)rand() << 8 ^ (uint64_t)rand()) &
-                          0x3fffffffffffffffull);
-    } while (c->id == 0);
+    for (int tries = 0; tries < 64; tries++) {   /* bounded: a clash is ~2^-62 per try */
+        c->id = (int64_t)(cursor_id_next() & 0x3fffffffffffffffull);
+        bool clash = c->id == 0;
+        for (rt_cursor_t *o = cs->list; o && !clash; o = o->next) clash = o->id == c->id;
+        if (!clash) break;
+    }
     c->last_ms = time_mono_ms();
     c->next = cs->list;
     cs->list = c;
