@@ -119,6 +119,9 @@ void rt_table_release(rt_table_t *t);   /* NULL-safe */
 int rt_db_primary(router_t *r, const char *db, bool create, char *primary, size_t cap,
                   ms_error_t *err);
 void rt_db_invalidate(router_t *r, const char *db);
+/* Forgets the cached primary of db and the cached tables of every db.* namespace
+ * (after dropDatabase). */
+void rt_cache_flush_db(router_t *r, const char *db);
 /* Forgets every cached table and database (flushRouterConfig without a name). */
 void rt_cache_flush_all(router_t *r);
 /* The host URL of a shard (listShards on a miss). */
@@ -189,6 +192,7 @@ int rt_cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 
 int rt_cmd_to_config(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);     /* rt_admin.c */
 int rt_cmd_drop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int rt_cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_to_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_to_all_shards(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_internal(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);

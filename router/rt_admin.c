@@ -98,6 +98,23 @@ int rt_cmd_drop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return rc;
 }
 
+/* dropDatabase: the config server drops every collection on every shard, then the
+ * database entry (MongoDB's DropDatabaseCoordinator); we forget what we cached of it. */
+int rt_cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    bson_t cmd, rep;
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "_configsvrDropDatabase", ctx->db);
+    BSON_APPEND_UTF8(&cmd, "$db", "admin");
+    int rc = rt_config_call(r, &cmd, &rep, err);
+    bson_destroy(&cmd);
+    rt_cache_flush_db(r, ctx->db);
+    if (rc) return rc;
+    rc = relay(ctx, &rep, reply, err);
+    bson_destroy(&rep);
+    return rc;
+}
+
 int rt_cmd_to_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
     char primary[RT_NAME_BYTES_MAX];

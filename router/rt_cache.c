@@ -379,6 +379,18 @@ static int refresh(router_t *r, const char *ns, const rt_table_t *seen, ms_error
     long long t0 = time_mono_ms();
     int rc = fetch_table(r, ns, base, &fresh, err);
 
+    /* Sharded → unsharded (dropped, maybe with its database): the cached primary may be
+     * gone too, and without database versions no shard would tell us. */
+    if (rc == 0 && base && base->sharded && !fresh->sharded) {
+        char db[RT_NAME_BYTES_MAX];
+        const char *dot = strchr(ns, '.');
+        size_t n = dot ? (size_t)(dot - ns) : strlen(ns);
+        if (n < sizeof db) {
+            memcpy(db, ns, n);
+            db[n] = '\0';
+            rt_db_invalidate(r, db);
+        }
+    }
     pthread_mutex_lock(&r->mu);
     if (rc == 0 && e->invalidations == inval) {
         rt_table_release(e->table);
@@ -510,6 +522,19 @@ void rt_db_invalidate(router_t *r, const char *db) {
             *pp = d->next;
             free(d);
             break;
+        }
+    pthread_mutex_unlock(&r->mu);
+}
+
+void rt_cache_flush_db(router_t *r, const char *db) {
+    size_t dl = strlen(db);
+    rt_db_invalidate(r, db);
+    pthread_mutex_lock(&r->mu);
+    for (rt_coll_entry_t *e = r->colls; e; e = e->next)
+        if (!strncmp(e->ns, db, dl) && e->ns[dl] == '.') {
+            rt_table_release(e->table);
+            e->table = NULL;
+            e->invalidations++;
         }
     pthread_mutex_unlock(&r->mu);
 }

@@ -135,6 +135,37 @@ def test_findandmodify_and_single_ops_from_stale_router(t):
     assert ids(A.find_all("c", DB, {})) == list(range(40))
 
 
+@test
+def test_drop_database_then_stale_router_writes(t):
+    """dropDatabase through A; B still caches the sharded table and the database's
+    primary. B's next write gets StaleConfig (the shard now finds the collection
+    unsharded), B refreshes, forgets the primary of the vanished database, re-creates the
+    database on the config server and writes there: A then sees exactly those documents."""
+    cl, A, B = setup(t)
+    A.ok({"enableSharding": "app2", "primaryShard": "shard1", "$db": "admin"})
+    A.ok({"shardCollection": "app2.c", "key": {"k": "hashed"}, "$db": "admin"})
+    A.ok({"insert": "c", "$db": "app2", "documents": [{"_id": i, "k": i} for i in range(50)]})
+    assert B.ok({"count": "c", "$db": "app2"})["n"] == 50
+    # an unsharded collection too: B now also caches the database's primary (shard1)
+    A.ok({"insert": "u", "$db": "app2", "documents": [{"_id": 1}]})
+    assert B.ok({"count": "u", "$db": "app2"})["n"] == 1
+    r = A.ok({"dropDatabase": 1, "$db": "app2"})
+    assert r["dropped"] == "app2", r
+    assert A.ok({"count": "c", "$db": "app2"})["n"] == 0
+    assert A.ok({"find": "databases", "$db": "config", "filter": {"_id": "app2"}})["cursor"]["firstBatch"] == []
+    before = stale_retries(B)
+    r = B.ok({"insert": "c", "$db": "app2", "documents": [{"_id": 100 + i, "k": i} for i in range(10)]})
+    assert r["n"] == 10 and "writeErrors" not in r, r
+    assert stale_retries(B) > before
+    dbs = A.ok({"find": "databases", "$db": "config", "filter": {"_id": "app2"}})["cursor"]["firstBatch"]
+    assert len(dbs) == 1, dbs
+    assert ids(A.find_all("c", "app2", {})) == list(range(100, 110))
+    assert ids(B.find_all("c", "app2", {})) == list(range(100, 110))
+    assert A.ok({"count": "u", "$db": "app2"})["n"] == 0
+    # dropping a database that does not exist is not an error (as in MongoDB)
+    A.ok({"dropDatabase": 1, "$db": "nosuchdb"})
+
+
 def shard_version_of(shard_client, ns):
     st = shard_client.ok({"serverStatus": 1})["sharding"]
     return st[ns]["shardVersion"]
