@@ -6,7 +6,7 @@ shard does not own are orphans. Through the router they never appear — not in 
 (any filter, sort, limit, small batches with getMore), count (with or without a query,
 skip, limit) or distinct — for ranged and hashed collections. Sent straight to the shard
 without shardVersion (as to a plain mongod) they are still visible; sent with the
-shard's own shardVersion they are filtered by the shard itself.
+shard's own shardVersion they are filtered by the shard itself. Broadcast multi-updates and deletes through the router leave them alone.
 """
 import os
 import sys
@@ -87,6 +87,15 @@ def test_hashed_orphans_hidden(t):
         assert r["n"] == sum(1 for v in where.values() if v == i), r
         r = c.ok({"distinct": "h", "$db": DB, "key": "v", "query": {"v": 99}, "shardVersion": sv})
         assert r["values"] == [], r
+    # broadcast writes through the router skip orphans as reads do (n counts owned docs)
+    r = R.ok({"update": "h", "$db": DB, "updates": [{"q": {}, "u": {"$set": {"touched": 1}}, "multi": True}]})
+    assert r["n"] == n and r["nModified"] == n, r
+    r = R.ok({"delete": "h", "$db": DB, "deletes": [{"q": {"v": 99}, "limit": 0}]})
+    assert r["n"] == 0, r
+    for i, s in enumerate(cl.shards):
+        c = s.client()
+        assert c.ok({"count": "h", "$db": DB, "query": {"orphan": True, "touched": 1}})["n"] == 0
+        assert c.ok({"count": "h", "$db": DB, "query": {"orphan": True}})["n"] == len(planted[i])
     print("  planted %d orphans over 3 shards; none seen through the router" % len(all_planted))
 
 
