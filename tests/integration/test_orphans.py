@@ -6,7 +6,8 @@ shard does not own are orphans. Through the router they never appear — not in 
 (any filter, sort, limit, small batches with getMore), count (with or without a query,
 skip, limit) or distinct — for ranged and hashed collections. Sent straight to the shard
 without shardVersion (as to a plain mongod) they are still visible; sent with the
-shard's own shardVersion they are filtered by the shard itself. Broadcast multi-updates and deletes through the router leave them alone.
+shard's own shardVersion they are filtered by the shard itself. Broadcast multi-updates
+and deletes through the router leave them alone.
 """
 import os
 import sys
