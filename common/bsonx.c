@@ -578,3 +578,12 @@ int bsonx_from_json(const char *json, bson_t *out, ms_error_t *err) {
 void bsonx_append_iter(bson_t *dst, const char *key, const bson_iter_t *it) {
     bson_append_iter(dst, key, -1, it);
 }
+
+bool bsonx_view_container(const bson_iter_t *it, bson_t *out) {
+    uint32_t len;
+    const uint8_t *data;
+    if (BSON_ITER_HOLDS_DOCUMENT(it)) bson_iter_document(it, &len, &data);
+    else if (BSON_ITER_HOLDS_ARRAY(it)) bson_iter_array(it, &len, &data);
+    else return false;
+    return bson_init_static(out, data, len);
+}

@@ -40,6 +40,10 @@ int bsonx_type_from_alias(const char *alias, bool *is_number);
  * Returns true and positions *out on the element when found. */
 bool bsonx_find_path(const bson_t *doc, const char *dotted, bson_iter_t *out);
 
+/* A read-only view of the embedded document or array at it (no copy); false when the
+ * value is neither. */
+bool bsonx_view_container(const bson_iter_t *it, bson_t *out);
+
 /* True for int32, int64, double, decimal128. */
 bool bsonx_is_number(const bson_iter_t *it);
 /* Numeric value as int64 / double; false when not a number (or not integral, for

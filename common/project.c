@@ -139,15 +139,6 @@ out:
 
 static void project_doc(const projection_t *p, const pnode_t *node, const bson_t *doc, bson_t *dst);
 
-static bool view(const bson_iter_t *it, bson_t *out) {
-    uint32_t len;
-    const uint8_t *data;
-    if (BSON_ITER_HOLDS_DOCUMENT(it)) bson_iter_document(it, &len, &data);
-    else if (BSON_ITER_HOLDS_ARRAY(it)) bson_iter_array(it, &len, &data);
-    else return false;
-    return bson_init_static(out, data, len);
-}
-
 /* An array under a projected path: documents are projected, nested arrays recursed,
  * scalars kept only by an exclusion. */
 static void project_array(const projection_t *p, const pnode_t *node, const bson_t *arr, bson_t *dst) {
@@ -158,11 +149,11 @@ static void project_array(const projection_t *p, const pnode_t *node, const bson
         char key[16];
         bson_t sub, child;
         bson_snprintf(key, sizeof key, "%d", i);
-        if (BSON_ITER_HOLDS_DOCUMENT(&el) && view(&el, &sub)) {
+        if (BSON_ITER_HOLDS_DOCUMENT(&el) && bsonx_view_container(&el, &sub)) {
             bson_append_document_begin(dst, key, -1, &child);
             project_doc(p, node, &sub, &child);
             bson_append_document_end(dst, &child);
-        } else if (BSON_ITER_HOLDS_ARRAY(&el) && view(&el, &sub)) {
+        } else if (BSON_ITER_HOLDS_ARRAY(&el) && bsonx_view_container(&el, &sub)) {
             bson_append_array_begin(dst, key, -1, &child);
             project_array(p, node, &sub, &child);
             bson_append_array_end(dst, &child);
@@ -186,11 +177,11 @@ static void project_doc(const projection_t *p, const pnode_t *node, const bson_t
             if (!p->inclusion) bsonx_append_iter(dst, key, &it);
         } else if (kid->leaf) {
             if (p->inclusion) bsonx_append_iter(dst, key, &it);
-        } else if (BSON_ITER_HOLDS_DOCUMENT(&it) && view(&it, &sub)) {
+        } else if (BSON_ITER_HOLDS_DOCUMENT(&it) && bsonx_view_container(&it, &sub)) {
             bson_append_document_begin(dst, key, -1, &child);
             project_doc(p, kid, &sub, &child);
             bson_append_document_end(dst, &child);
-        } else if (BSON_ITER_HOLDS_ARRAY(&it) && view(&it, &sub)) {
+        } else if (BSON_ITER_HOLDS_ARRAY(&it) && bsonx_view_container(&it, &sub)) {
             bson_append_array_begin(dst, key, -1, &child);
             project_array(p, kid, &sub, &child);
             bson_append_array_end(dst, &child);

@@ -337,15 +337,6 @@ static bool leaf_expands_arrays(const qnode_t *n) {
     return n->kind != Q_SIZE && n->kind != Q_ELEM_OBJ && n->kind != Q_ELEM_VAL;
 }
 
-static bool view_container(const bson_iter_t *it, bson_t *out) {
-    uint32_t len;
-    const uint8_t *data;
-    if (BSON_ITER_HOLDS_DOCUMENT(it)) bson_iter_document(it, &len, &data);
-    else if (BSON_ITER_HOLDS_ARRAY(it)) bson_iter_array(it, &len, &data);
-    else return false;
-    return bson_init_static(out, data, len);
-}
-
 /* "12" → 12; false for anything that is not a plain array index. */
 static bool path_component_index(const char *s, size_t len, uint32_t *out) {
     if (len == 0 || len > 9 || (len > 1 && s[0] == '0')) return false;
@@ -370,7 +361,7 @@ static bool path_visit_array(const qnode_t *n, const bson_iter_t *arr, const cha
     const char *dot = strchr(rest, '.');
     size_t head_len = dot ? (size_t)(dot - rest) : strlen(rest);
     uint32_t index;
-    if (!view_container(arr, &a)) return false;
+    if (!bsonx_view_container(arr, &a)) return false;
     if (path_component_index(rest, head_len, &index)) {
         char key[16];
         bson_snprintf(key, sizeof key, "%u", index);
@@ -381,7 +372,7 @@ static bool path_visit_array(const qnode_t *n, const bson_iter_t *arr, const cha
     if (!bson_iter_init(&el, &a)) return false;
     while (bson_iter_next(&el)) {
         bson_t sub;
-        if (BSON_ITER_HOLDS_DOCUMENT(&el) && view_container(&el, &sub) &&
+        if (BSON_ITER_HOLDS_DOCUMENT(&el) && bsonx_view_container(&el, &sub) &&
             path_visit_doc(n, &sub, rest, expand))
             return true;
     }
@@ -404,7 +395,7 @@ static bool path_visit_value(const qnode_t *n, const bson_iter_t *v, const char 
     if (BSON_ITER_HOLDS_ARRAY(v)) return path_visit_array(n, v, rest, expand);
     if (BSON_ITER_HOLDS_DOCUMENT(v)) {
         bson_t sub;
-        return view_container(v, &sub) && path_visit_doc(n, &sub, rest, expand);
+        return bsonx_view_container(v, &sub) && path_visit_doc(n, &sub, rest, expand);
     }
     return leaf_match(n, NULL);   /* the path runs through a scalar: missing */
 }
@@ -646,7 +637,7 @@ static int make_elem_match(const char *path, const bson_iter_t *v, qnode_t **out
                            ms_error_t *err) {
     bson_t spec;
     bson_iter_t first;
-    if (!BSON_ITER_HOLDS_DOCUMENT(v) || !view_container(v, &spec))
+    if (!BSON_ITER_HOLDS_DOCUMENT(v) || !bsonx_view_container(v, &spec))
         return err_set(err, MS_ERR_BAD_VALUE, "$elemMatch needs an Object");
     bool value_form = bson_iter_init(&first, &spec) && bson_iter_next(&first) &&
                       bson_iter_key(&first)[0] == '$' && !is_top_level_name(bson_iter_key(&first));
@@ -793,7 +784,7 @@ static int parse_logical(enum qkind kind, const bson_iter_t *v, qnode_t *and_nod
     qnode_t *n = node_new(kind, NULL);
     while (bson_iter_next(&el)) {
         bson_t branch;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&el) || !view_container(&el, &branch)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&el) || !bsonx_view_container(&el, &branch)) {
             node_free(n);
             return err_set(err, MS_ERR_BAD_VALUE, "$or/$and/$nor entries need to be full objects");
         }

@@ -110,15 +110,6 @@ static void pick_offer_special(pick_t *p, bool empty_array) {
 
 static void pick_path_doc(pick_t *p, const bson_t *doc, const char *path);
 
-static bool view_container(const bson_iter_t *it, bson_t *out) {
-    uint32_t len;
-    const uint8_t *data;
-    if (BSON_ITER_HOLDS_DOCUMENT(it)) bson_iter_document(it, &len, &data);
-    else if (BSON_ITER_HOLDS_ARRAY(it)) bson_iter_array(it, &len, &data);
-    else return false;
-    return bson_init_static(out, data, len);
-}
-
 /* The end of the path: an array offers each element (one level), an empty one undefined. */
 static void pick_leaf(pick_t *p, const bson_iter_t *v) {
     if (!BSON_ITER_HOLDS_ARRAY(v)) {
@@ -139,15 +130,15 @@ static void pick_path_value(pick_t *p, const bson_iter_t *v, const char *rest) {
     bson_t sub;
     if (!rest) {
         pick_leaf(p, v);
-    } else if (BSON_ITER_HOLDS_DOCUMENT(v) && view_container(v, &sub)) {
+    } else if (BSON_ITER_HOLDS_DOCUMENT(v) && bsonx_view_container(v, &sub)) {
         pick_path_doc(p, &sub, rest);
-    } else if (BSON_ITER_HOLDS_ARRAY(v) && view_container(v, &sub)) {
+    } else if (BSON_ITER_HOLDS_ARRAY(v) && bsonx_view_container(v, &sub)) {
         bson_iter_t el;
         bool any = false;
         bson_iter_init(&el, &sub);
         while (bson_iter_next(&el)) {
             bson_t elem;
-            if (BSON_ITER_HOLDS_DOCUMENT(&el) && view_container(&el, &elem)) {
+            if (BSON_ITER_HOLDS_DOCUMENT(&el) && bsonx_view_container(&el, &elem)) {
                 pick_path_doc(p, &elem, rest);
                 any = true;
             }
