@@ -53,6 +53,9 @@ UNIT_BINS = $(patsubst tests/unit/%.c,$(BUILD)/t/%,$(UNIT_SRC))
 BENCH_BINS= $(patsubst tests/bench/%.c,$(BUILD)/b/%,$(BENCH_SRC))
 
 .PHONY: all test unit integration demo bench check-long lint clean deps
+# Keep every built object: test and bench objects are intermediates of pattern rules and
+# make would delete them after each run (and rebuild them the next time).
+.SECONDARY:
 all: $(PROGRAMS)
 
 # Installs missing packages once; re-checked when the headers vanish.
