@@ -78,16 +78,15 @@ static void write_error(bson_t *arr, int *nerr, int index, const ms_error_t *e, 
     (*nerr)++;
 }
 
-/* Returns doc with _id as its first field: unchanged (copied) when it is already first,
- * moved when elsewhere, a new ObjectId when absent — as MongoDB stores documents. */
+/* *out = doc with _id as its first field, as MongoDB stores documents: a read-only view
+ * of doc itself when _id is already first (no copy: the common case of a bulk insert),
+ * a rebuilt copy with _id moved first, or with a new ObjectId when absent. Either way
+ * the caller destroys *out, and doc must outlive it. */
 static void with_id_first(const bson_t *doc, bson_t *out) {
     bson_iter_t it;
     bool first_is_id = false, has_id = false;
     if (bson_iter_init(&it, doc) && bson_iter_next(&it)) first_is_id = strcmp(bson_iter_key(&it), "_id") == 0;
-    if (first_is_id) {
-        bson_copy_to(doc, out);
-        return;
-    }
+    if (first_is_id && bson_init_static(out, bson_get_data(doc), doc->len)) return;
     bson_init(out);
     if (bson_iter_init_find(&it, doc, "_id")) {
         bsonx_append_iter(out, "_id", &it);
@@ -383,7 +382,12 @@ static int upsert_doc(const bson_t *q, const update_t *u, bson_t *out, ms_error_
     rc = update_apply(u, &seed, true, &applied, &changed, err);
     bson_destroy(&seed);
     if (rc != 0) return rc;
-    with_id_first(&applied, out);
+    {
+        bson_t ordered;   /* may be a view of applied: copy before applied goes */
+        with_id_first(&applied, &ordered);
+        bson_copy_to(&ordered, out);
+        bson_destroy(&ordered);
+    }
     bson_destroy(&applied);
     return 0;
 }
