@@ -36,6 +36,7 @@
 #include "common/errors.h"
 #include "common/keys.h"
 #include "common/limits.h"
+#include "common/rtable.h"
 
 /* Deadline of a call to a shard or to the config server. */
 #define RT_CALL_TIMEOUT_MS MS_RPC_TIMEOUT_MS_DEFAULT
@@ -46,31 +47,17 @@
 /* Documents in a getMore batch when the client sets no batchSize (MongoDB fills 16 MB). */
 #define RT_GETMORE_DOCS_DEFAULT 10000
 /* Shard names and database names (config.shards _id, config.databases _id). */
-#define RT_NAME_BYTES_MAX 128
+#define RT_NAME_BYTES_MAX RTABLE_NAME_BYTES_MAX
 
 /* ================================ rt_cache.c ========================================= */
 
-typedef struct rt_chunk {
-    buf_t min, max;       /* encoded bounds */
-    int shard;            /* index into rt_table_t.shards */
-    uint32_t major, minor;
-} rt_chunk_t;
-
-/* An immutable, reference-counted routing table of one collection. */
+/* An immutable, reference-counted routing table of one collection: the common table
+ * (common/rtable.h: chunks sorted by encoded min, shard names, versions) when sharded. */
 typedef struct rt_table {
     atomic_int refs;
     char ns[MS_NS_BYTES_MAX + 1];
     bool sharded;
-    bson_oid_t epoch;
-    uint32_t ts_t, ts_i;
-    keys_pattern_t pattern;
-    bool unique;
-    uint32_t coll_major, coll_minor;
-    int nshards;
-    char shards[MS_SHARDS_MAX][RT_NAME_BYTES_MAX];
-    uint32_t shard_major[MS_SHARDS_MAX], shard_minor[MS_SHARDS_MAX];
-    int nchunks;
-    rt_chunk_t *chunks;   /* sorted by min, tiling the key space */
+    rtable_t rt;          /* zeroed when unsharded; built in place, never moved */
 } rt_table_t;
 
 typedef struct rt_coll_entry rt_coll_entry_t;
@@ -131,10 +118,6 @@ int rt_all_shards(router_t *r, char names[][RT_NAME_BYTES_MAX], int cap, ms_erro
 
 /* ================================ rt_target.c ======================================== */
 
-/* memcmp order of byte strings (shorter prefix first). */
-int rt_bytes_cmp(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen);
-/* Index of the chunk holding the encoded key. */
-int rt_chunk_for_key(const rt_table_t *t, const uint8_t *key, size_t len);
 /* The shard of a document (insert; a replacement's key). Errors: array in the key. */
 int rt_target_doc(const rt_table_t *t, const bson_t *doc, int *shard, ms_error_t *err);
 /* The shards whose chunks a filter may touch (bit i = t->shards[i]); *point = the filter
@@ -143,8 +126,6 @@ int rt_target_filter(const rt_table_t *t, const bson_t *filter, uint64_t *mask, 
                      ms_error_t *err);
 /* True when the filter has an exact equality on _id (not an operator document). */
 bool rt_filter_has_exact_id(const bson_t *filter);
-/* Index of name in t->shards, -1 if absent. */
-int rt_table_shard_index(const rt_table_t *t, const char *name);
 
 /* ================================ rt_send.c ========================================== */
 

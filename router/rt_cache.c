@@ -36,12 +36,7 @@ struct rt_db_entry {
 
 static void table_free(rt_table_t *t) {
     if (!t) return;
-    for (int i = 0; i < t->nchunks; i++) {
-        buf_free(&t->chunks[i].min);
-        buf_free(&t->chunks[i].max);
-    }
-    free(t->chunks);
-    if (t->sharded) keys_pattern_free(&t->pattern);
+    rtable_clear(&t->rt);
     free(t);
 }
 
@@ -62,234 +57,21 @@ static rt_table_t *table_new(const char *ns) {
     return t;
 }
 
-int rt_table_shard_index(const rt_table_t *t, const char *name) {
-    for (int i = 0; i < t->nshards; i++)
-        if (strcmp(t->shards[i], name) == 0) return i;
-    return -1;
-}
-
-static int shard_slot(rt_table_t *t, const char *name, ms_error_t *err) {
-    int i = rt_table_shard_index(t, name);
-    if (i >= 0) return i;
-    if (t->nshards >= MS_SHARDS_MAX)
-        return -err_set(err, MS_ERR_INTERNAL, "more than %d shards own chunks", MS_SHARDS_MAX);
-    snprintf(t->shards[t->nshards], RT_NAME_BYTES_MAX, "%s", name);
-    return t->nshards++;
-}
-
-static int chunk_cmp_min(const void *a, const void *b) {
-    const rt_chunk_t *x = a, *y = b;
-    return rt_bytes_cmp(x->min.data, x->min.len, y->min.data, y->min.len);
-}
-
-static bool vless(uint32_t am, uint32_t an, uint32_t bm, uint32_t bn) {
-    return am < bm || (am == bm && an < bn);
-}
-
-/* Per-shard versions, collection version, and the tiling check. */
-static bool table_finish(rt_table_t *t) {
-    bson_t bmin, bmax;
-    buf_t gmin = {0}, gmax = {0};
-    bool ok = t->nchunks > 0;
-    bson_init(&bmin);
-    bson_init(&bmax);
-    keys_global_min(&t->pattern, &bmin);
-    keys_global_max(&t->pattern, &bmax);
-    if (keys_encode_bound(&t->pattern, &bmin, &gmin, NULL) ||
-        keys_encode_bound(&t->pattern, &bmax, &gmax, NULL))
-        ok = false;
-    if (ok) {
-        const rt_chunk_t *a = &t->chunks[0], *z = &t->chunks[t->nchunks - 1];
-        if (rt_bytes_cmp(a->min.data, a->min.len, gmin.data, gmin.len) != 0 ||
-            rt_bytes_cmp(z->max.data, z->max.len, gmax.data, gmax.len) != 0)
-            ok = false;
-        for (int i = 0; ok && i + 1 < t->nchunks; i++)
-            if (rt_bytes_cmp(t->chunks[i].max.data, t->chunks[i].max.len,
-                             t->chunks[i + 1].min.data, t->chunks[i + 1].min.len) != 0)
-                ok = false;
-    }
-    memset(t->shard_major, 0, sizeof t->shard_major);
-    memset(t->shard_minor, 0, sizeof t->shard_minor);
-    for (int i = 0; i < t->nchunks; i++) {
-        const rt_chunk_t *c = &t->chunks[i];
-        if (vless(t->coll_major, t->coll_minor, c->major, c->minor)) {
-            t->coll_major = c->major;
-            t->coll_minor = c->minor;
-        }
-        if (vless(t->shard_major[c->shard], t->shard_minor[c->shard], c->major, c->minor)) {
-            t->shard_major[c->shard] = c->major;
-            t->shard_minor[c->shard] = c->minor;
-        }
-    }
-    bson_destroy(&bmin);
-    bson_destroy(&bmax);
-    buf_free(&gmin);
-    buf_free(&gmax);
-    return ok;
-}
-
-static int parse_chunk(bson_iter_t *it, rt_table_t *t, rt_chunk_t *c, ms_error_t *err) {
-    bson_iter_t d;
-    int have = 0;
-    memset(c, 0, sizeof *c);
-    if (!BSON_ITER_HOLDS_DOCUMENT(it) || !bson_iter_recurse(it, &d))
-        return err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable: chunk is not a document");
-    while (bson_iter_next(&d)) {
-        const char *k = bson_iter_key(&d);
-        if ((!strcmp(k, "min") || !strcmp(k, "max")) && BSON_ITER_HOLDS_DOCUMENT(&d)) {
-            uint32_t len;
-            const uint8_t *data;
-            bson_t b;
-            bson_iter_document(&d, &len, &data);
-            if (!bson_init_static(&b, data, len))
-                return err_set(err, MS_ERR_INVALID_BSON, "getRoutingTable: bad bound");
-            int rc = keys_encode_bound(&t->pattern, &b, k[1] == 'i' ? &c->min : &c->max, err);
-            if (rc) return rc;
-            have |= k[1] == 'i' ? 1 : 2;
-        } else if (!strcmp(k, "shard") && BSON_ITER_HOLDS_UTF8(&d)) {
-            int s = shard_slot(t, bson_iter_utf8(&d, NULL), err);
-            if (s < 0) return -s;
-            c->shard = s;
-            have |= 4;
-        } else if (!strcmp(k, "lastmod") && BSON_ITER_HOLDS_TIMESTAMP(&d)) {
-            bson_iter_timestamp(&d, &c->major, &c->minor);
-            have |= 8;
-        }
-    }
-    if (have != 15)
-        return err_set(err, MS_ERR_FAILED_TO_PARSE,
-                       "getRoutingTable: chunk needs min, max, shard and lastmod");
-    return 0;
-}
-
-/* Builds a table from a getRoutingTable reply, merged into base when incremental.
- * *retry_full when the incremental answer could not be applied. */
+/* Builds a table from a getRoutingTable reply, merged into base when incremental
+ * (common/rtable.c). *retry_full when the incremental answer could not be applied. */
 static int table_from_reply(const char *ns, const bson_t *reply, const rt_table_t *base,
                             rt_table_t **out, bool *retry_full, ms_error_t *err) {
-    bson_iter_t it, arr;
     rt_table_t *t = table_new(ns);
-    rt_chunk_t *fresh = NULL;
-    int nfresh = 0, cap = 0, rc = 0, have = 0;
-    bool full = true;
-    *retry_full = false;
+    int rc = rtable_from_reply(reply, base && base->sharded ? &base->rt : NULL, &t->rt,
+                               retry_full, err);
+    if (rc || *retry_full) {
+        if (rc) err_prefix(err, "%s", ns);
+        table_free(t);
+        return rc;
+    }
     t->sharded = true;
-    if (bson_iter_init_find(&it, reply, "key") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
-        uint32_t len;
-        const uint8_t *data;
-        bson_t k;
-        bson_iter_document(&it, &len, &data);
-        if (bson_init_static(&k, data, len)) {
-            if ((rc = keys_pattern_parse(&k, &t->pattern, err)) != 0) {
-                t->sharded = false;
-                goto out;
-            }
-            have |= 1;
-        }
-    }
-    if (!(have & 1)) {
-        t->sharded = false;
-        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable: reply lacks key");
-        goto out;
-    }
-    if (bson_iter_init_find(&it, reply, "epoch") && BSON_ITER_HOLDS_OID(&it)) {
-        bson_oid_copy(bson_iter_oid(&it), &t->epoch);
-        have |= 2;
-    }
-    if (bson_iter_init_find(&it, reply, "timestamp") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
-        bson_iter_timestamp(&it, &t->ts_t, &t->ts_i);
-        have |= 4;
-    }
-    if (bson_iter_init_find(&it, reply, "unique")) t->unique = bsonx_truthy(&it);
-    if (bson_iter_init_find(&it, reply, "full") && BSON_ITER_HOLDS_BOOL(&it))
-        full = bson_iter_bool(&it);
-    if (bson_iter_init_find(&it, reply, "chunks") && BSON_ITER_HOLDS_ARRAY(&it) &&
-        bson_iter_recurse(&it, &arr))
-        have |= 8;
-    if (have != 15) {
-        rc = err_set(err, MS_ERR_FAILED_TO_PARSE,
-                     "getRoutingTable: reply lacks epoch, timestamp or chunks");
-        goto out;
-    }
-    bool incremental = !full && base && base->sharded && bson_oid_equal(&base->epoch, &t->epoch) &&
-                       base->ts_t == t->ts_t && base->ts_i == t->ts_i;
-    if (!full && !incremental) {
-        *retry_full = true;
-        goto out;
-    }
-    if (incremental) {
-        /* Keep the base's shard numbering so old chunks copy over as they are. */
-        t->nshards = base->nshards;
-        memcpy(t->shards, base->shards, sizeof t->shards);
-    }
-    while (bson_iter_next(&arr)) {
-        if (nfresh >= MS_CHUNKS_PER_COLLECTION_MAX) {
-            rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable: too many chunks");
-            goto out;
-        }
-        if (nfresh == cap) {
-            cap = cap ? 2 * cap : 16;
-            fresh = xrealloc(fresh, (size_t)cap * sizeof *fresh);
-        }
-        rc = parse_chunk(&arr, t, &fresh[nfresh], err);
-        nfresh++;
-        if (rc) goto out;
-    }
-    if (nfresh > 1) qsort(fresh, (size_t)nfresh, sizeof *fresh, chunk_cmp_min);
-    if (!incremental) {
-        t->chunks = fresh;
-        t->nchunks = nfresh;
-        fresh = NULL;
-        nfresh = 0;
-    } else {
-        t->chunks = calloc((size_t)(base->nchunks + nfresh + 1), sizeof *t->chunks);
-        ASSERT(t->chunks);
-        int j = 0;
-        for (int i = 0; i < base->nchunks; i++) {
-            const rt_chunk_t *oc = &base->chunks[i];
-            int lo = 0, hi = nfresh - 1, cand = -1;
-            while (lo <= hi) {   /* last fresh chunk with min < oc.max */
-                int mid = lo + (hi - lo) / 2;
-                if (rt_bytes_cmp(fresh[mid].min.data, fresh[mid].min.len, oc->max.data,
-                                 oc->max.len) < 0) {
-                    cand = mid;
-                    lo = mid + 1;
-                } else {
-                    hi = mid - 1;
-                }
-            }
-            if (cand >= 0 && rt_bytes_cmp(fresh[cand].max.data, fresh[cand].max.len,
-                                          oc->min.data, oc->min.len) > 0)
-                continue;   /* replaced by a changed chunk */
-            rt_chunk_t *nc = &t->chunks[j++];
-            buf_put(&nc->min, oc->min.data, oc->min.len);
-            buf_put(&nc->max, oc->max.data, oc->max.len);
-            nc->shard = oc->shard;
-            nc->major = oc->major;
-            nc->minor = oc->minor;
-        }
-        for (int i = 0; i < nfresh; i++) t->chunks[j++] = fresh[i];
-        free(fresh);
-        fresh = NULL;
-        nfresh = 0;
-        t->nchunks = j;
-        qsort(t->chunks, (size_t)t->nchunks, sizeof *t->chunks, chunk_cmp_min);
-    }
-    if (!table_finish(t)) {
-        if (incremental) *retry_full = true;
-        else rc = err_set(err, MS_ERR_FAILED_TO_PARSE,
-                          "getRoutingTable: chunks of %s do not tile the key space", ns);
-        goto out;
-    }
     *out = t;
-    t = NULL;
-out:
-    for (int i = 0; i < nfresh; i++) {
-        buf_free(&fresh[i].min);
-        buf_free(&fresh[i].max);
-    }
-    free(fresh);
-    table_free(t);
-    return rc;
+    return 0;
 }
 
 int rt_config_call(router_t *r, const bson_t *cmd, bson_t *reply, ms_error_t *err) {
@@ -309,12 +91,9 @@ static int fetch_table(router_t *r, const char *ns, const rt_table_t *base, rt_t
         BSON_APPEND_UTF8(&cmd, "getRoutingTable", ns);
         BSON_APPEND_UTF8(&cmd, "$db", "admin");
         if (round == 0 && base && base->sharded) {
-            bson_t v;
-            BSON_APPEND_DOCUMENT_BEGIN(&cmd, "sinceVersion", &v);
-            BSON_APPEND_OID(&v, "e", &base->epoch);
-            BSON_APPEND_TIMESTAMP(&v, "t", base->ts_t, base->ts_i);
-            BSON_APPEND_TIMESTAMP(&v, "v", base->coll_major, base->coll_minor);
-            bson_append_document_end(&cmd, &v);
+            rtable_version_t v;
+            rtable_coll_version(&base->rt, &v);
+            rtable_version_append(&cmd, "sinceVersion", &v);
         }
         rc = rt_config_call(r, &cmd, &reply, err);
         bson_destroy(&cmd);
@@ -402,8 +181,8 @@ static int refresh(router_t *r, const char *ns, const rt_table_t *seen, ms_error
     pthread_cond_broadcast(&r->cv);
     if (rc == 0 && e->table)
         log_info("routing table refreshed ns=%s sharded=%d version=%u|%u chunks=%d ms=%lld", ns,
-                 e->table->sharded, e->table->coll_major, e->table->coll_minor,
-                 e->table->nchunks, time_mono_ms() - t0);
+                 e->table->sharded, e->table->rt.coll_major, e->table->rt.coll_minor,
+                 e->table->rt.nchunks, time_mono_ms() - t0);
     pthread_mutex_unlock(&r->mu);
     atomic_fetch_add(&r->refreshes, 1);
     rt_table_release(fresh);

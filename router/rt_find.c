@@ -77,10 +77,10 @@ static int scatter(router_t *r, const char *db, const char *coll, const bson_t *
                 return rc;
             }
             int nt = __builtin_popcountll(mask);
-            for (int i = 0; i < t->nshards; i++) {
+            for (int i = 0; i < t->rt.nshards; i++) {
                 if (!(mask & (1ull << i))) continue;
                 memset(&reqs[n], 0, sizeof reqs[n]);
-                snprintf(reqs[n].shard, sizeof reqs[n].shard, "%s", t->shards[i]);
+                snprintf(reqs[n].shard, sizeof reqs[n].shard, "%s", t->rt.shards[i]);
                 bson_init(&reqs[n].cmd);
                 fn(arg, t, i, nt, &reqs[n].cmd);
                 rt_append_version(&reqs[n].cmd, t, i);

@@ -43,23 +43,10 @@ void rt_copy_cmd(bson_t *dst, const bson_t *src, const char *const *skip) {
 }
 
 void rt_append_version(bson_t *cmd, const rt_table_t *t, int shard) {
-    bson_t v;
-    bson_oid_t zero;
-    memset(&zero, 0, sizeof zero);
-    BSON_APPEND_DOCUMENT_BEGIN(cmd, "shardVersion", &v);
-    if (t && t->sharded) {
-        BSON_APPEND_OID(&v, "e", &t->epoch);
-        BSON_APPEND_TIMESTAMP(&v, "t", t->ts_t, t->ts_i);
-        if (shard >= 0 && shard < t->nshards)
-            BSON_APPEND_TIMESTAMP(&v, "v", t->shard_major[shard], t->shard_minor[shard]);
-        else
-            BSON_APPEND_TIMESTAMP(&v, "v", 0, 0);
-    } else {
-        BSON_APPEND_OID(&v, "e", &zero);
-        BSON_APPEND_TIMESTAMP(&v, "t", 0, 0);
-        BSON_APPEND_TIMESTAMP(&v, "v", 0, 0);
-    }
-    bson_append_document_end(cmd, &v);
+    rtable_version_t v;
+    if (t && t->sharded) rtable_shard_version(&t->rt, shard, &v);
+    else rtable_version_unsharded(&v);
+    rtable_version_append(cmd, "shardVersion", &v);
 }
 
 void rt_note_stale(router_t *r, const char *ns, const char *shard, const bson_t *reply) {

@@ -12,31 +12,10 @@
 #include "common/log.h"
 #include "router/router.h"
 
-int rt_bytes_cmp(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen) {
-    size_t n = alen < blen ? alen : blen;
-    int c = n ? memcmp(a, b, n) : 0;
-    if (c) return c;
-    return alen < blen ? -1 : alen > blen ? 1 : 0;
-}
-
-int rt_chunk_for_key(const rt_table_t *t, const uint8_t *key, size_t len) {
-    int lo = 0, hi = t->nchunks - 1, found = 0;
-    while (lo <= hi) {   /* last chunk with min <= key */
-        int mid = lo + (hi - lo) / 2;
-        if (rt_bytes_cmp(t->chunks[mid].min.data, t->chunks[mid].min.len, key, len) <= 0) {
-            found = mid;
-            lo = mid + 1;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    return found;
-}
-
 int rt_target_doc(const rt_table_t *t, const bson_t *doc, int *shard, ms_error_t *err) {
     buf_t k = {0};
-    int rc = keys_extract(&t->pattern, doc, NULL, &k, err);
-    if (rc == 0) *shard = t->chunks[rt_chunk_for_key(t, k.data, k.len)].shard;
+    int rc = keys_extract(&t->rt.pattern, doc, NULL, &k, err);
+    if (rc == 0) *shard = t->rt.chunks[rtable_find(&t->rt, k.data, k.len)].shard;
     else if (rc == MS_ERR_BAD_VALUE && err && strstr(err->msg, "array"))
         /* an array on a key path: MongoDB's insert targeter code and wording */
         rc = err_set(err, MS_ERR_SHARD_KEY_NOT_FOUND,
@@ -48,10 +27,10 @@ int rt_target_doc(const rt_table_t *t, const bson_t *doc, int *shard, ms_error_t
 /* Marks the shards of chunks overlapping [lo, hi] (superset: inclusivity only narrows). */
 static void mark_range(const rt_table_t *t, const bounds_range_t *rg, uint64_t *mask) {
     /* first chunk whose max > lo */
-    int lo = 0, hi = t->nchunks - 1, first = t->nchunks;
+    int lo = 0, hi = t->rt.nchunks - 1, first = t->rt.nchunks;
     while (lo <= hi) {
         int mid = lo + (hi - lo) / 2;
-        if (rt_bytes_cmp(t->chunks[mid].max.data, t->chunks[mid].max.len, rg->lo.data,
+        if (rtable_bytes_cmp(t->rt.chunks[mid].max.data, t->rt.chunks[mid].max.len, rg->lo.data,
                          rg->lo.len) > 0) {
             first = mid;
             hi = mid - 1;
@@ -59,9 +38,9 @@ static void mark_range(const rt_table_t *t, const bounds_range_t *rg, uint64_t *
             lo = mid + 1;
         }
     }
-    for (int i = first; i < t->nchunks; i++) {
-        const rt_chunk_t *c = &t->chunks[i];
-        int cmp = rt_bytes_cmp(c->min.data, c->min.len, rg->hi.data, rg->hi.len);
+    for (int i = first; i < t->rt.nchunks; i++) {
+        const rtable_chunk_t *c = &t->rt.chunks[i];
+        int cmp = rtable_bytes_cmp(c->min.data, c->min.len, rg->hi.data, rg->hi.len);
         if (cmp > 0 || (cmp == 0 && !rg->hi_incl)) break;
         *mask |= 1ull << c->shard;
     }
@@ -73,15 +52,15 @@ int rt_target_filter(const rt_table_t *t, const bson_t *filter, uint64_t *mask, 
     memset(&b, 0, sizeof b);
     *mask = 0;
     *point = false;
-    int rc = bounds_from_filter(filter, &t->pattern, RT_TARGET_RANGES_MAX, &b, err);
+    int rc = bounds_from_filter(filter, &t->rt.pattern, RT_TARGET_RANGES_MAX, &b, err);
     if (rc) return rc;
     if (b.all) {
-        for (int i = 0; i < t->nchunks; i++) *mask |= 1ull << t->chunks[i].shard;
+        for (int i = 0; i < t->rt.nchunks; i++) *mask |= 1ull << t->rt.chunks[i].shard;
     } else {
         *point = bounds_is_point(&b);
         for (int i = 0; i < b.n; i++) mark_range(t, &b.r[i], mask);
         /* Nothing can match: one owning shard still answers (notes §8.1 step 4). */
-        if (!*mask && t->nchunks) *mask = 1ull << t->chunks[0].shard;
+        if (!*mask && t->rt.nchunks) *mask = 1ull << t->rt.chunks[0].shard;
     }
     bounds_free(&b);
     return 0;

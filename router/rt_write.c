@@ -121,9 +121,9 @@ static int check_key_update(const rt_table_t *t, const bson_t *q, const bson_t *
             const char *path = bson_iter_key(&f), *kf = NULL;
             /* $rename writes its value's path: {$rename: {x: "k"}} modifies k too. */
             if (!strcmp(name, "$rename") && BSON_ITER_HOLDS_UTF8(&f) &&
-                touches_key(&t->pattern, bson_iter_utf8(&f, NULL), &kf))
+                touches_key(&t->rt.pattern, bson_iter_utf8(&f, NULL), &kf))
                 path = bson_iter_utf8(&f, NULL);
-            else if (!touches_key(&t->pattern, path, &kf))
+            else if (!touches_key(&t->rt.pattern, path, &kf))
                 continue;
             bson_iter_t qv;
             if (!strcmp(name, "$set") && !strcmp(path, kf) && query_eq(q, kf, &qv) &&
@@ -185,9 +185,9 @@ static int target_op(const rt_table_t *t, enum wkind k, wop_t *op, ms_error_t *e
         buf_t rk = {0};
         bounds_t b;
         memset(&b, 0, sizeof b);
-        if ((rc = keys_extract(&t->pattern, &u, NULL, &rk, err)) != 0) return rc;
-        if (point && bounds_from_filter(&q, &t->pattern, 2, &b, NULL) == 0 && b.n == 1 &&
-            rt_bytes_cmp(b.r[0].lo.data, b.r[0].lo.len, rk.data, rk.len) != 0) {
+        if ((rc = keys_extract(&t->rt.pattern, &u, NULL, &rk, err)) != 0) return rc;
+        if (point && bounds_from_filter(&q, &t->rt.pattern, 2, &b, NULL) == 0 && b.n == 1 &&
+            rtable_bytes_cmp(b.r[0].lo.data, b.r[0].lo.len, rk.data, rk.len) != 0) {
             bounds_free(&b);
             buf_free(&rk);
             return err_set(err, MS_ERR_IMMUTABLE_FIELD,
@@ -195,7 +195,7 @@ static int target_op(const rt_table_t *t, enum wkind k, wop_t *op, ms_error_t *e
         }
         bounds_free(&b);
         if (!multi && nt > 1) {
-            mask = 1ull << t->chunks[rt_chunk_for_key(t, rk.data, rk.len)].shard;
+            mask = 1ull << t->rt.chunks[rtable_find(&t->rt, rk.data, rk.len)].shard;
             nt = 1;
         }
         buf_free(&rk);
@@ -313,7 +313,7 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
         }
         /* Choose this round's ops. */
         int nb = 0;
-        int nslots = t->sharded ? t->nshards : 1;
+        int nslots = t->sharded ? t->rt.nshards : 1;
         for (int s = 0; s < nslots; s++) {
             batches[s].shard = t->sharded ? s : -1;
             batches[s].nops = 0;
@@ -358,7 +358,7 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
             if (!b->nops) continue;
             rt_req_t *q = &reqs[nb];
             memset(q, 0, sizeof *q);
-            snprintf(q->shard, sizeof q->shard, "%s", t->sharded ? t->shards[s] : primary);
+            snprintf(q->shard, sizeof q->shard, "%s", t->sharded ? t->rt.shards[s] : primary);
             bson_init(&q->cmd);
             rt_copy_cmd(&q->cmd, ctx->req, skipf);
             BSON_APPEND_BOOL(&q->cmd, "ordered", ordered);
@@ -555,7 +555,7 @@ int rt_cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
             }
             if (!rc) {
                 idx = __builtin_ctzll(mask);
-                snprintf(target, sizeof target, "%s", t->shards[idx]);
+                snprintf(target, sizeof target, "%s", t->rt.shards[idx]);
             }
         }
         if (rc) {

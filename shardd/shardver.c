@@ -28,29 +28,19 @@
 #include "common/limits.h"
 #include "common/log.h"
 #include "common/rpc.h"
+#include "common/rtable.h"
 
 /* Deadline of one getRoutingTable call and of waiting for another thread's refresh of
  * the same namespace: long enough for a large table, short enough that a request whose
  * config server is gone fails within the router's own retry budget. */
 #define SHV_REFRESH_TIMEOUT_MS 10000
 
-typedef struct shv_chunk {
-    buf_t min, max;       /* encoded bounds (keys_encode_bound) */
-    char *shard;
-    uint32_t major, minor;
-} shv_chunk_t;
-
 struct shv_filter {
     atomic_int refs;
-    bson_oid_t epoch;
-    uint32_t ts_t, ts_i;          /* collection timestamp (generation) */
-    keys_pattern_t pattern;
-    uint32_t coll_major, coll_minor;
+    rtable_t rt;                  /* the whole table (common/rtable.h), built in place */
+    int me;                       /* this shard's index in rt.shards, -1 when it owns none */
     uint32_t shard_major, shard_minor;
-    int nchunks;
-    shv_chunk_t *chunks;          /* the whole table, sorted by min, tiling the key space */
-    int nowned;
-    int *owned;                   /* indexes into chunks of the ones this shard owns */
+    int nowned;                   /* chunks this shard owns */
 };
 
 enum shv_state { SHV_UNKNOWN = 0, SHV_SHARDED, SHV_UNSHARDED };
@@ -77,26 +67,14 @@ struct shv {
 /* What a request carried. */
 typedef struct shv_recv {
     bool unsharded;
-    bson_oid_t epoch;
-    uint32_t ts_t, ts_i;
-    uint32_t major, minor;
+    rtable_version_t v;
 } shv_recv_t;
 
 /* ---- snapshots ----------------------------------------------------------------------- */
 
-static void chunk_free(shv_chunk_t *c) {
-    buf_free(&c->min);
-    buf_free(&c->max);
-    free(c->shard);
-    c->shard = NULL;
-}
-
 static void snap_free(shv_filter_t *f) {
     if (!f) return;
-    for (int i = 0; i < f->nchunks; i++) chunk_free(&f->chunks[i]);
-    free(f->chunks);
-    free(f->owned);
-    keys_pattern_free(&f->pattern);
+    rtable_clear(&f->rt);
     free(f);
 }
 
@@ -111,143 +89,59 @@ void shv_filter_release(shv_filter_t *f) {
 }
 
 const keys_pattern_t *shv_filter_pattern(const shv_filter_t *f) {
-    return &f->pattern;
-}
-
-/* memcmp order of two byte strings; a proper prefix sorts first. */
-static int bytes_cmp(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen) {
-    size_t n = alen < blen ? alen : blen;
-    int c = n ? memcmp(a, b, n) : 0;
-    if (c) return c;
-    return alen < blen ? -1 : alen > blen ? 1 : 0;
-}
-
-static int buf_cmp(const buf_t *a, const buf_t *b) {
-    return bytes_cmp(a->data, a->len, b->data, b->len);
+    return &f->rt.pattern;
 }
 
 bool shv_filter_owns(const shv_filter_t *f, const uint8_t *key, size_t len) {
-    if (!f) return false;
-    int lo = 0, hi = f->nowned - 1, found = -1;
-    /* The last owned chunk whose min <= key. */
-    while (lo <= hi) {
-        int mid = lo + (hi - lo) / 2;
-        const shv_chunk_t *c = &f->chunks[f->owned[mid]];
-        if (bytes_cmp(c->min.data, c->min.len, key, len) <= 0) {
-            found = mid;
-            lo = mid + 1;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    if (found < 0) return false;
-    const shv_chunk_t *c = &f->chunks[f->owned[found]];
-    return bytes_cmp(key, len, c->max.data, c->max.len) < 0;
+    if (!f || f->me < 0 || f->rt.nchunks == 0) return false;
+    /* The chunks tile the key space: the one containing key decides. */
+    return f->rt.chunks[rtable_find(&f->rt, key, len)].shard == f->me;
 }
 
-static int chunk_cmp_min(const void *a, const void *b) {
-    return buf_cmp(&((const shv_chunk_t *)a)->min, &((const shv_chunk_t *)b)->min);
-}
-
-static bool version_less(uint32_t am, uint32_t an, uint32_t bm, uint32_t bn) {
-    return am < bm || (am == bm && an < bn);
-}
-
-/* Derives owned list, shard version and (when not given) the collection version, and
- * checks the table tiles [MinKey, MaxKey) without gap or overlap. Returns false when it
- * does not (an incremental merge that missed something: the caller refetches in full). */
-static bool snap_finish(shv_filter_t *f, const char *me) {
-    buf_t gmin = {0}, gmax = {0};
-    bson_t bmin, bmax;
-    bool ok = true;
-    bson_init(&bmin);
-    bson_init(&bmax);
-    keys_global_min(&f->pattern, &bmin);
-    keys_global_max(&f->pattern, &bmax);
-    if (keys_encode_bound(&f->pattern, &bmin, &gmin, NULL) ||
-        keys_encode_bound(&f->pattern, &bmax, &gmax, NULL))
-        ok = false;
-    if (ok && f->nchunks > 0) {
-        if (buf_cmp(&f->chunks[0].min, &gmin) != 0) ok = false;
-        if (buf_cmp(&f->chunks[f->nchunks - 1].max, &gmax) != 0) ok = false;
-        for (int i = 0; ok && i + 1 < f->nchunks; i++)
-            if (buf_cmp(&f->chunks[i].max, &f->chunks[i + 1].min) != 0) ok = false;
-    }
-    if (f->nchunks == 0) ok = false;
-    f->owned = calloc((size_t)(f->nchunks ? f->nchunks : 1), sizeof *f->owned);
-    ASSERT(f->owned);
+/* This shard's place in the table: its index, version and owned count. */
+static void snap_finish(shv_filter_t *f, const char *me) {
+    f->me = rtable_shard_index(&f->rt, me);
     f->nowned = 0;
-    f->shard_major = f->shard_minor = 0;
-    for (int i = 0; i < f->nchunks; i++) {
-        shv_chunk_t *c = &f->chunks[i];
-        if (version_less(f->coll_major, f->coll_minor, c->major, c->minor)) {
-            f->coll_major = c->major;
-            f->coll_minor = c->minor;
-        }
-        if (strcmp(c->shard, me) != 0) continue;
-        f->owned[f->nowned++] = i;
-        if (version_less(f->shard_major, f->shard_minor, c->major, c->minor)) {
-            f->shard_major = c->major;
-            f->shard_minor = c->minor;
-        }
-    }
-    bson_destroy(&bmin);
-    bson_destroy(&bmax);
-    buf_free(&gmin);
-    buf_free(&gmax);
-    return ok;
+    for (int i = 0; f->me >= 0 && i < f->rt.nchunks; i++)
+        if (f->rt.chunks[i].shard == f->me) f->nowned++;
+    rtable_version_t v;
+    rtable_shard_version(&f->rt, f->me, &v);
+    f->shard_major = v.major;
+    f->shard_minor = v.minor;
 }
 
 /* ---- wire helpers ------------------------------------------------------------------- */
 
-static void append_version(bson_t *dst, const char *key, const bson_oid_t *epoch, uint32_t ts_t,
-                           uint32_t ts_i, uint32_t major, uint32_t minor) {
-    bson_t v;
-    bson_append_document_begin(dst, key, -1, &v);
-    BSON_APPEND_OID(&v, "e", epoch);
-    BSON_APPEND_TIMESTAMP(&v, "t", ts_t, ts_i);
-    BSON_APPEND_TIMESTAMP(&v, "v", major, minor);
-    bson_append_document_end(dst, &v);
+static void append_snap_version(bson_t *dst, const char *key, const shv_filter_t *f,
+                                bool coll) {
+    rtable_version_t v;
+    if (coll) rtable_coll_version(&f->rt, &v);
+    else rtable_shard_version(&f->rt, f->me, &v);
+    rtable_version_append(dst, key, &v);
+}
+
+static bool snap_same_generation(const shv_filter_t *f, const rtable_version_t *v) {
+    rtable_version_t ours;
+    rtable_coll_version(&f->rt, &ours);
+    return rtable_same_generation(&ours, v);
 }
 
 static void append_unsharded(bson_t *dst, const char *key) {
-    bson_oid_t zero;
-    memset(&zero, 0, sizeof zero);
-    append_version(dst, key, &zero, 0, 0, 0, 0);
+    rtable_version_t v;
+    rtable_version_unsharded(&v);
+    rtable_version_append(dst, key, &v);
 }
 
 /* Parses {e: ObjectId, t: Timestamp, v: Timestamp} at it. */
 static int parse_version(const bson_iter_t *it, shv_recv_t *out, ms_error_t *err) {
-    bson_iter_t c;
-    bool he = false, ht = false, hv = false;
-    if (!BSON_ITER_HOLDS_DOCUMENT(it) || !bson_iter_recurse(it, &c))
-        return err_set(err, MS_ERR_TYPE_MISMATCH, "shardVersion must be a document {e, t, v}");
     memset(out, 0, sizeof *out);
-    while (bson_iter_next(&c)) {
-        const char *k = bson_iter_key(&c);
-        if (strcmp(k, "e") == 0 && BSON_ITER_HOLDS_OID(&c)) {
-            bson_oid_copy(bson_iter_oid(&c), &out->epoch);
-            he = true;
-        } else if (strcmp(k, "t") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&c)) {
-            bson_iter_timestamp(&c, &out->ts_t, &out->ts_i);
-            ht = true;
-        } else if (strcmp(k, "v") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&c)) {
-            bson_iter_timestamp(&c, &out->major, &out->minor);
-            hv = true;
-        }
+    int rc = rtable_version_parse(it, &out->v, err);
+    if (rc) {
+        err_prefix(err, "shardVersion");
+        return rc;
     }
-    if (!he || !ht || !hv)
-        return err_set(err, MS_ERR_TYPE_MISMATCH,
-                       "shardVersion needs e (ObjectId), t (Timestamp) and v (Timestamp)");
-    bson_oid_t zero;
-    memset(&zero, 0, sizeof zero);
-    out->unsharded = bson_oid_equal(&out->epoch, &zero) && out->ts_t == 0 && out->ts_i == 0 &&
-                     out->major == 0 && out->minor == 0;
+    out->unsharded = rtable_version_is_unsharded(&out->v);
     return 0;
-}
-
-static void append_recv(bson_t *dst, const char *key, const shv_recv_t *r) {
-    append_version(dst, key, &r->epoch, r->ts_t, r->ts_i, r->major, r->minor);
 }
 
 /* ---- the namespace list --------------------------------------------------------------- */
@@ -325,178 +219,21 @@ void shv_invalidate(shv_t *s, const char *ns) {
 
 /* ---- refresh (MongoDB's onShardVersionMismatch → forceShardFilteringMetadataRefresh) ---- */
 
-static int parse_chunk(const bson_iter_t *it, const keys_pattern_t *p, shv_chunk_t *out,
-                       ms_error_t *err) {
-    bson_iter_t c;
-    bool hmin = false, hmax = false, hshard = false, hlm = false;
-    memset(out, 0, sizeof *out);
-    if (!BSON_ITER_HOLDS_DOCUMENT(it) || !bson_iter_recurse(it, &c))
-        return err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable: chunk is not a document");
-    while (bson_iter_next(&c)) {
-        const char *k = bson_iter_key(&c);
-        if ((strcmp(k, "min") == 0 || strcmp(k, "max") == 0) && BSON_ITER_HOLDS_DOCUMENT(&c)) {
-            uint32_t len;
-            const uint8_t *data;
-            bson_t b;
-            bson_iter_document(&c, &len, &data);
-            if (!bson_init_static(&b, data, len))
-                return err_set(err, MS_ERR_INVALID_BSON, "getRoutingTable: bad chunk bound");
-            bool is_min = k[1] == 'i';
-            int rc = keys_encode_bound(p, &b, is_min ? &out->min : &out->max, err);
-            if (rc) return rc;
-            if (is_min) hmin = true;
-            else hmax = true;
-        } else if (strcmp(k, "shard") == 0 && BSON_ITER_HOLDS_UTF8(&c)) {
-            free(out->shard);
-            out->shard = strdup(bson_iter_utf8(&c, NULL));
-            ASSERT(out->shard);
-            hshard = true;
-        } else if (strcmp(k, "lastmod") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&c)) {
-            bson_iter_timestamp(&c, &out->major, &out->minor);
-            hlm = true;
-        }
-    }
-    if (!hmin || !hmax || !hshard || !hlm)
-        return err_set(err, MS_ERR_FAILED_TO_PARSE,
-                       "getRoutingTable: chunk needs min, max, shard and lastmod");
-    if (buf_cmp(&out->min, &out->max) >= 0)
-        return err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable: chunk with min >= max");
-    return 0;
-}
-
-/* Builds a snapshot from a getRoutingTable reply, merging into base when the reply is
- * incremental. *merge_failed is set when the merged table does not tile the key space. */
+/* Builds a snapshot from a getRoutingTable reply, merged into base when incremental
+ * (common/rtable.c). *merge_failed when the caller must ask again in full. */
 static int snap_from_reply(const bson_t *reply, shv_filter_t *base, const char *me,
                            shv_filter_t **out, bool *merge_failed, ms_error_t *err) {
-    bson_iter_t it, arr;
-    shv_filter_t *f = NULL;
-    shv_chunk_t *fresh = NULL;
-    int nfresh = 0, cap = 0, rc = 0;
-    bool full = true, have_key = false, have_epoch = false, have_ts = false, have_chunks = false;
-    bson_t key;
-    *merge_failed = false;
-
-    f = calloc(1, sizeof *f);
+    shv_filter_t *f = calloc(1, sizeof *f);
     ASSERT(f);
     atomic_init(&f->refs, 1);
-    if (!bson_iter_init(&it, reply)) {
-        rc = err_set(err, MS_ERR_INVALID_BSON, "getRoutingTable: bad reply");
-        goto out;
+    int rc = rtable_from_reply(reply, base ? &base->rt : NULL, &f->rt, merge_failed, err);
+    if (rc || *merge_failed) {
+        snap_free(f);
+        return rc;
     }
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
-        if (strcmp(k, "key") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            uint32_t len;
-            const uint8_t *data;
-            bson_iter_document(&it, &len, &data);
-            if (have_key || !bson_init_static(&key, data, len)) continue;
-            rc = keys_pattern_parse(&key, &f->pattern, err);
-            if (rc) goto out;
-            have_key = true;
-        } else if (strcmp(k, "epoch") == 0 && BSON_ITER_HOLDS_OID(&it)) {
-            bson_oid_copy(bson_iter_oid(&it), &f->epoch);
-            have_epoch = true;
-        } else if (strcmp(k, "timestamp") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
-            bson_iter_timestamp(&it, &f->ts_t, &f->ts_i);
-            have_ts = true;
-        } else if (strcmp(k, "full") == 0 && BSON_ITER_HOLDS_BOOL(&it)) {
-            full = bson_iter_bool(&it);
-        } else if (strcmp(k, "chunks") == 0 && BSON_ITER_HOLDS_ARRAY(&it)) {
-            have_chunks = bson_iter_recurse(&it, &arr);
-        }
-    }
-    if (!have_key || !have_epoch || !have_ts || !have_chunks) {
-        rc = err_set(err, MS_ERR_FAILED_TO_PARSE,
-                     "getRoutingTable: reply lacks key, epoch, timestamp or chunks");
-        goto out;
-    }
-    while (bson_iter_next(&arr)) {
-        if (nfresh >= MS_CHUNKS_PER_COLLECTION_MAX) {
-            rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable: more than %d chunks",
-                         MS_CHUNKS_PER_COLLECTION_MAX);
-            goto out;
-        }
-        if (nfresh == cap) {
-            cap = cap ? cap * 2 : 16;
-            fresh = xrealloc(fresh, (size_t)cap * sizeof *fresh);
-        }
-        rc = parse_chunk(&arr, &f->pattern, &fresh[nfresh], err);
-        if (rc) {
-            chunk_free(&fresh[nfresh]);
-            goto out;
-        }
-        nfresh++;
-    }
-    if (nfresh > 1) qsort(fresh, (size_t)nfresh, sizeof *fresh, chunk_cmp_min);
-
-    bool incremental = !full && base && bson_oid_equal(&base->epoch, &f->epoch) &&
-                       base->ts_t == f->ts_t && base->ts_i == f->ts_i;
-    if (!full && !incremental) {
-        *merge_failed = true;  /* an incremental answer we cannot apply: ask in full */
-        goto out;
-    }
-    if (!incremental) {
-        f->chunks = fresh;
-        f->nchunks = nfresh;
-        fresh = NULL;
-        nfresh = 0;
-    } else {
-        /* Old chunks that no fresh chunk overlaps survive; fresh ones replace the rest
-         * (a split or merge changes boundaries, a migration changes the owner). */
-        f->chunks = calloc((size_t)(base->nchunks + nfresh + 1), sizeof *f->chunks);
-        ASSERT(f->chunks);
-        int j = 0;
-        for (int i = 0; i < base->nchunks; i++) {
-            const shv_chunk_t *oc = &base->chunks[i];
-            /* fresh chunks are sorted and disjoint: the last one with min < oc.max decides. */
-            int lo = 0, hi = nfresh - 1, cand = -1;
-            while (lo <= hi) {
-                int mid = lo + (hi - lo) / 2;
-                if (buf_cmp(&fresh[mid].min, &oc->max) < 0) {
-                    cand = mid;
-                    lo = mid + 1;
-                } else {
-                    hi = mid - 1;
-                }
-            }
-            if (cand >= 0 && buf_cmp(&fresh[cand].max, &oc->min) > 0) continue;
-            shv_chunk_t *nc = &f->chunks[j++];
-            buf_put(&nc->min, oc->min.data, oc->min.len);
-            buf_put(&nc->max, oc->max.data, oc->max.len);
-            nc->shard = strdup(oc->shard);
-            ASSERT(nc->shard);
-            nc->major = oc->major;
-            nc->minor = oc->minor;
-        }
-        for (int i = 0; i < nfresh; i++) f->chunks[j++] = fresh[i];
-        free(fresh);
-        fresh = NULL;
-        nfresh = 0;
-        f->nchunks = j;
-        if (f->nchunks > 1) qsort(f->chunks, (size_t)f->nchunks, sizeof *f->chunks, chunk_cmp_min);
-    }
-    if (bson_iter_init_find(&it, reply, "collectionVersion")) {
-        shv_recv_t cv;
-        if (parse_version(&it, &cv, NULL) == 0) {
-            f->coll_major = cv.major;
-            f->coll_minor = cv.minor;
-        }
-    }
-    if (!snap_finish(f, me)) {
-        *merge_failed = true;
-        if (!incremental) {
-            rc = err_set(err, MS_ERR_FAILED_TO_PARSE,
-                         "getRoutingTable: chunks do not tile the key space");
-        }
-        goto out;
-    }
+    snap_finish(f, me);
     *out = f;
-    f = NULL;
-out:
-    for (int i = 0; i < nfresh; i++) chunk_free(&fresh[i]);
-    free(fresh);
-    snap_free(f);
-    return rc;
+    return 0;
 }
 
 /* Asks the config server. *unsharded set for NamespaceNotSharded; else *out a snapshot. */
@@ -520,9 +257,7 @@ static int fetch_table(shv_t *s, const char *ns, shv_filter_t *base, shv_filter_
         bool merge_failed = false;
         bson_init(&cmd);
         BSON_APPEND_UTF8(&cmd, "getRoutingTable", ns);
-        if (base && round == 0)
-            append_version(&cmd, "sinceVersion", &base->epoch, base->ts_t, base->ts_i,
-                           base->coll_major, base->coll_minor);
+        if (base && round == 0) append_snap_version(&cmd, "sinceVersion", base, true);
         /* rpc_call, not rpc_command: the reply is ours whenever the call succeeds, so
          * NamespaceNotSharded and other {ok: 0} answers are read without ambiguity. */
         rc = rpc_call(cli, &cmd, SHV_REFRESH_TIMEOUT_MS, &reply, err);
@@ -605,8 +340,9 @@ static int refresh_ns(shv_t *s, const char *ns, ms_error_t *err) {
     if (rc == 0 && e->state == SHV_SHARDED && e->snap)
         log_info("filtering metadata refreshed ns=%s shardVersion=%u|%u collectionVersion=%u|%u "
                  "owned=%d chunks=%d ms=%lld",
-                 ns, e->snap->shard_major, e->snap->shard_minor, e->snap->coll_major,
-                 e->snap->coll_minor, e->snap->nowned, e->snap->nchunks, time_mono_ms() - t0);
+                 ns, e->snap->shard_major, e->snap->shard_minor, e->snap->rt.coll_major,
+                 e->snap->rt.coll_minor, e->snap->nowned, e->snap->rt.nchunks,
+                 time_mono_ms() - t0);
     else if (rc == 0 && e->state == SHV_UNSHARDED)
         log_info("filtering metadata refreshed ns=%s sharded=false", ns);
     pthread_mutex_unlock(&s->mu);
@@ -633,11 +369,14 @@ static bool needs_refresh(const shv_entry_t *e, const shv_recv_t *r) {
     const shv_filter_t *f = e->snap;
     /* A router that believes the collection unsharded may know of a drop we missed. */
     if (r->unsharded) return true;
-    bool same_gen = bson_oid_equal(&r->epoch, &f->epoch) && r->ts_t == f->ts_t &&
-                    r->ts_i == f->ts_i;
-    if (!same_gen)  /* timestamps order generations; epochs are not comparable */
-        return version_less(f->ts_t, f->ts_i, r->ts_t, r->ts_i);
-    return r->major > f->coll_major;
+    /* Newer generation (timestamps order generations; epochs are not comparable) or a
+     * higher major than our collection version: the request knows more than we do. */
+    rtable_version_t ours;
+    bool comparable;
+    rtable_coll_version(&f->rt, &ours);
+    int c = rtable_version_cmp(&ours, &r->v, &comparable);
+    if (!rtable_same_generation(&ours, &r->v)) return comparable && c < 0;
+    return r->v.major > ours.major;
 }
 
 int shv_check(shv_t *s, const char *ns, const bson_t *req, shv_filter_t **filter,
@@ -680,10 +419,9 @@ int shv_check(shv_t *s, const char *ns, const bson_t *req, shv_filter_t **filter
         why = "the collection is not sharded on this shard";
     } else if (r.unsharded) {
         why = "request treats the collection as unsharded but it is sharded";
-    } else if (!bson_oid_equal(&r.epoch, &snap->epoch) || r.ts_t != snap->ts_t ||
-               r.ts_i != snap->ts_i) {
+    } else if (!snap_same_generation(snap, &r.v)) {
         why = "timestamp mismatch (the collection was dropped, recreated or resharded)";
-    } else if (r.major != snap->shard_major) {
+    } else if (r.v.major != snap->shard_major) {
         why = snap->shard_major == 0 && snap->shard_minor == 0
                   ? "shard no longer contains chunks"
                   : "placement version major mismatch";
@@ -694,10 +432,8 @@ int shv_check(shv_t *s, const char *ns, const bson_t *req, shv_filter_t **filter
 
     if (err_info) {
         BSON_APPEND_UTF8(err_info, "ns", ns);
-        append_recv(err_info, "vReceived", &r);
-        if (state == SHV_SHARDED)
-            append_version(err_info, "vWanted", &snap->epoch, snap->ts_t, snap->ts_i,
-                           snap->shard_major, snap->shard_minor);
+        rtable_version_append(err_info, "vReceived", &r.v);
+        if (state == SHV_SHARDED) append_snap_version(err_info, "vWanted", snap, false);
         else if (state == SHV_UNSHARDED)
             append_unsharded(err_info, "vWanted");
         BSON_APPEND_UTF8(err_info, "shardId", s->shard_name);
@@ -705,7 +441,7 @@ int shv_check(shv_t *s, const char *ns, const bson_t *req, shv_filter_t **filter
     pthread_mutex_lock(&s->mu);
     s->stale_replies++;
     pthread_mutex_unlock(&s->mu);
-    log_info("stale config ns=%s received=%u|%u wanted=%u|%u reason=\"%s\"", ns, r.major, r.minor,
+    log_info("stale config ns=%s received=%u|%u wanted=%u|%u reason=\"%s\"", ns, r.v.major, r.v.minor,
              snap ? snap->shard_major : 0, snap ? snap->shard_minor : 0, why);
     rc = err_set(err, MS_ERR_STALE_CONFIG, "version mismatch detected for %s: %s", ns, why);
     shv_filter_release(snap);
@@ -721,12 +457,10 @@ void shv_append_status(shv_t *s, bson_t *reply) {
         if (e->state == SHV_SHARDED) {
             const shv_filter_t *f = e->snap;
             BSON_APPEND_BOOL(&d, "sharded", true);
-            append_version(&d, "shardVersion", &f->epoch, f->ts_t, f->ts_i, f->shard_major,
-                           f->shard_minor);
-            append_version(&d, "collectionVersion", &f->epoch, f->ts_t, f->ts_i, f->coll_major,
-                           f->coll_minor);
+            append_snap_version(&d, "shardVersion", f, false);
+            append_snap_version(&d, "collectionVersion", f, true);
             BSON_APPEND_INT32(&d, "chunksOwned", f->nowned);
-            BSON_APPEND_INT32(&d, "chunksKnown", f->nchunks);
+            BSON_APPEND_INT32(&d, "chunksKnown", f->rt.nchunks);
         } else {
             BSON_APPEND_BOOL(&d, "sharded", false);
         }

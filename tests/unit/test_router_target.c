@@ -19,12 +19,12 @@ static rt_table_t *make_table(bool hashed) {
     t->sharded = true;
     if (hashed) BSON_APPEND_UTF8(&pat, "x", "hashed");
     else BSON_APPEND_INT32(&pat, "x", 1);
-    CHECK(keys_pattern_parse(&pat, &t->pattern, &err) == 0);
+    CHECK(keys_pattern_parse(&pat, &t->rt.pattern, &err) == 0);
     bson_destroy(&pat);
-    t->nshards = 3;
-    for (int i = 0; i < 3; i++) snprintf(t->shards[i], RT_NAME_BYTES_MAX, "s%d", i);
-    t->nchunks = 3;
-    t->chunks = calloc(3, sizeof *t->chunks);
+    t->rt.nshards = 3;
+    for (int i = 0; i < 3; i++) snprintf(t->rt.shards[i], RT_NAME_BYTES_MAX, "s%d", i);
+    t->rt.nchunks = 3;
+    t->rt.chunks = calloc(3, sizeof *t->rt.chunks);
     int64_t cut[2] = {0, 100};
     for (int i = 0; i < 3; i++) {
         bson_t lo = BSON_INITIALIZER, hi = BSON_INITIALIZER;
@@ -32,11 +32,11 @@ static rt_table_t *make_table(bool hashed) {
         else BSON_APPEND_INT64(&lo, "x", cut[i - 1]);
         if (i == 2) BSON_APPEND_MAXKEY(&hi, "x");
         else BSON_APPEND_INT64(&hi, "x", cut[i]);
-        CHECK(keys_encode_bound(&t->pattern, &lo, &t->chunks[i].min, &err) == 0);
-        CHECK(keys_encode_bound(&t->pattern, &hi, &t->chunks[i].max, &err) == 0);
-        t->chunks[i].shard = i;
-        t->chunks[i].major = 1;
-        t->chunks[i].minor = (uint32_t)i;
+        CHECK(keys_encode_bound(&t->rt.pattern, &lo, &t->rt.chunks[i].min, &err) == 0);
+        CHECK(keys_encode_bound(&t->rt.pattern, &hi, &t->rt.chunks[i].max, &err) == 0);
+        t->rt.chunks[i].shard = i;
+        t->rt.chunks[i].major = 1;
+        t->rt.chunks[i].minor = (uint32_t)i;
         bson_destroy(&lo);
         bson_destroy(&hi);
     }

@@ -1,0 +1,105 @@
+/*
+ * rtable.h — one collection's routing table as the config server's getRoutingTable
+ * reply describes it (shardd/shardver.h has the reply shape), shared by the router's
+ * routing-table cache (MongoDB's ChunkManager in the CatalogCache) and the shard's
+ * filtering metadata (CollectionMetadata). Used by bin/router and bin/shardd.
+ *
+ * A table is the generation (epoch, timestamp), the key pattern and the chunks sorted
+ * by encoded min, tiling [MinKey, MaxKey) without gap or overlap; each chunk names its
+ * shard by an index into a small per-table list of shard names. Derived on every build:
+ * the collection version (max lastmod) and each shard's version (max lastmod of its
+ * chunks, (0,0) when it owns none) — notes §2.1. An incremental reply (full: false, only
+ * chunks with lastmod >= sinceVersion) is merged into the previous table: old chunks
+ * that no fresh chunk overlaps survive, the fresh ones replace the rest (a split or merge
+ * changes boundaries, a migration the owner). A merge that does not tile, or a reply of
+ * another generation, asks the caller to fetch in full (MongoDB's refresh falls back the
+ * same way).
+ *
+ * Versions compare as notes §2.1 says: timestamp first (different generations are
+ * ordered only by it), then major, then minor; UNSHARDED is comparable with nothing.
+ */
+#ifndef MS_RTABLE_H
+#define MS_RTABLE_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+#include "common/errors.h"
+#include "common/keys.h"
+#include "common/limits.h"
+
+/* Shard names (config.shards _id) as kept in a table. */
+#define RTABLE_NAME_BYTES_MAX 128
+
+/* MongoDB's ChunkVersion {e, t, v}: generation + placement. */
+typedef struct rtable_version {
+    bson_oid_t epoch;
+    uint32_t ts_t, ts_i;      /* collection timestamp */
+    uint32_t major, minor;    /* placement */
+} rtable_version_t;
+
+typedef struct rtable_chunk {
+    buf_t min, max;           /* encoded bounds (keys_encode_bound) */
+    int shard;                /* index into rtable_t.shards */
+    uint32_t major, minor;    /* lastmod */
+} rtable_chunk_t;
+
+/* Built in place by rtable_from_reply and released with rtable_clear. Never copy or
+ * move one by value: the key pattern holds a bson_t, which may point into itself. */
+typedef struct rtable {
+    bson_oid_t epoch;
+    uint32_t ts_t, ts_i;
+    keys_pattern_t pattern;
+    bool unique;
+    uint32_t coll_major, coll_minor;
+    int nshards;
+    char shards[MS_SHARDS_MAX][RTABLE_NAME_BYTES_MAX];
+    uint32_t shard_major[MS_SHARDS_MAX], shard_minor[MS_SHARDS_MAX];
+    int nchunks;
+    rtable_chunk_t *chunks;   /* sorted by min, tiling the key space */
+} rtable_t;
+
+/* Builds *out from a getRoutingTable reply (borrowed). base (borrowed, may be NULL) is
+ * the previous table: an incremental reply of base's generation is merged into it. On 0
+ * either *out is initialised (caller releases with rtable_clear) and *need_full is
+ * false, or *need_full is true and nothing is initialised: the reply was incremental
+ * but not applicable (no base, another generation, or the merge left a gap or overlap)
+ * and the caller asks again without sinceVersion. A full reply that does not tile is
+ * FailedToParse. On error or need_full *out is left zeroed (rtable_clear is harmless). */
+int rtable_from_reply(const bson_t *reply, const rtable_t *base, rtable_t *out,
+                      bool *need_full, ms_error_t *err);
+/* Releases what rtable_from_reply allocated (NULL-safe; a zeroed table is fine). */
+void rtable_clear(rtable_t *t);
+
+/* memcmp order of two byte strings; a proper prefix sorts first. */
+int rtable_bytes_cmp(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen);
+/* Index of the chunk containing the encoded key (binary search; the last chunk whose
+ * min <= key — chunks tile the key space, so there is always one). 0 for an empty table. */
+int rtable_find(const rtable_t *t, const uint8_t *key, size_t len);
+/* Index of name in t->shards, -1 if it owns no chunk. */
+int rtable_shard_index(const rtable_t *t, const char *name);
+
+/* The collection version / the version of shard index i (-1 → (0,0)), with generation. */
+void rtable_coll_version(const rtable_t *t, rtable_version_t *out);
+void rtable_shard_version(const rtable_t *t, int shard, rtable_version_t *out);
+
+/* Wire form {e: ObjectId, t: Timestamp, v: Timestamp(major, minor)}. parse: TypeMismatch
+ * when it is not a document with those three fields. */
+int rtable_version_parse(const bson_iter_t *it, rtable_version_t *out, ms_error_t *err);
+void rtable_version_append(bson_t *dst, const char *key, const rtable_version_t *v);
+/* UNSHARDED = zero epoch, Timestamp(0,0), Timestamp(0,0). */
+void rtable_version_unsharded(rtable_version_t *out);
+bool rtable_version_is_unsharded(const rtable_version_t *v);
+/* Same epoch and timestamp. */
+bool rtable_same_generation(const rtable_version_t *a, const rtable_version_t *b);
+/* Same generation and same major: MongoDB's write-compatible (minor drift tolerated). */
+bool rtable_write_compatible(const rtable_version_t *a, const rtable_version_t *b);
+/* Compares a with b (notes §2.1): *comparable false when either is UNSHARDED, or the
+ * generations differ but share a timestamp (epochs are not ordered); else returns <0, 0,
+ * >0 ordering by timestamp, then major, then minor. */
+int rtable_version_cmp(const rtable_version_t *a, const rtable_version_t *b, bool *comparable);
+
+#endif
