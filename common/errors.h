@@ -67,6 +67,7 @@
     X(COMMAND_NOT_SUPPORTED, 115, "CommandNotSupported")            \
     X(CONFLICTING_OPERATION, 117, "ConflictingOperationInProgress") \
     X(NAMESPACE_NOT_SHARDED, 118, "NamespaceNotSharded")            \
+    X(CURSOR_IN_USE, 143, "CursorInUse")                            \
     X(EXCEEDED_MEMORY_LIMIT, 146, "ExceededMemoryLimit")            \
     X(STALE_EPOCH, 150, "StaleEpoch")                               \
     X(CHUNK_TOO_BIG, 153, "ChunkTooBig")                            \

@@ -353,68 +353,88 @@ out:
     return rc;
 }
 
+/* One database of listDatabases: the namespaces' prefix, with its sizes summed. */
+typedef struct db_entry {
+    char name[MS_NS_BYTES_MAX + 1];
+    int64_t size_on_disk;
+    bool empty;
+} db_entry_t;
+
 typedef struct ldb_arg {
+    bool name_only;
+    query_t *filter;          /* on the entries as listed; NULL = all */
     bson_t *arr;
+    int n;
     int64_t total;
 } ldb_arg_t;
 
+/* The entry of ns's database in dbs (added, empty, when first seen). */
+static db_entry_t *db_entry_of(db_entry_t *dbs, int *ndb, const char *ns) {
+    const char *dot = strchr(ns, '.');
+    int len = (int)(dot ? dot - ns : (long)strlen(ns));
+    for (int j = 0; j < *ndb; j++)
+        if ((int)strlen(dbs[j].name) == len && strncmp(dbs[j].name, ns, (size_t)len) == 0)
+            return &dbs[j];
+    snprintf(dbs[*ndb].name, sizeof dbs[0].name, "%.*s", len, ns);
+    dbs[*ndb].empty = true;
+    return &dbs[(*ndb)++];
+}
+
+/* Appends {name, sizeOnDisk, empty} ({name} with nameOnly) when it passes the filter
+ * (MongoDB's listDatabases: the filter sees the entry as it would be returned, and
+ * totalSize sums the databases returned). */
+static void list_db_entry(ldb_arg_t *a, const db_entry_t *d) {
+    bson_t e = BSON_INITIALIZER;
+    char key[16];
+    BSON_APPEND_UTF8(&e, "name", d->name);
+    if (!a->name_only) {
+        BSON_APPEND_INT64(&e, "sizeOnDisk", d->size_on_disk);
+        BSON_APPEND_BOOL(&e, "empty", d->empty);
+    }
+    if (!a->filter || query_match(a->filter, &e)) {
+        snprintf(key, sizeof key, "%d", a->n++);
+        BSON_APPEND_DOCUMENT(a->arr, key, &e);
+        a->total += d->size_on_disk;
+    }
+    bson_destroy(&e);
+}
+
 static int list_dbs_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     ldb_arg_t *a = arg;
-    int n = store_coll_count(t), ndb = 0;
-    char (*names)[MS_NS_BYTES_MAX + 1] = calloc((size_t)n + 1, sizeof *names);
-    int64_t *sizes = calloc((size_t)n + 1, sizeof *sizes);
-    bool *empty = calloc((size_t)n + 1, sizeof *empty);
-    int rc = 0;
-    if (!names || !sizes || !empty) {
-        rc = err_set(err, MS_ERR_INTERNAL, "out of memory");
-        goto out;
-    }
+    int n = store_coll_count(t), ndb = 0, rc = 0;
+    db_entry_t *dbs = calloc((size_t)n + 1, sizeof *dbs);
+    if (!dbs) return err_set(err, MS_ERR_INTERNAL, "out of memory");
     for (int i = 0; i < n; i++) {
         store_coll_t *c = store_coll_at(t, i);
-        const char *dot = strchr(c->ns, '.');
+        db_entry_t *d = db_entry_of(dbs, &ndb, c->ns);
         int64_t cnt, bytes, sb = 0, ib = 0;
-        int j;
-        char db[MS_NS_BYTES_MAX + 1];
-        snprintf(db, sizeof db, "%.*s", (int)(dot ? dot - c->ns : (long)strlen(c->ns)), c->ns);
-        for (j = 0; j < ndb; j++)
-            if (strcmp(names[j], db) == 0) break;
-        if (j == ndb) {
-            snprintf(names[ndb], sizeof names[0], "%s", db);
-            empty[ndb] = true;
-            ndb++;
-        }
+        if (a->name_only) continue;   /* nameOnly skips the size statistics */
         if ((rc = store_coll_stats(t, c, &cnt, &bytes, &sb, &ib, err)) != 0) goto out;
-        sizes[j] += sb + ib;
-        if (cnt) empty[j] = false;
+        d->size_on_disk += sb + ib;
+        if (cnt) d->empty = false;
     }
-    for (int j = 0; j < ndb; j++) {
-        bson_t d;
-        char key[16];
-        snprintf(key, sizeof key, "%d", j);
-        BSON_APPEND_DOCUMENT_BEGIN(a->arr, key, &d);
-        BSON_APPEND_UTF8(&d, "name", names[j]);
-        BSON_APPEND_INT64(&d, "sizeOnDisk", sizes[j]);
-        BSON_APPEND_BOOL(&d, "empty", empty[j]);
-        bson_append_document_end(a->arr, &d);
-        a->total += sizes[j];
-    }
+    for (int j = 0; j < ndb; j++) list_db_entry(a, &dbs[j]);
 out:
-    free(names);
-    free(sizes);
-    free(empty);
+    free(dbs);
     return rc;
 }
 
 int cmd_list_databases(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     shardd_t *app = ctx->app;
-    bson_t arr = BSON_INITIALIZER;
-    ldb_arg_t a = {&arr, 0};
-    int rc;
+    bson_t arr = BSON_INITIALIZER, f;
+    bson_iter_t it;
+    ldb_arg_t a = {cmd_flag(ctx, "nameOnly", false), NULL, &arr, 0, 0};
+    int rc = 0;
+    if (cmd_field(ctx, "filter", &it) && as_doc(&it, &f) && (rc = query_compile(&f, &a.filter, err)) != 0)
+        goto out;
     if ((rc = store_read(app->st, list_dbs_fn, &a, err)) != 0) goto out;
     BSON_APPEND_ARRAY(reply, "databases", &arr);
-    BSON_APPEND_INT64(reply, "totalSize", a.total);
-    BSON_APPEND_INT64(reply, "totalSizeMb", a.total / (1024 * 1024));
+    if (!a.name_only) {
+        BSON_APPEND_INT64(reply, "totalSize", a.total);
+        BSON_APPEND_INT64(reply, "totalSizeMb", a.total / (1024 * 1024));
+    }
 out:
+    query_free(a.filter);
     bson_destroy(&arr);
     return rc;
 }

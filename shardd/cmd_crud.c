@@ -1091,31 +1091,77 @@ out:
 
 /* ---- explain ------------------------------------------------------------------------ */
 
+/* The find a read command runs, for explain: count {query, skip, limit, hint} and
+ * distinct {query} plan exactly as a find with that filter (MongoDB's count and distinct
+ * go through the same query planner), appended to out. Other commands →
+ * CommandNotSupported naming what explain supports. */
+static int explain_as_find(const bson_t *inner, bson_t *out, ms_error_t *err) {
+    static const char *const count_fields[] = {"skip", "limit", "hint", NULL};
+    bson_iter_t it;
+    const char *verb;
+    bool is_count;
+    if (!bson_iter_init(&it, inner) || !bson_iter_next(&it))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "explain needs a command document");
+    verb = bson_iter_key(&it);
+    if (strcmp(verb, "find") == 0) {
+        bson_concat(out, inner);
+        return 0;
+    }
+    is_count = strcmp(verb, "count") == 0;
+    if (!is_count && strcmp(verb, "distinct") != 0)
+        return err_set(err, MS_ERR_COMMAND_NOT_SUPPORTED,
+                       "explain of '%s' is not supported: explain supports find, count and "
+                       "distinct", verb);
+    bsonx_append_iter(out, "find", &it);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "query") == 0) {
+            bsonx_append_iter(out, "filter", &it);
+        } else if (is_count) {
+            for (int i = 0; count_fields[i]; i++)
+                if (strcmp(k, count_fields[i]) == 0) {
+                    int64_t v;
+                    /* count's negative limit means its absolute value, not one batch */
+                    if (strcmp(k, "limit") == 0 && bsonx_as_int64(&it, &v))
+                        BSON_APPEND_INT64(out, "limit", v < 0 ? -v : v);
+                    else
+                        bsonx_append_iter(out, k, &it);
+                }
+        }
+    }
+    return 0;
+}
+
+/* explain (MongoDB's explain command, verbosities queryPlanner / executionStats /
+ * allPlansExecution) of find, count or distinct. */
 int cmd_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     shardd_t *app = ctx->app;
     char ns[MS_NS_BYTES_MAX + 8];
-    bson_t inner;
+    bson_t inner, as_find = BSON_INITIALIZER;
     bson_iter_t it;
     find_args_t fa;
     const char *verbosity = "queryPlanner";
     int rc;
     memset(&fa, 0, sizeof fa);
-    if (!BSON_ITER_HOLDS_DOCUMENT(&ctx->arg) || !field_doc(&ctx->arg, &inner))
-        return err_set(err, MS_ERR_FAILED_TO_PARSE, "explain needs a command document");
-    if (!bson_iter_init(&it, &inner) || !bson_iter_next(&it) ||
-        strcmp(bson_iter_key(&it), "find") != 0)
-        return err_set(err, MS_ERR_COMMAND_NOT_SUPPORTED, "explain is supported for find only");
+    if (!BSON_ITER_HOLDS_DOCUMENT(&ctx->arg) || !field_doc(&ctx->arg, &inner)) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "explain needs a command document");
+        goto out;
+    }
+    if ((rc = explain_as_find(&inner, &as_find, err)) != 0) goto out;
     if (cmd_field(ctx, "verbosity", &it) && BSON_ITER_HOLDS_UTF8(&it)) {
         verbosity = bson_iter_utf8(&it, NULL);
         if (strcmp(verbosity, "queryPlanner") != 0 && strcmp(verbosity, "executionStats") != 0 &&
-            strcmp(verbosity, "allPlansExecution") != 0)
-            return err_set(err, MS_ERR_FAILED_TO_PARSE, "verbosity string must be one of "
-                           "{'queryPlanner', 'executionStats', 'allPlansExecution'}");
+            strcmp(verbosity, "allPlansExecution") != 0) {
+            rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "verbosity string must be one of "
+                         "{'queryPlanner', 'executionStats', 'allPlansExecution'}");
+            goto out;
+        }
     }
-    if ((rc = parse_find(&inner, ctx->db, ns, sizeof ns, &fa, err)) != 0) goto out;
+    if ((rc = parse_find(&as_find, ctx->db, ns, sizeof ns, &fa, err)) != 0) goto out;
     if ((rc = version_check(ctx, ns, &fa.own, err)) != 0) goto out;
     rc = exec_explain_find(app->st, &fa, strcmp(verbosity, "queryPlanner") != 0, reply, err);
 out:
     find_args_free(&fa);
+    bson_destroy(&as_find);
     return rc;
 }

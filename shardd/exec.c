@@ -627,6 +627,10 @@ struct cursor {
     size_t sorted_next;
     int64_t skip_left;
     int64_t limit_left;          /* -1 = unlimited */
+    bson_t *stash;               /* a result that did not fit the last batch (MongoDB's
+                                  * stashResult): the next batch starts with it */
+    bool in_use;                 /* a getMore holds it (pinned): another gets CursorInUse */
+    bool killed;                 /* killCursors while pinned: freed when the getMore ends */
     long long last_used_ms;
     struct cursor *next;
 };
@@ -644,6 +648,7 @@ static void cursor_free(cursor_t *cur) {
     scan_pos_free(&cur->pos);
     sorter_free(&cur->sorted);
     find_args_free(&cur->fa);
+    if (cur->stash) bson_destroy(cur->stash);
     free(cur);
 }
 
@@ -674,7 +679,7 @@ int cursors_reap(cursors_t *cs) {
     pthread_mutex_lock(&cs->mu);
     for (pp = &cs->head; *pp;) {
         cursor_t *c = *pp;
-        if (now - c->last_used_ms > cs->idle_timeout_ms) {
+        if (!c->in_use && now - c->last_used_ms > cs->idle_timeout_ms) {
             *pp = c->next;
             c->next = dead;
             dead = c;
@@ -730,26 +735,60 @@ static int cursors_add(cursors_t *cs, cursor_t *cur, ms_error_t *err) {
     return 0;
 }
 
-/* Takes the cursor out of the table while a getMore runs on it. */
-static cursor_t *cursors_take(cursors_t *cs, int64_t id) {
-    cursor_t **pp, *c = NULL;
-    pthread_mutex_lock(&cs->mu);
-    for (pp = &cs->head; *pp; pp = &(*pp)->next)
-        if ((*pp)->id == id) {
-            c = *pp;
-            *pp = c->next;
+/* Unlinks cur from the table (mutex held). */
+static void cursors_unlink_locked(cursors_t *cs, cursor_t *cur) {
+    for (cursor_t **pp = &cs->head; *pp; pp = &(*pp)->next)
+        if (*pp == cur) {
+            *pp = cur->next;
             cs->n--;
-            break;
+            return;
         }
+}
+
+int cursors_pin(cursors_t *cs, int64_t id, cursor_t **out, ms_error_t *err) {
+    int rc = 0;
+    cursor_t *c;
+    pthread_mutex_lock(&cs->mu);
+    for (c = cs->head; c && c->id != id; c = c->next) {}
+    if (!c || c->killed)
+        rc = err_set(err, MS_ERR_CURSOR_NOT_FOUND, "cursor id %lld not found", (long long)id);
+    else if (c->in_use)
+        rc = err_set(err, MS_ERR_CURSOR_IN_USE, "cursor id %lld is already in use", (long long)id);
+    else
+        c->in_use = true;
     pthread_mutex_unlock(&cs->mu);
-    return c;
+    if (rc == 0) *out = c;
+    return rc;
+}
+
+void cursors_unpin(cursors_t *cs, cursor_t *cur, bool done) {
+    bool free_it;
+    if (!cur) return;
+    pthread_mutex_lock(&cs->mu);
+    free_it = done || cur->killed;
+    if (free_it) cursors_unlink_locked(cs, cur);
+    cur->in_use = false;
+    cur->last_used_ms = time_mono_ms();
+    pthread_mutex_unlock(&cs->mu);
+    if (free_it) cursor_free(cur);
 }
 
 bool cursors_kill(cursors_t *cs, int64_t id) {
-    cursor_t *c = cursors_take(cs, id);
-    if (!c) return false;
-    cursor_free(c);
-    return true;
+    cursor_t *c;
+    bool pinned = false;
+    pthread_mutex_lock(&cs->mu);
+    for (c = cs->head; c && c->id != id; c = c->next) {}
+    if (c && c->killed) c = NULL;   /* already being killed */
+    if (c) {
+        /* A pinned cursor belongs to its getMore until it ends (MongoDB marks it killed
+         * and the getMore's owner disposes of it). */
+        pinned = c->in_use;
+        if (pinned) c->killed = true;
+        else cursors_unlink_locked(cs, c);
+    }
+    pthread_mutex_unlock(&cs->mu);
+    if (c && !pinned) cursor_free(c);
+    return c != NULL;
 }
 
 void find_args_free(find_args_t *fa) {
@@ -787,37 +826,63 @@ typedef struct batch {
     int64_t max_docs;            /* -1 = bytes only */
     int64_t n;
     size_t bytes;
-    int rc;
 } batch_t;
 
-/* Emits one document into the batch (skip, limit, projection). 1 = batch full or done. */
+/* The batch is complete: limit reached, or the batch's own document count. */
+static bool batch_full(const batch_t *b) {
+    return b->cur->limit_left == 0 || (b->max_docs >= 0 && b->n >= b->max_docs);
+}
+
+/* Appends one result and counts it against the cursor's limit. */
+static void batch_append(batch_t *b, const bson_t *doc) {
+    char key[24];
+    snprintf(key, sizeof key, "%lld", (long long)b->n);
+    BSON_APPEND_DOCUMENT(b->arr, key, doc);
+    b->bytes += doc->len;
+    b->n++;
+    if (b->cur->limit_left > 0) b->cur->limit_left--;
+}
+
+/* A result fits when the batch stays within 16 MB — or when it is the batch's first: a
+ * single large document always goes out (MongoDB's FindCommon::haveSpaceForNext). */
+static bool batch_fits(const batch_t *b, const bson_t *doc) {
+    return b->n == 0 || b->bytes + doc->len <= MS_BATCH_BYTES_MAX;
+}
+
+/* Starts a batch with the result the previous one had no room for. */
+static void batch_take_stash(batch_t *b) {
+    cursor_t *cur = b->cur;
+    if (!cur->stash) return;
+    batch_append(b, cur->stash);
+    bson_destroy(cur->stash);
+    cur->stash = NULL;
+}
+
+/* Emits one document into the batch (skip, limit, projection). 1 = batch full or done;
+ * a result that does not fit is stashed for the next batch (MongoDB's stashResult). */
 static int batch_emit(batch_t *b, const bson_t *doc, ms_error_t *err) {
     cursor_t *cur = b->cur;
-    char key[24];
+    bson_t projected;
+    const bson_t *out = doc;
+    int rc = 0;
     if (cur->skip_left > 0) {
         cur->skip_left--;
         return 0;
     }
     if (cur->limit_left == 0) return 1;
-    snprintf(key, sizeof key, "%lld", (long long)b->n);
     if (cur->fa.proj) {
-        bson_t out;
-        int rc = projection_apply(cur->fa.proj, doc, &out, err);
-        if (rc != 0) return rc;
-        BSON_APPEND_DOCUMENT(b->arr, key, &out);
-        b->bytes += out.len;
-        bson_destroy(&out);
-    } else {
-        BSON_APPEND_DOCUMENT(b->arr, key, doc);
-        b->bytes += doc->len;
+        if ((rc = projection_apply(cur->fa.proj, doc, &projected, err)) != 0) return rc;
+        out = &projected;
     }
-    b->n++;
-    if (cur->limit_left > 0) cur->limit_left--;
-    if (cur->limit_left == 0) return 1;
-    if (b->max_docs >= 0 && b->n >= b->max_docs) return 1;
-    /* MongoDB stops a batch at 16 MB; the document that crossed the line stays in it. */
-    if (b->bytes >= MS_BATCH_BYTES_MAX) return 1;
-    return 0;
+    if (!batch_fits(b, out)) {
+        cur->stash = bson_copy(out);
+        rc = 1;
+    } else {
+        batch_append(b, out);
+        rc = batch_full(b) ? 1 : 0;
+    }
+    if (out == &projected) bson_destroy(&projected);
+    return rc;
 }
 
 static int batch_scan_fn(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err) {
@@ -862,6 +927,11 @@ static int fill_fn(store_txn_t *t, void *arg, ms_error_t *err) {
                            cur->plan.ix_name);
     }
     if (fl->b->max_docs == 0) return 0;
+    batch_take_stash(fl->b);
+    if (batch_full(fl->b)) {
+        fl->exhausted = cur->limit_left == 0;
+        return 0;
+    }
     if (cur->plan.blocking_sort) {
         if (!cur->sorted_ready) {
             if ((rc = sorter_run(t, c, &cur->plan, &eq, &cur->pos, &cur->sorted, err)) != 0)
@@ -876,65 +946,54 @@ static int fill_fn(store_txn_t *t, void *arg, ms_error_t *err) {
             if (rc == 1) break;
             if (rc != 0) return rc;
         }
-        fl->exhausted = cur->sorted_next >= cur->sorted.n || cur->limit_left == 0;
+        fl->exhausted = (cur->sorted_next >= cur->sorted.n && !cur->stash) || cur->limit_left == 0;
         return 0;
     }
     if ((rc = exec_scan(t, c, &cur->plan, &eq, &cur->pos, batch_scan_fn, fl->b, err)) != 0)
         return rc;
-    fl->exhausted = cur->pos.done || cur->limit_left == 0;
+    fl->exhausted = (cur->pos.done && !cur->stash) || cur->limit_left == 0;
     return 0;
 }
 
-/* Runs one batch of cur into an array under `key` of the reply's cursor document. */
-static int run_batch(store_t *st, cursors_t *cs, cursor_t *cur, int64_t max_docs,
-                     const char *key, bson_t *reply, ms_error_t *err) {
-    bson_t cdoc, arr;
-    batch_t b = {cur, &arr, max_docs, 0, 0, 0};
+/* Appends the reply's cursor document: {cursor: {<key>: batch, id, ns}}. */
+static void append_cursor_reply(bson_t *reply, const char *key, const bson_t *batch, int64_t id,
+                                const char *ns) {
+    bson_t cdoc;
+    bson_append_document_begin(reply, "cursor", -1, &cdoc);
+    BSON_APPEND_ARRAY(&cdoc, key, batch);
+    BSON_APPEND_INT64(&cdoc, "id", id);
+    BSON_APPEND_UTF8(&cdoc, "ns", ns);
+    bson_append_document_end(reply, &cdoc);
+}
+
+/* Runs one batch of cur (in its own read transaction, as MongoDB yields between
+ * batches) into *arr (initialised here; caller destroys). *exhausted: nothing is left. */
+static int run_batch(store_t *st, cursor_t *cur, int64_t max_docs, bson_t *arr, bool *exhausted,
+                     ms_error_t *err) {
+    batch_t b = {cur, arr, max_docs, 0, 0};
     fill_arg_t fl = {cur, &b, false};
     int rc;
-    bson_init(&arr);
+    bson_init(arr);
     rc = store_read(st, fill_fn, &fl, err);
-    if (rc != 0) {
-        bson_destroy(&arr);
-        cursor_free(cur);
-        return rc;
-    }
-    if (fl.exhausted) {
-        int64_t id = cur->id;
-        bson_append_document_begin(reply, "cursor", -1, &cdoc);
-        BSON_APPEND_ARRAY(&cdoc, key, &arr);
-        BSON_APPEND_INT64(&cdoc, "id", 0);
-        BSON_APPEND_UTF8(&cdoc, "ns", cur->ns);
-        bson_append_document_end(reply, &cdoc);
-        (void)id;
-        cursor_free(cur);
-    } else {
-        if ((rc = cursors_add(cs, cur, err)) != 0) {
-            bson_destroy(&arr);
-            cursor_free(cur);
-            return rc;
-        }
-        /* After cursors_add another thread may take cur: use only the copies below. */
-        bson_append_document_begin(reply, "cursor", -1, &cdoc);
-        BSON_APPEND_ARRAY(&cdoc, key, &arr);
-        BSON_APPEND_INT64(&cdoc, "id", cur->id);
-        BSON_APPEND_UTF8(&cdoc, "ns", cur->ns);
-        bson_append_document_end(reply, &cdoc);
-    }
-    bson_destroy(&arr);
-    return 0;
+    *exhausted = fl.exhausted;
+    return rc;
 }
 
+/* find's first batch (MongoDB's find command: run the plan until the first batch is full,
+ * then register the cursor when results remain). Takes ownership of fa's parts. */
 int exec_find(store_t *st, cursors_t *cs, find_args_t *fa, bson_t *reply, ms_error_t *err) {
     cursor_t *cur = store_zalloc(sizeof *cur);
-    int64_t first;
-    char id_ns[MS_NS_BYTES_MAX + 1];
+    int64_t first, id = 0;
+    char ns[MS_NS_BYTES_MAX + 1];
+    bson_t arr;
+    bool exhausted;
+    int rc;
     if (!cur) {
         find_args_free(fa);
         return err_set(err, MS_ERR_INTERNAL, "out of memory");
     }
     snprintf(cur->ns, sizeof cur->ns, "%s", fa->ns);
-    snprintf(id_ns, sizeof id_ns, "%s", fa->ns);
+    snprintf(ns, sizeof ns, "%s", fa->ns);
     cur->fa = *fa;
     cur->fa.ns = cur->ns;
     memset(fa, 0, sizeof *fa);
@@ -948,22 +1007,43 @@ int exec_find(store_t *st, cursors_t *cs, find_args_t *fa, bson_t *reply, ms_err
         cur->limit_left = cur->limit_left < 0 ? first
                           : (cur->limit_left < first ? cur->limit_left : first);
     }
-    return run_batch(st, cs, cur, first, "firstBatch", reply, err);
+    if ((rc = run_batch(st, cur, first, &arr, &exhausted, err)) != 0) goto out;
+    if (cur->fa.single_batch || cur->fa.limit < 0) exhausted = true;
+    if (!exhausted) {
+        if ((rc = cursors_add(cs, cur, err)) != 0) goto out;
+        id = cur->id;
+        cur = NULL;   /* the table's now: another thread may getMore on it at once */
+    }
+    append_cursor_reply(reply, "firstBatch", &arr, id, ns);
+out:
+    bson_destroy(&arr);
+    cursor_free(cur);
+    return rc;
 }
 
+/* getMore (MongoDB's getMore command: pin the cursor, check the namespace, run one batch,
+ * unpin — or dispose of it when exhausted, failed or killed meanwhile). */
 int exec_get_more(store_t *st, cursors_t *cs, int64_t id, const char *ns, int64_t batch_size,
                   bson_t *reply, ms_error_t *err) {
-    cursor_t *cur = cursors_take(cs, id);
-    if (!cur) return err_set(err, MS_ERR_CURSOR_NOT_FOUND, "cursor id %lld not found", (long long)id);
+    cursor_t *cur = NULL;
+    bson_t arr = BSON_INITIALIZER;
+    bool exhausted = false;
+    int rc;
+    if ((rc = cursors_pin(cs, id, &cur, err)) != 0) goto out_unpinned;
     if (strcmp(cur->ns, ns) != 0) {
-        ms_error_t e2;
-        int rc = err_set(err, MS_ERR_UNAUTHORIZED,
-                         "Requested getMore on namespace '%s', but cursor belongs to a different "
-                         "namespace %s", ns, cur->ns);
-        if (cursors_add(cs, cur, &e2) != 0) cursor_free(cur);
-        return rc;
+        rc = err_set(err, MS_ERR_UNAUTHORIZED,
+                     "Requested getMore on namespace '%s', but cursor belongs to a different "
+                     "namespace %s", ns, cur->ns);
+        cursors_unpin(cs, cur, false);
+        goto out_unpinned;
     }
-    return run_batch(st, cs, cur, batch_size > 0 ? batch_size : -1, "nextBatch", reply, err);
+    bson_destroy(&arr);
+    if ((rc = run_batch(st, cur, batch_size > 0 ? batch_size : -1, &arr, &exhausted, err)) == 0)
+        append_cursor_reply(reply, "nextBatch", &arr, exhausted ? 0 : id, ns);
+    cursors_unpin(cs, cur, rc != 0 || exhausted);
+out_unpinned:
+    bson_destroy(&arr);
+    return rc;
 }
 
 /* ---- explain ------------------------------------------------------------------------ */

@@ -277,12 +277,20 @@ typedef struct find_args {
     bool single_batch;
     bool no_index;
 } find_args_t;
+/* A batch holds at most MS_BATCH_BYTES_MAX bytes of results, except that a single result
+ * always goes out; one that does not fit waits for the next batch. */
 int exec_find(store_t *st, cursors_t *cs, find_args_t *fa, bson_t *reply, ms_error_t *err);
 void find_args_free(find_args_t *fa);  /* NULL-safe; fields already taken are NULL */
 int exec_get_more(store_t *st, cursors_t *cs, int64_t id, const char *ns, int64_t batch_size,
                   bson_t *reply, ms_error_t *err);
-/* Returns true when the cursor existed (and is now killed). */
+/* Returns true when the cursor existed (and is now killed; a pinned one is freed when
+ * its getMore ends). */
 bool cursors_kill(cursors_t *cs, int64_t id);
+/* Pins a cursor for one getMore (MongoDB's ClientCursorPin): CursorNotFound when absent,
+ * CursorInUse (143) while another getMore holds it. *out is borrowed until unpin. */
+int cursors_pin(cursors_t *cs, int64_t id, cursor_t **out, ms_error_t *err);
+/* Ends a pin: done = exhausted or failed → the cursor is removed and freed. NULL-safe. */
+void cursors_unpin(cursors_t *cs, cursor_t *cur, bool done);
 /* Explain of a find: queryPlanner (+ executionStats when exec_stats). */
 int exec_explain_find(store_t *st, find_args_t *fa, bool exec_stats, bson_t *reply,
                       ms_error_t *err);

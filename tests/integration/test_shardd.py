@@ -188,6 +188,18 @@ def test_indexes(t):
     assert r["queryPlanner"]["winningPlan"]["stage"] == "COLLSCAN", r
     r = c.ok({"explain": {"find": "c", "sort": {"a": 1, "b": -1}}, "$db": "app"})
     assert r["queryPlanner"]["winningPlan"]["stage"] == "FETCH", r  # no SORT stage
+    # explain of count and distinct plans as the equivalent find; writes are refused
+    r = c.ok({"explain": {"count": "c", "query": {"a": 2, "b": {"$gt": 10}}}, "$db": "app",
+              "verbosity": "executionStats"})
+    assert r["queryPlanner"]["winningPlan"]["inputStage"]["stage"] == "IXSCAN", r
+    n = c.ok({"count": "c", "$db": "app", "query": {"a": 2, "b": {"$gt": 10}}})["n"]
+    assert r["executionStats"]["nReturned"] == n, (r, n)
+    r = c.ok({"explain": {"distinct": "c", "key": "b", "query": {"_id": 7}}, "$db": "app"})
+    assert r["queryPlanner"]["winningPlan"]["inputStage"]["indexName"] == "_id_", r
+    for w in ({"update": "c", "updates": [{"q": {}, "u": {"$set": {"z": 1}}}]},
+              {"delete": "c", "deletes": [{"q": {}, "limit": 0}]}):
+        e = c.err({"explain": w, "$db": "app"}, 115)
+        assert "explain supports find, count and distinct" in e["errmsg"], e
     c.ok({"insert": "c", "$db": "app", "documents": [{"_id": 200, "x": [1, 2], "y": [3]}]})
     c.ok({"createIndexes": "c", "$db": "app", "indexes": [{"key": {"x": 1}}]})
     r = c.ok({"insert": "c", "$db": "app", "documents": [{"_id": 201, "x": 1}]})
@@ -215,6 +227,13 @@ def test_catalog_commands(t):
     r = c.ok({"listDatabases": 1, "$db": "admin"})
     dbs = {d["name"]: d for d in r["databases"]}
     assert set(dbs) == {"db1", "db2"} and dbs["db2"]["empty"] and not dbs["db1"]["empty"], r
+    r = c.ok({"listDatabases": 1, "$db": "admin", "nameOnly": True})
+    assert sorted(d["name"] for d in r["databases"]) == ["db1", "db2"], r
+    assert all(set(d) == {"name"} for d in r["databases"]) and "totalSize" not in r, r
+    r = c.ok({"listDatabases": 1, "$db": "admin", "filter": {"name": "db1"}})
+    assert [d["name"] for d in r["databases"]] == ["db1"] and r["totalSize"] == dbs["db1"]["sizeOnDisk"], r
+    r = c.ok({"listDatabases": 1, "$db": "admin", "filter": {"empty": True}})
+    assert [d["name"] for d in r["databases"]] == ["db2"], r
     r = c.ok({"collStats": "a", "$db": "db1"})
     assert r["count"] == 1 and r["nindexes"] == 1 and r["size"] > 100 and r["avgObjSize"] == r["size"], r
     for f in ("storageSize", "totalIndexSize"):

@@ -3,7 +3,8 @@
  * shardd/exec.c) on real SQLite files in a temp directory: CRUD through the single write
  * path, E11000 shapes, secondary indexes incl. multikey and unique, parallel arrays, the
  * planner's choices, shard-key filling, persistence across reopen, and crash atomicity of
- * a write transaction (a forked child dies mid-batch).
+ * a write transaction (a forked child dies mid-batch), the 16 MB batch rule and pinned
+ * cursors (CursorInUse).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -539,7 +540,147 @@ static void test_index_keys(void) {
     CHECK_INT(index_keys_count("{\"a\": 1}", "{\"a\": []}", &mk), 1);
 }
 
+/* ---- batches and cursors ------------------------------------------------------------- */
+
+typedef struct big_arg {
+    const char *ns;
+    int n;
+    size_t pad_bytes;
+} big_arg_t;
+
+/* Inserts {_id: i, pad: "xxx..."} documents of about pad_bytes each. */
+static int big_insert_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    big_arg_t *a = arg;
+    store_coll_t *c;
+    char *pad = malloc(a->pad_bytes + 1);
+    int rc = store_coll_create(t, a->ns, NULL, &c, NULL, err);
+    memset(pad, 'x', a->pad_bytes);
+    pad[a->pad_bytes] = '\0';
+    for (int i = 0; rc == 0 && i < a->n; i++) {
+        bson_t d = BSON_INITIALIZER;
+        BSON_APPEND_INT32(&d, "_id", i);
+        BSON_APPEND_UTF8(&d, "pad", pad);
+        rc = store_write_doc(t, c, 0, NULL, &d, NULL, NULL, err);
+        bson_destroy(&d);
+    }
+    free(pad);
+    return rc;
+}
+
+/* The batch's length and the cursor id of a find/getMore reply. */
+static int batch_len(const bson_t *reply, const char *key, int64_t *id) {
+    bson_iter_t it, ch;
+    char path[64];
+    int n = 0;
+    snprintf(path, sizeof path, "cursor.%s", key);
+    if (bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, path, &ch) &&
+        bson_iter_recurse(&ch, &it))
+        while (bson_iter_next(&it)) n++;
+    *id = -1;
+    if (bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "cursor.id", &ch))
+        *id = bson_iter_as_int64(&ch);
+    return n;
+}
+
+static int64_t first_batch(store_t *st, cursors_t *cs, const char *ns, int *n) {
+    find_args_t fa;
+    bson_t reply = BSON_INITIALIZER;
+    ms_error_t e;
+    int64_t id = -1;
+    memset(&fa, 0, sizeof fa);
+    fa.ns = ns;
+    fa.batch_size = -1;
+    CHECK_INT(exec_find(st, cs, &fa, &reply, &e), 0);
+    *n = batch_len(&reply, "firstBatch", &id);
+    bson_destroy(&reply);
+    return id;
+}
+
+static int next_batch(store_t *st, cursors_t *cs, const char *ns, int64_t id, int *n,
+                      int64_t *next_id) {
+    bson_t reply = BSON_INITIALIZER;
+    ms_error_t e;
+    int rc = exec_get_more(st, cs, id, ns, -1, &reply, &e);
+    *n = rc == 0 ? batch_len(&reply, "nextBatch", next_id) : 0;
+    bson_destroy(&reply);
+    return rc;
+}
+
+/* A batch stops before 16 MB; the result that did not fit opens the next batch; a single
+ * document larger than the batch limit still goes out alone (MongoDB returns at least one). */
+static void test_batch_bytes(void) {
+    store_t *st = open_store("batchbytes");
+    cursors_t *cs = NULL;
+    big_arg_t six = {"db.six", 5, 6u << 20}, huge = {"db.huge", 2, (16u << 20) - 200};
+    ms_error_t e;
+    int n = 0;
+    int64_t id, id2 = -1;
+    CHECK_INT(cursors_new(60000, &cs), 0);
+    CHECK_INT(store_write(st, big_insert_fn, &six, &e), 0);
+    CHECK_INT(store_write(st, big_insert_fn, &huge, &e), 0);
+    /* 6 MB documents: 2 per batch (a third would pass 16 MB), 2, then the last one. */
+    id = first_batch(st, cs, "db.six", &n);
+    CHECK_INT(n, 2);
+    CHECK(id > 0);
+    CHECK_INT(next_batch(st, cs, "db.six", id, &n, &id2), 0);
+    CHECK_INT(n, 2);
+    CHECK_INT(id2, id);
+    CHECK_INT(next_batch(st, cs, "db.six", id, &n, &id2), 0);
+    CHECK_INT(n, 1);
+    CHECK_INT(id2, 0);
+    /* documents of ~16 MB, each over the batch limit on its own: one per batch */
+    id = first_batch(st, cs, "db.huge", &n);
+    CHECK_INT(n, 1);
+    CHECK(id > 0);
+    CHECK_INT(next_batch(st, cs, "db.huge", id, &n, &id2), 0);
+    CHECK_INT(n, 1);
+    CHECK_INT(id2, 0);
+    CHECK_INT(cursors_count(cs), 0);
+    cursors_free(cs);
+    store_close(st);
+}
+
+/* A pinned cursor (a getMore running on it) → CursorInUse for a second getMore; killed
+ * while pinned → freed when the pin ends, then CursorNotFound. */
+static void test_cursor_in_use(void) {
+    store_t *st = open_store("inuse");
+    cursors_t *cs = NULL;
+    big_arg_t small = {"db.c", 300, 10};
+    cursor_t *pinned = NULL;
+    ms_error_t e;
+    int n = 0;
+    int64_t id, id2 = -1;
+    bson_t reply = BSON_INITIALIZER;
+    CHECK_INT(cursors_new(60000, &cs), 0);
+    CHECK_INT(store_write(st, big_insert_fn, &small, &e), 0);
+    id = first_batch(st, cs, "db.c", &n);
+    CHECK_INT(n, 101);
+    CHECK(id > 0);
+    CHECK_INT(cursors_pin(cs, id, &pinned, &e), 0);
+    CHECK_INT(exec_get_more(st, cs, id, "db.c", 10, &reply, &e), MS_ERR_CURSOR_IN_USE);
+    CHECK_INT(e.code, 143);
+    CHECK_INT(cursors_pin(cs, id, &pinned, &e), MS_ERR_CURSOR_IN_USE);
+    cursors_unpin(cs, pinned, false);
+    CHECK_INT(next_batch(st, cs, "db.c", id, &n, &id2), 0);
+    CHECK_INT(n, 199);
+    CHECK_INT(id2, 0);
+    CHECK_INT(next_batch(st, cs, "db.c", id, &n, &id2), MS_ERR_CURSOR_NOT_FOUND);
+    /* killCursors while a getMore holds it */
+    id = first_batch(st, cs, "db.c", &n);
+    CHECK_INT(cursors_pin(cs, id, &pinned, &e), 0);
+    CHECK(cursors_kill(cs, id));
+    CHECK_INT(cursors_count(cs), 1);
+    CHECK_INT(cursors_pin(cs, id, &pinned, &e) == 0 ? 0 : e.code, MS_ERR_CURSOR_NOT_FOUND);
+    cursors_unpin(cs, pinned, false);
+    CHECK_INT(cursors_count(cs), 0);
+    CHECK_INT(next_batch(st, cs, "db.c", id, &n, &id2), MS_ERR_CURSOR_NOT_FOUND);
+    bson_destroy(&reply);
+    cursors_free(cs);
+    store_close(st);
+}
+
 T_MAIN(T_CASE(test_crud_and_dup_id), T_CASE(test_index_maintenance_multikey),
        T_CASE(test_unique_and_parallel_arrays), T_CASE(test_planner_and_sort),
        T_CASE(test_index_names), T_CASE(test_shard_key_fill_and_reopen),
-       T_CASE(test_crash_mid_batch), T_CASE(test_index_keys))
+       T_CASE(test_crash_mid_batch), T_CASE(test_index_keys), T_CASE(test_batch_bytes),
+       T_CASE(test_cursor_in_use))
