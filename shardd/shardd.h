@@ -358,6 +358,8 @@ typedef struct split_args {
     bool force;
     bool auto_mode;              /* autoSplitVector rules */
 } split_args_t;
+/* maxChunkSizeBytes within [1 MB, 1024 MB] unless force → else InvalidOptions (72). */
+int split_args_check(const split_args_t *a, ms_error_t *err);
 int split_compute(store_t *st, const split_args_t *a, bson_t *split_keys_array,
                   bool *continuation, ms_error_t *err);
 

@@ -165,11 +165,8 @@ static int range_keys(store_txn_t *t, store_coll_t *c, const keysrc_t *ks, const
     sqlite3_bind_blob(s, 2, hi->data, (int)hi->len, SQLITE_STATIC);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         if (out->n == out->cap) {
-            size_t cap = out->cap ? out->cap * 2 : 1024;
-            buf_t *nk = realloc(out->k, cap * sizeof *nk);
-            ASSERT(nk != NULL);
-            out->k = nk;
-            out->cap = cap;
+            out->cap = out->cap ? out->cap * 2 : 1024;
+            out->k = xrealloc(out->k, out->cap * sizeof *out->k);
         }
         memset(&out->k[out->n], 0, sizeof out->k[0]);
         key_prefix(ks, sqlite3_column_blob(s, 0), (size_t)sqlite3_column_bytes(s, 0), &out->k[out->n]);
@@ -404,6 +401,14 @@ out:
     return rc;
 }
 
+int split_args_check(const split_args_t *a, ms_error_t *err) {
+    /* splitVector's and autoSplitVector's size check; force needs no size (median). */
+    if (!a->force && (a->max_chunk_bytes < 1024 * 1024 || a->max_chunk_bytes > 1024LL * 1024 * 1024))
+        return err_set(err, MS_ERR_INVALID_OPTIONS, "maxChunkSize must lie within [1MB, 1024MB], "
+                       "got %lld bytes", (long long)a->max_chunk_bytes);
+    return 0;
+}
+
 int split_compute(store_t *st, const split_args_t *a, bson_t *arr, bool *continuation,
                   ms_error_t *err) {
     split_run_t r = {a, arr, continuation, 0, 0};
@@ -448,11 +453,7 @@ static int split_cmd(cmd_ctx_t *ctx, bson_t *reply, bool auto_mode, ms_error_t *
                      "(maxChunkSize or maxChunkSizeBytes)");
         goto out;
     }
-    if (!a.force && (a.max_chunk_bytes < 1024 * 1024 || a.max_chunk_bytes > 1024LL * 1024 * 1024)) {
-        rc = err_set(err, MS_ERR_INVALID_OPTIONS, "maxChunkSize must lie within [1MB, 1024MB], "
-                     "got %lld bytes", (long long)a.max_chunk_bytes);
-        goto out;
-    }
+    if ((rc = split_args_check(&a, err)) != 0) goto out;
     if (cmd_field(ctx, "maxSplitPoints", &it)) bsonx_as_int64(&it, &a.max_split_points);
     if (cmd_field(ctx, "maxChunkObjects", &it)) bsonx_as_int64(&it, &a.max_chunk_objects);
     if (cmd_field(ctx, "limit", &it)) bsonx_as_int64(&it, &a.limit);
