@@ -18,9 +18,10 @@
  *
  * Every request to a shard for a sharded collection carries shardVersion {e, t, v} =
  * the version of that shard's chunks in our cache; unsharded collections go to the
- * database's primary shard with the UNSHARDED version. StaleConfig (13388) from a shard
- * makes us refresh that collection and retry (MS_STALE_RETRIES_MAX); it never reaches
- * the client while retries remain.
+ * database's primary shard with the UNSHARDED version and the database's version
+ * (databaseVersion). StaleConfig (13388) from a shard makes us refresh that collection
+ * and retry, StaleDbVersion (249) that database's entry (MS_STALE_RETRIES_MAX); neither
+ * reaches the client while retries remain.
  */
 #ifndef MS_ROUTER_H
 #define MS_ROUTER_H
@@ -78,6 +79,7 @@ typedef struct router {
     long long start_ms;
     /* serverStatus.router counters */
     atomic_uint_fast64_t stale_retries, refreshes, targeted_ops, scatter_ops;
+    atomic_uint_fast64_t stale_db_retries, db_refreshes;
     /* the config.mongos pinger */
     pthread_t pinger;
     bool pinger_running;
@@ -101,10 +103,21 @@ int rt_table_refresh(router_t *r, const char *ns, const rt_table_t *seen, ms_err
 void rt_table_invalidate(router_t *r, const char *ns);
 void rt_table_release(rt_table_t *t);   /* NULL-safe */
 
+/* A database's version (config.databases version; MongoDB's DatabaseVersion): a new
+ * uuid and timestamp each time the database is created, lastMod bumped by movePrimary. */
+typedef struct rt_db_version {
+    uint8_t uuid[16];
+    uint32_t ts_t, ts_i;
+    int32_t last_mod;
+} rt_db_version_t;
+
 /* The primary shard of db. create: make the database (_configsvrCreateDatabase) when it
  * does not exist; else NamespaceNotFound. */
 int rt_db_primary(router_t *r, const char *db, bool create, char *primary, size_t cap,
                   ms_error_t *err);
+/* rt_db_primary with the cached database version (version may be NULL). */
+int rt_db_get(router_t *r, const char *db, bool create, char *primary, size_t cap,
+              rt_db_version_t *version, ms_error_t *err);
 void rt_db_invalidate(router_t *r, const char *db);
 /* Forgets the cached primary of db and the cached tables of every db.* namespace
  * (after dropDatabase). */
@@ -144,10 +157,16 @@ void rt_req_clear(rt_req_t *q);
 /* The status of a reply: 0 for ok: 1, else its code with errmsg into err. */
 int rt_reply_status(const bson_t *reply, ms_error_t *err);
 /* Copies the client's command, leaving out the named fields (NULL-terminated list) and
- * shardVersion. */
+ * shardVersion and databaseVersion (only the router attaches versions). */
 void rt_copy_cmd(bson_t *dst, const bson_t *src, const char *const *skip);
 /* Appends shardVersion for shard index i of t (UNSHARDED for unsharded tables). */
 void rt_append_version(bson_t *cmd, const rt_table_t *t, int shard);
+/* Appends databaseVersion {uuid, timestamp, lastMod}: sent with every command for an
+ * unsharded collection to the database's primary shard. */
+void rt_append_db_version(bson_t *cmd, const rt_db_version_t *v);
+/* StaleDbVersion (249) from shard: logs, counts, and forgets the cached entry of db so
+ * the retry reads it afresh. */
+void rt_note_stale_db(router_t *r, const char *db, const char *shard, const bson_t *reply);
 /* Logs one stale retry and counts it. */
 void rt_note_stale(router_t *r, const char *ns, const char *shard, const bson_t *reply);
 /* Sends one command to one named shard (no versioning); *reply initialised on 0. */

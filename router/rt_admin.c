@@ -78,14 +78,26 @@ int rt_cmd_drop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         BSON_APPEND_UTF8(&cmd, "$db", "admin");
         rc = rt_config_call(r, &cmd, &rep, err);
     } else {
-        char primary[RT_NAME_BYTES_MAX];
-        rc = rt_db_primary(r, ctx->db, false, primary, sizeof primary, err);
-        if (rc == MS_ERR_NAMESPACE_NOT_FOUND) {
-            rc = err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "ns not found");
-        } else if (rc == 0) {
+        /* The primary with the database's version; StaleDbVersion → forget it, retry. */
+        for (int attempt = 0; attempt <= MS_STALE_RETRIES_MAX; attempt++) {
+            char primary[RT_NAME_BYTES_MAX];
+            rt_db_version_t dbv;
+            rc = rt_db_get(r, ctx->db, false, primary, sizeof primary, &dbv, err);
+            if (rc == MS_ERR_NAMESPACE_NOT_FOUND) {
+                rc = err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "ns not found");
+                break;
+            }
+            if (rc) break;
+            bson_reinit(&cmd);
             rt_copy_cmd(&cmd, ctx->req, NULL);
             rt_append_version(&cmd, t, -1);
+            rt_append_db_version(&cmd, &dbv);
             rc = rt_shard_call(r, primary, &cmd, &rep, err);
+            if (rc || rt_reply_status(&rep, NULL) != MS_ERR_STALE_DB_VERSION) break;
+            rt_note_stale_db(r, ctx->db, primary, &rep);
+            bson_destroy(&rep);
+            rc = err_set(err, MS_ERR_STALE_DB_VERSION, "%s: primary kept answering StaleDbVersion",
+                         ns);
         }
     }
     bson_destroy(&cmd);
@@ -115,21 +127,34 @@ int rt_cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return rc;
 }
 
+/* The database's primary shard, with databaseVersion (a shard that checks it and is no
+ * longer the primary answers StaleDbVersion: forget the entry and retry, bounded). */
 int rt_cmd_to_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
-    char primary[RT_NAME_BYTES_MAX];
-    bson_t cmd, rep;
     bool create = ctx->spec->flags & CMD_WRITE;
-    int rc = rt_db_primary(r, ctx->db, create, primary, sizeof primary, err);
-    if (rc) return rc;
-    bson_init(&cmd);
-    rt_copy_cmd(&cmd, ctx->req, NULL);
-    rc = rt_shard_call(r, primary, &cmd, &rep, err);
-    bson_destroy(&cmd);
-    if (rc) return rc;
-    rc = relay(ctx, &rep, reply, err);
-    bson_destroy(&rep);
-    return rc;
+    for (int attempt = 0; attempt <= MS_STALE_RETRIES_MAX; attempt++) {
+        char primary[RT_NAME_BYTES_MAX];
+        rt_db_version_t dbv;
+        bson_t cmd, rep;
+        int rc = rt_db_get(r, ctx->db, create, primary, sizeof primary, &dbv, err);
+        if (rc) return rc;
+        bson_init(&cmd);
+        rt_copy_cmd(&cmd, ctx->req, NULL);
+        rt_append_db_version(&cmd, &dbv);
+        rc = rt_shard_call(r, primary, &cmd, &rep, err);
+        bson_destroy(&cmd);
+        if (rc) return rc;
+        if (rt_reply_status(&rep, NULL) == MS_ERR_STALE_DB_VERSION) {
+            rt_note_stale_db(r, ctx->db, primary, &rep);
+            bson_destroy(&rep);
+            continue;
+        }
+        rc = relay(ctx, &rep, reply, err);
+        bson_destroy(&rep);
+        return rc;
+    }
+    return err_set(err, MS_ERR_STALE_DB_VERSION, "%s: primary kept answering StaleDbVersion",
+                   ctx->db);
 }
 
 /* Sharded collection: every shard (indexes must exist wherever chunks may go); else the
@@ -208,6 +233,8 @@ void rt_status(void *app, bson_t *reply) {
     BSON_APPEND_DOCUMENT_BEGIN(reply, "router", &d);
     BSON_APPEND_UTF8(&d, "configdb", r->configdb);
     BSON_APPEND_INT64(&d, "staleConfigRetries", (int64_t)atomic_load(&r->stale_retries));
+    BSON_APPEND_INT64(&d, "staleDbVersionRetries", (int64_t)atomic_load(&r->stale_db_retries));
+    BSON_APPEND_INT64(&d, "databaseRefreshes", (int64_t)atomic_load(&r->db_refreshes));
     BSON_APPEND_INT64(&d, "routingTableRefreshes", (int64_t)atomic_load(&r->refreshes));
     BSON_APPEND_INT64(&d, "targetedOps", (int64_t)atomic_load(&r->targeted_ops));
     BSON_APPEND_INT64(&d, "scatterGatherOps", (int64_t)atomic_load(&r->scatter_ops));

@@ -29,6 +29,7 @@ struct rt_coll_entry {
 struct rt_db_entry {
     char name[RT_NAME_BYTES_MAX];
     char primary[RT_NAME_BYTES_MAX];
+    rt_db_version_t version;
     rt_db_entry_t *next;
 };
 
@@ -221,7 +222,46 @@ void rt_table_invalidate(router_t *r, const char *ns) {
 
 /* ---- databases and shards --------------------------------------------------------------- */
 
-static int lookup_db(router_t *r, const char *db, char *primary, size_t cap, ms_error_t *err) {
+/* Reads {primary, version: {uuid, timestamp, lastMod}} of a config.databases document
+ * or a _configsvrCreateDatabase reply. */
+static int parse_db_doc(const bson_t *doc, char *primary, size_t cap, rt_db_version_t *v,
+                        ms_error_t *err) {
+    bson_iter_t it, d;
+    int have = 0;
+    memset(v, 0, sizeof *v);
+    if (bson_iter_init_find(&it, doc, "primary") && BSON_ITER_HOLDS_UTF8(&it)) {
+        snprintf(primary, cap, "%s", bson_iter_utf8(&it, NULL));
+        have |= 1;
+    }
+    if (bson_iter_init_find(&it, doc, "version") && bson_iter_recurse(&it, &d)) {
+        while (bson_iter_next(&d)) {
+            const char *k = bson_iter_key(&d);
+            if (!strcmp(k, "uuid") && BSON_ITER_HOLDS_BINARY(&d)) {
+                bson_subtype_t st;
+                uint32_t len;
+                const uint8_t *data;
+                bson_iter_binary(&d, &st, &len, &data);
+                if (len == 16) {
+                    memcpy(v->uuid, data, 16);
+                    have |= 2;
+                }
+            } else if (!strcmp(k, "timestamp") && BSON_ITER_HOLDS_TIMESTAMP(&d)) {
+                bson_iter_timestamp(&d, &v->ts_t, &v->ts_i);
+                have |= 4;
+            } else if (!strcmp(k, "lastMod") && BSON_ITER_HOLDS_INT32(&d)) {
+                v->last_mod = bson_iter_int32(&d);
+                have |= 8;
+            }
+        }
+    }
+    if (have != 15)
+        return err_set(err, MS_ERR_FAILED_TO_PARSE,
+                       "database entry lacks primary or version {uuid, timestamp, lastMod}");
+    return 0;
+}
+
+static int lookup_db(router_t *r, const char *db, char *primary, size_t cap, rt_db_version_t *v,
+                     ms_error_t *err) {
     bson_t cmd, reply, f;
     bson_iter_t it;
     int rc;
@@ -236,19 +276,25 @@ static int lookup_db(router_t *r, const char *db, char *primary, size_t cap, ms_
     if (rc) return rc;
     if ((rc = rt_reply_status(&reply, err)) == 0) {
         if (bson_iter_init(&it, &reply) &&
-            bson_iter_find_descendant(&it, "cursor.firstBatch.0.primary", &it) &&
-            BSON_ITER_HOLDS_UTF8(&it))
-            snprintf(primary, cap, "%s", bson_iter_utf8(&it, NULL));
-        else
+            bson_iter_find_descendant(&it, "cursor.firstBatch.0", &it) &&
+            BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            uint32_t len;
+            const uint8_t *data;
+            bson_t doc;
+            bson_iter_document(&it, &len, &data);
+            if (bson_init_static(&doc, data, len)) rc = parse_db_doc(&doc, primary, cap, v, err);
+            else rc = err_set(err, MS_ERR_INVALID_BSON, "config.databases: bad document");
+        } else {
             rc = err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "database %s not found", db);
+        }
     }
     bson_destroy(&reply);
     return rc;
 }
 
-static int create_db(router_t *r, const char *db, char *primary, size_t cap, ms_error_t *err) {
+static int create_db(router_t *r, const char *db, char *primary, size_t cap, rt_db_version_t *v,
+                     ms_error_t *err) {
     bson_t cmd, reply;
-    bson_iter_t it;
     int rc;
     bson_init(&cmd);
     BSON_APPEND_UTF8(&cmd, "_configsvrCreateDatabase", db);
@@ -258,39 +304,52 @@ static int create_db(router_t *r, const char *db, char *primary, size_t cap, ms_
     bson_destroy(&cmd);
     if (rc) return rc;
     if ((rc = rt_reply_status(&reply, err)) == 0) {
-        if (bson_iter_init_find(&it, &reply, "primary") && BSON_ITER_HOLDS_UTF8(&it))
-            snprintf(primary, cap, "%s", bson_iter_utf8(&it, NULL));
-        else
-            rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "_configsvrCreateDatabase: no primary");
+        rc = parse_db_doc(&reply, primary, cap, v, err);
+        if (rc) err_prefix(err, "_configsvrCreateDatabase");
     }
     bson_destroy(&reply);
     if (rc == 0) log_info("database created db=%s primary=%s", db, primary);
     return rc;
 }
 
-int rt_db_primary(router_t *r, const char *db, bool create, char *primary, size_t cap,
-                  ms_error_t *err) {
+int rt_db_get(router_t *r, const char *db, bool create, char *primary, size_t cap,
+              rt_db_version_t *version, ms_error_t *err) {
+    rt_db_version_t v;
     int rc;
     pthread_mutex_lock(&r->mu);
     for (rt_db_entry_t *d = r->dbs; d; d = d->next)
         if (strcmp(d->name, db) == 0) {
             snprintf(primary, cap, "%s", d->primary);
+            if (version) *version = d->version;
             pthread_mutex_unlock(&r->mu);
             return 0;
         }
     pthread_mutex_unlock(&r->mu);
-    rc = lookup_db(r, db, primary, cap, err);
-    if (rc == MS_ERR_NAMESPACE_NOT_FOUND && create) rc = create_db(r, db, primary, cap, err);
+    rc = lookup_db(r, db, primary, cap, &v, err);
+    if (rc == MS_ERR_NAMESPACE_NOT_FOUND && create) rc = create_db(r, db, primary, cap, &v, err);
     if (rc) return rc;
+    atomic_fetch_add(&r->db_refreshes, 1);
     pthread_mutex_lock(&r->mu);
-    rt_db_entry_t *d = calloc(1, sizeof *d);
-    ASSERT(d);
-    snprintf(d->name, sizeof d->name, "%s", db);
+    rt_db_entry_t *d = NULL;
+    for (rt_db_entry_t *o = r->dbs; o && !d; o = o->next)   /* another thread's, replaced */
+        if (strcmp(o->name, db) == 0) d = o;
+    if (!d) {
+        d = calloc(1, sizeof *d);
+        ASSERT(d);
+        snprintf(d->name, sizeof d->name, "%s", db);
+        d->next = r->dbs;
+        r->dbs = d;
+    }
     snprintf(d->primary, sizeof d->primary, "%s", primary);
-    d->next = r->dbs;
-    r->dbs = d;
+    d->version = v;
     pthread_mutex_unlock(&r->mu);
+    if (version) *version = v;
     return 0;
+}
+
+int rt_db_primary(router_t *r, const char *db, bool create, char *primary, size_t cap,
+                  ms_error_t *err) {
+    return rt_db_get(r, db, create, primary, cap, NULL, err);
 }
 
 void rt_db_invalidate(router_t *r, const char *db) {

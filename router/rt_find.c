@@ -55,7 +55,8 @@ static int scatter(router_t *r, const char *db, const char *coll, const bson_t *
         if (rc) return rc;
         if (!t->sharded) {
             char primary[RT_NAME_BYTES_MAX];
-            rc = rt_db_primary(r, db, false, primary, sizeof primary, err);
+            rt_db_version_t dbv;
+            rc = rt_db_get(r, db, false, primary, sizeof primary, &dbv, err);
             if (rc) {
                 rt_table_release(t);
                 return rc;
@@ -65,6 +66,7 @@ static int scatter(router_t *r, const char *db, const char *coll, const bson_t *
             bson_init(&reqs[0].cmd);
             fn(arg, t, -1, 1, &reqs[0].cmd);
             rt_append_version(&reqs[0].cmd, t, -1);
+            rt_append_db_version(&reqs[0].cmd, &dbv);
             n = 1;
         } else {
             uint64_t mask = 0;
@@ -89,7 +91,7 @@ static int scatter(router_t *r, const char *db, const char *coll, const bson_t *
             atomic_fetch_add(nt == 1 ? &r->targeted_ops : &r->scatter_ops, 1);
         }
         rt_send_all(r, reqs, n);
-        int stale = -1, fail = -1;
+        int stale = -1, stale_db = -1, fail = -1;
         for (int i = 0; i < n; i++) {
             if (reqs[i].rc) {
                 if (fail < 0) fail = i;
@@ -99,11 +101,13 @@ static int scatter(router_t *r, const char *db, const char *coll, const bson_t *
             int code = rt_reply_status(&reqs[i].reply, &e2);
             if (code == MS_ERR_STALE_CONFIG) {
                 if (stale < 0) stale = i;
+            } else if (code == MS_ERR_STALE_DB_VERSION) {
+                if (stale_db < 0) stale_db = i;
             } else if (code && fail < 0) {
                 fail = i;
             }
         }
-        if (stale < 0 && fail < 0) {
+        if (stale < 0 && stale_db < 0 && fail < 0) {
             *nreqs = n;
             rt_table_release(t);
             return 0;
@@ -121,15 +125,18 @@ static int scatter(router_t *r, const char *db, const char *coll, const bson_t *
             rt_table_release(t);
             return rc;
         }
-        rt_note_stale(r, ns, reqs[stale].shard, &reqs[stale].reply);
+        /* StaleDbVersion: the primary moved (or the database was re-created): forget
+         * the database entry; StaleConfig: refresh the collection's table. */
+        if (stale_db >= 0) rt_note_stale_db(r, db, reqs[stale_db].shard, &reqs[stale_db].reply);
+        if (stale >= 0) rt_note_stale(r, ns, reqs[stale].shard, &reqs[stale].reply);
         for (int i = 0; i < n; i++) rt_req_clear(&reqs[i]);
-        rc = rt_table_refresh(r, ns, t, err);
+        rc = stale >= 0 ? rt_table_refresh(r, ns, t, err) : 0;
         rt_table_release(t);
         if (rc) return rc;
     }
     return err_set(err, MS_ERR_STALE_CONFIG,
-                   "%s: shards kept answering StaleConfig after %d refreshes", ns,
-                   MS_STALE_RETRIES_MAX);
+                   "%s: shards kept answering StaleConfig or StaleDbVersion after %d refreshes",
+                   ns, MS_STALE_RETRIES_MAX);
 }
 
 /* ---- router cursors -------------------------------------------------------------------- */

@@ -36,7 +36,7 @@ void rt_copy_cmd(bson_t *dst, const bson_t *src, const char *const *skip) {
     if (!bson_iter_init(&it, src)) return;
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
-        bool drop = strcmp(k, "shardVersion") == 0;
+        bool drop = strcmp(k, "shardVersion") == 0 || strcmp(k, "databaseVersion") == 0;
         for (int i = 0; skip && skip[i] && !drop; i++) drop = strcmp(k, skip[i]) == 0;
         if (!drop) bson_append_iter(dst, k, -1, &it);
     }
@@ -47,6 +47,25 @@ void rt_append_version(bson_t *cmd, const rt_table_t *t, int shard) {
     if (t && t->sharded) rtable_shard_version(&t->rt, shard, &v);
     else rtable_version_unsharded(&v);
     rtable_version_append(cmd, "shardVersion", &v);
+}
+
+void rt_append_db_version(bson_t *cmd, const rt_db_version_t *v) {
+    bson_t d;
+    BSON_APPEND_DOCUMENT_BEGIN(cmd, "databaseVersion", &d);
+    bson_append_binary(&d, "uuid", -1, BSON_SUBTYPE_UUID, v->uuid, 16);
+    BSON_APPEND_TIMESTAMP(&d, "timestamp", v->ts_t, v->ts_i);
+    BSON_APPEND_INT32(&d, "lastMod", v->last_mod);
+    bson_append_document_end(cmd, &d);
+}
+
+void rt_note_stale_db(router_t *r, const char *db, const char *shard, const bson_t *reply) {
+    bson_iter_t it;
+    const char *why = "";
+    if (reply && bson_iter_init_find(&it, reply, "errmsg") && BSON_ITER_HOLDS_UTF8(&it))
+        why = bson_iter_utf8(&it, NULL);
+    atomic_fetch_add(&r->stale_db_retries, 1);
+    rt_db_invalidate(r, db);
+    log_info("stale db version retry db=%s shard=%s errmsg=\"%.200s\"", db, shard, why);
 }
 
 void rt_note_stale(router_t *r, const char *ns, const char *shard, const bson_t *reply) {

@@ -284,6 +284,7 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
     for (int round = 0; round < nops + MS_STALE_RETRIES_MAX + 2; round++) {
         rt_table_t *t = NULL;
         char primary[RT_NAME_BYTES_MAX] = "";
+        rt_db_version_t dbv;
         int first_err = -1, first_pending = -1;
         for (int i = 0; i < nops; i++) {
             if (ops[i].state == OP_ERROR && first_err < 0) first_err = i;
@@ -291,7 +292,8 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
         }
         if (first_pending < 0 || (ordered && first_err >= 0 && first_err < first_pending)) break;
         if ((rc = rt_table_get(r, ns, &t, err)) != 0) goto out;
-        if (!t->sharded && (rc = rt_db_primary(r, ctx->db, true, primary, sizeof primary, err))) {
+        if (!t->sharded &&
+            (rc = rt_db_get(r, ctx->db, true, primary, sizeof primary, &dbv, err)) != 0) {
             rt_table_release(t);
             goto out;
         }
@@ -373,11 +375,12 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
             }
             bson_append_array_end(&q->cmd, &a);
             rt_append_version(&q->cmd, t, t->sharded ? s : -1);
+            if (!t->sharded) rt_append_db_version(&q->cmd, &dbv);
             sent[nb++] = b;
         }
         if (t->sharded) atomic_fetch_add(nb == 1 ? &r->targeted_ops : &r->scatter_ops, 1);
         rt_send_all(r, reqs, nb);
-        bool stale = false;
+        bool stale = false, stale_db = false;
         for (int k = 0; k < nb; k++) {
             rt_req_t *q = &reqs[k];
             shard_batch_t *b = sent[k];
@@ -388,6 +391,11 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
             if (code == MS_ERR_STALE_CONFIG) {
                 stale = true;
                 rt_note_stale(r, ns, q->shard, &q->reply);
+                continue;
+            }
+            if (code == MS_ERR_STALE_DB_VERSION) {   /* the ops stay pending */
+                stale_db = true;
+                rt_note_stale_db(r, ctx->db, q->shard, &q->reply);
                 continue;
             }
             if (code) {   /* the whole piece failed: every op of it carries the error */
@@ -436,6 +444,12 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
                         rt_note_stale(r, ns, q->shard, NULL);
                         continue;
                     }
+                    if (c == MS_ERR_STALE_DB_VERSION) {
+                        if (!stale_db) rt_note_stale_db(r, ctx->db, q->shard, NULL);
+                        stale_db = true;
+                        op->code = MS_ERR_STALE_CONFIG;   /* same handling below */
+                        continue;
+                    }
                     op->state = OP_ERROR;
                     op->code = (int)c;
                     op_set_msg(op, msg);
@@ -455,15 +469,15 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
             }
         }
         for (int k = 0; k < nb; k++) rt_req_clear(&reqs[k]);
-        if (stale) {
+        if (stale || stale_db) {
             if (++stale_rounds > MS_STALE_RETRIES_MAX) {
                 ms_error_t e;
-                err_set(&e, MS_ERR_STALE_CONFIG,
-                        "%s: shards kept answering StaleConfig after %d refreshes", ns,
-                        MS_STALE_RETRIES_MAX);
+                err_set(&e, stale ? MS_ERR_STALE_CONFIG : MS_ERR_STALE_DB_VERSION,
+                        "%s: shards kept answering %s after %d refreshes", ns,
+                        stale ? "StaleConfig" : "StaleDbVersion", MS_STALE_RETRIES_MAX);
                 for (int i = 0; i < nops; i++)
                     if (ops[i].state == OP_PENDING) op_fail(&ops[i], &e);
-            } else {
+            } else if (stale) {   /* StaleDbVersion: the entry is forgotten already */
                 ms_error_t e;
                 if (rt_table_refresh(r, ns, t, &e)) {
                     for (int i = 0; i < nops; i++)
@@ -535,10 +549,11 @@ int rt_cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     for (int attempt = 0; attempt <= MS_STALE_RETRIES_MAX; attempt++) {
         rt_table_t *t = NULL;
         char target[RT_NAME_BYTES_MAX];
+        rt_db_version_t dbv;
         int rc = rt_table_get(r, ns, &t, err), idx = -1;
         if (rc) return rc;
         if (!t->sharded) {
-            rc = rt_db_primary(r, ctx->db, true, target, sizeof target, err);
+            rc = rt_db_get(r, ctx->db, true, target, sizeof target, &dbv, err);
         } else {
             uint64_t mask = 0;
             bool point = false;
@@ -566,6 +581,7 @@ int rt_cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         bson_init(&cmd);
         rt_copy_cmd(&cmd, ctx->req, NULL);
         rt_append_version(&cmd, t, idx);
+        if (!t->sharded) rt_append_db_version(&cmd, &dbv);
         rc = rt_shard_call(r, target, &cmd, &rep, err);
         bson_destroy(&cmd);
         if (rc) {
@@ -582,6 +598,12 @@ int rt_cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
             if (rc) return rc;
             continue;
         }
+        if (code == MS_ERR_STALE_DB_VERSION) {
+            rt_note_stale_db(r, ctx->db, target, &rep);
+            bson_destroy(&rep);
+            rt_table_release(t);
+            continue;
+        }
         rt_table_release(t);
         if (code) {
             *err = e;
@@ -594,5 +616,6 @@ int rt_cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         bson_destroy(&rep);
         return 0;
     }
-    return err_set(err, MS_ERR_STALE_CONFIG, "%s: shards kept answering StaleConfig", ns);
+    return err_set(err, MS_ERR_STALE_CONFIG,
+                   "%s: shards kept answering StaleConfig or StaleDbVersion", ns);
 }

@@ -55,13 +55,34 @@ typedef struct shv_entry {
     struct shv_entry *next;
 } shv_entry_t;
 
+/* A database version (config.databases version; MongoDB's DatabaseVersion). */
+typedef struct shv_dbv {
+    uint8_t uuid[16];
+    uint32_t ts_t, ts_i;
+    int32_t last_mod;
+} shv_dbv_t;
+
+enum shv_db_state { SHV_DB_UNKNOWN = 0, SHV_DB_KNOWN, SHV_DB_ABSENT };
+
+/* What this shard knows of a database: its version and primary (MongoDB's
+ * DatabaseShardingState), refreshed from config.databases. */
+typedef struct shv_db {
+    char *name;
+    enum shv_db_state state;
+    shv_dbv_t v;
+    char primary[128];
+    uint64_t invalidations;       /* a refresh started before an invalidation is discarded */
+    struct shv_db *next;
+} shv_db_t;
+
 struct shv {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     char shard_name[128];
     char config_url[MS_URL_BYTES_MAX];
     shv_entry_t *entries;
-    uint64_t refreshes, stale_replies;
+    shv_db_t *dbs;
+    uint64_t refreshes, stale_replies, db_refreshes, stale_db_replies;
 };
 
 /* What a request carried. */
@@ -165,6 +186,11 @@ void shv_close(shv_t *s) {
         free(e);
         e = next;
     }
+    for (shv_db_t *d = s->dbs, *n; d; d = n) {
+        n = d->next;
+        free(d->name);
+        free(d);
+    }
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -180,6 +206,10 @@ void shv_set_identity(shv_t *s, const char *shard_name, const char *config_url) 
         e->snap = NULL;
         e->state = SHV_UNKNOWN;
         e->invalidations++;
+    }
+    for (shv_db_t *d = s->dbs; d; d = d->next) {
+        d->state = SHV_DB_UNKNOWN;
+        d->invalidations++;
     }
     pthread_mutex_unlock(&s->mu);
     log_info("sharding identity set shard=%s configdb=%s", s->shard_name, s->config_url);
@@ -206,13 +236,36 @@ static shv_entry_t *entry_get(shv_t *s, const char *ns) {
     return e;
 }
 
+/* Caller holds s->mu. */
+static shv_db_t *db_get(shv_t *s, const char *db, size_t len) {
+    for (shv_db_t *d = s->dbs; d; d = d->next)
+        if (strlen(d->name) == len && strncmp(d->name, db, len) == 0) return d;
+    shv_db_t *d = calloc(1, sizeof *d);
+    ASSERT(d);
+    d->name = strndup(db, len);
+    ASSERT(d->name);
+    d->next = s->dbs;
+    s->dbs = d;
+    return d;
+}
+
+/* "db.coll" forgets the collection's metadata and its database's entry (a drop or
+ * dropDatabase: the database may come back with another version and primary); "db"
+ * forgets only the database entry. */
 void shv_invalidate(shv_t *s, const char *ns) {
+    const char *dot = strchr(ns, '.');
+    size_t dblen = dot ? (size_t)(dot - ns) : strlen(ns);
     pthread_mutex_lock(&s->mu);
-    shv_entry_t *e = entry_get(s, ns);
-    shv_filter_release(e->snap);
-    e->snap = NULL;
-    e->state = SHV_UNKNOWN;
-    e->invalidations++;
+    if (dot) {
+        shv_entry_t *e = entry_get(s, ns);
+        shv_filter_release(e->snap);
+        e->snap = NULL;
+        e->state = SHV_UNKNOWN;
+        e->invalidations++;
+    }
+    shv_db_t *d = db_get(s, ns, dblen);
+    d->state = SHV_DB_UNKNOWN;
+    d->invalidations++;
     pthread_mutex_unlock(&s->mu);
     log_info("filtering metadata invalidated ns=%s", ns);
 }
@@ -379,6 +432,207 @@ static bool needs_refresh(const shv_entry_t *e, const shv_recv_t *r) {
     return r->v.major > ours.major;
 }
 
+/* ---- database versions (notes §2.3: databaseVersion, StaleDbVersion 249) ---------------- */
+
+/* Parses {uuid: UUID, timestamp: Timestamp, lastMod: int} at it. */
+static int parse_dbv(const bson_iter_t *it, shv_dbv_t *out, ms_error_t *err) {
+    bson_iter_t c;
+    int have = 0;
+    memset(out, 0, sizeof *out);
+    if (!BSON_ITER_HOLDS_DOCUMENT(it) || !bson_iter_recurse(it, &c))
+        return err_set(err, MS_ERR_TYPE_MISMATCH,
+                       "databaseVersion must be a document {uuid, timestamp, lastMod}");
+    while (bson_iter_next(&c)) {
+        const char *k = bson_iter_key(&c);
+        if (!strcmp(k, "uuid") && BSON_ITER_HOLDS_BINARY(&c)) {
+            bson_subtype_t st;
+            uint32_t len;
+            const uint8_t *data;
+            bson_iter_binary(&c, &st, &len, &data);
+            if (len != 16) break;
+            memcpy(out->uuid, data, 16);
+            have |= 1;
+        } else if (!strcmp(k, "timestamp") && BSON_ITER_HOLDS_TIMESTAMP(&c)) {
+            bson_iter_timestamp(&c, &out->ts_t, &out->ts_i);
+            have |= 2;
+        } else if (!strcmp(k, "lastMod") && (BSON_ITER_HOLDS_INT32(&c) || BSON_ITER_HOLDS_INT64(&c))) {
+            int64_t v = bson_iter_as_int64(&c);
+            if (v < 0 || v > INT32_MAX) break;
+            out->last_mod = (int32_t)v;
+            have |= 4;
+        }
+    }
+    if (have != 7)
+        return err_set(err, MS_ERR_TYPE_MISMATCH,
+                       "databaseVersion needs uuid (UUID), timestamp (Timestamp) and lastMod (int)");
+    return 0;
+}
+
+static void append_dbv(bson_t *dst, const char *key, const shv_dbv_t *v) {
+    bson_t d;
+    bson_append_document_begin(dst, key, -1, &d);
+    bson_append_binary(&d, "uuid", -1, BSON_SUBTYPE_UUID, v->uuid, 16);
+    BSON_APPEND_TIMESTAMP(&d, "timestamp", v->ts_t, v->ts_i);
+    BSON_APPEND_INT32(&d, "lastMod", v->last_mod);
+    bson_append_document_end(dst, &d);
+}
+
+static bool dbv_equal(const shv_dbv_t *a, const shv_dbv_t *b) {
+    return memcmp(a->uuid, b->uuid, 16) == 0 && a->ts_t == b->ts_t && a->ts_i == b->ts_i &&
+           a->last_mod == b->last_mod;
+}
+
+/* Whether the received version is newer than ours: a later (re)creation (timestamps order
+ * incarnations of a database), or the same incarnation with a higher lastMod. */
+static bool dbv_newer(const shv_dbv_t *recv, const shv_dbv_t *ours) {
+    if (memcmp(recv->uuid, ours->uuid, 16) != 0 || recv->ts_t != ours->ts_t ||
+        recv->ts_i != ours->ts_i)
+        return recv->ts_t > ours->ts_t || (recv->ts_t == ours->ts_t && recv->ts_i > ours->ts_i);
+    return recv->last_mod > ours->last_mod;
+}
+
+/* Reads config.databases {_id: db} from the config server (find on the config
+ * database, as a shard's DatabaseShardingState refresh reads it). *found false when
+ * the database does not exist. */
+static int fetch_db(shv_t *s, const char *db, bool *found, shv_dbv_t *v, char *primary,
+                    size_t cap, ms_error_t *err) {
+    char url[MS_URL_BYTES_MAX];
+    rpc_client_t *cli = NULL;
+    bson_t cmd, f, reply;
+    bson_iter_t it, d;
+    int rc;
+    *found = false;
+    pthread_mutex_lock(&s->mu);
+    memcpy(url, s->config_url, sizeof url);
+    pthread_mutex_unlock(&s->mu);
+    if ((rc = rpc_peer(url, &cli, err)) != 0) return rc;
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "find", "databases");
+    BSON_APPEND_UTF8(&cmd, "$db", "config");
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &f);
+    BSON_APPEND_UTF8(&f, "_id", db);
+    bson_append_document_end(&cmd, &f);
+    rc = rpc_call(cli, &cmd, SHV_REFRESH_TIMEOUT_MS, &reply, err);
+    bson_destroy(&cmd);
+    if (rc) {
+        err_prefix(err, "refreshing database %s from %s", db, url);
+        return rc;
+    }
+    if (!bson_iter_init_find(&it, &reply, "ok") || !bsonx_truthy(&it)) {
+        const char *msg = "";
+        if (bson_iter_init_find(&it, &reply, "errmsg") && BSON_ITER_HOLDS_UTF8(&it))
+            msg = bson_iter_utf8(&it, NULL);
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "refreshing database %s from %s: %s", db,
+                     url, msg);
+        goto out;
+    }
+    if (!bson_iter_init(&it, &reply) ||
+        !bson_iter_find_descendant(&it, "cursor.firstBatch.0", &it))
+        goto out;   /* no such database */
+    if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &d)) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "config.databases entry is not a document");
+        goto out;
+    }
+    bool have_primary = false, have_version = false;
+    while (bson_iter_next(&d)) {
+        if (!strcmp(bson_iter_key(&d), "primary") && BSON_ITER_HOLDS_UTF8(&d)) {
+            snprintf(primary, cap, "%s", bson_iter_utf8(&d, NULL));
+            have_primary = true;
+        } else if (!strcmp(bson_iter_key(&d), "version")) {
+            if ((rc = parse_dbv(&d, v, err)) != 0) goto out;
+            have_version = true;
+        }
+    }
+    if (!have_primary || !have_version) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE,
+                     "config.databases entry of %s lacks primary or version", db);
+        goto out;
+    }
+    *found = true;
+out:
+    bson_destroy(&reply);
+    return rc;
+}
+
+static int refresh_db(shv_t *s, const char *db, ms_error_t *err) {
+    shv_dbv_t v;
+    char primary[128] = "";
+    bool found = false;
+    pthread_mutex_lock(&s->mu);
+    uint64_t inval = db_get(s, db, strlen(db))->invalidations;
+    pthread_mutex_unlock(&s->mu);
+    int rc = fetch_db(s, db, &found, &v, primary, sizeof primary, err);
+    if (rc) {
+        log_warn("database version refresh failed db=%s code=%d err=\"%s\"", db, rc,
+                 err ? err->msg : "");
+        return rc;
+    }
+    pthread_mutex_lock(&s->mu);
+    shv_db_t *d = db_get(s, db, strlen(db));
+    if (d->invalidations == inval) {
+        d->state = found ? SHV_DB_KNOWN : SHV_DB_ABSENT;
+        if (found) {
+            d->v = v;
+            memcpy(d->primary, primary, sizeof d->primary);
+        }
+    }
+    s->db_refreshes++;
+    pthread_mutex_unlock(&s->mu);
+    log_info("database version refreshed db=%s found=%d primary=%s lastMod=%d", db, found,
+             primary, found ? v.last_mod : 0);
+    return 0;
+}
+
+/* MongoDB's checkDbVersion: unknown, or older than the request → refresh; then the
+ * versions must be equal and this shard the database's primary, else StaleDbVersion. */
+static int check_db_version(shv_t *s, const char *ns, const bson_iter_t *it, bson_t *err_info,
+                            ms_error_t *err) {
+    char db[MS_NS_BYTES_MAX + 1];
+    const char *dot = strchr(ns, '.');
+    size_t n = dot ? (size_t)(dot - ns) : strlen(ns);
+    shv_dbv_t recv, ours;
+    const char *why = NULL;
+    int rc;
+    if (n == 0 || n >= sizeof db)
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "invalid namespace %s", ns);
+    memcpy(db, ns, n);
+    db[n] = '\0';
+    if ((rc = parse_dbv(it, &recv, err)) != 0) return rc;
+
+    pthread_mutex_lock(&s->mu);
+    shv_db_t *d = db_get(s, db, n);
+    bool need = d->state == SHV_DB_UNKNOWN || (d->state == SHV_DB_KNOWN && dbv_newer(&recv, &d->v));
+    /* A database we saw absent may have been created since: the request says so. */
+    if (d->state == SHV_DB_ABSENT) need = true;
+    pthread_mutex_unlock(&s->mu);
+    if (need && (rc = refresh_db(s, db, err)) != 0) return rc;
+
+    pthread_mutex_lock(&s->mu);
+    d = db_get(s, db, n);
+    enum shv_db_state state = d->state;
+    ours = d->v;
+    bool primary = strcmp(d->primary, s->shard_name) == 0;
+    pthread_mutex_unlock(&s->mu);
+    if (state == SHV_DB_UNKNOWN) why = "database version is not currently known";
+    else if (state == SHV_DB_ABSENT) why = "the database does not exist";
+    else if (!dbv_equal(&recv, &ours)) why = "database version mismatch";
+    else if (!primary) why = "this shard is not the primary shard of the database";
+    else return 0;
+
+    if (err_info) {
+        BSON_APPEND_UTF8(err_info, "db", db);
+        append_dbv(err_info, "vReceived", &recv);
+        if (state == SHV_DB_KNOWN) append_dbv(err_info, "vWanted", &ours);
+        BSON_APPEND_UTF8(err_info, "shardId", s->shard_name);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->stale_db_replies++;
+    pthread_mutex_unlock(&s->mu);
+    log_info("stale db version db=%s received=%d wanted=%d reason=\"%s\"", db, recv.last_mod,
+             state == SHV_DB_KNOWN ? ours.last_mod : 0, why);
+    return err_set(err, MS_ERR_STALE_DB_VERSION, "database version mismatch for %s: %s", db, why);
+}
+
 int shv_check(shv_t *s, const char *ns, const bson_t *req, shv_filter_t **filter,
               bson_t *err_info, ms_error_t *err) {
     bson_iter_t it;
@@ -389,6 +643,15 @@ int shv_check(shv_t *s, const char *ns, const bson_t *req, shv_filter_t **filter
     int rc;
 
     *filter = NULL;
+    /* An unsharded collection's request carries its database's version: the primary
+     * shard checks it first (this shard may no longer be the primary). */
+    if (bson_iter_init_find(&it, req, "databaseVersion")) {
+        if (!s->config_url[0] || !s->shard_name[0])
+            return err_set(err, MS_ERR_ILLEGAL_OPERATION,
+                           "cannot accept a databaseVersion for %s: sharding state has not been "
+                           "initialized with a shard identity (addShard)", ns);
+        if ((rc = check_db_version(s, ns, &it, err_info, err)) != 0) return rc;
+    }
     if (!bson_iter_init_find(&it, req, "shardVersion")) return 0;
     rc = parse_version(&it, &r, err);
     if (rc) return rc;

@@ -7,7 +7,9 @@ different key); B, which cached the old table, keeps serving correct reads and w
 and we show that it retried: its serverStatus.router.staleConfigRetries grows and its
 log has "stale config retry" lines. The shard side: a request sent straight to a shard
 with a hand-made shardVersion of another major or another epoch gets StaleConfig 13388
-with ns / vReceived / vWanted / shardId; a minor-only difference is accepted.
+with ns / vReceived / vWanted / shardId; a minor-only difference is accepted. Database
+versions: a database dropped and re-created with another primary makes the old primary
+answer StaleDbVersion 249, and router B retries on the new primary.
 """
 import os
 import sys
@@ -216,6 +218,83 @@ def test_shard_answers_stale_config(t):
     # without shardVersion the shard answers as a standalone mongod would
     assert len(s0.ok({"find": "c", "$db": DB, "filter": {}})["cursor"]["firstBatch"]) == 100
     print("  StaleConfig from shard0: %s" % dumps(find_with(dict(sv, v=ts(0, 7)))))
+
+
+def stale_db_retries(c):
+    return c.ok({"serverStatus": 1, "$db": "admin"})["router"]["staleDbVersionRetries"]
+
+
+def shard_count(cl, i, coll, db):
+    return cl.shards[i].client().ok({"count": coll, "$db": db})["n"]
+
+
+@test
+def test_database_version_after_recreate_elsewhere(t):
+    """Database versions (notes §2.3, StaleDbVersion 249): B caches database x with its
+    primary shard0; A drops x and re-creates it with primary shard2. B's insert and find
+    on an unsharded collection still carry the old databaseVersion to shard0, which
+    refreshes from config.databases, answers StaleDbVersion, and B re-reads the entry and
+    retries on shard2. Each shard is read directly to see where the documents live."""
+    cl, A, B = setup(t)
+    A.ok({"enableSharding": "x", "primaryShard": "shard0", "$db": "admin"})
+    B.ok({"insert": "u", "$db": "x", "documents": [{"_id": i} for i in range(3)]})
+    assert ids(B.find_all("u", "x", {})) == [0, 1, 2]
+    assert shard_count(cl, 0, "u", "x") == 3
+    v1 = A.ok({"find": "databases", "$db": "config", "filter": {"_id": "x"}})["cursor"]["firstBatch"][0]
+
+    A.ok({"dropDatabase": 1, "$db": "x"})
+    A.ok({"enableSharding": "x", "primaryShard": "shard2", "$db": "admin"})
+    v2 = A.ok({"find": "databases", "$db": "config", "filter": {"_id": "x"}})["cursor"]["firstBatch"][0]
+    assert v2["primary"] == "shard2" and v2["version"]["uuid"] != v1["version"]["uuid"], (v1, v2)
+    assert v2["version"]["timestamp"] != v1["version"]["timestamp"], (v1, v2)
+
+    before = stale_db_retries(B)
+    r = B.ok({"insert": "u", "$db": "x", "documents": [{"_id": 10 + i} for i in range(5)]})
+    assert r["n"] == 5 and "writeErrors" not in r, r
+    assert stale_db_retries(B) == before + 1, (before, stale_db_retries(B))
+    # the documents are on the new primary only
+    assert shard_count(cl, 2, "u", "x") == 5
+    assert shard_count(cl, 0, "u", "x") == 0
+    assert shard_count(cl, 1, "u", "x") == 0
+    assert ids(B.find_all("u", "x", {})) == list(range(10, 15))
+    assert ids(A.find_all("u", "x", {})) == list(range(10, 15))
+
+    # once more, and B's first contact is a read (and then findAndModify, count)
+    A.ok({"dropDatabase": 1, "$db": "x"})
+    A.ok({"enableSharding": "x", "primaryShard": "shard1", "$db": "admin"})
+    A.ok({"insert": "u", "$db": "x", "documents": [{"_id": 20 + i, "v": 0} for i in range(4)]})
+    assert shard_count(cl, 1, "u", "x") == 4 and shard_count(cl, 2, "u", "x") == 0
+    before = stale_db_retries(B)
+    assert ids(B.find_all("u", "x", {})) == list(range(20, 24))
+    assert stale_db_retries(B) > before
+    r = B.ok({"findAndModify": "u", "$db": "x", "query": {"_id": 21}, "update": {"$set": {"v": 9}},
+              "new": True})
+    assert r["value"] == {"_id": 21, "v": 9}, r
+    assert B.ok({"count": "u", "$db": "x"})["n"] == 4
+    st = B.ok({"serverStatus": 1, "$db": "admin"})["router"]
+    assert st["databaseRefreshes"] >= 3, st
+    log = cl.routers[1].log_text()
+    lines = [ln for ln in log.splitlines() if "stale db version retry" in ln]
+    assert len(lines) >= 2 and all("db=x" in ln for ln in lines), lines
+
+    # the shard side, straight to a shard: an old databaseVersion → StaleDbVersion 249
+    # with db / vReceived / vWanted; the current one is accepted by the primary only
+    unsharded = {"e": oid("000000000000000000000000"), "t": ts(0, 0), "v": ts(0, 0)}
+    cur = A.ok({"find": "databases", "$db": "config", "filter": {"_id": "x"}})["cursor"]["firstBatch"][0]
+    s1, s0 = cl.shards[1].client(), cl.shards[0].client()
+    r = s1.cmd({"find": "u", "$db": "x", "filter": {}, "shardVersion": unsharded,
+                "databaseVersion": v1["version"]})
+    assert r["ok"] == 0 and r["code"] == 249 and r["codeName"] == "StaleDbVersion", r
+    assert r["db"] == "x" and r["vReceived"] == v1["version"] and r["vWanted"] == cur["version"], r
+    r = s1.ok({"find": "u", "$db": "x", "filter": {}, "shardVersion": unsharded,
+               "databaseVersion": cur["version"]})
+    assert len(r["cursor"]["firstBatch"]) == 4, r
+    r = s0.cmd({"find": "u", "$db": "x", "filter": {}, "shardVersion": unsharded,
+                "databaseVersion": cur["version"]})
+    assert r["code"] == 249 and "not the primary" in r["errmsg"], r
+    print("  StaleDbVersion from shard1: %s" % dumps(s1.cmd(
+        {"find": "u", "$db": "x", "filter": {}, "shardVersion": unsharded,
+         "databaseVersion": v1["version"]})))
 
 
 if __name__ == "__main__":

@@ -36,6 +36,13 @@ static struct {
     fx_chunk_t chunks[64];
     int calls;
     int incremental_calls;
+    /* config.databases {_id: "db"} */
+    bool db_exists;
+    const char *db_primary;
+    uint8_t db_uuid;          /* every byte of the uuid */
+    uint32_t db_ts;
+    int32_t db_last_mod;
+    int db_calls;
 } fx = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void fx_bound(bson_t *dst, const char *key, int64_t v) {
@@ -109,7 +116,41 @@ static int fx_get_routing_table(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) 
     return 0;
 }
 
+/* find on config.databases, as the config server answers it (one document or none). */
+static int fx_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    bson_t cur, arr, d, v;
+    uint8_t uuid[16];
+    (void)err;
+    pthread_mutex_lock(&fx.mu);
+    fx.db_calls++;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
+    BSON_APPEND_INT64(&cur, "id", 0);
+    BSON_APPEND_UTF8(&cur, "ns", "config.databases");
+    BSON_APPEND_ARRAY_BEGIN(&cur, "firstBatch", &arr);
+    if (fx.db_exists && strcmp(bson_iter_utf8(&ctx->arg, NULL), "databases") == 0) {
+        memset(uuid, fx.db_uuid, sizeof uuid);
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &d);
+        BSON_APPEND_UTF8(&d, "_id", "db");
+        BSON_APPEND_UTF8(&d, "primary", fx.db_primary);
+        BSON_APPEND_DOCUMENT_BEGIN(&d, "version", &v);
+        bson_append_binary(&v, "uuid", -1, BSON_SUBTYPE_UUID, uuid, 16);
+        BSON_APPEND_TIMESTAMP(&v, "timestamp", fx.db_ts, 1);
+        BSON_APPEND_INT32(&v, "lastMod", fx.db_last_mod);
+        bson_append_document_end(&d, &v);
+        bson_append_document_end(&arr, &d);
+    }
+    bson_append_array_end(&cur, &arr);
+    bson_append_document_end(reply, &cur);
+    pthread_mutex_unlock(&fx.mu);
+    return 0;
+}
+
 static const cmd_spec_t fx_table[] = {
+    {.name = "find",
+     .handler = fx_find,
+     .arg_types = CT_STR,
+     .fields = {{"filter", CT_DOC, false}, {NULL, 0, false}},
+     .help = "test fixture: config.databases"},
     {.name = "getRoutingTable",
      .handler = fx_get_routing_table,
      .arg_types = CT_STR,
@@ -136,7 +177,7 @@ static void fx_start(void) {
     o.url = fx_url;
     o.workers = 4;
     o.table = fx_table;
-    o.table_len = 1;
+    o.table_len = (int)(sizeof fx_table / sizeof fx_table[0]);
     int rc = cmd_server_start(&o, &fx_srv, &err);
     CHECK_MSG(rc == 0, "fixture start: %s", err.msg);
     pthread_mutex_lock(&fx.mu);
@@ -145,6 +186,8 @@ static void fx_start(void) {
     bson_oid_init(&fx.epoch, NULL);
     fx.ts = 100;
     fx.calls = fx.incremental_calls = 0;
+    fx.db_exists = false;
+    fx.db_calls = 0;
     pthread_mutex_unlock(&fx.mu);
 }
 
@@ -423,6 +466,82 @@ static void test_unsharded(void) {
     fx_stop();
 }
 
+/* An unsharded collection's request: UNSHARDED shardVersion + databaseVersion. */
+static int check_db(shv_t *s, uint8_t uuid_byte, uint32_t ts, int32_t last_mod, bson_t *info) {
+    bson_t req, v;
+    uint8_t uuid[16];
+    ms_error_t err = {0};
+    shv_filter_t *f = NULL;
+    memset(uuid, uuid_byte, sizeof uuid);
+    make_req(&req, true, NULL, 0, 0, 0);
+    BSON_APPEND_DOCUMENT_BEGIN(&req, "databaseVersion", &v);
+    bson_append_binary(&v, "uuid", -1, BSON_SUBTYPE_UUID, uuid, 16);
+    BSON_APPEND_TIMESTAMP(&v, "timestamp", ts, 1);
+    BSON_APPEND_INT32(&v, "lastMod", last_mod);
+    bson_append_document_end(&req, &v);
+    bson_reinit(info);
+    int rc = shv_check(s, "db.c", &req, &f, info, &err);
+    CHECK(f == NULL);
+    bson_destroy(&req);
+    return rc;
+}
+
+static void fx_db(bool exists, const char *primary, uint8_t uuid_byte, uint32_t ts, int32_t lm) {
+    pthread_mutex_lock(&fx.mu);
+    fx.db_exists = exists;
+    fx.db_primary = primary;
+    fx.db_uuid = uuid_byte;
+    fx.db_ts = ts;
+    fx.db_last_mod = lm;
+    pthread_mutex_unlock(&fx.mu);
+}
+
+static void test_database_versions(void) {
+    fx_start();
+    pthread_mutex_lock(&fx.mu);
+    fx.sharded = false;
+    pthread_mutex_unlock(&fx.mu);
+    fx_db(true, "s0", 0xA1, 50, 1);
+    shv_t *s = open_shv("s0");
+    bson_t info = BSON_INITIALIZER;
+    bson_iter_t it;
+    /* unknown → refresh → equal and primary → ok; then cached */
+    CHECK_INT(check_db(s, 0xA1, 50, 1, &info), 0);
+    CHECK_INT(check_db(s, 0xA1, 50, 1, &info), 0);
+    CHECK_INT(fx.db_calls, 1);
+    /* an older incarnation (lower timestamp, other uuid): stale, no refresh needed */
+    CHECK_INT(check_db(s, 0x99, 40, 1, &info), MS_ERR_STALE_DB_VERSION);
+    CHECK_INT(fx.db_calls, 1);
+    CHECK(bson_iter_init_find(&it, &info, "db") && !strcmp(bson_iter_utf8(&it, NULL), "db"));
+    CHECK(bson_iter_init_find(&it, &info, "vReceived"));
+    CHECK(bson_iter_init_find(&it, &info, "vWanted"));
+    /* dropped and re-created elsewhere; the shard's drop forgets the entry */
+    fx_db(true, "s1", 0xB2, 60, 1);
+    shv_invalidate(s, "db.c");
+    CHECK_INT(check_db(s, 0xA1, 50, 1, &info), MS_ERR_STALE_DB_VERSION);
+    CHECK_INT(fx.db_calls, 2);
+    /* the new version, but s0 is not its primary */
+    CHECK_INT(check_db(s, 0xB2, 60, 1, &info), MS_ERR_STALE_DB_VERSION);
+    CHECK(bson_iter_init_find(&it, &info, "shardId") && !strcmp(bson_iter_utf8(&it, NULL), "s0"));
+    /* without an invalidation: a newer version in a request makes the shard refresh */
+    fx_db(true, "s0", 0xC3, 70, 1);
+    CHECK_INT(check_db(s, 0xC3, 70, 1, &info), 0);
+    CHECK_INT(fx.db_calls, 3);
+    /* same incarnation, higher lastMod (movePrimary): refresh too */
+    fx_db(true, "s0", 0xC3, 70, 2);
+    CHECK_INT(check_db(s, 0xC3, 70, 2, &info), 0);
+    CHECK_INT(fx.db_calls, 4);
+    CHECK_INT(check_db(s, 0xC3, 70, 1, &info), MS_ERR_STALE_DB_VERSION);
+    /* the database is gone: stale, without vWanted */
+    fx_db(false, NULL, 0, 0, 0);
+    shv_invalidate(s, "db");
+    CHECK_INT(check_db(s, 0xC3, 70, 2, &info), MS_ERR_STALE_DB_VERSION);
+    CHECK(!bson_iter_init_find(&it, &info, "vWanted"));
+    bson_destroy(&info);
+    shv_close(s);
+    fx_stop();
+}
+
 static void test_config_server_down(void) {
     shv_t *s = NULL;
     ms_error_t err = {0};
@@ -536,5 +655,5 @@ static void test_concurrent_checks(void) {
 T_MAIN(T_CASE(test_unversioned_request_has_no_filter), T_CASE(test_match_filter_and_minor_drift),
        T_CASE(test_migration_refreshes_incrementally_and_stale_router_gets_stale_config),
        T_CASE(test_split_merge_incremental_tiles), T_CASE(test_new_generation),
-       T_CASE(test_unsharded), T_CASE(test_config_server_down), T_CASE(test_hashed_bounds),
+       T_CASE(test_unsharded), T_CASE(test_database_versions), T_CASE(test_config_server_down), T_CASE(test_hashed_bounds),
        T_CASE(test_concurrent_checks))
