@@ -372,6 +372,13 @@ void scan_pos_free(scan_pos_t *pos) {
     memset(pos, 0, sizeof *pos);
 }
 
+/* Room for one more element in a growing array (doubling from 64): *cap updated. */
+static void *grow_for_one(void *v, size_t n, size_t *cap, size_t elem) {
+    if (n < *cap) return v;
+    *cap = *cap ? *cap * 2 : 64;
+    return xrealloc(v, *cap * elem);
+}
+
 /* Multikey dedupe: true when rid was seen already; otherwise records it. */
 static bool seen_check_add(scan_pos_t *pos, int64_t rid) {
     size_t lo = 0, hi = pos->nseen;
@@ -380,13 +387,7 @@ static bool seen_check_add(scan_pos_t *pos, int64_t rid) {
         if (pos->seen[mid] == rid) return true;
         if (pos->seen[mid] < rid) lo = mid + 1; else hi = mid;
     }
-    if (pos->nseen == pos->capseen) {
-        size_t cap = pos->capseen ? pos->capseen * 2 : 64;
-        int64_t *n = realloc(pos->seen, cap * sizeof *n);
-        ASSERT(n != NULL);
-        pos->seen = n;
-        pos->capseen = cap;
-    }
+    pos->seen = grow_for_one(pos->seen, pos->nseen, &pos->capseen, sizeof *pos->seen);
     memmove(&pos->seen[lo + 1], &pos->seen[lo], (pos->nseen - lo) * sizeof *pos->seen);
     pos->seen[lo] = rid;
     pos->nseen++;
@@ -526,13 +527,7 @@ static void sorter_free(sorter_t *so) {
 
 static int sorter_add(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err) {
     sorter_t *so = arg;
-    if (so->n == so->cap) {
-        size_t cap = so->cap ? so->cap * 2 : 64;
-        sdoc_t *n = realloc(so->v, cap * sizeof *n);
-        ASSERT(n != NULL);
-        so->v = n;
-        so->cap = cap;
-    }
+    so->v = grow_for_one(so->v, so->n, &so->cap, sizeof *so->v);
     so->v[so->n].rid = rid;
     so->v[so->n].doc = bson_copy(doc);
     so->n++;
@@ -573,13 +568,7 @@ static int rid_add(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err) {
         a->skip--;
         return 0;
     }
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 16;
-        int64_t *n = realloc(a->v, cap * sizeof *n);
-        ASSERT(n != NULL);
-        a->v = n;
-        a->cap = cap;
-    }
+    a->v = grow_for_one(a->v, a->n, &a->cap, sizeof *a->v);
     a->v[a->n++] = rid;
     return a->limit > 0 && (int64_t)a->n >= a->limit ? 1 : 0;
 }
