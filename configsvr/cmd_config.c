@@ -1,12 +1,21 @@
 /*
  * cmd_config.c — the config database as MongoDB users know it (bin/configsvr): find and
  * count on config.<collection> (documents built from the catalog in MongoDB's shapes,
- * then filtered, sorted, skipped, limited and projected with the query engine), and
- * update on config.settings (balancer, chunksize, automerge, ...), validated. Every
- * other config collection is read-only here.
+ * then filtered, sorted, skipped, limited and projected with the query engine), cursors
+ * over those results (getMore, killCursors, idle timeout), and update on
+ * config.settings (balancer, chunksize, automerge, ...), validated. Every other config
+ * collection is read-only here.
+ *
+ * A find materialises its whole result when it runs — the snapshot a cursor serves is
+ * the catalog as it was at find time (MongoDB's config reads are snapshot reads too) —
+ * and hands it out in batches (first batch 101 documents unless batchSize says
+ * otherwise, every batch at most 16 MB, getMore without batchSize fills 16 MB).
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "common/bsonx.h"
 #include "common/log.h"
@@ -85,8 +94,148 @@ static bool int_field(const cmd_ctx_t *ctx, const char *name, int64_t *out, ms_e
     return true;
 }
 
-/* find: results come back in one batch (cursor id 0) — config collections are small, and
- * the reply is bounded by the message limit; batchSize is accepted for compatibility. */
+/* ---- cursors ------------------------------------------------------------------------ */
+
+typedef struct cfg_cursor {
+    int64_t id;
+    char ns[MS_NS_BYTES_MAX + 8];
+    bson_t **docs;                /* the materialised result (owned) */
+    int n, pos;
+    size_t bytes;
+    long long last_ms;            /* monotonic: last use */
+    bool busy;                    /* a getMore is reading it */
+    struct cfg_cursor *next;
+} cfg_cursor_t;
+
+struct cfg_cursors {
+    pthread_mutex_t mu;
+    cfg_cursor_t *list;
+    int count;
+    long long bytes;
+    uint64_t seq;                 /* splitmix64 state: ids unpredictable and unique */
+};
+
+static void cursor_free(cfg_cursor_t *c) {
+    if (!c) return;
+    for (int i = 0; i < c->n; i++) bson_destroy(c->docs[i]);
+    bson_free(c->docs);
+    free(c);
+}
+
+int cfg_cursors_open(cfg_cursors_t **out, ms_error_t *err) {
+    cfg_cursors_t *c = calloc(1, sizeof *c);
+    struct timespec now;
+    if (!c) return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "cursor table: out of memory");
+    pthread_mutex_init(&c->mu, NULL);
+    clock_gettime(CLOCK_REALTIME, &now);
+    c->seq = (uint64_t)now.tv_sec * 1000000007ull ^ (uint64_t)now.tv_nsec ^ (uint64_t)getpid() << 32;
+    *out = c;
+    return 0;
+}
+
+void cfg_cursors_close(cfg_cursors_t *c) {
+    if (!c) return;
+    for (cfg_cursor_t *k = c->list, *n; k; k = n) {
+        n = k->next;
+        cursor_free(k);
+    }
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+int cfg_cursors_count(cfg_cursors_t *c) {
+    pthread_mutex_lock(&c->mu);
+    int n = c->count;
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
+/* Caller holds mu. Unlinks k and updates the totals (does not free). */
+static void cursor_unlink_locked(cfg_cursors_t *cs, cfg_cursor_t *k) {
+    for (cfg_cursor_t **pp = &cs->list; *pp; pp = &(*pp)->next)
+        if (*pp == k) {
+            *pp = k->next;
+            cs->count--;
+            cs->bytes -= (long long)k->bytes;
+            return;
+        }
+}
+
+/* Kills cursors idle longer than MS_CURSOR_IDLE_MS_MAX (run on every cursor command: the
+ * config server has no timer thread, and an idle server holds no new cursors). */
+static void cursors_reap(cfg_cursors_t *cs) {
+    long long now = time_mono_ms();
+    cfg_cursor_t *dead = NULL;
+    pthread_mutex_lock(&cs->mu);
+    for (cfg_cursor_t *k = cs->list, *n; k; k = n) {
+        n = k->next;
+        if (k->busy || now - k->last_ms <= MS_CURSOR_IDLE_MS_MAX) continue;
+        cursor_unlink_locked(cs, k);
+        k->next = dead;
+        dead = k;
+    }
+    pthread_mutex_unlock(&cs->mu);
+    for (cfg_cursor_t *k = dead, *n; k; k = n) {
+        n = k->next;
+        log_info("cursor timed out id=%lld ns=%s", (long long)k->id, k->ns);
+        cursor_free(k);
+    }
+}
+
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Registers k (takes ownership) with a fresh id; refuses when the caps are reached. */
+static int cursor_register(cfg_cursors_t *cs, cfg_cursor_t *k, ms_error_t *err) {
+    pthread_mutex_lock(&cs->mu);
+    if (cs->count >= CFG_CURSORS_MAX || cs->bytes + (long long)k->bytes > CFG_CURSOR_BYTES_MAX) {
+        int n = cs->count;
+        pthread_mutex_unlock(&cs->mu);
+        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
+                       "too many open cursors on the config server (%d, at most %d cursors and "
+                       "%lld bytes); exhaust or kill cursors", n, CFG_CURSORS_MAX,
+                       (long long)CFG_CURSOR_BYTES_MAX);
+    }
+    for (int tries = 0; tries < 64; tries++) {   /* a clash among <= 1000 ids is rare */
+        bool clash = false;
+        k->id = (int64_t)(splitmix64(&cs->seq) & 0x3fffffffffffffffull);
+        for (cfg_cursor_t *o = cs->list; o && !clash; o = o->next) clash = o->id == k->id;
+        if (k->id != 0 && !clash) break;
+        k->id = 0;
+    }
+    ASSERT(k->id != 0);
+    k->last_ms = time_mono_ms();
+    k->next = cs->list;
+    cs->list = k;
+    cs->count++;
+    cs->bytes += (long long)k->bytes;
+    pthread_mutex_unlock(&cs->mu);
+    return 0;
+}
+
+/* Appends documents from k->pos: at most max_docs (< 0: no count limit) and at most
+ * MS_BATCH_BYTES_MAX of them, but at least one when any is left (a document is at most
+ * 16 MB, so progress is guaranteed). */
+static void fill_batch(cfg_cursor_t *k, int64_t max_docs, bson_t *arr) {
+    size_t bytes = 0;
+    int64_t out = 0;
+    while (k->pos < k->n && (max_docs < 0 || out < max_docs)) {
+        const bson_t *d = k->docs[k->pos];
+        if (out > 0 && bytes + d->len > (size_t)MS_BATCH_BYTES_MAX) break;
+        char idx[24];
+        snprintf(idx, sizeof idx, "%lld", (long long)out++);
+        BSON_APPEND_DOCUMENT(arr, idx, d);
+        bytes += d->len;
+        k->pos++;
+    }
+}
+
+/* find: the result is materialised now, the first batch returned, the rest kept behind
+ * a cursor id for getMore (MongoDB's ClusterCursorManager on the config server). */
 int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
     const char *coll = BSON_ITER_HOLDS_UTF8(&ctx->arg) ? bson_iter_utf8(&ctx->arg, NULL) : "";
@@ -94,15 +243,20 @@ int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bool has_filter = cfg_field_doc(ctx, "filter", &filter);
     sortspec_t *sort = NULL;
     projection_t *proj = NULL;
+    cfg_cursor_t *k = NULL;
     hits_t h;
-    int64_t skip = 0, limit = 0;
+    int64_t skip = 0, limit = 0, batch_size = MS_FIRST_BATCH_DOCS_DEFAULT;
+    bool single = cmd_flag(ctx, "singleBatch", false);
     int rc = check_config_db(ctx, err);
     char ns[MS_NS_BYTES_MAX + 8];
     memset(&h, 0, sizeof h);
     if (rc) return rc;
+    snprintf(ns, sizeof ns, "config.%s", coll);
     int_field(ctx, "skip", &skip, err, &rc);
     int_field(ctx, "limit", &limit, err, &rc);
+    int_field(ctx, "batchSize", &batch_size, err, &rc);
     if (rc) return rc;
+    cursors_reap(cfg->cursors);
     /* Separate views: a compiled spec may keep pointing at the document it was given. */
     if (cfg_field_doc(ctx, "sort", &sort_spec) && (rc = sortspec_compile(&sort_spec, &sort, err)) != 0)
         goto out;
@@ -112,31 +266,149 @@ int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     rc = scan(cfg, coll, has_filter ? &filter : NULL, &h, err);
     if (rc) goto out;
     if (sort && h.n > 1) qsort_r(h.docs, (size_t)h.n, sizeof *h.docs, cmp_docs, sort);
-    snprintf(ns, sizeof ns, "config.%s", coll);
-    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cursor);
-    BSON_APPEND_INT64(&cursor, "id", 0);
-    BSON_APPEND_UTF8(&cursor, "ns", ns);
-    BSON_APPEND_ARRAY_BEGIN(&cursor, "firstBatch", &batch);
-    int64_t out_n = 0;
-    for (int64_t i = skip; i < h.n && (limit == 0 || out_n < limit); i++) {
-        char idx[24];
-        snprintf(idx, sizeof idx, "%lld", (long long)out_n++);
+    /* The snapshot: skip and limit applied, projected, owned by the cursor. */
+    k = calloc(1, sizeof *k);
+    ASSERT(k);
+    snprintf(k->ns, sizeof k->ns, "%s", ns);
+    int64_t first = skip < h.n ? skip : h.n, last = h.n;
+    if (limit > 0 && last - first > limit) last = first + limit;
+    k->docs = bson_malloc0(sizeof *k->docs * (size_t)(last - first + 1));
+    for (int64_t i = first; i < last; i++) {
+        bson_t *d = h.docs[i];
         if (proj) {
             bson_t p;
-            rc = projection_apply(proj, h.docs[i], &p, err);
-            if (rc) break;
-            BSON_APPEND_DOCUMENT(&batch, idx, &p);
+            if ((rc = projection_apply(proj, h.docs[i], &p, err)) != 0) goto out;
+            d = bson_copy(&p);
             bson_destroy(&p);
         } else {
-            BSON_APPEND_DOCUMENT(&batch, idx, h.docs[i]);
+            h.docs[i] = NULL;   /* moved into the cursor */
         }
+        k->bytes += d->len;
+        k->docs[k->n++] = d;
     }
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cursor);
+    BSON_APPEND_ARRAY_BEGIN(&cursor, "firstBatch", &batch);
+    fill_batch(k, batch_size, &batch);
     bson_append_array_end(&cursor, &batch);
+    int64_t id = 0;
+    if (k->pos < k->n && !single) {
+        rc = cursor_register(cfg->cursors, k, err);
+        if (rc) {
+            bson_reinit(reply);   /* no half-built cursor document in the error reply */
+            goto out;
+        }
+        id = k->id;
+        k = NULL;
+    }
+    BSON_APPEND_INT64(&cursor, "id", id);
+    BSON_APPEND_UTF8(&cursor, "ns", ns);
     bson_append_document_end(reply, &cursor);
 out:
+    cursor_free(k);
     hits_free(&h);
     sortspec_free(sort);
     projection_free(proj);
+    return rc;
+}
+
+/* getMore {getMore: id, collection, batchSize?}: the next batch (16 MB when batchSize is
+ * absent); id 0 in the reply once the snapshot is exhausted. */
+int cfg_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    cfg_t *cfg = ctx->app;
+    cfg_cursors_t *cs = cfg->cursors;
+    bson_iter_t it;
+    int64_t id = 0, batch_size = -1;
+    int rc = check_config_db(ctx, err);
+    char ns[MS_NS_BYTES_MAX + 8];
+    cfg_cursor_t *k = NULL;
+    if (rc) return rc;
+    if (!bsonx_as_int64_exact(&ctx->arg, &id))
+        return err_set(err, MS_ERR_TYPE_MISMATCH, "getMore: cursor id must be an integer");
+    if (int_field(ctx, "batchSize", &batch_size, err, &rc) && batch_size == 0) batch_size = -1;
+    if (rc) return rc;
+    snprintf(ns, sizeof ns, "config.%s",
+             cmd_field(ctx, "collection", &it) && BSON_ITER_HOLDS_UTF8(&it)
+                 ? bson_iter_utf8(&it, NULL) : "");
+    cursors_reap(cs);
+    pthread_mutex_lock(&cs->mu);
+    for (cfg_cursor_t *o = cs->list; o && !k; o = o->next)
+        if (o->id == id) k = o;
+    if (k && k->busy) rc = err_set(err, MS_ERR_CURSOR_IN_USE, "cursor id %lld is in use", (long long)id);
+    else if (k && strcmp(k->ns, ns) != 0)
+        rc = err_set(err, MS_ERR_UNAUTHORIZED,
+                     "requested getMore on namespace '%s', but cursor belongs to '%s'", ns, k->ns);
+    else if (k) k->busy = true;
+    pthread_mutex_unlock(&cs->mu);
+    if (!k) return err_set(err, MS_ERR_CURSOR_NOT_FOUND, "cursor id %lld not found", (long long)id);
+    if (rc) return rc;
+
+    bson_t cursor, batch;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cursor);
+    BSON_APPEND_ARRAY_BEGIN(&cursor, "nextBatch", &batch);
+    fill_batch(k, batch_size, &batch);
+    bson_append_array_end(&cursor, &batch);
+    bool done = k->pos >= k->n;
+    BSON_APPEND_INT64(&cursor, "id", done ? 0 : id);
+    BSON_APPEND_UTF8(&cursor, "ns", k->ns);
+    bson_append_document_end(reply, &cursor);
+    pthread_mutex_lock(&cs->mu);
+    k->busy = false;
+    k->last_ms = time_mono_ms();
+    if (done) cursor_unlink_locked(cs, k);
+    pthread_mutex_unlock(&cs->mu);
+    if (done) cursor_free(k);
+    return 0;
+}
+
+/* killCursors {killCursors: coll, cursors: [ids]}: MongoDB's reply lists. A cursor in
+ * use by a getMore is reported alive and dies on its own when exhausted or idle. */
+int cfg_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    cfg_t *cfg = ctx->app;
+    cfg_cursors_t *cs = cfg->cursors;
+    bson_t ids, killed = BSON_INITIALIZER, notfound = BSON_INITIALIZER, alive = BSON_INITIALIZER;
+    bson_iter_t it;
+    int nk = 0, nn = 0, na = 0, rc = check_config_db(ctx, err);
+    if (rc) goto out;
+    if (!cfg_field_doc(ctx, "cursors", &ids) || !bson_iter_init(&it, &ids)) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "killCursors needs a cursors array");
+        goto out;
+    }
+    for (int i = 0; i < MS_CURSORS_MAX && bson_iter_next(&it); i++) {
+        int64_t id;
+        char idx[16];
+        cfg_cursor_t *k = NULL;
+        bool busy = false;
+        if (!bsonx_as_int64_exact(&it, &id)) continue;
+        pthread_mutex_lock(&cs->mu);
+        for (cfg_cursor_t *o = cs->list; o && !k; o = o->next)
+            if (o->id == id) k = o;
+        if (k && k->busy) busy = true;
+        else if (k) cursor_unlink_locked(cs, k);
+        pthread_mutex_unlock(&cs->mu);
+        if (k && !busy) {
+            cursor_free(k);
+            snprintf(idx, sizeof idx, "%d", nk++);
+            BSON_APPEND_INT64(&killed, idx, id);
+        } else if (busy) {
+            snprintf(idx, sizeof idx, "%d", na++);
+            BSON_APPEND_INT64(&alive, idx, id);
+        } else {
+            snprintf(idx, sizeof idx, "%d", nn++);
+            BSON_APPEND_INT64(&notfound, idx, id);
+        }
+    }
+    bson_append_array(reply, "cursorsKilled", -1, &killed);
+    bson_append_array(reply, "cursorsNotFound", -1, &notfound);
+    bson_append_array(reply, "cursorsAlive", -1, &alive);
+    {
+        bson_t empty = BSON_INITIALIZER;
+        bson_append_array(reply, "cursorsUnknown", -1, &empty);
+        bson_destroy(&empty);
+    }
+out:
+    bson_destroy(&killed);
+    bson_destroy(&notfound);
+    bson_destroy(&alive);
     return rc;
 }
 

@@ -24,6 +24,7 @@ void cfg_status(void *app, bson_t *reply) {
     BSON_APPEND_INT64(&s, "databases", dbs);
     BSON_APPEND_INT64(&s, "collections", colls);
     BSON_APPEND_INT64(&s, "chunks", chunks);
+    BSON_APPEND_INT32(&s, "openCursors", cfg->cursors ? cfg_cursors_count(cfg->cursors) : 0);
     bson_append_document_end(reply, &s);
 }
 

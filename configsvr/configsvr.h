@@ -56,8 +56,15 @@
  * that does not answer quickly is refused rather than added. */
 #define CFG_HELLO_TIMEOUT_MS 5000
 #define CFG_SHARD_CMD_TIMEOUT_MS MS_RPC_TIMEOUT_MS_DEFAULT
-/* Rows returned by one find on a config collection before a cursor is needed; we return
- * everything in firstBatch up to the reply size limit (see cmd_config.c). */
+/* Cursors on config collections (cmd_config.c). A find materialises its whole result
+ * (bounded by MS_MSG_BYTES_MAX, as before) and serves it in batches: the first of
+ * MS_FIRST_BATCH_DOCS_DEFAULT documents unless batchSize says otherwise, each batch
+ * capped at MS_BATCH_BYTES_MAX; idle cursors die after MS_CURSOR_IDLE_MS_MAX. At most
+ * CFG_CURSORS_MAX cursors holding CFG_CURSOR_BYTES_MAX bytes in all stay open (config
+ * readers are tools and routers, not applications; the cap bounds the memory idle
+ * clients can pin). */
+#define CFG_CURSORS_MAX 1000
+#define CFG_CURSOR_BYTES_MAX (512LL * 1024 * 1024)
 
 /* ---- the catalog (catalog.c) ----------------------------------------------------- */
 
@@ -264,8 +271,11 @@ void cat_uuid_new(uint8_t uuid[16]);
 
 /* ---- the daemon (main.c, configsvr_cmd.c, cmd_*.c) ------------------------------- */
 
+typedef struct cfg_cursors cfg_cursors_t;
+
 typedef struct cfg {
     cat_t *cat;
+    cfg_cursors_t *cursors;       /* open cursors on config collections (cmd_config.c) */
     char url[MS_URL_BYTES_MAX];   /* this server's URL: the shards' configsvrConnectionString */
     pthread_mutex_t ddl_mu;       /* serialises read-ask-commit metadata commands */
     long long started_ms;
@@ -317,7 +327,12 @@ int cfg_cmd_get_routing_table(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_split(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_merge_chunks(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* cmd_config.c: reads and settings writes on the config database */
+int cfg_cursors_open(cfg_cursors_t **out, ms_error_t *err);
+void cfg_cursors_close(cfg_cursors_t *c);   /* NULL-safe; frees every open cursor */
+int cfg_cursors_count(cfg_cursors_t *c);
 int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* cmd_status.c */

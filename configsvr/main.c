@@ -93,6 +93,11 @@ int main(int argc, char **argv) {
         }
         cat_set_server(cfg.cat, url);
     }
+    if (cfg_cursors_open(&cfg.cursors, &err) != 0) {
+        log_error("startup failed step=cursors code=%d errmsg=\"%s\"", err.code, err.msg);
+        cat_close(cfg.cat);
+        return 1;
+    }
 
     {
         cmd_server_opts_t opts = {
@@ -108,6 +113,7 @@ int main(int argc, char **argv) {
         if (cmd_server_start(&opts, &srv, &err) != 0) {
             log_error("startup failed step=listen url=%s code=%d errmsg=\"%s\"", url, err.code,
                       err.msg);
+            cfg_cursors_close(cfg.cursors);
             cat_close(cfg.cat);
             return 1;
         }
@@ -118,6 +124,7 @@ int main(int argc, char **argv) {
     log_info("shutting down signal=%s", sig == SIGINT ? "SIGINT" : "SIGTERM");
     cmd_server_stop(srv);
     rpc_peers_close_all();
+    cfg_cursors_close(cfg.cursors);
     cat_close(cfg.cat);
     pthread_mutex_destroy(&cfg.ddl_mu);
     log_info("stopped");

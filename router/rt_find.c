@@ -6,6 +6,8 @@
  * shard cursors (getMore pulls from shards as the merge needs; killCursors; idle reaping),
  * count (sum with skip/limit applied across shards) and distinct (union, de-duplicated and
  * ordered in BSON order). Every read is versioned; StaleConfig → refresh → retry.
+ * find / getMore / killCursors with $db: "config" go to the config server, which owns
+ * those cursors.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -657,6 +659,8 @@ int rt_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 
 int rt_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
+    /* Cursors on config collections live on the config server: route by $db. */
+    if (!strcmp(ctx->db, "config")) return rt_cmd_to_config(ctx, reply, err);
     int64_t id = 0, batch = RT_GETMORE_DOCS_DEFAULT;
     if (!bsonx_as_int64(&ctx->arg, &id))
         return err_set(err, MS_ERR_TYPE_MISMATCH, "getMore: cursor id must be a number");
@@ -686,6 +690,7 @@ int rt_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 
 int rt_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
+    if (!strcmp(ctx->db, "config")) return rt_cmd_to_config(ctx, reply, err);
     bson_iter_t it, arr;
     bson_t killed, notfound, empty;
     (void)err;

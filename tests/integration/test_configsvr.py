@@ -4,10 +4,12 @@ test_configsvr.py — integration tests of the config server (bin/configsvr) wit
 shard daemons (bin/shardd) on 127.0.0.1: addShard/listShards, enableSharding,
 shardCollection (ranged, hashed with MongoDB's split points, compound, non-empty),
 split (middle / find / bounds) and mergeChunks with versions checked, getRoutingTable
-full and incremental, drops, removeShard, and bad input that must not stop the server.
+full and incremental, drops, removeShard, cursors on config collections (batchSize,
+getMore, killCursors, through a router too), and bad input that must not stop the server.
 Commands go straight to the config server (as a router would forward them).
 """
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -334,6 +336,96 @@ def test_bad_input_keeps_serving(t):
     assert cfg.alive()
     r = c.ok({"balancerStatus": 1})
     assert r["mode"] == "full" and r["inBalancerRound"] is False and r["numBalancerRounds"] == 0, r
+
+
+def cid_of(r):
+    c = r["cursor"]["id"]
+    return int(c["$numberLong"]) if isinstance(c, dict) else int(c)
+
+
+def drain(c, first, coll, batch=None):
+    """Docs of a find reply plus every getMore batch; the batch sizes seen."""
+    docs, sizes = list(first["cursor"]["firstBatch"]), [len(first["cursor"]["firstBatch"])]
+    cid = cid_of(first)
+    for _ in range(100000):
+        if cid == 0:
+            break
+        cmd = {"getMore": long(cid), "collection": coll, "$db": "config"}
+        if batch:
+            cmd["batchSize"] = batch
+        r = c.ok(cmd)
+        docs.extend(r["cursor"]["nextBatch"])
+        sizes.append(len(r["cursor"]["nextBatch"]))
+        cid = cid_of(r)
+    return docs, sizes
+
+
+@test
+def test_config_cursors(t):
+    """find on config collections returns real cursors: batchSize honoured (default first
+    batch 101), getMore through the router and straight on the config server, killCursors,
+    wrong-collection getMore refused; shardctl status counts every chunk of a large table."""
+    cl = t.cluster(shards=2, routers=1)
+    R, C = cl.client(), cl.config.client()
+    R.ok({"enableSharding": "app", "primaryShard": "shard0", "$db": "admin"})
+    R.ok({"shardCollection": "app.h", "key": {"h": "hashed"}, "numInitialChunks": 40, "$db": "admin"})
+    R.ok({"shardCollection": "app.r", "key": {"x": 1}, "$db": "admin"})
+    for m in range(10, 200, 10):
+        R.ok({"split": "app.r", "middle": {"x": m}, "$db": "admin"})
+    uuid = R.ok({"find": "collections", "$db": "config", "filter": {"_id": "app.r"}})["cursor"]["firstBatch"][0]["uuid"]
+    want = C.ok({"count": "chunks", "$db": "config", "query": {"uuid": uuid}})["n"]
+    assert want == 20, want
+    for c in (R, C):   # through the router and straight on the config server
+        r = c.ok({"find": "chunks", "$db": "config", "filter": {"uuid": uuid}, "batchSize": 2,
+                  "sort": {"min": 1}})
+        assert len(r["cursor"]["firstBatch"]) == 2 and cid_of(r) != 0, r
+        assert r["cursor"]["ns"] == "config.chunks", r
+        docs, sizes = drain(c, r, "chunks", batch=2)
+        assert len(docs) == 20 and sizes == [2] * 10, sizes
+        mins = [d["min"]["x"] for d in docs]
+        assert mins[0] == {"$minKey": 1} and mins[1:] == list(range(10, 200, 10)), mins
+        # the cursor is gone once exhausted
+        e = c.err({"getMore": long(cid_of(r)), "collection": "chunks", "$db": "config"}, 43)
+        assert e["codeName"] == "CursorNotFound", e
+    # default first batch: 101 documents; getMore without batchSize takes the rest
+    r = R.ok({"find": "chunks", "$db": "config", "filter": {}})
+    total = C.ok({"count": "chunks", "$db": "config"})["n"]
+    assert total == 60 and len(r["cursor"]["firstBatch"]) == 60 and cid_of(r) == 0, (total, r["cursor"]["id"])
+    R.ok({"shardCollection": "app.big", "key": {"k": "hashed"}, "numInitialChunks": 300, "$db": "admin"})
+    r = R.ok({"find": "chunks", "$db": "config", "filter": {}})
+    assert len(r["cursor"]["firstBatch"]) == 101 and cid_of(r) != 0
+    docs, sizes = drain(R, r, "chunks")
+    assert len(docs) == 360 and sizes == [101, 259], sizes
+    assert len({str(d["_id"]) for d in docs}) == 360
+    # singleBatch closes the cursor; limit and skip apply to the whole result
+    r = C.ok({"find": "chunks", "$db": "config", "batchSize": 5, "singleBatch": True})
+    assert len(r["cursor"]["firstBatch"]) == 5 and cid_of(r) == 0, r
+    r = C.ok({"find": "chunks", "$db": "config", "batchSize": 5, "skip": 350, "limit": 8})
+    docs, sizes = drain(C, r, "chunks")
+    assert len(docs) == 8 and sizes[0] == 5, sizes
+    # killCursors through the router and straight; getMore on another collection refused
+    opened = [cid_of(c.ok({"find": "chunks", "$db": "config", "batchSize": 1})) for c in (R, C)]
+    assert all(opened)
+    assert C.ok({"serverStatus": 1})["sharding"]["openCursors"] == 2
+    e = R.err({"getMore": long(opened[0]), "collection": "shards", "$db": "config"}, 13)
+    r = R.ok({"killCursors": "chunks", "$db": "config", "cursors": [long(opened[0]), long(12345)]})
+    assert [cid_of({"cursor": {"id": x}}) for x in r["cursorsKilled"]] == [opened[0]], r
+    assert len(r["cursorsNotFound"]) == 1, r
+    r = C.ok({"killCursors": "chunks", "$db": "config", "cursors": [long(opened[1])]})
+    assert len(r["cursorsKilled"]) == 1, r
+    assert C.ok({"serverStatus": 1})["sharding"]["openCursors"] == 0
+    C.err({"getMore": long(opened[1]), "collection": "chunks", "$db": "config"}, 43)
+
+    # shardctl status drains the cursor: every chunk of a large table is counted
+    n_big = int(os.environ.get("MS_STATUS_CHUNKS", "12000"))
+    R.ok({"shardCollection": "app.huge", "key": {"k": "hashed"}, "numInitialChunks": n_big,
+          "$db": "admin"})
+    out = subprocess.run([SHARDCTL, "--host", cl.routers[0].url, "status"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    sect = out.stdout.split("app.huge", 1)[1]
+    assert ("chunks: %d total" % n_big) in sect, sect[:400]
+    print("  shardctl status: app.huge %d chunks counted through config cursors" % n_big)
 
 
 if __name__ == "__main__":
