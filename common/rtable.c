@@ -376,3 +376,84 @@ out:
     if (rc || *need_full) rtable_clear(t);
     return rc;
 }
+
+/* ---- database versions ------------------------------------------------------------------- */
+
+int rtable_dbv_parse(const bson_iter_t *it, rtable_dbv_t *out, ms_error_t *err) {
+    bson_iter_t c;
+    int have = 0;
+    memset(out, 0, sizeof *out);
+    if (!BSON_ITER_HOLDS_DOCUMENT(it) || !bson_iter_recurse(it, &c))
+        return err_set(err, MS_ERR_TYPE_MISMATCH,
+                       "databaseVersion must be a document {uuid, timestamp, lastMod}");
+    while (bson_iter_next(&c)) {
+        const char *k = bson_iter_key(&c);
+        if (!strcmp(k, "uuid") && BSON_ITER_HOLDS_BINARY(&c)) {
+            bson_subtype_t st;
+            uint32_t len;
+            const uint8_t *data;
+            bson_iter_binary(&c, &st, &len, &data);
+            if (len != 16) break;
+            memcpy(out->uuid, data, 16);
+            have |= 1;
+        } else if (!strcmp(k, "timestamp") && BSON_ITER_HOLDS_TIMESTAMP(&c)) {
+            bson_iter_timestamp(&c, &out->ts_t, &out->ts_i);
+            have |= 2;
+        } else if (!strcmp(k, "lastMod") && (BSON_ITER_HOLDS_INT32(&c) || BSON_ITER_HOLDS_INT64(&c))) {
+            int64_t v = bson_iter_as_int64(&c);
+            if (v < 0 || v > INT32_MAX) break;
+            out->last_mod = (int32_t)v;
+            have |= 4;
+        }
+    }
+    if (have != 7)
+        return err_set(err, MS_ERR_TYPE_MISMATCH,
+                       "databaseVersion needs uuid (UUID), timestamp (Timestamp) and lastMod (int)");
+    return 0;
+}
+
+void rtable_dbv_append(bson_t *dst, const char *key, const rtable_dbv_t *v) {
+    bson_t d;
+    bson_append_document_begin(dst, key, -1, &d);
+    bson_append_binary(&d, "uuid", -1, BSON_SUBTYPE_UUID, v->uuid, 16);
+    BSON_APPEND_TIMESTAMP(&d, "timestamp", v->ts_t, v->ts_i);
+    BSON_APPEND_INT32(&d, "lastMod", v->last_mod);
+    bson_append_document_end(dst, &d);
+}
+
+bool rtable_dbv_equal(const rtable_dbv_t *a, const rtable_dbv_t *b) {
+    return memcmp(a->uuid, b->uuid, 16) == 0 && a->ts_t == b->ts_t && a->ts_i == b->ts_i &&
+           a->last_mod == b->last_mod;
+}
+
+bool rtable_dbv_newer(const rtable_dbv_t *recv, const rtable_dbv_t *ours) {
+    if (memcmp(recv->uuid, ours->uuid, 16) != 0 || recv->ts_t != ours->ts_t ||
+        recv->ts_i != ours->ts_i)
+        return vless(ours->ts_t, ours->ts_i, recv->ts_t, recv->ts_i);
+    return recv->last_mod > ours->last_mod;
+}
+
+void rtable_db_find_cmd(bson_t *cmd, const char *db) {
+    bson_t f;
+    bson_init(cmd);
+    BSON_APPEND_UTF8(cmd, "find", "databases");
+    BSON_APPEND_UTF8(cmd, "$db", "config");
+    BSON_APPEND_DOCUMENT_BEGIN(cmd, "filter", &f);
+    BSON_APPEND_UTF8(&f, "_id", db);
+    bson_append_document_end(cmd, &f);
+}
+
+int rtable_db_entry_parse(const bson_t *doc, char *primary, size_t cap, rtable_dbv_t *v,
+                          ms_error_t *err) {
+    bson_iter_t it;
+    bool have_primary = false;
+    if (bson_iter_init_find(&it, doc, "primary") && BSON_ITER_HOLDS_UTF8(&it)) {
+        snprintf(primary, cap, "%s", bson_iter_utf8(&it, NULL));
+        have_primary = true;
+    }
+    if (!have_primary || !bson_iter_init_find(&it, doc, "version") ||
+        rtable_dbv_parse(&it, v, NULL) != 0)
+        return err_set(err, MS_ERR_FAILED_TO_PARSE,
+                       "database entry lacks primary or version {uuid, timestamp, lastMod}");
+    return 0;
+}

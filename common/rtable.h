@@ -102,4 +102,29 @@ bool rtable_write_compatible(const rtable_version_t *a, const rtable_version_t *
  * >0 ordering by timestamp, then major, then minor. */
 int rtable_version_cmp(const rtable_version_t *a, const rtable_version_t *b, bool *comparable);
 
+/* ---- database versions (notes §2.3) ---------------------------------------------------- */
+
+/* config.databases version {uuid, timestamp, lastMod} (MongoDB's DatabaseVersion): a new
+ * uuid and timestamp each time the database is created; lastMod bumped by movePrimary. */
+typedef struct rtable_dbv {
+    uint8_t uuid[16];
+    uint32_t ts_t, ts_i;
+    int32_t last_mod;
+} rtable_dbv_t;
+
+/* parse: TypeMismatch unless a document with uuid (16-byte binary), timestamp and an
+ * int lastMod >= 0. */
+int rtable_dbv_parse(const bson_iter_t *it, rtable_dbv_t *out, ms_error_t *err);
+void rtable_dbv_append(bson_t *dst, const char *key, const rtable_dbv_t *v);
+bool rtable_dbv_equal(const rtable_dbv_t *a, const rtable_dbv_t *b);
+/* recv is newer than ours: a later incarnation (timestamps order them), or the same one
+ * with a higher lastMod. */
+bool rtable_dbv_newer(const rtable_dbv_t *recv, const rtable_dbv_t *ours);
+/* {find: "databases", $db: "config", filter: {_id: db}} into cmd (initialised here). */
+void rtable_db_find_cmd(bson_t *cmd, const char *db);
+/* primary and version of a config.databases document (or a _configsvrCreateDatabase
+ * reply). FailedToParse when either is missing or malformed. */
+int rtable_db_entry_parse(const bson_t *doc, char *primary, size_t cap, rtable_dbv_t *v,
+                          ms_error_t *err);
+
 #endif

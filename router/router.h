@@ -103,13 +103,8 @@ int rt_table_refresh(router_t *r, const char *ns, const rt_table_t *seen, ms_err
 void rt_table_invalidate(router_t *r, const char *ns);
 void rt_table_release(rt_table_t *t);   /* NULL-safe */
 
-/* A database's version (config.databases version; MongoDB's DatabaseVersion): a new
- * uuid and timestamp each time the database is created, lastMod bumped by movePrimary. */
-typedef struct rt_db_version {
-    uint8_t uuid[16];
-    uint32_t ts_t, ts_i;
-    int32_t last_mod;
-} rt_db_version_t;
+/* A database's version (common/rtable.h: config.databases version). */
+typedef rtable_dbv_t rt_db_version_t;
 
 /* The primary shard of db. create: make the database (_configsvrCreateDatabase) when it
  * does not exist; else NamespaceNotFound. */

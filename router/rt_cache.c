@@ -222,55 +222,12 @@ void rt_table_invalidate(router_t *r, const char *ns) {
 
 /* ---- databases and shards --------------------------------------------------------------- */
 
-/* Reads {primary, version: {uuid, timestamp, lastMod}} of a config.databases document
- * or a _configsvrCreateDatabase reply. */
-static int parse_db_doc(const bson_t *doc, char *primary, size_t cap, rt_db_version_t *v,
-                        ms_error_t *err) {
-    bson_iter_t it, d;
-    int have = 0;
-    memset(v, 0, sizeof *v);
-    if (bson_iter_init_find(&it, doc, "primary") && BSON_ITER_HOLDS_UTF8(&it)) {
-        snprintf(primary, cap, "%s", bson_iter_utf8(&it, NULL));
-        have |= 1;
-    }
-    if (bson_iter_init_find(&it, doc, "version") && bson_iter_recurse(&it, &d)) {
-        while (bson_iter_next(&d)) {
-            const char *k = bson_iter_key(&d);
-            if (!strcmp(k, "uuid") && BSON_ITER_HOLDS_BINARY(&d)) {
-                bson_subtype_t st;
-                uint32_t len;
-                const uint8_t *data;
-                bson_iter_binary(&d, &st, &len, &data);
-                if (len == 16) {
-                    memcpy(v->uuid, data, 16);
-                    have |= 2;
-                }
-            } else if (!strcmp(k, "timestamp") && BSON_ITER_HOLDS_TIMESTAMP(&d)) {
-                bson_iter_timestamp(&d, &v->ts_t, &v->ts_i);
-                have |= 4;
-            } else if (!strcmp(k, "lastMod") && BSON_ITER_HOLDS_INT32(&d)) {
-                v->last_mod = bson_iter_int32(&d);
-                have |= 8;
-            }
-        }
-    }
-    if (have != 15)
-        return err_set(err, MS_ERR_FAILED_TO_PARSE,
-                       "database entry lacks primary or version {uuid, timestamp, lastMod}");
-    return 0;
-}
-
 static int lookup_db(router_t *r, const char *db, char *primary, size_t cap, rt_db_version_t *v,
                      ms_error_t *err) {
-    bson_t cmd, reply, f;
+    bson_t cmd, reply;
     bson_iter_t it;
     int rc;
-    bson_init(&cmd);
-    BSON_APPEND_UTF8(&cmd, "find", "databases");
-    BSON_APPEND_UTF8(&cmd, "$db", "config");
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &f);
-    BSON_APPEND_UTF8(&f, "_id", db);
-    bson_append_document_end(&cmd, &f);
+    rtable_db_find_cmd(&cmd, db);
     rc = rt_config_call(r, &cmd, &reply, err);
     bson_destroy(&cmd);
     if (rc) return rc;
@@ -282,7 +239,7 @@ static int lookup_db(router_t *r, const char *db, char *primary, size_t cap, rt_
             const uint8_t *data;
             bson_t doc;
             bson_iter_document(&it, &len, &data);
-            if (bson_init_static(&doc, data, len)) rc = parse_db_doc(&doc, primary, cap, v, err);
+            if (bson_init_static(&doc, data, len)) rc = rtable_db_entry_parse(&doc, primary, cap, v, err);
             else rc = err_set(err, MS_ERR_INVALID_BSON, "config.databases: bad document");
         } else {
             rc = err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "database %s not found", db);
@@ -304,7 +261,7 @@ static int create_db(router_t *r, const char *db, char *primary, size_t cap, rt_
     bson_destroy(&cmd);
     if (rc) return rc;
     if ((rc = rt_reply_status(&reply, err)) == 0) {
-        rc = parse_db_doc(&reply, primary, cap, v, err);
+        rc = rtable_db_entry_parse(&reply, primary, cap, v, err);
         if (rc) err_prefix(err, "_configsvrCreateDatabase");
     }
     bson_destroy(&reply);

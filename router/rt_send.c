@@ -50,12 +50,7 @@ void rt_append_version(bson_t *cmd, const rt_table_t *t, int shard) {
 }
 
 void rt_append_db_version(bson_t *cmd, const rt_db_version_t *v) {
-    bson_t d;
-    BSON_APPEND_DOCUMENT_BEGIN(cmd, "databaseVersion", &d);
-    bson_append_binary(&d, "uuid", -1, BSON_SUBTYPE_UUID, v->uuid, 16);
-    BSON_APPEND_TIMESTAMP(&d, "timestamp", v->ts_t, v->ts_i);
-    BSON_APPEND_INT32(&d, "lastMod", v->last_mod);
-    bson_append_document_end(cmd, &d);
+    rtable_dbv_append(cmd, "databaseVersion", v);
 }
 
 void rt_note_stale_db(router_t *r, const char *db, const char *shard, const bson_t *reply) {

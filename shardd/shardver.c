@@ -55,12 +55,7 @@ typedef struct shv_entry {
     struct shv_entry *next;
 } shv_entry_t;
 
-/* A database version (config.databases version; MongoDB's DatabaseVersion). */
-typedef struct shv_dbv {
-    uint8_t uuid[16];
-    uint32_t ts_t, ts_i;
-    int32_t last_mod;
-} shv_dbv_t;
+typedef rtable_dbv_t shv_dbv_t;   /* config.databases version (common/rtable.h) */
 
 enum shv_db_state { SHV_DB_UNKNOWN = 0, SHV_DB_KNOWN, SHV_DB_ABSENT };
 
@@ -434,63 +429,6 @@ static bool needs_refresh(const shv_entry_t *e, const shv_recv_t *r) {
 
 /* ---- database versions (notes §2.3: databaseVersion, StaleDbVersion 249) ---------------- */
 
-/* Parses {uuid: UUID, timestamp: Timestamp, lastMod: int} at it. */
-static int parse_dbv(const bson_iter_t *it, shv_dbv_t *out, ms_error_t *err) {
-    bson_iter_t c;
-    int have = 0;
-    memset(out, 0, sizeof *out);
-    if (!BSON_ITER_HOLDS_DOCUMENT(it) || !bson_iter_recurse(it, &c))
-        return err_set(err, MS_ERR_TYPE_MISMATCH,
-                       "databaseVersion must be a document {uuid, timestamp, lastMod}");
-    while (bson_iter_next(&c)) {
-        const char *k = bson_iter_key(&c);
-        if (!strcmp(k, "uuid") && BSON_ITER_HOLDS_BINARY(&c)) {
-            bson_subtype_t st;
-            uint32_t len;
-            const uint8_t *data;
-            bson_iter_binary(&c, &st, &len, &data);
-            if (len != 16) break;
-            memcpy(out->uuid, data, 16);
-            have |= 1;
-        } else if (!strcmp(k, "timestamp") && BSON_ITER_HOLDS_TIMESTAMP(&c)) {
-            bson_iter_timestamp(&c, &out->ts_t, &out->ts_i);
-            have |= 2;
-        } else if (!strcmp(k, "lastMod") && (BSON_ITER_HOLDS_INT32(&c) || BSON_ITER_HOLDS_INT64(&c))) {
-            int64_t v = bson_iter_as_int64(&c);
-            if (v < 0 || v > INT32_MAX) break;
-            out->last_mod = (int32_t)v;
-            have |= 4;
-        }
-    }
-    if (have != 7)
-        return err_set(err, MS_ERR_TYPE_MISMATCH,
-                       "databaseVersion needs uuid (UUID), timestamp (Timestamp) and lastMod (int)");
-    return 0;
-}
-
-static void append_dbv(bson_t *dst, const char *key, const shv_dbv_t *v) {
-    bson_t d;
-    bson_append_document_begin(dst, key, -1, &d);
-    bson_append_binary(&d, "uuid", -1, BSON_SUBTYPE_UUID, v->uuid, 16);
-    BSON_APPEND_TIMESTAMP(&d, "timestamp", v->ts_t, v->ts_i);
-    BSON_APPEND_INT32(&d, "lastMod", v->last_mod);
-    bson_append_document_end(dst, &d);
-}
-
-static bool dbv_equal(const shv_dbv_t *a, const shv_dbv_t *b) {
-    return memcmp(a->uuid, b->uuid, 16) == 0 && a->ts_t == b->ts_t && a->ts_i == b->ts_i &&
-           a->last_mod == b->last_mod;
-}
-
-/* Whether the received version is newer than ours: a later (re)creation (timestamps order
- * incarnations of a database), or the same incarnation with a higher lastMod. */
-static bool dbv_newer(const shv_dbv_t *recv, const shv_dbv_t *ours) {
-    if (memcmp(recv->uuid, ours->uuid, 16) != 0 || recv->ts_t != ours->ts_t ||
-        recv->ts_i != ours->ts_i)
-        return recv->ts_t > ours->ts_t || (recv->ts_t == ours->ts_t && recv->ts_i > ours->ts_i);
-    return recv->last_mod > ours->last_mod;
-}
-
 /* Reads config.databases {_id: db} from the config server (find on the config
  * database, as a shard's DatabaseShardingState refresh reads it). *found false when
  * the database does not exist. */
@@ -498,20 +436,15 @@ static int fetch_db(shv_t *s, const char *db, bool *found, shv_dbv_t *v, char *p
                     size_t cap, ms_error_t *err) {
     char url[MS_URL_BYTES_MAX];
     rpc_client_t *cli = NULL;
-    bson_t cmd, f, reply;
-    bson_iter_t it, d;
+    bson_t cmd, reply, doc;
+    bson_iter_t it;
     int rc;
     *found = false;
     pthread_mutex_lock(&s->mu);
     memcpy(url, s->config_url, sizeof url);
     pthread_mutex_unlock(&s->mu);
     if ((rc = rpc_peer(url, &cli, err)) != 0) return rc;
-    bson_init(&cmd);
-    BSON_APPEND_UTF8(&cmd, "find", "databases");
-    BSON_APPEND_UTF8(&cmd, "$db", "config");
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &f);
-    BSON_APPEND_UTF8(&f, "_id", db);
-    bson_append_document_end(&cmd, &f);
+    rtable_db_find_cmd(&cmd, db);
     rc = rpc_call(cli, &cmd, SHV_REFRESH_TIMEOUT_MS, &reply, err);
     bson_destroy(&cmd);
     if (rc) {
@@ -529,23 +462,19 @@ static int fetch_db(shv_t *s, const char *db, bool *found, shv_dbv_t *v, char *p
     if (!bson_iter_init(&it, &reply) ||
         !bson_iter_find_descendant(&it, "cursor.firstBatch.0", &it))
         goto out;   /* no such database */
-    if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &d)) {
+    uint32_t len;
+    const uint8_t *data;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
         rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "config.databases entry is not a document");
         goto out;
     }
-    bool have_primary = false, have_version = false;
-    while (bson_iter_next(&d)) {
-        if (!strcmp(bson_iter_key(&d), "primary") && BSON_ITER_HOLDS_UTF8(&d)) {
-            snprintf(primary, cap, "%s", bson_iter_utf8(&d, NULL));
-            have_primary = true;
-        } else if (!strcmp(bson_iter_key(&d), "version")) {
-            if ((rc = parse_dbv(&d, v, err)) != 0) goto out;
-            have_version = true;
-        }
+    bson_iter_document(&it, &len, &data);
+    if (!bson_init_static(&doc, data, len)) {
+        rc = err_set(err, MS_ERR_INVALID_BSON, "config.databases entry is not valid BSON");
+        goto out;
     }
-    if (!have_primary || !have_version) {
-        rc = err_set(err, MS_ERR_FAILED_TO_PARSE,
-                     "config.databases entry of %s lacks primary or version", db);
+    if ((rc = rtable_db_entry_parse(&doc, primary, cap, v, err)) != 0) {
+        err_prefix(err, "database %s", db);
         goto out;
     }
     *found = true;
@@ -597,11 +526,12 @@ static int check_db_version(shv_t *s, const char *ns, const bson_iter_t *it, bso
         return err_set(err, MS_ERR_INVALID_NAMESPACE, "invalid namespace %s", ns);
     memcpy(db, ns, n);
     db[n] = '\0';
-    if ((rc = parse_dbv(it, &recv, err)) != 0) return rc;
+    if ((rc = rtable_dbv_parse(it, &recv, err)) != 0) return rc;
 
     pthread_mutex_lock(&s->mu);
     shv_db_t *d = db_get(s, db, n);
-    bool need = d->state == SHV_DB_UNKNOWN || (d->state == SHV_DB_KNOWN && dbv_newer(&recv, &d->v));
+    bool need = d->state == SHV_DB_UNKNOWN ||
+                (d->state == SHV_DB_KNOWN && rtable_dbv_newer(&recv, &d->v));
     /* A database we saw absent may have been created since: the request says so. */
     if (d->state == SHV_DB_ABSENT) need = true;
     pthread_mutex_unlock(&s->mu);
@@ -615,14 +545,14 @@ static int check_db_version(shv_t *s, const char *ns, const bson_iter_t *it, bso
     pthread_mutex_unlock(&s->mu);
     if (state == SHV_DB_UNKNOWN) why = "database version is not currently known";
     else if (state == SHV_DB_ABSENT) why = "the database does not exist";
-    else if (!dbv_equal(&recv, &ours)) why = "database version mismatch";
+    else if (!rtable_dbv_equal(&recv, &ours)) why = "database version mismatch";
     else if (!primary) why = "this shard is not the primary shard of the database";
     else return 0;
 
     if (err_info) {
         BSON_APPEND_UTF8(err_info, "db", db);
-        append_dbv(err_info, "vReceived", &recv);
-        if (state == SHV_DB_KNOWN) append_dbv(err_info, "vWanted", &ours);
+        rtable_dbv_append(err_info, "vReceived", &recv);
+        if (state == SHV_DB_KNOWN) rtable_dbv_append(err_info, "vWanted", &ours);
         BSON_APPEND_UTF8(err_info, "shardId", s->shard_name);
     }
     pthread_mutex_lock(&s->mu);

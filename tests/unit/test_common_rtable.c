@@ -2,8 +2,8 @@
  * test_common_rtable.c — unit tests of the shared routing table (common/rtable.c):
  * parsing a getRoutingTable reply, incremental merges after a split, a merge and a
  * migration (new owner, control chunk, a shard left with nothing), a merge that leaves a
- * gap, a generation change, chunk lookup by binary search against a linear scan, and the
- * version comparison rules of notes §2.1.
+ * gap, a generation change, chunk lookup by binary search against a linear scan, the
+ * version comparison rules of notes §2.1, and database versions.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -298,6 +298,41 @@ static void test_find_matches_linear_scan(void) {
     rtable_clear(&t);
 }
 
+static void test_database_versions(void) {
+    rtable_dbv_t a = {.ts_t = 10, .ts_i = 1, .last_mod = 1}, b, back;
+    char primary[32] = "";
+    bson_t doc = BSON_INITIALIZER;
+    bson_iter_t it;
+    ms_error_t err = {0};
+    memset(a.uuid, 0xA1, sizeof a.uuid);
+    b = a;
+    CHECK(rtable_dbv_equal(&a, &b) && !rtable_dbv_newer(&b, &a));
+    b.last_mod = 2;                      /* movePrimary */
+    CHECK(rtable_dbv_newer(&b, &a) && !rtable_dbv_newer(&a, &b) && !rtable_dbv_equal(&a, &b));
+    b = a;
+    memset(b.uuid, 0xB2, sizeof b.uuid);
+    b.ts_t = 11;                         /* re-created: a later timestamp wins */
+    CHECK(rtable_dbv_newer(&b, &a) && !rtable_dbv_newer(&a, &b));
+    /* a config.databases document round trip */
+    BSON_APPEND_UTF8(&doc, "_id", "app");
+    BSON_APPEND_UTF8(&doc, "primary", "shard2");
+    rtable_dbv_append(&doc, "version", &b);
+    CHECK_INT(rtable_db_entry_parse(&doc, primary, sizeof primary, &back, &err), 0);
+    CHECK_STR(primary, "shard2");
+    CHECK(rtable_dbv_equal(&back, &b));
+    CHECK(bson_iter_init_find(&it, &doc, "_id"));
+    CHECK_INT(rtable_dbv_parse(&it, &back, &err), MS_ERR_TYPE_MISMATCH);
+    bson_destroy(&doc);
+    bson_init(&doc);
+    BSON_APPEND_UTF8(&doc, "primary", "shard2");
+    CHECK_INT(rtable_db_entry_parse(&doc, primary, sizeof primary, &back, &err),
+              MS_ERR_FAILED_TO_PARSE);
+    bson_destroy(&doc);
+    rtable_db_find_cmd(&doc, "app");
+    CHECK(bson_iter_init(&it, &doc) && bson_iter_next(&it) && !strcmp(bson_iter_key(&it), "find"));
+    bson_destroy(&doc);
+}
+
 static void init_epochs(void) {
     bson_oid_init(&epoch_a, NULL);
     bson_oid_init(&epoch_b, NULL);
@@ -311,4 +346,4 @@ static void test_setup(void) {
 T_MAIN(T_CASE(test_setup), T_CASE(test_full_parse_versions_and_lookup),
        T_CASE(test_incremental_split_merge_migration), T_CASE(test_gap_or_overlap_asks_for_full),
        T_CASE(test_generation_change), T_CASE(test_version_rules),
-       T_CASE(test_find_matches_linear_scan))
+       T_CASE(test_find_matches_linear_scan), T_CASE(test_database_versions))
