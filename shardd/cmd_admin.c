@@ -4,7 +4,9 @@
  * listDatabases, collStats, and the cluster hooks the config server calls: _addShard
  * (MongoDB's shardIdentity document), _shardsvrShardCollection (the shard's half of
  * shardCollection: shard-key index, pattern, `sk` column) and
- * _flushRoutingTableCacheUpdates. Each catalog change is one SQLite transaction.
+ * _flushRoutingTableCacheUpdates. Each catalog change is one SQLite transaction, with a
+ * failpoint as its last step before COMMIT (and after it where a reply follows), so a
+ * test can kill the daemon there (docs/protocol.md "Shard daemon: failpoints").
  */
 #include "shardd/shardd.h"
 
@@ -13,22 +15,21 @@
 #include <string.h>
 
 #include "common/bsonx.h"
+#include "common/failpoint.h"
 #include "common/log.h"
-
-static bool as_doc(const bson_iter_t *it, bson_t *out) {
-    const uint8_t *data;
-    uint32_t len;
-    if (BSON_ITER_HOLDS_DOCUMENT(it))
-        bson_iter_document(it, &len, &data);
-    else if (BSON_ITER_HOLDS_ARRAY(it))
-        bson_iter_array(it, &len, &data);
-    else
-        return false;
-    return bson_init_static(out, data, len);
-}
 
 static void append_uuid(bson_t *d, const char *key, const uint8_t *uuid) {
     bson_append_binary(d, key, -1, BSON_SUBTYPE_UUID, uuid, 16);
+}
+
+/* The reply of a listing that fits one batch: {cursor: {id: 0, ns, firstBatch}}. */
+static void append_first_batch(bson_t *reply, const char *cursor_ns, const bson_t *arr) {
+    bson_t cur;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
+    BSON_APPEND_INT64(&cur, "id", 0);
+    BSON_APPEND_UTF8(&cur, "ns", cursor_ns);
+    BSON_APPEND_ARRAY(&cur, "firstBatch", arr);
+    bson_append_document_end(reply, &cur);
 }
 
 /* ---- create / createIndexes --------------------------------------------------------- */
@@ -52,13 +53,10 @@ int cmd_create(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     shardd_t *app = ctx->app;
     char ns[MS_NS_BYTES_MAX + 8];
     ci_arg_t a;
-    shv_filter_t *own = NULL;
     int rc;
     (void)reply;
     memset(&a, 0, sizeof a);
-    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) return rc;
-    if ((rc = shv_check(app->shv, ns, ctx->req, &own, &ctx->err_info, err)) != 0) return rc;
-    shv_filter_release(own);
+    if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, NULL, err)) != 0) return rc;
     a.ns = ns;
     return store_ddl(app->st, create_coll_fn, &a, err);
 }
@@ -73,7 +71,7 @@ static int create_indexes_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     while (bson_iter_next(&it)) {
         bson_t spec;
         bool existed = false;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !as_doc(&it, &spec))
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bsonx_view_container(&it, &spec))
             return err_set(err, MS_ERR_TYPE_MISMATCH, "each index specification must be an object");
         if ((rc = store_index_create(t, c, &spec, &existed, err)) != 0) return rc;
         a->n++;
@@ -81,7 +79,8 @@ static int create_indexes_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     }
     if (a->n == 0) return err_set(err, MS_ERR_BAD_VALUE, "Must specify at least one index to create");
     a->after = c->nindexes;
-    return 0;
+    /* Every index built over every document, not yet committed. */
+    return fp_eval(FP_BEFORE_INDEX_BUILD_COMMIT, err);
 }
 
 int cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
@@ -89,16 +88,14 @@ int cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     char ns[MS_NS_BYTES_MAX + 8];
     ci_arg_t a;
     bson_iter_t it;
-    shv_filter_t *own = NULL;
     int rc;
     memset(&a, 0, sizeof a);
-    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) return rc;
-    if ((rc = shv_check(app->shv, ns, ctx->req, &own, &ctx->err_info, err)) != 0) return rc;
-    shv_filter_release(own);
+    if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, NULL, err)) != 0) return rc;
     if (!cmd_field(ctx, "indexes", &it) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &a.specs))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'createIndexes.indexes' is missing");
     a.ns = ns;
     if ((rc = store_ddl(app->st, create_indexes_fn, &a, err)) != 0) return rc;
+    if ((rc = fp_eval(FP_AFTER_INDEX_BUILD_COMMIT, err)) != 0) return rc;
     BSON_APPEND_INT32(reply, "numIndexesBefore", a.before);
     BSON_APPEND_INT32(reply, "numIndexesAfter", a.after);
     BSON_APPEND_BOOL(reply, "createdCollectionAutomatically", a.created);
@@ -128,21 +125,14 @@ static int list_indexes_fn(store_txn_t *t, void *arg, ms_error_t *err) {
 int cmd_list_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     shardd_t *app = ctx->app;
     char ns[MS_NS_BYTES_MAX + 8], cns[MS_NS_BYTES_MAX + 64];
-    bson_t arr = BSON_INITIALIZER, cur;
+    bson_t arr = BSON_INITIALIZER;
     li_arg_t a = {ns, &arr};
-    shv_filter_t *own = NULL;
     int rc;
-    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) goto out;
-    if ((rc = shv_check(app->shv, ns, ctx->req, &own, &ctx->err_info, err)) != 0) goto out;
+    if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, NULL, err)) != 0) goto out;
     if ((rc = store_read(app->st, list_indexes_fn, &a, err)) != 0) goto out;
     snprintf(cns, sizeof cns, "%s.$cmd.listIndexes.%s", ctx->db, bson_iter_utf8(&ctx->arg, NULL));
-    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
-    BSON_APPEND_INT64(&cur, "id", 0);
-    BSON_APPEND_UTF8(&cur, "ns", cns);
-    BSON_APPEND_ARRAY(&cur, "firstBatch", &arr);
-    bson_append_document_end(reply, &cur);
+    append_first_batch(reply, cns, &arr);
 out:
-    shv_filter_release(own);
     bson_destroy(&arr);
     return rc;
 }
@@ -168,7 +158,7 @@ static int drop_one_index(store_txn_t *t, store_coll_t *c, const bson_iter_t *v,
     }
     if (BSON_ITER_HOLDS_DOCUMENT(v)) {
         bson_t key;
-        if (!as_doc(v, &key)) return err_set(err, MS_ERR_INVALID_BSON, "bad index key");
+        if (!bsonx_view_container(v, &key)) return err_set(err, MS_ERR_INVALID_BSON, "bad index key");
         for (int i = 0; i < c->nindexes; i++)
             if (bson_equal(&c->ix[i]->pat.spec, &key)) {
                 if (c->ix[i]->is_id) return err_set(err, MS_ERR_INVALID_OPTIONS, "cannot drop _id index");
@@ -198,21 +188,19 @@ static int drop_indexes_fn(store_txn_t *t, void *arg, ms_error_t *err) {
                 return err_set(err, MS_ERR_BAD_VALUE, "an array of index names may hold names only");
             if ((rc = drop_one_index(t, c, &ch, err)) != 0) return rc;
         }
-        return 0;
+    } else if ((rc = drop_one_index(t, c, &a->index, err)) != 0) {
+        return rc;
     }
-    return drop_one_index(t, c, &a->index, err);
+    return fp_eval(FP_BEFORE_DROP_INDEXES_COMMIT, err);
 }
 
 int cmd_drop_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     shardd_t *app = ctx->app;
     char ns[MS_NS_BYTES_MAX + 8];
     di_arg_t a;
-    shv_filter_t *own = NULL;
     int rc;
     memset(&a, 0, sizeof a);
-    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) return rc;
-    if ((rc = shv_check(app->shv, ns, ctx->req, &own, &ctx->err_info, err)) != 0) return rc;
-    shv_filter_release(own);
+    if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, NULL, err)) != 0) return rc;
     if (!cmd_field(ctx, "index", &a.index))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'dropIndexes.index' is missing");
     a.ns = ns;
@@ -235,10 +223,12 @@ typedef struct drop_arg {
 static int drop_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     drop_arg_t *a = arg;
     store_coll_t *c = store_coll_get(t, a->ns);
+    int rc;
     if (!c) return 0;
     a->existed = true;
     a->was = c->nindexes;
-    return store_coll_drop(t, a->ns, err);
+    if ((rc = store_coll_drop(t, a->ns, err)) != 0) return rc;
+    return fp_eval(FP_BEFORE_DROP_COMMIT, err);
 }
 
 int cmd_drop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
@@ -271,7 +261,7 @@ static int drop_db_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         i = store_coll_count(t);  /* the catalog array moved: start over */
         a->existed = true;
     }
-    return 0;
+    return a->existed ? fp_eval(FP_BEFORE_DROP_COMMIT, err) : 0;
 }
 
 int cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
@@ -333,20 +323,16 @@ static int list_colls_fn(store_txn_t *t, void *arg, ms_error_t *err) {
 
 int cmd_list_collections(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     shardd_t *app = ctx->app;
-    bson_t arr = BSON_INITIALIZER, cur, f;
+    bson_t arr = BSON_INITIALIZER, f;
     bson_iter_t it;
     char cns[MS_NS_BYTES_MAX + 32];
     lc_arg_t a = {ctx->db, NULL, cmd_flag(ctx, "nameOnly", false), &arr, 0};
     int rc = 0;
-    if (cmd_field(ctx, "filter", &it) && as_doc(&it, &f) && (rc = query_compile(&f, &a.filter, err)) != 0)
+    if (cmd_field(ctx, "filter", &it) && bsonx_view_container(&it, &f) && (rc = query_compile(&f, &a.filter, err)) != 0)
         goto out;
     if ((rc = store_read(app->st, list_colls_fn, &a, err)) != 0) goto out;
     snprintf(cns, sizeof cns, "%s.$cmd.listCollections", ctx->db);
-    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
-    BSON_APPEND_INT64(&cur, "id", 0);
-    BSON_APPEND_UTF8(&cur, "ns", cns);
-    BSON_APPEND_ARRAY(&cur, "firstBatch", &arr);
-    bson_append_document_end(reply, &cur);
+    append_first_batch(reply, cns, &arr);
 out:
     query_free(a.filter);
     bson_destroy(&arr);
@@ -425,7 +411,7 @@ int cmd_list_databases(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bson_iter_t it;
     ldb_arg_t a = {cmd_flag(ctx, "nameOnly", false), NULL, &arr, 0, 0};
     int rc = 0;
-    if (cmd_field(ctx, "filter", &it) && as_doc(&it, &f) && (rc = query_compile(&f, &a.filter, err)) != 0)
+    if (cmd_field(ctx, "filter", &it) && bsonx_view_container(&it, &f) && (rc = query_compile(&f, &a.filter, err)) != 0)
         goto out;
     if ((rc = store_read(app->st, list_dbs_fn, &a, err)) != 0) goto out;
     BSON_APPEND_ARRAY(reply, "databases", &arr);
@@ -475,11 +461,8 @@ int cmd_coll_stats(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     char ns[MS_NS_BYTES_MAX + 8];
     cs_arg_t a = {ns, reply, 1};
     bson_iter_t it;
-    shv_filter_t *own = NULL;
     int rc;
-    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) return rc;
-    if ((rc = shv_check(app->shv, ns, ctx->req, &own, &ctx->err_info, err)) != 0) return rc;
-    shv_filter_release(own);
+    if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, NULL, err)) != 0) return rc;
     if (cmd_field(ctx, "scale", &it) && (!bsonx_as_int64(&it, &a.scale) || a.scale < 1))
         return err_set(err, MS_ERR_BAD_VALUE, "scale has to be >= 1");
     return store_read(app->st, coll_stats_fn, &a, err);
@@ -503,7 +486,7 @@ int cmd_add_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     const char *name, *cfg, *oldname = NULL;
     int rc;
     (void)reply;
-    if (!cmd_field(ctx, "shardIdentity", &it) || !as_doc(&it, &ident))
+    if (!cmd_field(ctx, "shardIdentity", &it) || !bsonx_view_container(&it, &ident))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field '_addShard.shardIdentity' is missing");
     if (!str_field(&ident, "shardName", &name) || !str_field(&ident, "configsvrConnectionString", &cfg))
         return err_set(err, MS_ERR_FAILED_TO_PARSE,
@@ -578,7 +561,9 @@ static int shard_coll_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         bson_destroy(&spec);
         if (rc != 0) return rc;
     }
-    return store_coll_set_shard_key(t, c, &a->pat, a->unique, err);
+    if ((rc = store_coll_set_shard_key(t, c, &a->pat, a->unique, err)) != 0) return rc;
+    /* Pattern persisted and `sk` filled for every document, not yet committed. */
+    return fp_eval(FP_BEFORE_SHARD_COLLECTION_COMMIT, err);
 }
 
 int cmd_shardsvr_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
@@ -592,7 +577,7 @@ int cmd_shardsvr_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err
         return err_set(err, MS_ERR_INVALID_NAMESPACE, "_shardsvrShardCollection needs \"db.coll\"");
     a.ns = bson_iter_utf8(&ctx->arg, NULL);
     if (strlen(a.ns) > MS_NS_BYTES_MAX) return err_set(err, MS_ERR_INVALID_NAMESPACE, "ns too long");
-    if (!cmd_field(ctx, "key", &it) || !as_doc(&it, &key))
+    if (!cmd_field(ctx, "key", &it) || !bsonx_view_container(&it, &key))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'key' is missing");
     {
         /* A shard key's values are 1 or "hashed" (MongoDB's shardCollection rule). */
@@ -627,6 +612,7 @@ int cmd_shardsvr_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err
     keys_pattern_free(&a.pat);
     if (rc != 0) return rc;
     if (app->shv) shv_invalidate(app->shv, a.ns);
+    if ((rc = fp_eval(FP_AFTER_SHARD_COLLECTION_COMMIT, err)) != 0) return rc;
     BSON_APPEND_UTF8(reply, "collectionsharded", a.ns);
     append_uuid(reply, "collectionUUID", a.uuid_out);
     log_info("collection sharded ns=%s", a.ns);

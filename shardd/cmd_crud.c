@@ -5,9 +5,12 @@
  *
  * Every handler on a namespace calls shv_check first (DESIGN §6 "Versioning"; MongoDB's
  * shard version check in the service entry point); reads then drop documents outside the
- * owned chunks. Each write command runs as one SQLite transaction: a document that fails
- * is rolled back alone (store_write_doc) and reported in writeErrors with the client's
- * index; an acknowledged write is committed.
+ * owned chunks. insert, update and delete share one batch walker (MongoDB's
+ * performInserts / performUpdates / performDeletes): the whole batch is one SQLite
+ * transaction, a statement that fails is rolled back alone (store_write_doc) and reported
+ * in writeErrors with the client's index, and an acknowledged write is committed. The
+ * failpoints hangBeforeWriteCommit / hangAfterWriteCommit stand on either side of that
+ * COMMIT (docs/protocol.md "Shard daemon: failpoints").
  */
 #include "shardd/shardd.h"
 
@@ -16,6 +19,7 @@
 #include <string.h>
 
 #include "common/bsonx.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -47,35 +51,18 @@ static int version_check(cmd_ctx_t *ctx, const char *ns, shv_filter_t **own, ms_
     return shv_check(app->shv, ns, ctx->req, own, &ctx->err_info, err);
 }
 
-/* A document view of the field's value (false when absent or not a document). */
-static bool field_doc(const bson_iter_t *it, bson_t *out) {
-    const uint8_t *data;
-    uint32_t len;
-    if (!BSON_ITER_HOLDS_DOCUMENT(it) && !BSON_ITER_HOLDS_ARRAY(it)) return false;
-    if (BSON_ITER_HOLDS_DOCUMENT(it))
-        bson_iter_document(it, &len, &data);
-    else
-        bson_iter_array(it, &len, &data);
-    return bson_init_static(out, data, len);
-}
-
-/* Fatal errors abort the whole command; others belong to one document. */
-static bool is_fatal(int code) {
-    return code == MS_ERR_INTERNAL || code == MS_ERR_LOCK_TIMEOUT;
-}
-
-static void write_error(bson_t *arr, int *nerr, int index, const ms_error_t *e, const bson_t *info) {
-    bson_t we;
-    char key[16];
-    snprintf(key, sizeof key, "%d", *nerr);
-    BSON_APPEND_DOCUMENT_BEGIN(arr, key, &we);
-    BSON_APPEND_INT32(&we, "index", index);
-    BSON_APPEND_INT32(&we, "code", e->code);
-    BSON_APPEND_UTF8(&we, "codeName", err_code_name(e->code));
-    BSON_APPEND_UTF8(&we, "errmsg", e->msg);
-    if (info && !bson_empty(info)) bson_concat(&we, info);
-    bson_append_document_end(arr, &we);
-    (*nerr)++;
+int shardd_ns_versioned(cmd_ctx_t *ctx, char *ns, size_t nssz, shv_filter_t **own,
+                        ms_error_t *err) {
+    shv_filter_t *f = NULL;
+    int rc;
+    if (own) *own = NULL;
+    if ((rc = shardd_ns(ctx, ns, nssz, err)) != 0) return rc;
+    if ((rc = version_check(ctx, ns, &f, err)) != 0 || !own) {
+        shv_filter_release(f);
+        return rc;
+    }
+    *own = f;
+    return 0;
 }
 
 /* *out = doc with _id as its first field, as MongoDB stores documents: a read-only view
@@ -117,135 +104,201 @@ static int ensure_coll(shardd_t *app, const char *ns, ms_error_t *err) {
     return store_ddl(app->st, create_fn, &a, err);
 }
 
-/* ---- insert ------------------------------------------------------------------------- */
-
-typedef struct insert_arg {
-    const char *ns;
-    bson_t *docs;
-    int ndocs;
-    int *src_index;
-    bool ordered;
-    bool need_create;
-    int64_t n;
-    bson_t *errs;
-    int nerr;
-    int first_index_error;   /* docs refused before the write (not documents) */
-} insert_arg_t;
-
-static int insert_fn(store_txn_t *t, void *arg, ms_error_t *err) {
-    insert_arg_t *a = arg;
-    store_coll_t *c = store_coll_get(t, a->ns);
-    if (!c) {
-        a->need_create = true;
-        return 0;
-    }
-    for (int i = 0; i < a->ndocs; i++) {
-        ms_error_t e = {0};
-        bson_t info = BSON_INITIALIZER;
-        int rc = store_write_doc(t, c, 0, NULL, &a->docs[i], NULL, &info, &e);
-        if (rc != 0) {
-            if (is_fatal(rc)) {
-                bson_destroy(&info);
-                *err = e;
-                return rc;
-            }
-            write_error(a->errs, &a->nerr, a->src_index[i], &e, &info);
-            bson_destroy(&info);
-            if (a->ordered) break;
-            continue;
-        }
-        bson_destroy(&info);
-        a->n++;
-    }
-    return 0;
-}
-
-int cmd_insert(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
-    shardd_t *app = ctx->app;
-    char ns[MS_NS_BYTES_MAX + 8];
-    shv_filter_t *own = NULL;
-    bson_iter_t it, dit;
-    bson_t errs = BSON_INITIALIZER, pre = BSON_INITIALIZER;
-    insert_arg_t a;
-    int rc, total = 0, nd = 0, npre = 0;
-    memset(&a, 0, sizeof a);
-    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) goto out;
-    if ((rc = version_check(ctx, ns, &own, err)) != 0) goto out;
-    a.ns = ns;
-    a.ordered = cmd_flag(ctx, "ordered", true);
-    if (!cmd_field(ctx, "documents", &it) || !bson_iter_recurse(&it, &dit)) {
-        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'insert.documents' is missing");
-        goto out;
-    }
-    {
-        bson_iter_t cnt = dit;
-        while (bson_iter_next(&cnt)) total++;
-    }
-    if (total > MS_WRITE_BATCH_OPS_MAX) {
-        rc = err_set(err, MS_ERR_INVALID_LENGTH, "Write batch sizes must be between 1 and %d. "
-                     "Got %d operations.", MS_WRITE_BATCH_OPS_MAX, total);
-        goto out;
-    }
-    a.docs = store_zalloc(((size_t)total + 1) * sizeof *a.docs);
-    a.src_index = calloc((size_t)total + 1, sizeof *a.src_index);
-    if (!a.docs || !a.src_index) {
-        rc = err_set(err, MS_ERR_INTERNAL, "out of memory");
-        goto out;
-    }
-    for (int i = 0; bson_iter_next(&dit); i++) {
-        bson_t d;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&dit) || !field_doc(&dit, &d)) {
-            ms_error_t e;
-            err_set(&e, MS_ERR_TYPE_MISMATCH, "BSON field 'insert.documents.%d' is the wrong type "
-                    "'%s', expected type 'object'", i, bsonx_type_name(bson_iter_type(&dit)));
-            write_error(&pre, &npre, i, &e, NULL);
-            if (a.ordered) break;  /* an ordered batch stops at its first bad entry */
-            continue;
-        }
-        with_id_first(&d, &a.docs[nd]);
-        a.src_index[nd++] = i;
-    }
-    a.ndocs = nd;
-    for (int tries = 0; a.ndocs > 0 && tries < 3; tries++) {
-        bson_reinit(&errs);
-        a.errs = &errs;
-        a.nerr = 0;
-        a.n = 0;
-        a.need_create = false;
-        rc = store_write(app->st, insert_fn, &a, err);
-        if (rc != 0 || !a.need_create) break;
-        /* Implicit creation (the write stopped before its first document). */
+/* Runs fn in a write transaction; when fn stopped because the collection is missing
+ * (*need_create, set before it wrote anything), creates the collection in its own
+ * transaction (MongoDB's implicit creation by insert and upsert) and runs fn again. fn
+ * resets its own results at entry. Bounded: a concurrent drop may win every round. */
+static int write_creating(shardd_t *app, const char *ns, store_txn_fn fn, void *arg,
+                          const bool *need_create, ms_error_t *err) {
+    int rc = 0;
+    for (int tries = 0; tries < 3; tries++) {
+        if ((rc = store_write(app->st, fn, arg, err)) != 0 || !*need_create) break;
         if ((rc = ensure_coll(app, ns, err)) != 0) break;
     }
-    if (rc != 0) goto out;
-    BSON_APPEND_INT64(reply, "n", a.n);
-    if (npre && !(a.ordered && a.nerr)) {
-        /* Entries that were not documents; an ordered batch that already stopped at a
-         * document error never reached them. */
-        bson_iter_t pi;
-        if (bson_iter_init(&pi, &pre))
-            while (bson_iter_next(&pi)) {
-                char key[16];
-                snprintf(key, sizeof key, "%d", a.nerr++);
-                bsonx_append_iter(&errs, key, &pi);
-            }
-    }
-    if (a.nerr) BSON_APPEND_ARRAY(reply, "writeErrors", &errs);
-out:
-    if (a.docs)
-        for (int i = 0; i < nd; i++) bson_destroy(&a.docs[i]);
-    free(a.docs);
-    free(a.src_index);
-    bson_destroy(&errs);
-    bson_destroy(&pre);
-    shv_filter_release(own);
     return rc;
+}
+
+/* ---- write batches: insert, update, delete ------------------------------------------ */
+
+typedef struct wbatch wbatch_t;
+
+/* One statement of a batch: 0, or the statement's own error in *e (info: extra fields of
+ * its writeErrors entry). A statement that needs the missing collection sets
+ * b->need_create instead, having written nothing. */
+typedef int (*wbatch_op_fn)(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
+                            const bson_t *op, bson_t *info, ms_error_t *e);
+
+/* What differs between insert, update and delete. */
+typedef struct wbatch_kind {
+    const char *verb;        /* the command's name: "update" */
+    const char *field;       /* its array of statements: "updates" */
+    wbatch_op_fn op;
+    bool counts_modified;    /* reply has nModified and upserted (update) */
+} wbatch_kind_t;
+
+/* One write command's batch and its results. */
+struct wbatch {
+    const wbatch_kind_t *kind;
+    char ns[MS_NS_BYTES_MAX + 8];
+    bson_iter_t ops;         /* the statements (borrowed from the request) */
+    bool ordered;
+    shv_filter_t *own;       /* ownership filter of a versioned request, or NULL */
+    bool need_create;
+    int64_t n, nmod;
+    int nerr, nups;
+    bson_t errs;             /* writeErrors entries */
+    bson_t upserted;         /* update: {index, _id} of each upsert */
+};
+
+/* Fatal errors abort the whole command; others belong to one statement. */
+static bool is_fatal(int code) {
+    return code == MS_ERR_INTERNAL || code == MS_ERR_LOCK_TIMEOUT;
+}
+
+static void write_error(bson_t *arr, int *nerr, int index, const ms_error_t *e, const bson_t *info) {
+    bson_t we;
+    char key[16];
+    snprintf(key, sizeof key, "%d", *nerr);
+    BSON_APPEND_DOCUMENT_BEGIN(arr, key, &we);
+    BSON_APPEND_INT32(&we, "index", index);
+    BSON_APPEND_INT32(&we, "code", e->code);
+    BSON_APPEND_UTF8(&we, "codeName", err_code_name(e->code));
+    BSON_APPEND_UTF8(&we, "errmsg", e->msg);
+    if (info && !bson_empty(info)) bson_concat(&we, info);
+    bson_append_document_end(arr, &we);
+    (*nerr)++;
+}
+
+/* The batch's transaction (MongoDB's performWrites loop): every statement in order; an
+ * entry that is not a document, or a statement that fails, becomes a writeErrors entry
+ * and stops an ordered batch; a fatal error fails the command (ROLLBACK). Ends at the
+ * hangBeforeWriteCommit point: the batch written, not yet committed. */
+static int wbatch_txn(store_txn_t *t, void *arg, ms_error_t *err) {
+    wbatch_t *b = arg;
+    store_coll_t *c = store_coll_get(t, b->ns);
+    bson_iter_t ops = b->ops;
+    b->n = b->nmod = 0;
+    b->nerr = b->nups = 0;
+    b->need_create = false;
+    bson_reinit(&b->errs);
+    bson_reinit(&b->upserted);
+    for (int i = 0; bson_iter_next(&ops); i++) {
+        bson_t op, info = BSON_INITIALIZER;
+        ms_error_t e = {0};
+        int rc;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&ops) || !bsonx_view_container(&ops, &op))
+            rc = err_set(&e, MS_ERR_TYPE_MISMATCH, "BSON field '%s.%s.%d' is the wrong type '%s', "
+                         "expected type 'object'", b->kind->verb, b->kind->field, i,
+                         bsonx_type_name(bson_iter_type(&ops)));
+        else
+            rc = b->kind->op(t, c, b, i, &op, &info, &e);
+        if (!b->need_create && rc != 0 && !is_fatal(rc))
+            write_error(&b->errs, &b->nerr, i, &e, &info);
+        bson_destroy(&info);
+        if (b->need_create) return 0;  /* nothing written: created, then run again */
+        if (rc != 0 && is_fatal(rc)) {
+            *err = e;
+            return rc;
+        }
+        if (rc != 0 && b->ordered) break;
+    }
+    return fp_eval(FP_BEFORE_WRITE_COMMIT, err);
+}
+
+static void wbatch_init(wbatch_t *b, const wbatch_kind_t *kind) {
+    memset(b, 0, sizeof *b);
+    b->kind = kind;
+    bson_init(&b->errs);
+    bson_init(&b->upserted);
+}
+
+static void wbatch_free(wbatch_t *b) {
+    bson_destroy(&b->errs);
+    bson_destroy(&b->upserted);
+    shv_filter_release(b->own);
+}
+
+/* A write command, as MongoDB runs one: the namespace and the shard version check, the
+ * batch ({<verb>: coll, <field>: [...], ordered}), one transaction over it (creating the
+ * collection first when a statement needs it), then the reply {n, nModified?, upserted?,
+ * writeErrors?}. Between the COMMIT and the reply stands hangAfterWriteCommit. */
+static int wbatch_command(cmd_ctx_t *ctx, const wbatch_kind_t *kind, bson_t *reply,
+                          ms_error_t *err) {
+    wbatch_t b;
+    bson_iter_t it;
+    int rc, nops = 0;
+    wbatch_init(&b, kind);
+    if ((rc = shardd_ns_versioned(ctx, b.ns, sizeof b.ns, &b.own, err)) != 0) goto out;
+    if (!cmd_field(ctx, kind->field, &it) || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &b.ops)) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field '%s.%s' is missing", kind->verb,
+                     kind->field);
+        goto out;
+    }
+    /* Bounded by the message: each entry takes bytes of it. */
+    for (bson_iter_t cnt = b.ops; bson_iter_next(&cnt);) nops++;
+    if (nops > MS_WRITE_BATCH_OPS_MAX) {
+        rc = err_set(err, MS_ERR_INVALID_LENGTH, "Write batch sizes must be between 1 and %d. "
+                     "Got %d operations.", MS_WRITE_BATCH_OPS_MAX, nops);
+        goto out;
+    }
+    b.ordered = cmd_flag(ctx, "ordered", true);
+    if ((rc = write_creating(ctx->app, b.ns, wbatch_txn, &b, &b.need_create, err)) != 0) goto out;
+    if ((rc = fp_eval(FP_AFTER_WRITE_COMMIT, err)) != 0) goto out;
+    BSON_APPEND_INT64(reply, "n", b.n);
+    if (kind->counts_modified) {
+        BSON_APPEND_INT64(reply, "nModified", b.nmod);
+        if (b.nups) BSON_APPEND_ARRAY(reply, "upserted", &b.upserted);
+    }
+    if (b.nerr) BSON_APPEND_ARRAY(reply, "writeErrors", &b.errs);
+out:
+    wbatch_free(&b);
+    return rc;
+}
+
+/* ---- insert ------------------------------------------------------------------------- */
+
+/* One document: stored with _id first (a new ObjectId when it has none). */
+static int insert_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index, const bson_t *op,
+                     bson_t *info, ms_error_t *e) {
+    bson_t doc;
+    int rc;
+    (void)index;
+    if (!c) {
+        b->need_create = true;
+        return 0;
+    }
+    with_id_first(op, &doc);
+    rc = store_write_doc(t, c, 0, NULL, &doc, NULL, info, e);
+    bson_destroy(&doc);
+    if (rc == 0) b->n++;
+    return rc;
+}
+
+static const wbatch_kind_t WB_INSERT = {"insert", "documents", insert_op, false};
+
+int cmd_insert(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    return wbatch_command(ctx, &WB_INSERT, reply, err);
 }
 
 /* ---- find / getMore / killCursors --------------------------------------------------- */
 
-static bool get_int64(const bson_iter_t *it, int64_t *out) {
-    return bsonx_as_int64(it, out);
+/* A find option that must be a document: a view of it, or TypeMismatch naming it. */
+static int find_doc_option(const bson_iter_t *it, const char *name, bson_t *out, ms_error_t *err) {
+    if (!BSON_ITER_HOLDS_DOCUMENT(it) || !bsonx_view_container(it, out))
+        return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field '%s' must be an object", name);
+    return 0;
+}
+
+/* A find option that must be a number (non_negative: BadValue below 0). */
+static int find_num_option(const bson_iter_t *it, const char *name, bool non_negative,
+                           int64_t *out, ms_error_t *err) {
+    if (!bsonx_as_int64(it, out))
+        return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field '%s' must be a number", name);
+    if (non_negative && *out < 0)
+        return err_set(err, MS_ERR_BAD_VALUE, "%s value must be non-negative, but received: %lld",
+                       name, (long long)*out);
+    return 0;
 }
 
 /* Parses a find command document (find itself, or the inner one of explain). */
@@ -264,42 +317,30 @@ static int parse_find(const bson_t *cmd, const char *db, char *ns, size_t nssz, 
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         if (strcmp(k, "filter") == 0) {
-            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !field_doc(&it, &d))
-                return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'filter' must be an object");
+            if ((rc = find_doc_option(&it, k, &d, err)) != 0) return rc;
             fa->filter = bson_copy(&d);
             if ((rc = query_compile(&d, &fa->q, err)) != 0) return rc;
         } else if (strcmp(k, "projection") == 0) {
-            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !field_doc(&it, &d))
-                return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'projection' must be an object");
+            if ((rc = find_doc_option(&it, k, &d, err)) != 0) return rc;
             if (!bson_empty(&d) && (rc = projection_compile(&d, &fa->proj, err)) != 0) return rc;
         } else if (strcmp(k, "sort") == 0) {
-            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !field_doc(&it, &d))
-                return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'sort' must be an object");
+            if ((rc = find_doc_option(&it, k, &d, err)) != 0) return rc;
             if (!bson_empty(&d) && (rc = sortspec_compile(&d, &fa->sort, err)) != 0) return rc;
         } else if (strcmp(k, "hint") == 0) {
             if (BSON_ITER_HOLDS_UTF8(&it)) {
                 fa->hint = bson_new();
                 BSON_APPEND_UTF8(fa->hint, "$hint", bson_iter_utf8(&it, NULL));
-            } else if (BSON_ITER_HOLDS_DOCUMENT(&it) && field_doc(&it, &d)) {
+            } else if (BSON_ITER_HOLDS_DOCUMENT(&it) && bsonx_view_container(&it, &d)) {
                 if (!bson_empty(&d)) fa->hint = bson_copy(&d);
             } else {
                 return err_set(err, MS_ERR_FAILED_TO_PARSE, "hint must be a string or an object");
             }
         } else if (strcmp(k, "skip") == 0) {
-            if (!get_int64(&it, &fa->skip))
-                return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'skip' must be a number");
-            if (fa->skip < 0)
-                return err_set(err, MS_ERR_BAD_VALUE, "skip value must be non-negative, but "
-                               "received: %lld", (long long)fa->skip);
+            if ((rc = find_num_option(&it, k, true, &fa->skip, err)) != 0) return rc;
         } else if (strcmp(k, "limit") == 0) {
-            if (!get_int64(&it, &fa->limit))
-                return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'limit' must be a number");
+            if ((rc = find_num_option(&it, k, false, &fa->limit, err)) != 0) return rc;
         } else if (strcmp(k, "batchSize") == 0) {
-            if (!get_int64(&it, &fa->batch_size))
-                return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'batchSize' must be a number");
-            if (fa->batch_size < 0)
-                return err_set(err, MS_ERR_BAD_VALUE, "batchSize value must be non-negative, but "
-                               "received: %lld", (long long)fa->batch_size);
+            if ((rc = find_num_option(&it, k, true, &fa->batch_size, err)) != 0) return rc;
         } else if (strcmp(k, "singleBatch") == 0) {
             fa->single_batch = bsonx_truthy(&it);
         }
@@ -411,20 +452,10 @@ static int check_owned(const store_coll_t *c, shv_filter_t *own, const bson_t *d
     return 0;
 }
 
-typedef struct update_arg {
-    const char *ns;
-    bson_iter_t ops;
-    bool ordered;
-    shv_filter_t *own;
-    bool need_create;
-    int64_t n, nmod;
-    bson_t *errs, *upserted;
-    int nerr, nups;
-} update_arg_t;
-
-/* One update statement; returns 0 or the op's error (fatal ones abort the command). */
-static int update_one_op(store_txn_t *t, store_coll_t *c, update_arg_t *a, int index,
-                         const bson_t *op, bson_t *info, ms_error_t *e) {
+/* One update statement {q, u, upsert?, multi?}: the matching documents (one unless
+ * multi) changed through the single write path, or the upsert's document inserted. */
+static int update_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
+                     const bson_t *op, bson_t *info, ms_error_t *e) {
     bson_t q = BSON_INITIALIZER, u;
     bson_iter_t it;
     query_t *qc = NULL;
@@ -433,9 +464,9 @@ static int update_one_op(store_txn_t *t, store_coll_t *c, update_arg_t *a, int i
     int64_t *rids = NULL;
     size_t nr = 0;
     int rc;
-    if (bson_iter_init_find(&it, op, "q") && !(BSON_ITER_HOLDS_DOCUMENT(&it) && field_doc(&it, &q)))
+    if (bson_iter_init_find(&it, op, "q") && !(BSON_ITER_HOLDS_DOCUMENT(&it) && bsonx_view_container(&it, &q)))
         return err_set(e, MS_ERR_TYPE_MISMATCH, "BSON field 'update.updates.q' must be an object");
-    if (!bson_iter_init_find(&it, op, "u") || !field_doc(&it, &u))
+    if (!bson_iter_init_find(&it, op, "u") || !bsonx_view_container(&it, &u))
         return err_set(e, MS_ERR_FAILED_TO_PARSE, "BSON field 'update.updates.u' is missing or "
                        "not an object");
     if (bson_iter_init_find(&it, op, "multi")) multi = bsonx_truthy(&it);
@@ -462,7 +493,7 @@ static int update_one_op(store_txn_t *t, store_coll_t *c, update_arg_t *a, int i
         eq.filter = &q;
         eq.q = qc;
         eq.limit = multi ? 0 : 1;
-        eq.own = a->own;
+        eq.own = b->own;
         if ((rc = exec_match_rowids(t, c, &eq, &rids, &nr, e)) != 0) goto out;
     }
     for (size_t i = 0; i < nr; i++) {
@@ -471,35 +502,35 @@ static int update_one_op(store_txn_t *t, store_coll_t *c, update_arg_t *a, int i
         if ((rc = store_get_by_rowid(t, c, rids[i], &doc, e)) != 0) goto out;
         rc = update_apply(uc, &doc, false, &nd, &changed, e);
         if (rc == 0 && changed) {
-            rc = check_owned(c, a->own, &nd, e);
+            rc = check_owned(c, b->own, &nd, e);
             if (rc == 0) rc = store_write_doc(t, c, rids[i], &doc, &nd, NULL, info, e);
         }
         bson_destroy(&doc);
         if (rc == 0) bson_destroy(&nd);
         if (rc != 0) goto out;
-        a->n++;
-        if (changed) a->nmod++;
+        b->n++;
+        if (changed) b->nmod++;
     }
     if (nr == 0 && upsert) {
         bson_t nd;
         int64_t rid;
         if (!c) {
-            a->need_create = true;
+            b->need_create = true;
             goto out;
         }
         if ((rc = upsert_doc(&q, uc, &nd, e)) != 0) goto out;
-        rc = check_owned(c, a->own, &nd, e);
+        rc = check_owned(c, b->own, &nd, e);
         if (rc == 0) rc = store_write_doc(t, c, 0, NULL, &nd, &rid, info, e);
         if (rc == 0) {
             bson_t up;
             char key[16];
             bson_iter_t idit;
-            snprintf(key, sizeof key, "%d", a->nups++);
-            BSON_APPEND_DOCUMENT_BEGIN(a->upserted, key, &up);
+            snprintf(key, sizeof key, "%d", b->nups++);
+            BSON_APPEND_DOCUMENT_BEGIN(&b->upserted, key, &up);
             BSON_APPEND_INT32(&up, "index", index);
             if (bson_iter_init_find(&idit, &nd, "_id")) bsonx_append_iter(&up, "_id", &idit);
-            bson_append_document_end(a->upserted, &up);
-            a->n++;
+            bson_append_document_end(&b->upserted, &up);
+            b->n++;
         }
         bson_destroy(&nd);
     }
@@ -510,106 +541,18 @@ out:
     return rc;
 }
 
-static int update_fn(store_txn_t *t, void *arg, ms_error_t *err) {
-    update_arg_t *a = arg;
-    store_coll_t *c = store_coll_get(t, a->ns);
-    bson_iter_t ops = a->ops;
-    for (int i = 0; bson_iter_next(&ops); i++) {
-        bson_t op, info = BSON_INITIALIZER;
-        ms_error_t e = {0};
-        int rc;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&ops) || !field_doc(&ops, &op))
-            rc = err_set(&e, MS_ERR_TYPE_MISMATCH, "BSON field 'update.updates.%d' must be an object", i);
-        else
-            rc = update_one_op(t, c, a, i, &op, &info, &e);
-        if (a->need_create) {
-            bson_destroy(&info);
-            return 0;
-        }
-        if (rc != 0) {
-            if (is_fatal(rc)) {
-                bson_destroy(&info);
-                *err = e;
-                return rc;
-            }
-            write_error(a->errs, &a->nerr, i, &e, &info);
-            bson_destroy(&info);
-            if (a->ordered) break;
-            continue;
-        }
-        bson_destroy(&info);
-    }
-    return 0;
-}
-
-static int count_ops(bson_iter_t it) {
-    int n = 0;
-    while (bson_iter_next(&it)) n++;
-    return n;
-}
+static const wbatch_kind_t WB_UPDATE = {"update", "updates", update_op, true};
 
 int cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
-    shardd_t *app = ctx->app;
-    char ns[MS_NS_BYTES_MAX + 8];
-    update_arg_t a;
-    bson_iter_t it;
-    bson_t errs = BSON_INITIALIZER, ups = BSON_INITIALIZER;
-    int rc;
-    memset(&a, 0, sizeof a);
-    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) goto out;
-    if ((rc = version_check(ctx, ns, &a.own, err)) != 0) goto out;
-    if (!cmd_field(ctx, "updates", &it) || !BSON_ITER_HOLDS_ARRAY(&it) ||
-        !bson_iter_recurse(&it, &a.ops)) {
-        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'update.updates' is missing");
-        goto out;
-    }
-    if (count_ops(a.ops) > MS_WRITE_BATCH_OPS_MAX) {
-        rc = err_set(err, MS_ERR_INVALID_LENGTH, "Write batch sizes must be between 1 and %d",
-                     MS_WRITE_BATCH_OPS_MAX);
-        goto out;
-    }
-    a.ns = ns;
-    a.ordered = cmd_flag(ctx, "ordered", true);
-    for (int tries = 0; tries < 3; tries++) {
-        bson_reinit(&errs);
-        bson_reinit(&ups);
-        a.errs = &errs;
-        a.upserted = &ups;
-        a.n = a.nmod = 0;
-        a.nerr = a.nups = 0;
-        a.need_create = false;
-        rc = store_write(app->st, update_fn, &a, err);
-        if (rc != 0 || !a.need_create) break;
-        /* An upsert into a missing collection: create it, then run the batch again (the
-         * first run wrote nothing: it stopped before its first write). */
-        if ((rc = ensure_coll(app, ns, err)) != 0) break;
-    }
-    if (rc != 0) goto out;
-    BSON_APPEND_INT64(reply, "n", a.n);
-    BSON_APPEND_INT64(reply, "nModified", a.nmod);
-    if (a.nups) BSON_APPEND_ARRAY(reply, "upserted", &ups);
-    if (a.nerr) BSON_APPEND_ARRAY(reply, "writeErrors", &errs);
-out:
-    bson_destroy(&errs);
-    bson_destroy(&ups);
-    shv_filter_release(a.own);
-    return rc;
+    return wbatch_command(ctx, &WB_UPDATE, reply, err);
 }
 
 /* ---- delete ------------------------------------------------------------------------- */
 
-typedef struct delete_arg {
-    const char *ns;
-    bson_iter_t ops;
-    bool ordered;
-    shv_filter_t *own;
-    int64_t n;
-    bson_t *errs;
-    int nerr;
-} delete_arg_t;
-
-static int delete_one_op(store_txn_t *t, store_coll_t *c, delete_arg_t *a, const bson_t *op,
-                         ms_error_t *e) {
+/* One delete statement {q, limit: 0 | 1}: the matching documents (at most one with
+ * limit 1) removed through the single write path. */
+static int delete_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
+                     const bson_t *op, bson_t *info, ms_error_t *e) {
     bson_t q = BSON_INITIALIZER;
     bson_iter_t it;
     query_t *qc = NULL;
@@ -617,7 +560,9 @@ static int delete_one_op(store_txn_t *t, store_coll_t *c, delete_arg_t *a, const
     size_t nr = 0;
     int rc;
     exec_query_t eq;
-    if (!bson_iter_init_find(&it, op, "q") || !BSON_ITER_HOLDS_DOCUMENT(&it) || !field_doc(&it, &q))
+    (void)index;
+    (void)info;
+    if (!bson_iter_init_find(&it, op, "q") || !BSON_ITER_HOLDS_DOCUMENT(&it) || !bsonx_view_container(&it, &q))
         return err_set(e, MS_ERR_FAILED_TO_PARSE, "BSON field 'delete.deletes.q' is missing");
     if (!bson_iter_init_find(&it, op, "limit") || !bsonx_as_int64(&it, &limit))
         return err_set(e, MS_ERR_FAILED_TO_PARSE, "BSON field 'delete.deletes.limit' is missing");
@@ -630,7 +575,7 @@ static int delete_one_op(store_txn_t *t, store_coll_t *c, delete_arg_t *a, const
     eq.filter = &q;
     eq.q = qc;
     eq.limit = limit;
-    eq.own = a->own;
+    eq.own = b->own;
     if ((rc = exec_match_rowids(t, c, &eq, &rids, &nr, e)) != 0) goto out;
     for (size_t i = 0; i < nr; i++) {
         bson_t doc;
@@ -638,7 +583,7 @@ static int delete_one_op(store_txn_t *t, store_coll_t *c, delete_arg_t *a, const
         rc = store_write_doc(t, c, rids[i], &doc, NULL, NULL, NULL, e);
         bson_destroy(&doc);
         if (rc != 0) goto out;
-        a->n++;
+        b->n++;
     }
 out:
     free(rids);
@@ -646,60 +591,10 @@ out:
     return rc;
 }
 
-static int delete_fn(store_txn_t *t, void *arg, ms_error_t *err) {
-    delete_arg_t *a = arg;
-    store_coll_t *c = store_coll_get(t, a->ns);
-    bson_iter_t ops = a->ops;
-    for (int i = 0; bson_iter_next(&ops); i++) {
-        bson_t op;
-        ms_error_t e = {0};
-        int rc;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&ops) || !field_doc(&ops, &op))
-            rc = err_set(&e, MS_ERR_TYPE_MISMATCH, "BSON field 'delete.deletes.%d' must be an object", i);
-        else
-            rc = delete_one_op(t, c, a, &op, &e);
-        if (rc != 0) {
-            if (is_fatal(rc)) {
-                *err = e;
-                return rc;
-            }
-            write_error(a->errs, &a->nerr, i, &e, NULL);
-            if (a->ordered) break;
-        }
-    }
-    return 0;
-}
+static const wbatch_kind_t WB_DELETE = {"delete", "deletes", delete_op, false};
 
 int cmd_delete(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
-    shardd_t *app = ctx->app;
-    char ns[MS_NS_BYTES_MAX + 8];
-    delete_arg_t a;
-    bson_iter_t it;
-    bson_t errs = BSON_INITIALIZER;
-    int rc;
-    memset(&a, 0, sizeof a);
-    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) goto out;
-    if ((rc = version_check(ctx, ns, &a.own, err)) != 0) goto out;
-    if (!cmd_field(ctx, "deletes", &it) || !BSON_ITER_HOLDS_ARRAY(&it) ||
-        !bson_iter_recurse(&it, &a.ops)) {
-        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'delete.deletes' is missing");
-        goto out;
-    }
-    if (count_ops(a.ops) > MS_WRITE_BATCH_OPS_MAX) {
-        rc = err_set(err, MS_ERR_INVALID_LENGTH, "Write batch sizes must be between 1 and %d",
-                     MS_WRITE_BATCH_OPS_MAX);
-        goto out;
-    }
-    a.ns = ns;
-    a.ordered = cmd_flag(ctx, "ordered", true);
-    a.errs = &errs;
-    if ((rc = store_write(app->st, delete_fn, &a, err)) != 0) goto out;
-    BSON_APPEND_INT64(reply, "n", a.n);
-    if (a.nerr) BSON_APPEND_ARRAY(reply, "writeErrors", &errs);
-out:
-    bson_destroy(&errs);
-    shv_filter_release(a.own);
-    return rc;
+    return wbatch_command(ctx, &WB_DELETE, reply, err);
 }
 
 /* ---- count / distinct --------------------------------------------------------------- */
@@ -713,29 +608,18 @@ typedef struct read_arg {
     size_t bytes;
 } read_arg_t;
 
-static int count_cb(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err) {
-    read_arg_t *a = arg;
-    (void)rid;
-    (void)doc;
-    (void)err;
-    if (a->eq.skip > 0) {
-        a->eq.skip--;
-        return 0;
-    }
-    a->n++;
-    return a->eq.limit > 0 && a->n >= a->eq.limit ? 1 : 0;
-}
-
 static int count_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     read_arg_t *a = arg;
     store_coll_t *c = store_coll_get(t, a->ns);
     plan_t p;
     scan_pos_t pos = {0};
     int rc;
+    exec_count_t acc = {0, a->eq.skip, a->eq.limit};
     if (!c) return 0;
     if ((rc = exec_plan(t, c, &a->eq, &p, err)) != 0) return rc;
     p.blocking_sort = false;
-    rc = exec_scan(t, c, &p, &a->eq, &pos, count_cb, a, err);
+    rc = exec_scan(t, c, &p, &a->eq, &pos, exec_count_cb, &acc, err);
+    a->n = acc.n;
     plan_free(&p);
     scan_pos_free(&pos);
     return rc;
@@ -750,9 +634,8 @@ int cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     query_t *qc = NULL;
     int rc;
     memset(&a, 0, sizeof a);
-    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) goto out;
-    if ((rc = version_check(ctx, ns, &a.eq.own, err)) != 0) goto out;
-    if (cmd_field(ctx, "query", &it) && !BSON_ITER_HOLDS_NULL(&it) && !field_doc(&it, &q)) {
+    if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, &a.eq.own, err)) != 0) goto out;
+    if (cmd_field(ctx, "query", &it) && !BSON_ITER_HOLDS_NULL(&it) && !bsonx_view_container(&it, &q)) {
         rc = err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'count.query' must be an object");
         goto out;
     }
@@ -768,7 +651,7 @@ int cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (a.eq.limit < 0) a.eq.limit = -a.eq.limit;
     if (cmd_field(ctx, "hint", &it)) {
         if (BSON_ITER_HOLDS_UTF8(&it)) a.eq.hint_name = bson_iter_utf8(&it, NULL);
-        else if (field_doc(&it, &hint) && !bson_empty(&hint)) a.eq.hint = &hint;
+        else if (bsonx_view_container(&it, &hint) && !bson_empty(&hint)) a.eq.hint = &hint;
     }
     a.ns = ns;
     a.eq.filter = &q;
@@ -838,14 +721,13 @@ int cmd_distinct(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     vpos_t *v = NULL;
     int rc;
     memset(&a, 0, sizeof a);
-    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) goto done;
-    if ((rc = version_check(ctx, ns, &a.eq.own, err)) != 0) goto done;
+    if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, &a.eq.own, err)) != 0) goto done;
     if (!cmd_field(ctx, "key", &it) || !BSON_ITER_HOLDS_UTF8(&it) || !*bson_iter_utf8(&it, NULL)) {
         rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'distinct.key' is missing");
         goto done;
     }
     a.key = bson_iter_utf8(&it, NULL);
-    if (cmd_field(ctx, "query", &it) && !BSON_ITER_HOLDS_NULL(&it) && !field_doc(&it, &q)) {
+    if (cmd_field(ctx, "query", &it) && !BSON_ITER_HOLDS_NULL(&it) && !bsonx_view_container(&it, &q)) {
         rc = err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'distinct.query' must be an object");
         goto done;
     }
@@ -933,6 +815,8 @@ static int fam_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     size_t nr = 0;
     bson_t leo;
     int rc = 0;
+    bson_reinit(a->reply);  /* a run after an implicit creation starts over */
+    a->need_create = false;
     if (c) {
         exec_query_t eq;
         memset(&eq, 0, sizeof eq);
@@ -1000,6 +884,7 @@ static int fam_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         bson_append_document_end(a->reply, &leo);
         fam_value(a, NULL, err);
     }
+    if (rc == 0 && !a->need_create) rc = fp_eval(FP_BEFORE_WRITE_COMMIT, err);
 out:
     free(rids);
     return rc;
@@ -1010,14 +895,13 @@ int cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     char ns[MS_NS_BYTES_MAX + 8];
     fam_arg_t a;
     bson_iter_t it;
-    bson_t d;
+    bson_t d, partial = BSON_INITIALIZER;
     bool has_update;
     int rc;
     memset(&a, 0, sizeof a);
     bson_init(&a.query);
     bson_init(&a.err_info);
-    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) goto out;
-    if ((rc = version_check(ctx, ns, &a.own, err)) != 0) goto out;
+    if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, &a.own, err)) != 0) goto out;
     a.ns = ns;
     a.remove = cmd_flag(ctx, "remove", false);
     a.want_new = cmd_flag(ctx, "new", false);
@@ -1045,14 +929,14 @@ int cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
             rc = err_set(err, MS_ERR_BAD_VALUE, "aggregation pipeline updates are not supported");
             goto out;
         }
-        if (!field_doc(&it, &d)) {
+        if (!bsonx_view_container(&it, &d)) {
             rc = err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'update' must be an object");
             goto out;
         }
         if ((rc = update_compile(&d, &a.u, err)) != 0) goto out;
     }
     if (cmd_field(ctx, "query", &it) && !BSON_ITER_HOLDS_NULL(&it)) {
-        if (!field_doc(&it, &d)) {
+        if (!bsonx_view_container(&it, &d)) {
             rc = err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'query' must be an object");
             goto out;
         }
@@ -1060,25 +944,19 @@ int cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         bson_copy_to(&d, &a.query);
     }
     if ((rc = query_compile(&a.query, &a.q, err)) != 0) goto out;
-    if (cmd_field(ctx, "sort", &it) && field_doc(&it, &d) && !bson_empty(&d) &&
+    if (cmd_field(ctx, "sort", &it) && bsonx_view_container(&it, &d) && !bson_empty(&d) &&
         (rc = sortspec_compile(&d, &a.sort, err)) != 0)
         goto out;
-    if (cmd_field(ctx, "fields", &it) && field_doc(&it, &d) && !bson_empty(&d) &&
+    if (cmd_field(ctx, "fields", &it) && bsonx_view_container(&it, &d) && !bson_empty(&d) &&
         (rc = projection_compile(&d, &a.proj, err)) != 0)
         goto out;
-    for (int tries = 0; tries < 3; tries++) {
-        bson_t partial;
-        bson_init(&partial);
-        a.reply = &partial;
-        a.need_create = false;
-        rc = store_write(app->st, fam_fn, &a, err);
-        if (rc == 0 && !a.need_create) bson_concat(reply, &partial);
-        bson_destroy(&partial);
-        if (rc != 0 || !a.need_create) break;
-        if ((rc = ensure_coll(app, ns, err)) != 0) break;
-    }
+    a.reply = &partial;
+    if ((rc = write_creating(app, ns, fam_fn, &a, &a.need_create, err)) == 0 &&
+        (rc = fp_eval(FP_AFTER_WRITE_COMMIT, err)) == 0 && !a.need_create)
+        bson_concat(reply, &partial);
     if (rc != 0 && !bson_empty(&a.err_info)) bson_concat(&ctx->err_info, &a.err_info);
 out:
+    bson_destroy(&partial);
     bson_destroy(&a.query);
     bson_destroy(&a.err_info);
     query_free(a.q);
@@ -1143,7 +1021,7 @@ int cmd_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     const char *verbosity = "queryPlanner";
     int rc;
     memset(&fa, 0, sizeof fa);
-    if (!BSON_ITER_HOLDS_DOCUMENT(&ctx->arg) || !field_doc(&ctx->arg, &inner)) {
+    if (!BSON_ITER_HOLDS_DOCUMENT(&ctx->arg) || !bsonx_view_container(&ctx->arg, &inner)) {
         rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "explain needs a command document");
         goto out;
     }

@@ -23,6 +23,7 @@
 #include <sys/random.h>
 
 #include "common/bsonx.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 
 /* Keys counted per candidate index when costing plans (MongoDB's trial period works). */
@@ -1026,6 +1027,12 @@ int exec_get_more(store_t *st, cursors_t *cs, int64_t id, const char *ns, int64_
         cursors_unpin(cs, cur, false);
         goto out_unpinned;
     }
+    /* MongoDB's waitAfterPinningCursorBeforeGetMoreBatch: a test holds the cursor open
+     * (pinned, so neither killCursors nor the reaper frees it) at this point. */
+    if ((rc = fp_eval(FP_GETMORE_AFTER_PIN, err)) != 0) {
+        cursors_unpin(cs, cur, true);
+        goto out_unpinned;
+    }
     bson_destroy(&arr);
     if ((rc = run_batch(st, cur, batch_size > 0 ? batch_size : -1, &arr, &exhausted, err)) == 0)
         append_cursor_reply(reply, "nextBatch", &arr, exhausted ? 0 : id, ns);
@@ -1043,12 +1050,8 @@ typedef struct explain_arg {
     bson_t *reply;
 } explain_arg_t;
 
-typedef struct count_acc {
-    int64_t n, skip, limit;
-} count_acc_t;
-
-static int count_fn(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err) {
-    count_acc_t *a = arg;
+int exec_count_cb(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err) {
+    exec_count_t *a = arg;
     (void)rid;
     (void)doc;
     (void)err;
@@ -1092,17 +1095,17 @@ static int explain_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     bson_append_document_end(ea->reply, &qp);
     if (ea->exec_stats) {
         scan_pos_t pos = {0};
-        count_acc_t acc = {0, eq.skip, eq.limit};
+        exec_count_t acc = {0, eq.skip, eq.limit};
         long long t0 = time_mono_us();
         if (p.blocking_sort) {
             sorter_t so = {0};
             rc = sorter_run(t, c, &p, &eq, &pos, &so, err);
             if (rc == 0)
                 for (size_t i = 0; i < so.n; i++)
-                    if (count_fn(&acc, 0, NULL, NULL) == 1) break;
+                    if (exec_count_cb(&acc, 0, NULL, NULL) == 1) break;
             sorter_free(&so);
         } else {
-            rc = exec_scan(t, c, &p, &eq, &pos, count_fn, &acc, err);
+            rc = exec_scan(t, c, &p, &eq, &pos, exec_count_cb, &acc, err);
         }
         if (rc == 0) {
             bson_append_document_begin(ea->reply, "executionStats", -1, &es);

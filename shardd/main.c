@@ -106,6 +106,9 @@ int main(int argc, char **argv) {
     else snprintf(logname, sizeof logname, "shardd");
     log_init(logname, LOG_INFO);
 
+    /* Before anything can evaluate them, and before cmd.c's own (failCommand), so the
+     * per-document point is the first one a lookup meets. */
+    shardd_register_failpoints();
     memset(&app, 0, sizeof app);
     app.name = name ? name : "";
     if (store_open(dbpath, &so, &app.st, &err) != 0) {

@@ -247,6 +247,13 @@ int exec_scan(store_txn_t *t, store_coll_t *c, const plan_t *p, const exec_query
               scan_pos_t *pos, scan_fn fn, void *arg, ms_error_t *err);
 void scan_pos_free(scan_pos_t *pos);
 
+/* A scan_fn that counts matches after skipping `skip` of them, stopping at `limit` (0 =
+ * none): count's result and explain's nReturned. arg is an exec_count_t. */
+typedef struct exec_count {
+    int64_t n, skip, limit;
+} exec_count_t;
+int exec_count_cb(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err);
+
 /* Rowids of the documents matching eq (sorted by eq->sort when given, skip/limit
  * applied) — the read half of update/delete/findAndModify. Caller frees *rids. */
 int exec_match_rowids(store_txn_t *t, store_coll_t *c, const exec_query_t *eq, int64_t **rids,
@@ -295,6 +302,28 @@ void cursors_unpin(cursors_t *cs, cursor_t *cur, bool done);
 int exec_explain_find(store_t *st, find_args_t *fa, bool exec_stats, bson_t *reply,
                       ms_error_t *err);
 
+/* ================================ failpoints ========================================= */
+
+/* The shard's failpoints (common/failpoint.h), one at every step whose effect must
+ * survive kill -9, named as MongoDB names its own. docs/protocol.md "Shard daemon:
+ * failpoints" says where each one is and what a test proves with it. A "before commit"
+ * point runs inside the transaction as its last step, so `error` rolls it back, `hang`
+ * holds it open (the writer lock with it) and `crash` leaves an uncommitted WAL tail. */
+#define FP_BEFORE_WRITE_OBSERVER "hangBeforeWriteObserver"       /* per document (store.c) */
+#define FP_BEFORE_WRITE_COMMIT "hangBeforeWriteCommit"           /* insert/update/delete/fAM */
+#define FP_AFTER_WRITE_COMMIT "hangAfterWriteCommit"
+#define FP_BEFORE_INDEX_BUILD_COMMIT "hangBeforeIndexBuildCommit"  /* createIndexes */
+#define FP_AFTER_INDEX_BUILD_COMMIT "hangAfterIndexBuildCommit"
+#define FP_BEFORE_DROP_INDEXES_COMMIT "hangBeforeDropIndexesCommit"
+#define FP_BEFORE_SHARD_COLLECTION_COMMIT "hangBeforeShardCollectionCommit"
+#define FP_AFTER_SHARD_COLLECTION_COMMIT "hangAfterShardCollectionCommit"
+#define FP_BEFORE_DROP_COMMIT "hangBeforeDropCommit"             /* drop, dropDatabase */
+#define FP_GETMORE_AFTER_PIN "waitAfterPinningCursorBeforeGetMoreBatch"
+
+/* Registers every point above (main.c, before serving; tests that evaluate them). The
+ * per-document point goes first: fp_active finds a name by a scan of the table. */
+void shardd_register_failpoints(void);
+
 /* ================================ the daemon ========================================= */
 
 typedef struct shardd {
@@ -310,6 +339,11 @@ extern const int shardd_cmd_table_len;
 
 /* Builds "db.coll" from ctx->db and the command's string value; InvalidNamespace. */
 int shardd_ns(const cmd_ctx_t *ctx, char *ns, size_t nssz, ms_error_t *err);
+/* shardd_ns, then the shard version check of the request (shv_check; StaleConfig,
+ * StaleDbVersion). own NULL: the ownership filter is not wanted (catalog commands);
+ * otherwise *own is the filter to apply (caller releases; NULL = none). */
+int shardd_ns_versioned(cmd_ctx_t *ctx, char *ns, size_t nssz, shv_filter_t **own,
+                        ms_error_t *err);
 /* Re-creates this shard's identity from the meta table at start-up. */
 int shardd_load_identity(shardd_t *app, ms_error_t *err);
 void shardd_status(void *app, bson_t *reply);

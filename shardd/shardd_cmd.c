@@ -1,9 +1,12 @@
 /*
  * shardd_cmd.c — the shard daemon's command table (bin/shardd): one row per command with
  * its flags and field types, checked by common/cmd.c before the handler runs. A new
- * command is one row here plus its handler (cmd_crud.c, cmd_admin.c, split.c).
+ * command is one row here plus its handler (cmd_crud.c, cmd_admin.c, split.c). Also the
+ * list of the daemon's failpoints, registered at start-up.
  */
 #include "shardd/shardd.h"
+
+#include "common/failpoint.h"
 
 #define NS CT_STR
 #define F(name, types) {name, types, false}
@@ -101,3 +104,19 @@ const cmd_spec_t shardd_cmd_table[] = {
 };
 
 const int shardd_cmd_table_len = (int)(sizeof shardd_cmd_table / sizeof shardd_cmd_table[0]);
+
+void shardd_register_failpoints(void) {
+    static const char *const points[] = {
+        FP_BEFORE_WRITE_OBSERVER,  /* first: evaluated once per document written */
+        FP_BEFORE_WRITE_COMMIT,
+        FP_AFTER_WRITE_COMMIT,
+        FP_GETMORE_AFTER_PIN,
+        FP_BEFORE_INDEX_BUILD_COMMIT,
+        FP_AFTER_INDEX_BUILD_COMMIT,
+        FP_BEFORE_DROP_INDEXES_COMMIT,
+        FP_BEFORE_SHARD_COLLECTION_COMMIT,
+        FP_AFTER_SHARD_COLLECTION_COMMIT,
+        FP_BEFORE_DROP_COMMIT,
+    };
+    for (size_t i = 0; i < sizeof points / sizeof points[0]; i++) fp_register(points[i]);
+}

@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 
 #include "common/bsonx.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 
 #define STMT_CACHE_MAX 128
@@ -1077,7 +1078,10 @@ int store_write_doc(store_txn_t *t, store_coll_t *c, int64_t rowid, const bson_t
     store_t *st = t->st;
     buf_t id_new = {0}, id_old = {0}, sk_new = {0}, sk_old = {0};
     ixkeys_t oldk[MS_INDEXES_MAX], newk[MS_INDEXES_MAX];
-    bool need_sp = st->obs != NULL, in_sp = false, mk_new[MS_INDEXES_MAX];
+    /* A point that may fail the document after its rows are written needs the savepoint
+     * too: "on error nothing of this document is written" must hold for it. */
+    bool fp_obs = fp_active(FP_BEFORE_WRITE_OBSERVER);
+    bool need_sp = st->obs != NULL || fp_obs, in_sp = false, mk_new[MS_INDEXES_MAX];
     sqlite3_stmt *s;
     int rc = 0, src;
     ASSERT(t->write);
@@ -1166,6 +1170,9 @@ int store_write_doc(store_txn_t *t, store_coll_t *c, int64_t rowid, const bson_t
         }
         if (mk_new[i] && (rc = mark_multikey(t, c->ix[i], err)) != 0) goto out;
     }
+    /* Where migration's write capture hooks in (DESIGN §6, notes §1.3): the document's
+     * rows are written, its transaction is still open. */
+    if (fp_obs && (rc = fp_eval(FP_BEFORE_WRITE_OBSERVER, err)) != 0) goto out;
     if (st->obs)
         st->obs(st->obs_arg, c->ns, old_doc, new_doc, c->sharded && old_doc ? &sk_old : NULL,
                 c->sharded && new_doc ? &sk_new : NULL);
