@@ -6,14 +6,16 @@
  * catalog module (prefix cat_); kept apart from catalog.c because it needs the query
  * engine (common/query.h, common/update.h).
  */
+#include "configsvr/cat_priv.h"
+
 #include <sqlite3.h>
 #include <string.h>
 
+#include "common/bsonx.h"
 #include "common/buf.h"
 #include "common/log.h"
 #include "common/query.h"
 #include "common/update.h"
-#include "configsvr/configsvr.h"
 
 static int exec(sqlite3 *db, const char *sql, ms_error_t *err) {
     int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
@@ -161,4 +163,129 @@ out:
     query_free(qc);
     update_free(uc);
     return rc;
+}
+
+/* ---- reads and validation ---------------------------------------------------------- */
+
+int cat_settings_get(cat_t *c, const char *id, bson_t *out, bool *found, ms_error_t *err) {
+    sqlite3_stmt *st = NULL;
+    bson_t key = BSON_INITIALIZER;
+    bson_iter_t it;
+    buf_t enc = {0};
+    int rc;
+    *found = false;
+    BSON_APPEND_UTF8(&key, "_id", id);
+    bson_iter_init_find(&it, &key, "_id");
+    rc = keys_encode_value(&enc, &it, err);
+    bson_destroy(&key);
+    if (rc) return rc;
+    pthread_mutex_lock(&c->mu);
+    rc = cat_sql_prep(c, "SELECT doc FROM settings WHERE id_enc = ?", &st, err);
+    if (rc == 0) {
+        cat_bind_buf(st, 1, &enc);
+        int s = sqlite3_step(st);
+        if (s == SQLITE_ROW) {
+            bson_t v;
+            cat_col_view(st, 0, &v);
+            bson_copy_to(&v, out);
+            *found = true;
+        } else if (s != SQLITE_DONE) {
+            rc = err_from_sqlite(err, s, "read settings", c->db);
+        }
+    }
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&c->mu);
+    buf_free(&enc);
+    return rc;
+}
+
+int64_t cat_chunk_size_bytes(cat_t *c) {
+    bson_t doc;
+    bool found = false;
+    bson_iter_t it;
+    int64_t mb = CAT_CHUNKSIZE_MB_DEFAULT;
+    if (cat_settings_get(c, "chunksize", &doc, &found, NULL) == 0 && found) {
+        int64_t v;
+        if (bson_iter_init_find(&it, &doc, "value") && bsonx_as_int64(&it, &v) &&
+            v >= CAT_CHUNKSIZE_MB_MIN && v <= CAT_CHUNKSIZE_MB_MAX)
+            mb = v;
+        bson_destroy(&doc);
+    }
+    return mb * 1024 * 1024;
+}
+
+/* "HH:MM" with 0 <= HH <= 23 and 0 <= MM <= 59 → minutes since midnight, else -1. */
+static int hhmm(const char *s) {
+    if (!s || strlen(s) != 5 || s[2] != ':') return -1;
+    for (int i = 0; i < 5; i++)
+        if (i != 2 && (s[i] < '0' || s[i] > '9')) return -1;
+    int h = (s[0] - '0') * 10 + (s[1] - '0'), m = (s[3] - '0') * 10 + (s[4] - '0');
+    if (h > 23 || m > 59) return -1;
+    return h * 60 + m;
+}
+
+int cat_settings_validate(const bson_t *doc, ms_error_t *err) {
+    bson_iter_t it;
+    const char *id;
+    if (!bson_iter_init_find(&it, doc, "_id"))
+        return err_set(err, MS_ERR_BAD_VALUE, "a settings document needs an _id");
+    if (!BSON_ITER_HOLDS_UTF8(&it)) return 0;  /* not one of ours: stored as given */
+    id = bson_iter_utf8(&it, NULL);
+    if (!bson_iter_init(&it, doc)) return err_set(err, MS_ERR_BAD_VALUE, "malformed settings document");
+    if (strcmp(id, "balancer") == 0) {
+        while (bson_iter_next(&it)) {
+            const char *k = bson_iter_key(&it);
+            if (strcmp(k, "mode") == 0) {
+                const char *m = BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : NULL;
+                if (!m || (strcmp(m, "full") != 0 && strcmp(m, "off") != 0))
+                    return err_set(err, MS_ERR_BAD_VALUE,
+                                   "balancer mode must be \"full\" or \"off\"");
+            } else if (strcmp(k, "stopped") == 0 || strcmp(k, "_waitForDelete") == 0 ||
+                       strcmp(k, "attemptToBalanceJumboChunks") == 0) {
+                if (!BSON_ITER_HOLDS_BOOL(&it))
+                    return err_set(err, MS_ERR_BAD_VALUE, "balancer setting %s must be a boolean", k);
+            } else if (strcmp(k, "_secondaryThrottle") == 0) {
+                if (!BSON_ITER_HOLDS_BOOL(&it) && !BSON_ITER_HOLDS_DOCUMENT(&it))
+                    return err_set(err, MS_ERR_BAD_VALUE,
+                                   "_secondaryThrottle must be a boolean or a write concern document");
+            } else if (strcmp(k, "activeWindow") == 0) {
+                bson_iter_t w;
+                const char *start = NULL, *stop = NULL;
+                if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &w))
+                    return err_set(err, MS_ERR_BAD_VALUE,
+                                   "activeWindow must be {start: \"HH:MM\", stop: \"HH:MM\"}");
+                while (bson_iter_next(&w)) {
+                    const char *wk = bson_iter_key(&w);
+                    const char *v = BSON_ITER_HOLDS_UTF8(&w) ? bson_iter_utf8(&w, NULL) : NULL;
+                    if (strcmp(wk, "start") == 0) start = v ? v : "";
+                    else if (strcmp(wk, "stop") == 0) stop = v ? v : "";
+                    else
+                        return err_set(err, MS_ERR_BAD_VALUE, "activeWindow: unknown field %s", wk);
+                }
+                int a = hhmm(start), b = hhmm(stop);
+                if (a < 0 || b < 0)
+                    return err_set(err, MS_ERR_BAD_VALUE,
+                                   "activeWindow start and stop must both be \"HH:MM\" times");
+                if (a == b)
+                    return err_set(err, MS_ERR_BAD_VALUE,
+                                   "activeWindow start and stop cannot be the same time");
+            }
+        }
+        return 0;
+    }
+    if (strcmp(id, "chunksize") == 0) {
+        int64_t v = 0;
+        if (!bson_iter_find(&it, "value") || !bsonx_as_int64_exact(&it, &v))
+            return err_set(err, MS_ERR_BAD_VALUE, "chunksize needs an integral value in MB");
+        if (v < CAT_CHUNKSIZE_MB_MIN || v > CAT_CHUNKSIZE_MB_MAX)
+            return err_set(err, MS_ERR_BAD_VALUE, "chunksize value must be between %d and %d MB, not %lld",
+                           CAT_CHUNKSIZE_MB_MIN, CAT_CHUNKSIZE_MB_MAX, (long long)v);
+        return 0;
+    }
+    if (strcmp(id, "autosplit") == 0 || strcmp(id, "automerge") == 0) {
+        if (bson_iter_find(&it, "enabled") && !BSON_ITER_HOLDS_BOOL(&it))
+            return err_set(err, MS_ERR_BAD_VALUE, "%s.enabled must be a boolean", id);
+        return 0;
+    }
+    return 0;
 }

@@ -1,7 +1,8 @@
 /*
  * configsvr.h — the config server (bin/configsvr): the whole shape of the daemon in one
  * header. The sharding catalog lives in one SQLite file (WAL) whose tables mirror
- * MongoDB's config database (catalog.c, prefix cat_); the metadata commands
+ * MongoDB's config database (catalog.c and cat_*.c, one file per subject, prefix cat_;
+ * their shared internals in cat_priv.h); the metadata commands
  * (cmd_*.c, prefix cfg_) parse requests, talk to shards over RPC and commit each
  * metadata change as ONE catalog transaction. docs/catalog.md describes the tables,
  * the document shapes and the version rules; docs/protocol.md every command.
@@ -66,7 +67,7 @@
 #define CFG_CURSORS_MAX 1000
 #define CFG_CURSOR_BYTES_MAX (512LL * 1024 * 1024)
 
-/* ---- the catalog (catalog.c) ----------------------------------------------------- */
+/* ---- the catalog (catalog.c, cat_*.c) ------------------------------------------------- */
 
 typedef struct cat cat_t;
 
