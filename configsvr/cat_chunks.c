@@ -351,9 +351,10 @@ static int split_locked(cat_t *c, const char *ns, const bson_t *min, const bson_
             goto out;
         }
         if (cat_buf_cmp(&pts[i], &mn) == 0) {
+            /* Also what a retried split finds once the first attempt committed. */
             rc = err_set(err, MS_ERR_INVALID_OPTIONS,
-                         "cannot split on initial or final chunk's key (split key equals the "
-                         "chunk's min)");
+                         "cannot split on initial or final chunk's key: the split key is the "
+                         "chunk's min, already a chunk boundary (split done before?)");
             goto out;
         }
         if (cat_buf_cmp(&pts[i], &mn) < 0 || cat_buf_cmp(&pts[i], &mx) >= 0) {
@@ -455,6 +456,8 @@ int cat_chunk_split(cat_t *c, const char *ns, const bson_t *min, const bson_t *m
     rc = cat_sql_exec(c, "BEGIN IMMEDIATE", err);
     if (rc == 0) {
         rc = split_locked(c, ns, min, max, points, n, &tmp, err);
+        /* Every row written, nothing committed: a crash or an error must undo it all. */
+        if (rc == 0) rc = fp_eval(CFG_FP_SPLIT_BEFORE_COMMIT, err);
         if (rc == 0) rc = cat_sql_exec(c, "COMMIT", err);
         if (rc) cat_sql_exec(c, "ROLLBACK", NULL);
     }
@@ -615,6 +618,7 @@ int cat_chunk_merge(cat_t *c, const char *ns, const bson_t *min, const bson_t *m
     rc = cat_sql_exec(c, "BEGIN IMMEDIATE", err);
     if (rc == 0) {
         rc = merge_locked(c, ns, min, max, &tmp, err);
+        if (rc == 0) rc = fp_eval(CFG_FP_MERGE_BEFORE_COMMIT, err);  /* as split's */
         if (rc == 0) rc = cat_sql_exec(c, "COMMIT", err);
         if (rc) cat_sql_exec(c, "ROLLBACK", NULL);
     }

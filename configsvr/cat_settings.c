@@ -13,6 +13,7 @@
 
 #include "common/bsonx.h"
 #include "common/buf.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "common/query.h"
 #include "common/update.h"
@@ -149,6 +150,7 @@ int cat_settings_update(cat_t *c, const bson_t *q, const bson_t *u, bool upsert,
     rc = exec(db, "BEGIN IMMEDIATE", err);
     if (rc == 0) {
         rc = update_locked(db, qc, uc, q, upsert, multi, n, n_modified, upserted, upserted_id, err);
+        if (rc == 0) rc = fp_eval(CFG_FP_SETTINGS_BEFORE_COMMIT, err);
         if (rc == 0) rc = exec(db, "COMMIT", err);
         if (rc) {
             exec(db, "ROLLBACK", NULL);

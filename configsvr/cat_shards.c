@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/failpoint.h"
 #include "common/log.h"
 
 static int shard_check_locked(cat_t *c, const char *name, const char *host, char *name_out,
@@ -288,6 +289,7 @@ int cat_shard_remove_step(cat_t *c, const char *name, bson_t *reply, ms_error_t 
     rc = cat_sql_exec(c, "BEGIN IMMEDIATE", err);
     if (rc == 0) {
         rc = remove_step_locked(c, name, &tmp, err);
+        if (rc == 0) rc = fp_eval(CFG_FP_REMOVE_SHARD_BEFORE_COMMIT, err);
         if (rc == 0) rc = cat_sql_exec(c, "COMMIT", err);
         if (rc) cat_sql_exec(c, "ROLLBACK", NULL);
     }

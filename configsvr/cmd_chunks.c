@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/bsonx.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "configsvr/configsvr.h"
 
@@ -139,6 +140,10 @@ int cfg_cmd_split(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         rc = cat_chunk_split(cfg->cat, ns, &cmin, &cmax, pts, 1, &info, err);
     }
     if (rc) goto out;
+    /* Committed; the owner has not been told to refresh (it would on its next stale
+     * request anyway). */
+    rc = fp_eval(CFG_FP_SPLIT_AFTER_COMMIT, err);
+    if (rc) goto out;
     pthread_mutex_unlock(&cfg->ddl_mu);
     locked = false;
     cfg_flush_shard(cfg, shard, ns);
@@ -166,6 +171,8 @@ int cfg_cmd_merge_chunks(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (rc) goto out;
     pthread_mutex_lock(&cfg->ddl_mu);
     rc = cat_chunk_merge(cfg->cat, ns, &bmin, &bmax, &info, err);
+    /* Committed; the owner not yet told to refresh. */
+    if (rc == 0) rc = fp_eval(CFG_FP_MERGE_AFTER_COMMIT, err);
     pthread_mutex_unlock(&cfg->ddl_mu);
     if (rc) goto out;
     if (bson_iter_init_find(&it, &info, "shard") && BSON_ITER_HOLDS_UTF8(&it))

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/bsonx.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "configsvr/configsvr.h"
 
@@ -303,7 +304,14 @@ int cfg_cmd_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         }
         if (rc) goto out;
     }
+    /* The shards hold the collection and its index; the catalog does not. A retry sends
+     * _shardsvrShardCollection again (the shards keep the uuid they have) and commits. */
+    rc = fp_eval(CFG_FP_SHARD_COLL_BEFORE_COMMIT, err);
+    if (rc) goto out;
     rc = cat_coll_create(cfg->cat, &coll, plan, nchunks, err);
+    if (rc) goto out;
+    /* Committed, not yet answered nor flushed: a retry finds it sharded with the same key. */
+    rc = fp_eval(CFG_FP_SHARD_COLL_AFTER_COMMIT, err);
     if (rc) goto out;
     log_info("shardCollection ns=%s key=%s chunks=%d docs=%lld", ns,
              p.fields[0], nchunks, (long long)ndocs);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "configsvr/configsvr.h"
 
@@ -70,6 +71,10 @@ static int drop_collection(cfg_t *cfg, const char *ns, bool *existed, ms_error_t
     BSON_APPEND_UTF8(&cmd, "$db", db);
     rc = to_all_shards(cfg, &cmd, err);
     if (rc) goto out;
+    /* Dropped on every shard, still in the catalog: a retry drops again (the shards
+     * answer NamespaceNotFound, counted as done) and deletes the metadata. */
+    rc = fp_eval(CFG_FP_DROP_COLL_BEFORE_DELETE, err);
+    if (rc) goto out;
     rc = cat_coll_drop(cfg->cat, ns, existed, err);
 out:
     bson_destroy(&cmd);
@@ -100,6 +105,9 @@ int cfg_cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     BSON_APPEND_INT32(&cmd, "dropDatabase", 1);
     BSON_APPEND_UTF8(&cmd, "$db", db);
     rc = to_all_shards(cfg, &cmd, err);
+    /* Dropped on every shard, the database entry still in the catalog (its sharded
+     * collections are gone already, each in its own transaction above). */
+    if (rc == 0) rc = fp_eval(CFG_FP_DROP_DB_BEFORE_DELETE, err);
     if (rc == 0) rc = cat_db_drop(cfg->cat, db, &existed, err);
     if (rc == 0) BSON_APPEND_UTF8(reply, "dropped", db);
 out:

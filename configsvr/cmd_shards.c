@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "common/rpc.h"
 #include "configsvr/configsvr.h"
@@ -133,6 +134,11 @@ int cfg_cmd_add_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
                          ? bson_iter_utf8(&ci, NULL) : "no reason given");
         goto out;
     }
+    /* The shard holds its identity; the catalog does not know it yet. A crash here
+     * leaves a shard that a retried addShard (same host, same name) simply re-adds:
+     * _addShard accepts the identity it already has. */
+    rc = fp_eval(CFG_FP_ADD_SHARD_BEFORE_INSERT, err);
+    if (rc) goto out;
     /* Step 3: the catalog row (one transaction, duplicates re-checked). */
     rc = cat_shard_insert(cfg->cat, name, url, err);
     if (rc) goto out;

@@ -270,6 +270,28 @@ void cat_hashed_initial_bounds(const keys_pattern_t *p, int n, bson_t *bounds);
 /* A random version-4 UUID. */
 void cat_uuid_new(uint8_t uuid[16]);
 
+/* ---- failpoints (registered by cfg_register_failpoints, configsvr_cmd.c) ---------- */
+/* One named point at each step of a multi-step metadata operation where a crash or an
+ * error must leave the catalog either without the change or with all of it, and a retry
+ * must succeed. docs/protocol.md ("Config server: failpoints") says what each proves;
+ * tests/integration/test_configsvr_crash.py proves it. The *BeforeCommit points of the
+ * catalog fire inside the transaction with the catalog mutex held: a "hang" there stalls
+ * every catalog reader until the point is turned off. */
+#define CFG_FP_ADD_SHARD_BEFORE_INSERT "addShardBeforeCatalogInsert"
+#define CFG_FP_SHARD_COLL_BEFORE_COMMIT "shardCollectionBeforeCatalogCommit"
+#define CFG_FP_SHARD_COLL_AFTER_COMMIT "shardCollectionAfterCatalogCommit"
+#define CFG_FP_SPLIT_BEFORE_COMMIT "splitChunkBeforeCommit"
+#define CFG_FP_SPLIT_AFTER_COMMIT "splitChunkAfterCommit"
+#define CFG_FP_MERGE_BEFORE_COMMIT "mergeChunksBeforeCommit"
+#define CFG_FP_MERGE_AFTER_COMMIT "mergeChunksAfterCommit"
+#define CFG_FP_DROP_COLL_BEFORE_DELETE "dropCollectionBeforeCatalogDelete"
+#define CFG_FP_DROP_DB_BEFORE_DELETE "dropDatabaseBeforeCatalogDelete"
+#define CFG_FP_REMOVE_SHARD_BEFORE_COMMIT "removeShardBeforeCommit"
+#define CFG_FP_SETTINGS_BEFORE_COMMIT "settingsUpdateBeforeCommit"
+
+/* Declares every point above (fp_register); main calls it before serving. */
+void cfg_register_failpoints(void);
+
 /* ---- the daemon (main.c, configsvr_cmd.c, cmd_*.c) ------------------------------- */
 
 typedef struct cfg_cursors cfg_cursors_t;

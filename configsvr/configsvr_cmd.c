@@ -6,7 +6,20 @@
  */
 #include <string.h>
 
+#include "common/failpoint.h"
 #include "configsvr/configsvr.h"
+
+void cfg_register_failpoints(void) {
+    static const char *const names[] = {
+        CFG_FP_ADD_SHARD_BEFORE_INSERT, CFG_FP_SHARD_COLL_BEFORE_COMMIT,
+        CFG_FP_SHARD_COLL_AFTER_COMMIT, CFG_FP_SPLIT_BEFORE_COMMIT,
+        CFG_FP_SPLIT_AFTER_COMMIT,      CFG_FP_MERGE_BEFORE_COMMIT,
+        CFG_FP_MERGE_AFTER_COMMIT,      CFG_FP_DROP_COLL_BEFORE_DELETE,
+        CFG_FP_DROP_DB_BEFORE_DELETE,   CFG_FP_REMOVE_SHARD_BEFORE_COMMIT,
+        CFG_FP_SETTINGS_BEFORE_COMMIT,
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) fp_register(names[i]);
+}
 
 /* hello as a config server answers it: the common reply plus `configsvr: 2`, the field
  * by which mongos and drivers recognise a config server (mongod --configsvr). */

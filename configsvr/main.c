@@ -75,6 +75,7 @@ int main(int argc, char **argv) {
     if (url_flag) snprintf(url, sizeof url, "%s", url_flag);
     else snprintf(url, sizeof url, "tcp://%s:%d", bind_addr, port);
     log_init("configsvr", LOG_INFO);
+    cfg_register_failpoints();  /* before anything can evaluate one */
 
     memset(&cfg, 0, sizeof cfg);
     snprintf(cfg.url, sizeof cfg.url, "%s", url);

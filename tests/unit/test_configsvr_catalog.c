@@ -2,14 +2,16 @@
  * test_configsvr_catalog.c — unit tests of the config server's catalog (configsvr/
  * catalog.c) on temporary SQLite files: shard/database/collection metadata, chunk
  * versions after split and merge (notes §2.2), the tiling invariant, incremental
- * getRoutingTable, MongoDB's hashed initial split points, settings validation, and a
- * seeded random walk of splits and merges checked against a model.
+ * getRoutingTable, MongoDB's hashed initial split points, settings validation, the
+ * catalog's before-COMMIT failpoints (an injected error rolls the whole change back), and
+ * a seeded random walk of splits and merges checked against a model.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/bsonx.h"
+#include "common/failpoint.h"
 #include "common/keys.h"
 #include "configsvr/configsvr.h"
 #include "tests/unit/t.h"
@@ -697,9 +699,97 @@ static void test_random_split_merge_walk(void) {
     cat_close(c);
 }
 
+/* Turns point name on for one firing with action "error". */
+static void fp_error_once(const char *name) {
+    bson_t *cmd = NULL, reply = BSON_INITIALIZER;
+    ms_error_t e = {0};
+    char json[256];
+    snprintf(json, sizeof json,
+             "{\"configureFailPoint\": \"%s\", \"mode\": {\"times\": 1}, \"data\": {\"action\": \"error\"}}",
+             name);
+    cmd = J(json);
+    CHECK_INT(fp_configure(cmd, &reply, &e), 0);
+    bson_destroy(&reply);
+    bson_destroy(cmd);
+}
+
+/* The catalog's *BeforeCommit points fire with every row of the change written: an
+ * error there must roll all of it back (versions, pieces, changelog), leave the catalog
+ * usable, and the same operation must then succeed. */
+static void test_failpoints_before_commit(void) {
+    char path[512];
+    cat_t *c = open_fresh(path, sizeof path);
+    ms_error_t e = {0};
+    rchunk_t ch[16];
+    bool full = false, upserted = false;
+    cat_version_t cv;
+    int64_t n = 0, nmod = 0;
+    cfg_register_failpoints();
+    add_shards(c, 2);
+    shard_one_chunk(c, "app.f", "{\"x\": 1}", "shard0");
+    bson_t *mn = J("{\"x\": {\"$minKey\": 1}}"), *mx = J("{\"x\": {\"$maxKey\": 1}}");
+    bson_t *p10 = J("{\"x\": 10}");
+    const bson_t *pts[] = {p10};
+
+    /* split */
+    fp_error_once(CFG_FP_SPLIT_BEFORE_COMMIT);
+    CHECK_INT(cat_chunk_split(c, "app.f", mn, mx, pts, 1, NULL, &e), MS_ERR_FAIL_POINT_ENABLED);
+    CHECK(strstr(e.msg, CFG_FP_SPLIT_BEFORE_COMMIT) != NULL);
+    CHECK_INT(routing(c, "app.f", NULL, ch, 16, &full, &cv), 1);
+    CHECK(cv.major == 1 && cv.minor == 0);
+    CHECK_INT(count_what(c, "changelog", "split"), 0);
+    CHECK_INT(cat_chunk_split(c, "app.f", mn, mx, pts, 1, NULL, &e), 0);
+    CHECK_INT(routing(c, "app.f", NULL, ch, 16, &full, &cv), 2);
+    CHECK(cv.major == 1 && cv.minor == 2);
+
+    /* merge */
+    fp_error_once(CFG_FP_MERGE_BEFORE_COMMIT);
+    CHECK_INT(cat_chunk_merge(c, "app.f", mn, mx, NULL, &e), MS_ERR_FAIL_POINT_ENABLED);
+    CHECK_INT(routing(c, "app.f", NULL, ch, 16, &full, &cv), 2);
+    CHECK(cv.major == 1 && cv.minor == 2);
+    CHECK_INT(count_what(c, "changelog", "merge"), 0);
+    CHECK_INT(cat_chunk_merge(c, "app.f", mn, mx, NULL, &e), 0);
+    CHECK_INT(routing(c, "app.f", NULL, ch, 16, &full, &cv), 1);
+    CHECK(cv.major == 1 && cv.minor == 3);
+    CHECK_INT(cat_verify_tiling(c, "app.f", &e), 0);
+
+    /* removeShard's first step (mark draining) */
+    bson_t r = BSON_INITIALIZER;
+    fp_error_once(CFG_FP_REMOVE_SHARD_BEFORE_COMMIT);
+    CHECK_INT(cat_shard_remove_step(c, "shard1", &r, &e), MS_ERR_FAIL_POINT_ENABLED);
+    CHECK_INT(r.len, 5);  /* nothing appended to the reply */
+    bool draining = true;
+    CHECK_INT(cat_shard_host(c, "shard1", NULL, 0, &draining, &e), 0);
+    CHECK(!draining);
+    CHECK_INT(cat_shard_remove_step(c, "shard1", &r, &e), 0);
+    CHECK_INT(cat_shard_host(c, "shard1", NULL, 0, &draining, &e), 0);
+    CHECK(draining);
+    bson_destroy(&r);
+
+    /* settings update */
+    bson_t *q = J("{\"_id\": \"chunksize\"}"), *u = J("{\"$set\": {\"value\": 64}}"), uid;
+    fp_error_once(CFG_FP_SETTINGS_BEFORE_COMMIT);
+    CHECK_INT(cat_settings_update(c, q, u, true, false, &n, &nmod, &upserted, &uid, &e),
+              MS_ERR_FAIL_POINT_ENABLED);
+    CHECK(!upserted && n == 0);
+    CHECK_INT((int)(cat_chunk_size_bytes(c) >> 20), CAT_CHUNKSIZE_MB_DEFAULT);
+    CHECK_INT(cat_settings_update(c, q, u, true, false, &n, &nmod, &upserted, &uid, &e), 0);
+    CHECK(upserted);
+    if (upserted) bson_destroy(&uid);
+    CHECK_INT((int)(cat_chunk_size_bytes(c) >> 20), 64);
+
+    bson_destroy(q);
+    bson_destroy(u);
+    bson_destroy(mn);
+    bson_destroy(mx);
+    bson_destroy(p10);
+    cat_close(c);
+}
+
 T_MAIN(T_CASE(test_hashed_split_points), T_CASE(test_open_reopen_cluster_id),
        T_CASE(test_shards_names_and_duplicates), T_CASE(test_databases_primary_choice),
        T_CASE(test_split_versions), T_CASE(test_merge_versions),
        T_CASE(test_merge_refuses_two_shards), T_CASE(test_incremental_routing),
        T_CASE(test_config_document_shapes), T_CASE(test_settings_validation),
-       T_CASE(test_remove_shard_and_drops), T_CASE(test_random_split_merge_walk))
+       T_CASE(test_remove_shard_and_drops), T_CASE(test_random_split_merge_walk),
+       T_CASE(test_failpoints_before_commit))
