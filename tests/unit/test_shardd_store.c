@@ -3,8 +3,9 @@
  * shardd/exec.c) on real SQLite files in a temp directory: CRUD through the single write
  * path, E11000 shapes, secondary indexes incl. multikey and unique, parallel arrays, the
  * planner's choices, shard-key filling, persistence across reopen, and crash atomicity of
- * a write transaction (a forked child dies mid-batch), the 16 MB batch rule and pinned
- * cursors (CursorInUse).
+ * a write transaction (a forked child dies mid-batch), the 16 MB batch rule, pinned
+ * cursors (CursorInUse), and a document failed by the hangBeforeWriteObserver failpoint
+ * rolled back alone.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +13,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
 #include "common/bsonx.h"
+#include "common/failpoint.h"
 #include "shardd/shardd.h"
 #include "tests/unit/t.h"
 
@@ -510,6 +514,69 @@ static void test_crash_mid_batch(void) {
     }
 }
 
+/* hangBeforeWriteObserver with action "error": the point fails a document after its row
+ * and index keys are written, so the store must roll that document back alone (the point
+ * forces the per-document savepoint even with no observer and no unique index). */
+typedef struct two_docs {
+    int rc1, rc2;
+    int64_t rows, keys;
+} two_docs_t;
+
+static int two_docs_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    two_docs_t *a = arg;
+    store_coll_t *c = store_coll_get(t, "db.fp");
+    bson_t *d1 = J("{\"_id\": 1, \"v\": 1}"), *d2 = J("{\"_id\": 2, \"v\": 2}");
+    ms_error_t e;
+    a->rc1 = store_write_doc(t, c, 0, NULL, d1, NULL, NULL, &e);
+    a->rc2 = store_write_doc(t, c, 0, NULL, d2, NULL, NULL, &e);
+    Jfree(d1);
+    Jfree(d2);
+    (void)err;
+    return 0;
+}
+
+static int count_rows_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    two_docs_t *a = arg;
+    store_coll_t *c = store_coll_get(t, "db.fp");
+    char sql[64];
+    sqlite3_stmt *s;
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM c%lld", (long long)c->id);
+    if (!(s = store_stmt(t, sql, err))) return err->code;
+    if (sqlite3_step(s) == SQLITE_ROW) a->rows = sqlite3_column_int64(s, 0);
+    sqlite3_reset(s);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM i%lld", (long long)c->ix[1]->id);
+    if (!(s = store_stmt(t, sql, err))) return err->code;
+    if (sqlite3_step(s) == SQLITE_ROW) a->keys = sqlite3_column_int64(s, 0);
+    sqlite3_reset(s);
+    return 0;
+}
+
+static void test_observer_failpoint_rolls_back_one_doc(void) {
+    store_t *st = open_store("fp");
+    bson_t *cmd = J("{\"configureFailPoint\": \"" FP_BEFORE_WRITE_OBSERVER "\", \"mode\": "
+                    "{\"times\": 1}, \"data\": {\"action\": \"error\"}}");
+    bson_t reply = BSON_INITIALIZER;
+    two_docs_t a = {0};
+    op_t o;
+    ms_error_t e;
+    shardd_register_failpoints();
+    create_coll(st, "db.fp");
+    CHECK_INT(create_index(st, "db.fp", "{\"key\": {\"v\": 1}}", &o), 0);
+    CHECK_INT(fp_configure(cmd, &reply, &e), 0);
+    CHECK_INT(store_write(st, two_docs_fn, &a, &e), 0);
+    CHECK_INT(a.rc1, MS_ERR_FAIL_POINT_ENABLED);
+    CHECK_INT(a.rc2, 0);
+    CHECK_INT(store_read(st, count_rows_fn, &a, &e), 0);
+    CHECK_INT(a.rows, 1);  /* document 1's row is gone ... */
+    CHECK_INT(a.keys, 1);  /* ... and so is its index key */
+    do_find(st, "db.fp", "{\"v\": {\"$gte\": 0}}", NULL, &o);
+    CHECK_INT(o.n, 1);
+    CHECK_INT(o.ids[0], 2);
+    bson_destroy(&reply);
+    Jfree(cmd);
+    store_close(st);
+}
+
 static int index_keys_count(const char *pattern, const char *doc, bool *mk) {
     bson_t *p = J(pattern), *d = J(doc);
     keys_pattern_t kp;
@@ -683,4 +750,4 @@ T_MAIN(T_CASE(test_crud_and_dup_id), T_CASE(test_index_maintenance_multikey),
        T_CASE(test_unique_and_parallel_arrays), T_CASE(test_planner_and_sort),
        T_CASE(test_index_names), T_CASE(test_shard_key_fill_and_reopen),
        T_CASE(test_crash_mid_batch), T_CASE(test_index_keys), T_CASE(test_batch_bytes),
-       T_CASE(test_cursor_in_use))
+       T_CASE(test_cursor_in_use), T_CASE(test_observer_failpoint_rolls_back_one_doc))
