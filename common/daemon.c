@@ -1,0 +1,108 @@
+/*
+ * daemon.c — the start-up and shutdown shared by every daemon (see daemon.h): common
+ * flags, the listen URL, the command server, the ready line, the wait for a stop signal
+ * and the clean stop.
+ */
+#include "common/daemon.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/rpc.h"
+
+int daemon_parse(daemon_t *d, const char *process, int port_default, int argc, char **argv,
+                 const flag_spec_t *own, const char *usage) {
+    flag_spec_t specs[DAEMON_OWN_FLAGS_MAX + 6];
+    int n = 0;
+
+    cmd_block_signals();  /* before any thread starts: they all inherit the mask */
+    memset(d, 0, sizeof *d);
+    d->process = process;
+    d->port = port_default;
+    d->bind_addr = "127.0.0.1";
+    snprintf(d->port_help, sizeof d->port_help, "TCP port to listen on (default %d)", port_default);
+    for (; own && own[n].name; n++) {
+        ASSERT(n < DAEMON_OWN_FLAGS_MAX);  /* the daemons' own tables, fixed at build time */
+        specs[n] = own[n];
+    }
+    specs[n++] = (flag_spec_t){"port", FLAG_INT, &d->port, d->port_help};
+    specs[n++] = (flag_spec_t){"bind", FLAG_STR, &d->bind_addr, "address to listen on (default 127.0.0.1)"};
+    specs[n++] = (flag_spec_t){"url", FLAG_STR, &d->url_flag,
+                               "listen URL, overrides --port/--bind (tcp:// or ipc://)"};
+    specs[n++] = (flag_spec_t){"workers", FLAG_INT, &d->workers, "request worker threads (default 16)"};
+    specs[n++] = (flag_spec_t){"enable-test-commands", FLAG_BOOL, &d->test_commands,
+                               "serve configureFailPoint and other test-only commands"};
+    specs[n] = (flag_spec_t){NULL, FLAG_BOOL, NULL, NULL};
+
+    if (flags_parse(argc, argv, specs, usage) != argc) {
+        fprintf(stderr, "%s: unexpected argument (try --help)\n", process);
+        return 2;
+    }
+    if (d->port < 1 || d->port > 65535 || d->workers < 0 || d->workers > MS_RPC_WORKERS_MAX) {
+        fprintf(stderr, "%s: --port must be 1..65535 and --workers 0..%d\n", process,
+                MS_RPC_WORKERS_MAX);
+        return 2;
+    }
+    if (d->url_flag) {
+        if (strlen(d->url_flag) >= sizeof d->url) {
+            fprintf(stderr, "%s: --url is longer than %zu bytes\n", process, sizeof d->url - 1);
+            return 2;
+        }
+        snprintf(d->url, sizeof d->url, "%s", d->url_flag);
+    } else {
+        int w = snprintf(d->url, sizeof d->url, "tcp://%s:%d", d->bind_addr, d->port);
+        if (w < 0 || (size_t)w >= sizeof d->url) {
+            fprintf(stderr, "%s: --bind is too long\n", process);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+int daemon_start(daemon_t *d, const cmd_server_opts_t *opts, ms_error_t *err) {
+    cmd_server_opts_t o = *opts;
+    o.process = d->process;
+    o.url = d->url;
+    o.workers = d->workers;
+    o.enable_test_commands = d->test_commands;
+    int rc = cmd_server_start(&o, &d->srv, err);
+    if (rc)
+        log_error("startup failed step=listen url=%s code=%d errmsg=\"%s\"", d->url,
+                  err ? err->code : rc, err ? err->msg : "");
+    return rc;
+}
+
+void daemon_ready(const daemon_t *d, const char *key, const char *value) {
+    if (key)
+        log_info("ready url=%s %s=%s test_commands=%d", d->url, key, value ? value : "",
+                 d->test_commands);
+    else
+        log_info("ready url=%s test_commands=%d", d->url, d->test_commands);
+}
+
+int daemon_fail(const char *step, const ms_error_t *err) {
+    log_error("startup failed step=%s code=%d errmsg=\"%s\"", step, err ? err->code : 0,
+              err ? err->msg : "");
+    return 1;
+}
+
+int daemon_wait(daemon_t *d) {
+    int sig = cmd_wait_for_signal();
+    (void)d;
+    log_info("shutting down signal=%s", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    return sig;
+}
+
+void daemon_stop_serving(daemon_t *d) {
+    cmd_server_stop(d->srv);  /* NULL-safe */
+    d->srv = NULL;
+}
+
+int daemon_exit(daemon_t *d, int rc) {
+    daemon_stop_serving(d);
+    rpc_peers_close_all();
+    if (rc == 0) log_info("stopped");
+    return rc;
+}
