@@ -116,6 +116,18 @@ def version(state, ns):
     return max(r[3] for r in state[ns])
 
 
+def error_changes_nothing(c, point, cmd):
+    """Action "error" at point: a clean error reply naming it, the catalog unchanged (the
+    transaction rolled back, the catalog still writable), then the same command succeeds."""
+    before = catalog(c)
+    arm(c, point, "error")
+    r = c.err(cmd, FAILPOINT_ENABLED)
+    assert point in r["errmsg"], r
+    assert catalog(c) == before
+    c.ok(cmd)
+    return catalog(c)
+
+
 def shard_colls(s, db):
     r = s.client().ok({"listCollections": 1, "$db": db})
     return sorted(x["name"] for x in r["cursor"]["firstBatch"])
@@ -144,11 +156,8 @@ def test_add_shard_crash_before_insert(t):
 @test
 def test_add_shard_error_before_insert(t):
     cfg, shards, c = setup(t, add=1)
-    arm(c, "addShardBeforeCatalogInsert", "error")
-    r = c.err({"addShard": shards[1].url}, FAILPOINT_ENABLED)
-    assert "addShardBeforeCatalogInsert" in r["errmsg"], r
-    assert len(c.ok({"listShards": 1})["shards"]) == 1
-    assert c.ok({"addShard": shards[1].url})["shardAdded"] == "shard1"
+    error_changes_nothing(c, "addShardBeforeCatalogInsert", {"addShard": shards[1].url})
+    assert [s["_id"] for s in c.ok({"listShards": 1})["shards"]] == ["shard0", "shard1"]
     proved("error before the insert: clean error reply, no shard added; the retry adds it")
 
 
@@ -178,11 +187,9 @@ def test_shard_collection_crash_before_commit(t):
 @test
 def test_shard_collection_error_before_commit(t):
     cfg, shards, c = setup(t)
-    arm(c, "shardCollectionBeforeCatalogCommit", "error")
-    c.err({"shardCollection": "app.e", "key": {"x": 1}}, FAILPOINT_ENABLED)
-    assert "app.e" not in catalog(c)
-    c.ok({"shardCollection": "app.e", "key": {"x": 1}})
-    assert len(catalog(c)["app.e"]) == 1
+    state = error_changes_nothing(c, "shardCollectionBeforeCatalogCommit",
+                                  {"shardCollection": "app.e", "key": {"x": 1}})
+    assert len(state["app.e"]) == 1
     proved("error before the commit: clean error reply, collection not sharded; retry shards it")
 
 
@@ -227,13 +234,8 @@ def test_split_crash_before_commit(t):
 @test
 def test_split_error_before_commit(t):
     cfg, shards, c = sharded(t)
-    before = catalog(c)
-    arm(c, "splitChunkBeforeCommit", "error")
-    c.err({"split": "app.s", "middle": {"x": 10}}, FAILPOINT_ENABLED)
-    assert catalog(c) == before
-    # the catalog is still writable: the failed transaction was rolled back
-    c.ok({"split": "app.s", "middle": {"x": 10}})
-    assert len(catalog(c)["app.s"]) == 2
+    state = error_changes_nothing(c, "splitChunkBeforeCommit", {"split": "app.s", "middle": {"x": 10}})
+    assert len(state["app.s"]) == 2
     proved("error before COMMIT: clean error reply, nothing changed, the next split works")
 
 
@@ -281,12 +283,7 @@ def test_merge_crash_before_commit(t):
 @test
 def test_merge_error_before_commit(t):
     cfg, shards, c = split3(t)
-    before = catalog(c)
-    arm(c, "mergeChunksBeforeCommit", "error")
-    c.err(MERGE, FAILPOINT_ENABLED)
-    assert catalog(c) == before
-    c.ok(MERGE)
-    assert len(catalog(c)["app.m"]) == 1
+    assert len(error_changes_nothing(c, "mergeChunksBeforeCommit", MERGE)["app.m"]) == 1
     proved("error before COMMIT: clean error reply, nothing changed; the retry merges")
 
 
@@ -326,11 +323,9 @@ def test_drop_collection_crash_before_delete(t):
 def test_drop_collection_error_before_delete(t):
     cfg, shards, c = setup(t)
     c.ok({"shardCollection": "app.d", "key": {"x": 1}})
-    before = catalog(c)
-    arm(c, "dropCollectionBeforeCatalogDelete", "error")
-    c.err({"_configsvrDropCollection": "app.d", "$db": "admin"}, FAILPOINT_ENABLED)
-    assert catalog(c) == before
-    assert c.ok({"_configsvrDropCollection": "app.d", "$db": "admin"})["sharded"] is True
+    state = error_changes_nothing(c, "dropCollectionBeforeCatalogDelete",
+                                  {"_configsvrDropCollection": "app.d", "$db": "admin"})
+    assert "app.d" not in state
     proved("error before the catalog delete: clean error reply, metadata unchanged; retry drops")
 
 
