@@ -37,7 +37,12 @@ run_suite() {
     local log="$logdir/$name.log" rc start
     [ -n "$filter" ] && [[ "$name" != *"$filter"* ]] && return
     start=$(date +%s)
-    "$@" >"$log" 2>&1; rc=$?
+    # A hung suite must not hang the whole run (CI has a hard limit): SUITE_TIMEOUT_S each.
+    # SIGTERM first, so a Python suite's handler stops the daemons it started; KILL 10 s later.
+    timeout -k 10 "${SUITE_TIMEOUT_S:-600}" "$@" >"$log" 2>&1; rc=$?
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        echo "  $name: stopped after ${SUITE_TIMEOUT_S:-600}s (hung?)" | tee -a "$log"
+    fi
     grep -E '^(  FAIL|not ok|FAIL)' "$log" | head -n 30
     tally "$name" "$log" "$rc"
     printf '%-40s %s  (%ss)\n' "$name" "$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)" "$(( $(date +%s) - start ))"
