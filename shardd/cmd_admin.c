@@ -276,6 +276,9 @@ int cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     }
     if ((rc = store_ddl(app->st, drop_db_fn, a, err)) != 0) goto out;
     for (int i = 0; i < a->ndropped && app->shv; i++) shv_invalidate(app->shv, a->dropped[i]);
+    /* The database's own entry too (its databaseVersion), even when this shard held none
+     * of its collections: a re-created database may have another primary. */
+    if (app->shv) shv_invalidate(app->shv, ctx->db);
     BSON_APPEND_UTF8(reply, "dropped", ctx->db);
 out:
     free(a);
