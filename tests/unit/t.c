@@ -5,6 +5,9 @@
 
 #include <stdarg.h>
 #include <stdlib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -82,4 +85,61 @@ int t_run(const t_case_t *cases, int n, int argc, char **argv) {
     }
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
+}
+
+/* Copies src into dst renaming keys "%x" to "$x" at every level. */
+static void t_rename_keys(const bson_t *src, bson_t *dst) {
+    bson_iter_t it;
+    bson_iter_init(&it, src);
+    while (bson_iter_next(&it)) {
+        char name[64];
+        bson_snprintf(name, sizeof name, "%s", bson_iter_key(&it));
+        if (name[0] == '%') name[0] = '$';
+        if (BSON_ITER_HOLDS_DOCUMENT(&it) || BSON_ITER_HOLDS_ARRAY(&it)) {
+            uint32_t len;
+            const uint8_t *data;
+            bson_t sub, child;
+            bool doc = BSON_ITER_HOLDS_DOCUMENT(&it);
+            if (doc) bson_iter_document(&it, &len, &data);
+            else bson_iter_array(&it, &len, &data);
+            bson_init_static(&sub, data, len);
+            if (doc) bson_append_document_begin(dst, name, -1, &child);
+            else bson_append_array_begin(dst, name, -1, &child);
+            t_rename_keys(&sub, &child);
+            if (doc) bson_append_document_end(dst, &child);
+            else bson_append_array_end(dst, &child);
+        } else {
+            bson_append_value(dst, name, -1, bson_iter_value(&it));
+        }
+    }
+}
+
+bool t_json_at(const char *file, int line, const char *json, bson_t *out) {
+    bson_error_t e;
+    bson_t raw;
+    if (!bson_init_from_json(&raw, json, -1, &e)) {
+        t_fail(file, line, "bad JSON in table: %s (%s)", json, e.message);
+        return false;
+    }
+    bson_init(out);
+    t_rename_keys(&raw, out);
+    bson_destroy(&raw);
+    return true;
+}
+
+int t_free_port(int offset) {
+    const char *env = getenv("MS_TEST_PORT");
+    struct sockaddr_in a;
+    socklen_t alen = sizeof a;
+    int fd, port = 0;
+    if (env && *env) return atoi(env) + offset;
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &alen) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
 }

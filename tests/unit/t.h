@@ -7,6 +7,7 @@
 #ifndef MS_T_H
 #define MS_T_H
 
+#include <bson/bson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,6 +27,17 @@ uint64_t t_seed(const char *test_name);
 /* A private temporary directory for this process (created once, removed at exit unless
  * T_KEEP=1); the returned path is static. */
 const char *t_tmpdir(void);
+
+/* A free TCP port on 127.0.0.1 (the kernel picks it); MS_TEST_PORT=n gives n + offset
+ * instead, for runs that need fixed ports. */
+int t_free_port(int offset);
+
+/* Parses a test table's extended JSON into *out (initialised on success; caller destroys).
+ * libbson reads {"$type": ..}, {"$regex": ..} and {"$options": ..} as legacy extended JSON,
+ * so tables may write query operators as "%type" etc.; every key "%x" becomes "$x".
+ * Bad JSON records a failure and returns false. */
+bool t_json_at(const char *file, int line, const char *json, bson_t *out);
+#define t_json(json, out) t_json_at(__FILE__, __LINE__, (json), (out))
 
 #define CHECK(cond)                                                   \
     do {                                                              \

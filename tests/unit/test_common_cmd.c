@@ -368,22 +368,6 @@ static void cmd_error_logged(void) {
     cmd_server_stop(s);
 }
 
-static int free_port(void) {
-    const char *env = getenv("MS_TEST_PORT");
-    struct sockaddr_in a;
-    socklen_t alen = sizeof a;
-    int fd, port = 0;
-    if (env && *env) return atoi(env) + 10;
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &alen) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
 
 static void cmd_size_limits(void) {
     char url[64];
@@ -393,7 +377,7 @@ static void cmd_size_limits(void) {
     size_t big = (size_t)MS_MSG_BYTES_MAX + 100;
     uint8_t *buf = calloc(1, big);
     bson_t r;
-    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", t_free_port(10));
     s = start(url, true);
     CHECK_INT(rpc_client_open(url, &c, &err), 0);
     /* A well-formed document over 48 MB: {x: <binary>} with a truthful length. */

@@ -55,12 +55,6 @@ static const prow_t rows[] = {
     {"{\"a..b\": 1}", "{}", NULL, "FieldPath field names may not be empty strings."},
 };
 
-static bool parse(const char *json, bson_t *out) {
-    bson_error_t e;
-    if (bson_init_from_json(out, json, -1, &e)) return true;
-    t_fail(__FILE__, __LINE__, "bad JSON %s: %s", json, e.message);
-    return false;
-}
 
 static void test_projection_table(void) {
     int n = (int)(sizeof rows / sizeof rows[0]);
@@ -68,8 +62,8 @@ static void test_projection_table(void) {
         bson_t spec, doc, out, want;
         projection_t *p = NULL;
         ms_error_t err = {0};
-        parse(rows[i].spec, &spec);
-        parse(rows[i].doc, &doc);
+        t_json(rows[i].spec, &spec);
+        t_json(rows[i].doc, &doc);
         int rc = projection_compile(&spec, &p, &err);
         if (!rows[i].result) {
             CHECK_MSG(rc == MS_ERR_BAD_VALUE, "row %d: %s compiled (rc %d)", i, rows[i].spec, rc);
@@ -78,7 +72,7 @@ static void test_projection_table(void) {
             t_fail(__FILE__, __LINE__, "row %d: %s: %s", i, rows[i].spec, err.msg);
         } else {
             CHECK_INT(projection_apply(p, &doc, &out, &err), 0);
-            parse(rows[i].result, &want);
+            t_json(rows[i].result, &want);
             char *g = bson_as_relaxed_extended_json(&out, NULL);
             CHECK_MSG(bson_equal(&out, &want), "row %d: %s on %s gave %s, expected %s", i, rows[i].spec,
                       rows[i].doc, g, rows[i].result);

@@ -271,49 +271,6 @@ static const mrow_t rows[] = {
     {"{\"a\": {\"$elemMatch\": {\"b.c\": 1}}}", "{\"a\": [{\"b\": {\"c\": 1}}]}", true},
 };
 
-/* Copies src into dst renaming keys "%x" to "$x" at every level. */
-static void rename_keys(const bson_t *src, bson_t *dst) {
-    bson_iter_t it;
-    bson_iter_init(&it, src);
-    while (bson_iter_next(&it)) {
-        const char *key = bson_iter_key(&it);
-        char name[64];
-        bson_snprintf(name, sizeof name, "%s", key);
-        if (name[0] == '%') name[0] = '$';
-        if (BSON_ITER_HOLDS_DOCUMENT(&it) || BSON_ITER_HOLDS_ARRAY(&it)) {
-            uint32_t len;
-            const uint8_t *data;
-            bson_t sub, child;
-            bool doc = BSON_ITER_HOLDS_DOCUMENT(&it);
-            if (doc) bson_iter_document(&it, &len, &data);
-            else bson_iter_array(&it, &len, &data);
-            bson_init_static(&sub, data, len);
-            if (doc) bson_append_document_begin(dst, name, -1, &child);
-            else bson_append_array_begin(dst, name, -1, &child);
-            rename_keys(&sub, &child);
-            if (doc) bson_append_document_end(dst, &child);
-            else bson_append_array_end(dst, &child);
-        } else {
-            bson_append_value(dst, name, -1, bson_iter_value(&it));
-        }
-    }
-}
-
-/* Parses the table's extended JSON. libbson reads {"$type": ...}, {"$regex": ...} and
- * {"$options": ...} as legacy extended JSON, so the table writes those operators with
- * '%' and they are renamed after parsing. */
-static bool parse(const char *json, bson_t *out) {
-    bson_error_t e;
-    bson_t raw;
-    if (!bson_init_from_json(&raw, json, -1, &e)) {
-        t_fail(__FILE__, __LINE__, "bad JSON in table: %s (%s)", json, e.message);
-        return false;
-    }
-    bson_init(out);
-    rename_keys(&raw, out);
-    bson_destroy(&raw);
-    return true;
-}
 
 static void test_match_table(void) {
     int n = (int)(sizeof rows / sizeof rows[0]);
@@ -321,8 +278,8 @@ static void test_match_table(void) {
         bson_t filter, doc;
         query_t *q = NULL;
         ms_error_t err = {0};
-        if (!parse(rows[i].filter, &filter)) continue;
-        if (!parse(rows[i].doc, &doc)) {
+        if (!t_json(rows[i].filter, &filter)) continue;
+        if (!t_json(rows[i].doc, &doc)) {
             bson_destroy(&filter);
             continue;
         }
@@ -381,7 +338,7 @@ static void test_compile_errors(void) {
         bson_t filter;
         query_t *q = NULL;
         ms_error_t err = {0};
-        if (!parse(errors[i].filter, &filter)) continue;
+        if (!t_json(errors[i].filter, &filter)) continue;
         int rc = query_compile(&filter, &q, &err);
         CHECK_MSG(rc == errors[i].code, "row %d: %s: rc %d, expected %d", i, errors[i].filter,
                   rc, errors[i].code);
@@ -396,12 +353,12 @@ static void test_compile_errors(void) {
 static void test_is_empty(void) {
     bson_t f;
     query_t *q = NULL;
-    CHECK(parse("{}", &f));
+    CHECK(t_json("{}", &f));
     CHECK_INT(query_compile(&f, &q, NULL), 0);
     CHECK(query_is_empty(q));
     query_free(q);
     bson_destroy(&f);
-    CHECK(parse("{\"a\": 1}", &f));
+    CHECK(t_json("{\"a\": 1}", &f));
     CHECK_INT(query_compile(&f, &q, NULL), 0);
     CHECK(!query_is_empty(q));
     query_free(q);
@@ -416,7 +373,7 @@ static void test_filter_copied(void) {
     CHECK_INT(query_compile(f, &q, NULL), 0);
     bson_destroy(f);
     bson_t d;
-    CHECK(parse("{\"a\": 2, \"b\": \"x\"}", &d));
+    CHECK(t_json("{\"a\": 2, \"b\": \"x\"}", &d));
     CHECK(query_match(q, &d));
     bson_destroy(&d);
     query_free(q);

@@ -21,25 +21,9 @@
 /* ---- helpers --------------------------------------------------------------------- */
 
 /* A free loopback port: MS_TEST_PORT (+offset) when set, else one the kernel picks. */
-static int test_port(int offset) {
-    const char *env = getenv("MS_TEST_PORT");
-    struct sockaddr_in a;
-    socklen_t alen = sizeof a;
-    int fd, port = 0;
-    if (env && *env) return atoi(env) + offset;
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &alen) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
 
 static void tcp_url(char *buf, size_t cap, int offset) {
-    snprintf(buf, cap, "tcp://127.0.0.1:%d", test_port(offset));
+    snprintf(buf, cap, "tcp://127.0.0.1:%d", t_free_port(offset));
 }
 
 static void sleep_ms(long ms) {

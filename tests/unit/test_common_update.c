@@ -10,46 +10,6 @@
 
 #include "tests/unit/t.h"
 
-/* Copies src into dst renaming keys "%x" to "$x" at every level (libbson's JSON reader
- * takes {"$type": ..} and {"$regex": ..} for legacy extended JSON). */
-static void rename_keys(const bson_t *src, bson_t *dst) {
-    bson_iter_t it;
-    bson_iter_init(&it, src);
-    while (bson_iter_next(&it)) {
-        char name[64];
-        bson_snprintf(name, sizeof name, "%s", bson_iter_key(&it));
-        if (name[0] == '%') name[0] = '$';
-        if (BSON_ITER_HOLDS_DOCUMENT(&it) || BSON_ITER_HOLDS_ARRAY(&it)) {
-            uint32_t len;
-            const uint8_t *data;
-            bson_t sub, child;
-            bool doc = BSON_ITER_HOLDS_DOCUMENT(&it);
-            if (doc) bson_iter_document(&it, &len, &data);
-            else bson_iter_array(&it, &len, &data);
-            bson_init_static(&sub, data, len);
-            if (doc) bson_append_document_begin(dst, name, -1, &child);
-            else bson_append_array_begin(dst, name, -1, &child);
-            rename_keys(&sub, &child);
-            if (doc) bson_append_document_end(dst, &child);
-            else bson_append_array_end(dst, &child);
-        } else {
-            bson_append_value(dst, name, -1, bson_iter_value(&it));
-        }
-    }
-}
-
-static bool parse(const char *json, bson_t *out) {
-    bson_error_t e;
-    bson_t raw;
-    if (!bson_init_from_json(&raw, json, -1, &e)) {
-        t_fail(__FILE__, __LINE__, "bad JSON in table: %s (%s)", json, e.message);
-        return false;
-    }
-    bson_init(out);
-    rename_keys(&raw, out);
-    bson_destroy(&raw);
-    return true;
-}
 
 typedef struct urow {
     const char *doc, *update;
@@ -216,8 +176,8 @@ static void test_update_table(void) {
         update_t *u = NULL;
         ms_error_t err = {0};
         bool changed = false;
-        if (!parse(rows[i].doc, &doc)) continue;
-        if (!parse(rows[i].update, &spec)) {
+        if (!t_json(rows[i].doc, &doc)) continue;
+        if (!t_json(rows[i].update, &spec)) {
             bson_destroy(&doc);
             continue;
         }
@@ -230,7 +190,7 @@ static void test_update_table(void) {
         } else if (rc != 0) {
             t_fail(__FILE__, __LINE__, "row %d: %s on %s failed: %d %s", i, rows[i].update, rows[i].doc, rc, err.msg);
         } else {
-            parse(rows[i].result, &want);
+            t_json(rows[i].result, &want);
             char *got = bson_as_canonical_extended_json(&out, NULL);
             char *exp = bson_as_canonical_extended_json(&want, NULL);
             CHECK_MSG(strcmp(got, exp) == 0, "row %d: %s on %s\n    got      %s\n    expected %s", i,
@@ -267,8 +227,8 @@ static void test_messages(void) {
         bson_t doc, spec, out;
         update_t *u = NULL;
         ms_error_t err = {0};
-        parse(m[i].doc, &doc);
-        parse(m[i].update, &spec);
+        t_json(m[i].doc, &doc);
+        t_json(m[i].update, &spec);
         int rc = update_compile(&spec, &u, &err);
         if (rc == 0) rc = update_apply(u, &doc, false, &out, NULL, &err);
         CHECK(rc != 0);
@@ -284,12 +244,12 @@ static void test_set_on_insert(void) {
     bson_t doc, spec, out, want;
     update_t *u = NULL;
     bool changed;
-    parse("{\"_id\": 7, \"k\": 1}", &doc);
-    parse("{\"$setOnInsert\": {\"c\": 0}, \"$inc\": {\"n\": 1}}", &spec);
+    t_json("{\"_id\": 7, \"k\": 1}", &doc);
+    t_json("{\"$setOnInsert\": {\"c\": 0}, \"$inc\": {\"n\": 1}}", &spec);
     CHECK_INT(update_compile(&spec, &u, NULL), 0);
     CHECK(!update_is_replacement(u));
     CHECK_INT(update_apply(u, &doc, true, &out, &changed, NULL), 0);
-    parse("{\"_id\": 7, \"k\": 1, \"c\": 0, \"n\": 1}", &want);
+    t_json("{\"_id\": 7, \"k\": 1, \"c\": 0, \"n\": 1}", &want);
     CHECK(bson_equal(&out, &want));
     CHECK(changed);
     bson_destroy(&out);
@@ -303,8 +263,8 @@ static void test_current_date(void) {
     bson_t doc, spec, out;
     bson_iter_t it;
     update_t *u = NULL;
-    parse("{\"_id\": 1}", &doc);
-    parse("{\"$currentDate\": {\"d\": true, \"t\": {\"%type\": \"timestamp\"}, \"x\": {\"%type\": \"date\"}}}", &spec);
+    t_json("{\"_id\": 1}", &doc);
+    t_json("{\"$currentDate\": {\"d\": true, \"t\": {\"%type\": \"timestamp\"}, \"x\": {\"%type\": \"date\"}}}", &spec);
     CHECK_INT(update_compile(&spec, &u, NULL), 0);
     CHECK_INT(update_apply(u, &doc, false, &out, NULL, NULL), 0);
     CHECK(bson_iter_init_find(&it, &out, "d") && BSON_ITER_HOLDS_DATE_TIME(&it) && bson_iter_date_time(&it) > 1600000000000LL);
@@ -334,14 +294,14 @@ static void test_upsert_seed(void) {
     for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
         bson_t q, out, want;
         ms_error_t err = {0};
-        parse(seeds[i].query, &q);
+        t_json(seeds[i].query, &q);
         int rc = update_upsert_seed(&q, &out, &err);
         if (!seeds[i].seed) {
             CHECK_MSG(rc == seeds[i].code, "seed %zu: rc %d expected %d", i, rc, seeds[i].code);
             if (rc == 0) bson_destroy(&out);
         } else {
             CHECK_MSG(rc == 0, "seed %zu: %s", i, err.msg);
-            parse(seeds[i].seed, &want);
+            t_json(seeds[i].seed, &want);
             if (rc == 0) {
                 char *g = bson_as_relaxed_extended_json(&out, NULL);
                 CHECK_MSG(bson_equal(&out, &want), "seed %zu: got %s", i, g);
