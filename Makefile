@@ -111,14 +111,15 @@ $(BUILD)/t/test_cli_%: $(BUILD)/tests/unit/test_cli_%.o $(T_OBJ) $(LIB_CLI) $(LI
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# Benchmarks follow the same naming: tests/bench/bench_<module>_*.c.
-$(BUILD)/b/bench_common_%: $(BUILD)/tests/bench/bench_common_%.o $(LIB_COMMON)
+# Benchmarks follow the same naming: tests/bench/bench_<module>_*.c; they may use the
+# test framework's helpers (t.c has no main).
+$(BUILD)/b/bench_common_%: $(BUILD)/tests/bench/bench_common_%.o $(T_OBJ) $(LIB_COMMON)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-$(BUILD)/b/bench_shardd_%: $(BUILD)/tests/bench/bench_shardd_%.o $(LIB_SHARDD) $(LIB_COMMON)
+$(BUILD)/b/bench_shardd_%: $(BUILD)/tests/bench/bench_shardd_%.o $(T_OBJ) $(LIB_SHARDD) $(LIB_COMMON)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-$(BUILD)/b/bench_router_%: $(BUILD)/tests/bench/bench_router_%.o $(LIB_ROUTER) $(LIB_COMMON)
+$(BUILD)/b/bench_router_%: $(BUILD)/tests/bench/bench_router_%.o $(T_OBJ) $(LIB_ROUTER) $(LIB_COMMON)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

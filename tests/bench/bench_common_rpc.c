@@ -22,6 +22,7 @@
 #include "common/cmd.h"
 #include "common/log.h"
 #include "common/rpc.h"
+#include "tests/unit/t.h"  /* t_free_port */
 
 #define ROUNDS 10
 #define CALLS_PER_ROUND 2000   /* 20k calls per side for the latency medians */
@@ -30,22 +31,6 @@
 #define CONC_ROUNDS 8
 #define WORKERS 8
 
-static int free_port(int offset) {
-    const char *env = getenv("MS_TEST_PORT");
-    struct sockaddr_in a;
-    socklen_t alen = sizeof a;
-    int fd, port = 0;
-    if (env && *env) return atoi(env) + offset;
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &alen) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
 
 /* ---- the bare NNG echo server ---------------------------------------------------- */
 
@@ -179,8 +164,8 @@ int main(void) {
     ms_error_t err = {0};
 
     log_init("bench", LOG_WARN);
-    snprintf(bare_url, sizeof bare_url, "tcp://127.0.0.1:%d", free_port(0));
-    snprintf(ours_url, sizeof ours_url, "tcp://127.0.0.1:%d", free_port(1));
+    snprintf(bare_url, sizeof bare_url, "tcp://127.0.0.1:%d", t_free_port(0));
+    snprintf(ours_url, sizeof ours_url, "tcp://127.0.0.1:%d", t_free_port(1));
 
     /* the ~100-byte command */
     bson_init(&ping_cmd);

@@ -28,6 +28,7 @@
 #include "common/log.h"
 #include "common/rpc.h"
 #include "shardd/shardd.h"
+#include "tests/unit/t.h"  /* t_free_port */
 
 #define NDOCS 100000
 #define BATCH 1000
@@ -247,22 +248,6 @@ static double raw_insert_columns(const char *path, const int64_t *ids) {
 /* ---- the whole path over the wire --------------------------------------------------- */
 
 /* A free loopback port (MS_TEST_PORT overrides, as in the other benches). */
-static int free_port(void) {
-    const char *env = getenv("MS_TEST_PORT");
-    struct sockaddr_in a;
-    socklen_t alen = sizeof a;
-    int fd, port = 0;
-    if (env && *env) return atoi(env);
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &alen) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
 
 static void wire_command(rpc_client_t *cl, const bson_t *cmd, int64_t want_n) {
     bson_t reply;
@@ -319,7 +304,7 @@ static double wire_insert(const char *dir, const int64_t *ids) {
         fprintf(stderr, "wire setup: %s\n", e.msg);
         exit(1);
     }
-    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", t_free_port(0));
     {
         cmd_server_opts_t o = {.process = "shardd", .url = url, .table = shardd_cmd_table,
                                .table_len = shardd_cmd_table_len, .app = &app};
