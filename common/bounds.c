@@ -386,12 +386,9 @@ static void field_from_and(bctx_t *c, const bson_t *filter, const char *path, bo
             bson_iter_t el;
             bson_iter_recurse(&it, &el);
             while (bson_iter_next(&el)) {
-                uint32_t len;
-                const uint8_t *data;
                 bson_t sub;
-                if (!BSON_ITER_HOLDS_DOCUMENT(&el)) continue;
-                bson_iter_document(&el, &len, &data);
-                if (bson_init_static(&sub, data, len)) field_from_and(c, &sub, path, field);
+                if (BSON_ITER_HOLDS_DOCUMENT(&el) && bsonx_view_container(&el, &sub))
+                    field_from_and(c, &sub, path, field);
             }
         }
     }
@@ -553,17 +550,14 @@ static int or_bounds(bctx_t *c, const bson_iter_t *v, bounds_t *out, ms_error_t 
     if (!BSON_ITER_HOLDS_ARRAY(v) || !bson_iter_recurse(v, &el))
         return err_set(err, MS_ERR_BAD_VALUE, "$or must be an array");
     while (bson_iter_next(&el)) {
-        uint32_t len;
-        const uint8_t *data;
         bson_t branch;
         bounds_t b = {0};
         if (!BSON_ITER_HOLDS_DOCUMENT(&el)) {
             list_clear(&u);
             return err_set(err, MS_ERR_BAD_VALUE, "$or/$and/$nor entries need to be full objects");
         }
-        bson_iter_document(&el, &len, &data);
-        int rc = bson_init_static(&branch, data, len) ? filter_bounds(c, &branch, &b, err)
-                                                      : err_set(err, MS_ERR_BAD_VALUE, "bad $or entry");
+        int rc = bsonx_view_container(&el, &branch) ? filter_bounds(c, &branch, &b, err)
+                                                    : err_set(err, MS_ERR_BAD_VALUE, "bad $or entry");
         if (rc) {
             list_clear(&u);
             return rc;
@@ -601,13 +595,10 @@ static int apply_ors(bctx_t *c, const bson_t *filter, bounds_t *acc, ms_error_t 
             if (!BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &el))
                 return err_set(err, MS_ERR_BAD_VALUE, "$and must be an array");
             while (rc == 0 && bson_iter_next(&el)) {
-                uint32_t len;
-                const uint8_t *data;
                 bson_t sub;
                 if (!BSON_ITER_HOLDS_DOCUMENT(&el))
                     return err_set(err, MS_ERR_BAD_VALUE, "$or/$and/$nor entries need to be full objects");
-                bson_iter_document(&el, &len, &data);
-                if (bson_init_static(&sub, data, len)) rc = apply_ors(c, &sub, acc, err);
+                if (bsonx_view_container(&el, &sub)) rc = apply_ors(c, &sub, acc, err);
             }
         }
         if (rc) return rc;

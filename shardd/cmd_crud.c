@@ -452,6 +452,20 @@ static int check_owned(const store_coll_t *c, shv_filter_t *own, const bson_t *d
     return 0;
 }
 
+/* The rowids a write statement acts on: documents matching q that this shard owns (at
+ * most one when limit is 1), found by the planner like a find. *rids is the caller's. */
+static int statement_rowids(store_txn_t *t, store_coll_t *c, const wbatch_t *b, const bson_t *q,
+                            query_t *qc, int64_t limit, int64_t **rids, size_t *nr,
+                            ms_error_t *e) {
+    exec_query_t eq;
+    memset(&eq, 0, sizeof eq);
+    eq.filter = q;
+    eq.q = qc;
+    eq.limit = limit;
+    eq.own = b->own;
+    return exec_match_rowids(t, c, &eq, rids, nr, e);
+}
+
 /* One update statement {q, u, upsert?, multi?}: the matching documents (one unless
  * multi) changed through the single write path, or the upsert's document inserted. */
 static int update_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
@@ -469,33 +483,21 @@ static int update_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
     if (!bson_iter_init_find(&it, op, "u") || !bsonx_view_container(&it, &u))
         return err_set(e, MS_ERR_FAILED_TO_PARSE, "BSON field 'update.updates.u' is missing or "
                        "not an object");
+    if (BSON_ITER_HOLDS_ARRAY(&it))
+        return err_set(e, MS_ERR_BAD_VALUE, "aggregation pipeline updates are not supported");
     if (bson_iter_init_find(&it, op, "multi")) multi = bsonx_truthy(&it);
     if (bson_iter_init_find(&it, op, "upsert")) upsert = bsonx_truthy(&it);
     if (bson_iter_init_find(&it, op, "arrayFilters"))
         return err_set(e, MS_ERR_BAD_VALUE, "arrayFilters are not supported");
     if ((rc = query_compile(&q, &qc, e)) != 0) goto out;
-    {
-        bson_iter_t ui;
-        if (bson_iter_init_find(&ui, op, "u") && BSON_ITER_HOLDS_ARRAY(&ui)) {
-            rc = err_set(e, MS_ERR_BAD_VALUE, "aggregation pipeline updates are not supported");
-            goto out;
-        }
-    }
     if ((rc = update_compile(&u, &uc, e)) != 0) goto out;
     if (multi && update_is_replacement(uc)) {
         rc = err_set(e, MS_ERR_FAILED_TO_PARSE,
                      "multi update is not supported for replacement-style update");
         goto out;
     }
-    if (c) {
-        exec_query_t eq;
-        memset(&eq, 0, sizeof eq);
-        eq.filter = &q;
-        eq.q = qc;
-        eq.limit = multi ? 0 : 1;
-        eq.own = b->own;
-        if ((rc = exec_match_rowids(t, c, &eq, &rids, &nr, e)) != 0) goto out;
-    }
+    if (c && (rc = statement_rowids(t, c, b, &q, qc, multi ? 0 : 1, &rids, &nr, e)) != 0)
+        goto out;
     for (size_t i = 0; i < nr; i++) {
         bson_t doc, nd;
         bool changed = false;
@@ -559,7 +561,6 @@ static int delete_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
     int64_t limit = 0, *rids = NULL;
     size_t nr = 0;
     int rc;
-    exec_query_t eq;
     (void)index;
     (void)info;
     if (!bson_iter_init_find(&it, op, "q") || !BSON_ITER_HOLDS_DOCUMENT(&it) || !bsonx_view_container(&it, &q))
@@ -571,12 +572,7 @@ static int delete_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
                        "1. Got %lld", (long long)limit);
     if ((rc = query_compile(&q, &qc, e)) != 0) return rc;
     if (!c) goto out;
-    memset(&eq, 0, sizeof eq);
-    eq.filter = &q;
-    eq.q = qc;
-    eq.limit = limit;
-    eq.own = b->own;
-    if ((rc = exec_match_rowids(t, c, &eq, &rids, &nr, e)) != 0) goto out;
+    if ((rc = statement_rowids(t, c, b, &q, qc, limit, &rids, &nr, e)) != 0) goto out;
     for (size_t i = 0; i < nr; i++) {
         bson_t doc;
         if ((rc = store_get_by_rowid(t, c, rids[i], &doc, e)) != 0) goto out;
