@@ -22,6 +22,7 @@
 #include "common/cmd_priv.h"
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "common/opctx.h"
 
 /* A command at least this slow is logged at info, like mongod's slowms default. */
 #define CMD_SLOW_MS 100
@@ -230,6 +231,13 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
         }
         ctx.db = bson_iter_utf8(&it, NULL);
     }
+    /* maxTimeMS is a generic field of every command, as in MongoDB: it bounds the
+     * whole operation from here on (op_check in long loops, deadlines of peer calls). */
+    if (bson_iter_init_find(&it, &req, "maxTimeMS")) {
+        long long max_ms;
+        if ((rc = op_parse_max_time_ms(&it, &max_ms, &err)) != 0) goto out;
+        if (max_ms > 0) op_set_deadline_ms(time_mono_ms() + max_ms);
+    }
     /* configureFailPoint stays reachable, or a test could lock itself out. */
     if (strcmp(ctx.name, "configureFailPoint") != 0 && (rc = cmd_fail_command(ctx.name, &err)))
         goto out;
@@ -251,6 +259,7 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
                      "reply of %u bytes is larger than the limit of %d bytes", reply->len,
                      MS_MSG_BYTES_MAX);
 out:
+    op_set_deadline_ms(0);
     ms = (time_mono_us() - t0_us) / 1000;
     if (rc != 0) {
         bson_reinit(reply);

@@ -36,6 +36,7 @@
 #include "common/bsonx.h"
 #include "common/limits.h"
 #include "common/log.h"
+#include "common/opctx.h"
 
 /* ---- server ---------------------------------------------------------------------- */
 
@@ -98,6 +99,7 @@ static void *rpc_worker_main(void *argp) {
             continue;
         }
         msg = nng_aio_get_msg(w->aio);
+        op_set_conn((uint32_t)nng_pipe_id(nng_msg_get_pipe(msg)));
         bson_init(&reply);
         s->fn(s->arg, nng_msg_body(msg), nng_msg_len(msg), &reply);
         atomic_fetch_add(&s->requests, 1);

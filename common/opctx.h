@@ -1,0 +1,46 @@
+/*
+ * opctx.h — the operation running on the calling thread, used by every daemon.
+ *
+ * Every request is served start to finish on one RPC worker thread, so what belongs to
+ * "this operation" is kept in thread-local storage rather than passed through every
+ * call: the connection it arrived on (so caps can be per connection) and its deadline
+ * (MongoDB's maxTimeMS). The RPC worker sets the connection before dispatch; dispatch
+ * sets the deadline from the command's maxTimeMS field and clears it afterwards.
+ *
+ * Long loops (scans, sorts, regex matching, scatter/gather waits) call op_check(): it
+ * costs one clock read and answers MaxTimeMSExpired (50) once the deadline has passed,
+ * as MongoDB's interrupt checks do. A thread that works for an operation on another
+ * thread (a scatter helper) takes the deadline explicitly with op_deadline_ms().
+ */
+#ifndef MS_OPCTX_H
+#define MS_OPCTX_H
+
+#include <bson/bson.h>
+#include <stdint.h>
+
+#include "errors.h"
+
+/* The connection the current request arrived on (an NNG pipe id; 0 = none/unknown).
+ * Set by the RPC server before a handler runs. */
+void op_set_conn(uint32_t conn_id);
+uint32_t op_conn(void);
+
+/* The deadline of the current operation on the monotonic clock (time_mono_ms), or 0
+ * for none. op_set_deadline_ms(0) clears it. */
+void op_set_deadline_ms(long long deadline_mono_ms);
+long long op_deadline_ms(void);
+
+/* Milliseconds left before the deadline (at least 1 while not expired, 0 once
+ * expired); dflt_ms when there is no deadline, or the smaller of the two when
+ * dflt_ms > 0 and both apply. Used to size the deadline of a call to a peer. */
+long long op_time_left_ms(long long dflt_ms);
+
+/* 0 while the deadline has not passed (or there is none); otherwise fills err with
+ * MaxTimeMSExpired, "operation exceeded time limit", and returns its code. */
+int op_check(ms_error_t *err);
+
+/* Parses a maxTimeMS value as MongoDB does: a non-negative integral number no greater
+ * than INT32_MAX (0 = no limit). On success *ms_out holds the value. BadValue otherwise. */
+int op_parse_max_time_ms(const bson_iter_t *it, long long *ms_out, ms_error_t *err);
+
+#endif
