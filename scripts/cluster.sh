@@ -47,9 +47,15 @@ in_range "$routers" 0 10 || die "--routers must be 0..10"
 in_range "$base" 1024 65000 || die "--base-port must be 1024..65000"
 pids="$dir/cluster.pids"
 
-# is_ours PID BINARY: the PID is alive and still runs our binary (guards against reuse).
+# is_ours PID PATH: the PID is alive and still runs the binary at PATH, as recorded in
+# cluster.pids when it was started (guards against PID reuse). The path is the one it was
+# started with, whatever MS_BIN is now; a bare name (older pids files) means $BIN/NAME.
 is_ours() {
-    [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' <"/proc/$1/cmdline" | grep -q "$BIN/$2"
+    local path=$2 argv0
+    [[ "$path" == /* ]] || path="$BIN/$path"
+    [ -r "/proc/$1/cmdline" ] || return 1
+    argv0=$(tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | head -n 1) || return 1
+    [ "$argv0" = "$path" ]
 }
 
 wait_ready() {  # NAME LOG PID
@@ -70,7 +76,7 @@ launch() {  # NAME BINARY PORT ARGS...
     # setsid: the daemons outlive this script and a Ctrl-C in the terminal that ran it.
     setsid "$BIN/$binary" --port "$port" "$@" $test_flag >>"$log" 2>&1 </dev/null &
     pid=$!
-    echo "$name $url $pid $binary" >>"$pids"
+    echo "$name $url $pid $BIN/$binary" >>"$pids"
     wait_ready "$name" "$log" "$pid"
     echo "$name $url $pid"
 }
@@ -121,6 +127,19 @@ stop)
     while read -r name _ pid binary; do
         if is_ours "$pid" "$binary"; then kill -KILL "$pid" 2>/dev/null || true; echo "killed $name pid $pid (did not stop in 10 s)"; fi
     done <"$pids"
+    # Forget the cluster only when nothing it started still runs; otherwise keep the file
+    # (so a later stop can finish the job) and say which process is left and why.
+    sleep 0.2
+    left=0
+    while read -r name _ pid binary; do
+        if is_ours "$pid" "$binary"; then
+            echo "cluster.sh: $name pid $pid ($binary) is still running; keeping $pids" >&2
+            left=1
+        elif kill -0 "$pid" 2>/dev/null; then
+            echo "$name: pid $pid now runs another program (not $binary); left alone"
+        fi
+    done <"$pids"
+    [ $left = 0 ] || exit 1
     rm -f "$pids"
     ;;
 status)

@@ -15,7 +15,8 @@ say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 if [ -f "$DIR/cluster.pids" ]; then
     say "stopping the previous demo cluster in $DIR"
-    "$ROOT/scripts/cluster.sh" stop --dir "$DIR" || true
+    "$ROOT/scripts/cluster.sh" stop --dir "$DIR" ||
+        { echo "demo: the previous cluster in $DIR could not be stopped (see above); not starting another" >&2; exit 1; }
 fi
 rm -rf "$DIR"
 

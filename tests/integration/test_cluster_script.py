@@ -79,5 +79,37 @@ def test_refuses_second_start_and_bad_args(t):
     assert p.returncode != 0 and "--shards" in p.stderr, p.stderr
 
 
+@test
+def test_stop_finds_binaries_started_from_another_bin(t):
+    """A cluster started with another MS_BIN is still stopped by a plain `stop` (the pids
+    file records each binary's path); if a process cannot be stopped, the file is kept."""
+    base = free_ports(30)[0]
+    d = os.path.join(t.dir, "c")
+    alt = os.path.join(t.dir, "altbin")
+    os.makedirs(alt)
+    for b in ("configsvr", "shardd", "router", "shardctl"):
+        os.symlink(os.path.join(BIN, b), os.path.join(alt, b))
+    env = dict(os.environ, MS_BIN=alt)
+    p = subprocess.run(["bash", SCRIPT, "start", "--dir", d, "--shards", "1", "--routers", "1",
+                        "--base-port", str(base)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    pids = [int(l.split()[2]) for l in p.stdout.strip().splitlines()]
+    try:
+        env_other = dict(os.environ)
+        env_other.pop("MS_BIN", None)
+        env_other["MS_BIN"] = os.path.join(t.dir, "nowhere")
+        p = subprocess.run(["bash", SCRIPT, "stop", "--dir", d], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=60, env=env_other)
+        assert p.returncode == 0, p.stderr
+        for pid in pids:
+            wait_until(lambda: not pid_alive(pid), 10, "pid %d to exit" % pid)
+        assert not os.path.exists(os.path.join(d, "cluster.pids"))
+    finally:
+        for pid in pids:
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 if __name__ == "__main__":
     main()
