@@ -643,9 +643,11 @@ void shardd_status(void *arg, bson_t *reply) {
     BSON_APPEND_INT32(&d, "cursorsOpen", cursors_count(app->cursors));
     bson_append_document_end(reply, &d);
     if (app->shv) {
+        char name[128], url[MS_URL_BYTES_MAX];
+        shv_identity(app->shv, name, sizeof name, url, sizeof url);
         BSON_APPEND_DOCUMENT_BEGIN(reply, "sharding", &d);
-        BSON_APPEND_UTF8(&d, "shardName", shv_shard_name(app->shv));
-        BSON_APPEND_UTF8(&d, "configsvr", shv_config_url(app->shv));
+        BSON_APPEND_UTF8(&d, "shardName", name);
+        BSON_APPEND_UTF8(&d, "configsvr", url);
         shv_append_status(app->shv, &d);
         bson_append_document_end(reply, &d);
     }

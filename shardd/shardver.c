@@ -207,15 +207,16 @@ void shv_set_identity(shv_t *s, const char *shard_name, const char *config_url) 
         d->invalidations++;
     }
     pthread_mutex_unlock(&s->mu);
-    log_info("sharding identity set shard=%s configdb=%s", s->shard_name, s->config_url);
+    log_info("sharding identity set shard=%s configdb=%s", shard_name ? shard_name : "",
+             config_url ? config_url : "");
 }
 
-const char *shv_shard_name(const shv_t *s) {
-    return s->shard_name;
-}
-
-const char *shv_config_url(const shv_t *s) {
-    return s->config_url;
+void shv_identity(shv_t *s, char *name, size_t name_cap, char *url, size_t url_cap) {
+    /* _addShard may set the identity while any worker reads it: copy under the lock. */
+    pthread_mutex_lock(&s->mu);
+    if (name) snprintf(name, name_cap, "%s", s->shard_name);
+    if (url) snprintf(url, url_cap, "%s", s->config_url);
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* Caller holds s->mu. */
@@ -402,7 +403,9 @@ static int refresh_ns(shv_t *s, const char *ns, ms_error_t *err) {
 }
 
 int shv_refresh(shv_t *s, const char *ns, ms_error_t *err) {
-    if (!s->config_url[0])
+    char url[MS_URL_BYTES_MAX];
+    shv_identity(s, NULL, 0, url, sizeof url);
+    if (!url[0])
         return err_set(err, MS_ERR_ILLEGAL_OPERATION,
                        "cannot refresh %s: sharding state is not initialized", ns);
     return refresh_ns(s, ns, err);
@@ -542,6 +545,8 @@ static int check_db_version(shv_t *s, const char *ns, const bson_iter_t *it, bso
     enum shv_db_state state = d->state;
     ours = d->v;
     bool primary = strcmp(d->primary, s->shard_name) == 0;
+    char me[sizeof s->shard_name];
+    memcpy(me, s->shard_name, sizeof me);
     pthread_mutex_unlock(&s->mu);
     if (state == SHV_DB_UNKNOWN) why = "database version is not currently known";
     else if (state == SHV_DB_ABSENT) why = "the database does not exist";
@@ -553,7 +558,7 @@ static int check_db_version(shv_t *s, const char *ns, const bson_iter_t *it, bso
         BSON_APPEND_UTF8(err_info, "db", db);
         rtable_dbv_append(err_info, "vReceived", &recv);
         if (state == SHV_DB_KNOWN) rtable_dbv_append(err_info, "vWanted", &ours);
-        BSON_APPEND_UTF8(err_info, "shardId", s->shard_name);
+        BSON_APPEND_UTF8(err_info, "shardId", me);
     }
     pthread_mutex_lock(&s->mu);
     s->stale_db_replies++;
@@ -570,13 +575,15 @@ int shv_check(shv_t *s, const char *ns, const bson_t *req, shv_filter_t **filter
     shv_filter_t *snap = NULL;
     enum shv_state state;
     const char *why = NULL;
+    char me[128], url[MS_URL_BYTES_MAX];
     int rc;
 
     *filter = NULL;
+    shv_identity(s, me, sizeof me, url, sizeof url);
     /* An unsharded collection's request carries its database's version: the primary
      * shard checks it first (this shard may no longer be the primary). */
     if (bson_iter_init_find(&it, req, "databaseVersion")) {
-        if (!s->config_url[0] || !s->shard_name[0])
+        if (!url[0] || !me[0])
             return err_set(err, MS_ERR_ILLEGAL_OPERATION,
                            "cannot accept a databaseVersion for %s: sharding state has not been "
                            "initialized with a shard identity (addShard)", ns);
@@ -585,7 +592,7 @@ int shv_check(shv_t *s, const char *ns, const bson_t *req, shv_filter_t **filter
     if (!bson_iter_init_find(&it, req, "shardVersion")) return 0;
     rc = parse_version(&it, &r, err);
     if (rc) return rc;
-    if (!s->config_url[0] || !s->shard_name[0])
+    if (!url[0] || !me[0])
         return err_set(err, MS_ERR_ILLEGAL_OPERATION,
                        "cannot accept a shardVersion for %s: sharding state has not been "
                        "initialized with a shard identity (addShard)", ns);
@@ -629,7 +636,7 @@ int shv_check(shv_t *s, const char *ns, const bson_t *req, shv_filter_t **filter
         if (state == SHV_SHARDED) append_snap_version(err_info, "vWanted", snap, false);
         else if (state == SHV_UNSHARDED)
             append_unsharded(err_info, "vWanted");
-        BSON_APPEND_UTF8(err_info, "shardId", s->shard_name);
+        BSON_APPEND_UTF8(err_info, "shardId", me);
     }
     pthread_mutex_lock(&s->mu);
     s->stale_replies++;

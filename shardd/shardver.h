@@ -42,8 +42,9 @@ void shv_close(shv_t *s);  /* NULL-safe */
  * persists them and sets them again at start-up). Before this, every request that
  * carries a shardVersion fails with ShardingStateNotInitialized-like IllegalOperation. */
 void shv_set_identity(shv_t *s, const char *shard_name, const char *config_url);
-const char *shv_shard_name(const shv_t *s);   /* "" when not part of a cluster */
-const char *shv_config_url(const shv_t *s);   /* "" when not part of a cluster */
+/* Copies this shard's name and its config server's URL ("" when not part of a cluster)
+ * under the lock _addShard sets them with. Either buffer may be NULL. */
+void shv_identity(shv_t *s, char *name, size_t name_cap, char *url, size_t url_cap);
 
 /* The per-request check, called by every command handler on a namespace.
  *   no shardVersion field → 0 and *filter = NULL (an unversioned request, as straight

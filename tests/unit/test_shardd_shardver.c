@@ -260,7 +260,16 @@ static void test_unversioned_request_has_no_filter(void) {
     BSON_APPEND_UTF8(&req, "find", "c");
     CHECK_INT(shv_check(s, "db.c", &req, &f, &info, &err), 0);
     CHECK(f == NULL);
-    CHECK_STR(shv_shard_name(s), "");
+    {
+        char name[128] = "x", url[MS_URL_BYTES_MAX] = "x";
+        shv_identity(s, name, sizeof name, url, sizeof url);
+        CHECK_STR(name, "");
+        CHECK_STR(url, "");
+        shv_set_identity(s, "shardA", "tcp://127.0.0.1:1");
+        shv_identity(s, name, sizeof name, NULL, 0);
+        CHECK_STR(name, "shardA");
+        shv_set_identity(s, "", "");
+    }
     /* Versioned before the shard knows its identity: refused, not crashed. */
     bson_destroy(&req);
     make_req(&req, false, &fx.epoch, 1, 1, 0);
