@@ -38,6 +38,7 @@
     X(PATH_NOT_VIABLE, 28, "PathNotViable")                         \
     X(NON_EXISTENT_PATH, 29, "NonExistentPath")                     \
     X(INVALID_PATH, 30, "InvalidPath")                              \
+    X(LOCK_BUSY, 46, "LockBusy")                                    \
     X(CONFLICTING_UPDATE_OPERATORS, 40, "ConflictingUpdateOperators") \
     X(CURSOR_NOT_FOUND, 43, "CursorNotFound")                       \
     X(NO_MATCHING_DOCUMENT, 47, "NoMatchingDocument")               \

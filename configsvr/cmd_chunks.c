@@ -93,7 +93,8 @@ int cfg_cmd_split(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     char shard[CAT_SHARD_NAME_BYTES_MAX] = "";
     cat_coll_t coll;
     keys_pattern_t p;
-    bool have_coll = false, have_chunk = false, locked = false;
+    bool have_coll = false, have_chunk = false;
+    cfg_ddl_guard_t g = {0};
     int rc;
     (void)reply;
     memset(&p, 0, sizeof p);
@@ -101,8 +102,9 @@ int cfg_cmd_split(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         rc = err_set(err, MS_ERR_BAD_VALUE, "need to specify exactly one of 'find', 'bounds', or 'middle'");
         goto out;
     }
-    pthread_mutex_lock(&cfg->ddl_mu);
-    locked = true;
+    /* Only this collection waits while its owner computes the split point. */
+    rc = cfg_ddl_lock_coll(cfg, ns, "split", &g, err);
+    if (rc) goto out;
     rc = cat_coll_get(cfg->cat, ns, &coll, err);
     if (rc) goto out;
     have_coll = true;
@@ -144,11 +146,10 @@ int cfg_cmd_split(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
      * request anyway). */
     rc = fp_eval(CFG_FP_SPLIT_AFTER_COMMIT, err);
     if (rc) goto out;
-    pthread_mutex_unlock(&cfg->ddl_mu);
-    locked = false;
+    cfg_ddl_unlock(&g);
     cfg_flush_shard(cfg, shard, ns);
 out:
-    if (locked) pthread_mutex_unlock(&cfg->ddl_mu);
+    cfg_ddl_unlock(&g);
     if (have_coll) cat_coll_free(&coll);
     if (have_chunk) {
         bson_destroy(&cmin);
@@ -166,14 +167,16 @@ int cfg_cmd_merge_chunks(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bson_t bmin, bmax, info = BSON_INITIALIZER;
     bson_iter_t it;
     char shard[CAT_SHARD_NAME_BYTES_MAX] = "";
+    cfg_ddl_guard_t g = {0};
     int rc = two_bounds(ctx, &bmin, &bmax, err);
     (void)reply;
     if (rc) goto out;
-    pthread_mutex_lock(&cfg->ddl_mu);
+    rc = cfg_ddl_lock_coll(cfg, ns, "mergeChunks", &g, err);
+    if (rc) goto out;
     rc = cat_chunk_merge(cfg->cat, ns, &bmin, &bmax, &info, err);
     /* Committed; the owner not yet told to refresh. */
     if (rc == 0) rc = fp_eval(CFG_FP_MERGE_AFTER_COMMIT, err);
-    pthread_mutex_unlock(&cfg->ddl_mu);
+    cfg_ddl_unlock(&g);
     if (rc) goto out;
     if (bson_iter_init_find(&it, &info, "shard") && BSON_ITER_HOLDS_UTF8(&it))
         snprintf(shard, sizeof shard, "%s", bson_iter_utf8(&it, NULL));

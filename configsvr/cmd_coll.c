@@ -126,7 +126,8 @@ int cfg_cmd_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     char **shards = NULL;
     const char **owners = NULL;
     int nshards = 0, nowners = 0, nbounds = 0, nchunks = 0, rc;
-    bool unique = cmd_flag(ctx, "unique", false), locked = false;
+    bool unique = cmd_flag(ctx, "unique", false);
+    cfg_ddl_guard_t g = {0};
     int64_t nic = 0, ndocs = 0;
     bson_iter_t it;
 
@@ -162,8 +163,8 @@ int cfg_cmd_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         }
     }
 
-    pthread_mutex_lock(&cfg->ddl_mu);
-    locked = true;
+    rc = cfg_ddl_lock_coll(cfg, ns, "shardCollection", &g, err);
+    if (rc) goto out;
     /* Already sharded: the same key and uniqueness is success (MongoDB: idempotent). */
     rc = cat_coll_get(cfg->cat, ns, &existing, err);
     if (rc == 0) {
@@ -317,11 +318,10 @@ int cfg_cmd_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
              p.fields[0], nchunks, (long long)ndocs);
     BSON_APPEND_UTF8(reply, "collectionsharded", ns);
     bson_append_binary(reply, "collectionUUID", -1, BSON_SUBTYPE_UUID, coll.uuid, 16);
-    pthread_mutex_unlock(&cfg->ddl_mu);
-    locked = false;
+    cfg_ddl_unlock(&g);
     for (int i = 0; i < nowners && i < nchunks; i++) cfg_flush_shard(cfg, owners[i], ns);
 out:
-    if (locked) pthread_mutex_unlock(&cfg->ddl_mu);
+    cfg_ddl_unlock(&g);
     /* bounds are either owned documents (hashed pre-split) or views (split keys) */
     if (bounds && p.hashed_field == 0 && ndocs == 0)
         for (int i = 0; i < nbounds; i++) bson_destroy(&bounds[i]);

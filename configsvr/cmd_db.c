@@ -19,10 +19,11 @@ int cfg_cmd_enable_sharding(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bool created = false;
     int rc;
     (void)reply;
+    cfg_ddl_guard_t g;
     if (cmd_field(ctx, "primaryShard", &it)) primary = bson_iter_utf8(&it, NULL);
-    pthread_mutex_lock(&cfg->ddl_mu);
+    if ((rc = cfg_ddl_lock_db(cfg, cfg_arg_str(ctx), "enableSharding", &g, err)) != 0) return rc;
     rc = cat_db_ensure(cfg->cat, cfg_arg_str(ctx), primary, &created, NULL, err);
-    pthread_mutex_unlock(&cfg->ddl_mu);
+    cfg_ddl_unlock(&g);
     return rc;
 }
 
@@ -34,10 +35,11 @@ int cfg_cmd_create_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bool created = false;
     int rc;
     if (cmd_field(ctx, "name", &it)) db = bson_iter_utf8(&it, NULL);
+    cfg_ddl_guard_t g;
     if (cmd_field(ctx, "primaryShard", &it)) primary = bson_iter_utf8(&it, NULL);
-    pthread_mutex_lock(&cfg->ddl_mu);
+    if ((rc = cfg_ddl_lock_db(cfg, db, "createDatabase", &g, err)) != 0) return rc;
     rc = cat_db_ensure(cfg->cat, db, primary, &created, reply, err);
-    pthread_mutex_unlock(&cfg->ddl_mu);
+    cfg_ddl_unlock(&g);
     return rc;
 }
 
@@ -92,7 +94,9 @@ int cfg_cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         return err_set(err, MS_ERR_INVALID_NAMESPACE, "invalid database name '%s'", db);
     if (strcmp(db, "admin") == 0 || strcmp(db, "config") == 0 || strcmp(db, "local") == 0)
         return err_set(err, MS_ERR_ILLEGAL_OPERATION, "cannot drop the %s database", db);
-    pthread_mutex_lock(&cfg->ddl_mu);
+    cfg_ddl_guard_t g = {0};
+    /* Exclusive: no operation on one of its collections runs while it goes. */
+    if ((rc = cfg_ddl_lock_db(cfg, db, "dropDatabase", &g, err)) != 0) goto out;
     rc = cat_db_primary(cfg->cat, db, prim, sizeof prim, err);
     if (rc == MS_ERR_NAMESPACE_NOT_FOUND) {  /* MongoDB: dropping a missing db is ok */
         rc = 0;
@@ -111,7 +115,7 @@ int cfg_cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (rc == 0) rc = cat_db_drop(cfg->cat, db, &existed, err);
     if (rc == 0) BSON_APPEND_UTF8(reply, "dropped", db);
 out:
-    pthread_mutex_unlock(&cfg->ddl_mu);
+    cfg_ddl_unlock(&g);
     cat_strv_free(colls, n);
     bson_destroy(&cmd);
     return rc;
@@ -124,9 +128,10 @@ int cfg_cmd_drop_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     const char *ns = cfg_arg_str(ctx);
     bool existed = false;
     int rc;
-    pthread_mutex_lock(&cfg->ddl_mu);
+    cfg_ddl_guard_t g;
+    if ((rc = cfg_ddl_lock_coll(cfg, ns, "dropCollection", &g, err)) != 0) return rc;
     rc = drop_collection(cfg, ns, &existed, err);
-    pthread_mutex_unlock(&cfg->ddl_mu);
+    cfg_ddl_unlock(&g);
     if (rc == 0) {
         BSON_APPEND_UTF8(reply, "ns", ns);
         BSON_APPEND_BOOL(reply, "sharded", existed);

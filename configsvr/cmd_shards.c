@@ -74,7 +74,9 @@ int cfg_cmd_add_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         rc = name_check(want_name, err);
         if (rc) goto out_nolock;
     }
-    pthread_mutex_lock(&cfg->ddl_mu);
+    cfg_ddl_guard_t g;
+    rc = cfg_ddl_lock_shards(cfg, "addShard", &g, err);
+    if (rc) goto out_nolock;
     rc = cat_shard_prepare(cfg->cat, want_name, url, name, sizeof name, &already, err);
     if (rc) goto out;
     if (already) {
@@ -145,7 +147,7 @@ int cfg_cmd_add_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     log_info("shard added name=%s host=%s", name, url);
     BSON_APPEND_UTF8(reply, "shardAdded", name);
 out:
-    pthread_mutex_unlock(&cfg->ddl_mu);
+    cfg_ddl_unlock(&g);
 out_nolock:
     if (have_r) bson_destroy(&r);
     bson_destroy(&hello);
@@ -164,8 +166,9 @@ int cfg_cmd_remove_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     const char *name = cfg_arg_str(ctx);
     int rc;
     if (!*name) return err_set(err, MS_ERR_BAD_VALUE, "removeShard needs a shard name");
-    pthread_mutex_lock(&cfg->ddl_mu);
+    cfg_ddl_guard_t g;
+    if ((rc = cfg_ddl_lock_shards(cfg, "removeShard", &g, err)) != 0) return rc;
     rc = cat_shard_remove_step(cfg->cat, name, reply, err);
-    pthread_mutex_unlock(&cfg->ddl_mu);
+    cfg_ddl_unlock(&g);
     return rc;
 }

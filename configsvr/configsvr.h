@@ -10,8 +10,9 @@
  * Locking: the catalog serialises its own SQLite use with one mutex and never holds it
  * across an RPC (shards call getRoutingTable back while we wait on them). Commands that
  * read, ask shards, then commit (shardCollection, split, merge, addShard, drops) take
- * cfg_t.ddl_mu first — our miniature of MongoDB's DDL lock / chunk-op lock — so that
- * what they read is still true when they commit.
+ * a DDL lock first (ddl_lock.c, our miniature of MongoDB's DDLLockManager: per database,
+ * per collection, and the shard list) so that what they read is still true when they
+ * commit, while operations on other collections go on beside them.
  */
 #ifndef MS_CONFIGSVR_H
 #define MS_CONFIGSVR_H
@@ -52,6 +53,17 @@
 /* Shard names and hosts. */
 #define CAT_SHARD_NAME_BYTES_MAX 128
 #define CAT_DB_NAME_BYTES_MAX 64   /* MongoDB: database names < 64 bytes */
+
+/* DDL locks (ddl_lock.c). A lock name is a database or a namespace. Resources locked or
+ * waited on at once: each worker holds at most two (database + collection), so twice the
+ * most workers a daemon may run plus slack; a full table answers LockBusy, never blocks. */
+#define CFG_DDL_NAME_BYTES_MAX (MS_NS_BYTES_MAX + 1)
+#define CFG_DDL_RESOURCES_MAX (2 * MS_RPC_WORKERS_MAX + 64)
+/* How long a metadata command waits for a DDL lock when it has no maxTimeMS: MongoDB's
+ * default DDL lock timeout is 5 minutes; ours is longer than any one holder's shard call
+ * (CFG_SHARD_CMD_TIMEOUT_MS), so a holder stuck on a dead shard makes waiters fail with
+ * LockBusy rather than wait for ever, and a normal queue of operations gets through. */
+#define CFG_DDL_LOCK_WAIT_MS_MAX (2 * MS_RPC_TIMEOUT_MS_DEFAULT)
 
 /* Deadlines of the config server's calls to shards. hello at addShard is short: a host
  * that does not answer quickly is refused rather than added. */
@@ -295,14 +307,39 @@ void cfg_register_failpoints(void);
 /* ---- the daemon (main.c, configsvr_cmd.c, cmd_*.c) ------------------------------- */
 
 typedef struct cfg_cursors cfg_cursors_t;
+typedef struct cfg_ddl cfg_ddl_t;
 
 typedef struct cfg {
     cat_t *cat;
     cfg_cursors_t *cursors;       /* open cursors on config collections (cmd_config.c) */
     char url[MS_URL_BYTES_MAX];   /* this server's URL: the shards' configsvrConnectionString */
-    pthread_mutex_t ddl_mu;       /* serialises read-ask-commit metadata commands */
+    cfg_ddl_t *ddl;               /* DDL locks of read-ask-commit metadata commands */
     long long started_ms;
 } cfg_t;
+
+/* ---- DDL locks (ddl_lock.c) ------------------------------------------------------ */
+
+/* What one command holds: released with cfg_ddl_unlock (safe on a zeroed guard). */
+typedef struct cfg_ddl_guard {
+    cfg_t *cfg;
+    int n;
+    char names[2][CFG_DDL_NAME_BYTES_MAX];
+    bool exclusive[2];
+} cfg_ddl_guard_t;
+
+int cfg_ddl_open(cfg_ddl_t **out);
+void cfg_ddl_close(cfg_ddl_t *d);  /* NULL-safe */
+/* Database db exclusively (enableSharding, create, dropDatabase). reason names the
+ * command for errors and logs. LockBusy (46) when the wait runs out. */
+int cfg_ddl_lock_db(cfg_t *cfg, const char *db, const char *reason, cfg_ddl_guard_t *g,
+                    ms_error_t *err);
+/* Collection ns exclusively, and its database shared (shardCollection, split, merge,
+ * drop). */
+int cfg_ddl_lock_coll(cfg_t *cfg, const char *ns, const char *reason, cfg_ddl_guard_t *g,
+                      ms_error_t *err);
+/* The shard list exclusively (addShard, removeShard). */
+int cfg_ddl_lock_shards(cfg_t *cfg, const char *reason, cfg_ddl_guard_t *g, ms_error_t *err);
+void cfg_ddl_unlock(cfg_ddl_guard_t *g);
 
 /* The command table (configsvr_cmd.c). */
 extern const cmd_spec_t cfg_cmd_table[];

@@ -40,8 +40,9 @@ static int cfg_open(cfg_t *cfg, const char *dbpath, const char *url, ms_error_t 
     int rc;
     memset(cfg, 0, sizeof *cfg);
     snprintf(cfg->url, sizeof cfg->url, "%s", url);
-    pthread_mutex_init(&cfg->ddl_mu, NULL);
     cfg->started_ms = time_now_ms();
+    if (cfg_ddl_open(&cfg->ddl) != 0)
+        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "ddl locks: out of memory");
     rc = cfg_prepare_dbpath(dbpath, err);
     if (rc) return rc;
     snprintf(path, sizeof path, "%s/config.db", dbpath);
@@ -54,7 +55,7 @@ static int cfg_open(cfg_t *cfg, const char *dbpath, const char *url, ms_error_t 
 static void cfg_close(cfg_t *cfg) {
     cfg_cursors_close(cfg->cursors);
     cat_close(cfg->cat);
-    pthread_mutex_destroy(&cfg->ddl_mu);
+    cfg_ddl_close(cfg->ddl);
 }
 
 int main(int argc, char **argv) {

@@ -167,6 +167,39 @@ def test_split_merge_versions(t):
 
 
 @test
+def test_split_waits_only_for_its_own_collection(t):
+    """DDL locks are per collection: a split whose owner hangs in splitVector holds the
+    lock of its own collection only; a split of another collection goes through (and a
+    second split of the same collection waits behind the first)."""
+    import threading
+    cfg, shards, c = setup(t, nshards=1)
+    c.ok({"enableSharding": "app", "primaryShard": "shard0"})
+    s0 = shards[0].client()
+    for coll in ("a", "b"):
+        c.ok({"shardCollection": "app." + coll, "key": {"x": 1}})
+        s0.ok({"insert": coll, "$db": "app", "documents": [{"_id": i, "x": i} for i in range(100)]})
+    fp = s0.ok({"configureFailPoint": "failCommand", "mode": {"times": 1},
+                "data": {"failCommands": ["splitVector"], "blockConnection": True, "blockTimeMS": 4000}})
+    done = {}
+
+    def split_a():
+        done["a"] = cfg.client().cmd({"split": "app.a", "find": {"x": 10}})
+    ta = threading.Thread(target=split_a)
+    ta.start()
+    # the first splitVector (app.a's) is now held on the shard, its DDL lock taken
+    s0.ok({"waitForFailPoint": "failCommand", "timesEntered": fp["count"] + 1, "maxTimeMS": 20000})
+    r = cfg.client().ok({"split": "app.b", "find": {"x": 10}})
+    assert ta.is_alive(), "split of app.b waited for the hung split of app.a"
+    assert len(table(c, "app.b")["chunks"]) == 2
+    # the same collection waits (bounded by maxTimeMS): LockBusy, naming the collection
+    e = cfg.client().err({"split": "app.a", "find": {"x": 90}, "maxTimeMS": 300}, 46)
+    assert "app.a" in e["errmsg"], e
+    ta.join(30)
+    assert done["a"]["ok"] == 1, done
+    assert len(table(c, "app.a")["chunks"]) == 2
+
+
+@test
 def test_merge_refuses_across_shards(t):
     cfg, shards, c = setup(t)
     c.ok({"enableSharding": "app", "primaryShard": "shard0"})
