@@ -370,6 +370,7 @@ void scan_pos_free(scan_pos_t *pos) {
     if (!pos) return;
     buf_free(&pos->key);
     free(pos->seen);
+    free(pos->seen_bits);
     memset(pos, 0, sizeof *pos);
 }
 
@@ -380,17 +381,69 @@ static void *grow_for_one(void *v, size_t n, size_t *cap, size_t elem) {
     return xrealloc(v, *cap * elem);
 }
 
-/* Multikey dedupe: true when rid was seen already; otherwise records it. */
-static bool seen_check_add(scan_pos_t *pos, int64_t rid) {
-    size_t lo = 0, hi = pos->nseen;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (pos->seen[mid] == rid) return true;
-        if (pos->seen[mid] < rid) lo = mid + 1; else hi = mid;
+/* Multikey dedupe: a document with several keys in the scanned range comes up once per
+ * key, and MongoDB returns it once. The record ids seen so far live in an open-addressing
+ * hash set (linear probing, at most half full, 0 marks a free slot; SQLite's rowids of our
+ * tables start at 1, and a zero rid is remembered apart) or, for the usual small ids, a
+ * bitmap; each check is O(1) and a scan stays linear however many documents it returns. */
+static size_t seen_slot(int64_t rid, size_t mask) {
+    uint64_t h = (uint64_t)rid;  /* splitmix64's finaliser spreads consecutive rids */
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebULL;
+    h ^= h >> 31;
+    return (size_t)h & mask;
+}
+
+static void seen_grow(scan_pos_t *pos) {
+    size_t cap = pos->capseen ? pos->capseen * 2 : 256;
+    int64_t *tab = xrealloc(NULL, cap * sizeof *tab);
+    memset(tab, 0, cap * sizeof *tab);
+    for (size_t i = 0; i < pos->capseen; i++) {
+        size_t j;
+        if (pos->seen[i] == 0) continue;
+        for (j = seen_slot(pos->seen[i], cap - 1); tab[j] != 0; j = (j + 1) & (cap - 1)) {
+        }
+        tab[j] = pos->seen[i];
     }
-    pos->seen = grow_for_one(pos->seen, pos->nseen, &pos->capseen, sizeof *pos->seen);
-    memmove(&pos->seen[lo + 1], &pos->seen[lo], (pos->nseen - lo) * sizeof *pos->seen);
-    pos->seen[lo] = rid;
+    free(pos->seen);
+    pos->seen = tab;
+    pos->capseen = cap;
+}
+
+/* Record ids below this go to a bitmap (at most 8 MiB), denser and kinder to the cache
+ * than the hash set; SQLite hands out rowids from 1 upwards, so nearly every table's ids
+ * fit. Larger or negative ids (a table that once held an explicit huge rowid) use the set. */
+#define SEEN_BITMAP_RIDS_MAX ((int64_t)1 << 26)
+
+/* True when rid was seen already; otherwise records it. */
+static bool seen_check_add(scan_pos_t *pos, int64_t rid) {
+    size_t j;
+    if (rid > 0 && rid < SEEN_BITMAP_RIDS_MAX) {
+        size_t w = (size_t)rid / 64;
+        uint64_t bit = (uint64_t)1 << (rid % 64);
+        if (w >= pos->nseen_words) {
+            size_t n = pos->nseen_words ? pos->nseen_words : 64;
+            while (n <= w) n *= 2;
+            pos->seen_bits = xrealloc(pos->seen_bits, n * sizeof *pos->seen_bits);
+            memset(pos->seen_bits + pos->nseen_words, 0, (n - pos->nseen_words) * sizeof *pos->seen_bits);
+            pos->nseen_words = n;
+        }
+        if (pos->seen_bits[w] & bit) return true;
+        pos->seen_bits[w] |= bit;
+        return false;
+    }
+    if (rid == 0) {
+        bool was = pos->seen_zero;
+        pos->seen_zero = true;
+        return was;
+    }
+    if ((pos->nseen + 1) * 2 > pos->capseen) seen_grow(pos);
+    /* Bounded: the table is at most half full, so a free slot ends every probe. */
+    for (j = seen_slot(rid, pos->capseen - 1); pos->seen[j] != 0; j = (j + 1) & (pos->capseen - 1))
+        if (pos->seen[j] == rid) return true;
+    pos->seen[j] = rid;
     pos->nseen++;
     return false;
 }

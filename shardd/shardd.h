@@ -238,8 +238,11 @@ typedef struct scan_pos {
     int64_t rid;
     bool started, done;
     /* multikey dedupe: rowids already returned (sorted array, binary search) */
-    int64_t *seen;
+    int64_t *seen;           /* multikey dedupe: hash set of record ids (exec.c) */
     size_t nseen, capseen;
+    bool seen_zero;
+    uint64_t *seen_bits;     /* ... and a bitmap of the small ones */
+    size_t nseen_words;
     int64_t docs_examined, keys_examined;
 } scan_pos_t;
 typedef int (*scan_fn)(void *arg, int64_t rowid, const bson_t *doc, ms_error_t *err);
