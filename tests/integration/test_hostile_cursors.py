@@ -110,5 +110,59 @@ def test_router_cursor_memory(t):
     assert_responsive(router)
 
 
+def open_cursors(c, n, cmd):
+    """Opens n cursors on one RawReq connection; returns their ids (each must succeed)."""
+    ids = []
+    for i in range(n):
+        r = c.call(cmd)
+        if r.get("ok") != 1 or not live(r["cursor"]["id"]):
+            raise AssertionError("cursor %d of %d: %s" % (i + 1, n, str(r)[:300]))
+        ids.append(r["cursor"]["id"])
+    return ids
+
+
+def open_until_refused(c, cmd, bound):
+    """Opens cursors on one connection until one is refused; returns (opened, refusal)."""
+    for i in range(bound):
+        r = c.call(cmd)
+        if r.get("ok") != 1:
+            return i, r
+        assert live(r["cursor"]["id"]), str(r)[:300]
+    raise AssertionError("%d cursors opened on one connection, none refused" % bound)
+
+
+def assert_refused(r, words):
+    if r.get("ok") != 0 or r.get("code") != 146 or words not in r.get("errmsg", ""):
+        raise AssertionError("expected ExceededMemoryLimit (146) naming '%s', got %s" % (
+            words, str(r)[:400]))
+
+
+@test
+def test_shard_cursor_caps(t):
+    s = t.shardd("s0")
+    S = s.client()
+    S.ok({"insert": "c", "$db": DB, "documents": [{"_id": i, "v": "x" * 100} for i in range(5)]})
+    hog = RawReq(s.url, timeout=30)
+    find1 = {"find": "c", "$db": DB, "filter": {}, "batchSize": 1}
+    # One connection opens cursors until refused (before the fix: all 10,000 of the shard).
+    n, refusal = open_until_refused(hog, find1, 10001)
+    # Another client still runs multi-batch finds (each needs a cursor of its own) ...
+    for _ in range(3):
+        docs = S.find_all("c", DB, {}, batchSize=2)
+        assert [d["_id"] for d in docs] == list(range(5)), docs
+    # ... because the hog was stopped at its own cap, and told which one.
+    assert n == 5000, n
+    assert_refused(refusal, "for this connection (limit 5000)")
+    other = RawReq(s.url, timeout=30)
+    r = raw_ok(other, find1)
+    assert live(r["cursor"]["id"])
+    cur = raw_ok(other, {"serverStatus": 1, "$db": "admin"})["metrics"]["cursor"]
+    assert cur["open"]["total"] == 5001 and cur["refused"]["perConnection"] == 1, cur
+    assert_responsive(s)
+    assert_rss_below(s, 300, "with 5,001 open cursors")
+    hog.close()
+    other.close()
+
+
 if __name__ == "__main__":
     main()
