@@ -164,5 +164,45 @@ def test_shard_cursor_caps(t):
     other.close()
 
 
+@test
+def test_router_cursor_caps(t):
+    cl, R = sharded_cluster(t)
+    router = cl.routers[0]
+    R.ok({"insert": "h", "$db": DB, "documents": [{"_id": i, "k": i} for i in range(30)]})
+    R.ok({"insert": "u", "$db": DB, "documents": [{"_id": i} for i in range(5)]})
+    find_h = {"find": "h", "$db": DB, "filter": {}, "batchSize": 1}
+    find_u = {"find": "u", "$db": DB, "filter": {}, "batchSize": 1}
+    hog = RawReq(router.url, timeout=30)
+    n, refusal = open_until_refused(hog, find_h, 4001)
+    # Another client still opens and drains multi-batch cursors over every shard.
+    docs = R.find_all("h", DB, {}, batchSize=2, sort={"_id": 1})
+    assert [d["_id"] for d in docs] == list(range(30)), docs
+    assert n == 1000, n
+    assert_refused(refusal, "for this connection (limit 1000)")
+    # The router-wide cap: three more connections take 1,000 each (a single-shard
+    # collection: quicker), then a fifth connection is refused, naming that cap.
+    others = [RawReq(router.url, timeout=30) for _ in range(3)]
+    ids = [open_cursors(o, 1000, find_u) for o in others]
+    late = RawReq(router.url, timeout=30)
+    assert_refused(late.call(find_u), "on this router for all connections (limit 4000)")
+    # A single-batch find needs no cursor and still works; killing cursors frees room.
+    r = raw_ok(late, {"find": "u", "$db": DB, "filter": {}})
+    assert len(r["cursor"]["firstBatch"]) == 5 and not live(r["cursor"]["id"]), r
+    st = raw_ok(late, {"serverStatus": 1, "$db": "admin"})["metrics"]["cursor"]
+    assert st["open"]["total"] == 4000, st
+    assert st["refused"]["perConnection"] == 1 and st["refused"]["total"] == 1, st
+    k = raw_ok(others[0], {"killCursors": "u", "$db": DB, "cursors": [Int64(i) for i in ids[0][:10]]})
+    assert len(k["cursorsKilled"]) == 10, k
+    docs = drain(late, "u", DB, raw_ok(late, find_u), 1)
+    assert [d["_id"] for d in docs] == list(range(5)), docs
+    # The shards saw at most one cursor per router cursor on the router's connection.
+    for sh in cl.shards:
+        n = sh.client().ok({"serverStatus": 1, "$db": "admin"})["metrics"]["cursor"]["open"]["total"]
+        assert n <= 4000, (sh.name, n)
+    assert_responsive(router)
+    for c in [hog, late] + others:
+        c.close()
+
+
 if __name__ == "__main__":
     main()
