@@ -111,4 +111,13 @@
  * shards (~300 KB each), or 10 cursors of full 16 MB batches over 3 shards. */
 #define MS_ROUTER_CURSOR_BYTES_MAX (512LL * 1024 * 1024)
 
+/* Config-database cursors (find on config.* through a router, or direct). The config server
+ * keeps at most CFG_CURSORS_MAX (1,000, configsvr.h) in all; one connection may hold half.
+ * A router relays every client's config reads over its one connection to the config server,
+ * so it caps its clients first: 100 per client connection, 400 for the whole router (below
+ * the config server's 500 per connection, so the router's connection never meets it). */
+#define MS_CFG_CURSORS_PER_CONN_MAX 500
+#define MS_ROUTER_CFG_CURSORS_MAX 400
+#define MS_ROUTER_CFG_CURSORS_PER_CONN_MAX 100
+
 #endif

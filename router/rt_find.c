@@ -179,12 +179,25 @@ typedef struct rt_cursor {
     struct rt_cursor *next;
 } rt_cursor_t;
 
+/* A cursor on a config collection: it lives on the config server (which relays its
+ * batches); the router only counts it against its client's connection, because every
+ * client's config reads share the router's one connection to the config server. */
+typedef struct rt_cfg_cursor {
+    int64_t id;
+    uint32_t conn;
+    long long last_ms;
+    struct rt_cfg_cursor *next;
+} rt_cfg_cursor_t;
+
 struct rt_cursors {
     pthread_mutex_t mu;
     rt_cursor_t *list;
     int count;
     atomic_llong bytes;                /* sum of every stream's held */
     atomic_uint_fast64_t refused_conn, refused_total, refused_bytes;
+    rt_cfg_cursor_t *cfg_list;         /* under mu */
+    int cfg_count;
+    atomic_uint_fast64_t refused_cfg_conn, refused_cfg_total;
 };
 
 int rt_cursors_open(rt_cursors_t **out) {
@@ -233,6 +246,10 @@ void rt_cursors_close(router_t *r, rt_cursors_t *cs) {
         n = c->next;
         cursor_free(r, c);
     }
+    for (rt_cfg_cursor_t *k = cs->cfg_list, *n; k; k = n) {
+        n = k->next;
+        free(k);
+    }
     pthread_mutex_destroy(&cs->mu);
     free(cs);
 }
@@ -262,6 +279,14 @@ void rt_cursors_metrics(router_t *r, bson_t *metrics) {
     BSON_APPEND_INT32(&refused, "total", MS_ROUTER_CURSORS_MAX);
     BSON_APPEND_INT64(&refused, "bytes", MS_ROUTER_CURSOR_BYTES_MAX);
     bson_append_document_end(&cur, &refused);
+    pthread_mutex_lock(&cs->mu);
+    int ncfg = cs->cfg_count;
+    pthread_mutex_unlock(&cs->mu);
+    BSON_APPEND_DOCUMENT_BEGIN(&cur, "config", &open);
+    BSON_APPEND_INT64(&open, "open", ncfg);
+    BSON_APPEND_INT64(&open, "refusedPerConnection", (int64_t)atomic_load(&cs->refused_cfg_conn));
+    BSON_APPEND_INT64(&open, "refusedTotal", (int64_t)atomic_load(&cs->refused_cfg_total));
+    bson_append_document_end(&cur, &open);
     bson_append_document_end(metrics, &cur);
 }
 
@@ -281,12 +306,125 @@ void rt_cursors_reap(router_t *r) {
             pp = &c->next;
         }
     }
+    /* The config server times its own cursors out after the same idle time. */
+    for (rt_cfg_cursor_t **pp = &cs->cfg_list; *pp;) {
+        rt_cfg_cursor_t *k = *pp;
+        if (now - k->last_ms > MS_CURSOR_IDLE_MS_MAX) {
+            *pp = k->next;
+            cs->cfg_count--;
+            free(k);
+        } else {
+            pp = &k->next;
+        }
+    }
     pthread_mutex_unlock(&cs->mu);
     for (rt_cursor_t *c = dead, *n; c; c = n) {
         n = c->next;
         log_info("cursor timed out id=%lld ns=%s.%s", (long long)c->id, c->db, c->coll);
         cursor_free(r, c);
     }
+}
+
+/* ---- config cursors (relayed to the config server, counted here) ------------------------ */
+
+/* Refuses a config find from a client connection at its cap, or when the router's config
+ * cursors are at theirs (checked when the find starts: concurrent finds may pass together,
+ * at most one per worker, which the config server's own per-connection margin absorbs). */
+static int cfg_cursor_admit(rt_cursors_t *cs, uint32_t conn, ms_error_t *err) {
+    int mine = 0, total;
+    pthread_mutex_lock(&cs->mu);
+    for (rt_cfg_cursor_t *k = cs->cfg_list; k; k = k->next) mine += k->conn == conn;
+    total = cs->cfg_count;
+    pthread_mutex_unlock(&cs->mu);
+    if (mine >= MS_ROUTER_CFG_CURSORS_PER_CONN_MAX) {
+        atomic_fetch_add(&cs->refused_cfg_conn, 1);
+        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
+                       "too many open config cursors for this connection (limit %d); exhaust "
+                       "or kill cursors", MS_ROUTER_CFG_CURSORS_PER_CONN_MAX);
+    }
+    if (total >= MS_ROUTER_CFG_CURSORS_MAX) {
+        atomic_fetch_add(&cs->refused_cfg_total, 1);
+        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
+                       "too many open config cursors on this router for all connections "
+                       "(limit %d); exhaust or kill cursors", MS_ROUTER_CFG_CURSORS_MAX);
+    }
+    return 0;
+}
+
+static int64_t reply_cursor_id(const bson_t *reply) {
+    bson_iter_t it;
+    if (bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "cursor.id", &it))
+        return bson_iter_as_int64(&it);
+    return 0;
+}
+
+static void cfg_cursor_add(rt_cursors_t *cs, int64_t id, uint32_t conn) {
+    rt_cfg_cursor_t *k = calloc(1, sizeof *k);
+    ASSERT(k);
+    k->id = id;
+    k->conn = conn;
+    k->last_ms = time_mono_ms();
+    pthread_mutex_lock(&cs->mu);
+    k->next = cs->cfg_list;
+    cs->cfg_list = k;
+    cs->cfg_count++;
+    pthread_mutex_unlock(&cs->mu);
+}
+
+/* Forgets id (gone = true) or marks it used now. */
+static void cfg_cursor_touch(rt_cursors_t *cs, int64_t id, bool gone) {
+    pthread_mutex_lock(&cs->mu);
+    for (rt_cfg_cursor_t **pp = &cs->cfg_list; *pp; pp = &(*pp)->next) {
+        rt_cfg_cursor_t *k = *pp;
+        if (k->id != id) continue;
+        if (gone) {
+            *pp = k->next;
+            cs->cfg_count--;
+            free(k);
+        } else {
+            k->last_ms = time_mono_ms();
+        }
+        break;
+    }
+    pthread_mutex_unlock(&cs->mu);
+}
+
+static int cfg_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    int rc = cfg_cursor_admit(r->cursors, op_conn(), err);
+    if (rc) return rc;
+    if ((rc = rt_cmd_to_config(ctx, reply, err)) != 0) return rc;
+    int64_t id = reply_cursor_id(reply);
+    if (id) cfg_cursor_add(r->cursors, id, op_conn());
+    return 0;
+}
+
+static int cfg_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    int64_t id = 0;
+    bsonx_as_int64(&ctx->arg, &id);
+    int rc = rt_cmd_to_config(ctx, reply, err);
+    if (rc == 0) cfg_cursor_touch(r->cursors, id, reply_cursor_id(reply) == 0);
+    else if (rc == MS_ERR_CURSOR_NOT_FOUND) cfg_cursor_touch(r->cursors, id, true);
+    return rc;
+}
+
+static int cfg_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    int rc = rt_cmd_to_config(ctx, reply, err);
+    if (rc) return rc;
+    static const char *const lists[] = {"cursorsKilled", "cursorsNotFound"};
+    for (int l = 0; l < 2; l++) {
+        bson_iter_t it, arr;
+        if (!bson_iter_init_find(&it, reply, lists[l]) || !BSON_ITER_HOLDS_ARRAY(&it) ||
+            !bson_iter_recurse(&it, &arr))
+            continue;
+        for (int i = 0; i < MS_CURSORS_MAX && bson_iter_next(&arr); i++) {
+            int64_t id;
+            if (bsonx_as_int64(&arr, &id)) cfg_cursor_touch(r->cursors, id, true);
+        }
+    }
+    return 0;
 }
 
 /* Moves the stream to its next document; at the end of the batch the batch is released
@@ -797,14 +935,14 @@ out:
 
 int rt_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     /* The config database lives on the config server (as in MongoDB). */
-    if (!strcmp(ctx->db, "config")) return rt_cmd_to_config(ctx, reply, err);
+    if (!strcmp(ctx->db, "config")) return cfg_find(ctx, reply, err);
     return find_run(ctx, reply, err);
 }
 
 int rt_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
     /* Cursors on config collections live on the config server: route by $db. */
-    if (!strcmp(ctx->db, "config")) return rt_cmd_to_config(ctx, reply, err);
+    if (!strcmp(ctx->db, "config")) return cfg_get_more(ctx, reply, err);
     int64_t id = 0, batch = RT_GETMORE_DOCS_DEFAULT;
     if (!bsonx_as_int64(&ctx->arg, &id))
         return err_set(err, MS_ERR_TYPE_MISMATCH, "getMore: cursor id must be a number");
@@ -836,7 +974,7 @@ int rt_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 
 int rt_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
-    if (!strcmp(ctx->db, "config")) return rt_cmd_to_config(ctx, reply, err);
+    if (!strcmp(ctx->db, "config")) return cfg_kill_cursors(ctx, reply, err);
     bson_iter_t it, arr;
     bson_t killed, notfound, empty;
     (void)err;

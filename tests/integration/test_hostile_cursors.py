@@ -204,5 +204,47 @@ def test_router_cursor_caps(t):
         c.close()
 
 
+@test
+def test_config_cursor_caps(t):
+    cl = t.cluster(shards=3, routers=1)
+    cfg, router = cl.config, cl.routers[0]
+    R = cl.client()
+    C = cfg.client()
+    find1 = {"find": "shards", "$db": "config", "filter": {}, "batchSize": 1}
+    want = ["shard0", "shard1", "shard2"]
+    # Directly: one connection holds at most half of the config server's 1,000 cursors.
+    hog = RawReq(cfg.url, timeout=30)
+    n, refusal = open_until_refused(hog, find1, 1001)
+    docs = C.find_all("shards", "config", {}, batchSize=1)
+    assert sorted(d["_id"] for d in docs) == want, docs
+    assert n == 500, n
+    assert_refused(refusal, "for this connection on the config server (limit 500)")
+    # Through a router, whose one connection to the config server carries every client's
+    # config reads: the router caps each client (100) and itself (400) first.
+    rhog = RawReq(router.url, timeout=30)
+    n, refusal = open_until_refused(rhog, find1, 1001)
+    docs = R.find_all("shards", "config", {}, batchSize=1)
+    assert sorted(d["_id"] for d in docs) == want, docs
+    assert n == 100, n
+    assert_refused(refusal, "config cursors for this connection (limit 100)")
+    others = [RawReq(router.url, timeout=30) for _ in range(3)]
+    ids = [open_cursors(o, 100, find1) for o in others]
+    late = RawReq(router.url, timeout=30)
+    assert_refused(late.call(find1), "config cursors on this router for all connections (limit 400)")
+    k = raw_ok(others[0], {"killCursors": "shards", "$db": "config",
+                           "cursors": [Int64(i) for i in ids[0][:5]]})
+    assert len(k["cursorsKilled"]) == 5, k
+    docs = drain(late, "shards", "config", raw_ok(late, find1), 1)
+    assert sorted(d["_id"] for d in docs) == want, docs
+    st = raw_ok(late, {"serverStatus": 1, "$db": "admin"})["metrics"]["cursor"]["config"]
+    assert st["open"] == 395 and st["refusedPerConnection"] == 1 and st["refusedTotal"] == 1, st
+    st = C.ok({"serverStatus": 1, "$db": "admin"})["metrics"]["cursor"]
+    assert st["open"]["total"] == 895 and st["refused"]["perConnection"] == 1, st
+    assert_responsive(cfg)
+    assert_responsive(router)
+    for c in [hog, rhog, late] + others:
+        c.close()
+
+
 if __name__ == "__main__":
     main()
