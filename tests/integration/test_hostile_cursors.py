@@ -87,7 +87,9 @@ def test_router_cursor_memory(t):
         ids.append(r["cursor"]["id"])
     # 50 cursors x (3 shards x one 1 MB batch, the consumed ones released) ~ 100-150 MB;
     # before the fix each getMore pulled a 16 MB batch from a shard (~880 MB in all).
-    got = assert_rss_below(router, 250, "with 50 open cursors of 1 MB documents")
+    # AddressSanitizer keeps up to 256 MiB of freed memory in quarantine: allow for it.
+    bound = 250 + (256 if os.path.basename(os.path.dirname(BIN)) == "san" else 0)
+    got = assert_rss_below(router, bound, "with 50 open cursors of 1 MB documents")
     st = raw_ok(c, {"serverStatus": 1, "$db": "admin"})
     cur = st["metrics"]["cursor"]
     assert cur["open"]["total"] == 50, cur
