@@ -307,6 +307,7 @@ int cmd_server_start(const cmd_server_opts_t *opts, cmd_server_t **out, ms_error
     s->table_len = opts->table_len;
     s->app = opts->app;
     s->status = opts->status;
+    s->metrics = opts->metrics;
     s->intercept = opts->intercept;
     s->start_mono_ms = time_mono_ms();
     /* calloc'd zeros are valid initial atomics on every platform we build for. */

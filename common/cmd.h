@@ -98,6 +98,9 @@ typedef struct cmd_server_opts {
     int table_len;
     void *app;
     cmd_status_fn status;       /* may be NULL */
+    /* May be NULL: appends the daemon's own entries inside serverStatus.metrics (MongoDB's
+     * metrics.cursor, for instance). */
+    cmd_status_fn metrics;
     /* May be NULL. Sees every request that passed the size and BSON checks, before the
      * command lookup; returning true means it filled reply (an error reply, logged by
      * dispatch) and the request ends there. The router refuses internal commands from

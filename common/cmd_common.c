@@ -65,6 +65,7 @@ static void cmd_append_command_metrics(cmd_server_t *s, bson_t *reply) {
     }
     bson_append_document_end(&metrics, &cmds);
     BSON_APPEND_INT64(&metrics, "rejectedRequests", (int64_t)atomic_load(&s->rejected));
+    if (s->metrics) s->metrics(s->app, &metrics);
     bson_append_document_end(reply, &metrics);
 }
 

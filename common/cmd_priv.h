@@ -24,6 +24,7 @@ struct cmd_server {
     int table_len;
     void *app;
     cmd_status_fn status;
+    cmd_status_fn metrics;
     bool (*intercept)(const uint8_t *data, size_t len, bson_t *reply);
     rpc_server_t *rpc;
     long long start_mono_ms;

@@ -83,4 +83,41 @@
 /* Documents per chunk estimate cap (MongoDB's kMaxObjectPerChunk). */
 #define MS_CHUNK_OBJECTS_MAX 250000
 
+/* ---- cursors: per-connection fairness and bounded memory (issue 10 item 4) ----------------
+ * A router multiplexes all its clients' finds over one connection to each shard, and each
+ * router cursor holds at most one cursor on each shard. So the numbers nest:
+ *   router, per client connection  1,000  (MS_ROUTER_CURSORS_PER_CONN_MAX)
+ *   router, all clients            4,000  (MS_ROUTER_CURSORS_MAX)
+ *   shard, per connection          5,000  (MS_CURSORS_PER_CONN_MAX) >= the router total plus a
+ *                                         margin for shard cursors whose killCursors is still
+ *                                         on its way, so a router's connection never meets it
+ *   shard, all connections        10,000  (MS_CURSORS_MAX) = 2 x per connection: one
+ *                                         connection can take at most half
+ * The router meets its own caps first and answers its client; a direct client of a shard
+ * (as of a mongod) can pin at most half the shard's cursors from one connection. */
+
+/* Open cursors on a shard from one connection (NNG pipe): half of MS_CURSORS_MAX. */
+#define MS_CURSORS_PER_CONN_MAX 5000
+
+/* Open router cursors in one router, and from one client connection of it. */
+#define MS_ROUTER_CURSORS_MAX 4000
+#define MS_ROUTER_CURSORS_PER_CONN_MAX 1000
+
+/* Bytes of shard batches buffered in all router cursors of one router. A router cursor asks
+ * each shard for about one client batch (batchSize forwarded), so it holds at most one shard
+ * batch (<= MS_BATCH_BYTES_MAX) per shard; this caps the sum. While it is reached new finds
+ * are refused and a getMore returns the documents it already has (or fails when it has
+ * none) rather than fetch more. 512 MiB: about 1,700 cursors of 101 1-KB documents over 3
+ * shards (~300 KB each), or 10 cursors of full 16 MB batches over 3 shards. */
+#define MS_ROUTER_CURSOR_BYTES_MAX (512LL * 1024 * 1024)
+
+/* Config-database cursors (find on config.* through a router, or direct). The config server
+ * keeps at most CFG_CURSORS_MAX (1,000, configsvr.h) in all; one connection may hold half.
+ * A router relays every client's config reads over its one connection to the config server,
+ * so it caps its clients first: 100 per client connection, 400 for the whole router (below
+ * the config server's 500 per connection, so the router's connection never meets it). */
+#define MS_CFG_CURSORS_PER_CONN_MAX 500
+#define MS_ROUTER_CFG_CURSORS_MAX 400
+#define MS_ROUTER_CFG_CURSORS_PER_CONN_MAX 100
+
 #endif

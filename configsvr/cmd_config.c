@@ -19,6 +19,7 @@
 
 #include "common/bsonx.h"
 #include "common/log.h"
+#include "common/opctx.h"
 #include "common/project.h"
 #include "common/query.h"
 #include "common/sortspec.h"
@@ -104,6 +105,7 @@ typedef struct cfg_cursor {
     size_t bytes;
     long long last_ms;            /* monotonic: last use */
     bool busy;                    /* a getMore is reading it */
+    uint32_t conn;                /* the connection that opened it (per-connection cap) */
     struct cfg_cursor *next;
 } cfg_cursor_t;
 
@@ -113,6 +115,7 @@ struct cfg_cursors {
     int count;
     long long bytes;
     uint64_t seq;                 /* splitmix64 state: ids unpredictable and unique */
+    uint64_t refused_conn;
 };
 
 static void cursor_free(cfg_cursor_t *c) {
@@ -148,6 +151,47 @@ int cfg_cursors_count(cfg_cursors_t *c) {
     int n = c->count;
     pthread_mutex_unlock(&c->mu);
     return n;
+}
+
+void cfg_cursors_metrics(cfg_cursors_t *c, bson_t *metrics) {
+    bson_t cur, sub;
+    pthread_mutex_lock(&c->mu);
+    int n = c->count;
+    long long bytes = c->bytes;
+    uint64_t refused = c->refused_conn;
+    pthread_mutex_unlock(&c->mu);
+    BSON_APPEND_DOCUMENT_BEGIN(metrics, "cursor", &cur);
+    BSON_APPEND_DOCUMENT_BEGIN(&cur, "open", &sub);
+    BSON_APPEND_INT64(&sub, "total", n);
+    bson_append_document_end(&cur, &sub);
+    BSON_APPEND_INT64(&cur, "bytesHeld", bytes);
+    BSON_APPEND_DOCUMENT_BEGIN(&cur, "refused", &sub);
+    BSON_APPEND_INT64(&sub, "perConnection", (int64_t)refused);
+    bson_append_document_end(&cur, &sub);
+    BSON_APPEND_DOCUMENT_BEGIN(&cur, "limits", &sub);
+    BSON_APPEND_INT32(&sub, "perConnection", MS_CFG_CURSORS_PER_CONN_MAX);
+    BSON_APPEND_INT32(&sub, "total", CFG_CURSORS_MAX);
+    BSON_APPEND_INT64(&sub, "bytes", CFG_CURSOR_BYTES_MAX);
+    bson_append_document_end(&cur, &sub);
+    bson_append_document_end(metrics, &cur);
+}
+
+/* A find from a connection that already holds MS_CFG_CURSORS_PER_CONN_MAX cursors is
+ * refused before any work, so one client cannot take the whole table and fail every
+ * other client's multi-batch reads. Checked when the find starts: concurrent finds on
+ * one connection may pass it together (at most one per worker), and the table-wide caps
+ * in cursor_register stay exact. */
+static int cursor_admit(cfg_cursors_t *cs, uint32_t conn, ms_error_t *err) {
+    int mine = 0;
+    pthread_mutex_lock(&cs->mu);
+    for (cfg_cursor_t *o = cs->list; o; o = o->next) mine += o->conn == conn;
+    if (mine >= MS_CFG_CURSORS_PER_CONN_MAX) cs->refused_conn++;
+    pthread_mutex_unlock(&cs->mu);
+    if (mine >= MS_CFG_CURSORS_PER_CONN_MAX)
+        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
+                       "too many open cursors for this connection on the config server (limit "
+                       "%d); exhaust or kill cursors", MS_CFG_CURSORS_PER_CONN_MAX);
+    return 0;
 }
 
 /* Caller holds mu. Unlinks k and updates the totals (does not free). */
@@ -257,6 +301,7 @@ int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     int_field(ctx, "batchSize", &batch_size, err, &rc);
     if (rc) return rc;
     cursors_reap(cfg->cursors);
+    if ((rc = cursor_admit(cfg->cursors, op_conn(), err)) != 0) return rc;
     /* Separate views: a compiled spec may keep pointing at the document it was given. */
     if (cfg_field_doc(ctx, "sort", &sort_spec) && (rc = sortspec_compile(&sort_spec, &sort, err)) != 0)
         goto out;
@@ -269,6 +314,7 @@ int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     /* The snapshot: skip and limit applied, projected, owned by the cursor. */
     k = calloc(1, sizeof *k);
     ASSERT(k);
+    k->conn = op_conn();
     snprintf(k->ns, sizeof k->ns, "%s", ns);
     int64_t first = skip < h.n ? skip : h.n, last = h.n;
     if (limit > 0 && last - first > limit) last = first + limit;

@@ -28,6 +28,11 @@ void cfg_status(void *app, bson_t *reply) {
     bson_append_document_end(reply, &s);
 }
 
+void cfg_metrics(void *app, bson_t *metrics) {
+    cfg_t *cfg = app;
+    if (cfg->cursors) cfg_cursors_metrics(cfg->cursors, metrics);
+}
+
 /* balancerStatus: the mode as config.settings says it (stopped: true forces "off").
  * The balancer itself is not part of this config server yet, so no round ever runs. */
 int cfg_cmd_balancer_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {

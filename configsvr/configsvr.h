@@ -346,6 +346,7 @@ extern const cmd_spec_t cfg_cmd_table[];
 extern const int cfg_cmd_table_len;
 /* serverStatus section `sharding` (counts of shards, databases, collections, chunks). */
 void cfg_status(void *app, bson_t *reply);
+void cfg_metrics(void *app, bson_t *metrics);   /* serverStatus metrics: cursors */
 
 /* Sends cmd to a shard by name (host looked up in the catalog) with a deadline. On
  * success *reply is initialised (caller owns it); on any failure — transport or an
@@ -390,6 +391,8 @@ int cfg_cmd_merge_chunks(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cursors_open(cfg_cursors_t **out, ms_error_t *err);
 void cfg_cursors_close(cfg_cursors_t *c);   /* NULL-safe; frees every open cursor */
 int cfg_cursors_count(cfg_cursors_t *c);
+/* serverStatus metrics.cursor: open.total, bytesHeld, refusals, the caps. */
+void cfg_cursors_metrics(cfg_cursors_t *c, bson_t *metrics);
 int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);

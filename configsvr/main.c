@@ -86,6 +86,7 @@ int main(int argc, char **argv) {
         .table_len = cfg_cmd_table_len,
         .app = &cfg,
         .status = cfg_status,
+        .metrics = cfg_metrics,
     };
     if (daemon_start(&d, &opts, &err) != 0) {
         cfg_close(&cfg);

@@ -46,6 +46,7 @@ int main(int argc, char **argv) {
         .table_len = router_table_len,
         .app = r,
         .status = rt_status,
+        .metrics = rt_metrics,
         .intercept = rt_refuse_internal,
     };
     if (daemon_start(&d, &opts, &err) != 0) goto out;

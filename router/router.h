@@ -179,6 +179,9 @@ int rt_cursors_open(rt_cursors_t **out);
 void rt_cursors_close(router_t *r, rt_cursors_t *c);
 void rt_cursors_reap(router_t *r);   /* kills cursors idle > MS_CURSOR_IDLE_MS_MAX */
 int rt_cursors_count(router_t *r);
+/* serverStatus metrics.cursor: open.total, bytesBuffered, refusals per cap, the caps. */
+void rt_cursors_metrics(router_t *r, bson_t *metrics);
+void rt_metrics(void *app, bson_t *metrics);
 
 int rt_cmd_insert(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);        /* rt_write.c */
 int rt_cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);

@@ -242,6 +242,10 @@ void rt_status(void *app, bson_t *reply) {
     bson_append_document_end(reply, &d);
 }
 
+void rt_metrics(void *app, bson_t *metrics) {
+    rt_cursors_metrics(app, metrics);
+}
+
 static void *pinger(void *p) {
     router_t *r = p;
     while (!atomic_load(&r->stopping)) {

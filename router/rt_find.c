@@ -17,6 +17,7 @@
 #include "common/buf.h"
 #include "common/bsonx.h"
 #include "common/log.h"
+#include "common/opctx.h"
 #include "common/sortspec.h"
 #include "router/router.h"
 
@@ -143,11 +144,18 @@ static int scatter(router_t *r, const char *db, const char *coll, const bson_t *
 
 /* ---- router cursors -------------------------------------------------------------------- */
 
+/* What a router cursor holds is bounded (issue 10 item 4): each shard is asked for about
+ * one client batch (the find forwards batchSize, every getMore to a shard carries the
+ * count the merge still needs), a shard batch is released as soon as its last document is
+ * consumed, and three caps apply: open cursors per client connection, open cursors in the
+ * router, and bytes of shard batches buffered by all cursors (common/limits.h). */
+
 typedef struct rt_stream {
     char shard[RT_NAME_BYTES_MAX];
     int64_t id;            /* shard cursor; 0 = exhausted after the buffered batch */
-    bson_t reply;          /* the latest batch */
+    bson_t reply;          /* the latest batch (while have_reply) */
     bool have_reply;
+    size_t held;           /* reply.len, counted in rt_cursors.bytes */
     bson_iter_t it;        /* over the batch array */
     bool head;             /* it is positioned on an unconsumed document */
     bool done;
@@ -155,6 +163,7 @@ typedef struct rt_stream {
 
 typedef struct rt_cursor {
     int64_t id;
+    uint32_t conn;         /* the client connection that opened it (per-connection cap) */
     char db[RT_NAME_BYTES_MAX];
     char coll[MS_NS_BYTES_MAX + 1];
     sortspec_t *sort;
@@ -162,6 +171,7 @@ typedef struct rt_cursor {
     rt_stream_t s[MS_SHARDS_MAX];
     int64_t skip_left;
     int64_t limit_left;    /* -1 = none */
+    int64_t batch_hint;    /* documents the client last asked for: sizes look-ahead fetches */
     int nstrip;
     char strip[RT_STRIP_MAX][256];
     long long last_ms;
@@ -169,10 +179,25 @@ typedef struct rt_cursor {
     struct rt_cursor *next;
 } rt_cursor_t;
 
+/* A cursor on a config collection: it lives on the config server (which relays its
+ * batches); the router only counts it against its client's connection, because every
+ * client's config reads share the router's one connection to the config server. */
+typedef struct rt_cfg_cursor {
+    int64_t id;
+    uint32_t conn;
+    long long last_ms;
+    struct rt_cfg_cursor *next;
+} rt_cfg_cursor_t;
+
 struct rt_cursors {
     pthread_mutex_t mu;
     rt_cursor_t *list;
     int count;
+    atomic_llong bytes;                /* sum of every stream's held */
+    atomic_uint_fast64_t refused_conn, refused_total, refused_bytes;
+    rt_cfg_cursor_t *cfg_list;         /* under mu */
+    int cfg_count;
+    atomic_uint_fast64_t refused_cfg_conn, refused_cfg_total;
 };
 
 int rt_cursors_open(rt_cursors_t **out) {
@@ -181,6 +206,16 @@ int rt_cursors_open(rt_cursors_t **out) {
     pthread_mutex_init(&c->mu, NULL);
     *out = c;
     return 0;
+}
+
+/* Drops the stream's buffered batch and its accounting. */
+static void stream_release(rt_cursors_t *cs, rt_stream_t *s) {
+    if (!s->have_reply) return;
+    bson_destroy(&s->reply);
+    s->have_reply = false;
+    atomic_fetch_sub(&cs->bytes, (long long)s->held);
+    s->held = 0;
+    s->head = false;
 }
 
 static void cursor_free(router_t *r, rt_cursor_t *c) {
@@ -198,7 +233,8 @@ static void cursor_free(router_t *r, rt_cursor_t *c) {
             if (rt_shard_call(r, s->shard, &cmd, &rep, NULL) == 0) bson_destroy(&rep);
             bson_destroy(&cmd);
         }
-        if (s->have_reply) bson_destroy(&s->reply);
+        if (r) stream_release(r->cursors, s);
+        else if (s->have_reply) bson_destroy(&s->reply);
     }
     sortspec_free(c->sort);
     free(c);
@@ -210,6 +246,10 @@ void rt_cursors_close(router_t *r, rt_cursors_t *cs) {
         n = c->next;
         cursor_free(r, c);
     }
+    for (rt_cfg_cursor_t *k = cs->cfg_list, *n; k; k = n) {
+        n = k->next;
+        free(k);
+    }
     pthread_mutex_destroy(&cs->mu);
     free(cs);
 }
@@ -219,6 +259,35 @@ int rt_cursors_count(router_t *r) {
     int n = r->cursors->count;
     pthread_mutex_unlock(&r->cursors->mu);
     return n;
+}
+
+void rt_cursors_metrics(router_t *r, bson_t *metrics) {
+    rt_cursors_t *cs = r->cursors;
+    bson_t cur, open, refused;
+    BSON_APPEND_DOCUMENT_BEGIN(metrics, "cursor", &cur);
+    BSON_APPEND_DOCUMENT_BEGIN(&cur, "open", &open);
+    BSON_APPEND_INT64(&open, "total", rt_cursors_count(r));
+    bson_append_document_end(&cur, &open);
+    BSON_APPEND_INT64(&cur, "bytesBuffered", (int64_t)atomic_load(&cs->bytes));
+    BSON_APPEND_DOCUMENT_BEGIN(&cur, "refused", &refused);
+    BSON_APPEND_INT64(&refused, "perConnection", (int64_t)atomic_load(&cs->refused_conn));
+    BSON_APPEND_INT64(&refused, "total", (int64_t)atomic_load(&cs->refused_total));
+    BSON_APPEND_INT64(&refused, "bytes", (int64_t)atomic_load(&cs->refused_bytes));
+    bson_append_document_end(&cur, &refused);
+    BSON_APPEND_DOCUMENT_BEGIN(&cur, "limits", &refused);
+    BSON_APPEND_INT32(&refused, "perConnection", MS_ROUTER_CURSORS_PER_CONN_MAX);
+    BSON_APPEND_INT32(&refused, "total", MS_ROUTER_CURSORS_MAX);
+    BSON_APPEND_INT64(&refused, "bytes", MS_ROUTER_CURSOR_BYTES_MAX);
+    bson_append_document_end(&cur, &refused);
+    pthread_mutex_lock(&cs->mu);
+    int ncfg = cs->cfg_count;
+    pthread_mutex_unlock(&cs->mu);
+    BSON_APPEND_DOCUMENT_BEGIN(&cur, "config", &open);
+    BSON_APPEND_INT64(&open, "open", ncfg);
+    BSON_APPEND_INT64(&open, "refusedPerConnection", (int64_t)atomic_load(&cs->refused_cfg_conn));
+    BSON_APPEND_INT64(&open, "refusedTotal", (int64_t)atomic_load(&cs->refused_cfg_total));
+    bson_append_document_end(&cur, &open);
+    bson_append_document_end(metrics, &cur);
 }
 
 void rt_cursors_reap(router_t *r) {
@@ -237,6 +306,17 @@ void rt_cursors_reap(router_t *r) {
             pp = &c->next;
         }
     }
+    /* The config server times its own cursors out after the same idle time. */
+    for (rt_cfg_cursor_t **pp = &cs->cfg_list; *pp;) {
+        rt_cfg_cursor_t *k = *pp;
+        if (now - k->last_ms > MS_CURSOR_IDLE_MS_MAX) {
+            *pp = k->next;
+            cs->cfg_count--;
+            free(k);
+        } else {
+            pp = &k->next;
+        }
+    }
     pthread_mutex_unlock(&cs->mu);
     for (rt_cursor_t *c = dead, *n; c; c = n) {
         n = c->next;
@@ -245,33 +325,163 @@ void rt_cursors_reap(router_t *r) {
     }
 }
 
-static void stream_take_reply(rt_stream_t *s, bson_t *reply, const char *batch_key) {
+/* ---- config cursors (relayed to the config server, counted here) ------------------------ */
+
+/* Refuses a config find from a client connection at its cap, or when the router's config
+ * cursors are at theirs (checked when the find starts: concurrent finds may pass together,
+ * at most one per worker, which the config server's own per-connection margin absorbs). */
+static int cfg_cursor_admit(rt_cursors_t *cs, uint32_t conn, ms_error_t *err) {
+    int mine = 0, total;
+    pthread_mutex_lock(&cs->mu);
+    for (rt_cfg_cursor_t *k = cs->cfg_list; k; k = k->next) mine += k->conn == conn;
+    total = cs->cfg_count;
+    pthread_mutex_unlock(&cs->mu);
+    if (mine >= MS_ROUTER_CFG_CURSORS_PER_CONN_MAX) {
+        atomic_fetch_add(&cs->refused_cfg_conn, 1);
+        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
+                       "too many open config cursors for this connection (limit %d); exhaust "
+                       "or kill cursors", MS_ROUTER_CFG_CURSORS_PER_CONN_MAX);
+    }
+    if (total >= MS_ROUTER_CFG_CURSORS_MAX) {
+        atomic_fetch_add(&cs->refused_cfg_total, 1);
+        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
+                       "too many open config cursors on this router for all connections "
+                       "(limit %d); exhaust or kill cursors", MS_ROUTER_CFG_CURSORS_MAX);
+    }
+    return 0;
+}
+
+static int64_t reply_cursor_id(const bson_t *reply) {
     bson_iter_t it;
-    if (s->have_reply) bson_destroy(&s->reply);
+    if (bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "cursor.id", &it))
+        return bson_iter_as_int64(&it);
+    return 0;
+}
+
+static void cfg_cursor_add(rt_cursors_t *cs, int64_t id, uint32_t conn) {
+    rt_cfg_cursor_t *k = calloc(1, sizeof *k);
+    ASSERT(k);
+    k->id = id;
+    k->conn = conn;
+    k->last_ms = time_mono_ms();
+    pthread_mutex_lock(&cs->mu);
+    k->next = cs->cfg_list;
+    cs->cfg_list = k;
+    cs->cfg_count++;
+    pthread_mutex_unlock(&cs->mu);
+}
+
+/* Forgets id (gone = true) or marks it used now. */
+static void cfg_cursor_touch(rt_cursors_t *cs, int64_t id, bool gone) {
+    pthread_mutex_lock(&cs->mu);
+    for (rt_cfg_cursor_t **pp = &cs->cfg_list; *pp; pp = &(*pp)->next) {
+        rt_cfg_cursor_t *k = *pp;
+        if (k->id != id) continue;
+        if (gone) {
+            *pp = k->next;
+            cs->cfg_count--;
+            free(k);
+        } else {
+            k->last_ms = time_mono_ms();
+        }
+        break;
+    }
+    pthread_mutex_unlock(&cs->mu);
+}
+
+static int cfg_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    int rc = cfg_cursor_admit(r->cursors, op_conn(), err);
+    if (rc) return rc;
+    if ((rc = rt_cmd_to_config(ctx, reply, err)) != 0) return rc;
+    int64_t id = reply_cursor_id(reply);
+    if (id) cfg_cursor_add(r->cursors, id, op_conn());
+    return 0;
+}
+
+static int cfg_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    int64_t id = 0;
+    bsonx_as_int64(&ctx->arg, &id);
+    int rc = rt_cmd_to_config(ctx, reply, err);
+    if (rc == 0) cfg_cursor_touch(r->cursors, id, reply_cursor_id(reply) == 0);
+    else if (rc == MS_ERR_CURSOR_NOT_FOUND) cfg_cursor_touch(r->cursors, id, true);
+    return rc;
+}
+
+static int cfg_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    int rc = rt_cmd_to_config(ctx, reply, err);
+    if (rc) return rc;
+    static const char *const lists[] = {"cursorsKilled", "cursorsNotFound"};
+    for (int l = 0; l < 2; l++) {
+        bson_iter_t it, arr;
+        if (!bson_iter_init_find(&it, reply, lists[l]) || !BSON_ITER_HOLDS_ARRAY(&it) ||
+            !bson_iter_recurse(&it, &arr))
+            continue;
+        for (int i = 0; i < MS_CURSORS_MAX && bson_iter_next(&arr); i++) {
+            int64_t id;
+            if (bsonx_as_int64(&arr, &id)) cfg_cursor_touch(r->cursors, id, true);
+        }
+    }
+    return 0;
+}
+
+/* Moves the stream to its next document; at the end of the batch the batch is released
+ * at once (a consumed batch pins no memory while the cursor idles). */
+static void stream_next(rt_cursors_t *cs, rt_stream_t *s) {
+    s->head = false;
+    if (!s->have_reply) {
+        if (!s->id) s->done = true;
+        return;
+    }
+    while (bson_iter_next(&s->it))
+        if (BSON_ITER_HOLDS_DOCUMENT(&s->it)) {
+            s->head = true;
+            return;
+        }
+    stream_release(cs, s);
+    if (!s->id) s->done = true;
+}
+
+/* Takes over reply (a shard's find or getMore answer) and positions on its first
+ * document. */
+static void stream_take_reply(rt_cursors_t *cs, rt_stream_t *s, bson_t *reply,
+                              const char *batch_key) {
+    bson_iter_t it;
+    stream_release(cs, s);
     bson_steal(&s->reply, reply);   /* reply's storage moves here */
     s->have_reply = true;
+    s->held = s->reply.len;
+    atomic_fetch_add(&cs->bytes, (long long)s->held);
     s->id = 0;
-    s->head = false;
-    memset(&s->it, 0, sizeof s->it);
     if (bson_iter_init(&it, &s->reply) && bson_iter_find_descendant(&it, "cursor.id", &it))
         s->id = bson_iter_as_int64(&it);
     if (!(bson_iter_init(&it, &s->reply) && bson_iter_find_descendant(&it, batch_key, &it) &&
           BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &s->it))) {
-        /* no batch: nothing buffered */
-        bson_iter_init(&s->it, &s->reply);
-        while (bson_iter_next(&s->it)) {
-        }
+        stream_release(cs, s);   /* no batch: nothing buffered */
+        if (!s->id) s->done = true;
+        return;
     }
+    stream_next(cs, s);
+}
+
+static int refuse_bytes(rt_cursors_t *cs, ms_error_t *err) {
+    atomic_fetch_add(&cs->refused_bytes, 1);
+    return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
+                   "router cursors buffer %lld bytes, at the router's limit of %lld bytes for "
+                   "all cursors; exhaust or kill cursors",
+                   (long long)atomic_load(&cs->bytes), (long long)MS_ROUTER_CURSOR_BYTES_MAX);
 }
 
 /* Positions stream s on its next document, fetching with getMore when its batch is used
- * up. Bounded: a shard that keeps sending empty batches with a live cursor is an error. */
-static int stream_fill(router_t *r, rt_cursor_t *c, rt_stream_t *s, ms_error_t *err) {
+ * up; the getMore asks for `need` documents (at least 1). While the router's buffered
+ * bytes are at their cap nothing is fetched: ExceededMemoryLimit. Bounded: a shard that
+ * keeps sending empty batches with a live cursor is an error. */
+static int stream_fill(router_t *r, rt_cursor_t *c, rt_stream_t *s, int64_t need,
+                       ms_error_t *err) {
+    rt_cursors_t *cs = r->cursors;
     for (int round = 0; !s->head && !s->done; round++) {
-        if (bson_iter_next(&s->it)) {
-            if (BSON_ITER_HOLDS_DOCUMENT(&s->it)) s->head = true;
-            continue;
-        }
         if (!s->id) {
             s->done = true;
             break;
@@ -279,10 +489,12 @@ static int stream_fill(router_t *r, rt_cursor_t *c, rt_stream_t *s, ms_error_t *
         if (round > 1000)
             return err_set(err, MS_ERR_INTERNAL, "shard %s keeps returning empty batches",
                            s->shard);
+        if (atomic_load(&cs->bytes) >= MS_ROUTER_CURSOR_BYTES_MAX) return refuse_bytes(cs, err);
         bson_t cmd, rep;
         bson_init(&cmd);
         BSON_APPEND_INT64(&cmd, "getMore", s->id);
         BSON_APPEND_UTF8(&cmd, "collection", c->coll);
+        BSON_APPEND_INT64(&cmd, "batchSize", need < 1 ? 1 : need > INT32_MAX ? INT32_MAX : need);
         BSON_APPEND_UTF8(&cmd, "$db", c->db);
         int rc = rt_shard_call(r, s->shard, &cmd, &rep, err);
         bson_destroy(&cmd);
@@ -294,7 +506,7 @@ static int stream_fill(router_t *r, rt_cursor_t *c, rt_stream_t *s, ms_error_t *
             err_prefix(err, "getMore on shard %s", s->shard);
             return rc;
         }
-        stream_take_reply(s, &rep, "cursor.nextBatch");
+        stream_take_reply(cs, s, &rep, "cursor.nextBatch");
     }
     return 0;
 }
@@ -326,12 +538,32 @@ static void strip_path(const bson_t *doc, const char *path, bson_t *out) {
     }
 }
 
-/* Appends up to max_docs documents of the merge to arr. *exhausted when nothing is left. */
+/* a + b, saturating at INT64_MAX (both non-negative). */
+static int64_t add_sat(int64_t a, int64_t b) {
+    return a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+
+/* Documents one shard may have to supply for `left` more results: in a sorted merge any
+ * one shard may hold all of them, plus what is still to be skipped, never past the limit
+ * (MongoDB's mongos forwards batchSize with the same skip/limit arithmetic). */
+static int64_t fetch_need(const rt_cursor_t *c, int64_t left) {
+    int64_t need = add_sat(left, c->skip_left);
+    if (c->limit_left >= 0 && need > add_sat(c->limit_left, c->skip_left))
+        need = add_sat(c->limit_left, c->skip_left);
+    return need;
+}
+
+/* Appends up to max_docs documents of the merge to arr. *exhausted when nothing is left.
+ * When the router's buffered bytes reach their cap the batch ends short (the cursor stays
+ * open) or, with nothing to return yet, fails with ExceededMemoryLimit. */
 static int cursor_fill_batch(router_t *r, rt_cursor_t *c, int64_t max_docs, bson_t *arr,
                              bool *exhausted, ms_error_t *err) {
+    rt_cursors_t *cs = r->cursors;
     int64_t n = 0;
     size_t bytes = 0;
+    int rc = 0;
     *exhausted = false;
+    if (max_docs > 0) c->batch_hint = max_docs;
     while (n < max_docs && bytes < (size_t)MS_BATCH_BYTES_MAX) {
         if (c->limit_left == 0) {
             *exhausted = true;
@@ -342,8 +574,8 @@ static int cursor_fill_batch(router_t *r, rt_cursor_t *c, int64_t max_docs, bson
          * itself, so a struct copy would follow the original's later contents. */
         bson_t best_doc, cand;
         for (int i = 0; i < c->n; i++) {
-            int rc = stream_fill(r, c, &c->s[i], err);
-            if (rc) return rc;
+            if ((rc = stream_fill(r, c, &c->s[i], fetch_need(c, max_docs - n), err)) != 0)
+                goto stop;
             if (!c->s[i].head) continue;
             if (!c->sort) {
                 best = i;
@@ -367,10 +599,13 @@ static int cursor_fill_batch(router_t *r, rt_cursor_t *c, int64_t max_docs, bson
         const uint8_t *data;
         bson_t doc;
         bson_iter_document(&s->it, &len, &data);
-        s->head = false;
-        if (!bson_init_static(&doc, data, len)) continue;
+        if (!bson_init_static(&doc, data, len)) {
+            stream_next(cs, s);
+            continue;
+        }
         if (c->skip_left > 0) {
             c->skip_left--;
+            stream_next(cs, s);
             continue;
         }
         char idx[24];
@@ -391,15 +626,18 @@ static int cursor_fill_batch(router_t *r, rt_cursor_t *c, int64_t max_docs, bson
             bson_append_document(arr, idx, -1, &doc);
             bytes += doc.len;
         }
+        stream_next(cs, s);   /* doc points into s's batch: only now may it go */
         n++;
         if (c->limit_left > 0) c->limit_left--;
     }
     if (!*exhausted && c->limit_left != 0) {
-        /* Exhausted when no stream has anything left. */
+        /* Exhausted when no stream has anything left: a stream already holding a
+         * document answers without asking any shard for more. */
         bool any = false;
+        for (int i = 0; i < c->n && !any; i++) any = c->s[i].head;
         for (int i = 0; i < c->n && !any; i++) {
-            int rc = stream_fill(r, c, &c->s[i], err);
-            if (rc) return rc;
+            if ((rc = stream_fill(r, c, &c->s[i], fetch_need(c, c->batch_hint), err)) != 0)
+                goto stop;
             any = c->s[i].head;
         }
         *exhausted = !any;
@@ -407,6 +645,12 @@ static int cursor_fill_batch(router_t *r, rt_cursor_t *c, int64_t max_docs, bson
         *exhausted = true;
     }
     return 0;
+stop:
+    if (rc == MS_ERR_EXCEEDED_MEMORY_LIMIT && n > 0) {
+        *exhausted = false;   /* a short batch now, the rest once memory is free */
+        return 0;
+    }
+    return rc;
 }
 
 /* Cursor ids: splitmix64 over a per-process sequence seeded from the clock and pid, so
@@ -422,9 +666,32 @@ static uint64_t cursor_id_next(void) {
     return z ^ (z >> 31);
 }
 
-static void cursor_register(router_t *r, rt_cursor_t *c) {
+/* Keeps c open under a fresh id when the caps allow: open cursors of its client
+ * connection, open cursors of the router, buffered bytes (c's own included). The checks
+ * and the insertion share one lock, so concurrent finds cannot overshoot. */
+static int cursor_register(router_t *r, rt_cursor_t *c, ms_error_t *err) {
     rt_cursors_t *cs = r->cursors;
+    int mine = 0;
     pthread_mutex_lock(&cs->mu);
+    for (rt_cursor_t *o = cs->list; o; o = o->next) mine += o->conn == c->conn;
+    if (mine >= MS_ROUTER_CURSORS_PER_CONN_MAX) {
+        pthread_mutex_unlock(&cs->mu);
+        atomic_fetch_add(&cs->refused_conn, 1);
+        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
+                       "too many open cursors for this connection (limit %d); exhaust or kill "
+                       "cursors", MS_ROUTER_CURSORS_PER_CONN_MAX);
+    }
+    if (cs->count >= MS_ROUTER_CURSORS_MAX) {
+        pthread_mutex_unlock(&cs->mu);
+        atomic_fetch_add(&cs->refused_total, 1);
+        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
+                       "too many open cursors on this router for all connections (limit %d); "
+                       "exhaust or kill cursors", MS_ROUTER_CURSORS_MAX);
+    }
+    if (atomic_load(&cs->bytes) > MS_ROUTER_CURSOR_BYTES_MAX) {
+        pthread_mutex_unlock(&cs->mu);
+        return refuse_bytes(cs, err);
+    }
     for (int tries = 0; tries < 64; tries++) {   /* bounded: a clash is ~2^-62 per try */
         c->id = (int64_t)(cursor_id_next() & 0x3fffffffffffffffull);
         bool clash = c->id == 0;
@@ -436,6 +703,7 @@ static void cursor_register(router_t *r, rt_cursor_t *c) {
     cs->list = c;
     cs->count++;
     pthread_mutex_unlock(&cs->mu);
+    return 0;
 }
 
 static rt_cursor_t *cursor_take(router_t *r, int64_t id) {
@@ -477,7 +745,7 @@ typedef struct find_args {
     const bson_t *req;
     const bson_t *projection;   /* the shards' projection (may be NULL) */
     int64_t skip, limit;        /* limit 0 = none */
-    int64_t batch;
+    int64_t batch;              /* the client's batchSize; -1 = none */
 } find_args_t;
 
 static void build_find(void *arg, const rt_table_t *t, int shard, int ntargets, bson_t *cmd) {
@@ -487,12 +755,19 @@ static void build_find(void *arg, const rt_table_t *t, int shard, int ntargets, 
     rt_copy_cmd(cmd, a->req, skip);
     if (a->projection) BSON_APPEND_DOCUMENT(cmd, "projection", a->projection);
     if (ntargets == 1) {
+        /* The shard applies skip and limit and answers the client's batch as it is. */
         if (a->skip) BSON_APPEND_INT64(cmd, "skip", a->skip);
         if (a->limit) BSON_APPEND_INT64(cmd, "limit", a->limit);
-    } else if (a->limit) {
-        BSON_APPEND_INT64(cmd, "limit", a->limit + a->skip);
+        if (a->batch >= 0) BSON_APPEND_INT64(cmd, "batchSize", a->batch);
+        return;
     }
-    if (a->batch > 0) BSON_APPEND_INT64(cmd, "batchSize", a->batch);
+    if (a->limit) BSON_APPEND_INT64(cmd, "limit", a->limit + a->skip);
+    /* The merge's first batch may take all of its documents (and the skipped ones) from
+     * any one shard: ask each for that many, not the shard's default fill. */
+    int64_t first = a->batch >= 0 ? a->batch : MS_FIRST_BATCH_DOCS_DEFAULT;
+    int64_t need = first == 0 ? 0 : add_sat(first, a->skip);
+    if (a->limit && need > a->limit + a->skip) need = a->limit + a->skip;
+    BSON_APPEND_INT64(cmd, "batchSize", need > INT32_MAX ? INT32_MAX : need);
 }
 
 static bool get_i64(const bson_t *req, const char *key, int64_t *out) {
@@ -585,6 +860,7 @@ static int find_run(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     int n = 0, rc;
     rt_cursor_t *c = calloc(1, sizeof *c);
     ASSERT(c);
+    c->conn = op_conn();
     snprintf(c->db, sizeof c->db, "%s", ctx->db);
     snprintf(c->coll, sizeof c->coll, "%s", coll);
     get_i64(ctx->req, "skip", &skip);
@@ -620,7 +896,7 @@ static int find_run(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     c->limit_left = n > 1 && limit ? limit : -1;
     for (int i = 0; i < n; i++) {
         memcpy(c->s[i].shard, reqs[i].shard, sizeof c->s[i].shard);
-        stream_take_reply(&c->s[i], &reqs[i].reply, "cursor.firstBatch");
+        stream_take_reply(r->cursors, &c->s[i], &reqs[i].reply, "cursor.firstBatch");
         reqs[i].rc = -1;   /* the reply moved into the stream */
     }
     bool exhausted = false, single = false;
@@ -629,21 +905,27 @@ static int find_run(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bson_t cur, arr;
     char ns[MS_NS_BYTES_MAX + 1];
     snprintf(ns, sizeof ns, "%s.%s", ctx->db, coll);
-    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
-    BSON_APPEND_ARRAY_BEGIN(&cur, "firstBatch", &arr);
+    bson_init(&arr);
     rc = cursor_fill_batch(r, c, batch >= 0 ? batch : MS_FIRST_BATCH_DOCS_DEFAULT, &arr,
                            &exhausted, err);
-    bson_append_array_end(&cur, &arr);
-    if (rc == 0 && !exhausted && !single) {
-        cursor_register(r, c);
-        BSON_APPEND_INT64(&cur, "id", c->id);
-        cursor_put(r, c);
-        c = NULL;
-    } else {
-        BSON_APPEND_INT64(&cur, "id", 0);
+    /* A cursor that stays open must fit the caps; when it does not, the find fails (and
+     * its shard cursors are killed) rather than answer a batch it cannot continue. */
+    bool keep = rc == 0 && !exhausted && !single;
+    if (keep && (rc = cursor_register(r, c, err)) != 0)
+        log_info("find refused ns=%s.%s conn=%u errmsg=\"%s\"", ctx->db, coll, c->conn,
+                 err->msg);
+    if (rc == 0) {
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
+        BSON_APPEND_ARRAY(&cur, "firstBatch", &arr);
+        BSON_APPEND_INT64(&cur, "id", keep ? c->id : 0);
+        BSON_APPEND_UTF8(&cur, "ns", ns);
+        bson_append_document_end(reply, &cur);
+        if (keep) {
+            cursor_put(r, c);
+            c = NULL;
+        }
     }
-    BSON_APPEND_UTF8(&cur, "ns", ns);
-    bson_append_document_end(reply, &cur);
+    bson_destroy(&arr);
 out:
     for (int i = 0; i < n; i++) rt_req_clear(&reqs[i]);
     if (has_shard_proj) bson_destroy(&shard_proj);
@@ -653,14 +935,14 @@ out:
 
 int rt_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     /* The config database lives on the config server (as in MongoDB). */
-    if (!strcmp(ctx->db, "config")) return rt_cmd_to_config(ctx, reply, err);
+    if (!strcmp(ctx->db, "config")) return cfg_find(ctx, reply, err);
     return find_run(ctx, reply, err);
 }
 
 int rt_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
     /* Cursors on config collections live on the config server: route by $db. */
-    if (!strcmp(ctx->db, "config")) return rt_cmd_to_config(ctx, reply, err);
+    if (!strcmp(ctx->db, "config")) return cfg_get_more(ctx, reply, err);
     int64_t id = 0, batch = RT_GETMORE_DOCS_DEFAULT;
     if (!bsonx_as_int64(&ctx->arg, &id))
         return err_set(err, MS_ERR_TYPE_MISMATCH, "getMore: cursor id must be a number");
@@ -679,7 +961,9 @@ int rt_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     BSON_APPEND_INT64(&cur, "id", rc == 0 && !exhausted ? c->id : 0);
     BSON_APPEND_UTF8(&cur, "ns", ns);
     bson_append_document_end(reply, &cur);
-    if (rc || exhausted) {
+    if (rc == MS_ERR_EXCEEDED_MEMORY_LIMIT) {
+        cursor_put(r, c);   /* nothing was consumed: the client may retry once memory frees */
+    } else if (rc || exhausted) {
         cursor_unlink(r, c);
         cursor_free(r, c);
     } else {
@@ -690,7 +974,7 @@ int rt_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 
 int rt_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
-    if (!strcmp(ctx->db, "config")) return rt_cmd_to_config(ctx, reply, err);
+    if (!strcmp(ctx->db, "config")) return cfg_kill_cursors(ctx, reply, err);
     bson_iter_t it, arr;
     bson_t killed, notfound, empty;
     (void)err;

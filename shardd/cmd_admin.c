@@ -634,6 +634,11 @@ int cmd_flush_routing(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 
 /* ---- serverStatus ------------------------------------------------------------------- */
 
+void shardd_metrics(void *arg, bson_t *metrics) {
+    shardd_t *app = arg;
+    cursors_metrics(app->cursors, metrics);
+}
+
 void shardd_status(void *arg, bson_t *reply) {
     shardd_t *app = arg;
     bson_t d;

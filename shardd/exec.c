@@ -25,6 +25,7 @@
 #include "common/bsonx.h"
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "common/opctx.h"
 
 /* Keys counted per candidate index when costing plans (MongoDB's trial period works). */
 #define PLAN_TRIAL_KEYS 10000
@@ -675,6 +676,8 @@ struct cursor {
     bool in_use;                 /* a getMore holds it (pinned): another gets CursorInUse */
     bool killed;                 /* killCursors while pinned: freed when the getMore ends */
     long long last_used_ms;
+    uint32_t conn;               /* the connection that opened it (per-connection cap) */
+    size_t held;                 /* bytes it keeps between batches, counted in cursors.bytes */
     struct cursor *next;
 };
 
@@ -683,6 +686,8 @@ struct cursors {
     cursor_t *head;
     int n;
     int idle_timeout_ms;
+    long long bytes;             /* sum of held */
+    uint64_t refused_conn, refused_total;
 };
 
 static void cursor_free(cursor_t *cur) {
@@ -727,6 +732,7 @@ int cursors_reap(cursors_t *cs) {
             c->next = dead;
             dead = c;
             cs->n--;
+            cs->bytes -= (long long)c->held;
             n++;
         } else {
             pp = &c->next;
@@ -750,13 +756,55 @@ int cursors_count(cursors_t *cs) {
     return n;
 }
 
+void cursors_metrics(cursors_t *cs, bson_t *metrics) {
+    bson_t cur, sub;
+    pthread_mutex_lock(&cs->mu);
+    int n = cs->n;
+    long long bytes = cs->bytes;
+    uint64_t rc = cs->refused_conn, rt = cs->refused_total;
+    pthread_mutex_unlock(&cs->mu);
+    BSON_APPEND_DOCUMENT_BEGIN(metrics, "cursor", &cur);
+    BSON_APPEND_DOCUMENT_BEGIN(&cur, "open", &sub);
+    BSON_APPEND_INT64(&sub, "total", n);
+    bson_append_document_end(&cur, &sub);
+    BSON_APPEND_INT64(&cur, "bytesHeld", bytes);
+    BSON_APPEND_DOCUMENT_BEGIN(&cur, "refused", &sub);
+    BSON_APPEND_INT64(&sub, "perConnection", (int64_t)rc);
+    BSON_APPEND_INT64(&sub, "total", (int64_t)rt);
+    bson_append_document_end(&cur, &sub);
+    BSON_APPEND_DOCUMENT_BEGIN(&cur, "limits", &sub);
+    BSON_APPEND_INT32(&sub, "perConnection", MS_CURSORS_PER_CONN_MAX);
+    BSON_APPEND_INT32(&sub, "total", MS_CURSORS_MAX);
+    bson_append_document_end(&cur, &sub);
+    bson_append_document_end(metrics, &cur);
+}
+
+/* What a cursor keeps between batches: a blocking sort's unsent results and a stashed
+ * result. (A scan's position is a few keys.) */
+static size_t cursor_held(const cursor_t *cur) {
+    return cur->sorted.bytes + (cur->stash ? cur->stash->len : 0);
+}
+
+/* Registers cur when the caps allow: open cursors of its connection (so one client cannot
+ * take them all and fail every other client's multi-batch finds) and of the shard. */
 static int cursors_add(cursors_t *cs, cursor_t *cur, ms_error_t *err) {
     int64_t id;
+    int mine = 0;
     pthread_mutex_lock(&cs->mu);
-    if (cs->n >= MS_CURSORS_MAX) {
+    for (cursor_t *c = cs->head; c; c = c->next) mine += c->conn == cur->conn;
+    if (mine >= MS_CURSORS_PER_CONN_MAX) {
+        cs->refused_conn++;
         pthread_mutex_unlock(&cs->mu);
-        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "too many open cursors (%d)",
-                       MS_CURSORS_MAX);
+        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
+                       "too many open cursors for this connection (limit %d); exhaust or kill "
+                       "cursors", MS_CURSORS_PER_CONN_MAX);
+    }
+    if (cs->n >= MS_CURSORS_MAX) {
+        cs->refused_total++;
+        pthread_mutex_unlock(&cs->mu);
+        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
+                       "too many open cursors on this shard for all connections (limit %d); "
+                       "exhaust or kill cursors", MS_CURSORS_MAX);
     }
     if (!cur->id) {
         for (;;) {
@@ -771,6 +819,8 @@ static int cursors_add(cursors_t *cs, cursor_t *cur, ms_error_t *err) {
         cur->id = id;
     }
     cur->last_used_ms = time_mono_ms();
+    cur->held = cursor_held(cur);
+    cs->bytes += (long long)cur->held;
     cur->next = cs->head;
     cs->head = cur;
     cs->n++;
@@ -784,6 +834,8 @@ static void cursors_unlink_locked(cursors_t *cs, cursor_t *cur) {
         if (*pp == cur) {
             *pp = cur->next;
             cs->n--;
+            cs->bytes -= (long long)cur->held;
+            cur->held = 0;
             return;
         }
 }
@@ -809,6 +861,9 @@ void cursors_unpin(cursors_t *cs, cursor_t *cur, bool done) {
     if (!cur) return;
     pthread_mutex_lock(&cs->mu);
     free_it = done || cur->killed;
+    cs->bytes -= (long long)cur->held;   /* what the batch sent no longer counts */
+    cur->held = cursor_held(cur);
+    cs->bytes += (long long)cur->held;
     if (free_it) cursors_unlink_locked(cs, cur);
     cur->in_use = false;
     cur->last_used_ms = time_mono_ms();
@@ -983,6 +1038,7 @@ static int fill_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         }
         while (cur->sorted_next < cur->sorted.n) {
             rc = batch_emit(fl->b, cur->sorted.v[cur->sorted_next].doc, err);
+            cur->sorted.bytes -= cur->sorted.v[cur->sorted_next].doc->len;
             bson_destroy(cur->sorted.v[cur->sorted_next].doc);
             cur->sorted.v[cur->sorted_next].doc = NULL;  /* sent: release it early */
             cur->sorted_next++;
@@ -1035,6 +1091,7 @@ int exec_find(store_t *st, cursors_t *cs, find_args_t *fa, bson_t *reply, ms_err
         find_args_free(fa);
         return err_set(err, MS_ERR_INTERNAL, "out of memory");
     }
+    cur->conn = op_conn();
     snprintf(cur->ns, sizeof cur->ns, "%s", fa->ns);
     snprintf(ns, sizeof ns, "%s", fa->ns);
     cur->fa = *fa;

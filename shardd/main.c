@@ -119,6 +119,7 @@ int main(int argc, char **argv) {
             .table_len = shardd_cmd_table_len,
             .app = &app,
             .status = shardd_status,
+            .metrics = shardd_metrics,
         };
         if (daemon_start(&d, &opts, &err) != 0) goto out_reaper;
     }

@@ -271,6 +271,8 @@ void cursors_free(cursors_t *cs);  /* NULL-safe; kills every cursor */
 /* Kills cursors idle for longer than the timeout; returns how many. */
 int cursors_reap(cursors_t *cs);
 int cursors_count(cursors_t *cs);
+/* serverStatus metrics.cursor: open.total, bytesHeld, refusals per cap, the caps. */
+void cursors_metrics(cursors_t *cs, bson_t *metrics);
 
 /* A find: plans and runs the first batch. ns, the compiled parts and own are taken over
  * by the cursor (on success and on failure). Appends the reply's `cursor` document. */
@@ -350,6 +352,7 @@ int shardd_ns_versioned(cmd_ctx_t *ctx, char *ns, size_t nssz, shv_filter_t **ow
 /* Re-creates this shard's identity from the meta table at start-up. */
 int shardd_load_identity(shardd_t *app, ms_error_t *err);
 void shardd_status(void *app, bson_t *reply);
+void shardd_metrics(void *app, bson_t *metrics);   /* serverStatus metrics: cursors */
 
 /* cmd_crud.c */
 int cmd_insert(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
