@@ -21,8 +21,17 @@
  * one makes NNG drop the connection (the caller sees a timeout), which bounds memory. */
 #define MS_TRANSPORT_BYTES_MAX (2 * MS_MSG_BYTES_MAX)
 
-/* Nesting depth of a stored document: MongoDB's BSONDepth::kDefaultMaxAllowableDepth. */
+/* Nesting depth of a stored document, counted as MongoDB counts it (the document itself
+ * is level 1; each non-empty embedded document or array adds one; empty ones add none).
+ * 100 is MongoDB's documented limit (its server lets a user document reach its
+ * getMaxDepthForUserStorage()). */
 #define MS_DOC_DEPTH_MAX 100
+
+/* Nesting depth of any message (request or reply): the stored-document limit plus the
+ * envelope that carries such a document ({cursor: {firstBatch: [doc]}}, {updates: [{u:
+ * {$set: {a: doc}}}]}, ...). 20 is MongoDB's BSONDepth::kExtraSystemDepthLevels, the margin
+ * its hard limit keeps above the storage limit, so what was stored can always be read back. */
+#define MS_MSG_DEPTH_MAX (MS_DOC_DEPTH_MAX + 20)
 
 /* Operations in one insert/update/delete command: MongoDB's maxWriteBatchSize. */
 #define MS_WRITE_BATCH_OPS_MAX 100000
