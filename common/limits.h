@@ -27,12 +27,6 @@
  * getMaxDepthForUserStorage()). */
 #define MS_DOC_DEPTH_MAX 100
 
-/* Nesting depth of any message (request or reply): the stored-document limit plus the
- * envelope that carries such a document ({cursor: {firstBatch: [doc]}}, {updates: [{u:
- * {$set: {a: doc}}}]}, ...). 20 is MongoDB's BSONDepth::kExtraSystemDepthLevels, the margin
- * its hard limit keeps above the storage limit, so what was stored can always be read back. */
-#define MS_MSG_DEPTH_MAX (MS_DOC_DEPTH_MAX + 20)
-
 /* Operations in one insert/update/delete command: MongoDB's maxWriteBatchSize. */
 #define MS_WRITE_BATCH_OPS_MAX 100000
 
@@ -91,5 +85,18 @@
 
 /* Documents per chunk estimate cap (MongoDB's kMaxObjectPerChunk). */
 #define MS_CHUNK_OBJECTS_MAX 250000
+
+/* ---- names, numbers, depth and logs (issue 10 items 6-8: common/validate.c, log.c) ---- */
+
+/* Nesting depth of any message (request or reply): the stored-document limit plus the
+ * envelope that carries such a document ({cursor: {firstBatch: [doc]}}, {updates: [{u:
+ * {$set: {a: doc}}}]}, ...). 20 is MongoDB's BSONDepth::kExtraSystemDepthLevels, the margin
+ * its hard limit keeps above the storage limit, so what was stored can always be read back. */
+#define MS_MSG_DEPTH_MAX (MS_DOC_DEPTH_MAX + 20)
+
+/* log_str(): per-thread buffers (values in one log call) and bytes of one logged value;
+ * a longer value is cut, the line stays one line. */
+#define MS_LOG_STR_SLOTS 8
+#define MS_LOG_VALUE_BYTES_MAX 1024
 
 #endif

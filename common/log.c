@@ -1,5 +1,8 @@
 /*
- * log.c — one event per line on stderr (see log.h). Used by every process.
+ * log.c — one event per line on stderr (see log.h). Used by every process. Every control
+ * character of a message is escaped at the one output point (log_vwrite), and log_str()
+ * quotes values that came from clients, so client text can neither start a line nor add a
+ * field (issue 10 item 8).
  */
 #include "common/log.h"
 
@@ -11,6 +14,8 @@
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "common/limits.h"
 
 static char log_process[64] = "minishard";
 static enum log_level log_min = LOG_INFO;
@@ -53,21 +58,21 @@ static void log_put(char *dst, size_t cap, size_t *n, unsigned char ch, bool quo
 }
 
 const char *log_str(const char *s) {
-    static _Thread_local char ring[LOG_STR_SLOTS][LOG_STR_BYTES_MAX];
+    static _Thread_local char ring[MS_LOG_STR_SLOTS][MS_LOG_VALUE_BYTES_MAX];
     static _Thread_local unsigned next;
-    char *out = ring[next++ % LOG_STR_SLOTS];
+    char *out = ring[next++ % MS_LOG_STR_SLOTS];
     size_t n = 0;
     bool plain = s && *s;
     if (!s) s = "";
     for (const unsigned char *p = (const unsigned char *)s; *p && plain; p++)
         if (*p <= 0x20 || *p == 0x7f || *p == '"' || *p == '=' || *p == '\\') plain = false;
     if (plain) {
-        snprintf(out, LOG_STR_BYTES_MAX, "%s", s);
+        snprintf(out, MS_LOG_VALUE_BYTES_MAX, "%s", s);
         return out;
     }
     out[n++] = '"';
     for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        log_put(out, LOG_STR_BYTES_MAX - 1, &n, *p, true);
+        log_put(out, MS_LOG_VALUE_BYTES_MAX - 1, &n, *p, true);
     out[n++] = '"';
     out[n] = '\0';
     return out;

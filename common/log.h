@@ -23,11 +23,9 @@ void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(p
 
 /* s as one key=value value (logfmt style): unchanged when it is plain text, else inside
  * double quotes with '"' and '\\' and control characters escaped; "" for NULL. The text
- * lives in a small per-thread ring of buffers (LOG_STR_SLOTS of LOG_STR_BYTES_MAX, longer
- * values are cut): use it only as an argument of one log call, at most LOG_STR_SLOTS per
- * call. */
-#define LOG_STR_SLOTS 8
-#define LOG_STR_BYTES_MAX 1024
+ * lives in a small per-thread ring of buffers (MS_LOG_STR_SLOTS of MS_LOG_VALUE_BYTES_MAX,
+ * longer values are cut): use it only as an argument of one log call, at most
+ * MS_LOG_STR_SLOTS per call. */
 const char *log_str(const char *s);
 
 #define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)

@@ -329,7 +329,7 @@ static void log_one_line(void) {
     char *big = malloc(5000);
     memset(big, 'q', 4999);
     big[4999] = '\0';
-    CHECK(strlen(log_str(big)) < LOG_STR_BYTES_MAX);
+    CHECK(strlen(log_str(big)) < MS_LOG_VALUE_BYTES_MAX);
     free(big);
 }
 
