@@ -375,11 +375,12 @@ bool bsonx_truthy(const bson_iter_t *it) {
 
 /* ---- depth and validation ------------------------------------------------------------- */
 
-/* Depth of the elements under it, counting the level it is on as `level`. Stops
- * descending past `cap`, so a depth bomb costs at most cap stack frames: that is what
- * keeps raw network input from exhausting the stack before libbson's own (unbounded)
- * recursive validation runs. Malformed structure simply ends the walk; validation then
- * reports it. */
+/* Depth of the elements under it, counting the level it is on as `level`. An empty
+ * embedded document or array adds no level (MongoDB's validateDepth: "Empty subdocuments
+ * do not count toward the depth of a document"). Stops descending past `cap`, so a depth
+ * bomb costs at most cap stack frames: that is what keeps raw network input from
+ * exhausting the stack before libbson's own (unbounded) recursive validation runs.
+ * Malformed structure simply ends the walk; validation then reports it. */
 static int depth_walk(bson_iter_t *it, int level, int cap) {
     int max = level;
     while (bson_iter_next(it)) {
@@ -395,6 +396,10 @@ static int depth_walk(bson_iter_t *it, int level, int cap) {
             has_child = scope && bson_iter_init_from_data(&child, scope, scope_len);
         }
         if (!has_child) continue;
+        {
+            bson_iter_t probe = child;
+            if (!bson_iter_next(&probe)) continue;   /* empty: no level */
+        }
         if (level + 1 > cap) return cap + 1;
         int d = depth_walk(&child, level + 1, cap);
         if (d > max) max = d;
@@ -403,12 +408,12 @@ static int depth_walk(bson_iter_t *it, int level, int cap) {
     return max;
 }
 
-/* Depths beyond MS_DOC_DEPTH_MAX are reported as MS_DOC_DEPTH_MAX + 1 ("too deep"):
+/* Depths beyond MS_MSG_DEPTH_MAX are reported as MS_MSG_DEPTH_MAX + 1 ("too deep"):
  * the walk stops there so that its own recursion stays bounded. */
 int bsonx_depth(const bson_t *doc) {
     bson_iter_t it;
     if (!bson_iter_init(&it, doc)) return 0;
-    return depth_walk(&it, 1, MS_DOC_DEPTH_MAX);
+    return depth_walk(&it, 1, MS_MSG_DEPTH_MAX);
 }
 
 /* UTF-8 of every key and text value. bson_validate(BSON_VALIDATE_UTF8) in libbson 1.23
@@ -443,14 +448,15 @@ static bool utf8_walk(bson_iter_t *it, int level) {
             uint32_t scope_len;
             const uint8_t *scope;
             s = bson_iter_codewscope(it, &n, &scope_len, &scope);
-            if (level < MS_DOC_DEPTH_MAX && bson_iter_init_from_data(&child, scope, scope_len) &&
+            if (level < MS_MSG_DEPTH_MAX + 1 &&
+                bson_iter_init_from_data(&child, scope, scope_len) &&
                 !utf8_walk(&child, level + 1))
                 return false;
             break;
         }
         case BSON_TYPE_DOCUMENT:
         case BSON_TYPE_ARRAY:
-            if (level < MS_DOC_DEPTH_MAX && bson_iter_recurse(it, &child) &&
+            if (level < MS_MSG_DEPTH_MAX + 1 && bson_iter_recurse(it, &child) &&
                 !utf8_walk(&child, level + 1))
                 return false;
             break;
@@ -470,10 +476,12 @@ int bsonx_view(const uint8_t *data, size_t len, bson_t *out, ms_error_t *err) {
         return err_set(err, MS_ERR_INVALID_BSON,
                        "invalid BSON: declared length or terminator does not match %zu bytes",
                        len);
-    /* Bound nesting before libbson validates (its validator recurses without a limit). */
-    if (bsonx_depth(out) > MS_DOC_DEPTH_MAX)
+    /* Bound nesting before libbson validates (its validator recurses without a limit).
+     * A message may be deeper than a stored document by its envelope (MS_MSG_DEPTH_MAX),
+     * so whatever was stored can be carried in a reply. */
+    if (bsonx_depth(out) > MS_MSG_DEPTH_MAX)
         return err_set(err, MS_ERR_OVERFLOW,
-                       "BSONObj exceeds maximum nested object depth: %d", MS_DOC_DEPTH_MAX);
+                       "BSONObj exceeds maximum nested object depth: %d", MS_MSG_DEPTH_MAX);
     if (!bson_validate_with_error(out, BSON_VALIDATE_UTF8 | BSON_VALIDATE_UTF8_ALLOW_NULL,
                                   &berr))
         return err_set(err, MS_ERR_INVALID_BSON, "invalid BSON: %s", berr.message);
@@ -510,7 +518,8 @@ int bsonx_check_storable(const bson_t *doc, ms_error_t *err) {
                        "object to insert too large. size in bytes: %u, max size: %d", doc->len,
                        MS_DOC_BYTES_MAX);
     if (bsonx_depth(doc) > MS_DOC_DEPTH_MAX)
-        return err_set(err, MS_ERR_OVERFLOW, "Document exceeds maximum nesting depth of %d",
+        return err_set(err, MS_ERR_OVERFLOW,
+                       "cannot insert document because it exceeds %d levels of nesting",
                        MS_DOC_DEPTH_MAX);
     if (!bson_iter_init(&it, doc)) return err_set(err, MS_ERR_INVALID_BSON, "invalid BSON");
     int rc = check_names(&it, 1, err);

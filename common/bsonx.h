@@ -54,16 +54,19 @@ bool bsonx_as_double(const bson_iter_t *it, double *out);
 /* Truthiness as MongoDB reads flags: bool, numbers != 0, anything else present = true. */
 bool bsonx_truthy(const bson_iter_t *it);
 
-/* Validates raw bytes as one BSON document: length, structure, UTF-8, nesting depth
- * <= MS_DOC_DEPTH_MAX. On success *out is a read-only view into data (no copy). */
+/* Validates raw bytes as one BSON document (a message): length, structure, UTF-8,
+ * nesting depth <= MS_MSG_DEPTH_MAX. On success *out is a read-only view into data. */
 int bsonx_view(const uint8_t *data, size_t len, bson_t *out, ms_error_t *err);
 
-/* Checks a document a user wants to store: size <= MS_DOC_BYTES_MAX, depth, no field
+/* Checks a document a user wants to store: size <= MS_DOC_BYTES_MAX, depth <=
+ * MS_DOC_DEPTH_MAX (Overflow, as MongoDB's insert and update answer), no field
  * name starting with '$' or empty at any level (DollarPrefixedFieldName, EmptyFieldName),
  * `_id` not an array / regex / undefined (InvalidIdField). */
 int bsonx_check_storable(const bson_t *doc, ms_error_t *err);
 
-/* Nesting depth of a document (a flat document is 1). */
+/* Nesting depth of a document as MongoDB counts it: a flat document is 1, an empty
+ * embedded document or array adds nothing. Values past MS_MSG_DEPTH_MAX read as
+ * MS_MSG_DEPTH_MAX + 1. */
 int bsonx_depth(const bson_t *doc);
 
 /* Relaxed extended JSON on one line; caller frees with bson_free. */

@@ -23,6 +23,7 @@
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "common/opctx.h"
+#include "common/validate.h"
 
 /* A command at least this slow is logged at info, like mongod's slowms default. */
 #define CMD_SLOW_MS 100
@@ -131,6 +132,31 @@ static int cmd_check_fields(const cmd_ctx_t *ctx, ms_error_t *err) {
             continue;
         }
         if ((rc = cmd_check_type(spec->name, f->name, &it, f->types, err))) return rc;
+        if (f->check && bsonx_is_number(&it) && (rc = val_num_field(&it, f->name, f->check, err)))
+            return rc;
+    }
+    return 0;
+}
+
+/* The names a row's flags point at (common/validate.h), after $db itself was checked.
+ * Values of the wrong type were refused by the type checks already, or are left to the
+ * handler when the row lists no type. */
+static int cmd_check_names(const cmd_ctx_t *ctx, ms_error_t *err) {
+    unsigned fl = ctx->spec->flags;
+    bool write = (fl & CMD_WRITE) != 0;
+    const char *s;
+    uint32_t len = 0;
+    bson_iter_t it;
+    if ((fl & (CMD_NS_ARG | CMD_DB_ARG | CMD_FULL_NS_ARG)) && BSON_ITER_HOLDS_UTF8(&ctx->arg)) {
+        s = bson_iter_utf8(&ctx->arg, &len);
+        if (fl & CMD_NS_ARG) return val_coll_name(ctx->db, s, len, write, err);
+        if (fl & CMD_DB_ARG) return val_db_name(s, len, err);
+        return val_full_ns(s, len, write, err);
+    }
+    if ((fl & CMD_NS_FIELD) && bson_iter_init_find(&it, ctx->req, "collection") &&
+        BSON_ITER_HOLDS_UTF8(&it)) {
+        s = bson_iter_utf8(&it, &len);
+        return val_coll_name(ctx->db, s, len, false, err);
     }
     return 0;
 }
@@ -206,7 +232,7 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
         atomic_fetch_add(&s->rejected, 1);
         if (bson_iter_init(&f, &req) && bson_iter_next(&f))
             cmd_printable(shown, sizeof shown, bson_iter_key(&f));
-        log_warn("command refused cmd=%s code=%d", shown,
+        log_warn("command refused cmd=%s code=%d", log_str(shown),
                  bson_iter_init_find(&it, reply, "code") ? (int)bson_iter_as_int64(&it) : 0);
         goto done;
     }
@@ -229,8 +255,15 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
             rc = cmd_check_type(ctx.name, "$db", &it, CT_STR, &err);
             goto out;
         }
-        ctx.db = bson_iter_utf8(&it, NULL);
+        uint32_t dblen = 0;
+        ctx.db = bson_iter_utf8(&it, &dblen);
+        /* The length, not strlen: "admin\0x" must not become "admin". */
+        if ((rc = val_db_name(ctx.db, dblen, &err)) != 0) {
+            ctx.db = "admin";
+            goto out;
+        }
     }
+    if ((rc = cmd_check_names(&ctx, &err)) != 0) goto out;
     /* maxTimeMS is a generic field of every command, as in MongoDB: it bounds the
      * whole operation from here on (op_check in long loops, deadlines of peer calls). */
     if (bson_iter_init_find(&it, &req, "maxTimeMS")) {
@@ -267,13 +300,13 @@ out:
         if (!bson_empty(&ctx.err_info)) bson_concat(reply, &ctx.err_info);
         if (ctr) atomic_fetch_add(&ctr->failed, 1);
         else atomic_fetch_add(&s->rejected, 1);
-        log_warn("command failed cmd=%s code=%d codeName=%s ms=%lld errmsg=\"%s\"", shown,
-                 err.code, err_code_name(err.code), ms, err.msg);
+        log_warn("command failed cmd=%s code=%d codeName=%s ms=%lld errmsg=%s", log_str(shown),
+                 err.code, err_code_name(err.code), ms, log_str(err.msg));
     } else if (!(ctx.spec->flags & CMD_NO_LOG)) {
         if (ms >= CMD_SLOW_MS)
-            log_info("slow command cmd=%s db=%s ms=%lld", ctx.name, ctx.db, ms);
+            log_info("slow command cmd=%s db=%s ms=%lld", ctx.name, log_str(ctx.db), ms);
         else
-            log_debug("command cmd=%s db=%s ms=%lld", ctx.name, ctx.db, ms);
+            log_debug("command cmd=%s db=%s ms=%lld", ctx.name, log_str(ctx.db), ms);
     }
 done:
     bson_destroy(&ctx.err_info);

@@ -8,7 +8,9 @@
  * the command's value and of every listed field (TypeMismatch; FailedToParse when a
  * required field is missing). Then the handler fills the reply; dispatch adds `ok: 1`,
  * or turns its error into {ok: 0, code, codeName, errmsg} plus any fields the handler
- * put in ctx->err_info. Every error reply is logged with the command name.
+ * put in ctx->err_info. Names ($db, and the collection or namespace a row's flags point
+ * at) and numeric fields with a `check` follow common/validate.h, so every daemon applies
+ * MongoDB's rules and codes the same way. Every error reply is logged with the command name.
  *
  * The common commands every daemon serves (hello/isMaster, ping, serverStatus,
  * buildInfo, listCommands, configureFailPoint and waitForFailPoint) live in
@@ -50,6 +52,12 @@ enum cmd_flags {
     CMD_INTERNAL = 1u << 1,  /* sent by peers only; a router refuses it from clients */
     CMD_TEST = 1u << 2,      /* exists only with --enable-test-commands */
     CMD_NO_LOG = 1u << 3,    /* too chatty to log at info (ping, hello) */
+    /* Names dispatch validates (common/validate.h) before the handler runs; with CMD_WRITE
+     * the collection must also be one a client may write or create (no system.*). */
+    CMD_NS_ARG = 1u << 4,      /* the command's value is a collection name in $db */
+    CMD_DB_ARG = 1u << 5,      /* the command's value is a database name (enableSharding) */
+    CMD_FULL_NS_ARG = 1u << 6, /* the command's value is "db.collection" (shardCollection) */
+    CMD_NS_FIELD = 1u << 7,    /* the `collection` field is a collection name in $db (getMore) */
 };
 
 #define CMD_FIELDS_MAX 16
@@ -58,6 +66,7 @@ typedef struct cmd_field {
     const char *name;   /* NULL ends the list */
     uint32_t types;     /* allowed CT_* mask */
     bool required;
+    int check;          /* enum val_num_check (common/validate.h) for numbers; 0 = none */
 } cmd_field_t;
 
 struct cmd_ctx;

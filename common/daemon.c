@@ -69,8 +69,8 @@ int daemon_start(daemon_t *d, const cmd_server_opts_t *opts, ms_error_t *err) {
     o.enable_test_commands = d->test_commands;
     int rc = cmd_server_start(&o, &d->srv, err);
     if (rc)
-        log_error("startup failed step=listen url=%s code=%d errmsg=\"%s\"", d->url,
-                  err ? err->code : rc, err ? err->msg : "");
+        log_error("startup failed step=listen url=%s code=%d errmsg=%s", log_str(d->url),
+                  err ? err->code : rc, log_str(err ? err->msg : ""));
     return rc;
 }
 
@@ -83,8 +83,8 @@ void daemon_ready(const daemon_t *d, const char *key, const char *value) {
 }
 
 int daemon_fail(const char *step, const ms_error_t *err) {
-    log_error("startup failed step=%s code=%d errmsg=\"%s\"", step, err ? err->code : 0,
-              err ? err->msg : "");
+    log_error("startup failed step=%s code=%d errmsg=%s", step, err ? err->code : 0,
+              log_str(err ? err->msg : ""));
     return 1;
 }
 

@@ -61,7 +61,7 @@ int err_from_sqlite(ms_error_t *err, int rc, const char *what, void *db) {
     case SQLITE_CONSTRAINT: code = MS_ERR_DUPLICATE_KEY; break;
     default: break;
     }
-    log_error("sqlite error op=%s rc=%d text=\"%s\"", what, rc, text);
+    log_error("sqlite error op=%s rc=%d text=%s", log_str(what), rc, log_str(text));
     return err_set(err, code, "%s: sqlite: %s", what, text);
 }
 

@@ -87,7 +87,8 @@
     X(OBJECT_IS_BUSY, 314, "ObjectIsBusy")                          \
     X(BSON_OBJECT_TOO_LARGE, 10334, "BSONObjectTooLarge")           \
     X(DUPLICATE_KEY, 11000, "DuplicateKey")                         \
-    X(STALE_CONFIG, 13388, "StaleConfig")
+    X(STALE_CONFIG, 13388, "StaleConfig")                           \
+    X(IDL_VALUE_TOO_LOW, 51024, "Location51024")
 
 enum ms_err {
     MS_OK = 0,

@@ -51,8 +51,8 @@ enum {
 #define KEYS_EXP_BIAS 0x8000
 
 /* Nesting bound for encode / decode / hash recursion. Documents that passed
- * bsonx_view are at most MS_DOC_DEPTH_MAX deep, so a value inside one is shallower. */
-#define KEYS_DEPTH_MAX MS_DOC_DEPTH_MAX
+ * bsonx_view are at most MS_MSG_DEPTH_MAX deep, so a value inside one is shallower. */
+#define KEYS_DEPTH_MAX MS_MSG_DEPTH_MAX
 
 /* The byte that stands for a canonical rank inside documents (the first type byte of
  * that rank), so element order is rank, then field name, then value. */

@@ -21,7 +21,10 @@
  * one makes NNG drop the connection (the caller sees a timeout), which bounds memory. */
 #define MS_TRANSPORT_BYTES_MAX (2 * MS_MSG_BYTES_MAX)
 
-/* Nesting depth of a stored document: MongoDB's BSONDepth::kDefaultMaxAllowableDepth. */
+/* Nesting depth of a stored document, counted as MongoDB counts it (the document itself
+ * is level 1; each non-empty embedded document or array adds one; empty ones add none).
+ * 100 is MongoDB's documented limit (its server lets a user document reach its
+ * getMaxDepthForUserStorage()). */
 #define MS_DOC_DEPTH_MAX 100
 
 /* Operations in one insert/update/delete command: MongoDB's maxWriteBatchSize. */
@@ -119,5 +122,18 @@
 #define MS_CFG_CURSORS_PER_CONN_MAX 500
 #define MS_ROUTER_CFG_CURSORS_MAX 400
 #define MS_ROUTER_CFG_CURSORS_PER_CONN_MAX 100
+
+/* ---- names, numbers, depth and logs (issue 10 items 6-8: common/validate.c, log.c) ---- */
+
+/* Nesting depth of any message (request or reply): the stored-document limit plus the
+ * envelope that carries such a document ({cursor: {firstBatch: [doc]}}, {updates: [{u:
+ * {$set: {a: doc}}}]}, ...). 20 is MongoDB's BSONDepth::kExtraSystemDepthLevels, the margin
+ * its hard limit keeps above the storage limit, so what was stored can always be read back. */
+#define MS_MSG_DEPTH_MAX (MS_DOC_DEPTH_MAX + 20)
+
+/* log_str(): per-thread buffers (values in one log call) and bytes of one logged value;
+ * a longer value is cut, the line stays one line. */
+#define MS_LOG_STR_SLOTS 8
+#define MS_LOG_VALUE_BYTES_MAX 1024
 
 #endif

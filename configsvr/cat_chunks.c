@@ -127,7 +127,7 @@ out:
 void cat_tiling_assert_locked(cat_t *c, const char *ns) {
     ms_error_t e = {0};
     int rc = cat_tiling_check_locked(c, ns, &e);
-    if (rc) log_error("tiling invariant broken ns=%s err=\"%s\"", ns, e.msg);
+    if (rc) log_error("tiling invariant broken ns=%s err=%s", log_str(ns), log_str(e.msg));
     ASSERT(rc == 0);
 }
 
@@ -463,7 +463,7 @@ int cat_chunk_split(cat_t *c, const char *ns, const bson_t *min, const bson_t *m
     }
     pthread_mutex_unlock(&c->mu);
     if (rc == 0) {
-        log_info("chunk split ns=%s pieces=%d", ns, n + 1);
+        log_info("chunk split ns=%s pieces=%d", log_str(ns), n + 1);
         if (info) bson_concat(info, &tmp);
     }
     bson_destroy(&tmp);
@@ -624,7 +624,7 @@ int cat_chunk_merge(cat_t *c, const char *ns, const bson_t *min, const bson_t *m
     }
     pthread_mutex_unlock(&c->mu);
     if (rc == 0) {
-        log_info("chunks merged ns=%s", ns);
+        log_info("chunks merged ns=%s", log_str(ns));
         if (info) bson_concat(info, &tmp);
     }
     bson_destroy(&tmp);

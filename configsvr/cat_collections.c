@@ -229,7 +229,7 @@ int cat_coll_create(cat_t *c, const cat_coll_t *coll, const cat_chunk_plan_t *pl
         if (rc) cat_sql_exec(c, "ROLLBACK", NULL);
     }
     pthread_mutex_unlock(&c->mu);
-    if (rc == 0) log_info("collection sharded ns=%s chunks=%d", coll->ns, n);
+    if (rc == 0) log_info("collection sharded ns=%s chunks=%d", log_str(coll->ns), n);
 out:
     if (encs)
         for (int i = 0; i < 2 * n; i++) buf_free(&encs[i]);

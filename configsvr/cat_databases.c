@@ -118,7 +118,7 @@ static int db_ensure_locked(cat_t *c, const char *db, const char *primary, bool 
         bson_append_document_end(out, &v);
     }
     *created = true;
-    log_info("database created db=%s primary=%s", db, chosen);
+    log_info("database created db=%s primary=%s", log_str(db), log_str(chosen));
     return 0;
 }
 

@@ -84,6 +84,7 @@ void cfg_flush_shard(cfg_t *cfg, const char *shard, const char *ns) {
     BSON_APPEND_UTF8(&cmd, "$db", "admin");
     int rc = cfg_shard_command(cfg, shard, &cmd, CFG_SHARD_CMD_TIMEOUT_MS, &reply, &e);
     if (rc == 0) bson_destroy(&reply);
-    else log_warn("flush routing cache failed shard=%s ns=%s code=%d errmsg=\"%s\"", shard, ns, rc, e.msg);
+    else log_warn("flush routing cache failed shard=%s ns=%s code=%d errmsg=%s", log_str(shard),
+                  log_str(ns), rc, log_str(e.msg));
     bson_destroy(&cmd);
 }

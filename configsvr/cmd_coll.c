@@ -314,8 +314,8 @@ int cfg_cmd_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     /* Committed, not yet answered nor flushed: a retry finds it sharded with the same key. */
     rc = fp_eval(CFG_FP_SHARD_COLL_AFTER_COMMIT, err);
     if (rc) goto out;
-    log_info("shardCollection ns=%s key=%s chunks=%d docs=%lld", ns,
-             p.fields[0], nchunks, (long long)ndocs);
+    log_info("shardCollection ns=%s key=%s chunks=%d docs=%lld", log_str(ns),
+             log_str(p.fields[0]), nchunks, (long long)ndocs);
     BSON_APPEND_UTF8(reply, "collectionsharded", ns);
     bson_append_binary(reply, "collectionUUID", -1, BSON_SUBTYPE_UUID, coll.uuid, 16);
     cfg_ddl_unlock(&g);

@@ -221,7 +221,7 @@ static void cursors_reap(cfg_cursors_t *cs) {
     pthread_mutex_unlock(&cs->mu);
     for (cfg_cursor_t *k = dead, *n; k; k = n) {
         n = k->next;
-        log_info("cursor timed out id=%lld ns=%s", (long long)k->id, k->ns);
+        log_info("cursor timed out id=%lld ns=%s", (long long)k->id, log_str(k->ns));
         cursor_free(k);
     }
 }
@@ -382,7 +382,8 @@ int cfg_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (k && k->busy) rc = err_set(err, MS_ERR_CURSOR_IN_USE, "cursor id %lld is in use", (long long)id);
     else if (k && strcmp(k->ns, ns) != 0)
         rc = err_set(err, MS_ERR_UNAUTHORIZED,
-                     "requested getMore on namespace '%s', but cursor belongs to '%s'", ns, k->ns);
+                     "Requested getMore on namespace '%s', but cursor belongs to a different "
+                     "namespace %s", ns, k->ns);
     else if (k) k->busy = true;
     pthread_mutex_unlock(&cs->mu);
     if (!k) return err_set(err, MS_ERR_CURSOR_NOT_FOUND, "cursor id %lld not found", (long long)id);
@@ -567,7 +568,8 @@ int cfg_cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
             BSON_APPEND_UTF8(&d, "codeName", err_code_name(orc));
             BSON_APPEND_UTF8(&d, "errmsg", e.msg);
             bson_append_document_end(&errors, &d);
-            log_warn("config.settings update refused index=%d code=%d errmsg=\"%s\"", idx, orc, e.msg);
+            log_warn("config.settings update refused index=%d code=%d errmsg=%s", idx, orc,
+                     log_str(e.msg));
         }
         idx++;
         if (orc && ordered) break;

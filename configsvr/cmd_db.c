@@ -135,7 +135,7 @@ int cfg_cmd_drop_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (rc == 0) {
         BSON_APPEND_UTF8(reply, "ns", ns);
         BSON_APPEND_BOOL(reply, "sharded", existed);
-        log_info("collection dropped ns=%s sharded=%d", ns, existed);
+        log_info("collection dropped ns=%s sharded=%d", log_str(ns), existed);
     }
     return rc;
 }

@@ -144,7 +144,7 @@ int cfg_cmd_add_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     /* Step 3: the catalog row (one transaction, duplicates re-checked). */
     rc = cat_shard_insert(cfg->cat, name, url, err);
     if (rc) goto out;
-    log_info("shard added name=%s host=%s", name, url);
+    log_info("shard added name=%s host=%s", log_str(name), log_str(url));
     BSON_APPEND_UTF8(reply, "shardAdded", name);
 out:
     cfg_ddl_unlock(&g);

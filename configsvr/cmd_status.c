@@ -15,7 +15,7 @@ void cfg_status(void *app, bson_t *reply) {
     ms_error_t e = {0};
     bson_t s;
     if (cat_counts(cfg->cat, &shards, &dbs, &colls, &chunks, &e) != 0) {
-        log_warn("serverStatus sharding counts failed errmsg=\"%s\"", e.msg);
+        log_warn("serverStatus sharding counts failed errmsg=%s", log_str(e.msg));
         return;
     }
     BSON_APPEND_DOCUMENT_BEGIN(reply, "sharding", &s);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/failpoint.h"
+#include "common/validate.h"
 #include "configsvr/configsvr.h"
 
 void cfg_register_failpoints(void) {
@@ -54,53 +55,61 @@ const cmd_spec_t cfg_cmd_table[] = {
      .help = "drain then remove a shard: state started / ongoing (remaining) / completed"},
 
     /* databases and collections (cmd_db.c, cmd_coll.c) */
-    {.name = "enableSharding", .handler = cfg_cmd_enable_sharding, .flags = CMD_WRITE,
+    {.name = "enableSharding", .handler = cfg_cmd_enable_sharding, .flags = CMD_WRITE | CMD_DB_ARG,
      .arg_types = CT_STR, .fields = {{"primaryShard", CT_STR, false}},
      .help = "create a database entry with a primary shard (optional primaryShard)"},
     {.name = "_configsvrCreateDatabase", .handler = cfg_cmd_create_database,
-     .flags = CMD_WRITE | CMD_INTERNAL, .arg_types = CT_STR,
+     .flags = CMD_WRITE | CMD_INTERNAL | CMD_DB_ARG, .arg_types = CT_STR,
      .fields = {{"name", CT_STR, false}, {"primaryShard", CT_STR, false}},
      .help = "router: create a database on first write; reply {primary, version}"},
     {.name = "_configsvrDropDatabase", .handler = cfg_cmd_drop_database,
      .flags = CMD_WRITE | CMD_INTERNAL, .arg_types = CT_STR,
      .help = "router: drop a database on every shard and from the catalog"},
     {.name = "_configsvrDropCollection", .handler = cfg_cmd_drop_collection,
-     .flags = CMD_WRITE | CMD_INTERNAL, .arg_types = CT_STR,
+     .flags = CMD_WRITE | CMD_INTERNAL | CMD_FULL_NS_ARG, .arg_types = CT_STR,
      .help = "router: drop a collection on every shard, then its metadata"},
-    {.name = "shardCollection", .handler = cfg_cmd_shard_collection, .flags = CMD_WRITE,
+    {.name = "shardCollection", .handler = cfg_cmd_shard_collection,
+     .flags = CMD_WRITE | CMD_FULL_NS_ARG,
      .arg_types = CT_STR,
      .fields = {{"key", CT_DOC, true}, {"unique", CT_FLAG, false}, {"numInitialChunks", CT_NUM, false},
                 {"collation", CT_DOC, false}},
      .help = "shard a collection by a ranged, hashed or compound key"},
-    {.name = "getRoutingTable", .handler = cfg_cmd_get_routing_table, .flags = CMD_NO_LOG,
+    {.name = "getRoutingTable", .handler = cfg_cmd_get_routing_table,
+     .flags = CMD_NO_LOG | CMD_FULL_NS_ARG,
      .arg_types = CT_STR, .fields = {{"sinceVersion", CT_DOC, false}},
      .help = "chunk table of a collection, full or since a version (shardd/shardver.h)"},
 
     /* chunks (cmd_chunks.c) */
-    {.name = "split", .handler = cfg_cmd_split, .flags = CMD_WRITE, .arg_types = CT_STR,
+    {.name = "split", .handler = cfg_cmd_split, .flags = CMD_WRITE | CMD_FULL_NS_ARG,
+     .arg_types = CT_STR,
      .fields = {{"middle", CT_DOC, false}, {"find", CT_DOC, false}, {"bounds", CT_ARR, false}},
      .help = "split a chunk at middle, or at the median of the chunk holding find / bounds"},
-    {.name = "mergeChunks", .handler = cfg_cmd_merge_chunks, .flags = CMD_WRITE, .arg_types = CT_STR,
+    {.name = "mergeChunks", .handler = cfg_cmd_merge_chunks, .flags = CMD_WRITE | CMD_FULL_NS_ARG,
+     .arg_types = CT_STR,
      .fields = {{"bounds", CT_ARR, true}},
      .help = "merge contiguous chunks of one shard exactly covering bounds [min, max]"},
 
     /* the config database (cmd_config.c) */
-    {.name = "find", .handler = cfg_cmd_find, .arg_types = CT_STR,
+    {.name = "find", .handler = cfg_cmd_find, .flags = CMD_NS_ARG, .arg_types = CT_STR,
      .fields = {{"filter", CT_DOC, false}, {"projection", CT_DOC, false}, {"sort", CT_DOC, false},
-                {"skip", CT_NUM, false}, {"limit", CT_NUM, false}, {"batchSize", CT_NUM, false},
-                {"singleBatch", CT_FLAG, false}},
+                {"skip", CT_NUM, false, VAL_I64_NONNEG}, {"limit", CT_NUM, false, VAL_I64_NONNEG},
+                {"batchSize", CT_NUM, false, VAL_I64_NONNEG},
+                {"ntoreturn", CT_NUM, false, VAL_I64_NONNEG}, {"singleBatch", CT_FLAG, false}},
      .help = "read config.<collection> (chunks, shards, collections, databases, settings, ...); "
              "batches of 101 docs / batchSize, then getMore"},
-    {.name = "getMore", .handler = cfg_cmd_get_more, .arg_types = CT_NUM,
-     .fields = {{"collection", CT_STR, true}, {"batchSize", CT_NUM, false}},
+    {.name = "getMore", .handler = cfg_cmd_get_more, .flags = CMD_NS_FIELD, .arg_types = CT_NUM,
+     .fields = {{"collection", CT_STR, true}, {"batchSize", CT_NUM, false, VAL_GETMORE_BATCH}},
      .help = "next batch of a cursor on a config collection"},
-    {.name = "killCursors", .handler = cfg_cmd_kill_cursors, .arg_types = CT_STR,
+    {.name = "killCursors", .handler = cfg_cmd_kill_cursors, .flags = CMD_NS_ARG,
+     .arg_types = CT_STR,
      .fields = {{"cursors", CT_ARR, true}},
      .help = "close cursors on config collections"},
-    {.name = "count", .handler = cfg_cmd_count, .arg_types = CT_STR,
-     .fields = {{"query", CT_DOC, false}, {"skip", CT_NUM, false}, {"limit", CT_NUM, false}},
+    {.name = "count", .handler = cfg_cmd_count, .flags = CMD_NS_ARG, .arg_types = CT_STR,
+     .fields = {{"query", CT_DOC, false}, {"skip", CT_NUM, false, VAL_I64_NONNEG},
+                {"limit", CT_NUM, false, VAL_I64}},
      .help = "count documents of config.<collection>"},
-    {.name = "update", .handler = cfg_cmd_update, .flags = CMD_WRITE, .arg_types = CT_STR,
+    {.name = "update", .handler = cfg_cmd_update, .flags = CMD_WRITE | CMD_NS_ARG,
+     .arg_types = CT_STR,
      .fields = {{"updates", CT_ARR, true}, {"ordered", CT_FLAG, false}},
      .help = "update config.settings (balancer, chunksize, automerge); validated"},
 

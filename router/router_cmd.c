@@ -9,6 +9,8 @@
 
 #include "router/router.h"
 
+#include "common/validate.h"
+
 /* hello as mongos answers it: the common reply plus msg: "isdbgrid", the field by which
  * drivers recognise a router (notes §8.4). */
 static int rt_hello(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
@@ -35,12 +37,15 @@ static int rt_isdbgrid(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 
 
 #define NS_ARG CT_STR
-#define CRUD(nm, fn, fl, ...) {.name = nm, .handler = fn, .flags = fl, .arg_types = NS_ARG, \
+#define CRUD(nm, fn, fl, ...) {.name = nm, .handler = fn, .flags = (fl) | CMD_NS_ARG, .arg_types = NS_ARG, \
                               .fields = {__VA_ARGS__}, .help = "routed by shard key"}
 #define CFG(nm) {.name = nm, .handler = rt_cmd_to_config, .flags = CMD_WRITE, \
                  .help = "forwarded to the config server"}
 #define CFG_RO(nm) {.name = nm, .handler = rt_cmd_to_config, \
                     .help = "forwarded to the config server"}
+/* Forwarded commands whose value is a name: checked here as on the config server. */
+#define CFG_NAMED(nm, fl) {.name = nm, .handler = rt_cmd_to_config, .flags = CMD_WRITE | (fl), \
+                           .help = "forwarded to the config server"}
 
 #define RT_HELLO_FIELDS {{"helloOk", CT_FLAG, false}, {"client", CT_DOC, false}}
 
@@ -54,14 +59,15 @@ const cmd_spec_t router_table[] = {
     {.name = "isdbgrid", .handler = rt_isdbgrid, .flags = CMD_NO_LOG,
      .help = "legacy router check: {isdbgrid: 1, hostname}"},
     CRUD("find", rt_cmd_find, 0, {"filter", CT_DOC, false}, {"sort", CT_DOC, false},
-         {"projection", CT_DOC, false}, {"skip", CT_NUM, false}, {"limit", CT_NUM, false},
-         {"batchSize", CT_NUM, false}, {"singleBatch", CT_FLAG, false}),
-    {.name = "getMore", .handler = rt_cmd_get_more, .arg_types = CT_NUM,
-     .fields = {{"collection", CT_STR, true}, {"batchSize", CT_NUM, false}},
+         {"projection", CT_DOC, false}, {"skip", CT_NUM, false, VAL_I64_NONNEG},
+         {"limit", CT_NUM, false, VAL_I64_NONNEG}, {"batchSize", CT_NUM, false, VAL_I64_NONNEG},
+         {"ntoreturn", CT_NUM, false, VAL_I64_NONNEG}, {"singleBatch", CT_FLAG, false}),
+    {.name = "getMore", .handler = rt_cmd_get_more, .flags = CMD_NS_FIELD, .arg_types = CT_NUM,
+     .fields = {{"collection", CT_STR, true}, {"batchSize", CT_NUM, false, VAL_GETMORE_BATCH}},
      .help = "next batch of a router cursor"},
     CRUD("killCursors", rt_cmd_kill_cursors, 0, {"cursors", CT_ARR, true}),
-    CRUD("count", rt_cmd_count, 0, {"query", CT_DOC, false}, {"skip", CT_NUM, false},
-         {"limit", CT_NUM, false}),
+    CRUD("count", rt_cmd_count, 0, {"query", CT_DOC, false},
+         {"skip", CT_NUM, false, VAL_I64_NONNEG}, {"limit", CT_NUM, false, VAL_I64}),
     CRUD("distinct", rt_cmd_distinct, 0, {"key", CT_STR, true}, {"query", CT_DOC, false}),
     CRUD("insert", rt_cmd_insert, CMD_WRITE, {"documents", CT_ARR, true},
          {"ordered", CT_FLAG, false}),
@@ -82,15 +88,18 @@ const cmd_spec_t router_table[] = {
     CRUD("collStats", rt_cmd_to_primary, 0, {NULL, 0, false}),
     {.name = "listCollections", .handler = rt_cmd_to_primary,
      .help = "the database's primary shard"},
-    {.name = "create", .handler = rt_cmd_to_primary, .flags = CMD_WRITE, .arg_types = CT_STR,
+    {.name = "create", .handler = rt_cmd_to_primary, .flags = CMD_WRITE | CMD_NS_ARG,
+     .arg_types = CT_STR,
      .help = "created on the database's primary shard"},
     {.name = "flushRouterConfig", .handler = rt_cmd_flush_router_config,
      .help = "forget cached routing (a namespace, a database, or everything)"},
     /* Only what the config server serves today: moveChunk/moveRange, balancerStart/Stop,
      * configureCollectionBalancing and the zone commands get their rows together with the
      * migration and balancer stage, so a client never sees a command that cannot work. */
-    CFG("addShard"), CFG("removeShard"), CFG_RO("listShards"), CFG("enableSharding"),
-    CFG("shardCollection"), CFG("split"), CFG("mergeChunks"), CFG_RO("balancerStatus"),
+    CFG("addShard"), CFG("removeShard"), CFG_RO("listShards"),
+    CFG_NAMED("enableSharding", CMD_DB_ARG), CFG_NAMED("shardCollection", CMD_FULL_NS_ARG),
+    CFG_NAMED("split", CMD_FULL_NS_ARG), CFG_NAMED("mergeChunks", CMD_FULL_NS_ARG),
+    CFG_RO("balancerStatus"),
     CFG_RO("getRoutingTable"),
 };
 const int router_table_len = (int)(sizeof router_table / sizeof router_table[0]);

@@ -260,7 +260,7 @@ static void *pinger(void *p) {
         BSON_APPEND_UTF8(&cmd, "$db", "admin");
         if (rt_config_call(r, &cmd, &rep, &e) == 0) {
             if (rt_reply_status(&rep, &e) != 0)
-                log_debug("router ping refused code=%d errmsg=\"%s\"", e.code, e.msg);
+                log_debug("router ping refused code=%d errmsg=%s", e.code, log_str(e.msg));
             bson_destroy(&rep);
         }
         bson_destroy(&cmd);

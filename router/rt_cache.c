@@ -181,7 +181,7 @@ static int refresh(router_t *r, const char *ns, const rt_table_t *seen, ms_error
     e->seq++;
     pthread_cond_broadcast(&r->cv);
     if (rc == 0 && e->table)
-        log_info("routing table refreshed ns=%s sharded=%d version=%u|%u chunks=%d ms=%lld", ns,
+        log_info("routing table refreshed ns=%s sharded=%d version=%u|%u chunks=%d ms=%lld", log_str(ns),
                  e->table->sharded, e->table->rt.coll_major, e->table->rt.coll_minor,
                  e->table->rt.nchunks, time_mono_ms() - t0);
     pthread_mutex_unlock(&r->mu);
@@ -265,7 +265,7 @@ static int create_db(router_t *r, const char *db, char *primary, size_t cap, rt_
         if (rc) err_prefix(err, "_configsvrCreateDatabase");
     }
     bson_destroy(&reply);
-    if (rc == 0) log_info("database created db=%s primary=%s", db, primary);
+    if (rc == 0) log_info("database created db=%s primary=%s", log_str(db), log_str(primary));
     return rc;
 }
 

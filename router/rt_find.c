@@ -320,7 +320,8 @@ void rt_cursors_reap(router_t *r) {
     pthread_mutex_unlock(&cs->mu);
     for (rt_cursor_t *c = dead, *n; c; c = n) {
         n = c->next;
-        log_info("cursor timed out id=%lld ns=%s.%s", (long long)c->id, c->db, c->coll);
+        log_info("cursor timed out id=%lld db=%s coll=%s", (long long)c->id, log_str(c->db),
+                 log_str(c->coll));
         cursor_free(r, c);
     }
 }
@@ -950,6 +951,18 @@ int rt_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (batch <= 0) batch = RT_GETMORE_DOCS_DEFAULT;
     rt_cursor_t *c = cursor_take(r, id);
     if (!c) return err_set(err, MS_ERR_CURSOR_NOT_FOUND, "cursor id %lld not found", (long long)id);
+    /* MongoDB's getMore: the cursor answers only on its own namespace ($db + collection;
+     * dispatch validated both names, CMD_NS_FIELD). */
+    bson_iter_t cit;
+    const char *want = cmd_field(ctx, "collection", &cit) && BSON_ITER_HOLDS_UTF8(&cit)
+                           ? bson_iter_utf8(&cit, NULL) : "";
+    if (strcmp(ctx->db, c->db) != 0 || strcmp(want, c->coll) != 0) {
+        int urc = err_set(err, MS_ERR_UNAUTHORIZED,
+                          "Requested getMore on namespace '%s.%s', but cursor belongs to a "
+                          "different namespace %s.%s", ctx->db, want, c->db, c->coll);
+        cursor_put(r, c);
+        return urc;
+    }
     bson_t cur, arr;
     bool exhausted = false;
     char ns[RT_NAME_BYTES_MAX + MS_NS_BYTES_MAX + 2];

@@ -60,7 +60,8 @@ void rt_note_stale_db(router_t *r, const char *db, const char *shard, const bson
         why = bson_iter_utf8(&it, NULL);
     atomic_fetch_add(&r->stale_db_retries, 1);
     rt_db_invalidate(r, db);
-    log_info("stale db version retry db=%s shard=%s errmsg=\"%.200s\"", db, shard, why);
+    log_info("stale db version retry db=%s shard=%s errmsg=%.200s", log_str(db), log_str(shard),
+             log_str(why));
 }
 
 void rt_note_stale(router_t *r, const char *ns, const char *shard, const bson_t *reply) {
@@ -76,8 +77,8 @@ void rt_note_stale(router_t *r, const char *ns, const char *shard, const bson_t 
     if (reply && bson_iter_init_find(&it, reply, "errmsg") && BSON_ITER_HOLDS_UTF8(&it))
         why = bson_iter_utf8(&it, NULL);
     atomic_fetch_add(&r->stale_retries, 1);
-    log_info("stale config retry ns=%s shard=%s received=%u|%u wanted=%u|%u errmsg=\"%.200s\"",
-             ns, shard, rm, rn, wm, wn, why);
+    log_info("stale config retry ns=%s shard=%s received=%u|%u wanted=%u|%u errmsg=%.200s",
+             log_str(ns), log_str(shard), rm, rn, wm, wn, log_str(why));
 }
 
 int rt_shard_call(router_t *r, const char *shard, const bson_t *cmd, bson_t *reply,

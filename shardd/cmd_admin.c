@@ -508,7 +508,7 @@ int cmd_add_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     }
     if ((rc = store_meta_put(app->st, META_IDENTITY, &ident, err)) != 0) return rc;
     shv_set_identity(app->shv, name, cfg);
-    log_info("shard identity set shard=%s config=%s", name, cfg);
+    log_info("shard identity set shard=%s config=%s", log_str(name), log_str(cfg));
     return 0;
 }
 
@@ -520,7 +520,7 @@ int shardd_load_identity(shardd_t *app, ms_error_t *err) {
     if (rc != 0) return rc;
     if (str_field(&ident, "shardName", &name) && str_field(&ident, "configsvrConnectionString", &cfg)) {
         shv_set_identity(app->shv, name, cfg);
-        log_info("shard identity loaded shard=%s config=%s", name, cfg);
+        log_info("shard identity loaded shard=%s config=%s", log_str(name), log_str(cfg));
     }
     bson_destroy(&ident);
     return 0;
@@ -618,7 +618,7 @@ int cmd_shardsvr_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err
     if ((rc = fp_eval(FP_AFTER_SHARD_COLLECTION_COMMIT, err)) != 0) return rc;
     BSON_APPEND_UTF8(reply, "collectionsharded", a.ns);
     append_uuid(reply, "collectionUUID", a.uuid_out);
-    log_info("collection sharded ns=%s", a.ns);
+    log_info("collection sharded ns=%s", log_str(a.ns));
     return 0;
 }
 

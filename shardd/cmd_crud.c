@@ -21,6 +21,7 @@
 #include "common/bsonx.h"
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "common/validate.h"
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
@@ -293,12 +294,11 @@ static int find_doc_option(const bson_iter_t *it, const char *name, bson_t *out,
 /* A find option that must be a number (non_negative: BadValue below 0). */
 static int find_num_option(const bson_iter_t *it, const char *name, bool non_negative,
                            int64_t *out, ms_error_t *err) {
-    if (!bsonx_as_int64(it, out))
+    if (!bsonx_is_number(it))
         return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field '%s' must be a number", name);
-    if (non_negative && *out < 0)
-        return err_set(err, MS_ERR_BAD_VALUE, "%s value must be non-negative, but received: %lld",
-                       name, (long long)*out);
-    return 0;
+    /* The rules dispatch applies to a find's own fields (common/validate.h), here for the
+     * find inside an explain as well. */
+    return non_negative ? val_int64_min(it, name, 0, out, err) : val_int64(it, name, out, err);
 }
 
 /* Parses a find command document (find itself, or the inner one of explain). */
@@ -311,6 +311,11 @@ static int parse_find(const bson_t *cmd, const char *db, char *ns, size_t nssz, 
     fa->batch_size = -1;
     if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it))
         return err_set(err, MS_ERR_INVALID_NAMESPACE, "find needs a collection name");
+    {   /* explain's inner find was not seen by dispatch's name check */
+        uint32_t clen = 0;
+        const char *coll = bson_iter_utf8(&it, &clen);
+        if ((rc = val_coll_name(db, coll, clen, false, err)) != 0) return rc;
+    }
     if ((size_t)snprintf(ns, nssz, "%s.%s", db, bson_iter_utf8(&it, NULL)) >= nssz)
         return err_set(err, MS_ERR_INVALID_NAMESPACE, "namespace too long");
     fa->ns = ns;
@@ -338,7 +343,7 @@ static int parse_find(const bson_t *cmd, const char *db, char *ns, size_t nssz, 
         } else if (strcmp(k, "skip") == 0) {
             if ((rc = find_num_option(&it, k, true, &fa->skip, err)) != 0) return rc;
         } else if (strcmp(k, "limit") == 0) {
-            if ((rc = find_num_option(&it, k, false, &fa->limit, err)) != 0) return rc;
+            if ((rc = find_num_option(&it, k, true, &fa->limit, err)) != 0) return rc;
         } else if (strcmp(k, "batchSize") == 0) {
             if ((rc = find_num_option(&it, k, true, &fa->batch_size, err)) != 0) return rc;
         } else if (strcmp(k, "singleBatch") == 0) {

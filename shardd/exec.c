@@ -741,7 +741,7 @@ int cursors_reap(cursors_t *cs) {
     pthread_mutex_unlock(&cs->mu);
     while (dead) {
         cursor_t *nx = dead->next;
-        log_info("cursor timed out id=%lld ns=%s", (long long)dead->id, dead->ns);
+        log_info("cursor timed out id=%lld ns=%s", (long long)dead->id, log_str(dead->ns));
         cursor_free(dead);
         dead = nx;
     }

@@ -207,8 +207,8 @@ void shv_set_identity(shv_t *s, const char *shard_name, const char *config_url) 
         d->invalidations++;
     }
     pthread_mutex_unlock(&s->mu);
-    log_info("sharding identity set shard=%s configdb=%s", shard_name ? shard_name : "",
-             config_url ? config_url : "");
+    log_info("sharding identity set shard=%s configdb=%s", log_str(shard_name ? shard_name : ""),
+             log_str(config_url ? config_url : ""));
 }
 
 void shv_identity(shv_t *s, char *name, size_t name_cap, char *url, size_t url_cap) {
@@ -263,7 +263,7 @@ void shv_invalidate(shv_t *s, const char *ns) {
     d->state = SHV_DB_UNKNOWN;
     d->invalidations++;
     pthread_mutex_unlock(&s->mu);
-    log_info("filtering metadata invalidated ns=%s", ns);
+    log_info("filtering metadata invalidated ns=%s", log_str(ns));
 }
 
 /* ---- refresh (MongoDB's onShardVersionMismatch → forceShardFilteringMetadataRefresh) ---- */
@@ -336,7 +336,7 @@ static int fetch_table(shv_t *s, const char *ns, shv_filter_t *base, shv_filter_
         bson_destroy(&reply);
         if (rc) return rc;
         if (!merge_failed) return 0;
-        log_info("incremental routing table did not apply, fetching in full ns=%s", ns);
+        log_info("incremental routing table did not apply, fetching in full ns=%s", log_str(ns));
     }
     return err_set(err, MS_ERR_INTERNAL, "routing table of %s could not be applied", ns);
 }
@@ -393,10 +393,10 @@ static int refresh_ns(shv_t *s, const char *ns, ms_error_t *err) {
                  e->snap->rt.coll_minor, e->snap->nowned, e->snap->rt.nchunks,
                  time_mono_ms() - t0);
     else if (rc == 0 && e->state == SHV_UNSHARDED)
-        log_info("filtering metadata refreshed ns=%s sharded=false", ns);
+        log_info("filtering metadata refreshed ns=%s sharded=false", log_str(ns));
     pthread_mutex_unlock(&s->mu);
-    if (rc) log_warn("filtering metadata refresh failed ns=%s code=%d err=\"%s\"", ns, rc,
-                     err ? err->msg : "");
+    if (rc) log_warn("filtering metadata refresh failed ns=%s code=%d err=%s", log_str(ns), rc,
+                     log_str(err ? err->msg : ""));
     shv_filter_release(fresh);
     shv_filter_release(base);
     return rc;
@@ -495,8 +495,8 @@ static int refresh_db(shv_t *s, const char *db, ms_error_t *err) {
     pthread_mutex_unlock(&s->mu);
     int rc = fetch_db(s, db, &found, &v, primary, sizeof primary, err);
     if (rc) {
-        log_warn("database version refresh failed db=%s code=%d err=\"%s\"", db, rc,
-                 err ? err->msg : "");
+        log_warn("database version refresh failed db=%s code=%d err=%s", log_str(db), rc,
+                 log_str(err ? err->msg : ""));
         return rc;
     }
     pthread_mutex_lock(&s->mu);
@@ -510,8 +510,8 @@ static int refresh_db(shv_t *s, const char *db, ms_error_t *err) {
     }
     s->db_refreshes++;
     pthread_mutex_unlock(&s->mu);
-    log_info("database version refreshed db=%s found=%d primary=%s lastMod=%d", db, found,
-             primary, found ? v.last_mod : 0);
+    log_info("database version refreshed db=%s found=%d primary=%s lastMod=%d", log_str(db), found,
+             log_str(primary), found ? v.last_mod : 0);
     return 0;
 }
 
@@ -563,8 +563,8 @@ static int check_db_version(shv_t *s, const char *ns, const bson_iter_t *it, bso
     pthread_mutex_lock(&s->mu);
     s->stale_db_replies++;
     pthread_mutex_unlock(&s->mu);
-    log_info("stale db version db=%s received=%d wanted=%d reason=\"%s\"", db, recv.last_mod,
-             state == SHV_DB_KNOWN ? ours.last_mod : 0, why);
+    log_info("stale db version db=%s received=%d wanted=%d reason=%s", log_str(db), recv.last_mod,
+             state == SHV_DB_KNOWN ? ours.last_mod : 0, log_str(why));
     return err_set(err, MS_ERR_STALE_DB_VERSION, "database version mismatch for %s: %s", db, why);
 }
 
@@ -641,8 +641,8 @@ int shv_check(shv_t *s, const char *ns, const bson_t *req, shv_filter_t **filter
     pthread_mutex_lock(&s->mu);
     s->stale_replies++;
     pthread_mutex_unlock(&s->mu);
-    log_info("stale config ns=%s received=%u|%u wanted=%u|%u reason=\"%s\"", ns, r.v.major, r.v.minor,
-             snap ? snap->shard_major : 0, snap ? snap->shard_minor : 0, why);
+    log_info("stale config ns=%s received=%u|%u wanted=%u|%u reason=%s", log_str(ns), r.v.major,
+             r.v.minor, snap ? snap->shard_major : 0, snap ? snap->shard_minor : 0, log_str(why));
     rc = err_set(err, MS_ERR_STALE_CONFIG, "version mismatch detected for %s: %s", ns, why);
     shv_filter_release(snap);
     return rc;

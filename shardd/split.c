@@ -366,8 +366,8 @@ static int split_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     if ((rc = range_keys(t, c, &ks, &lo, &hi, &keys, err)) != 0) goto out;
     if (keys.n < 2) goto out;
     if (buf_eq(&keys.k[0], &keys.k[keys.n - 1])) {
-        log_warn("splitVector low cardinality ns=%s: first and last keys are equal, no split "
-                 "points", a->ns);
+        log_warn("splitVector low cardinality: first and last keys are equal, no split points "
+                 "ns=%s", log_str(a->ns));
         goto out;
     }
     idx = calloc(SHARDD_SPLIT_POINTS_MAX + 1, sizeof *idx);

@@ -435,7 +435,7 @@ int store_open(const char *dir, const store_opts_t *opts, store_t **out, ms_erro
         sqlite3_finalize(s);
     }
     if ((rc = catalog_load(st, st->writer, err)) != 0) goto fail;
-    log_info("store open path=%s collections=%d sync=%s", st->path, st->ncolls,
+    log_info("store open path=%s collections=%d sync=%s", log_str(st->path), st->ncolls,
              st->sync_full ? "full" : "normal");
     *out = st;
     return 0;
@@ -509,7 +509,7 @@ static int write_txn(store_t *st, bool ddl, store_txn_fn fn, void *arg, ms_error
             /* The callback may have changed the in-memory catalog: reread what committed. */
             ms_error_t e2;
             if (catalog_load(st, t.c, &e2) != 0)
-                log_error("catalog reload failed after rollback errmsg=\"%s\"", e2.msg);
+                log_error("catalog reload failed after rollback errmsg=%s", log_str(e2.msg));
         }
     }
     pthread_rwlock_unlock(&st->cat_lock);
@@ -609,7 +609,7 @@ int store_coll_create(store_txn_t *t, const char *ns, const uint8_t *uuid, store
     }
     t->st->next_id++;
     catalog_add(t->st, c);
-    log_info("collection created ns=%s table=c%lld", ns, (long long)c->id);
+    log_info("collection created ns=%s table=c%lld", log_str(ns), (long long)c->id);
     if (created) *created = true;
     if (out) *out = c;
     return 0;
@@ -639,7 +639,7 @@ int store_coll_drop(store_txn_t *t, const char *ns_in, ms_error_t *err) {
             break;
         }
     coll_free(c);
-    log_info("collection dropped ns=%s", ns);
+    log_info("collection dropped ns=%s", log_str(ns));
     return 0;
 }
 
@@ -1375,7 +1375,8 @@ int store_index_create(store_txn_t *t, store_coll_t *c, const bson_t *user_spec,
     if ((rc = step_done(t, s, "save index", err)) != 0) goto fail;
     c->ix[c->nindexes++] = ix;
     c->gen++;
-    log_info("index created ns=%s name=%s table=i%lld", c->ns, ix->name, (long long)ix->id);
+    log_info("index created ns=%s name=%s table=i%lld", log_str(c->ns), log_str(ix->name),
+             (long long)ix->id);
     return 0;
 fail:
     index_free(ix);
@@ -1400,7 +1401,7 @@ int store_index_drop(store_txn_t *t, store_coll_t *c, const char *name, ms_error
     memmove(&c->ix[at], &c->ix[at + 1], (size_t)(c->nindexes - at - 1) * sizeof c->ix[0]);
     c->nindexes--;
     c->gen++;
-    log_info("index dropped ns=%s name=%s", c->ns, ix->name);
+    log_info("index dropped ns=%s name=%s", log_str(c->ns), log_str(ix->name));
     index_free(ix);
     return 0;
 }

@@ -66,7 +66,9 @@ def test_find_cursor_paths(t):
     docs = c.find_all("c", "app", sort={"a": 1, "b": -1}, skip=5, limit=100, batchSize=30)
     exp = sorted(range(250), key=lambda i: (i % 7, i))[5:105]
     assert ids(docs) == exp, ids(docs)[:10]
-    r = c.ok({"find": "c", "$db": "app", "limit": -3})
+    # find's limit is >= 0 (MongoDB's find IDL: 51024); singleBatch + limit replaces -3
+    c.err({"find": "c", "$db": "app", "limit": -3}, 51024)
+    r = c.ok({"find": "c", "$db": "app", "limit": 3, "singleBatch": True})
     assert len(r["cursor"]["firstBatch"]) == 3 and num(r["cursor"]["id"]) == 0
     r = c.ok({"find": "c", "$db": "app", "batchSize": 2, "singleBatch": True})
     assert len(r["cursor"]["firstBatch"]) == 2 and num(r["cursor"]["id"]) == 0
@@ -82,7 +84,7 @@ def test_find_cursor_paths(t):
     assert [num(x) for x in r["cursorsKilled"]] == [num(cid)] and [num(x) for x in r["cursorsNotFound"]] == [12345], r
     c.err({"getMore": cid, "collection": "c", "$db": "app"}, 43)
     c.err({"find": "c", "$db": "app", "filter": {"a": {"$foo": 1}}}, 2)
-    c.err({"find": "c", "$db": "app", "skip": -1}, 2)
+    c.err({"find": "c", "$db": "app", "skip": -1}, 51024)  # MongoDB find IDL: skip >= 0
     c.err({"find": "c", "$db": "app", "sort": {"a": 2}}, 2)
     # missing collection: empty result
     r = c.ok({"find": "nope", "$db": "app"})

@@ -106,11 +106,13 @@ static void test_view_depth_bomb(void) {
     bson_t v;
     ms_error_t err = {0};
     size_t len;
-    uint8_t *p = depth_bomb(MS_DOC_DEPTH_MAX - 1, &len);  /* depth exactly the limit */
+    /* depth_bomb(n) is n levels deep: its innermost document is empty and adds none. A
+     * message may be as deep as MS_MSG_DEPTH_MAX (a stored document plus its envelope). */
+    uint8_t *p = depth_bomb(MS_MSG_DEPTH_MAX, &len);  /* depth exactly the limit */
     CHECK_INT(bsonx_view(p, len, &v, &err), 0);
-    CHECK_INT(bsonx_depth(&v), MS_DOC_DEPTH_MAX);
+    CHECK_INT(bsonx_depth(&v), MS_MSG_DEPTH_MAX);
     free(p);
-    p = depth_bomb(MS_DOC_DEPTH_MAX, &len);
+    p = depth_bomb(MS_MSG_DEPTH_MAX + 1, &len);
     CHECK_INT(bsonx_view(p, len, &v, &err), MS_ERR_OVERFLOW);
     CHECK(strstr(err.msg, "depth") != NULL);
     free(p);
@@ -124,8 +126,15 @@ static void test_depth(void) {
     bson_t *b = from_json("{}");
     CHECK_INT(bsonx_depth(b), 1);
     bson_destroy(b);
+    /* Empty embedded documents and arrays add no level, as MongoDB counts. */
     b = from_json("{\"a\": 1, \"b\": {\"c\": [1, {\"d\": {}}]}, \"e\": {}}");
-    CHECK_INT(bsonx_depth(b), 5);
+    CHECK_INT(bsonx_depth(b), 4);
+    bson_destroy(b);
+    b = from_json("{\"a\": {}, \"b\": []}");
+    CHECK_INT(bsonx_depth(b), 1);
+    bson_destroy(b);
+    b = from_json("{\"a\": {\"b\": 1}}");
+    CHECK_INT(bsonx_depth(b), 2);
     bson_destroy(b);
     b = from_json("{\"c\": {\"$code\": \"x\", \"$scope\": {\"y\": {\"z\": 1}}}}");
     CHECK_INT(bsonx_depth(b), 3);
@@ -169,12 +178,18 @@ static void test_storable(void) {
     CHECK_INT(bsonx_check_storable(&big, &err), MS_ERR_BSON_OBJECT_TOO_LARGE);
     bson_destroy(&big);
     free(s);
-    /* Too deep. */
+    /* Too deep: one level past the limit; the limit itself passes the depth check (and
+     * then fails on the bomb's empty field names). */
     size_t len;
-    uint8_t *p = depth_bomb(MS_DOC_DEPTH_MAX, &len);
+    uint8_t *p = depth_bomb(MS_DOC_DEPTH_MAX + 1, &len);
     bson_t deep;
     CHECK(bson_init_static(&deep, p, len));
     CHECK_INT(bsonx_check_storable(&deep, &err), MS_ERR_OVERFLOW);
+    CHECK(strstr(err.msg, "100 levels of nesting") != NULL);
+    free(p);
+    p = depth_bomb(MS_DOC_DEPTH_MAX, &len);
+    CHECK(bson_init_static(&deep, p, len));
+    CHECK_INT(bsonx_check_storable(&deep, &err), MS_ERR_EMPTY_FIELD_NAME);
     free(p);
 }
 

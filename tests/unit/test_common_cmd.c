@@ -478,10 +478,10 @@ static void cmd_garbage(void) {
         if (!has(&r, "ok", &f)) bad_replies++;
         bson_destroy(&r);
     }
-    /* 4. nesting deeper than MS_DOC_DEPTH_MAX */
+    /* 4. nesting deeper than MS_MSG_DEPTH_MAX */
     {
-        bson_t deep[MS_DOC_DEPTH_MAX + 10];
-        int d = MS_DOC_DEPTH_MAX + 9;
+        bson_t deep[MS_MSG_DEPTH_MAX + 10];
+        int d = MS_MSG_DEPTH_MAX + 9;
         bson_init(&deep[0]);
         BSON_APPEND_INT32(&deep[0], "ping", 1);
         for (int i = 1; i <= d; i++) BSON_APPEND_DOCUMENT_BEGIN(&deep[i - 1], "a", &deep[i]);
