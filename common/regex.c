@@ -1252,7 +1252,9 @@ static bool inst_consumes(const rx_t *rx, const rx_inst_t *in, uint32_t c) {
     }
 }
 
-int rx_search(const rx_t *rx, const char *subject, size_t len, bool *matched, ms_error_t *err) {
+/* The search; checks the deadline when check_deadline is set. */
+static int search(const rx_t *rx, const char *subject, size_t len, bool check_deadline,
+                  bool *matched, ms_error_t *err) {
     enum { SMALL = 256 };
     uint32_t small[4 * SMALL];
     uint32_t *mem = rx->ninst <= SMALL ? small : bson_malloc(sizeof *mem * 4 * rx->ninst);
@@ -1277,7 +1279,7 @@ int rx_search(const rx_t *rx, const char *subject, size_t len, bool *matched, ms
         }
         if (!rx->anchored || pos == 0) add_thread(&m, clist, &ncl, 0, pos, gen);
         if (m.found || pos >= len) break;
-        if (m.steps >= next_check) {
+        if (check_deadline && m.steps >= next_check) {
             if ((rc = op_check(err)) != 0) goto out;
             next_check = m.steps + MS_REGEX_STEPS_PER_CHECK;
         }
@@ -1301,4 +1303,15 @@ int rx_search(const rx_t *rx, const char *subject, size_t len, bool *matched, ms
 out:
     if (mem != small) bson_free(mem);
     return rc;
+}
+
+int rx_search(const rx_t *rx, const char *subject, size_t len, bool *matched, ms_error_t *err) {
+    return search(rx, subject, len, true, matched, err);
+}
+
+bool rx_matches(const rx_t *rx, const char *subject, size_t len) {
+    bool matched = false;
+    int rc = search(rx, subject, len, false, &matched, NULL);
+    ASSERT(rc == 0);
+    return matched;
 }

@@ -46,6 +46,10 @@ int rx_compile(const char *pattern, unsigned flags, rx_t **out, ms_error_t *err)
  * deadline has passed. Borrows both; rx is not modified, so it may be shared. */
 int rx_search(const rx_t *rx, const char *subject, size_t len, bool *matched, ms_error_t *err);
 
+/* The same answer without deadline checks, for callers that cannot report an error
+ * (its cost is still linear: at most subject bytes x program size steps). */
+bool rx_matches(const rx_t *rx, const char *subject, size_t len);
+
 /* Instructions in the compiled program (for tests and logs). */
 size_t rx_program_size(const rx_t *rx);
 
