@@ -83,7 +83,9 @@ struct rx {
     rx_range_t *ranges;
     uint32_t nranges;
     bool anchored;       /* every match starts at offset 0 */
-    int first_byte;      /* every match starts with this byte (-1: unknown) */
+    bool skip;           /* a match must start with a byte in first_set (so, not empty) */
+    int first_byte;      /* ... and when that set has one byte, it (else -1) */
+    uint8_t first_set[32];
 };
 
 /* ------------------------------------------------------------------------------------ */
@@ -1085,6 +1087,69 @@ static int32_t leading_node(const rnode_t *nodes, int32_t n) {
     return n;
 }
 
+/* The first byte of c's UTF-8 form. */
+static unsigned lead_byte(uint32_t c) {
+    return c < 0x80 ? c : c < 0x800 ? 0xC0 | (c >> 6) : c < 0x10000 ? 0xE0 | (c >> 12)
+                                                                    : 0xF0 | (c >> 18);
+}
+
+/* Which bytes can start a match: the consuming instructions reachable from pc 0 without
+ * consuming (assertions are assumed to hold: a superset is safe). If MATCH is reachable
+ * the empty string matches and no skipping is possible. Sets rx->skip and first_set. */
+static void first_bytes(rx_t *rx) {
+    uint32_t *stack = bson_malloc(sizeof *stack * rx->ninst);
+    uint8_t *seen = bson_malloc0(rx->ninst);
+    uint8_t *set = rx->first_set;
+    uint32_t top = 0, count = 0;
+    bool all = false;
+    memset(set, 0, sizeof rx->first_set);
+    stack[top++] = 0;
+    seen[0] = 1;
+    while (top > 0 && !all) {
+        uint32_t pc = stack[--top], next[2];
+        const rx_inst_t *in = &rx->prog[pc];
+        int nn = 0;
+        switch (in->op) {
+        case OP_JMP: next[nn++] = in->x; break;
+        case OP_SPLIT: next[nn++] = in->x; next[nn++] = in->y; break;
+        case OP_ASSERT: next[nn++] = pc + 1; break;
+        case OP_MATCH: case OP_ANY: all = true; break;
+        case OP_CHAR:
+            set[lead_byte(in->x) >> 3] |= (uint8_t)(1u << (lead_byte(in->x) & 7));
+            if (in->arg) {
+                unsigned o = lead_byte(rx_other_case(in->x));
+                set[o >> 3] |= (uint8_t)(1u << (o & 7));
+            }
+            break;
+        case OP_CLASS: {
+            const rx_class_t *cl = &rx->classes[in->x];
+            for (int k = 0; k < 16; k++) set[k] |= cl->ascii[k];
+            /* any non-ASCII character (or invalid byte) it may take: all high bytes */
+            if (cl->negated || (cl->n > 0 && rx->ranges[cl->first + cl->n - 1].hi >= 0x80))
+                for (int k = 16; k < 32; k++) set[k] = 0xFF;
+            break;
+        }
+        default: break;
+        }
+        for (int k = 0; k < nn; k++)
+            if (!seen[next[k]]) {
+                seen[next[k]] = 1;
+                stack[top++] = next[k];
+            }
+    }
+    rx->skip = !all;
+    rx->first_byte = -1;
+    for (int b = 0; b < 256 && rx->skip; b++)
+        if ((set[b >> 3] >> (b & 7)) & 1) {
+            count++;
+            rx->first_byte = b;
+        }
+    if (count != 1) rx->first_byte = -1;
+    if (count == 256) rx->skip = false;
+    bson_free(stack);
+    bson_free(seen);
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Public: compile                                                                       */
 
@@ -1157,12 +1222,7 @@ int rx_compile(const char *pattern, unsigned flags, rx_t **out, ms_error_t *err)
     p.ranges = NULL;
     int32_t lead = leading_node(p.nodes, root);
     rx->anchored = lead != NO_NODE && p.nodes[lead].kind == N_ASSERT && p.nodes[lead].arg == A_BOT;
-    rx->first_byte = -1;
-    if (lead != NO_NODE && p.nodes[lead].kind == N_CHAR && !p.nodes[lead].arg) {
-        uint32_t cp = p.nodes[lead].a;   /* the first byte of its UTF-8 form */
-        rx->first_byte = cp < 0x80 ? (int)cp : cp < 0x800 ? (int)(0xC0 | (cp >> 6))
-                         : cp < 0x10000 ? (int)(0xE0 | (cp >> 12)) : (int)(0xF0 | (cp >> 18));
-    }
+    first_bytes(rx);
     *out = rx;
 out:
     parser_free(&p);
@@ -1268,11 +1328,17 @@ static int search(const rx_t *rx, const char *subject, size_t len, bool check_de
     for (;;) {
         if (ncl == 0) {
             if (rx->anchored && pos > 0) break;
-            if (rx->first_byte >= 0) {   /* nothing alive: skip to where a match can start */
-                const void *hit = memchr(m.s + pos, rx->first_byte, len - pos);
-                if (!hit) break;
-                if ((size_t)((const uint8_t *)hit - m.s) != pos) {
-                    pos = (size_t)((const uint8_t *)hit - m.s);
+            if (rx->skip) {   /* nothing alive: skip to where a match can start */
+                size_t at = pos;
+                if (rx->first_byte >= 0) {
+                    const void *hit = memchr(m.s + pos, rx->first_byte, len - pos);
+                    at = hit ? (size_t)((const uint8_t *)hit - m.s) : len;
+                } else {
+                    while (at < len && !((rx->first_set[m.s[at] >> 3] >> (m.s[at] & 7)) & 1)) at++;
+                }
+                if (at >= len) break;   /* a match needs at least one more byte */
+                if (at != pos) {
+                    pos = at;
                     gen++;   /* marks made at the old position must not hide states here */
                 }
             }
