@@ -66,7 +66,8 @@ def check_all(url, served_by, procs):
     #    quickly and without memory growth
     expect_bad_value(url, {"k": {"$regex": "(a{1,700}){1,700}"}}, "too large to compile")
     for p in procs:
-        assert_rss_below(p, RSS_MB_MAX, "after (a{1,700}){1,700}")
+        mb = assert_rss_below(p, RSS_MB_MAX, "after (a{1,700}){1,700}")
+        print("  %s RSS after (a{1,700}){1,700}: %.0f MiB (bound %d)" % (p.name, mb, RSS_MB_MAX))
         assert_responsive(p, what="after (a{1,700}){1,700}")
     # the same with $options, as a BSON regex value, inside $in and under $not
     expect_bad_value(url, {"k": {"$regex": "(?:a{1,700}){1,700}", "$options": "i"}}, "too large to compile")
