@@ -136,4 +136,27 @@
 #define MS_LOG_STR_SLOTS 8
 #define MS_LOG_VALUE_BYTES_MAX 1024
 
+/* ---- regular expressions (common/regex.c) ---- */
+
+/* Pattern length in bytes: MongoDB's own cap on a regex pattern (32,764). */
+#define MS_REGEX_PATTERN_BYTES_MAX 32764
+
+/* Instructions in one compiled regex. Counted repetition is expanded ({2,5} copies its
+ * operand five times), so this is what bounds compile memory (12 bytes an instruction,
+ * 600 KB) and match cost: time is O(subject bytes x instructions), memory 16 bytes an
+ * instruction per match. 50,000 admits any pattern of MongoDB's maximum length without
+ * counted repetition; (a{1,700}){1,700} (about a million) is refused before expanding. */
+#define MS_REGEX_INSTS_MAX 50000
+
+/* Nesting depth of groups: the parser and code generator recurse once per level, so
+ * this bounds their stack use; real patterns rarely exceed a handful. */
+#define MS_REGEX_NEST_MAX 100
+
+/* Largest count in {n,m}: PCRE's syntax limit (65,535). The instruction cap is what
+ * really bounds a repetition. */
+#define MS_REGEX_REPEAT_MAX 65535
+
+/* Matching steps between two maxTimeMS checks (op_check = one clock read). */
+#define MS_REGEX_STEPS_PER_CHECK 4096
+
 #endif

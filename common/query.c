@@ -18,18 +18,20 @@
  * as it is (MongoDB's matchesSingleElement), without expanding it further.
  *
  * All comparisons use MongoDB's BSON order (bsonx_compare_values) and are type-bracketed:
- * {$gt: 5} only looks at numbers. Regular expressions use POSIX extended regexes
- * (regcomp); docs/query-language.md lists the differences from MongoDB's PCRE.
+ * {$gt: 5} only looks at numbers. Regular expressions use common/regex.c, a linear-time
+ * engine for the PCRE syntax MongoDB users write; docs/query-language.md lists what it
+ * takes and refuses. A regex that runs past the operation's maxTimeMS ends the whole
+ * evaluation with MaxTimeMSExpired (query_match_checked), never with a wrong answer.
  */
 #include "common/query.h"
 
 #include <math.h>
-#include <regex.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/bsonx.h"
 #include "common/log.h"
+#include "common/regex.h"
 
 enum qkind {
     Q_AND, Q_OR, Q_NOR, Q_NOT,                      /* logical */
@@ -40,7 +42,7 @@ enum qkind {
 
 /* One compiled regular expression with the flags it came with. */
 typedef struct qregex {
-    regex_t re;
+    rx_t *re;
     char *pattern, *options;   /* as written by the user: used to compare with stored regex values */
 } qregex_t;
 
@@ -69,6 +71,15 @@ struct query {
     qnode_t *root;       /* an AND of the top-level fields */
 };
 
+/* One evaluation of a filter against a document. The first error (a regular expression
+ * that ran past the deadline) sticks; from then on every regex answers false and the
+ * caller discards the result, so a $not around it cannot turn the error into a match. */
+typedef struct qeval {
+    bool check_deadline;   /* query_match_checked; query_match never interrupts */
+    int rc;
+    ms_error_t *err;
+} qeval_t;
+
 /* ------------------------------------------------------------------------------------ */
 /* Nodes                                                                                 */
 
@@ -81,7 +92,7 @@ static qnode_t *node_new(enum qkind kind, const char *path) {
 
 static void regex_free(qregex_t *rx) {
     if (!rx) return;
-    regfree(&rx->re);
+    rx_free(rx->re);
     bson_free(rx->pattern);
     bson_free(rx->options);
     bson_free(rx);
@@ -119,69 +130,16 @@ static void node_operand(const qnode_t *n, bson_iter_t *out) {
 /* ------------------------------------------------------------------------------------ */
 /* Regular expressions                                                                   */
 
-/* Rewrites a PCRE-style pattern into POSIX ERE where the meaning is clear: \d and \D
- * become bracket expressions, and with the x flag unescaped white space and # comments
- * are dropped. Everything else is passed through (glibc understands \w \s \b). */
-static char *regex_translate(const char *pat, bool extended) {
-    size_t n = strlen(pat);
-    char *out = bson_malloc(n * 6 + 1);   /* \D → [^0-9] is the longest growth: 2 → 6 */
-    size_t o = 0;
-    bool in_class = false;
-    for (size_t i = 0; i < n; i++) {
-        char c = pat[i];
-        if (c == '\\' && i + 1 < n) {
-            char d = pat[i + 1];
-            if (!in_class && d == 'd') { memcpy(out + o, "[0-9]", 5); o += 5; i++; continue; }
-            if (!in_class && d == 'D') { memcpy(out + o, "[^0-9]", 6); o += 6; i++; continue; }
-            out[o++] = c;
-            out[o++] = d;
-            i++;
-            continue;
-        }
-        if (in_class) {
-            if (c == ']') in_class = false;
-        } else if (c == '[') {
-            in_class = true;
-            out[o++] = c;
-            if (i + 1 < n && pat[i + 1] == '^') out[o++] = pat[++i];
-            if (i + 1 < n && pat[i + 1] == ']') out[o++] = pat[++i];   /* literal ] first */
-            continue;
-        } else if (extended && (c == ' ' || c == '\t' || c == '\n' || c == '\r')) {
-            continue;
-        } else if (extended && c == '#') {
-            while (i + 1 < n && pat[i + 1] != '\n') i++;
-            continue;
-        }
-        out[o++] = c;
-    }
-    out[o] = '\0';
-    return out;
-}
-
-/* Compiles pattern with MongoDB's option letters i m x s. */
+/* Compiles pattern with MongoDB's option letters (i m s x u). */
 static int regex_compile(const char *pattern, const char *options, qregex_t **out,
                          ms_error_t *err) {
-    int cflags = REG_EXTENDED | REG_NOSUB;
-    bool extended = false;
-    for (const char *o = options; *o; o++) {
-        switch (*o) {
-        case 'i': cflags |= REG_ICASE; break;
-        case 'm': cflags |= REG_NEWLINE; break;   /* ^ and $ at line breaks */
-        case 'x': extended = true; break;
-        case 's': break;                          /* POSIX '.' already matches a newline */
-        default:
-            return err_set(err, MS_ERR_BAD_VALUE, "invalid flag in regex options: %c", *o);
-        }
-    }
+    unsigned flags;
+    int rc = rx_parse_options(options, &flags, err);
+    if (rc) return rc;
     qregex_t *rx = bson_malloc0(sizeof *rx);
-    char *posix = regex_translate(pattern, extended);
-    int rc = regcomp(&rx->re, posix, cflags);
-    bson_free(posix);
-    if (rc != 0) {
-        char msg[128];
-        regerror(rc, &rx->re, msg, sizeof msg);
+    if ((rc = rx_compile(pattern, flags, &rx->re, err)) != 0) {
         bson_free(rx);
-        return err_set(err, MS_ERR_BAD_VALUE, "Regular expression is invalid: %s", msg);
+        return rc;
     }
     rx->pattern = bson_strdup(pattern);
     rx->options = bson_strdup(options);
@@ -189,11 +147,28 @@ static int regex_compile(const char *pattern, const char *options, qregex_t **ou
     return 0;
 }
 
+/* Tests one string; records a deadline error in ev (and answers false). */
+static bool regex_match_str(qeval_t *ev, const qregex_t *rx, const char *s, uint32_t len) {
+    bool m = false;
+    if (ev->rc) return false;
+    if (!ev->check_deadline) return rx_matches(rx->re, s, len);
+    ev->rc = rx_search(rx->re, s, len, &m, ev->err);
+    return ev->rc == 0 && m;
+}
+
 /* A regex predicate matches strings and symbols by the expression, and a stored regex
  * value when pattern and flags are the same (MongoDB's RegexMatchExpression). */
-static bool regex_match_value(const qregex_t *rx, const bson_iter_t *v) {
-    if (BSON_ITER_HOLDS_UTF8(v)) return regexec(&rx->re, bson_iter_utf8(v, NULL), 0, NULL, 0) == 0;
-    if (BSON_ITER_HOLDS_SYMBOL(v)) return regexec(&rx->re, bson_iter_symbol(v, NULL), 0, NULL, 0) == 0;
+static bool regex_match_value(qeval_t *ev, const qregex_t *rx, const bson_iter_t *v) {
+    uint32_t len;
+    const char *str;
+    if (BSON_ITER_HOLDS_UTF8(v)) {
+        str = bson_iter_utf8(v, &len);
+        return regex_match_str(ev, rx, str, len);
+    }
+    if (BSON_ITER_HOLDS_SYMBOL(v)) {
+        str = bson_iter_symbol(v, &len);
+        return regex_match_str(ev, rx, str, len);
+    }
     if (BSON_ITER_HOLDS_REGEX(v)) {
         const char *opts = NULL;
         const char *pat = bson_iter_regex(v, &opts);
@@ -235,7 +210,7 @@ static bool compare_match(enum qkind kind, const bson_iter_t *rhs, const bson_it
     }
 }
 
-static bool in_match(const qnode_t *n, const bson_iter_t *v) {
+static bool in_match(qeval_t *ev, const qnode_t *n, const bson_iter_t *v) {
     bson_iter_t list, el;
     node_operand(n, &list);
     if (!bson_iter_recurse(&list, &el)) return false;
@@ -244,7 +219,7 @@ static bool in_match(const qnode_t *n, const bson_iter_t *v) {
         if (compare_match(Q_EQ, &el, v)) return true;
     }
     for (int i = 0; v && i < n->n_in_rx; i++)
-        if (regex_match_value(n->in_rx[i], v)) return true;
+        if (regex_match_value(ev, n->in_rx[i], v)) return true;
     return false;
 }
 
@@ -265,25 +240,27 @@ static bool size_match(const qnode_t *n, const bson_iter_t *v) {
     return count == n->size;
 }
 
-static bool elem_match(const qnode_t *n, const bson_iter_t *v);
-static bool node_match_value(const qnode_t *n, const bson_iter_t *v);
+static bool elem_match(qeval_t *ev, const qnode_t *n, const bson_iter_t *v);
+static bool node_match_value(qeval_t *ev, const qnode_t *n, const bson_iter_t *v);
+static bool node_match_doc(qeval_t *ev, const qnode_t *n, const bson_t *doc);
 
 /* The predicate of a leaf on one value. */
-static bool leaf_match(const qnode_t *n, const bson_iter_t *v) {
+static bool leaf_match(qeval_t *ev, const qnode_t *n, const bson_iter_t *v) {
     bson_iter_t rhs;
+    if (ev->rc) return false;
     switch (n->kind) {
     case Q_EQ:
-        if (n->rx) return v && regex_match_value(n->rx, v);
+        if (n->rx) return v && regex_match_value(ev, n->rx, v);
         /* fall through */
     case Q_LT: case Q_LTE: case Q_GT: case Q_GTE:
         node_operand(n, &rhs);
         return compare_match(n->kind, &rhs, v);
-    case Q_IN: return in_match(n, v);
+    case Q_IN: return in_match(ev, n, v);
     case Q_EXISTS: return v != NULL;
     case Q_TYPE: return type_match(n, v);
-    case Q_REGEX: return v && regex_match_value(n->rx, v);
+    case Q_REGEX: return v && regex_match_value(ev, n->rx, v);
     case Q_SIZE: return size_match(n, v);
-    case Q_ELEM_OBJ: case Q_ELEM_VAL: return elem_match(n, v);
+    case Q_ELEM_OBJ: case Q_ELEM_VAL: return elem_match(ev, n, v);
     default: return false;   /* logical nodes are evaluated by their callers */
     }
 }
@@ -292,7 +269,7 @@ static bool leaf_match(const qnode_t *n, const bson_iter_t *v) {
  * ({$elemMatch: {b: 1}}) looks at elements that are documents (or arrays, read as
  * documents with keys "0", "1"...); the value form ({$elemMatch: {$gt: 1}}) at any
  * element. */
-static bool elem_match(const qnode_t *n, const bson_iter_t *v) {
+static bool elem_match(qeval_t *ev, const qnode_t *n, const bson_iter_t *v) {
     bson_iter_t el;
     if (!v || !BSON_ITER_HOLDS_ARRAY(v) || !bson_iter_recurse(v, &el)) return false;
     while (bson_iter_next(&el)) {
@@ -303,10 +280,11 @@ static bool elem_match(const qnode_t *n, const bson_iter_t *v) {
             bson_t sub;
             if (BSON_ITER_HOLDS_DOCUMENT(&el)) bson_iter_document(&el, &len, &data);
             else bson_iter_array(&el, &len, &data);
-            if (bson_init_static(&sub, data, len) && query_match(n->sub, &sub)) return true;
+            if (bson_init_static(&sub, data, len) && node_match_doc(ev, n->sub->root, &sub))
+                return true;
         } else {
             bool all = true;
-            for (int i = 0; all && i < n->nkids; i++) all = node_match_value(n->kids[i], &el);
+            for (int i = 0; all && i < n->nkids; i++) all = node_match_value(ev, n->kids[i], &el);
             if (all) return true;
         }
     }
@@ -315,14 +293,14 @@ static bool elem_match(const qnode_t *n, const bson_iter_t *v) {
 
 /* A node evaluated against one value, not a document: the children of an $elemMatch
  * value form. */
-static bool node_match_value(const qnode_t *n, const bson_iter_t *v) {
+static bool node_match_value(qeval_t *ev, const qnode_t *n, const bson_iter_t *v) {
     switch (n->kind) {
     case Q_AND:
         for (int i = 0; i < n->nkids; i++)
-            if (!node_match_value(n->kids[i], v)) return false;
+            if (!node_match_value(ev, n->kids[i], v)) return false;
         return true;
-    case Q_NOT: return !node_match_value(n->kids[0], v);
-    default: return leaf_match(n, v);
+    case Q_NOT: return !node_match_value(ev, n->kids[0], v);
+    default: return leaf_match(ev, n, v);
     }
 }
 
@@ -330,7 +308,8 @@ static bool node_match_value(const qnode_t *n, const bson_iter_t *v) {
 /* Paths: every value a dotted path reaches (MongoDB's BSONElementIterator)              */
 
 /* Does the leaf match at least one value reached by path in doc? */
-static bool path_visit_doc(const qnode_t *n, const bson_t *doc, const char *path, bool expand);
+static bool path_visit_doc(qeval_t *ev, const qnode_t *n, const bson_t *doc, const char *path,
+                           bool expand);
 
 /* True when the leaf tests arrays only as a whole ($size, $elemMatch). */
 static bool leaf_expands_arrays(const qnode_t *n) {
@@ -349,13 +328,14 @@ static bool path_component_index(const char *s, size_t len, uint32_t *out) {
     return true;
 }
 
-static bool path_visit_value(const qnode_t *n, const bson_iter_t *v, const char *rest, bool expand);
+static bool path_visit_value(qeval_t *ev, const qnode_t *n, const bson_iter_t *v, const char *rest,
+                             bool expand);
 
 /* The path continues (rest) below an array: a numeric first component picks that
  * element; besides, every element that is a document is searched for rest. Elements
  * that are scalars or nested arrays contribute nothing. */
-static bool path_visit_array(const qnode_t *n, const bson_iter_t *arr, const char *rest,
-                             bool expand) {
+static bool path_visit_array(qeval_t *ev, const qnode_t *n, const bson_iter_t *arr,
+                             const char *rest, bool expand) {
     bson_t a;
     bson_iter_t el;
     const char *dot = strchr(rest, '.');
@@ -366,14 +346,14 @@ static bool path_visit_array(const qnode_t *n, const bson_iter_t *arr, const cha
         char key[16];
         bson_snprintf(key, sizeof key, "%u", index);
         if (bson_iter_init_find(&el, &a, key) &&
-            path_visit_value(n, &el, dot ? dot + 1 : NULL, expand))
+            path_visit_value(ev, n, &el, dot ? dot + 1 : NULL, expand))
             return true;
     }
     if (!bson_iter_init(&el, &a)) return false;
     while (bson_iter_next(&el)) {
         bson_t sub;
         if (BSON_ITER_HOLDS_DOCUMENT(&el) && bsonx_view_container(&el, &sub) &&
-            path_visit_doc(n, &sub, rest, expand))
+            path_visit_doc(ev, n, &sub, rest, expand))
             return true;
     }
     return false;
@@ -381,57 +361,67 @@ static bool path_visit_array(const qnode_t *n, const bson_iter_t *arr, const cha
 
 /* v is the value of the path's current component; rest is what follows (NULL: v is the
  * end of the path). At the end an array is tested element by element, then whole. */
-static bool path_visit_value(const qnode_t *n, const bson_iter_t *v, const char *rest,
+static bool path_visit_value(qeval_t *ev, const qnode_t *n, const bson_iter_t *v, const char *rest,
                              bool expand) {
     if (!rest) {
         if (expand && BSON_ITER_HOLDS_ARRAY(v)) {
             bson_iter_t el;
             if (bson_iter_recurse(v, &el))
                 while (bson_iter_next(&el))
-                    if (leaf_match(n, &el)) return true;
+                    if (leaf_match(ev, n, &el)) return true;
         }
-        return leaf_match(n, v);
+        return leaf_match(ev, n, v);
     }
-    if (BSON_ITER_HOLDS_ARRAY(v)) return path_visit_array(n, v, rest, expand);
+    if (BSON_ITER_HOLDS_ARRAY(v)) return path_visit_array(ev, n, v, rest, expand);
     if (BSON_ITER_HOLDS_DOCUMENT(v)) {
         bson_t sub;
-        return bsonx_view_container(v, &sub) && path_visit_doc(n, &sub, rest, expand);
+        return bsonx_view_container(v, &sub) && path_visit_doc(ev, n, &sub, rest, expand);
     }
-    return leaf_match(n, NULL);   /* the path runs through a scalar: missing */
+    return leaf_match(ev, n, NULL);   /* the path runs through a scalar: missing */
 }
 
-static bool path_visit_doc(const qnode_t *n, const bson_t *doc, const char *path, bool expand) {
+static bool path_visit_doc(qeval_t *ev, const qnode_t *n, const bson_t *doc, const char *path,
+                           bool expand) {
     const char *dot = strchr(path, '.');
     size_t head_len = dot ? (size_t)(dot - path) : strlen(path);
     bson_iter_t it;
-    if (!bson_iter_init_find_w_len(&it, doc, path, (int)head_len)) return leaf_match(n, NULL);
-    return path_visit_value(n, &it, dot ? dot + 1 : NULL, expand);
+    if (!bson_iter_init_find_w_len(&it, doc, path, (int)head_len)) return leaf_match(ev, n, NULL);
+    return path_visit_value(ev, n, &it, dot ? dot + 1 : NULL, expand);
 }
 
 /* ------------------------------------------------------------------------------------ */
 /* Evaluation                                                                            */
 
-static bool node_match_doc(const qnode_t *n, const bson_t *doc) {
+static bool node_match_doc(qeval_t *ev, const qnode_t *n, const bson_t *doc) {
     switch (n->kind) {
     case Q_AND:
         for (int i = 0; i < n->nkids; i++)
-            if (!node_match_doc(n->kids[i], doc)) return false;
+            if (!node_match_doc(ev, n->kids[i], doc)) return false;
         return true;
     case Q_OR:
         for (int i = 0; i < n->nkids; i++)
-            if (node_match_doc(n->kids[i], doc)) return true;
+            if (node_match_doc(ev, n->kids[i], doc)) return true;
         return false;
     case Q_NOR:
         for (int i = 0; i < n->nkids; i++)
-            if (node_match_doc(n->kids[i], doc)) return false;
+            if (node_match_doc(ev, n->kids[i], doc)) return false;
         return true;
-    case Q_NOT: return !node_match_doc(n->kids[0], doc);
-    default: return path_visit_doc(n, doc, n->path, leaf_expands_arrays(n));
+    case Q_NOT: return !node_match_doc(ev, n->kids[0], doc);
+    default: return path_visit_doc(ev, n, doc, n->path, leaf_expands_arrays(n));
     }
 }
 
 bool query_match(const query_t *q, const bson_t *doc) {
-    return node_match_doc(q->root, doc);
+    qeval_t ev = {false, 0, NULL};
+    return node_match_doc(&ev, q->root, doc);
+}
+
+int query_match_checked(const query_t *q, const bson_t *doc, bool *matched, ms_error_t *err) {
+    qeval_t ev = {true, 0, err};
+    bool m = node_match_doc(&ev, q->root, doc);
+    if (ev.rc) return ev.rc;
+    *matched = m;
+    return 0;
 }
 
 bool query_is_empty(const query_t *q) {
@@ -560,7 +550,11 @@ static int make_regex(const char *path, const bson_iter_t *re, const bson_iter_t
                       qnode_t **out, ms_error_t *err) {
     const char *pat, *opts = "";
     if (BSON_ITER_HOLDS_UTF8(re)) {
-        pat = bson_iter_utf8(re, NULL);
+        uint32_t len;
+        pat = bson_iter_utf8(re, &len);
+        if (strlen(pat) != len)
+            return err_set(err, MS_ERR_BAD_VALUE,
+                           "Regular expression cannot contain an embedded null byte");
     } else if (BSON_ITER_HOLDS_REGEX(re)) {
         const char *o = NULL;
         pat = bson_iter_regex(re, &o);

@@ -21,8 +21,14 @@ typedef struct query query_t;
  * $foo", malformed operands ($in needs an array, $size a whole number, ...). */
 int query_compile(const bson_t *filter, query_t **out, ms_error_t *err);
 
-/* True when doc matches. Borrows both. MongoDB semantics incl. arrays and dotted paths. */
+/* True when doc matches. Borrows both. MongoDB semantics incl. arrays and dotted paths.
+ * Never interrupted: regular expressions run to the end (linear in the string). */
 bool query_match(const query_t *q, const bson_t *doc);
+
+/* The same for operations with a deadline: 0 with *matched set, or MaxTimeMSExpired when
+ * a regular expression ran past the operation's maxTimeMS (op_check) — then *matched is
+ * not written and the document must be treated as neither matching nor not. */
+int query_match_checked(const query_t *q, const bson_t *doc, bool *matched, ms_error_t *err);
 
 /* True for the empty filter {}: it matches everything. */
 bool query_is_empty(const query_t *q);

@@ -865,19 +865,25 @@ static int existing_array(uctx_t *c, const uitem_t *item, unode_t **out, ms_erro
     return 0;
 }
 
-static bool pull_matches(const uitem_t *item, const unode_t *e, const unode_t *value) {
-    if (!item->cond) return unode_compare(e, value) == 0;
+/* Sets *m; fails only when a regex in the condition runs past maxTimeMS. */
+static int pull_matches(const uitem_t *item, const unode_t *e, const unode_t *value, bool *m,
+                        ms_error_t *err) {
+    int rc = 0;
+    *m = false;
+    if (!item->cond) {
+        *m = unode_compare(e, value) == 0;
+        return 0;
+    }
     bson_t h = BSON_INITIALIZER;
-    bool m = false;
     if (item->cond_on_value) {
         unode_append_to(e, &h, "v");
-        m = query_match(item->cond, &h);
+        rc = query_match_checked(item->cond, &h, m, err);
     } else if (e->type == BSON_TYPE_DOCUMENT) {
         unode_children_to(e, &h);
-        m = query_match(item->cond, &h);
+        rc = query_match_checked(item->cond, &h, m, err);
     }
     bson_destroy(&h);
-    return m;
+    return rc;
 }
 
 static int apply_pull(uctx_t *c, const uitem_t *item, ms_error_t *err) {
@@ -885,10 +891,13 @@ static int apply_pull(uctx_t *c, const uitem_t *item, ms_error_t *err) {
     int rc = existing_array(c, item, &arr, err);
     if (rc || !arr) return rc;
     unode_t *value = arg_node(item);
-    for (int i = arr->n - 1; i >= 0; i--)
-        if (pull_matches(item, arr->kids[i], value)) unode_remove(arr, i);
+    for (int i = arr->n - 1; i >= 0 && rc == 0; i--) {
+        bool m;
+        rc = pull_matches(item, arr->kids[i], value, &m, err);
+        if (rc == 0 && m) unode_remove(arr, i);
+    }
     unode_free(value);
-    return 0;
+    return rc;
 }
 
 static int apply_pop(uctx_t *c, const uitem_t *item, ms_error_t *err) {

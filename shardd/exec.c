@@ -525,7 +525,14 @@ int exec_scan(store_txn_t *t, store_coll_t *c, const plan_t *p, const exec_query
             }
             pos->docs_examined++;
             if (!owned(eq, s, 2, &doc)) continue;
-            if (eq->q && !query_match(eq->q, &doc)) continue;
+            if (eq->q) {   /* a regex may run past maxTimeMS: that error ends the scan */
+                bool m;
+                if ((rc = query_match_checked(eq->q, &doc, &m, err)) != 0) {
+                    sqlite3_reset(s);
+                    return rc;
+                }
+                if (!m) continue;
+            }
             rc = fn(arg, rid, &doc, err);
             if (rc == 1) {
                 sqlite3_reset(s);

@@ -7,6 +7,8 @@
 
 #include <bson/bson.h>
 
+#include "common/log.h"
+#include "common/opctx.h"
 #include "tests/unit/t.h"
 
 typedef struct mrow {
@@ -199,9 +201,9 @@ static const mrow_t rows[] = {
     {"{\"a\": {\"%regex\": \"^b$\", \"%options\": \"m\"}}", "{\"a\": \"a\\nb\\nc\"}", true},
     {"{\"a\": {\"%regex\": \"^b$\"}}", "{\"a\": \"a\\nb\\nc\"}", false},
     {"{\"a\": {\"%regex\": \"a b # comment\", \"%options\": \"x\"}}", "{\"a\": \"ab\"}", true},
-    {"{\"a\": {\"%regex\": \"^\\\\d+$\"}}", "{\"a\": \"123\"}", true},   /* \\d translated */
+    {"{\"a\": {\"%regex\": \"^\\\\d+$\"}}", "{\"a\": \"123\"}", true},
     {"{\"a\": {\"%regex\": \"^\\\\d+$\"}}", "{\"a\": \"12a\"}", false},
-    {"{\"a\": {\"%regex\": \"^[\\\\D]$\"}}", "{\"a\": \"D\"}", true},   /* inside [] kept as is */
+    {"{\"a\": {\"%regex\": \"^[\\\\D]$\"}}", "{\"a\": \"D\"}", true},   /* [\D]: not a digit */
     {"{\"a\": {\"%regex\": \"^\\\\w+$\"}}", "{\"a\": \"ab_1\"}", true},
     {"{\"a\": {\"%regex\": " RE("^AB", "i") "}}", "{\"a\": \"abc\"}", true},
     {"{\"a\": " RE("^ab", "") "}", "{\"a\": \"abx\"}", true},          /* regex as equality */
@@ -211,6 +213,11 @@ static const mrow_t rows[] = {
     {"{\"a\": {\"$not\": " RE("^ab", "") "}}", "{\"a\": \"abc\"}", false},
     {"{\"a\": {\"$not\": " RE("^ab", "") "}}", "{\"a\": \"xbc\"}", true},
     {"{\"a\": {\"$not\": " RE("^ab", "") "}}", "{}", true},
+    {"{\"a\": {\"%regex\": \"^[\\\\d]+$\"}}", "{\"a\": \"123\"}", true},   /* PCRE: \d inside [] */
+    {"{\"a\": {\"%regex\": \"^(?:ab)+?$\"}}", "{\"a\": \"abab\"}", true},
+    {"{\"a\": {\"%regex\": \"^.$\"}}", "{\"a\": \"\\n\"}", false},      /* . stops at \n without s */
+    {"{\"a\": {\"%regex\": \"^.$\", \"%options\": \"s\"}}", "{\"a\": \"\\n\"}", true},
+    {"{\"a\": {\"%regex\": \"^\\\\w+$\", \"%options\": \"u\"}}", "{\"a\": \"ab\"}", true},
     /* --- $not --- */
     {"{\"a\": {\"$not\": {\"$gt\": 5}}}", "{\"a\": 3}", true},
     {"{\"a\": {\"$not\": {\"$gt\": 5}}}", "{\"a\": 6}", false},
@@ -317,6 +324,11 @@ static const erow_t errors[] = {
     {"{\"a\": {\"%options\": \"i\"}}", 2, "$options needs a $regex"},
     {"{\"a\": {\"%regex\": \"(\"}}", 2, "Regular expression is invalid"},
     {"{\"a\": {\"%regex\": \"a\", \"%options\": \"q\"}}", 2, "invalid flag in regex options: q"},
+    {"{\"a\": {\"%regex\": \"(a)\\\\1\"}}", 2, "Regular expression is invalid: back-reference \\1"},
+    {"{\"a\": {\"%regex\": \"(a{1,700}){1,700}\"}}", 2, "Regular expression is invalid: pattern is too large"},
+    {"{\"a\": {\"$in\": [" RE("x(?=y)", "") "]}}", 2, "Regular expression is invalid: lookahead"},
+    {"{\"a\": {\"$not\": " RE("x(?<=y)", "") "}}", 2, "Regular expression is invalid: lookbehind"},
+    {"{\"a\": " RE("a*+", "") "}", 2, "Regular expression is invalid: possessive"},
     {"{\"a\": {\"$not\": {}}}", 2, "$not cannot be empty"},
     {"{\"a\": {\"$not\": 5}}", 2, "$not needs a regex or a document"},
     {"{\"$and\": []}", 2, "$and/$or/$nor must be a nonempty array"},
@@ -379,5 +391,62 @@ static void test_filter_copied(void) {
     query_free(q);
 }
 
+/* A regex that runs past the deadline ends the evaluation with MaxTimeMSExpired; under
+ * $not that must not turn into a match. query_match (no error path) is never cut short. */
+static void test_regex_deadline(void) {
+    static const char *const filters[] = {
+        "{\"s\": {\"%regex\": \"(?:x?){300}x{300}y\"}}",
+        "{\"s\": {\"$not\": " RE("(?:x?){300}x{300}y", "") "}}",
+        "{\"s\": {\"$in\": [1, " RE("(?:x?){300}x{300}y", "") "]}}",
+        "{\"$nor\": [{\"s\": " RE("(?:x?){300}x{300}y", "") "}]}",
+        "{\"t\": {\"$elemMatch\": {\"s\": {\"$not\": " RE("(?:x?){300}x{300}y", "") "}}}}",
+    };
+    bson_t doc = BSON_INITIALIZER, arr, el;
+    char *big = bson_malloc(20001);
+    memset(big, 'x', 20000);
+    big[20000] = '\0';
+    BSON_APPEND_UTF8(&doc, "s", big);
+    BSON_APPEND_ARRAY_BEGIN(&doc, "t", &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &el);
+    BSON_APPEND_UTF8(&el, "s", big);
+    bson_append_document_end(&arr, &el);
+    bson_append_array_end(&doc, &arr);
+    for (size_t i = 0; i < sizeof filters / sizeof filters[0]; i++) {
+        bson_t f;
+        query_t *q = NULL;
+        ms_error_t err = {0};
+        bool m = true;
+        if (!t_json(filters[i], &f)) continue;
+        CHECK_INT(query_compile(&f, &q, &err), 0);
+        op_set_deadline_ms(time_mono_ms() - 1);
+        CHECK_MSG(query_match_checked(q, &doc, &m, &err) == MS_ERR_MAX_TIME_MS_EXPIRED,
+                  "filter %zu: not interrupted", i);
+        CHECK_INT(err.code, MS_ERR_MAX_TIME_MS_EXPIRED);
+        CHECK(m);   /* untouched */
+        bool plain = query_match(q, &doc);   /* runs to the end despite the deadline */
+        op_set_deadline_ms(0);
+        CHECK_INT(query_match_checked(q, &doc, &m, &err), 0);
+        CHECK_INT(m, plain);
+        CHECK_INT(m, i == 1 || i == 3 || i == 4);
+        query_free(q);
+        bson_destroy(&f);
+    }
+    bson_free(big);
+    bson_destroy(&doc);
+}
+
+/* An embedded NUL cannot be part of a $regex pattern (MongoDB refuses it too). */
+static void test_regex_nul(void) {
+    bson_t f = BSON_INITIALIZER, op;
+    query_t *q = NULL;
+    ms_error_t err = {0};
+    BSON_APPEND_DOCUMENT_BEGIN(&f, "a", &op);
+    bson_append_utf8(&op, "$regex", -1, "a\0b", 3);
+    bson_append_document_end(&f, &op);
+    CHECK_INT(query_compile(&f, &q, &err), MS_ERR_BAD_VALUE);
+    CHECK_STR(err.msg, "Regular expression cannot contain an embedded null byte");
+    bson_destroy(&f);
+}
+
 T_MAIN(T_CASE(test_match_table), T_CASE(test_compile_errors), T_CASE(test_is_empty),
-       T_CASE(test_filter_copied))
+       T_CASE(test_filter_copied), T_CASE(test_regex_deadline), T_CASE(test_regex_nul))
