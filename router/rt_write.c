@@ -217,14 +217,49 @@ typedef struct shard_batch {
     int *ops;              /* client indexes */
 } shard_batch_t;
 
-static void append_upserted(bson_t *arr, int *nup, int index, bson_iter_t *id) {
-    bson_t d;
+/* Upserted _ids arrive per shard piece, in any order across shards; the client's reply
+ * lists them by op index, as mongos builds it from its write ops in order. */
+typedef struct upsert_ent {
+    int index;
+    bson_value_t id;       /* caller owns (bson_value_copy) */
+} upsert_ent_t;
+
+static int upsert_cmp(const void *a, const void *b) {
+    const upsert_ent_t *x = a, *y = b;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+static void append_upserted(upsert_ent_t **v, int *nup, int *cap, int index, const bson_iter_t *id) {
+    if (*nup == *cap) {
+        *cap = *cap ? *cap * 2 : 16;
+        *v = xrealloc(*v, (size_t)*cap * sizeof **v);
+    }
+    (*v)[*nup].index = index;
+    bson_value_copy(bson_iter_value((bson_iter_t *)id), &(*v)[*nup].id);
+    (*nup)++;
+}
+
+/* Appends upserted: [{index, _id}] sorted by index, and frees the entries. */
+static void finish_upserted(bson_t *reply, upsert_ent_t *v, int nup) {
+    bson_t arr, d;
     char idx[16];
-    snprintf(idx, sizeof idx, "%d", (*nup)++);
-    BSON_APPEND_DOCUMENT_BEGIN(arr, idx, &d);
-    BSON_APPEND_INT32(&d, "index", index);
-    bson_append_iter(&d, "_id", 3, id);
-    bson_append_document_end(arr, &d);
+    if (nup) {
+        qsort(v, (size_t)nup, sizeof *v, upsert_cmp);
+        BSON_APPEND_ARRAY_BEGIN(reply, "upserted", &arr);
+        for (int i = 0; i < nup; i++) {
+            snprintf(idx, sizeof idx, "%d", i);
+            BSON_APPEND_DOCUMENT_BEGIN(&arr, idx, &d);
+            BSON_APPEND_INT32(&d, "index", v[i].index);
+            BSON_APPEND_VALUE(&d, "_id", &v[i].id);
+            bson_append_document_end(&arr, &d);
+        }
+        bson_append_array_end(reply, &arr);
+    }
+}
+
+static void free_upserted(upsert_ent_t *v, int nup) {
+    for (int i = 0; i < nup; i++) bson_value_destroy(&v[i].id);
+    free(v);
 }
 
 static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t *err) {
@@ -234,13 +269,12 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
     char ns[RT_NAME_BYTES_MAX + MS_NS_BYTES_MAX + 2];
     bson_iter_t it, arr;
     wop_t *ops = NULL;
-    int nops = 0, rc = 0, stale_rounds = 0, nup = 0;
+    int nops = 0, rc = 0, stale_rounds = 0, nup = 0, capup = 0;
+    upsert_ent_t *upserted = NULL;
     int64_t n = 0, nmod = 0;
     bool ordered = cmd_flag(ctx, "ordered", true);
-    bson_t upserted;
     shard_batch_t batches[MS_SHARDS_MAX + 1];
     memset(batches, 0, sizeof batches);
-    bson_init(&upserted);
     snprintf(ns, sizeof ns, "%s.%s", ctx->db, coll);
 
     if (!bson_iter_init_find(&it, ctx->req, ops_field(kind)) || !BSON_ITER_HOLDS_ARRAY(&it) ||
@@ -418,7 +452,7 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
                     if (bson_iter_find(&d, "index")) bsonx_as_int64(&d, &li);
                     if (li < 0 || li >= b->nops || !bson_iter_find(&d2, "_id")) continue;
                     id = d2;
-                    append_upserted(&upserted, &nup, b->ops[li], &id);
+                    append_upserted(&upserted, &nup, &capup, b->ops[li], &id);
                 }
             }
             int first_werr = b->nops;   /* ordered: ops after the first error did not run */
@@ -491,7 +525,7 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
     BSON_APPEND_INT32(reply, "n", (int32_t)n);
     if (kind == W_UPDATE) {
         BSON_APPEND_INT32(reply, "nModified", (int32_t)nmod);
-        if (nup) bson_append_array(reply, "upserted", -1, &upserted);
+        finish_upserted(reply, upserted, nup);
     }
     bson_t werr;
     int nw = 0;
@@ -512,7 +546,7 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
     if (nw) bson_append_array_end(reply, &werr);
 out:
     for (int s = 0; s <= MS_SHARDS_MAX; s++) free(batches[s].ops);
-    bson_destroy(&upserted);
+    free_upserted(upserted, nup);
     for (int i = 0; ops && i < nops; i++) free(ops[i].msg);
     free(ops);
     return rc;
