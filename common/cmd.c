@@ -207,7 +207,7 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
     ms_error_t err = {0};
     cmd_ctx_t ctx;
     cmd_counter_t *ctr = NULL;
-    bson_t req;
+    bson_t req, body;
     bson_iter_t it;
     char shown[CMD_NAME_SHOWN_MAX + 1] = "-";
     long long t0_us = time_mono_us(), ms;
@@ -275,15 +275,28 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
     if (strcmp(ctx.name, "configureFailPoint") != 0 && (rc = cmd_fail_command(ctx.name, &err)))
         goto out;
 
+    /* The handler builds into a document of its own: whatever state it leaves it in
+     * (a sub-document still open on an error path), dispatch can drop it. libbson
+     * refuses to append to or bson_reinit a document with an open child, but
+     * bson_destroy frees it, and bson_steal only takes a finished one. */
+    bson_init(&body);
     atomic_fetch_add(&s->active, 1);
-    rc = ctx.spec->handler(&ctx, reply, &err);
+    rc = ctx.spec->handler(&ctx, &body, &err);
     atomic_fetch_sub(&s->active, 1);
     if (rc != 0) {
+        bson_destroy(&body);
         if (err.code != rc) {
             /* The handler returned a code without filling err: keep its code. */
             if (!err.msg[0]) snprintf(err.msg, sizeof err.msg, "%s failed", ctx.name);
             err.code = rc;
         }
+        goto out;
+    }
+    bson_destroy(reply);
+    if (!bson_steal(reply, &body)) {
+        /* Our bug, not the client's: answer it instead of aborting the process. */
+        bson_destroy(&body);
+        rc = err_set(&err, MS_ERR_INTERNAL, "%s left its reply unfinished", ctx.name);
         goto out;
     }
     if (!bson_has_field(reply, "ok")) BSON_APPEND_DOUBLE(reply, "ok", 1.0);
@@ -295,9 +308,18 @@ out:
     op_set_deadline_ms(0);
     ms = (time_mono_us() - t0_us) / 1000;
     if (rc != 0) {
-        bson_reinit(reply);
+        bson_t info;
+        /* Destroy + init, not bson_reinit: reply may be large (the too-large case). */
+        bson_destroy(reply);
+        bson_init(reply);
         cmd_error_reply(reply, &err);
-        if (!bson_empty(&ctx.err_info)) bson_concat(reply, &ctx.err_info);
+        /* err_info too is the handler's: added only when finished (bson_steal refuses a
+         * document with an open child; the later bson_destroy frees it either way). */
+        if (bson_steal(&info, &ctx.err_info)) {
+            if (!bson_empty(&info)) bson_concat(reply, &info);
+            bson_destroy(&info);
+            bson_init(&ctx.err_info);
+        }
         if (ctr) atomic_fetch_add(&ctr->failed, 1);
         else atomic_fetch_add(&s->rejected, 1);
         log_warn("command failed cmd=%s code=%d codeName=%s ms=%lld errmsg=%s", log_str(shown),

@@ -12,6 +12,11 @@
  * at) and numeric fields with a `check` follow common/validate.h, so every daemon applies
  * MongoDB's rules and codes the same way. Every error reply is logged with the command name.
  *
+ * The reply a handler gets is a fresh document of dispatch's own: when the handler
+ * fails, it is destroyed whatever state it is in (even with a sub-document still open,
+ * which libbson would refuse to append to), so no error path can abort the process.
+ * A handler that succeeds but leaves a sub-document open gets InternalError.
+ *
  * The common commands every daemon serves (hello/isMaster, ping, serverStatus,
  * buildInfo, listCommands, configureFailPoint and waitForFailPoint) live in
  * cmd_common.c; a daemon's own row of the same name takes precedence.
@@ -124,7 +129,8 @@ bool cmd_server_test_commands(const cmd_server_t *s);
 const char *cmd_server_url(const cmd_server_t *s);
 const char *cmd_server_process(const cmd_server_t *s);
 
-/* Runs the whole dispatch on raw bytes (what the RPC worker calls); exposed for tests. */
+/* Runs the whole dispatch on raw bytes (what the RPC worker calls); exposed for tests.
+ * reply: initialised and empty (caller owns); filled here. */
 void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *reply);
 
 /* Finds a command's spec in the daemon table or the common table (NULL if none). */

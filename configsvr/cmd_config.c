@@ -283,7 +283,7 @@ static void fill_batch(cfg_cursor_t *k, int64_t max_docs, bson_t *arr) {
 int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
     const char *coll = BSON_ITER_HOLDS_UTF8(&ctx->arg) ? bson_iter_utf8(&ctx->arg, NULL) : "";
-    bson_t filter, sort_spec, proj_spec, cursor, batch;
+    bson_t filter, sort_spec, proj_spec, cursor, batch = BSON_INITIALIZER;
     bool has_filter = cfg_field_doc(ctx, "filter", &filter);
     sortspec_t *sort = NULL;
     projection_t *proj = NULL;
@@ -332,24 +332,22 @@ int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         k->bytes += d->len;
         k->docs[k->n++] = d;
     }
-    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cursor);
-    BSON_APPEND_ARRAY_BEGIN(&cursor, "firstBatch", &batch);
+    /* The batch is built apart and the cursor registered before reply is touched: a
+     * refusal (the open-cursor cap) leaves reply as it was, with no sub-document open. */
     fill_batch(k, batch_size, &batch);
-    bson_append_array_end(&cursor, &batch);
     int64_t id = 0;
     if (k->pos < k->n && !single) {
-        rc = cursor_register(cfg->cursors, k, err);
-        if (rc) {
-            bson_reinit(reply);   /* no half-built cursor document in the error reply */
-            goto out;
-        }
+        if ((rc = cursor_register(cfg->cursors, k, err)) != 0) goto out;
         id = k->id;
         k = NULL;
     }
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cursor);
+    bson_append_array(&cursor, "firstBatch", -1, &batch);
     BSON_APPEND_INT64(&cursor, "id", id);
     BSON_APPEND_UTF8(&cursor, "ns", ns);
     bson_append_document_end(reply, &cursor);
 out:
+    bson_destroy(&batch);
     cursor_free(k);
     hits_free(&h);
     sortspec_free(sort);

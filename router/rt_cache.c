@@ -14,6 +14,7 @@
 #include "common/buf.h"
 #include "common/bsonx.h"
 #include "common/log.h"
+#include "common/mem.h"
 #include "common/rpc.h"
 #include "router/router.h"
 
@@ -51,7 +52,7 @@ static rt_table_t *table_ref(rt_table_t *t) {
 }
 
 static rt_table_t *table_new(const char *ns) {
-    rt_table_t *t = calloc(1, sizeof *t);
+    rt_table_t *t = mem_calloc_aligned(1, sizeof *t);   /* holds a bson_t (common/mem.h) */
     ASSERT(t);
     atomic_init(&t->refs, 1);
     snprintf(t->ns, sizeof t->ns, "%s", ns);

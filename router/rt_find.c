@@ -17,6 +17,7 @@
 #include "common/buf.h"
 #include "common/bsonx.h"
 #include "common/log.h"
+#include "common/mem.h"
 #include "common/opctx.h"
 #include "common/sortspec.h"
 #include "router/router.h"
@@ -859,7 +860,7 @@ static int find_run(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     int64_t skip = 0, limit = 0, batch = -1;
     rt_req_t reqs[MS_SHARDS_MAX];
     int n = 0, rc;
-    rt_cursor_t *c = calloc(1, sizeof *c);
+    rt_cursor_t *c = mem_calloc_aligned(1, sizeof *c);   /* holds bson_t (common/mem.h) */
     ASSERT(c);
     c->conn = op_conn();
     snprintf(c->db, sizeof c->db, "%s", ctx->db);
@@ -1086,63 +1087,85 @@ static void build_distinct(void *arg, const rt_table_t *t, int shard, int ntarge
     rt_copy_cmd(cmd, (const bson_t *)arg, NULL);
 }
 
+/* One value of a shard's reply, by position: the replies stay where rt_send_all put
+ * them and only these small records are sorted (a bson_t must never be moved by qsort
+ * or realloc — common/mem.h). */
 typedef struct dval {
-    bson_t holder;   /* {"": value} */
+    const uint8_t *arr;  /* the shard's values array (borrowed from its reply in reqs) */
+    uint32_t arr_len;
+    uint32_t off;        /* bson_iter_offset of the value inside arr */
+    uint32_t keylen;
+    uint32_t seq;        /* arrival order: ties keep it, so the answer is deterministic */
 } dval_t;
 
-static int dval_cmp(const void *a, const void *b) {
+static bool dval_iter(const dval_t *v, bson_iter_t *it) {
+    return bson_iter_init_from_data_at_offset(it, v->arr, v->arr_len, v->off, v->keylen);
+}
+
+static int dval_value_cmp(const dval_t *a, const dval_t *b) {
     bson_iter_t x, y;
-    bson_iter_init(&x, &((const dval_t *)a)->holder);
-    bson_iter_init(&y, &((const dval_t *)b)->holder);
-    bson_iter_next(&x);
-    bson_iter_next(&y);
+    if (!dval_iter(a, &x) || !dval_iter(b, &y)) return 0;
     return bsonx_compare_values(&x, &y);
 }
 
+static int dval_cmp(const void *pa, const void *pb) {
+    const dval_t *a = pa, *b = pb;
+    int c = dval_value_cmp(a, b);
+    if (c) return c;
+    return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+/* distinct: every targeted shard's values, merged in BSON order with one of each kept
+ * (1, 1L and 1.0 are one value), as mongos's distinct merges its shards' answers. */
 int rt_cmd_distinct(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
     if (!strcmp(ctx->db, "config")) return rt_cmd_to_config(ctx, reply, err);
     const char *coll = bson_iter_utf8(&ctx->arg, NULL);
-    bson_t q;
+    bson_t q, out;
     bool has_q = get_doc(ctx->req, "query", &q);
     rt_req_t reqs[MS_SHARDS_MAX];
     int n = 0;
     dval_t *vals = NULL;
-    size_t nv = 0, cap = 0;
+    size_t nv = 0, cap = 0, k = 0;
     int rc = scatter(r, ctx->db, coll, has_q ? &q : NULL, build_distinct, (void *)ctx->req, reqs,
                      &n, err);
     if (rc == MS_ERR_NAMESPACE_NOT_FOUND) n = 0, rc = 0;
     if (rc) return rc;
     for (int i = 0; i < n; i++) {
         bson_iter_t it, arr;
-        if (bson_iter_init_find(&it, &reqs[i].reply, "values") && bson_iter_recurse(&it, &arr)) {
-            while (bson_iter_next(&arr)) {
-                if (nv == cap) {
-                    cap = cap ? 2 * cap : 64;
-                    vals = xrealloc(vals, cap * sizeof *vals);
-                }
-                bson_init(&vals[nv].holder);
-                bson_append_iter(&vals[nv].holder, "", 0, &arr);
-                nv++;
+        const uint8_t *data;
+        uint32_t len;
+        if (!bson_iter_init_find(&it, &reqs[i].reply, "values") || !BSON_ITER_HOLDS_ARRAY(&it))
+            continue;
+        bson_iter_array(&it, &len, &data);
+        if (!bson_iter_init_from_data(&arr, data, len)) continue;
+        /* Each shard's reply is at most 16 MB, so its values fit uint32_t offsets; a value
+         * takes at least 2 bytes there, which bounds nv. */
+        while (bson_iter_next(&arr)) {
+            if (nv == cap) {
+                cap = cap ? 2 * cap : 64;
+                vals = xrealloc(vals, cap * sizeof *vals);
             }
+            vals[nv].arr = data;
+            vals[nv].arr_len = len;
+            vals[nv].off = bson_iter_offset(&arr);
+            vals[nv].keylen = bson_iter_key_len(&arr);
+            vals[nv].seq = (uint32_t)nv;
+            nv++;
         }
-        rt_req_clear(&reqs[i]);
     }
     if (nv > 1) qsort(vals, nv, sizeof *vals, dval_cmp);
-    bson_t out;
     BSON_APPEND_ARRAY_BEGIN(reply, "values", &out);
-    size_t k = 0;
     for (size_t i = 0; i < nv; i++) {
-        if (i > 0 && dval_cmp(&vals[i - 1], &vals[i]) == 0) continue;
         bson_iter_t it;
         char idx[24];
-        bson_iter_init(&it, &vals[i].holder);
-        bson_iter_next(&it);
+        if (i > 0 && dval_value_cmp(&vals[i - 1], &vals[i]) == 0) continue;
+        if (!dval_iter(&vals[i], &it)) continue;
         snprintf(idx, sizeof idx, "%zu", k++);
         bson_append_iter(&out, idx, -1, &it);
     }
     bson_append_array_end(reply, &out);
-    for (size_t i = 0; i < nv; i++) bson_destroy(&vals[i].holder);
     free(vals);
+    for (int i = 0; i < n; i++) rt_req_clear(&reqs[i]);
     return 0;
 }

@@ -25,6 +25,7 @@
 #include "common/bsonx.h"
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "common/mem.h"
 #include "common/opctx.h"
 
 /* Keys counted per candidate index when costing plans (MongoDB's trial period works). */
@@ -1088,7 +1089,7 @@ static int run_batch(store_t *st, cursor_t *cur, int64_t max_docs, bson_t *arr, 
 /* find's first batch (MongoDB's find command: run the plan until the first batch is full,
  * then register the cursor when results remain). Takes ownership of fa's parts. */
 int exec_find(store_t *st, cursors_t *cs, find_args_t *fa, bson_t *reply, ms_error_t *err) {
-    cursor_t *cur = store_zalloc(sizeof *cur);
+    cursor_t *cur = mem_calloc_aligned(1, sizeof *cur);
     int64_t first, id = 0;
     char ns[MS_NS_BYTES_MAX + 1];
     bson_t arr;

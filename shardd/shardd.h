@@ -99,10 +99,6 @@ typedef void (*store_write_observer_fn)(void *arg, const char *ns, const bson_t 
                                         const bson_t *new_doc, const buf_t *old_sk,
                                         const buf_t *new_sk);
 
-/* Zeroed heap memory aligned for bson_t (libbson declares it 128-byte aligned), for any
- * struct or array that holds a bson_t by value. Release with free(); NULL on failure. */
-void *store_zalloc(size_t n);
-
 /* Opens (creating when absent) DIR/shard.sqlite. *out set on success only. */
 int store_open(const char *dbpath_dir, const store_opts_t *opts, store_t **out, ms_error_t *err);
 void store_close(store_t *st);   /* NULL-safe; all transactions must have ended */

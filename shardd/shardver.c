@@ -27,6 +27,7 @@
 #include "common/buf.h"
 #include "common/limits.h"
 #include "common/log.h"
+#include "common/mem.h"
 #include "common/rpc.h"
 #include "common/rtable.h"
 
@@ -272,7 +273,7 @@ void shv_invalidate(shv_t *s, const char *ns) {
  * (common/rtable.c). *merge_failed when the caller must ask again in full. */
 static int snap_from_reply(const bson_t *reply, shv_filter_t *base, const char *me,
                            shv_filter_t **out, bool *merge_failed, ms_error_t *err) {
-    shv_filter_t *f = calloc(1, sizeof *f);
+    shv_filter_t *f = mem_calloc_aligned(1, sizeof *f);   /* holds a bson_t (common/mem.h) */
     ASSERT(f);
     atomic_init(&f->refs, 1);
     int rc = rtable_from_reply(reply, base ? &base->rt : NULL, &f->rt, merge_failed, err);

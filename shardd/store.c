@@ -27,6 +27,7 @@
 #include "common/bsonx.h"
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "common/mem.h"
 
 #define STMT_CACHE_MAX 128
 
@@ -68,13 +69,6 @@ struct store_txn {
     conn_t *c;
     bool write;
 };
-
-void *store_zalloc(size_t n) {
-    size_t a = BSON_ALIGNOF(bson_t), sz = (n + a - 1) / a * a;
-    void *p = aligned_alloc(a, sz ? sz : a);
-    if (p) memset(p, 0, sz ? sz : a);
-    return p;
-}
 
 /* ---- connections and statements ---------------------------------------------------- */
 
@@ -250,7 +244,7 @@ static void catalog_add(store_t *st, store_coll_t *c) {
 
 static int index_new(const bson_t *spec, int64_t id, bool multikey, store_index_t **out,
                      ms_error_t *err) {
-    store_index_t *ix = store_zalloc(sizeof *ix);
+    store_index_t *ix = mem_calloc_aligned(1, sizeof *ix);
     bson_iter_t it, kit;
     bson_t key;
     const uint8_t *data;
@@ -293,7 +287,7 @@ static void id_index_spec(bson_t *spec) {
 
 static int coll_new(const char *ns, int64_t id, const uint8_t *uuid, store_coll_t **out,
                     ms_error_t *err) {
-    store_coll_t *c = store_zalloc(sizeof *c);
+    store_coll_t *c = mem_calloc_aligned(1, sizeof *c);
     bson_t spec;
     int rc;
     if (!c) return err_set(err, MS_ERR_INTERNAL, "out of memory");

@@ -48,6 +48,31 @@ static int h_big_reply(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return 0;
 }
 
+/* Handlers that leave a sub-document of reply (or of err_info) open: libbson refuses
+ * every later append to, and bson_reinit of, such a document by aborting. */
+static int h_open_fail(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    bson_t cur, arr;
+    (void)ctx;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
+    BSON_APPEND_ARRAY_BEGIN(&cur, "firstBatch", &arr);
+    BSON_APPEND_UTF8(&arr, "0", "half-built");
+    return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "too many open cursors");
+}
+
+static int h_open_ok(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    bson_t cur;
+    (void)ctx, (void)err;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
+    return 0;
+}
+
+static int h_open_info(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    bson_t sub;
+    BSON_APPEND_INT32(reply, "dropped", 1);
+    BSON_APPEND_DOCUMENT_BEGIN(&ctx->err_info, "detail", &sub);
+    return err_set(err, MS_ERR_BAD_VALUE, "bad detail");
+}
+
 static int h_hello(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     (void)ctx, (void)err;
     BSON_APPEND_UTF8(reply, "msg", "overridden");
@@ -68,6 +93,9 @@ static const cmd_spec_t test_table[] = {
     {.name = "testOnly", .handler = h_echo, .flags = CMD_TEST, .arg_types = CT_STR,
      .fields = {{"n", CT_NUM, true}}, .help = "hidden without test commands"},
     {.name = "hello", .handler = h_hello, .help = "overrides the common hello"},
+    {.name = "openFail", .handler = h_open_fail, .help = "fails with a sub-document open"},
+    {.name = "openOk", .handler = h_open_ok, .help = "succeeds with a sub-document open"},
+    {.name = "openInfo", .handler = h_open_info, .help = "fails with err_info half-built"},
 };
 
 static cmd_server_t *start(const char *url, bool test_commands) {
@@ -528,6 +556,43 @@ static void cmd_dispatch_direct(void) {
     cmd_server_stop(NULL);
 }
 
+/* A handler's error path may leave its reply half-built (a sub-document open): the
+ * client gets the error, the process lives, and the next command is answered. */
+static void cmd_half_built_reply(void) {
+    cmd_server_t *s = start("inproc://cmd_halfbuilt", true);
+    static const char *const cmds[] = {"openFail", "openOk", "openInfo", "openFail"};
+    static const int codes[] = {MS_ERR_EXCEEDED_MEMORY_LIMIT, MS_ERR_INTERNAL, MS_ERR_BAD_VALUE,
+                                MS_ERR_EXCEEDED_MEMORY_LIMIT};
+    for (int i = 0; i < 4; i++) {
+        bson_t cmd = BSON_INITIALIZER, r = BSON_INITIALIZER;
+        bson_iter_t f;
+        BSON_APPEND_INT32(&cmd, cmds[i], 1);
+        cmd_dispatch(s, bson_get_data(&cmd), cmd.len, &r);
+        EXPECT_ERR(r, codes[i]);
+        CHECK(!has(&r, "cursor", &f));
+        CHECK(!has(&r, "dropped", &f));
+        CHECK(!has(&r, "detail", &f));
+        CHECK(bson_validate(&r, BSON_VALIDATE_NONE, NULL));
+        bson_destroy(&r);
+        bson_destroy(&cmd);
+    }
+    {
+        rpc_client_t *c = NULL;
+        ms_error_t err = {0};
+        bson_t r;
+        CHECK_INT(rpc_client_open("inproc://cmd_halfbuilt", &c, &err), 0);
+        call_json(c, "{\"openFail\": 1}", &r);
+        EXPECT_ERR(r, MS_ERR_EXCEEDED_MEMORY_LIMIT);
+        CHECK_STR(get_str(&r, "errmsg"), "too many open cursors");
+        bson_destroy(&r);
+        call_json(c, "{\"ping\": 1}", &r);
+        CHECK(ok_is(&r, 1.0));
+        bson_destroy(&r);
+        rpc_client_close(c);
+    }
+    cmd_server_stop(s);
+}
+
 /* MongoDB's failCommand: named commands fail with errorCode, others are untouched. */
 static void cmd_fail_command(void) {
     cmd_server_t *s = start("inproc://cmd_failcmd", true);
@@ -617,4 +682,4 @@ static void cmd_intercept(void) {
 T_MAIN(T_CASE(cmd_common_commands), T_CASE(cmd_unknown_command), T_CASE(cmd_field_checks),
        T_CASE(cmd_test_only_hidden), T_CASE(cmd_error_fields), T_CASE(cmd_error_logged),
        T_CASE(cmd_size_limits), T_CASE(cmd_garbage), T_CASE(cmd_dispatch_direct),
-       T_CASE(cmd_fail_command), T_CASE(cmd_intercept))
+       T_CASE(cmd_fail_command), T_CASE(cmd_intercept), T_CASE(cmd_half_built_reply))

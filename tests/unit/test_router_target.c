@@ -7,12 +7,13 @@
 #include <string.h>
 
 #include "common/bsonx.h"
+#include "common/mem.h"
 #include "router/router.h"
 #include "tests/unit/t.h"
 
 /* A table over {x: 1} (or hashed) with chunks [Min,0) s0, [0,100) s1, [100,Max) s2. */
 static rt_table_t *make_table(bool hashed) {
-    rt_table_t *t = calloc(1, sizeof *t);
+    rt_table_t *t = mem_calloc_aligned(1, sizeof *t);   /* holds a bson_t */
     bson_t pat = BSON_INITIALIZER;
     ms_error_t err = {0};
     atomic_init(&t->refs, 1);

@@ -17,6 +17,7 @@
 
 #include "common/bsonx.h"
 #include "common/failpoint.h"
+#include "common/mem.h"
 #include "shardd/shardd.h"
 #include "tests/unit/t.h"
 
@@ -28,7 +29,7 @@ static const char *fresh_dir(const char *name) {
 }
 
 static bson_t *J(const char *json) {
-    bson_t *b = store_zalloc(sizeof *b);
+    bson_t *b = mem_calloc_aligned(1, sizeof *b);
     ms_error_t e;
     if (bsonx_from_json(json, b, &e) != 0) {
         t_fail(__FILE__, __LINE__, "bad json %s: %s", json, e.msg);
