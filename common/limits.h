@@ -83,4 +83,10 @@
 /* Documents per chunk estimate cap (MongoDB's kMaxObjectPerChunk). */
 #define MS_CHUNK_OBJECTS_MAX 250000
 
+/* maxTimeMS (common/opctx.h) */
+/* Documents (or rows, or statements) a long loop handles between two interrupt checks
+ * (op_check, one clock read): small enough that a scan of small documents overruns its
+ * deadline by well under a millisecond, large enough that the check costs nothing. */
+#define MS_INTERRUPT_CHECK_DOCS 256
+
 #endif

@@ -25,6 +25,7 @@
 #include "common/bsonx.h"
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "common/opctx.h"
 
 /* Keys counted per candidate index when costing plans (MongoDB's trial period works). */
 #define PLAN_TRIAL_KEYS 10000
@@ -456,6 +457,11 @@ int exec_scan(store_txn_t *t, store_coll_t *c, const plan_t *p, const exec_query
             bson_t doc;
             int rc;
             pos->keys_examined++;
+            /* maxTimeMS: find, count, distinct and the writes' matching all scan here. */
+            if (pos->keys_examined % MS_INTERRUPT_CHECK_DOCS == 0 && (rc = op_check(err)) != 0) {
+                sqlite3_reset(s);
+                return rc;
+            }
             if (p->kind != PLAN_COLLSCAN) {
                 buf_reset(&pos->key);
                 buf_put(&pos->key, sqlite3_column_blob(s, 0), (size_t)sqlite3_column_bytes(s, 0));
@@ -550,7 +556,8 @@ static int sorter_run(store_txn_t *t, store_coll_t *c, const plan_t *p, const ex
     if ((rc = exec_scan(t, c, p, eq, pos, sorter_add, so, err)) != 0) return rc;
     if (so->n > 1) qsort_r(so->v, so->n, sizeof *so->v, sdoc_cmp, (void *)so->sort);
     if (so->keep) sorter_truncate(so);
-    return 0;
+    /* The sort itself cannot stop halfway (at most 100 MB); its result is not used late. */
+    return op_check(err);
 }
 
 /* ---- rowids for writes -------------------------------------------------------------- */
@@ -621,6 +628,8 @@ struct cursor {
                                   * stashResult): the next batch starts with it */
     bool in_use;                 /* a getMore holds it (pinned): another gets CursorInUse */
     bool killed;                 /* killCursors while pinned: freed when the getMore ends */
+    bool timed;                  /* opened with maxTimeMS: time_left_ms bounds each getMore */
+    long long time_left_ms;      /* what the find's maxTimeMS left (MongoDB's leftover) */
     long long last_used_ms;
     struct cursor *next;
 };
@@ -999,6 +1008,10 @@ int exec_find(store_t *st, cursors_t *cs, find_args_t *fa, bson_t *reply, ms_err
     }
     if ((rc = run_batch(st, cur, first, &arr, &exhausted, err)) != 0) goto out;
     if (cur->fa.single_batch || cur->fa.limit < 0) exhausted = true;
+    /* The find's maxTimeMS covers the cursor's whole life of work, not its idle time:
+     * what is left goes on to the getMores (MongoDB's leftover maxTimeMicros). */
+    cur->timed = op_deadline_ms() > 0;
+    cur->time_left_ms = op_time_left_ms(0);
     if (!exhausted) {
         if ((rc = cursors_add(cs, cur, err)) != 0) goto out;
         id = cur->id;
@@ -1033,9 +1046,16 @@ int exec_get_more(store_t *st, cursors_t *cs, int64_t id, const char *ns, int64_
         cursors_unpin(cs, cur, true);
         goto out_unpinned;
     }
+    /* This getMore runs on what the find's maxTimeMS left; expiring kills the cursor. */
+    if (cur->timed) op_set_deadline_ms(time_mono_ms() + cur->time_left_ms);
+    if ((rc = op_check(err)) != 0) {
+        cursors_unpin(cs, cur, true);
+        goto out_unpinned;
+    }
     bson_destroy(&arr);
     if ((rc = run_batch(st, cur, batch_size > 0 ? batch_size : -1, &arr, &exhausted, err)) == 0)
         append_cursor_reply(reply, "nextBatch", &arr, exhausted ? 0 : id, ns);
+    if (cur->timed) cur->time_left_ms = op_time_left_ms(0);
     cursors_unpin(cs, cur, rc != 0 || exhausted);
 out_unpinned:
     bson_destroy(&arr);
