@@ -10,7 +10,9 @@
  * transaction, a statement that fails is rolled back alone (store_write_doc) and reported
  * in writeErrors with the client's index, and an acknowledged write is committed. The
  * failpoints hangBeforeWriteCommit / hangAfterWriteCommit stand on either side of that
- * COMMIT (docs/protocol.md "Shard daemon: failpoints").
+ * COMMIT (docs/protocol.md "Shard daemon: failpoints"). maxTimeMS expiring mid-batch
+ * stops it, commits what it wrote and fails the command with MaxTimeMSExpired, as
+ * MongoDB fails a batch on an interruption (docs/protocol.md "All processes: maxTimeMS").
  */
 #include "shardd/shardd.h"
 
@@ -188,14 +190,14 @@ static int wbatch_txn(store_txn_t *t, void *arg, ms_error_t *err) {
     for (int i = 0; bson_iter_next(&ops); i++) {
         bson_t op, info = BSON_INITIALIZER;
         ms_error_t e = {0};
-        int rc;
-        if (i % MS_INTERRUPT_CHECK_DOCS == MS_INTERRUPT_CHECK_DOCS - 1 && (rc = op_check(&e)) != 0)
-            ;   /* handled below with the statements' own expiries */
-        else if (!BSON_ITER_HOLDS_DOCUMENT(&ops) || !bsonx_view_container(&ops, &op))
+        int rc = 0;
+        /* An expiry here is handled below like a statement's own. */
+        if (i % MS_INTERRUPT_CHECK_DOCS == MS_INTERRUPT_CHECK_DOCS - 1) rc = op_check(&e);
+        if (rc == 0 && (!BSON_ITER_HOLDS_DOCUMENT(&ops) || !bsonx_view_container(&ops, &op)))
             rc = err_set(&e, MS_ERR_TYPE_MISMATCH, "BSON field '%s.%s.%d' is the wrong type '%s', "
                          "expected type 'object'", b->kind->verb, b->kind->field, i,
                          bsonx_type_name(bson_iter_type(&ops)));
-        else
+        else if (rc == 0)
             rc = b->kind->op(t, c, b, i, &op, &info, &e);
         if (rc == MS_ERR_MAX_TIME_MS_EXPIRED && !b->need_create) {
             /* MongoDB: an interruption fails the whole command, and what the batch wrote

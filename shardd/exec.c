@@ -11,7 +11,9 @@
  * Scans are resumable: a position (range, last key, last rowid) lets each cursor batch run
  * in its own short read transaction, as MongoDB yields and restores between batches.
  * Blocking sorts hold at most 100 MB (MongoDB's limit) and keep only skip+limit documents
- * when a limit is given (top-k).
+ * when a limit is given (top-k). Scans check the operation's maxTimeMS (op_check) every
+ * MS_INTERRUPT_CHECK_DOCS rows; a cursor carries what its find's maxTimeMS left to each
+ * getMore.
  */
 #include "shardd/shardd.h"
 
@@ -556,7 +558,7 @@ static int sorter_run(store_txn_t *t, store_coll_t *c, const plan_t *p, const ex
     if ((rc = exec_scan(t, c, p, eq, pos, sorter_add, so, err)) != 0) return rc;
     if (so->n > 1) qsort_r(so->v, so->n, sizeof *so->v, sdoc_cmp, (void *)so->sort);
     if (so->keep) sorter_truncate(so);
-    /* The sort itself cannot stop halfway (at most 100 MB); its result is not used late. */
+    /* qsort cannot stop halfway (it sorts at most 100 MB): check once it is done. */
     return op_check(err);
 }
 

@@ -17,6 +17,7 @@ time of tailable awaitData cursors only).
 
 Every case ends with the daemon answering ping for another client within a second; RSS
 of each daemon stays under RSS_MB_MAX (200,000 small documents are ~10 MB of BSON).
+Setup (200,000 inserts in batches of 10,000) takes about a second.
 On the code before this change maxTimeMS was ignored: every "expect 50" below got ok: 1.
 """
 import os
@@ -29,7 +30,9 @@ from hostile import assert_responsive, assert_rss_below   # noqa: E402
 DB = "mt"
 NDOCS = 200000
 BATCH = 10000
-RSS_MB_MAX = 400
+# Measured (release build): shard 58 MiB after the 200,000-document cases, others < 30.
+# ASan's shadow memory and quarantine multiply that (441 MiB measured): 8x under SAN.
+RSS_MB_MAX = 150 * (8 if os.sep + "san" + os.sep in BIN + os.sep else 1)
 EXPIRED = 50
 BAD_VALUE = 2
 # Values MongoDB's parseMaxTimeMS refuses: negative, non-integral, not a number, > INT32_MAX.
