@@ -274,6 +274,9 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
     /* configureFailPoint stays reachable, or a test could lock itself out. */
     if (strcmp(ctx.name, "configureFailPoint") != 0 && (rc = cmd_fail_command(ctx.name, &err)))
         goto out;
+    /* MongoDB checks for interrupt before running a command: an operation whose time is
+     * already up (or that maxTimeAlwaysTimeOut kills) never starts. */
+    if (strcmp(ctx.name, "configureFailPoint") != 0 && (rc = op_check(&err)) != 0) goto out;
 
     /* The handler builds into a document of its own: whatever state it leaves it in
      * (a sub-document still open on an error path), dispatch can drop it. libbson
@@ -375,6 +378,7 @@ int cmd_server_start(const cmd_server_opts_t *opts, cmd_server_t **out, ms_error
     for (int i = 0; i < opts->table_len; i++)
         ASSERT(opts->table[i].name && opts->table[i].handler);
     fp_register("failCommand");
+    op_register_failpoints();
 
     rc = rpc_server_start(opts->url, opts->workers, cmd_rpc_handler, s, &s->rpc, err);
     if (rc != 0) {

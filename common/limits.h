@@ -159,4 +159,10 @@
 /* Matching steps between two maxTimeMS checks (op_check = one clock read). */
 #define MS_REGEX_STEPS_PER_CHECK 4096
 
+/* maxTimeMS (common/opctx.h) */
+/* Documents (or rows, or statements) a long loop handles between two interrupt checks
+ * (op_check, one clock read): small enough that a scan of small documents overruns its
+ * deadline by well under a millisecond, large enough that the check costs nothing. */
+#define MS_INTERRUPT_CHECK_DOCS 256
+
 #endif

@@ -1,6 +1,7 @@
 /*
- * opctx.c — the operation running on the calling thread (see opctx.h): its connection
- * and its maxTimeMS deadline, kept thread-local because a request runs on one worker.
+ * opctx.c — the operation running on the calling thread (see opctx.h), in every daemon:
+ * its connection and its maxTimeMS deadline, kept thread-local because a request runs on
+ * one worker; the interrupt check and its two test failpoints.
  */
 #include "common/opctx.h"
 
@@ -8,6 +9,7 @@
 #include <stdint.h>
 
 #include "common/bsonx.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 
 static _Thread_local uint32_t op_conn_id;
@@ -27,19 +29,46 @@ long long op_time_left_ms(long long dflt_ms) {
     return dflt_ms > 0 && dflt_ms < left ? dflt_ms : left;
 }
 
+void op_register_failpoints(void) {
+    fp_register(OP_FP_MAX_TIME_ALWAYS_TIME_OUT);
+    fp_register(OP_FP_MAX_TIME_NEVER_TIME_OUT);
+}
+
 int op_check(ms_error_t *err) {
-    if (op_deadline_mono_ms <= 0 || time_mono_ms() < op_deadline_mono_ms) return 0;
+    if (op_deadline_mono_ms <= 0) return 0;
+    /* The failpoints are looked up only for operations with a deadline (a short walk of
+     * the registered names): cheap beside the documents read between two checks. */
+    if (fp_check(OP_FP_MAX_TIME_ALWAYS_TIME_OUT, NULL, NULL, NULL))
+        op_deadline_mono_ms = 1;   /* killed: every later check fails too */
+    else if (fp_active(OP_FP_MAX_TIME_NEVER_TIME_OUT) && op_deadline_mono_ms > 1)
+        return 0;
+    if (time_mono_ms() < op_deadline_mono_ms) return 0;
+    op_deadline_mono_ms = 1;
     return err_set(err, MS_ERR_MAX_TIME_MS_EXPIRED, "operation exceeded time limit");
 }
 
+/* BSONElement::safeNumberLong of a double: NaN reads as 0, values beyond int64 clamp. */
+static long long op_safe_long(double d) {
+    if (isnan(d)) return 0;
+    if (d >= 9223372036854775808.0) return INT64_MAX;
+    if (d <= -9223372036854775808.0) return INT64_MIN;
+    return (long long)d;
+}
+
 int op_parse_max_time_ms(const bson_iter_t *it, long long *ms_out, ms_error_t *err) {
-    double d;
+    bool is_double = BSON_ITER_HOLDS_DOUBLE(it);
+    long long v;
+    double d = 0;
     if (!bsonx_is_number(it) || !bsonx_as_double(it, &d))
         return err_set(err, MS_ERR_BAD_VALUE, "maxTimeMS must be a number");
-    if (isnan(d) || d != floor(d))
+    if (BSON_ITER_HOLDS_INT32(it) || BSON_ITER_HOLDS_INT64(it)) v = bson_iter_as_int64(it);
+    else v = op_safe_long(d);
+    /* MongoDB checks the range before integrality: -1.5 is out of range, 1.5 is not
+     * integral. */
+    if (v < 0 || v > INT32_MAX)
+        return err_set(err, MS_ERR_BAD_VALUE, "%lld value for maxTimeMS is out of range", v);
+    if (is_double && floor(d) != d)
         return err_set(err, MS_ERR_BAD_VALUE, "maxTimeMS has non-integral value");
-    if (d < 0) return err_set(err, MS_ERR_BAD_VALUE, "maxTimeMS value for command cannot be negative");
-    if (d > INT32_MAX) return err_set(err, MS_ERR_BAD_VALUE, "maxTimeMS value is out of range");
-    *ms_out = (long long)d;
+    *ms_out = v;
     return 0;
 }

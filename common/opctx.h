@@ -9,8 +9,14 @@
  *
  * Long loops (scans, sorts, regex matching, scatter/gather waits) call op_check(): it
  * costs one clock read and answers MaxTimeMSExpired (50) once the deadline has passed,
- * as MongoDB's interrupt checks do. A thread that works for an operation on another
+ * as MongoDB's interrupt checks do. Loops over documents call it every
+ * MS_INTERRUPT_CHECK_DOCS documents. A thread that works for an operation on another
  * thread (a scatter helper) takes the deadline explicitly with op_deadline_ms().
+ *
+ * Two failpoints make tests deterministic, as in MongoDB: with maxTimeAlwaysTimeOut on,
+ * an operation that has a deadline fails at its first check (dispatch checks once
+ * before the handler runs) and every later one; with maxTimeNeverTimeOut on, a
+ * deadline never expires. Operations without maxTimeMS are untouched by both.
  */
 #ifndef MS_OPCTX_H
 #define MS_OPCTX_H
@@ -36,11 +42,22 @@ long long op_deadline_ms(void);
 long long op_time_left_ms(long long dflt_ms);
 
 /* 0 while the deadline has not passed (or there is none); otherwise fills err with
- * MaxTimeMSExpired, "operation exceeded time limit", and returns its code. */
+ * MaxTimeMSExpired, "operation exceeded time limit", and returns its code. Once it has
+ * answered MaxTimeMSExpired it keeps doing so for this operation (MongoDB marks the
+ * operation killed). */
 int op_check(ms_error_t *err);
 
-/* Parses a maxTimeMS value as MongoDB does: a non-negative integral number no greater
- * than INT32_MAX (0 = no limit). On success *ms_out holds the value. BadValue otherwise. */
+/* The test failpoints above (common/failpoint.h). */
+#define OP_FP_MAX_TIME_ALWAYS_TIME_OUT "maxTimeAlwaysTimeOut"
+#define OP_FP_MAX_TIME_NEVER_TIME_OUT "maxTimeNeverTimeOut"
+/* Declares both points; every daemon's command server calls it at start-up. */
+void op_register_failpoints(void);
+
+/* Parses a maxTimeMS value as MongoDB's parseMaxTimeMS does: a number (else "maxTimeMS
+ * must be a number"), whose value truncated to an integer lies in [0, INT32_MAX] (else
+ * "<n> value for maxTimeMS is out of range"), and, for a double, integral (else
+ * "maxTimeMS has non-integral value"). 0 = no limit. On success *ms_out holds the value.
+ * BadValue otherwise. */
 int op_parse_max_time_ms(const bson_iter_t *it, long long *ms_out, ms_error_t *err);
 
 #endif

@@ -33,10 +33,14 @@ typedef struct hits {
     bson_t **docs;
     int n, cap;
     size_t bytes;
+    int64_t seen;          /* documents looked at: paces the maxTimeMS check */
+    ms_error_t expired;    /* MaxTimeMSExpired, when op_check stopped the scan */
 } hits_t;
 
 static int hit_fn(void *arg, const bson_t *doc) {
     hits_t *h = arg;
+    if (++h->seen % MS_INTERRUPT_CHECK_DOCS == 0 && op_check(&h->expired) != 0)
+        return h->expired.code;
     if (!query_match(h->q, doc)) return 0;
     h->bytes += doc->len;
     if (h->bytes > (size_t)MS_MSG_BYTES_MAX)
@@ -76,6 +80,7 @@ static int scan(cfg_t *cfg, const char *coll, const bson_t *filter, hits_t *h, m
     h->q = q;
     if (cat_config_known(coll)) {
         rc = cat_config_scan(cfg->cat, coll, hit_fn, h, err);
+        if (rc == MS_ERR_MAX_TIME_MS_EXPIRED && h->expired.code) *err = h->expired;
         if (rc == MS_ERR_BSON_OBJECT_TOO_LARGE)
             err_set(err, rc, "the result of find on config.%s exceeds %d bytes; add a filter", coll,
                     MS_MSG_BYTES_MAX);
@@ -311,6 +316,7 @@ int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     rc = scan(cfg, coll, has_filter ? &filter : NULL, &h, err);
     if (rc) goto out;
     if (sort && h.n > 1) qsort_r(h.docs, (size_t)h.n, sizeof *h.docs, cmp_docs, sort);
+    if ((rc = op_check(err)) != 0) goto out;
     /* The snapshot: skip and limit applied, projected, owned by the cursor. */
     k = calloc(1, sizeof *k);
     ASSERT(k);
@@ -382,6 +388,9 @@ int cfg_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         rc = err_set(err, MS_ERR_UNAUTHORIZED,
                      "Requested getMore on namespace '%s', but cursor belongs to a different "
                      "namespace %s", ns, k->ns);
+    else if (k && op_deadline_ms() > 0)   /* as mongod: maxTimeMS is for awaitData cursors */
+        rc = err_set(err, MS_ERR_BAD_VALUE,
+                     "cannot set maxTimeMS on getMore command for a non-awaitData cursor");
     else if (k) k->busy = true;
     pthread_mutex_unlock(&cs->mu);
     if (!k) return err_set(err, MS_ERR_CURSOR_NOT_FOUND, "cursor id %lld not found", (long long)id);

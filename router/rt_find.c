@@ -55,8 +55,9 @@ static int scatter(router_t *r, const char *db, const char *coll, const bson_t *
     *nreqs = 0;
     for (int attempt = 0; attempt <= MS_STALE_RETRIES_MAX; attempt++) {
         rt_table_t *t = NULL;
-        int rc = rt_table_get(r, ns, &t, err), n = 0;
-        if (rc) return rc;
+        int rc, n = 0;
+        if ((rc = op_check(err)) != 0) return rc;   /* a refresh may have used the time up */
+        if ((rc = rt_table_get(r, ns, &t, err)) != 0) return rc;
         if (!t->sharded) {
             char primary[RT_NAME_BYTES_MAX];
             rt_db_version_t dbv;
@@ -177,6 +178,8 @@ typedef struct rt_cursor {
     char strip[RT_STRIP_MAX][256];
     long long last_ms;
     bool busy;
+    bool timed;            /* opened with maxTimeMS: time_left_ms bounds each getMore */
+    long long time_left_ms;   /* what the find's maxTimeMS left (mongos's leftover) */
     struct rt_cursor *next;
 } rt_cursor_t;
 
@@ -571,6 +574,8 @@ static int cursor_fill_batch(router_t *r, rt_cursor_t *c, int64_t max_docs, bson
             *exhausted = true;
             break;
         }
+        if (n % MS_INTERRUPT_CHECK_DOCS == MS_INTERRUPT_CHECK_DOCS - 1 && (rc = op_check(err)) != 0)
+            return rc;
         int best = -1;
         /* Two static bson_t, never copied by assignment: a static bson_t points into
          * itself, so a struct copy would follow the original's later contents. */
@@ -910,6 +915,9 @@ static int find_run(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bson_init(&arr);
     rc = cursor_fill_batch(r, c, batch >= 0 ? batch : MS_FIRST_BATCH_DOCS_DEFAULT, &arr,
                            &exhausted, err);
+    /* What the find's maxTimeMS leaves goes on to the getMores (idle time not counted). */
+    c->timed = op_deadline_ms() > 0;
+    c->time_left_ms = op_time_left_ms(0);
     /* A cursor that stays open must fit the caps; when it does not, the find fails (and
      * its shard cursors are killed) rather than answer a batch it cannot continue. */
     bool keep = rc == 0 && !exhausted && !single;
@@ -964,13 +972,23 @@ int rt_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         cursor_put(r, c);
         return urc;
     }
+    /* mongos: getMore's maxTimeMS is only the await time of a tailable awaitData cursor
+     * (none here); an ordinary cursor runs on what its find's maxTimeMS left. */
+    if (op_deadline_ms() > 0) {
+        cursor_put(r, c);
+        return err_set(err, MS_ERR_BAD_VALUE,
+                       "maxTimeMS can only be used with getMore for tailable, awaitData cursors");
+    }
+    if (c->timed) op_set_deadline_ms(time_mono_ms() + c->time_left_ms);
     bson_t cur, arr;
     bool exhausted = false;
     char ns[RT_NAME_BYTES_MAX + MS_NS_BYTES_MAX + 2];
     snprintf(ns, sizeof ns, "%s.%s", c->db, c->coll);
     BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
     BSON_APPEND_ARRAY_BEGIN(&cur, "nextBatch", &arr);
-    int rc = cursor_fill_batch(r, c, batch, &arr, &exhausted, err);
+    int rc = op_check(err);
+    if (rc == 0) rc = cursor_fill_batch(r, c, batch, &arr, &exhausted, err);
+    if (c->timed) c->time_left_ms = op_time_left_ms(0);
     bson_append_array_end(&cur, &arr);
     BSON_APPEND_INT64(&cur, "id", rc == 0 && !exhausted ? c->id : 0);
     BSON_APPEND_UTF8(&cur, "ns", ns);

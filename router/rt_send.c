@@ -3,12 +3,17 @@
  * command with the shard's version attached (MongoDB's appendShardVersion), parallel
  * scatter/gather (one thread per extra target; the caller's thread takes the first, so a
  * targeted operation costs no thread), reply status, and the stale-retry log line.
+ *
+ * maxTimeMS (as mongos does): a forwarded command carries the time the client's
+ * maxTimeMS has left when it is built, never the original value; a call is not sent once
+ * that time is up, and a call that fails after it is up answers MaxTimeMSExpired (50).
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
+#include "common/opctx.h"
 #include "common/rpc.h"
 #include "router/router.h"
 
@@ -36,9 +41,16 @@ void rt_copy_cmd(bson_t *dst, const bson_t *src, const char *const *skip) {
     if (!bson_iter_init(&it, src)) return;
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
-        bool drop = strcmp(k, "shardVersion") == 0 || strcmp(k, "databaseVersion") == 0;
+        bool drop = strcmp(k, "shardVersion") == 0 || strcmp(k, "databaseVersion") == 0 ||
+                    strcmp(k, "maxTimeMS") == 0;
         for (int i = 0; skip && skip[i] && !drop; i++) drop = strcmp(k, skip[i]) == 0;
         if (!drop) bson_append_iter(dst, k, -1, &it);
+    }
+    /* The remaining time, at least 1 ms (0 would mean no limit); an expired operation
+     * is stopped by rt_shard_call before this is sent. */
+    if (op_deadline_ms() > 0) {
+        long long left = op_time_left_ms(0);
+        BSON_APPEND_INT32(dst, "maxTimeMS", (int32_t)(left > 0 ? left : 1));
     }
 }
 
@@ -81,25 +93,46 @@ void rt_note_stale(router_t *r, const char *ns, const char *shard, const bson_t 
              log_str(ns), log_str(shard), rm, rn, wm, wn, log_str(why));
 }
 
+/* killCursors cleans up after an operation, also after its time ran out (mongos kills
+ * remote cursors outside the operation's deadline): it is sent without one. */
+static bool is_cleanup(const bson_t *cmd) {
+    bson_iter_t it;
+    return bson_iter_init(&it, cmd) && bson_iter_next(&it) &&
+           strcmp(bson_iter_key(&it), "killCursors") == 0;
+}
+
 int rt_shard_call(router_t *r, const char *shard, const bson_t *cmd, bson_t *reply,
                   ms_error_t *err) {
     char url[MS_URL_BYTES_MAX];
     rpc_client_t *c;
+    long long deadline = op_deadline_ms(), left;
+    bool cleanup = deadline > 0 && is_cleanup(cmd);
     int rc = rt_shard_url(r, shard, url, sizeof url, err);
     if (rc) return rc;
     if ((rc = rpc_peer(url, &c, err)) != 0) return rc;
-    return rpc_call(c, cmd, RT_CALL_TIMEOUT_MS, reply, err);
+    if (cleanup) op_set_deadline_ms(0);
+    else if ((rc = op_check(err)) != 0) return rc;
+    /* The wait for the reply ends with the operation's time, too. */
+    left = op_time_left_ms(RT_CALL_TIMEOUT_MS);
+    rc = rpc_call(c, cmd, left > 0 ? left : 1, reply, err);
+    if (cleanup) op_set_deadline_ms(deadline);
+    else if (rc != 0 && op_check(err) != 0) rc = MS_ERR_MAX_TIME_MS_EXPIRED;
+    return rc;
 }
 
 typedef struct send_arg {
     router_t *r;
     rt_req_t *q;
+    long long deadline;   /* the operation's, for a helper thread (opctx is per thread) */
 } send_arg_t;
 
 static void *send_one(void *p) {
     send_arg_t *a = p;
+    long long own = op_deadline_ms();
+    op_set_deadline_ms(a->deadline);
     memset(&a->q->err, 0, sizeof a->q->err);
     a->q->rc = rt_shard_call(a->r, a->q->shard, &a->q->cmd, &a->q->reply, &a->q->err);
+    op_set_deadline_ms(own);
     return NULL;
 }
 
@@ -109,12 +142,12 @@ void rt_send_all(router_t *r, rt_req_t *reqs, int n) {
     bool started[MS_SHARDS_MAX] = {0};
     ASSERT(n <= MS_SHARDS_MAX);
     for (int i = 1; i < n; i++) {
-        args[i] = (send_arg_t){r, &reqs[i]};
+        args[i] = (send_arg_t){r, &reqs[i], op_deadline_ms()};
         started[i] = pthread_create(&th[i], NULL, send_one, &args[i]) == 0;
         if (!started[i]) send_one(&args[i]);   /* no thread: do it here, still correct */
     }
     if (n > 0) {
-        args[0] = (send_arg_t){r, &reqs[0]};
+        args[0] = (send_arg_t){r, &reqs[0], op_deadline_ms()};
         send_one(&args[0]);
     }
     for (int i = 1; i < n; i++)

@@ -12,6 +12,9 @@
  *           would change shard-key fields are refused (ImmutableField);
  *   delete: limit:1 needs the shard key or the exact _id; otherwise by query;
  *   findAndModify: the shard key must be in the query.
+ * maxTimeMS: each round starts only while time is left, and MaxTimeMSExpired from a shard
+ * (or the router's own deadline passing) fails the whole command with code 50, as a
+ * mongod fails a write batch on an interruption; what shards wrote before stays written.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +22,7 @@
 #include "common/bounds.h"
 #include "common/bsonx.h"
 #include "common/log.h"
+#include "common/opctx.h"
 #include "router/router.h"
 
 enum wkind { W_INSERT, W_UPDATE, W_DELETE };
@@ -272,6 +276,7 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
     int nops = 0, rc = 0, stale_rounds = 0, nup = 0, capup = 0;
     upsert_ent_t *upserted = NULL;
     int64_t n = 0, nmod = 0;
+    ms_error_t expired = {0};   /* MaxTimeMSExpired from a shard: ends the command */
     bool ordered = cmd_flag(ctx, "ordered", true);
     shard_batch_t batches[MS_SHARDS_MAX + 1];
     memset(batches, 0, sizeof batches);
@@ -325,6 +330,7 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
             if (ops[i].state == OP_PENDING && first_pending < 0) first_pending = i;
         }
         if (first_pending < 0 || (ordered && first_err >= 0 && first_err < first_pending)) break;
+        if ((rc = op_check(err)) != 0) goto out;
         if ((rc = rt_table_get(r, ns, &t, err)) != 0) goto out;
         if (!t->sharded &&
             (rc = rt_db_get(r, ctx->db, true, primary, sizeof primary, &dbv, err)) != 0) {
@@ -432,6 +438,10 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
                 rt_note_stale_db(r, ctx->db, q->shard, &q->reply);
                 continue;
             }
+            if (code == MS_ERR_MAX_TIME_MS_EXPIRED && !expired.code) {
+                expired = e;   /* fails the command once this round's replies are read */
+                err_prefix(&expired, "shard %s", q->shard);
+            }
             if (code) {   /* the whole piece failed: every op of it carries the error */
                 err_prefix(&e, "shard %s", q->shard);
                 for (int j = 0; j < b->nops; j++) op_fail(&ops[b->ops[j]], &e);
@@ -503,6 +513,12 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
             }
         }
         for (int k = 0; k < nb; k++) rt_req_clear(&reqs[k]);
+        if (expired.code) {
+            rt_table_release(t);
+            *err = expired;
+            rc = expired.code;
+            goto out;
+        }
         if (stale || stale_db) {
             if (++stale_rounds > MS_STALE_RETRIES_MAX) {
                 ms_error_t e;
@@ -584,8 +600,9 @@ int rt_cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         rt_table_t *t = NULL;
         char target[RT_NAME_BYTES_MAX];
         rt_db_version_t dbv;
-        int rc = rt_table_get(r, ns, &t, err), idx = -1;
-        if (rc) return rc;
+        int rc, idx = -1;
+        if ((rc = op_check(err)) != 0) return rc;   /* a refresh may have used the time up */
+        if ((rc = rt_table_get(r, ns, &t, err)) != 0) return rc;
         if (!t->sharded) {
             rc = rt_db_get(r, ctx->db, true, target, sizeof target, &dbv, err);
         } else {

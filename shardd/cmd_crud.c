@@ -10,7 +10,9 @@
  * transaction, a statement that fails is rolled back alone (store_write_doc) and reported
  * in writeErrors with the client's index, and an acknowledged write is committed. The
  * failpoints hangBeforeWriteCommit / hangAfterWriteCommit stand on either side of that
- * COMMIT (docs/protocol.md "Shard daemon: failpoints").
+ * COMMIT (docs/protocol.md "Shard daemon: failpoints"). maxTimeMS expiring mid-batch
+ * stops it, commits what it wrote and fails the command with MaxTimeMSExpired, as
+ * MongoDB fails a batch on an interruption (docs/protocol.md "All processes: maxTimeMS").
  */
 #include "shardd/shardd.h"
 
@@ -21,6 +23,7 @@
 #include "common/bsonx.h"
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "common/opctx.h"
 #include "common/validate.h"
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -145,6 +148,7 @@ struct wbatch {
     bool ordered;
     shv_filter_t *own;       /* ownership filter of a versioned request, or NULL */
     bool need_create;
+    ms_error_t expired;      /* MaxTimeMSExpired stopped the batch (code 0 = it did not) */
     int64_t n, nmod;
     int nerr, nups;
     bson_t errs;             /* writeErrors entries */
@@ -181,18 +185,29 @@ static int wbatch_txn(store_txn_t *t, void *arg, ms_error_t *err) {
     b->n = b->nmod = 0;
     b->nerr = b->nups = 0;
     b->need_create = false;
+    memset(&b->expired, 0, sizeof b->expired);
     bson_reinit(&b->errs);
     bson_reinit(&b->upserted);
     for (int i = 0; bson_iter_next(&ops); i++) {
         bson_t op, info = BSON_INITIALIZER;
         ms_error_t e = {0};
-        int rc;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&ops) || !bsonx_view_container(&ops, &op))
+        int rc = 0;
+        /* An expiry here is handled below like a statement's own. */
+        if (i % MS_INTERRUPT_CHECK_DOCS == MS_INTERRUPT_CHECK_DOCS - 1) rc = op_check(&e);
+        if (rc == 0 && (!BSON_ITER_HOLDS_DOCUMENT(&ops) || !bsonx_view_container(&ops, &op)))
             rc = err_set(&e, MS_ERR_TYPE_MISMATCH, "BSON field '%s.%s.%d' is the wrong type '%s', "
                          "expected type 'object'", b->kind->verb, b->kind->field, i,
                          bsonx_type_name(bson_iter_type(&ops)));
-        else
+        else if (rc == 0)
             rc = b->kind->op(t, c, b, i, &op, &info, &e);
+        if (rc == MS_ERR_MAX_TIME_MS_EXPIRED && !b->need_create) {
+            /* MongoDB: an interruption fails the whole command, and what the batch wrote
+             * before it (earlier statements, earlier documents of a multi statement)
+             * stays written. So: stop here, commit, answer MaxTimeMSExpired. */
+            b->expired = e;
+            bson_destroy(&info);
+            break;
+        }
         if (!b->need_create && rc != 0 && !is_fatal(rc))
             write_error(&b->errs, &b->nerr, i, &e, &info);
         bson_destroy(&info);
@@ -246,6 +261,13 @@ static int wbatch_command(cmd_ctx_t *ctx, const wbatch_kind_t *kind, bson_t *rep
     b.ordered = cmd_flag(ctx, "ordered", true);
     if ((rc = write_creating(ctx->app, b.ns, wbatch_txn, &b, &b.need_create, err)) != 0) goto out;
     if ((rc = fp_eval(FP_AFTER_WRITE_COMMIT, err)) != 0) goto out;
+    if (b.expired.code) {
+        *err = b.expired;
+        rc = b.expired.code;
+        log_info("write stopped by maxTimeMS cmd=%s ns=%s n=%lld", kind->verb, b.ns,
+                 (long long)b.n);
+        goto out;
+    }
     BSON_APPEND_INT64(reply, "n", b.n);
     if (kind->counts_modified) {
         BSON_APPEND_INT64(reply, "nModified", b.nmod);
@@ -381,6 +403,12 @@ int cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     snprintf(ns, sizeof ns, "%s.%s", ctx->db, bson_iter_utf8(&it, NULL));
     if (cmd_field(ctx, "batchSize", &it) && (!bsonx_as_int64(&it, &bs) || bs < 0))
         return err_set(err, MS_ERR_BAD_VALUE, "batchSize must be a non-negative number");
+    /* MongoDB takes getMore's maxTimeMS only as the await time of a tailable awaitData
+     * cursor, which we do not have; an ordinary cursor runs on what its find's maxTimeMS
+     * left (exec_get_more). maxTimeMS: 0 means none and is accepted. */
+    if (op_deadline_ms() > 0)
+        return err_set(err, MS_ERR_BAD_VALUE,
+                       "cannot set maxTimeMS on getMore command for a non-awaitData cursor");
     return exec_get_more(app->st, app->cursors, id, ns, bs, reply, err);
 }
 
@@ -506,6 +534,8 @@ static int update_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
     for (size_t i = 0; i < nr; i++) {
         bson_t doc, nd;
         bool changed = false;
+        if (i % MS_INTERRUPT_CHECK_DOCS == MS_INTERRUPT_CHECK_DOCS - 1 && (rc = op_check(e)) != 0)
+            goto out;
         if ((rc = store_get_by_rowid(t, c, rids[i], &doc, e)) != 0) goto out;
         rc = update_apply(uc, &doc, false, &nd, &changed, e);
         if (rc == 0 && changed) {
@@ -580,6 +610,8 @@ static int delete_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
     if ((rc = statement_rowids(t, c, b, &q, qc, limit, &rids, &nr, e)) != 0) goto out;
     for (size_t i = 0; i < nr; i++) {
         bson_t doc;
+        if (i % MS_INTERRUPT_CHECK_DOCS == MS_INTERRUPT_CHECK_DOCS - 1 && (rc = op_check(e)) != 0)
+            goto out;
         if ((rc = store_get_by_rowid(t, c, rids[i], &doc, e)) != 0) goto out;
         rc = store_write_doc(t, c, rids[i], &doc, NULL, NULL, NULL, e);
         bson_destroy(&doc);

@@ -11,7 +11,9 @@
  * Scans are resumable: a position (range, last key, last rowid) lets each cursor batch run
  * in its own short read transaction, as MongoDB yields and restores between batches.
  * Blocking sorts hold at most 100 MB (MongoDB's limit) and keep only skip+limit documents
- * when a limit is given (top-k).
+ * when a limit is given (top-k). Scans check the operation's maxTimeMS (op_check) every
+ * MS_INTERRUPT_CHECK_DOCS rows; a cursor carries what its find's maxTimeMS left to each
+ * getMore.
  */
 #include "shardd/shardd.h"
 
@@ -26,6 +28,7 @@
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "common/mem.h"
+
 #include "common/opctx.h"
 
 /* Keys counted per candidate index when costing plans (MongoDB's trial period works). */
@@ -511,6 +514,11 @@ int exec_scan(store_txn_t *t, store_coll_t *c, const plan_t *p, const exec_query
             bson_t doc;
             int rc;
             pos->keys_examined++;
+            /* maxTimeMS: find, count, distinct and the writes' matching all scan here. */
+            if (pos->keys_examined % MS_INTERRUPT_CHECK_DOCS == 0 && (rc = op_check(err)) != 0) {
+                sqlite3_reset(s);
+                return rc;
+            }
             if (p->kind != PLAN_COLLSCAN) {
                 buf_reset(&pos->key);
                 buf_put(&pos->key, sqlite3_column_blob(s, 0), (size_t)sqlite3_column_bytes(s, 0));
@@ -612,7 +620,8 @@ static int sorter_run(store_txn_t *t, store_coll_t *c, const plan_t *p, const ex
     if ((rc = exec_scan(t, c, p, eq, pos, sorter_add, so, err)) != 0) return rc;
     if (so->n > 1) qsort_r(so->v, so->n, sizeof *so->v, sdoc_cmp, (void *)so->sort);
     if (so->keep) sorter_truncate(so);
-    return 0;
+    /* qsort cannot stop halfway (it sorts at most 100 MB): check once it is done. */
+    return op_check(err);
 }
 
 /* ---- rowids for writes -------------------------------------------------------------- */
@@ -683,6 +692,8 @@ struct cursor {
                                   * stashResult): the next batch starts with it */
     bool in_use;                 /* a getMore holds it (pinned): another gets CursorInUse */
     bool killed;                 /* killCursors while pinned: freed when the getMore ends */
+    bool timed;                  /* opened with maxTimeMS: time_left_ms bounds each getMore */
+    long long time_left_ms;      /* what the find's maxTimeMS left (MongoDB's leftover) */
     long long last_used_ms;
     uint32_t conn;               /* the connection that opened it (per-connection cap) */
     size_t held;                 /* bytes it keeps between batches, counted in cursors.bytes */
@@ -1117,6 +1128,10 @@ int exec_find(store_t *st, cursors_t *cs, find_args_t *fa, bson_t *reply, ms_err
     }
     if ((rc = run_batch(st, cur, first, &arr, &exhausted, err)) != 0) goto out;
     if (cur->fa.single_batch || cur->fa.limit < 0) exhausted = true;
+    /* The find's maxTimeMS covers the cursor's whole life of work, not its idle time:
+     * what is left goes on to the getMores (MongoDB's leftover maxTimeMicros). */
+    cur->timed = op_deadline_ms() > 0;
+    cur->time_left_ms = op_time_left_ms(0);
     if (!exhausted) {
         if ((rc = cursors_add(cs, cur, err)) != 0) goto out;
         id = cur->id;
@@ -1151,9 +1166,16 @@ int exec_get_more(store_t *st, cursors_t *cs, int64_t id, const char *ns, int64_
         cursors_unpin(cs, cur, true);
         goto out_unpinned;
     }
+    /* This getMore runs on what the find's maxTimeMS left; expiring kills the cursor. */
+    if (cur->timed) op_set_deadline_ms(time_mono_ms() + cur->time_left_ms);
+    if ((rc = op_check(err)) != 0) {
+        cursors_unpin(cs, cur, true);
+        goto out_unpinned;
+    }
     bson_destroy(&arr);
     if ((rc = run_batch(st, cur, batch_size > 0 ? batch_size : -1, &arr, &exhausted, err)) == 0)
         append_cursor_reply(reply, "nextBatch", &arr, exhausted ? 0 : id, ns);
+    if (cur->timed) cur->time_left_ms = op_time_left_ms(0);
     cursors_unpin(cs, cur, rc != 0 || exhausted);
 out_unpinned:
     bson_destroy(&arr);
