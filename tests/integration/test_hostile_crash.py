@@ -4,9 +4,11 @@ test_hostile_crash.py — requests that used to kill a daemon (issue 10, item 1)
 real processes on 127.0.0.1.
 
   config server, open-cursor cap: `find` on config.shards with batchSize 1, left open,
-      1,001+ times through a router and then directly. Every find over the cap must
-      answer ExceededMemoryLimit (146) — it used to abort the config server (libbson
-      precondition: the error path reset a reply whose cursor sub-document was open).
+      through a router (its own caps on relayed config cursors answer first) and
+      directly, over several connections, until the config server's 1,000 are all held.
+      Every find over a cap must answer ExceededMemoryLimit (146) — the 1,001st used to
+      abort the config server (libbson precondition: the error path reset a reply whose
+      cursor sub-document was open).
   router, distinct over 3 shards: values that do not fit a bson_t's inline buffer (300
       documents with ~300-byte strings; 12 with 200-byte strings), sub-documents,
       arrays (distinct unwinds one level) and mixed types (int, long, double and
@@ -27,8 +29,6 @@ from lib import *  # noqa: E402,F403
 from hostile import RawReq, assert_responsive, assert_rss_below  # noqa: E402
 
 EXCEEDED_MEMORY_LIMIT = 146
-# Finds tried per route: the config server keeps at most 1,000 open cursors.
-FINDS = 1005
 # RSS bounds (MiB): generous for a sanitizer build, far below a runaway.
 CFG_RSS_MB = 400
 ROUTER_RSS_MB = 400
@@ -54,37 +54,43 @@ def open_cursors(url, n):
 
 @test
 def test_config_cursor_cap_no_abort(t):
+    """Through a router: its caps on relayed config cursors (100 per client connection,
+    400 per router) answer 146 long before the config server's; nothing dies."""
     cl = t.cluster(shards=3)
     router, cfg = cl.routers[0], cl.config
-    opened, errors = open_cursors(router.url, FINDS)
-    assert errors, "no find was refused after %d open cursors" % opened
-    for e in errors:
-        assert e.get("code") == EXCEEDED_MEMORY_LIMIT, "over the cap: %r" % e
+    total = 0
+    for i in range(5):
+        opened, errors = open_cursors(router.url, 150)
+        assert errors, "no find was refused after %d open cursors on one connection" % opened
+        for e in errors:
+            assert e.get("code") == EXCEEDED_MEMORY_LIMIT, "over the cap: %r" % e
+        total += opened
+    assert total <= 400, "router relayed %d config cursors (cap 400)" % total
     assert cfg.alive(), "config server died over the cursor cap"
-    assert_responsive(cfg, what="after %d finds through the router" % FINDS)
-    assert_responsive(router, what="after %d finds through it" % FINDS)
-    print("  router: %d cursors opened, %d finds refused with 146" % (opened, len(errors)))
-    # Directly: the cap is already reached, every find is refused and nothing dies.
-    opened2, errors2 = open_cursors(cfg.url, 50)
-    assert errors2 and all(e.get("code") == EXCEEDED_MEMORY_LIMIT for e in errors2), errors2[:2]
-    assert_responsive(cfg, what="after finds over the cap sent directly")
-    assert_rss_below(cfg, CFG_RSS_MB)
-    print("  direct: %d more opened, %d refused with 146" % (opened2, len(errors2)))
+    assert_responsive(cfg, what="after finds through the router")
+    assert_responsive(router, what="after finds through it")
+    print("  router: %d cursors opened over 5 connections, the rest refused with 146" % total)
 
 
 @test
 def test_config_cursor_cap_direct(t):
+    """Directly: 500 cursors per connection, 1,000 in all; the 1,001st find (which used to
+    abort the config server on a half-built reply) answers 146 on every connection."""
     cfg = t.configsvr()
     shards = [t.shardd("s%d" % i) for i in range(2)]
     c = cfg.client()
     for s in shards:
         c.ok({"addShard": s.url})
-    opened, errors = open_cursors(cfg.url, FINDS)
-    assert errors, "no find was refused after %d open cursors" % opened
-    for e in errors:
-        assert e.get("code") == EXCEEDED_MEMORY_LIMIT, "over the cap: %r" % e
+    total = 0
+    for i in range(3):
+        opened, errors = open_cursors(cfg.url, 600 if i < 2 else 50)
+        assert errors, "no find was refused after %d open cursors" % opened
+        for e in errors:
+            assert e.get("code") == EXCEEDED_MEMORY_LIMIT, "over the cap: %r" % e
+        total += opened
+    assert total == 1000, "config server holds %d cursors (cap 1000)" % total
     assert cfg.alive(), "config server died over the cursor cap"
-    assert_responsive(cfg, what="after %d finds" % FINDS)
+    assert_responsive(cfg, what="after %d open cursors" % total)
     assert_rss_below(cfg, CFG_RSS_MB)
 
 
