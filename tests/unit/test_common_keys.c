@@ -9,6 +9,7 @@
 #include <bson/bson.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/bsonx.h"
 #include "common/keys.h"
@@ -142,19 +143,19 @@ static const char *order_table[] = {
     "[{\"$regularExpression\": {\"pattern\": \"a\", \"options\": \"m\"}}]",
     "[{\"$regularExpression\": {\"pattern\": \"ab\", \"options\": \"\"}}]",
     "[{\"$regularExpression\": {\"pattern\": \"b\", \"options\": \"\"}}]",
-    "[{\"$dbPointer\": {\"$ref\": \"a\", \"$id\": {\"$oid\": \"000000000000000000000000\"}}}]",
-    "[{\"$dbPointer\": {\"$ref\": \"a\", \"$id\": {\"$oid\": \"000000000000000000000001\"}}}]",
-    "[{\"$dbPointer\": {\"$ref\": \"b\", \"$id\": {\"$oid\": \"000000000000000000000000\"}}}]",
-    "[{\"$dbPointer\": {\"$ref\": \"aa\", \"$id\": {\"$oid\": \"000000000000000000000000\"}}}]",
-    "[{\"$code\": \"\"}]",
-    "[{\"$code\": \"a\"}]",
-    "[{\"$code\": \"ab\"}]",
-    "[{\"$code\": \"b\"}]",
-    "[{\"$code\": \"\", \"$scope\": {}}]",
-    "[{\"$code\": \"a\", \"$scope\": {}}]",
-    "[{\"$code\": \"a\", \"$scope\": {\"x\": 1}}, {\"$code\": \"a\", \"$scope\": {\"x\": 1.0}}]",
-    "[{\"$code\": \"a\", \"$scope\": {\"x\": \"s\"}}]",
-    "[{\"$code\": \"b\", \"$scope\": {}}]",
+    "DBP a 000000000000000000000000",
+    "DBP a 000000000000000000000001",
+    "DBP b 000000000000000000000000",
+    "DBP aa 000000000000000000000000",
+    "JS |",
+    "JS a|",
+    "JS ab|",
+    "JS b|",
+    "JS |{}",
+    "JS a|{}",
+    "JS a|{\"x\": 1};a|{\"x\": 1.0}",
+    "JS a|{\"x\": \"s\"}",
+    "JS b|{}",
     "[{\"$maxKey\": 1}]",
 };
 #define N_GROUPS ((int)(sizeof order_table / sizeof order_table[0]))
@@ -166,9 +167,53 @@ static bson_t *load_table(void) {
         char json[1024], key[16];
         bson_t tmp;
         ms_error_t err = {0};
+        if (strncmp(order_table[g], "DBP ", 4) == 0) {
+            /* "DBP <ns> <oid hex>": a group of one dbPointer, built with the BSON API.
+             * libbson 1.23's JSON reader fails now and then on {"$dbPointer": ...} ("Error
+             * storing DBPointer": its key buffer is read uninitialised), which made this
+             * table flaky; the value itself is what the test is about, not that reader. */
+            char ns[64], hex[25];
+            bson_oid_t oid;
+            bson_t arr;
+            if (sscanf(order_table[g] + 4, "%63s %24s", ns, hex) != 2) abort();
+            bson_oid_init_from_string(&oid, hex);
+            snprintf(key, sizeof key, "%d", g);
+            BSON_APPEND_ARRAY_BEGIN(all, key, &arr);
+            bson_append_dbpointer(&arr, "0", 1, ns, &oid);
+            bson_append_array_end(all, &arr);
+            continue;
+        }
+        if (strncmp(order_table[g], "JS ", 3) == 0) {
+            /* "JS code|scope;code|scope": code (with scope when one is given), built with
+             * the BSON API for the same reason as DBP: libbson's reader fails now and then
+             * on {"$code"} inside an array ("Error storing Javascript code"). */
+            char row[256], *save = NULL;
+            bson_t arr;
+            int i = 0;
+            snprintf(row, sizeof row, "%s", order_table[g] + 3);
+            snprintf(key, sizeof key, "%d", g);
+            BSON_APPEND_ARRAY_BEGIN(all, key, &arr);
+            for (char *item = strtok_r(row, ";", &save); item; item = strtok_r(NULL, ";", &save)) {
+                char *bar = strchr(item, '|'), idx[16];
+                if (!bar) abort();
+                *bar = '\0';
+                snprintf(idx, sizeof idx, "%d", i++);
+                if (bar[1]) {
+                    bson_t scope;
+                    bson_error_t berr;
+                    if (!bson_init_from_json(&scope, bar + 1, -1, &berr)) abort();
+                    bson_append_code_with_scope(&arr, idx, -1, item, &scope);
+                    bson_destroy(&scope);
+                } else {
+                    bson_append_code(&arr, idx, -1, item);
+                }
+            }
+            bson_append_array_end(all, &arr);
+            continue;
+        }
         snprintf(json, sizeof json, "{\"g\": %s}", order_table[g]);
-        /* bsonx_from_json, not bson_init_from_json: it repairs the array keys that
-         * libbson's reader garbles after {"$code"} / {"$dbPointer"} values. */
+        /* bsonx_from_json, not bson_init_from_json: it repairs array keys libbson's
+         * reader garbles. */
         if (bsonx_from_json(json, &tmp, &err) != 0) {
             t_fail(__FILE__, __LINE__, "table row %d does not parse: %s", g, err.msg);
             continue;
