@@ -87,6 +87,9 @@
 /* Documents scanned per build transaction: the writer lock is released between batches,
  * so a write to any collection waits at most one batch (~30 ms at 5,000 documents). */
 #define SHARDD_INDEX_BUILD_BATCH_ROWS 5000
+/* Longest a build waits between two batches for the writers already queued on the
+ * writer lock to pass (they would otherwise lose the unfair mutex to the build again). */
+#define SHARDD_INDEX_BUILD_YIELD_MS 50
 /* Unique-key conflicts that writes during a build may leave for the commit to re-check
  * (MongoDB's constraint-violation side table); more fail the build at once (memory bound). */
 #define SHARDD_INDEX_BUILD_CONFLICTS_MAX 10000

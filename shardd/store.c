@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "common/bsonx.h"
 #include "common/failpoint.h"
@@ -52,6 +53,7 @@ struct store {
     char path[PATH_MAX];
     bool sync_full;
     pthread_mutex_t wmu;        /* the single writer */
+    atomic_int wwaiting;        /* writers waiting for wmu (an index build yields to them) */
     conn_t *writer;
     pthread_rwlock_t cat_lock;  /* the in-memory catalog */
     pthread_key_t rkey;         /* this thread's reader connection */
@@ -606,7 +608,9 @@ int store_read(store_t *st, store_txn_fn fn, void *arg, ms_error_t *err) {
 static int write_txn(store_t *st, bool ddl, store_txn_fn fn, void *arg, ms_error_t *err) {
     store_txn_t t = {st, st->writer, true};
     int rc;
+    atomic_fetch_add(&st->wwaiting, 1);
     pthread_mutex_lock(&st->wmu);
+    atomic_fetch_sub(&st->wwaiting, 1);
     if (ddl)
         pthread_rwlock_wrlock(&st->cat_lock);
     else
@@ -1699,7 +1703,13 @@ int store_index_build_scan(store_t *st, const char *ns, const int64_t *ids, int 
     int rc, batches = 0;
     ASSERT(n > 0 && n < MS_INDEXES_MAX);
     while (!a.done) {
-        /* Between two batches no lock is held: writes and DDL of any collection run. */
+        /* Between two batches no lock is held: writes and DDL of any collection run. A
+         * mutex is not fair — the build would take it back at once — so it first lets
+         * the writers already waiting go (for at most SHARDD_INDEX_BUILD_YIELD_MS, so a
+         * stream of writes cannot starve it). */
+        long long until = time_mono_ms() + SHARDD_INDEX_BUILD_YIELD_MS;
+        while (batches > 0 && atomic_load(&st->wwaiting) > 0 && time_mono_ms() < until)
+            nanosleep(&(struct timespec){0, 100000L}, NULL);
         if ((rc = store_write(st, ib_batch_fn, &a, err)) != 0) return rc;
         batches++;
         if ((rc = fp_eval(FP_INDEX_BUILD_AFTER_BATCH, err)) != 0) return rc;
