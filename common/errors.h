@@ -82,7 +82,9 @@
     X(CANNOT_CREATE_COLLECTION, 242, "CannotCreateCollection")      \
     X(STALE_DB_VERSION, 249, "StaleDbVersion")                      \
     X(EXCEEDED_TIME_LIMIT, 262, "ExceededTimeLimit")                \
+    X(INDEX_BUILD_ABORTED, 276, "IndexBuildAborted")                \
     X(WOULD_CHANGE_OWNING_SHARD, 283, "WouldChangeOwningShard")     \
+    X(INDEX_BUILD_ALREADY_IN_PROGRESS, 285, "IndexBuildAlreadyInProgress") \
     X(QUERY_EXCEEDED_MEMORY_LIMIT, 292, "QueryExceededMemoryLimitNoDiskUseAllowed") \
     X(OBJECT_IS_BUSY, 314, "ObjectIsBusy")                          \
     X(BSON_OBJECT_TOO_LARGE, 10334, "BSONObjectTooLarge")           \

@@ -165,4 +165,17 @@
  * deadline by well under a millisecond, large enough that the check costs nothing. */
 #define MS_INTERRUPT_CHECK_DOCS 256
 
+/* Index builds beside reads and writes (shardd/store.c, docs/storage.md "Index builds"). */
+/* Documents scanned per build transaction: the writer lock is released between batches,
+ * so a write to any collection waits at most one batch (~30 ms at 5,000 documents). */
+#define SHARDD_INDEX_BUILD_BATCH_ROWS 5000
+/* Longest a build waits between two batches for the writers already queued on the
+ * writer lock to pass (they would otherwise lose the unfair mutex to the build again). */
+#define SHARDD_INDEX_BUILD_YIELD_MS 50
+/* Unique-key conflicts that writes during a build may leave for the commit to re-check
+ * (MongoDB's constraint-violation side table); more fail the build at once (memory bound). */
+#define SHARDD_INDEX_BUILD_CONFLICTS_MAX 10000
+/* How often a createIndexes that joins an identical build in progress looks again. */
+#define SHARDD_INDEX_BUILD_JOIN_POLL_MS 10
+
 #endif

@@ -13,10 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/bsonx.h"
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "common/opctx.h"
 
 static void append_uuid(bson_t *d, const char *key, const uint8_t *uuid) {
     bson_append_binary(d, key, -1, BSON_SUBTYPE_UUID, uuid, 16);
@@ -40,6 +42,8 @@ typedef struct ci_arg {
     bool created;
     int before, after, existed, n;
     bool exclusive_create;
+    int64_t ids[MS_INDEXES_MAX];   /* indexes this command builds */
+    int nids;
 } ci_arg_t;
 
 static int create_coll_fn(store_txn_t *t, void *arg, ms_error_t *err) {
@@ -61,28 +65,48 @@ int cmd_create(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return store_ddl(app->st, create_coll_fn, &a, err);
 }
 
-static int create_indexes_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+/* createIndexes, step 1 (short, catalog exclusive): the collection when absent, every new
+ * index registered as building. Nothing is scanned here. */
+static int create_indexes_begin_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     ci_arg_t *a = arg;
     store_coll_t *c;
     bson_iter_t it = a->specs;
     int rc;
+    a->n = a->existed = a->nids = 0;
     if ((rc = store_coll_create(t, a->ns, NULL, &c, &a->created, err)) != 0) return rc;
     a->before = c->nindexes;
     while (bson_iter_next(&it)) {
         bson_t spec;
         bool existed = false;
+        int64_t id = 0;
         if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bsonx_view_container(&it, &spec))
             return err_set(err, MS_ERR_TYPE_MISMATCH, "each index specification must be an object");
-        if ((rc = store_index_create(t, c, &spec, &existed, err)) != 0) return rc;
+        if ((rc = store_index_build_register(t, c, &spec, a->ids, a->nids, &existed, &id, err)) != 0)
+            return rc;
         a->n++;
         if (existed) a->existed++;
+        if (id) a->ids[a->nids++] = id;
     }
     if (a->n == 0) return err_set(err, MS_ERR_BAD_VALUE, "Must specify at least one index to create");
-    a->after = c->nindexes;
+    a->after = c->nindexes + a->nids;
+    return 0;
+}
+
+/* createIndexes, step 3 (short, catalog exclusive): the built indexes become ready. */
+static int create_indexes_commit_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    ci_arg_t *a = arg;
+    int rc;
+    if ((rc = store_index_build_commit(t, a->ns, a->ids, a->nids, err)) != 0) return rc;
     /* Every index built over every document, not yet committed. */
     return fp_eval(FP_BEFORE_INDEX_BUILD_COMMIT, err);
 }
 
+/* MongoDB's hybrid index build in miniature (docs/storage.md "Index builds"): register the
+ * indexes (catalog exclusive, a moment), fill them in batches of short write transactions
+ * while reads and writes of every collection go on (writes to this one maintain the new
+ * indexes too), then mark them ready (catalog exclusive, a moment). A command asking for
+ * an index another command is building joins it: waits, then answers as for an existing
+ * index. Any failure drops what this command registered: all its indexes or none. */
 int cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     shardd_t *app = ctx->app;
     char ns[MS_NS_BYTES_MAX + 8];
@@ -94,7 +118,21 @@ int cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (!cmd_field(ctx, "indexes", &it) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &a.specs))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'createIndexes.indexes' is missing");
     a.ns = ns;
-    if ((rc = store_ddl(app->st, create_indexes_fn, &a, err)) != 0) return rc;
+    while ((rc = store_ddl(app->st, create_indexes_begin_fn, &a, err)) ==
+           MS_ERR_INDEX_BUILD_ALREADY_IN_PROGRESS) {
+        /* Bounded by the command's maxTimeMS (MaxTimeMSExpired), as MongoDB's join. */
+        if ((rc = op_check(err)) != 0) return rc;
+        nanosleep(&(struct timespec){0, SHARDD_INDEX_BUILD_JOIN_POLL_MS * 1000000L}, NULL);
+    }
+    if (rc != 0) return rc;
+    if (a.nids > 0) {
+        if ((rc = store_index_build_scan(app->st, ns, a.ids, a.nids, err)) == 0)
+            rc = store_ddl(app->st, create_indexes_commit_fn, &a, err);
+        if (rc != 0) {
+            store_index_build_abort(app->st, ns, a.ids, a.nids);
+            return rc;
+        }
+    }
     if ((rc = fp_eval(FP_AFTER_INDEX_BUILD_COMMIT, err)) != 0) return rc;
     BSON_APPEND_INT32(reply, "numIndexesBefore", a.before);
     BSON_APPEND_INT32(reply, "numIndexesAfter", a.after);
@@ -150,6 +188,9 @@ static int drop_one_index(store_txn_t *t, store_coll_t *c, const bson_iter_t *v,
             int rc;
             while (c->nindexes > 1)
                 if ((rc = store_index_drop(t, c, c->ix[c->nindexes - 1]->name, err)) != 0) return rc;
+            /* and aborts every build in progress, as MongoDB 7.0 */
+            while (c->nbuilding > 0)
+                if ((rc = store_index_drop(t, c, c->bix[c->nbuilding - 1]->name, err)) != 0) return rc;
             return 0;
         }
         if (strcmp(name, "_id_") == 0)
@@ -164,6 +205,8 @@ static int drop_one_index(store_txn_t *t, store_coll_t *c, const bson_iter_t *v,
                 if (c->ix[i]->is_id) return err_set(err, MS_ERR_INVALID_OPTIONS, "cannot drop _id index");
                 return store_index_drop(t, c, c->ix[i]->name, err);
             }
+        for (int i = 0; i < c->nbuilding; i++)  /* a build in progress is aborted */
+            if (bson_equal(&c->bix[i]->pat.spec, &key)) return store_index_drop(t, c, c->bix[i]->name, err);
         {
             char *js = bsonx_to_json(&key);
             int rc = err_set(err, MS_ERR_INDEX_NOT_FOUND, "can't find index with key: %s", js ? js : "?");

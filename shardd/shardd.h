@@ -74,6 +74,7 @@ typedef struct store_index {
     bson_t spec;             /* {v: 2, key: {...}, name: "...", unique?: true} */
     bool unique;
     bool is_id;
+    bool building;           /* in coll->bix: being built, not yet usable */
     int multikey;            /* set (atomically) once any document produced several keys */
 } store_index_t;
 
@@ -88,6 +89,10 @@ typedef struct store_coll {
     bson_t options;
     int nindexes;
     store_index_t *ix[MS_INDEXES_MAX];
+    /* Indexes being built (docs/storage.md "Index builds"): maintained by the write path,
+     * invisible to the planner, listIndexes and collStats. nindexes + nbuilding <= MAX. */
+    int nbuilding;
+    store_index_t *bix[MS_INDEXES_MAX];
     uint64_t gen;            /* bumped by every DDL on it: cursors notice */
 } store_coll_t;
 
@@ -133,7 +138,35 @@ int store_coll_drop(store_txn_t *t, const char *ns, ms_error_t *err);
  * / DuplicateKey / CannotIndexParallelArrays. */
 int store_index_create(store_txn_t *t, store_coll_t *c, const bson_t *spec, bool *existed,
                        ms_error_t *err);
+/* Drops a ready index, or aborts a build in progress of that name (its builder then
+ * fails with IndexBuildAborted). */
 int store_index_drop(store_txn_t *t, store_coll_t *c, const char *name, ms_error_t *err);
+
+/* Index builds beside reads and writes (MongoDB's hybrid build in miniature,
+ * docs/storage.md "Index builds"): register (short DDL), scan in batches (no lock held
+ * between batches), commit (short DDL); on any failure abort.
+ * register, inside store_ddl: checks spec as store_index_create does, creates the side
+ * table and persists the index as building (ready = 0); *id_out = its table number. An
+ * identical index already ready → *existed; one being built by another command →
+ * IndexBuildAlreadyInProgress (the caller waits and asks again, as MongoDB joins the
+ * build); mine/nmine are the ids this command registered already (the same spec twice in
+ * one command is a no-op, not a wait). */
+int store_index_build_register(store_txn_t *t, store_coll_t *c, const bson_t *spec,
+                               const int64_t *mine, int nmine, bool *existed, int64_t *id_out,
+                               ms_error_t *err);
+/* Fills the building indexes ids[0..n) of ns from every document, in batches of
+ * SHARDD_INDEX_BUILD_BATCH_ROWS, each its own write transaction, evaluating
+ * FP_INDEX_BUILD_AFTER_BATCH after each. Runs outside any transaction. IndexBuildAborted
+ * when the collection or an index was dropped meanwhile; DuplicateKey,
+ * CannotIndexParallelArrays, CannotBuildIndexKeys from the documents. */
+int store_index_build_scan(store_t *st, const char *ns, const int64_t *ids, int n,
+                           ms_error_t *err);
+/* Inside store_ddl: re-checks the unique conflicts writes left, marks the indexes ready
+ * (visible to the planner and listIndexes). */
+int store_index_build_commit(store_txn_t *t, const char *ns, const int64_t *ids, int n,
+                             ms_error_t *err);
+/* Own transaction: drops whatever is left of the building indexes ids (never fails; logs). */
+void store_index_build_abort(store_t *st, const char *ns, const int64_t *ids, int n);
 /* Records the shard key and fills `sk` of every document (one transaction). */
 int store_coll_set_shard_key(store_txn_t *t, store_coll_t *c, const keys_pattern_t *p,
                              bool unique, ms_error_t *err);
@@ -315,6 +348,7 @@ int exec_explain_find(store_t *st, find_args_t *fa, bool exec_stats, bson_t *rep
 #define FP_AFTER_WRITE_COMMIT "hangAfterWriteCommit"
 #define FP_BEFORE_INDEX_BUILD_COMMIT "hangBeforeIndexBuildCommit"  /* createIndexes */
 #define FP_AFTER_INDEX_BUILD_COMMIT "hangAfterIndexBuildCommit"
+#define FP_INDEX_BUILD_AFTER_BATCH "hangIndexBuildAfterBatch"    /* between build batches */
 #define FP_BEFORE_DROP_INDEXES_COMMIT "hangBeforeDropIndexesCommit"
 #define FP_BEFORE_SHARD_COLLECTION_COMMIT "hangBeforeShardCollectionCommit"
 #define FP_AFTER_SHARD_COLLECTION_COMMIT "hangAfterShardCollectionCommit"

@@ -7,7 +7,8 @@
  * Tables:
  *   meta(k PRIMARY KEY, v)                          shard identity, table counter
  *   collections(ns PRIMARY KEY, id, uuid, key, key_unique, options)
- *   indexes(ns, name, id, spec, multikey)           secondary index specs (_id_ is implicit)
+ *   indexes(ns, name, id, spec, multikey, ready)    secondary index specs (_id_ is implicit);
+ *                                                   ready = 0 while being built
  *   c<id>(rid INTEGER PRIMARY KEY, id BLOB UNIQUE, sk BLOB, doc BLOB)   + index on sk
  *   i<id>(k, rid) WITHOUT ROWID                     one row per index key (multikey: many)
  */
@@ -23,6 +24,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "common/bsonx.h"
 #include "common/failpoint.h"
@@ -52,6 +54,7 @@ struct store {
     char path[PATH_MAX];
     bool sync_full;
     pthread_mutex_t wmu;        /* the single writer */
+    atomic_int wwaiting;        /* writers waiting for wmu (an index build yields to them) */
     conn_t *writer;
     pthread_rwlock_t cat_lock;  /* the in-memory catalog */
     pthread_key_t rkey;         /* this thread's reader connection */
@@ -62,6 +65,7 @@ struct store {
     int64_t next_id;            /* next table number (c<id>, i<id>) */
     store_write_observer_fn obs;
     void *obs_arg;
+    struct ibuild *builds;      /* unique conflicts of builds in progress (under wmu) */
 };
 
 struct store_txn {
@@ -69,6 +73,56 @@ struct store_txn {
     conn_t *c;
     bool write;
 };
+
+/* Unique-key conflicts met by writes to an index being built: (key, rid) of a document
+ * whose key another document already held. MongoDB records such violations in a side
+ * table and re-checks them when the build commits, so a write never fails on an index
+ * that is not ready yet; the commit re-checks these (store_index_build_commit). Kept in
+ * memory, under the writer mutex (every writer and every build batch holds it): a crash
+ * loses the build anyway. */
+typedef struct ib_conflict {
+    buf_t key;
+    int64_t rid;
+} ib_conflict_t;
+
+typedef struct ibuild {
+    int64_t ix_id;              /* the building index (table i<id>) */
+    ib_conflict_t *v;
+    int n, cap;
+    bool failed;                /* more than SHARDD_INDEX_BUILD_CONFLICTS_MAX: fails now */
+    ms_error_t ferr;
+    struct ibuild *next;
+} ibuild_t;
+
+static ibuild_t *ib_find(store_t *st, int64_t ix_id) {
+    for (ibuild_t *b = st->builds; b; b = b->next)
+        if (b->ix_id == ix_id) return b;
+    return NULL;
+}
+
+static void ib_destroy(ibuild_t *b) {
+    for (int i = 0; i < b->n; i++) buf_free(&b->v[i].key);
+    free(b->v);
+    free(b);
+}
+
+static void ib_forget(store_t *st, int64_t ix_id) {
+    for (ibuild_t **p = &st->builds; *p; p = &(*p)->next)
+        if ((*p)->ix_id == ix_id) {
+            ibuild_t *b = *p;
+            *p = b->next;
+            ib_destroy(b);
+            return;
+        }
+}
+
+static void ib_free_all(store_t *st) {
+    while (st->builds) {
+        ibuild_t *b = st->builds;
+        st->builds = b->next;
+        ib_destroy(b);
+    }
+}
 
 /* ---- connections and statements ---------------------------------------------------- */
 
@@ -221,6 +275,7 @@ static void index_free(store_index_t *ix) {
 static void coll_free(store_coll_t *c) {
     if (!c) return;
     for (int i = 0; i < c->nindexes; i++) index_free(c->ix[i]);
+    for (int i = 0; i < c->nbuilding; i++) index_free(c->bix[i]);
     if (c->sharded) keys_pattern_free(&c->sk);
     bson_destroy(&c->options);
     free(c);
@@ -354,8 +409,8 @@ static int catalog_load(store_t *st, conn_t *cn, ms_error_t *err) {
     }
     sqlite3_finalize(s);
     s = NULL;
-    src = sqlite3_prepare_v2(cn->db, "SELECT ns, id, spec, multikey FROM indexes ORDER BY id", -1,
-                             &s, NULL);
+    src = sqlite3_prepare_v2(cn->db, "SELECT ns, id, spec, multikey, ready FROM indexes ORDER BY id",
+                             -1, &s, NULL);
     if (src != SQLITE_OK) {
         rc = err_from_sqlite(err, src, "load indexes", cn->db);
         goto out;
@@ -367,7 +422,7 @@ static int catalog_load(store_t *st, conn_t *cn, ms_error_t *err) {
         bson_t spec;
         for (int i = 0; i < st->ncolls; i++)
             if (strcmp(st->colls[i]->ns, ns) == 0) c = st->colls[i];
-        if (!c || c->nindexes >= MS_INDEXES_MAX) continue;
+        if (!c || c->nindexes + c->nbuilding >= MS_INDEXES_MAX) continue;
         if (!bson_init_static(&spec, sqlite3_column_blob(s, 2),
                               (size_t)sqlite3_column_bytes(s, 2))) {
             rc = err_set(err, MS_ERR_INVALID_BSON, "bad index spec in catalog");
@@ -376,7 +431,13 @@ static int catalog_load(store_t *st, conn_t *cn, ms_error_t *err) {
         if ((rc = index_new(&spec, sqlite3_column_int64(s, 1), sqlite3_column_int(s, 3) != 0, &ix,
                             err)) != 0)
             goto out;
-        c->ix[c->nindexes++] = ix;
+        if (sqlite3_column_int(s, 4) != 0) {
+            c->ix[c->nindexes++] = ix;
+        } else {
+            /* At run time a build in progress (start-up removes those a crash left). */
+            ix->building = true;
+            c->bix[c->nbuilding++] = ix;
+        }
     }
     if (src != SQLITE_DONE) rc = err_from_sqlite(err, src, "load indexes", cn->db);
 out:
@@ -392,7 +453,58 @@ static const char *SCHEMA =
     " uuid BLOB NOT NULL, key BLOB, key_unique INTEGER NOT NULL DEFAULT 0, options BLOB);"
     "CREATE TABLE IF NOT EXISTS indexes(ns TEXT NOT NULL, name TEXT NOT NULL,"
     " id INTEGER NOT NULL UNIQUE, spec BLOB NOT NULL, multikey INTEGER NOT NULL DEFAULT 0,"
-    " PRIMARY KEY(ns, name));";
+    " ready INTEGER NOT NULL DEFAULT 1, PRIMARY KEY(ns, name));";
+
+/* A file made before index builds had a `ready` column gets it (every index there is
+ * ready). Then every build a crash interrupted is removed: its side table holds an
+ * unknown part of the documents, and its command was never answered (docs/storage.md
+ * "Index builds": after a crash an index is complete or absent). */
+static int schema_upgrade_and_recover(conn_t *c, ms_error_t *err) {
+    sqlite3_stmt *s = NULL;
+    buf_t drops = {0};
+    int rc, src;
+    if (sqlite3_prepare_v2(c->db, "SELECT ready FROM indexes LIMIT 0", -1, &s, NULL) != SQLITE_OK) {
+        if ((rc = conn_exec(c, "ALTER TABLE indexes ADD COLUMN ready INTEGER NOT NULL DEFAULT 1",
+                            err)) != 0)
+            return rc;
+    }
+    sqlite3_finalize(s);
+    s = NULL;
+    if ((rc = conn_exec(c, "BEGIN IMMEDIATE", err)) != 0) return rc;
+    src = sqlite3_prepare_v2(c->db, "SELECT id, ns, name FROM indexes WHERE ready = 0", -1, &s,
+                             NULL);
+    if (src != SQLITE_OK) {
+        rc = err_from_sqlite(err, src, "unfinished index builds", c->db);
+        goto out;
+    }
+    /* The statement must be finished before DROP TABLE ("database table is locked"). */
+    while ((src = sqlite3_step(s)) == SQLITE_ROW) {
+        char sql[64];
+        int l = snprintf(sql, sizeof sql, "DROP TABLE IF EXISTS i%lld;",
+                         (long long)sqlite3_column_int64(s, 0));
+        buf_put(&drops, sql, (size_t)l);
+        log_warn("index build interrupted by a crash removed ns=%s name=%s table=i%lld",
+                 (const char *)sqlite3_column_text(s, 1), (const char *)sqlite3_column_text(s, 2),
+                 (long long)sqlite3_column_int64(s, 0));
+    }
+    sqlite3_finalize(s);
+    s = NULL;
+    if (src != SQLITE_DONE) {
+        rc = err_from_sqlite(err, src, "unfinished index builds", c->db);
+        goto out;
+    }
+    {
+        static const char del[] = "DELETE FROM indexes WHERE ready = 0;";
+        buf_put(&drops, del, sizeof del);  /* with its NUL: the whole text is one C string */
+    }
+    rc = conn_exec(c, (const char *)drops.data, err);
+out:
+    sqlite3_finalize(s);
+    buf_free(&drops);
+    if (rc == 0 && (rc = conn_exec(c, "COMMIT", err)) == 0) return 0;
+    conn_exec(c, "ROLLBACK", NULL);
+    return rc;
+}
 
 int store_open(const char *dir, const store_opts_t *opts, store_t **out, ms_error_t *err) {
     store_t *st = calloc(1, sizeof *st);
@@ -428,6 +540,8 @@ int store_open(const char *dir, const store_opts_t *opts, store_t **out, ms_erro
             st->next_id = sqlite3_column_int64(s, 0) + 1;
         sqlite3_finalize(s);
     }
+    /* After next_id: the tables of removed builds keep their numbers unused. */
+    if ((rc = schema_upgrade_and_recover(st->writer, err)) != 0) goto fail;
     if ((rc = catalog_load(st, st->writer, err)) != 0) goto fail;
     log_info("store open path=%s collections=%d sync=%s", log_str(st->path), st->ncolls,
              st->sync_full ? "full" : "normal");
@@ -452,6 +566,7 @@ void store_close(store_t *st) {
     pthread_rwlock_destroy(&st->cat_lock);
     pthread_mutex_destroy(&st->wmu);
     pthread_mutex_destroy(&st->rmu);
+    ib_free_all(st);
     free(st);
 }
 
@@ -487,7 +602,9 @@ int store_read(store_t *st, store_txn_fn fn, void *arg, ms_error_t *err) {
 static int write_txn(store_t *st, bool ddl, store_txn_fn fn, void *arg, ms_error_t *err) {
     store_txn_t t = {st, st->writer, true};
     int rc;
+    atomic_fetch_add(&st->wwaiting, 1);
     pthread_mutex_lock(&st->wmu);
+    atomic_fetch_sub(&st->wwaiting, 1);
     if (ddl)
         pthread_rwlock_wrlock(&st->cat_lock);
     else
@@ -619,6 +736,10 @@ int store_coll_drop(store_txn_t *t, const char *ns_in, ms_error_t *err) {
     cache_clear(t->c);  /* statements naming a table about to go */
     for (int i = 1; i < c->nindexes; i++)
         if ((rc = sql_fmt_exec(t, err, "DROP TABLE i%lld", (long long)c->ix[i]->id)) != 0)
+            return rc;
+    /* Builds in progress go too; their builders find them gone (IndexBuildAborted). */
+    for (int i = 0; i < c->nbuilding; i++)
+        if ((rc = sql_fmt_exec(t, err, "DROP TABLE i%lld", (long long)c->bix[i]->id)) != 0)
             return rc;
     if ((rc = sql_fmt_exec(t, err, "DROP TABLE c%lld", (long long)c->id)) != 0) return rc;
     if (!(s = store_stmt(t, "DELETE FROM indexes WHERE ns = ?", err))) return err->code;
@@ -1029,6 +1150,63 @@ static int index_put(store_txn_t *t, store_coll_t *c, store_index_t *ix, const b
     return err_from_sqlite(err, rc, "index insert", t->c->db);
 }
 
+/* The record id that holds key k in a unique index's side table, or 0 (rare path: only
+ * after a constraint conflict on an index being built). */
+static int64_t unique_holder(store_txn_t *t, store_index_t *ix, const buf_t *k) {
+    char sql[64];
+    sqlite3_stmt *s;
+    int64_t rid = 0;
+    snprintf(sql, sizeof sql, "SELECT rid FROM i%lld WHERE k = ?", (long long)ix->id);
+    if (!(s = store_stmt(t, sql, NULL))) return 0;
+    bind_blob(s, 1, k->data, k->len);
+    if (sqlite3_step(s) == SQLITE_ROW) rid = sqlite3_column_int64(s, 0);
+    sqlite3_reset(s);
+    return rid;
+}
+
+/* Adds key k of document rid to an index being built. Both the build's scan and the
+ * writes beside it add keys, so the same (k, rid) twice is normal and a no-op. A unique
+ * key held by another document: the scan (from_scan) fails the build with E11000 (both
+ * documents are there in its snapshot); a write records the conflict for the commit to
+ * re-check (the other document may be gone by then), as MongoDB does, and succeeds. */
+static int index_put_building(store_txn_t *t, store_coll_t *c, store_index_t *ix, const buf_t *k,
+                              int64_t rid, const bson_t *doc, bool from_scan, ms_error_t *err) {
+    sqlite3_stmt *s;
+    ibuild_t *b;
+    int rc;
+    if (!(s = table_stmt(t, TS_KEY_INSERT, ix->id, err))) return err->code;
+    bind_blob(s, 1, k->data, k->len);
+    sqlite3_bind_int64(s, 2, rid);
+    rc = sqlite3_step(s);
+    sqlite3_reset(s);
+    if (rc == SQLITE_DONE) return 0;
+    if (rc != SQLITE_CONSTRAINT) return err_from_sqlite(err, rc, "index insert", t->c->db);
+    if (!ix->unique || unique_holder(t, ix, k) == rid) return 0;
+    if (from_scan) return dup_error(c, ix, k, doc, NULL, err);
+    if (!(b = ib_find(t->st, ix->id))) {
+        b = xrealloc(NULL, sizeof *b);
+        memset(b, 0, sizeof *b);
+        b->ix_id = ix->id;
+        b->next = t->st->builds;
+        t->st->builds = b;
+    }
+    if (b->failed) return 0;
+    if (b->n >= SHARDD_INDEX_BUILD_CONFLICTS_MAX) {
+        b->failed = true;
+        dup_error(c, ix, k, doc, NULL, &b->ferr);
+        return 0;
+    }
+    if (b->n == b->cap) {
+        b->cap = b->cap ? b->cap * 2 : 8;
+        b->v = xrealloc(b->v, (size_t)b->cap * sizeof *b->v);
+    }
+    memset(&b->v[b->n].key, 0, sizeof b->v[b->n].key);
+    buf_put(&b->v[b->n].key, k->data, k->len);
+    b->v[b->n].rid = rid;
+    b->n++;
+    return 0;
+}
+
 static int index_del(store_txn_t *t, store_index_t *ix, const buf_t *k, int64_t rid,
                      ms_error_t *err) {
     sqlite3_stmt *s;
@@ -1076,6 +1254,10 @@ int store_write_doc(store_txn_t *t, store_coll_t *c, int64_t rowid, const bson_t
      * too: "on error nothing of this document is written" must hold for it. */
     bool fp_obs = fp_active(FP_BEFORE_WRITE_OBSERVER);
     bool need_sp = st->obs != NULL || fp_obs, in_sp = false, mk_new[MS_INDEXES_MAX];
+    /* Every secondary index the write maintains: the ready ones, then those being built
+     * (docs/storage.md "Index builds"); _id_ is the row itself. */
+    store_index_t *ixs[MS_INDEXES_MAX];
+    int nix = 0;
     sqlite3_stmt *s;
     int rc = 0, src;
     ASSERT(t->write);
@@ -1083,6 +1265,9 @@ int store_write_doc(store_txn_t *t, store_coll_t *c, int64_t rowid, const bson_t
     memset(oldk, 0, sizeof oldk);
     memset(newk, 0, sizeof newk);
     memset(mk_new, 0, sizeof mk_new);
+    for (int i = 1; i < c->nindexes; i++) ixs[nix++] = c->ix[i];
+    for (int i = 0; i < c->nbuilding; i++) ixs[nix++] = c->bix[i];
+    ASSERT(nix < MS_INDEXES_MAX);
 
     /* Everything that can fail on the document's content is computed before any write. */
     if (new_doc) {
@@ -1101,17 +1286,19 @@ int store_write_doc(store_txn_t *t, store_coll_t *c, int64_t rowid, const bson_t
         if (new_doc && (rc = keys_extract(&c->sk, new_doc, NULL, &sk_new, err)) != 0) goto out;
         if (old_doc && keys_extract(&c->sk, old_doc, NULL, &sk_old, NULL) != 0) buf_reset(&sk_old);
     }
-    for (int i = 1; i < c->nindexes; i++) {
+    for (int i = 0; i < nix; i++) {
         bool mk = false;
-        if (c->ix[i]->unique) need_sp = true;
+        if (ixs[i]->unique && !ixs[i]->building) need_sp = true;
         if (new_doc) {
-            if ((rc = store_index_keys(&c->ix[i]->pat, new_doc, &newk[i].keys, &newk[i].n, &mk,
+            /* A document an index being built cannot take (parallel arrays, key too
+             * large) fails now; MongoDB would take it and fail the build at its commit. */
+            if ((rc = store_index_keys(&ixs[i]->pat, new_doc, &newk[i].keys, &newk[i].n, &mk,
                                        err)) != 0)
                 goto out;
             mk_new[i] = mk || newk[i].n > 1;
         }
         if (old_doc &&
-            store_index_keys(&c->ix[i]->pat, old_doc, &oldk[i].keys, &oldk[i].n, &mk, NULL) != 0)
+            store_index_keys(&ixs[i]->pat, old_doc, &oldk[i].keys, &oldk[i].n, &mk, NULL) != 0)
             oldk[i].n = 0;  /* an old document always had valid keys; be lenient anyway */
     }
 
@@ -1146,23 +1333,27 @@ int store_write_doc(store_txn_t *t, store_coll_t *c, int64_t rowid, const bson_t
         if ((rc = step_done(t, s, "update", err)) != 0) goto out;
     }
     /* Secondary indexes: remove keys that went away, add keys that appeared (both sorted). */
-    for (int i = 1; i < c->nindexes; i++) {
+    for (int i = 0; i < nix; i++) {
         int a = 0, b = 0;
         while (a < oldk[i].n || b < newk[i].n) {
             int cmp = a >= oldk[i].n ? 1 : b >= newk[i].n ? -1
                                         : buf_cmp(&oldk[i].keys[a], &newk[i].keys[b]);
             if (cmp < 0) {
-                if ((rc = index_del(t, c->ix[i], &oldk[i].keys[a++], rowid, err)) != 0) goto out;
+                if ((rc = index_del(t, ixs[i], &oldk[i].keys[a++], rowid, err)) != 0) goto out;
             } else if (cmp > 0) {
-                if ((rc = index_put(t, c, c->ix[i], &newk[i].keys[b++], rowid, new_doc, err_info,
-                                    err)) != 0)
-                    goto out;
+                if (ixs[i]->building)
+                    rc = index_put_building(t, c, ixs[i], &newk[i].keys[b++], rowid, new_doc,
+                                            false, err);
+                else
+                    rc = index_put(t, c, ixs[i], &newk[i].keys[b++], rowid, new_doc, err_info,
+                                   err);
+                if (rc != 0) goto out;
             } else {
                 a++;
                 b++;
             }
         }
-        if (mk_new[i] && (rc = mark_multikey(t, c->ix[i], err)) != 0) goto out;
+        if (mk_new[i] && (rc = mark_multikey(t, ixs[i], err)) != 0) goto out;
     }
     /* Where migration's write capture hooks in (DESIGN §6, notes §1.3): the document's
      * rows are written, its transaction is still open. */
@@ -1179,7 +1370,7 @@ out:
         savepoint_step(t, TS_ROLLBACK_TO, NULL);
         savepoint_step(t, TS_RELEASE, NULL);
     }
-    for (int i = 1; i < c->nindexes; i++) {
+    for (int i = 0; i < nix; i++) {
         store_keys_free(oldk[i].keys, oldk[i].n);
         store_keys_free(newk[i].keys, newk[i].n);
     }
@@ -1272,8 +1463,13 @@ out:
     return rc;
 }
 
-int store_index_create(store_txn_t *t, store_coll_t *c, const bson_t *user_spec, bool *existed,
-                       ms_error_t *err) {
+/* Checks a user's index spec against the collection's indexes (ready and being built)
+ * and makes the new index with its empty side table (next table number). *existed when an
+ * identical one is ready, or is being built by this command (mine); *out = NULL then.
+ * Identical and being built by another command → IndexBuildAlreadyInProgress. */
+static int index_prepare(store_txn_t *t, store_coll_t *c, const bson_t *user_spec,
+                         const int64_t *mine, int nmine, bool *existed, store_index_t **out,
+                         ms_error_t *err) {
     bson_iter_t it;
     bson_t key, spec;
     const uint8_t *data;
@@ -1282,9 +1478,9 @@ int store_index_create(store_txn_t *t, store_coll_t *c, const bson_t *user_spec,
     keys_pattern_t pat;
     store_index_t *ix = NULL;
     bool unique = spec_bool(user_spec, "unique");
-    sqlite3_stmt *s;
     int rc;
     *existed = false;
+    *out = NULL;
     if (!bson_iter_init_find(&it, user_spec, "key") || !BSON_ITER_HOLDS_DOCUMENT(&it))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "index specification must have a 'key' document");
     bson_iter_document(&it, &len, &data);
@@ -1309,15 +1505,20 @@ int store_index_create(store_txn_t *t, store_coll_t *c, const bson_t *user_spec,
     }
     /* MongoDB's rules: same name + same key + same options → no-op; same name with another
      * key → IndexKeySpecsConflict; same key under another name or options →
-     * IndexOptionsConflict. */
-    for (int i = 0; i < c->nindexes; i++) {
-        store_index_t *o = c->ix[i];
+     * IndexOptionsConflict. Indexes being built count as MongoDB's in-progress ones. */
+    for (int i = 0; i < c->nindexes + c->nbuilding; i++) {
+        store_index_t *o = i < c->nindexes ? c->ix[i] : c->bix[i - c->nindexes];
         bool same_key = keys_pattern_equal(&o->pat, &pat) && bson_equal(&o->pat.spec, &key);
         bool same_name = strcmp(o->name, name) == 0;
         bool same_opts = o->unique == unique || (o->is_id && unique);
         if (same_name && same_key && same_opts) {
-            *existed = true;
+            bool own = false;
+            for (int m = 0; m < nmine; m++) own = own || mine[m] == o->id;
             keys_pattern_free(&pat);
+            if (o->building && !own)
+                return err_set(err, MS_ERR_INDEX_BUILD_ALREADY_IN_PROGRESS,
+                               "Index build already in progress: %s on %s", name, c->ns);
+            *existed = true;
             return 0;
         }
         if (same_name && !same_key) {
@@ -1336,7 +1537,7 @@ int store_index_create(store_txn_t *t, store_coll_t *c, const bson_t *user_spec,
         }
     }
     keys_pattern_free(&pat);
-    if (c->nindexes >= MS_INDEXES_MAX)
+    if (c->nindexes + c->nbuilding >= MS_INDEXES_MAX)
         return err_set(err, MS_ERR_CANNOT_CREATE_INDEX, "add index fails, too many indexes for %s",
                        c->ns);
     bson_init(&spec);
@@ -1353,20 +1554,36 @@ int store_index_create(store_txn_t *t, store_coll_t *c, const bson_t *user_spec,
     else
         rc = sql_fmt_exec(t, err, "CREATE TABLE i%lld(k BLOB NOT NULL, rid INTEGER NOT NULL,"
                           " PRIMARY KEY(k, rid)) WITHOUT ROWID", (long long)ix->id);
-    if (rc != 0) goto fail;
-    t->st->next_id++;
-    if ((rc = index_build(t, c, ix, err)) != 0) goto fail;
-    if (!(s = store_stmt(t, "INSERT INTO indexes(ns, name, id, spec, multikey) VALUES(?,?,?,?,?)",
-                         err))) {
-        rc = err->code;
-        goto fail;
+    if (rc != 0) {
+        index_free(ix);
+        return rc;
     }
+    t->st->next_id++;
+    *out = ix;
+    return 0;
+}
+
+static int index_persist(store_txn_t *t, store_coll_t *c, store_index_t *ix, bool ready,
+                         ms_error_t *err) {
+    sqlite3_stmt *s = store_stmt(t, "INSERT INTO indexes(ns, name, id, spec, multikey, ready)"
+                                 " VALUES(?,?,?,?,?,?)", err);
+    if (!s) return err->code;
     sqlite3_bind_text(s, 1, c->ns, -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 2, ix->name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 3, ix->id);
     bind_blob(s, 4, bson_get_data(&ix->spec), ix->spec.len);
     sqlite3_bind_int(s, 5, ix->multikey);
-    if ((rc = step_done(t, s, "save index", err)) != 0) goto fail;
+    sqlite3_bind_int(s, 6, ready);
+    return step_done(t, s, "save index", err);
+}
+
+int store_index_create(store_txn_t *t, store_coll_t *c, const bson_t *user_spec, bool *existed,
+                       ms_error_t *err) {
+    store_index_t *ix = NULL;
+    int rc;
+    if ((rc = index_prepare(t, c, user_spec, NULL, 0, existed, &ix, err)) != 0 || !ix) return rc;
+    if ((rc = index_build(t, c, ix, err)) != 0) goto fail;
+    if ((rc = index_persist(t, c, ix, true, err)) != 0) goto fail;
     c->ix[c->nindexes++] = ix;
     c->gen++;
     log_info("index created ns=%s name=%s table=i%lld", log_str(c->ns), log_str(ix->name),
@@ -1377,11 +1594,232 @@ fail:
     return rc;
 }
 
+/* ---- index builds beside reads and writes ------------------------------------------ */
+
+int store_index_build_register(store_txn_t *t, store_coll_t *c, const bson_t *spec,
+                               const int64_t *mine, int nmine, bool *existed, int64_t *id_out,
+                               ms_error_t *err) {
+    store_index_t *ix = NULL;
+    int rc;
+    *id_out = 0;
+    if ((rc = index_prepare(t, c, spec, mine, nmine, existed, &ix, err)) != 0 || !ix) return rc;
+    if ((rc = index_persist(t, c, ix, false, err)) != 0) {
+        index_free(ix);
+        return rc;
+    }
+    ix->building = true;
+    c->bix[c->nbuilding++] = ix;
+    *id_out = ix->id;
+    log_info("index build registered ns=%s name=%s table=i%lld", c->ns, ix->name,
+             (long long)ix->id);
+    return 0;
+}
+
+static int building_at(const store_coll_t *c, int64_t id) {
+    for (int i = 0; i < c->nbuilding; i++)
+        if (c->bix[i]->id == id) return i;
+    return -1;
+}
+
+typedef struct ib_batch {
+    const char *ns;
+    const int64_t *ids;
+    int n;
+    int64_t after_rid;          /* resume after this record id */
+    int64_t rows;               /* documents scanned so far */
+    bool done;
+} ib_batch_t;
+
+static int aborted_error(const char *ns, ms_error_t *err) {
+    return err_set(err, MS_ERR_INDEX_BUILD_ABORTED,
+                   "Index build aborted: the collection %s or an index being built was dropped",
+                   ns);
+}
+
+/* One batch of a build, inside a write transaction (writer mutex, catalog shared): the
+ * next SHARDD_INDEX_BUILD_BATCH_ROWS documents after the last record id, their keys into
+ * every index of the build. The catalog is looked up afresh: between batches anything may
+ * have changed, and a build whose index or collection went is aborted. */
+static int ib_batch_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    ib_batch_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    store_index_t *ixs[MS_INDEXES_MAX];
+    char sql[96];
+    sqlite3_stmt *s;
+    int rc = 0, src, got = 0;
+    if (!c) return aborted_error(a->ns, err);
+    for (int i = 0; i < a->n; i++) {
+        int at = building_at(c, a->ids[i]);
+        ibuild_t *b = ib_find(t->st, a->ids[i]);
+        if (at < 0) return aborted_error(a->ns, err);
+        if (b && b->failed) {
+            *err = b->ferr;
+            return err->code;
+        }
+        ixs[i] = c->bix[at];
+    }
+    snprintf(sql, sizeof sql, "SELECT rid, doc FROM c%lld WHERE rid > ? ORDER BY rid LIMIT %d",
+             (long long)c->id, SHARDD_INDEX_BUILD_BATCH_ROWS);
+    if (!(s = store_stmt(t, sql, err))) return err->code;
+    sqlite3_bind_int64(s, 1, a->after_rid);
+    while ((src = sqlite3_step(s)) == SQLITE_ROW) {
+        int64_t rid = sqlite3_column_int64(s, 0);
+        bson_t doc;
+        if (!bson_init_static(&doc, sqlite3_column_blob(s, 1), (size_t)sqlite3_column_bytes(s, 1))) {
+            rc = err_set(err, MS_ERR_INVALID_BSON, "corrupt document rid=%lld", (long long)rid);
+            goto out;
+        }
+        for (int i = 0; i < a->n; i++) {
+            buf_t *keys = NULL;
+            int nk = 0;
+            bool mk = false;
+            if ((rc = store_index_keys(&ixs[i]->pat, &doc, &keys, &nk, &mk, err)) != 0) goto out;
+            for (int k = 0; k < nk && rc == 0; k++)
+                rc = index_put_building(t, c, ixs[i], &keys[k], rid, &doc, true, err);
+            store_keys_free(keys, nk);
+            if (rc == 0 && (mk || nk > 1)) rc = mark_multikey(t, ixs[i], err);
+            if (rc != 0) goto out;
+        }
+        a->after_rid = rid;
+        got++;
+    }
+    if (src != SQLITE_DONE) rc = err_from_sqlite(err, src, "index build", t->c->db);
+out:
+    sqlite3_reset(s);
+    a->rows += got;
+    a->done = got < SHARDD_INDEX_BUILD_BATCH_ROWS;
+    return rc;
+}
+
+int store_index_build_scan(store_t *st, const char *ns, const int64_t *ids, int n,
+                           ms_error_t *err) {
+    ib_batch_t a = {ns, ids, n, 0, 0, false};
+    long long t0 = time_mono_ms();
+    int rc, batches = 0;
+    ASSERT(n > 0 && n < MS_INDEXES_MAX);
+    while (!a.done) {
+        /* Between two batches no lock is held: writes and DDL of any collection run. A
+         * mutex is not fair — the build would take it back at once — so it first lets
+         * the writers already waiting go (for at most SHARDD_INDEX_BUILD_YIELD_MS, so a
+         * stream of writes cannot starve it). */
+        long long until = time_mono_ms() + SHARDD_INDEX_BUILD_YIELD_MS;
+        while (batches > 0 && atomic_load(&st->wwaiting) > 0 && time_mono_ms() < until)
+            nanosleep(&(struct timespec){0, 100000L}, NULL);
+        if ((rc = store_write(st, ib_batch_fn, &a, err)) != 0) return rc;
+        batches++;
+        if ((rc = fp_eval(FP_INDEX_BUILD_AFTER_BATCH, err)) != 0) return rc;
+    }
+    log_info("index build scanned ns=%s indexes=%d docs=%lld batches=%d ms=%lld", ns, n,
+             (long long)a.rows, batches, time_mono_ms() - t0);
+    return 0;
+}
+
+int store_index_build_commit(store_txn_t *t, const char *ns, const int64_t *ids, int n,
+                             ms_error_t *err) {
+    store_coll_t *c = store_coll_get(t, ns);
+    sqlite3_stmt *s;
+    int rc;
+    if (!c) return aborted_error(ns, err);
+    for (int i = 0; i < n; i++)
+        if (building_at(c, ids[i]) < 0) return aborted_error(ns, err);
+    for (int i = 0; i < n; i++) {
+        store_index_t *ix = c->bix[building_at(c, ids[i])];
+        ibuild_t *b = ib_find(t->st, ids[i]);
+        if (b && b->failed) {
+            *err = b->ferr;
+            return err->code;
+        }
+        /* The conflicts writes left: a document that still has the key must get it now;
+         * if another still holds it, the build fails (MongoDB's commit-time check). */
+        for (int v = 0; b && v < b->n; v++) {
+            bson_t doc;
+            buf_t *keys = NULL;
+            int nk = 0;
+            bool mk = false, has = false;
+            ms_error_t gone;
+            if (store_get_by_rowid(t, c, b->v[v].rid, &doc, &gone) != 0) continue;
+            if (store_index_keys(&ix->pat, &doc, &keys, &nk, &mk, NULL) == 0)
+                for (int k = 0; k < nk; k++)
+                    has = has || buf_cmp(&keys[k], &b->v[v].key) == 0;
+            store_keys_free(keys, nk);
+            rc = has ? index_put_building(t, c, ix, &b->v[v].key, b->v[v].rid, &doc, true, err) : 0;
+            bson_destroy(&doc);
+            if (rc != 0) return rc;
+        }
+        if (!(s = store_stmt(t, "UPDATE indexes SET ready = 1 WHERE id = ?", err))) return err->code;
+        sqlite3_bind_int64(s, 1, ix->id);
+        if ((rc = step_done(t, s, "index ready", err)) != 0) return rc;
+    }
+    /* In memory last: a failure above leaves the catalog as it was (store_ddl reloads it
+     * from the file anyway). */
+    for (int i = 0; i < n; i++) {
+        int at = building_at(c, ids[i]);
+        store_index_t *ix = c->bix[at];
+        memmove(&c->bix[at], &c->bix[at + 1], (size_t)(c->nbuilding - at - 1) * sizeof c->bix[0]);
+        c->nbuilding--;
+        ix->building = false;
+        c->ix[c->nindexes++] = ix;
+        ib_forget(t->st, ids[i]);
+        log_info("index created ns=%s name=%s table=i%lld", c->ns, ix->name, (long long)ix->id);
+    }
+    c->gen++;
+    return 0;
+}
+
+static int building_drop(store_txn_t *t, store_coll_t *c, int at, ms_error_t *err) {
+    store_index_t *ix = c->bix[at];
+    sqlite3_stmt *s;
+    int rc;
+    cache_clear(t->c);  /* statements naming a table about to go */
+    if ((rc = sql_fmt_exec(t, err, "DROP TABLE i%lld", (long long)ix->id)) != 0) return rc;
+    if (!(s = store_stmt(t, "DELETE FROM indexes WHERE id = ?", err))) return err->code;
+    sqlite3_bind_int64(s, 1, ix->id);
+    if ((rc = step_done(t, s, "drop index", err)) != 0) return rc;
+    memmove(&c->bix[at], &c->bix[at + 1], (size_t)(c->nbuilding - at - 1) * sizeof c->bix[0]);
+    c->nbuilding--;
+    c->gen++;
+    log_info("index build aborted ns=%s name=%s table=i%lld", c->ns, ix->name, (long long)ix->id);
+    index_free(ix);
+    return 0;
+}
+
+typedef struct ib_abort {
+    const char *ns;
+    const int64_t *ids;
+    int n;
+} ib_abort_t;
+
+static int ib_abort_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    ib_abort_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    int rc;
+    for (int i = 0; i < a->n; i++) {
+        int at = c ? building_at(c, a->ids[i]) : -1;
+        if (at >= 0 && (rc = building_drop(t, c, at, err)) != 0) return rc;
+    }
+    return 0;
+}
+
+void store_index_build_abort(store_t *st, const char *ns, const int64_t *ids, int n) {
+    ib_abort_t a = {ns, ids, n};
+    ms_error_t e = {0};
+    if (store_ddl(st, ib_abort_fn, &a, &e) != 0)
+        log_error("index build abort failed ns=%s errmsg=\"%s\"", ns, e.msg);
+    pthread_mutex_lock(&st->wmu);
+    for (int i = 0; i < n; i++) ib_forget(st, ids[i]);
+    pthread_mutex_unlock(&st->wmu);
+}
+
 int store_index_drop(store_txn_t *t, store_coll_t *c, const char *name, ms_error_t *err) {
     store_index_t *ix = store_index_by_name(c, name);
     sqlite3_stmt *s;
     int rc, at = -1;
-    if (!ix) return err_set(err, MS_ERR_INDEX_NOT_FOUND, "index not found with name [%s]", name);
+    if (!ix) {
+        /* An index being built: the build is aborted (MongoDB 7.0's dropIndexes does so). */
+        for (int i = 0; i < c->nbuilding; i++)
+            if (strcmp(c->bix[i]->name, name) == 0) return building_drop(t, c, i, err);
+        return err_set(err, MS_ERR_INDEX_NOT_FOUND, "index not found with name [%s]", name);
+    }
     if (ix->is_id) return err_set(err, MS_ERR_INVALID_OPTIONS, "cannot drop _id index");
     cache_clear(t->c);  /* statements naming a table about to go */
     if ((rc = sql_fmt_exec(t, err, "DROP TABLE i%lld", (long long)ix->id)) != 0) return rc;

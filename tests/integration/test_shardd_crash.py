@@ -437,7 +437,7 @@ def test_failpoints_registered(t):
     c = s.client()
     names = ["hangBeforeWriteObserver", "hangBeforeWriteCommit", "hangAfterWriteCommit",
              "waitAfterPinningCursorBeforeGetMoreBatch", "hangBeforeIndexBuildCommit",
-             "hangAfterIndexBuildCommit", "hangBeforeDropIndexesCommit",
+             "hangAfterIndexBuildCommit", "hangIndexBuildAfterBatch", "hangBeforeDropIndexesCommit",
              "hangBeforeShardCollectionCommit", "hangAfterShardCollectionCommit", "hangBeforeDropCommit"]
     fps = c.ok({"serverStatus": 1})["failpoints"]
     missing = [n for n in names if n not in fps]
