@@ -1,5 +1,5 @@
 /*
- * test_common_rpc.c — the RPC layer (common/rpc.c) over inproc:// and
+ * test_common_rpc.c — the RPC layer (common/rpc.c, common/rpc_server.c) over ipc:// and
  * tcp://127.0.0.1: round trips, many concurrent clients, deadlines, a peer that
  * vanishes mid-call, a peer that never existed, a peer that restarts, replies that are
  * not BSON, and the peer cache. The tcp port comes from MS_TEST_PORT or the kernel.
@@ -64,14 +64,14 @@ static int64_t reply_int(const bson_t *doc, const char *path) {
 
 /* ---- tests ----------------------------------------------------------------------- */
 
-static void rpc_roundtrip_inproc(void) {
+static void rpc_roundtrip_ipc(void) {
     rpc_server_t *s = NULL;
     rpc_client_t *c = NULL;
     ms_error_t err = {0};
     bson_t cmd = BSON_INITIALIZER, reply;
-    CHECK_INT(rpc_server_start("inproc://rpc_rt", 4, echo_handler, NULL, &s, &err), 0);
-    CHECK_INT(rpc_client_open("inproc://rpc_rt", &c, &err), 0);
-    CHECK_STR(rpc_client_url(c), "inproc://rpc_rt");
+    CHECK_INT(rpc_server_start(t_url("rpc_rt"), 4, echo_handler, NULL, &s, &err), 0);
+    CHECK_INT(rpc_client_open(t_url("rpc_rt"), &c, &err), 0);
+    CHECK_STR(rpc_client_url(c), t_url("rpc_rt"));
     BSON_APPEND_INT32(&cmd, "ping", 1);
     BSON_APPEND_INT32(&cmd, "n", 42);
     CHECK_INT(rpc_call(c, &cmd, 2000, &reply, &err), 0);
@@ -91,8 +91,8 @@ static void rpc_command_error_reply(void) {
     ms_error_t err = {0};
     bson_t cmd = BSON_INITIALIZER, reply;
     bson_iter_t it;
-    CHECK_INT(rpc_server_start("inproc://rpc_err", 2, echo_handler, NULL, &s, &err), 0);
-    CHECK_INT(rpc_client_open("inproc://rpc_err", &c, &err), 0);
+    CHECK_INT(rpc_server_start(t_url("rpc_err"), 2, echo_handler, NULL, &s, &err), 0);
+    CHECK_INT(rpc_client_open(t_url("rpc_err"), &c, &err), 0);
     BSON_APPEND_INT32(&cmd, "fail", 1);
     /* rpc_call hands back any reply; rpc_command turns ok: 0 into its code. */
     CHECK_INT(rpc_call(c, &cmd, 2000, &reply, &err), 0);
@@ -159,7 +159,7 @@ out:
     rpc_server_stop(s);
 }
 
-static void rpc_concurrent_inproc(void) { run_concurrent("inproc://rpc_conc"); }
+static void rpc_concurrent_ipc(void) { run_concurrent(t_url("rpc_conc")); }
 
 static void rpc_concurrent_tcp(void) {
     char url[64];
@@ -313,11 +313,16 @@ static void rpc_bad_url(void) {
     CHECK(s == NULL);
     CHECK(rpc_client_open("nosuch://x", &c, &err) != 0);
     CHECK(c == NULL);
+    /* The server has no inproc:// (NNG 1.5's streams do not offer it). */
+    CHECK(rpc_server_start("inproc://rpc_x", 1, echo_handler, NULL, &s, &err) != 0);
+    CHECK(s == NULL);
     /* A second listener on the same address is refused. */
-    CHECK_INT(rpc_server_start("inproc://rpc_dup", 1, echo_handler, NULL, &s, &err), 0);
+    char url[64];
+    tcp_url(url, sizeof url, 6);
+    CHECK_INT(rpc_server_start(url, 1, echo_handler, NULL, &s, &err), 0);
     {
         rpc_server_t *s2 = NULL;
-        CHECK(rpc_server_start("inproc://rpc_dup", 1, echo_handler, NULL, &s2, &err) != 0);
+        CHECK(rpc_server_start(url, 1, echo_handler, NULL, &s2, &err) != 0);
         CHECK(s2 == NULL);
     }
     rpc_server_stop(s);
@@ -368,8 +373,8 @@ static void rpc_over_transport_limit(void) {
     rpc_client_close(c2);
 }
 
-T_MAIN(T_CASE(rpc_roundtrip_inproc), T_CASE(rpc_command_error_reply),
-       T_CASE(rpc_concurrent_inproc), T_CASE(rpc_concurrent_tcp), T_CASE(rpc_deadline),
+T_MAIN(T_CASE(rpc_roundtrip_ipc), T_CASE(rpc_command_error_reply),
+       T_CASE(rpc_concurrent_ipc), T_CASE(rpc_concurrent_tcp), T_CASE(rpc_deadline),
        T_CASE(rpc_peer_gone_mid_call), T_CASE(rpc_never_there), T_CASE(rpc_peer_restarts),
        T_CASE(rpc_reply_not_bson), T_CASE(rpc_bad_url), T_CASE(rpc_peer_cache),
        T_CASE(rpc_over_transport_limit))
