@@ -266,9 +266,13 @@ static void rpc_ready_push(rpc_server_t *s, rpc_conn_t *c) {
     pthread_cond_signal(&s->work_cv);
 }
 
-/* Puts c in the ready list when it has queued requests and room in its worker share. */
+/* Puts c in the ready list when it has queued requests, room in its worker share, and
+ * fewer reply bytes waiting to be sent than its cap: a client that does not read its
+ * replies has its requests wait (cheaply, already charged to the budget) instead of
+ * making us build replies nobody takes. */
 static void rpc_ready_maybe(rpc_conn_t *c) {
-    if (!c->closed && !c->in_ready && c->q_head && c->active < c->srv->share)
+    if (!c->closed && !c->in_ready && c->q_head && c->active < c->srv->share &&
+        c->tx_bytes < (size_t)MS_RPC_CONN_REPLY_BYTES_MAX)
         rpc_ready_push(c->srv, c);
 }
 
@@ -564,6 +568,7 @@ static void rpc_tx_cb(void *arg) {
         if (!c->tx_head) c->tx_tail = NULL;
         if (done->is_reply) c->inflight--;
         rpc_rx_maybe_resume(c);
+        rpc_ready_maybe(c);
     }
     if (!c->closed && c->tx_head) rpc_tx_start(c);
 out:
