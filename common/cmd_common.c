@@ -94,6 +94,19 @@ static int cmd_server_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     BSON_APPEND_INT64(&sub, "current", (int64_t)conns_now);
     BSON_APPEND_INT64(&sub, "totalCreated", (int64_t)conns_total);
     BSON_APPEND_INT32(&sub, "active", atomic_load(&s->active));
+    BSON_APPEND_INT64(&sub, "available", (int64_t)(MS_RPC_CONNS_MAX - (int64_t)conns_now));
+    /* MongoDB's name for connections refused over the cap; then ours, by reason. */
+    BSON_APPEND_INT64(&sub, "rejected",
+                      (int64_t)rpc_server_closed(s->rpc, RPC_CLOSE_TOO_MANY_CONNECTIONS));
+    {
+        bson_t closed;
+        BSON_APPEND_DOCUMENT_BEGIN(&sub, "closedByServer", &closed);
+        for (int r = 0; r < RPC_CLOSE_REASONS; r++)
+            if (r != RPC_CLOSE_TOO_MANY_CONNECTIONS)
+                BSON_APPEND_INT64(&closed, rpc_close_reason_name((rpc_close_reason_t)r),
+                                  (int64_t)rpc_server_closed(s->rpc, (rpc_close_reason_t)r));
+        bson_append_document_end(&sub, &closed);
+    }
     bson_append_document_end(reply, &sub);
 
     BSON_APPEND_DOCUMENT_BEGIN(reply, "network", &sub);

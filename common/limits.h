@@ -178,4 +178,51 @@
 /* How often a createIndexes that joins an identical build in progress looks again. */
 #define SHARDD_INDEX_BUILD_JOIN_POLL_MS 10
 
+/* ---- RPC server: connections, memory and time (common/rpc_server.c) ---- */
+
+/* Bytes held for received requests across ALL connections of one server, from the first
+ * byte of a message until its handler returns. Two largest messages (2 x 96 MB) fit, so a
+ * legitimate oversized message can still be answered; past it the connection holding the
+ * largest partial message is closed. Bounds the memory any number of clients can pin. */
+#define MS_RPC_RECV_BUDGET_BYTES (256 * 1024 * 1024)
+
+/* First allocation for a message body; it doubles as bytes arrive, so an announced
+ * length costs nothing until the bytes are really sent. */
+#define MS_RPC_RECV_CHUNK_BYTES (64 * 1024)
+
+/* Open connections per server. Below the usual 1024-descriptor soft limit, leaving room
+ * for SQLite files and the daemon's own outgoing peer connections. */
+#define MS_RPC_CONNS_MAX 800
+
+/* Requests in flight on one connection (queued, being handled, or answered but not yet
+ * sent). A router multiplexes all its workers' calls to one peer over ONE connection
+ * (up to MS_RPC_WORKERS_MAX plus background calls), so twice that. Past it the server
+ * stops reading from the connection until replies drain (back-pressure, not an error). */
+#define MS_RPC_CONN_INFLIGHT_MAX (2 * MS_RPC_WORKERS_MAX)
+
+/* Reply bytes queued on one connection past which the server stops reading its new
+ * requests: a client that does not read its replies cannot make us buffer unbounded
+ * replies. One maximal reply plus room for pipelined small ones. */
+#define MS_RPC_CONN_REPLY_BYTES_MAX (64 * 1024 * 1024)
+
+/* Share of the worker pool one connection may occupy at once, in percent (at least 1
+ * worker): one client's slow or numerous requests always leave workers to the others.
+ * Not half: a router multiplexes all its calls to a shard over one connection, and some
+ * of them may legitimately wait (a migration's critical section, a failpoint) while its
+ * others must still run; 3/4 of 16 leaves 4 for the config server and other clients. */
+#define MS_RPC_CONN_WORKERS_PCT 75
+
+/* A send that makes no progress for this long closes the connection: the peer stopped
+ * reading. Long enough for a loaded machine, short enough that a stuck client is gone
+ * before the next one's deadline (MS_RPC_TIMEOUT_MS_DEFAULT). */
+#define MS_RPC_SEND_STALL_MS 10000
+
+/* A connection half-way through a message (or through the handshake) that sends nothing
+ * for this long is closed (slowloris), as NNG's own 10 s handshake timeout. */
+#define MS_RPC_RECV_STALL_MS 10000
+
+/* The whole of one message must arrive within this: a client trickling one byte per
+ * stall period cannot hold a connection and budget forever. 96 MB on loopback takes < 1 s. */
+#define MS_RPC_RECV_MSG_MS 60000
+
 #endif

@@ -1,10 +1,9 @@
 /*
  * rpc.h — request/reply over NNG REQ/REP, used by every process.
  *
- * A message is one BSON document each way. The server runs a fixed pool of worker
- * threads, each with its own nng_ctx and aio used synchronously, so a handler may
- * block (a failpoint hang, a migration critical section, a call to another daemon)
- * without stalling NNG's own threads. A client is one REQ socket per peer URL; each
+ * A message is one BSON document each way. The server (rpc_server.h) runs a fixed
+ * pool of worker threads, so a handler may block (a failpoint hang, a migration
+ * critical section, a call to another daemon) without stalling NNG's own threads. A client is one REQ socket per peer URL; each
  * call runs on its own context, so calls from many threads run at once, and each call
  * has an explicit deadline. Dialing is non-blocking and NNG redials a lost peer.
  *
@@ -20,25 +19,9 @@
 
 #include "errors.h"
 
-/* ---- server ---------------------------------------------------------------------- */
+/* ---- server: common/rpc_server.h ---------------------------------------------- */
 
-/* Handles one request. data/len are the raw bytes received (not yet validated: the
- * handler must check them). reply is initialised empty by the server; the handler
- * fills it. Called concurrently from many worker threads. */
-typedef void (*rpc_handler_fn)(void *arg, const uint8_t *data, size_t len, bson_t *reply);
-
-typedef struct rpc_server rpc_server_t;
-
-/* Listens on url (tcp://127.0.0.1:P, ipc://path, inproc://name) with nworkers threads.
- * *out set on success only. */
-int rpc_server_start(const char *url, int nworkers, rpc_handler_fn fn, void *arg,
-                     rpc_server_t **out, ms_error_t *err);
-/* Closes the socket, joins the workers, frees. NULL-safe. In-flight handlers finish. */
-void rpc_server_stop(rpc_server_t *s);
-/* Requests served so far (for serverStatus). */
-uint64_t rpc_server_requests(const rpc_server_t *s);
-/* Connections open now and accepted since start (for serverStatus). */
-void rpc_server_connections(const rpc_server_t *s, uint64_t *current, uint64_t *total);
+#include "rpc_server.h"
 
 /* ---- client ---------------------------------------------------------------------- */
 

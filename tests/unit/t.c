@@ -127,6 +127,14 @@ bool t_json_at(const char *file, int line, const char *json, bson_t *out) {
     return true;
 }
 
+const char *t_url(const char *name) {
+    static char ring[16][128];
+    static int next;
+    char *buf = ring[next++ % 16];
+    snprintf(buf, sizeof ring[0], "ipc:///tmp/ms-t-%d-%s.sock", (int)getpid(), name);
+    return buf;
+}
+
 int t_free_port(int offset) {
     const char *env = getenv("MS_TEST_PORT");
     struct sockaddr_in a;

@@ -32,6 +32,11 @@ const char *t_tmpdir(void);
  * instead, for runs that need fixed ports. */
 int t_free_port(int offset);
 
+/* "ipc:///tmp/ms-t-<pid>-<name>.sock": a server URL private to this test process (the RPC
+ * server has no inproc://). The same name gives the same URL; the string lives until 16
+ * more calls. */
+const char *t_url(const char *name);
+
 /* Parses a test table's extended JSON into *out (initialised on success; caller destroys).
  * libbson reads {"$type": ..}, {"$regex": ..} and {"$options": ..} as legacy extended JSON,
  * so tables may write query operators as "%type" etc.; every key "%x" becomes "$x".

@@ -1,6 +1,6 @@
 /*
  * test_common_cmd.c — command dispatch (common/cmd.c) and the common commands
- * (common/cmd_common.c), served over inproc:// (tcp for the oversized message):
+ * (common/cmd_common.c), served over ipc:// (tcp for the oversized message):
  * reply shapes, unknown commands, field and type checks, hidden test commands,
  * error replies with extra fields and their log lines, size limits both ways,
  * thousands of seeded garbage messages, and the failCommand failpoint.
@@ -159,12 +159,12 @@ static bool ok_is(const bson_t *doc, double want) {
 /* ---- tests ----------------------------------------------------------------------- */
 
 static void cmd_common_commands(void) {
-    cmd_server_t *s = start("inproc://cmd_common", true);
+    cmd_server_t *s = start(t_url("cmd_common"), true);
     rpc_client_t *c = NULL;
     ms_error_t err = {0};
     bson_t r;
     bson_iter_t f;
-    CHECK_INT(rpc_client_open("inproc://cmd_common", &c, &err), 0);
+    CHECK_INT(rpc_client_open(t_url("cmd_common"), &c, &err), 0);
 
     call_json(c, "{\"ping\": 1}", &r);
     CHECK(ok_is(&r, 1.0));
@@ -206,7 +206,7 @@ static void cmd_common_commands(void) {
     CHECK(ok_is(&r, 1.0));
     CHECK_INT(get_int(&r, "pid"), getpid());
     CHECK_STR(get_str(&r, "process"), "testd");
-    CHECK_STR(get_str(&r, "url"), "inproc://cmd_common");
+    CHECK_STR(get_str(&r, "url"), t_url("cmd_common"));
     CHECK_STR(get_str(&r, "version"), "0.1.0");
     CHECK(get_int(&r, "uptimeMillis") >= 0);
     CHECK(has(&r, "uptime", &f));
@@ -225,11 +225,11 @@ static void cmd_common_commands(void) {
 }
 
 static void cmd_unknown_command(void) {
-    cmd_server_t *s = start("inproc://cmd_unknown", true);
+    cmd_server_t *s = start(t_url("cmd_unknown"), true);
     rpc_client_t *c = NULL;
     ms_error_t err = {0};
     bson_t r;
-    CHECK_INT(rpc_client_open("inproc://cmd_unknown", &c, &err), 0);
+    CHECK_INT(rpc_client_open(t_url("cmd_unknown"), &c, &err), 0);
     call_json(c, "{\"nope\": 1}", &r);
     EXPECT_ERR(r, MS_ERR_COMMAND_NOT_FOUND);
     CHECK_STR(get_str(&r, "errmsg"), "no such command: 'nope'");
@@ -248,11 +248,11 @@ static void cmd_unknown_command(void) {
 }
 
 static void cmd_field_checks(void) {
-    cmd_server_t *s = start("inproc://cmd_fields", true);
+    cmd_server_t *s = start(t_url("cmd_fields"), true);
     rpc_client_t *c = NULL;
     ms_error_t err = {0};
     bson_t r;
-    CHECK_INT(rpc_client_open("inproc://cmd_fields", &c, &err), 0);
+    CHECK_INT(rpc_client_open(t_url("cmd_fields"), &c, &err), 0);
 
     call_json(c, "{\"echo\": \"x\", \"n\": 1, \"$db\": \"app\", \"flag\": 1}", &r);
     CHECK(ok_is(&r, 1.0));
@@ -307,12 +307,12 @@ static void cmd_field_checks(void) {
 }
 
 static void cmd_test_only_hidden(void) {
-    cmd_server_t *s = start("inproc://cmd_hidden", false);
+    cmd_server_t *s = start(t_url("cmd_hidden"), false);
     rpc_client_t *c = NULL;
     ms_error_t err = {0};
     bson_t r;
     bson_iter_t f;
-    CHECK_INT(rpc_client_open("inproc://cmd_hidden", &c, &err), 0);
+    CHECK_INT(rpc_client_open(t_url("cmd_hidden"), &c, &err), 0);
     CHECK(!cmd_server_test_commands(s));
     call_json(c, "{\"testOnly\": \"x\", \"n\": 1}", &r);
     EXPECT_ERR(r, MS_ERR_COMMAND_NOT_FOUND);
@@ -337,12 +337,12 @@ static void cmd_test_only_hidden(void) {
 }
 
 static void cmd_error_fields(void) {
-    cmd_server_t *s = start("inproc://cmd_errinfo", true);
+    cmd_server_t *s = start(t_url("cmd_errinfo"), true);
     rpc_client_t *c = NULL;
     ms_error_t err = {0};
     bson_t r;
     bson_iter_t f;
-    CHECK_INT(rpc_client_open("inproc://cmd_errinfo", &c, &err), 0);
+    CHECK_INT(rpc_client_open(t_url("cmd_errinfo"), &c, &err), 0);
     call_json(c, "{\"stale\": 1}", &r);
     EXPECT_ERR(r, MS_ERR_STALE_CONFIG);
     CHECK_STR(get_str(&r, "errmsg"), "version mismatch");
@@ -368,14 +368,14 @@ static void cmd_error_fields(void) {
 
 /* Every error reply leaves one log line naming the command and the code. */
 static void cmd_error_logged(void) {
-    cmd_server_t *s = start("inproc://cmd_logged", true);
+    cmd_server_t *s = start(t_url("cmd_logged"), true);
     rpc_client_t *c = NULL;
     ms_error_t err = {0};
     char path[512], text[8192];
     int fd, saved;
     ssize_t n;
     bson_t r;
-    CHECK_INT(rpc_client_open("inproc://cmd_logged", &c, &err), 0);
+    CHECK_INT(rpc_client_open(t_url("cmd_logged"), &c, &err), 0);
     snprintf(path, sizeof path, "%s/log.txt", t_tmpdir());
     fd = open(path, O_CREAT | O_TRUNC | O_RDWR, 0600);
     saved = dup(STDERR_FILENO);
@@ -443,14 +443,14 @@ static uint64_t rng_next(uint64_t *x) {
 
 /* Garbage of every kind gets an error reply, never a crash, and the server serves on. */
 static void cmd_garbage(void) {
-    cmd_server_t *s = start("inproc://cmd_garbage", true);
+    cmd_server_t *s = start(t_url("cmd_garbage"), true);
     rpc_client_t *c = NULL;
     ms_error_t err = {0};
     uint64_t x = t_seed("cmd_garbage") | 1;
     uint8_t buf[512];
     bson_t r, good;
     int bad_replies = 0, transport_errors = 0;
-    CHECK_INT(rpc_client_open("inproc://cmd_garbage", &c, &err), 0);
+    CHECK_INT(rpc_client_open(t_url("cmd_garbage"), &c, &err), 0);
     log_init("test", LOG_ERROR);  /* thousands of error lines otherwise */
 
     /* 1. random bytes, random lengths (a random 4-byte prefix sometimes tells the truth) */
@@ -532,7 +532,7 @@ static void cmd_garbage(void) {
 
 /* cmd_dispatch is callable without any transport (what the RPC worker runs). */
 static void cmd_dispatch_direct(void) {
-    cmd_server_t *s = start("inproc://cmd_direct", true);
+    cmd_server_t *s = start(t_url("cmd_direct"), true);
     bson_t cmd = BSON_INITIALIZER, r = BSON_INITIALIZER;
     BSON_APPEND_INT32(&cmd, "ping", 1);
     cmd_dispatch(s, bson_get_data(&cmd), cmd.len, &r);
@@ -550,7 +550,7 @@ static void cmd_dispatch_direct(void) {
         CHECK_STR(get_str(&er, "errmsg"), "bad thing");
         bson_destroy(&er);
     }
-    CHECK_STR(cmd_server_url(s), "inproc://cmd_direct");
+    CHECK_STR(cmd_server_url(s), t_url("cmd_direct"));
     CHECK_STR(cmd_server_process(s), "testd");
     cmd_server_stop(s);
     cmd_server_stop(NULL);
@@ -595,12 +595,12 @@ static void cmd_half_built_reply(void) {
 
 /* MongoDB's failCommand: named commands fail with errorCode, others are untouched. */
 static void cmd_fail_command(void) {
-    cmd_server_t *s = start("inproc://cmd_failcmd", true);
+    cmd_server_t *s = start(t_url("cmd_failcmd"), true);
     rpc_client_t *c = NULL;
     ms_error_t err = {0};
     bson_t r;
     long long t0, ms;
-    CHECK_INT(rpc_client_open("inproc://cmd_failcmd", &c, &err), 0);
+    CHECK_INT(rpc_client_open(t_url("cmd_failcmd"), &c, &err), 0);
     call_json(c,
               "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 2}, \"data\": "
               "{\"failCommands\": [\"echo\"], \"errorCode\": 96}}",
@@ -658,14 +658,14 @@ static bool refuse_underscore(const uint8_t *data, size_t len, bson_t *reply) {
 
 /* The intercept hook (the router's internal-command guard) runs before lookup. */
 static void cmd_intercept(void) {
-    cmd_server_opts_t o = {.process = "testd", .url = "inproc://cmd_intercept", .workers = 2,
+    cmd_server_opts_t o = {.process = "testd", .url = t_url("cmd_intercept"), .workers = 2,
                            .table = test_table, .table_len = 1, .intercept = refuse_underscore};
     cmd_server_t *s = NULL;
     rpc_client_t *c = NULL;
     ms_error_t err = {0};
     bson_t r;
     CHECK_INT(cmd_server_start(&o, &s, &err), 0);
-    CHECK_INT(rpc_client_open("inproc://cmd_intercept", &c, &err), 0);
+    CHECK_INT(rpc_client_open(t_url("cmd_intercept"), &c, &err), 0);
     call_json(c, "{\"_recvChunkStart\": \"a.b\"}", &r);
     EXPECT_ERR(r, MS_ERR_UNAUTHORIZED);
     bson_destroy(&r);

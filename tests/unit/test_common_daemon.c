@@ -2,7 +2,7 @@
  * test_common_daemon.c — unit tests of common/daemon.c, the start-up every daemon
  * shares: the daemon's own flags parsed together with the common ones, the listen URL
  * (tcp://bind:port, or --url as given), the range checks that end in exit code 2, and a
- * command server started and stopped through daemon_start / daemon_exit on inproc://.
+ * command server started and stopped through daemon_start / daemon_exit on ipc://.
  */
 #include <stdio.h>
 #include <string.h>
@@ -65,13 +65,13 @@ static void test_bad_values_exit_2(void) {
 static void test_start_and_exit(void) {
     daemon_t d;
     const char *dbpath = NULL;
-    const char *const args[] = {"--url", "inproc://test-common-daemon", NULL};
+    const char *const args[] = {"--url", t_url("test-common-daemon"), NULL};
     ms_error_t err = {0};
     CHECK_INT(parse(&d, &dbpath, args), 0);
     const cmd_server_opts_t opts = {.table = NULL, .table_len = 0};
     CHECK_INT(daemon_start(&d, &opts, &err), 0);
     CHECK(d.srv != NULL);
-    CHECK_STR(cmd_server_url(d.srv), "inproc://test-common-daemon");
+    CHECK_STR(cmd_server_url(d.srv), t_url("test-common-daemon"));
     CHECK_STR(cmd_server_process(d.srv), "testd");
     daemon_ready(&d, "dbpath", "none");
     daemon_stop_serving(&d);

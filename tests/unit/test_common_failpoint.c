@@ -236,7 +236,7 @@ static int call_json(rpc_client_t *c, const char *json, bson_t *reply, ms_error_
 }
 
 static void fp_hang_release(void) {
-    cmd_server_opts_t o = {.process = "testd", .url = "inproc://fp_hang", .workers = 4,
+    cmd_server_opts_t o = {.process = "testd", .url = t_url("fp_hang"), .workers = 4,
                            .enable_test_commands = true, .table = hang_table, .table_len = 1};
     cmd_server_t *s = NULL;
     rpc_client_t *c = NULL;
@@ -249,7 +249,7 @@ static void fp_hang_release(void) {
 
     fp_register("fpHang");
     CHECK_INT(cmd_server_start(&o, &s, &err), 0);
-    CHECK_INT(rpc_client_open("inproc://fp_hang", &c, &err), 0);
+    CHECK_INT(rpc_client_open(t_url("fp_hang"), &c, &err), 0);
     if (!s || !c) goto out;
 
     CHECK_INT(call_json(c, "{\"configureFailPoint\": \"fpHang\", \"mode\": \"alwaysOn\"}", &r, &err), 0);

@@ -1,5 +1,5 @@
 /*
- * test_common_rpc.c — the RPC layer (common/rpc.c) over inproc:// and
+ * test_common_rpc.c — the RPC layer (common/rpc.c, common/rpc_server.c) over ipc:// and
  * tcp://127.0.0.1: round trips, many concurrent clients, deadlines, a peer that
  * vanishes mid-call, a peer that never existed, a peer that restarts, replies that are
  * not BSON, and the peer cache. The tcp port comes from MS_TEST_PORT or the kernel.
@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/limits.h"
 #include "common/log.h"
 #include "common/rpc.h"
 #include "tests/unit/t.h"
@@ -64,14 +65,14 @@ static int64_t reply_int(const bson_t *doc, const char *path) {
 
 /* ---- tests ----------------------------------------------------------------------- */
 
-static void rpc_roundtrip_inproc(void) {
+static void rpc_roundtrip_ipc(void) {
     rpc_server_t *s = NULL;
     rpc_client_t *c = NULL;
     ms_error_t err = {0};
     bson_t cmd = BSON_INITIALIZER, reply;
-    CHECK_INT(rpc_server_start("inproc://rpc_rt", 4, echo_handler, NULL, &s, &err), 0);
-    CHECK_INT(rpc_client_open("inproc://rpc_rt", &c, &err), 0);
-    CHECK_STR(rpc_client_url(c), "inproc://rpc_rt");
+    CHECK_INT(rpc_server_start(t_url("rpc_rt"), 4, echo_handler, NULL, &s, &err), 0);
+    CHECK_INT(rpc_client_open(t_url("rpc_rt"), &c, &err), 0);
+    CHECK_STR(rpc_client_url(c), t_url("rpc_rt"));
     BSON_APPEND_INT32(&cmd, "ping", 1);
     BSON_APPEND_INT32(&cmd, "n", 42);
     CHECK_INT(rpc_call(c, &cmd, 2000, &reply, &err), 0);
@@ -91,8 +92,8 @@ static void rpc_command_error_reply(void) {
     ms_error_t err = {0};
     bson_t cmd = BSON_INITIALIZER, reply;
     bson_iter_t it;
-    CHECK_INT(rpc_server_start("inproc://rpc_err", 2, echo_handler, NULL, &s, &err), 0);
-    CHECK_INT(rpc_client_open("inproc://rpc_err", &c, &err), 0);
+    CHECK_INT(rpc_server_start(t_url("rpc_err"), 2, echo_handler, NULL, &s, &err), 0);
+    CHECK_INT(rpc_client_open(t_url("rpc_err"), &c, &err), 0);
     BSON_APPEND_INT32(&cmd, "fail", 1);
     /* rpc_call hands back any reply; rpc_command turns ok: 0 into its code. */
     CHECK_INT(rpc_call(c, &cmd, 2000, &reply, &err), 0);
@@ -159,7 +160,7 @@ out:
     rpc_server_stop(s);
 }
 
-static void rpc_concurrent_inproc(void) { run_concurrent("inproc://rpc_conc"); }
+static void rpc_concurrent_ipc(void) { run_concurrent(t_url("rpc_conc")); }
 
 static void rpc_concurrent_tcp(void) {
     char url[64];
@@ -313,11 +314,16 @@ static void rpc_bad_url(void) {
     CHECK(s == NULL);
     CHECK(rpc_client_open("nosuch://x", &c, &err) != 0);
     CHECK(c == NULL);
+    /* The server has no inproc:// (NNG 1.5's streams do not offer it). */
+    CHECK(rpc_server_start("inproc://rpc_x", 1, echo_handler, NULL, &s, &err) != 0);
+    CHECK(s == NULL);
     /* A second listener on the same address is refused. */
-    CHECK_INT(rpc_server_start("inproc://rpc_dup", 1, echo_handler, NULL, &s, &err), 0);
+    char url[64];
+    tcp_url(url, sizeof url, 6);
+    CHECK_INT(rpc_server_start(url, 1, echo_handler, NULL, &s, &err), 0);
     {
         rpc_server_t *s2 = NULL;
-        CHECK(rpc_server_start("inproc://rpc_dup", 1, echo_handler, NULL, &s2, &err) != 0);
+        CHECK(rpc_server_start(url, 1, echo_handler, NULL, &s2, &err) != 0);
         CHECK(s2 == NULL);
     }
     rpc_server_stop(s);
@@ -368,8 +374,343 @@ static void rpc_over_transport_limit(void) {
     rpc_client_close(c2);
 }
 
-T_MAIN(T_CASE(rpc_roundtrip_inproc), T_CASE(rpc_command_error_reply),
-       T_CASE(rpc_concurrent_inproc), T_CASE(rpc_concurrent_tcp), T_CASE(rpc_deadline),
+
+/* ---- a raw SP client: the framing by hand (rpc_server.c's side of it) ------------- */
+
+#include <errno.h>
+#include <sys/time.h>
+
+static int gate_open = 1;  /* the {gate: 1} handler waits while this is 0 */
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+
+static void gate_set(int open) {
+    pthread_mutex_lock(&gate_mu);
+    gate_open = open;
+    pthread_cond_broadcast(&gate_cv);
+    pthread_mutex_unlock(&gate_mu);
+}
+
+static void gate_handler(void *arg, const uint8_t *data, size_t len, bson_t *reply) {
+    bson_t req;
+    bson_iter_t it;
+    if (bson_init_static(&req, data, len) && bson_iter_init_find(&it, &req, "gate")) {
+        pthread_mutex_lock(&gate_mu);
+        while (!gate_open) pthread_cond_wait(&gate_cv, &gate_mu);
+        pthread_mutex_unlock(&gate_mu);
+    }
+    echo_handler(arg, data, len, reply);
+}
+
+static int raw_port(const char *url) { return atoi(strrchr(url, ':') + 1); }
+
+/* Connects and sends hello (the 8-byte greeting; REQ v0 unless told). -1 on failure. */
+static int raw_open(const char *url, const uint8_t *hello) {
+    static const uint8_t req0[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0};
+    struct sockaddr_in a = {0};
+    struct timeval tv = {5, 0};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)raw_port(url));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (send(fd, hello ? hello : req0, 8, MSG_NOSIGNAL) != 8) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static bool raw_read(int fd, void *buf, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = recv(fd, (uint8_t *)buf + got, n - got, 0);
+        if (r <= 0) return false;
+        got += (size_t)r;
+    }
+    return true;
+}
+
+static bool raw_write(int fd, const void *buf, size_t n) {
+    size_t put = 0;
+    while (put < n) {
+        ssize_t r = send(fd, (const uint8_t *)buf + put, n - put, MSG_NOSIGNAL);
+        if (r <= 0) return false;
+        put += (size_t)r;
+    }
+    return true;
+}
+
+static void be64(uint8_t *p, uint64_t v) {
+    for (int i = 7; i >= 0; i--, v >>= 8) p[i] = (uint8_t)v;
+}
+
+/* Sends one request: length, request id (top bit set), the document. */
+static bool raw_send(int fd, uint32_t id, const bson_t *doc) {
+    uint8_t head[12];
+    be64(head, 4 + doc->len);
+    id |= 0x80000000u;
+    head[8] = (uint8_t)(id >> 24), head[9] = (uint8_t)(id >> 16);
+    head[10] = (uint8_t)(id >> 8), head[11] = (uint8_t)id;
+    return raw_write(fd, head, sizeof head) && raw_write(fd, bson_get_data(doc), doc->len);
+}
+
+/* Reads the greeting (once) then one reply: its request id and the value of "echo.<key>". */
+static bool raw_recv(int fd, uint32_t *id, const char *key, int64_t *val) {
+    uint8_t head[8], *buf;
+    uint64_t len = 0;
+    bson_t doc;
+    char path[64];
+    if (!raw_read(fd, head, 8)) return false;
+    for (int i = 0; i < 8; i++) len = len << 8 | head[i];
+    if (len < 4 || len > 1 << 20 || !(buf = malloc(len))) return false;
+    if (!raw_read(fd, buf, len) || !bson_init_static(&doc, buf + 4, len - 4)) {
+        free(buf);
+        return false;
+    }
+    *id = ((uint32_t)buf[0] << 24 | buf[1] << 16 | buf[2] << 8 | buf[3]) & 0x7fffffffu;
+    snprintf(path, sizeof path, "echo.%s", key);
+    *val = reply_int(&doc, path);
+    free(buf);
+    return true;
+}
+
+static bool raw_greeted(int fd) {
+    uint8_t hello[8];
+    return raw_read(fd, hello, 8) && hello[1] == 'S' && hello[5] == 0x31;
+}
+
+/* True once the server has closed fd (EOF or reset) within the receive timeout. */
+static bool raw_closed(int fd) {
+    uint8_t junk[4096];
+    for (;;) {
+        ssize_t r = recv(fd, junk, sizeof junk, 0);
+        if (r == 0 || (r < 0 && errno == ECONNRESET)) return true;
+        if (r < 0) return false;  /* timeout */
+    }
+}
+
+static bool ping_ok(const char *url) {
+    rpc_client_t *c = NULL;
+    ms_error_t err = {0};
+    bson_t cmd = BSON_INITIALIZER, reply;
+    bool ok = false;
+    BSON_APPEND_INT32(&cmd, "ping", 1);
+    if (rpc_client_open(url, &c, &err) == 0 && rpc_call(c, &cmd, 3000, &reply, &err) == 0) {
+        ok = true;
+        bson_destroy(&reply);
+    }
+    bson_destroy(&cmd);
+    rpc_client_close(c);
+    return ok;
+}
+
+static uint64_t wait_closed_count(rpc_server_t *s, rpc_close_reason_t r, uint64_t want) {
+    for (int i = 0; i < 300 && rpc_server_closed(s, r) < want; i++) sleep_ms(10);
+    return rpc_server_closed(s, r);
+}
+
+/* Framing edge cases: a wrong peer protocol, a message without a request id, a length
+ * over the transport limit each close the connection (and say why); the greeting and
+ * a message sent one byte at a time work. */
+static void rpc_raw_framing(void) {
+    static const uint8_t rep0[8] = {0, 'S', 'P', 0, 0, 0x31, 0, 0};
+    rpc_server_t *s = NULL;
+    ms_error_t err = {0};
+    char url[64];
+    bson_t doc = BSON_INITIALIZER;
+    int fd;
+    uint32_t id = 0;
+    int64_t v = 0;
+    tcp_url(url, sizeof url, 7);
+    CHECK_INT(rpc_server_start(url, 2, echo_handler, NULL, &s, &err), 0);
+    if (!s) return;
+
+    fd = raw_open(url, rep0);  /* REP talking to REP */
+    CHECK(fd >= 0 && raw_closed(fd));
+    close(fd);
+    CHECK_INT(wait_closed_count(s, RPC_CLOSE_BAD_HANDSHAKE, 1), 1);
+
+    fd = raw_open(url, NULL);  /* 4 bytes, no top bit: no request id */
+    {
+        uint8_t m[12] = {0};
+        be64(m, 4);
+        m[8] = 0x01;
+        CHECK(raw_write(fd, m, sizeof m) && raw_closed(fd));
+    }
+    close(fd);
+    CHECK_INT(wait_closed_count(s, RPC_CLOSE_BAD_FRAME, 1), 1);
+
+    fd = raw_open(url, NULL);  /* announced over MS_TRANSPORT_BYTES_MAX: nothing allocated */
+    {
+        uint8_t m[8];
+        be64(m, (uint64_t)MS_TRANSPORT_BYTES_MAX + 1);
+        CHECK(raw_write(fd, m, sizeof m) && raw_closed(fd));
+    }
+    close(fd);
+    CHECK_INT(wait_closed_count(s, RPC_CLOSE_MSG_TOO_LARGE, 1), 1);
+
+    /* One byte at a time, the greeting included: the receive is incremental. */
+    {
+        static const uint8_t req0[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0};
+        uint8_t head[12];
+        uint8_t *all;
+        size_t n;
+        struct sockaddr_in a = {0};
+        struct timeval tv = {5, 0};
+        BSON_APPEND_INT32(&doc, "ping", 1);
+        BSON_APPEND_INT32(&doc, "n", 77);
+        n = 8 + sizeof head + doc.len;
+        all = malloc(n);
+        memcpy(all, req0, 8);
+        be64(head, 4 + doc.len);
+        head[8] = 0x80, head[9] = 0, head[10] = 0, head[11] = 5;
+        memcpy(all + 8, head, sizeof head);
+        memcpy(all + 8 + sizeof head, bson_get_data(&doc), doc.len);
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        a.sin_family = AF_INET;
+        a.sin_port = htons((uint16_t)raw_port(url));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        CHECK_INT(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        for (size_t i = 0; i < n; i++) {
+            CHECK(raw_write(fd, all + i, 1));
+            if (i % 7 == 0) sleep_ms(1);
+        }
+        CHECK(raw_greeted(fd));
+        CHECK(raw_recv(fd, &id, "n", &v));
+        CHECK_INT(id, 5);
+        CHECK_INT(v, 77);
+        close(fd);
+        free(all);
+    }
+    CHECK(ping_ok(url));
+    bson_destroy(&doc);
+    rpc_server_stop(s);
+}
+
+/* Pipelined requests on one connection are answered as they finish, not in order, each
+ * under its own request id (REQ matches by id). */
+static void rpc_raw_pipelined_out_of_order(void) {
+    rpc_server_t *s = NULL;
+    ms_error_t err = {0};
+    char url[64];
+    bson_t slow = BSON_INITIALIZER, fast = BSON_INITIALIZER;
+    uint32_t id1 = 0, id2 = 0;
+    int64_t v1 = 0, v2 = 0;
+    int fd;
+    tcp_url(url, sizeof url, 8);
+    CHECK_INT(rpc_server_start(url, 4, echo_handler, NULL, &s, &err), 0);
+    if (!s) return;
+    BSON_APPEND_INT32(&slow, "sleep", 300);
+    BSON_APPEND_INT32(&slow, "n", 1);
+    BSON_APPEND_INT32(&fast, "n", 2);
+    fd = raw_open(url, NULL);
+    CHECK(fd >= 0 && raw_greeted(fd));
+    CHECK(raw_send(fd, 11, &slow) && raw_send(fd, 12, &fast));
+    CHECK(raw_recv(fd, &id1, "n", &v1) && raw_recv(fd, &id2, "n", &v2));
+    CHECK_INT(id1, 12);
+    CHECK_INT(v1, 2);
+    CHECK_INT(id2, 11);
+    CHECK_INT(v2, 1);
+    close(fd);
+    bson_destroy(&slow);
+    bson_destroy(&fast);
+    rpc_server_stop(s);
+}
+
+/* One connection pipelines more requests than MS_RPC_CONN_INFLIGHT_MAX while its
+ * handlers block: it holds at most its share of the workers (another client is served
+ * meanwhile), reading pauses and resumes, and every request is answered in the end. */
+static void rpc_raw_inflight_cap(void) {
+    enum { N = MS_RPC_CONN_INFLIGHT_MAX + 100 };
+    rpc_server_t *s = NULL;
+    ms_error_t err = {0};
+    char url[64];
+    bson_t doc = BSON_INITIALIZER;
+    static bool seen[N + 1];
+    int fd, answered = 0;
+    tcp_url(url, sizeof url, 9);
+    CHECK_INT(rpc_server_start(url, 4, gate_handler, NULL, &s, &err), 0);
+    if (!s) return;
+    gate_set(0);
+    BSON_APPEND_INT32(&doc, "gate", 1);
+    fd = raw_open(url, NULL);
+    CHECK(fd >= 0 && raw_greeted(fd));
+    for (uint32_t i = 1; i <= N; i++) CHECK(raw_send(fd, i, &doc));
+    sleep_ms(100);
+    CHECK_MSG(ping_ok(url), "another client is served while one holds its share");
+    gate_set(1);
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < N; i++) {
+        uint32_t id = 0;
+        int64_t v;
+        if (!raw_recv(fd, &id, "gate", &v)) break;
+        if (id >= 1 && id <= N && !seen[id]) {
+            seen[id] = true;
+            answered++;
+        }
+    }
+    CHECK_INT(answered, N);
+    close(fd);
+    bson_destroy(&doc);
+    rpc_server_stop(s);
+}
+
+typedef struct hog_arg {
+    const char *url;
+    size_t claimed, sent;
+    const uint8_t *data;
+} hog_arg_t;
+
+static void *hog_main(void *p) {
+    hog_arg_t *h = p;
+    int fd = raw_open(h->url, NULL);
+    uint8_t head[8];
+    if (fd < 0) return NULL;
+    be64(head, h->claimed);
+    if (raw_write(fd, head, 8)) raw_write(fd, h->data, h->sent);  /* may fail: closed */
+    sleep_ms(500);
+    close(fd);
+    return NULL;
+}
+
+/* Three connections each announce 95,000,000 bytes and send 90,000,000: together over
+ * MS_RPC_RECV_BUDGET_BYTES, so a connection is closed for the budget, and the server
+ * still serves. */
+static void rpc_raw_budget(void) {
+    enum { HOGS = 3 };
+    rpc_server_t *s = NULL;
+    ms_error_t err = {0};
+    char url[64];
+    pthread_t th[HOGS];
+    hog_arg_t h[HOGS];
+    uint8_t *data = calloc(1, 90000000);  /* untouched zero pages: costs this side nothing */
+    tcp_url(url, sizeof url, 10);
+    CHECK_INT(rpc_server_start(url, 2, echo_handler, NULL, &s, &err), 0);
+    if (!s || !data) goto out;
+    data[0] = 0x80;  /* a request id, should it ever complete */
+    for (int i = 0; i < HOGS; i++) {
+        h[i] = (hog_arg_t){url, 95000000, 90000000, data};
+        pthread_create(&th[i], NULL, hog_main, &h[i]);
+    }
+    for (int i = 0; i < HOGS; i++) pthread_join(th[i], NULL);
+    CHECK_MSG(rpc_server_closed(s, RPC_CLOSE_RECV_BUDGET) >= 1, "closed for the budget: %llu",
+              (unsigned long long)rpc_server_closed(s, RPC_CLOSE_RECV_BUDGET));
+    CHECK(ping_ok(url));
+out:
+    free(data);
+    rpc_server_stop(s);
+}
+
+T_MAIN(T_CASE(rpc_roundtrip_ipc), T_CASE(rpc_command_error_reply),
+       T_CASE(rpc_concurrent_ipc), T_CASE(rpc_concurrent_tcp), T_CASE(rpc_deadline),
        T_CASE(rpc_peer_gone_mid_call), T_CASE(rpc_never_there), T_CASE(rpc_peer_restarts),
        T_CASE(rpc_reply_not_bson), T_CASE(rpc_bad_url), T_CASE(rpc_peer_cache),
-       T_CASE(rpc_over_transport_limit))
+       T_CASE(rpc_over_transport_limit), T_CASE(rpc_raw_framing),
+       T_CASE(rpc_raw_pipelined_out_of_order), T_CASE(rpc_raw_inflight_cap),
+       T_CASE(rpc_raw_budget))

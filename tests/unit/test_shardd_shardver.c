@@ -1,7 +1,7 @@
 /*
  * test_shardd_shardver.c — unit tests of shard versioning and the ownership filter
  * (shardd/shardver.c). The config server is a small in-process command server on
- * inproc:// (common/cmd.h) that answers getRoutingTable from a chunk table the test
+ * ipc:// (common/cmd.h) that answers getRoutingTable from a chunk table the test
  * edits: a real peer over real NNG, serving test data — a fixture, not a stub.
  */
 #include <pthread.h>
@@ -172,7 +172,7 @@ static void fx_set(const fx_chunk_t *chunks, int n) {
 static void fx_start(void) {
     cmd_server_opts_t o = {0};
     ms_error_t err = {0};
-    snprintf(fx_url, sizeof fx_url, "inproc://shv-config-%d", ++fx_seq);
+    snprintf(fx_url, sizeof fx_url, "ipc:///tmp/ms-t-%d-shv-config-%d.sock", (int)getpid(), ++fx_seq);
     o.process = "configsvr-fixture";
     o.url = fx_url;
     o.workers = 4;

@@ -1,0 +1,951 @@
+/*
+ * rpc_server.c — the server side of the RPC layer (see rpc_server.h), run by every
+ * daemon (configsvr, shardd, router) to serve its command table.
+ *
+ * It speaks NNG's SP-over-TCP (and -IPC) framing itself on top of nng_stream, instead of
+ * using an NNG REP socket, because a REP socket cannot bound what a peer costs: NNG
+ * allocates a whole message as soon as it reads a length header, has no process-wide
+ * bound on half-received messages, no deadline on a send to a peer that stopped reading
+ * and no cap on requests in flight per peer. Our clients (rpc.c, shardctl, tests) are
+ * plain NNG REQ sockets and see no difference.
+ *
+ * Three parts:
+ * - framing (rpc_framing_t): the greeting, the message head and the request envelope
+ *   echoed in the reply. SP over TCP: an 8-byte greeting each way (00 'S' 'P' 00, the
+ *   16-bit protocol, 00 00; we are REP v0 = 0x31 and the peer must be REQ v0 = 0x30),
+ *   then each message is an 8-byte big-endian length and the payload. A REQ payload
+ *   starts with its backtrace, 4-byte words up to the first with the top bit set (the
+ *   request id); the reply is that backtrace followed by the reply body. SP over IPC is
+ *   the same with a 1-byte message type (1) before the length. Another framing (MongoDB's
+ *   wire protocol, issue 14) is another rpc_framing_t over the same connection layer.
+ * - connections: each reads its messages incrementally into a buffer that grows as bytes
+ *   really arrive, charged to one server-wide budget; queues complete requests; sends its
+ *   replies from its own queue, in order of completion (REQ matches them by request id),
+ *   each send with a no-progress deadline. NNG runs the callbacks on its own threads; they
+ *   never block (one short mutex).
+ * - workers: a fixed pool of threads runs the handlers. Connections with queued requests
+ *   wait in a round-robin ready list, and one connection never has more than a share of
+ *   the pool at once, so a client pipelining slow requests leaves workers to the others.
+ *
+ * What a client costs is bounded (limits.h, "RPC server"): connections (MS_RPC_CONNS_MAX),
+ * request bytes held across all connections (MS_RPC_RECV_BUDGET_BYTES: the connection with
+ * the largest partial message is closed), requests in flight per connection
+ * (MS_RPC_CONN_INFLIGHT_MAX) and queued reply bytes (MS_RPC_CONN_REPLY_BYTES_MAX): past
+ * either, the connection is simply not read until its replies drain; a send that stalls
+ * (MS_RPC_SEND_STALL_MS) and a message that stalls or trickles (MS_RPC_RECV_STALL_MS,
+ * MS_RPC_RECV_MSG_MS) close the connection. Every close for a reason is counted and
+ * logged as `connection closed conn=N reason=...`.
+ *
+ * A connection's memory is freed by a reaper thread once NNG has finished every callback
+ * on it (an aio cannot be freed from its own callback).
+ */
+#include "common/rpc_server.h"
+
+#include <nng/nng.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/limits.h"
+#include "common/log.h"
+#include "common/opctx.h"
+
+/* ---- framing ----------------------------------------------------------------------- */
+
+#define RPC_HELLO_BYTES 8
+#define RPC_HEAD_BYTES_MAX 16
+/* NNG's REP socket drops a request whose backtrace has more hops than its TTL (8). */
+#define RPC_SP_HOPS_MAX 8
+#define RPC_ENV_BYTES_MAX (4 * RPC_SP_HOPS_MAX)
+#define RPC_TX_HEAD_BYTES_MAX (RPC_HEAD_BYTES_MAX + RPC_ENV_BYTES_MAX)
+
+#define RPC_SP_REQ0 0x30
+#define RPC_SP_REP0 0x31
+
+typedef struct rpc_framing {
+    const char *name;
+    size_t hello_len;  /* greeting each way before any message (0: none) */
+    void (*hello_write)(uint8_t *out);
+    bool (*hello_check)(const uint8_t *in);
+    size_t head_len;   /* fixed bytes in front of each message */
+    /* Reads the payload length from a message head; false when the head is malformed. */
+    bool (*head_parse)(const uint8_t *head, uint64_t *payload_len);
+    /* Bytes at the start of a request payload that the reply echoes; false = malformed. */
+    bool (*envelope)(const uint8_t *payload, size_t len, size_t *env_len);
+    /* Writes head + envelope of a reply whose body is body_len bytes; returns their size. */
+    size_t (*reply_head)(uint8_t *out, const uint8_t *env, size_t env_len, size_t body_len);
+} rpc_framing_t;
+
+static void put_be64(uint8_t *p, uint64_t v) {
+    for (int i = 7; i >= 0; i--, v >>= 8) p[i] = (uint8_t)v;
+}
+
+static uint64_t get_be64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return v;
+}
+
+static void sp_hello_write(uint8_t *out) {
+    const uint8_t hello[RPC_HELLO_BYTES] = {0, 'S', 'P', 0, 0, RPC_SP_REP0, 0, 0};
+    memcpy(out, hello, sizeof hello);
+}
+
+static bool sp_hello_check(const uint8_t *in) {
+    return in[0] == 0 && in[1] == 'S' && in[2] == 'P' && in[3] == 0 && in[4] == 0 &&
+           in[5] == RPC_SP_REQ0 && in[6] == 0 && in[7] == 0;
+}
+
+static bool sp_tcp_head_parse(const uint8_t *head, uint64_t *len) {
+    *len = get_be64(head);
+    return true;
+}
+
+static bool sp_ipc_head_parse(const uint8_t *head, uint64_t *len) {
+    *len = get_be64(head + 1);
+    return head[0] == 1;  /* NNG's IPC message type: 1 = user message */
+}
+
+static bool sp_envelope(const uint8_t *payload, size_t len, size_t *env_len) {
+    for (size_t hop = 0; hop < RPC_SP_HOPS_MAX && 4 * hop + 4 <= len; hop++) {
+        if (payload[4 * hop] & 0x80) {
+            *env_len = 4 * hop + 4;
+            return true;
+        }
+    }
+    return false;
+}
+
+static size_t sp_tcp_reply_head(uint8_t *out, const uint8_t *env, size_t env_len,
+                                size_t body_len) {
+    put_be64(out, (uint64_t)(env_len + body_len));
+    memcpy(out + 8, env, env_len);
+    return 8 + env_len;
+}
+
+static size_t sp_ipc_reply_head(uint8_t *out, const uint8_t *env, size_t env_len,
+                                size_t body_len) {
+    out[0] = 1;
+    put_be64(out + 1, (uint64_t)(env_len + body_len));
+    memcpy(out + 9, env, env_len);
+    return 9 + env_len;
+}
+
+static const rpc_framing_t rpc_sp_tcp = {"sp-tcp", RPC_HELLO_BYTES, sp_hello_write,
+                                         sp_hello_check, 8, sp_tcp_head_parse, sp_envelope,
+                                         sp_tcp_reply_head};
+static const rpc_framing_t rpc_sp_ipc = {"sp-ipc", RPC_HELLO_BYTES, sp_hello_write,
+                                         sp_hello_check, 9, sp_ipc_head_parse, sp_envelope,
+                                         sp_ipc_reply_head};
+
+/* ---- state ------------------------------------------------------------------------- */
+
+/* A complete request waiting for (or held by) a worker. */
+typedef struct rpc_req {
+    struct rpc_req *next;
+    uint8_t *buf;    /* the payload: envelope, then body; owned */
+    size_t len;
+    size_t env_len;
+    size_t charged;  /* bytes counted in the server's receive budget */
+} rpc_req_t;
+
+/* Bytes queued for sending: the greeting or one reply. */
+typedef struct rpc_tx {
+    struct rpc_tx *next;
+    uint8_t head[RPC_TX_HEAD_BYTES_MAX];
+    size_t head_len;
+    uint8_t *body;   /* bson_malloc'd (a stolen reply buffer); owned */
+    size_t body_len;
+    size_t sent;     /* of head_len + body_len */
+    bool is_reply;   /* counts in the connection's in-flight requests */
+} rpc_tx_t;
+
+typedef struct rpc_conn {
+    rpc_server_t *srv;
+    struct rpc_conn *prev, *next;  /* the server's list of connections not yet reaped */
+    struct rpc_conn *next_ready;   /* the ready list (in_ready) or the dead list */
+    nng_stream *stream;
+    nng_aio *rx_aio;
+    nng_aio *tx_aio;
+    uint32_t id;
+    char peer[64];
+    /* All below guarded by the server's mutex. */
+    bool closed;
+    bool rx_busy, tx_busy;   /* an aio is with NNG: its callback has not run yet */
+    bool rx_paused;          /* not reading: too much in flight (back-pressure) */
+    bool in_ready;
+    bool dead;               /* handed to the reaper */
+    bool hello_done;
+    uint8_t hello[RPC_HELLO_BYTES];
+    size_t hello_got;
+    uint8_t head[RPC_HEAD_BYTES_MAX];
+    size_t head_got;
+    long long msg_deadline_ms;  /* the current message (or greeting) must be in by then */
+    uint8_t *rx_buf;            /* the message being received (NULL while reading a head) */
+    size_t rx_len, rx_got, rx_cap;
+    size_t rx_charged;          /* budget bytes held by rx_buf */
+    rpc_req_t *q_head, *q_tail; /* complete requests not yet taken by a worker */
+    int active;                 /* workers running this connection's requests */
+    int inflight;               /* requests received and not yet answered or dropped */
+    rpc_tx_t *tx_head, *tx_tail;
+    size_t tx_bytes;            /* unsent bytes queued */
+} rpc_conn_t;
+
+struct rpc_server {
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv;  /* workers: the ready list gained a connection, or stopping */
+    pthread_cond_t reap_cv;  /* reaper: the dead list gained a connection, or stopping */
+    const rpc_framing_t *framing;
+    nng_stream_listener *listener;
+    nng_aio *accept_aio;
+    nng_aio *retry_aio;      /* re-arms accept after a transient failure */
+    rpc_handler_fn fn;
+    void *arg;
+    int nworkers;
+    int share;               /* workers one connection may hold at once */
+    pthread_t *workers;
+    int nstarted;
+    pthread_t reaper;
+    bool reaper_started;
+    bool stopping;
+    rpc_conn_t *conns;       /* every connection not yet reaped */
+    rpc_conn_t *dead;        /* closed, every callback done: for the reaper */
+    rpc_conn_t *ready_head, *ready_tail;
+    size_t budget_used;      /* bytes of received requests held (partial and complete) */
+    uint64_t nopen;          /* connections accepted and not closed */
+    long long refused_log_ms;
+    atomic_uint_fast64_t requests;
+    atomic_uint_fast64_t conns_total;
+    atomic_uint_fast64_t closed_count[RPC_CLOSE_REASONS];
+    char url[MS_URL_BYTES_MAX];
+};
+
+/* No reason to report: the peer closed, or the server is stopping. */
+#define RPC_CLOSE_QUIET RPC_CLOSE_REASONS
+
+static const char *const rpc_reason_names[RPC_CLOSE_REASONS] = {
+    [RPC_CLOSE_TOO_MANY_CONNECTIONS] = "too_many_connections",
+    [RPC_CLOSE_BAD_HANDSHAKE] = "bad_handshake",
+    [RPC_CLOSE_BAD_FRAME] = "bad_frame",
+    [RPC_CLOSE_MSG_TOO_LARGE] = "msg_too_large",
+    [RPC_CLOSE_RECV_BUDGET] = "recv_budget",
+    [RPC_CLOSE_RECV_TIMEOUT] = "recv_timeout",
+    [RPC_CLOSE_SEND_TIMEOUT] = "send_timeout",
+    [RPC_CLOSE_NO_MEMORY] = "no_memory",
+};
+
+const char *rpc_close_reason_name(rpc_close_reason_t r) {
+    return (unsigned)r < RPC_CLOSE_REASONS ? rpc_reason_names[r] : "none";
+}
+
+/* Connection ids are unique in the process (op_conn() keys per-connection caps on them)
+ * and never 0, which means "no connection". */
+static atomic_uint_fast32_t rpc_next_conn_id;
+
+static uint32_t rpc_new_conn_id(void) {
+    uint32_t id;
+    do id = (uint32_t)atomic_fetch_add(&rpc_next_conn_id, 1) + 1;
+    while (id == 0);
+    return id;
+}
+
+/* ---- connections (all with s->mu held) -------------------------------------------- */
+
+static void rpc_rx_start(rpc_conn_t *c);
+static void rpc_tx_start(rpc_conn_t *c);
+
+static void rpc_ready_push(rpc_server_t *s, rpc_conn_t *c) {
+    c->in_ready = true;
+    c->next_ready = NULL;
+    if (s->ready_tail) s->ready_tail->next_ready = c;
+    else s->ready_head = c;
+    s->ready_tail = c;
+    pthread_cond_signal(&s->work_cv);
+}
+
+/* Puts c in the ready list when it has queued requests, room in its worker share, and
+ * fewer reply bytes waiting to be sent than its cap: a client that does not read its
+ * replies has its requests wait (cheaply, already charged to the budget) instead of
+ * making us build replies nobody takes. */
+static void rpc_ready_maybe(rpc_conn_t *c) {
+    if (!c->closed && !c->in_ready && c->q_head && c->active < c->srv->share &&
+        c->tx_bytes < (size_t)MS_RPC_CONN_REPLY_BYTES_MAX)
+        rpc_ready_push(c->srv, c);
+}
+
+/* Hands c to the reaper once nothing refers to it any more. */
+static void rpc_conn_maybe_dead(rpc_conn_t *c) {
+    rpc_server_t *s = c->srv;
+    if (c->dead || !c->closed || c->rx_busy || c->tx_busy || c->active > 0 || c->in_ready)
+        return;
+    c->dead = true;
+    if (c->prev) c->prev->next = c->next;
+    else s->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+    c->next_ready = s->dead;
+    s->dead = c;
+    pthread_cond_signal(&s->reap_cv);
+}
+
+static void rpc_conn_close(rpc_conn_t *c, int reason, const char *detail) {
+    rpc_server_t *s = c->srv;
+    if (c->closed) return;
+    c->closed = true;
+    s->nopen--;
+    if (reason != RPC_CLOSE_QUIET) {
+        atomic_fetch_add(&s->closed_count[reason], 1);
+        log_warn("connection closed conn=%u peer=%s reason=%s url=%s%s%s", c->id, c->peer,
+                 rpc_close_reason_name((rpc_close_reason_t)reason), s->url,
+                 detail ? " " : "", detail ? detail : "");
+    } else {
+        log_debug("connection closed conn=%u peer=%s url=%s", c->id, c->peer, s->url);
+    }
+    /* The budget is released now; the memory is freed by the reaper, after NNG is done
+     * with the buffers (a receive may still be pending on rx_buf). */
+    s->budget_used -= c->rx_charged;
+    c->rx_charged = 0;
+    for (rpc_req_t *r = c->q_head; r; r = r->next) {
+        s->budget_used -= r->charged;
+        r->charged = 0;
+    }
+    nng_stream_close(c->stream);  /* pending callbacks run with NNG_ECLOSED */
+    rpc_conn_maybe_dead(c);
+}
+
+/* Charges need more bytes for c's partial message. Over the budget, the connection with
+ * the largest partial message (c's own counted as it would grow) is closed, until the
+ * bytes fit; false when that was c. */
+static bool rpc_rx_charge(rpc_conn_t *c, size_t need) {
+    rpc_server_t *s = c->srv;
+    while (s->budget_used + need > (size_t)MS_RPC_RECV_BUDGET_BYTES) {
+        rpc_conn_t *victim = c;
+        size_t most = c->rx_charged + need;
+        char detail[128];
+        for (rpc_conn_t *o = s->conns; o; o = o->next)
+            if (!o->closed && o->rx_charged > most) {
+                victim = o;
+                most = o->rx_charged;
+            }
+        snprintf(detail, sizeof detail, "held_bytes=%zu budget_used=%zu budget_bytes=%d", most,
+                 s->budget_used + need, MS_RPC_RECV_BUDGET_BYTES);
+        rpc_conn_close(victim, RPC_CLOSE_RECV_BUDGET, detail);
+        if (victim == c) return false;
+    }
+    s->budget_used += need;
+    c->rx_charged += need;
+    return true;
+}
+
+/* Reading is paused while the connection has as many requests in flight or reply bytes
+ * queued as it may: the client's own writes then wait in its socket (back-pressure). */
+static bool rpc_conn_may_read(const rpc_conn_t *c) {
+    return c->inflight < MS_RPC_CONN_INFLIGHT_MAX &&
+           c->tx_bytes < (size_t)MS_RPC_CONN_REPLY_BYTES_MAX;
+}
+
+static void rpc_rx_maybe_resume(rpc_conn_t *c) {
+    if (!c->closed && c->rx_paused && rpc_conn_may_read(c)) {
+        c->rx_paused = false;
+        rpc_rx_start(c);
+    }
+}
+
+/* Time allowed for the next read: unbounded between messages (an idle pooled connection
+ * is legitimate), otherwise the stall limit capped by the message's deadline. */
+static nng_duration rpc_rx_timeout(const rpc_conn_t *c, bool mid_message) {
+    long long left;
+    if (!mid_message) return NNG_DURATION_INFINITE;
+    left = c->msg_deadline_ms - time_mono_ms();
+    if (left > MS_RPC_RECV_STALL_MS) left = MS_RPC_RECV_STALL_MS;
+    return left < 1 ? 1 : (nng_duration)left;
+}
+
+static void rpc_rx_start(rpc_conn_t *c) {
+    const rpc_framing_t *f = c->srv->framing;
+    nng_iov iov;
+    bool mid = true;
+    if (!c->hello_done) {
+        iov.iov_buf = c->hello + c->hello_got;
+        iov.iov_len = f->hello_len - c->hello_got;
+    } else if (!c->rx_buf) {
+        iov.iov_buf = c->head + c->head_got;
+        iov.iov_len = f->head_len - c->head_got;
+        mid = c->head_got > 0;
+    } else {
+        iov.iov_buf = c->rx_buf + c->rx_got;
+        iov.iov_len = c->rx_cap - c->rx_got;
+    }
+    nng_aio_set_iov(c->rx_aio, 1, &iov);
+    nng_aio_set_timeout(c->rx_aio, rpc_rx_timeout(c, mid));
+    c->rx_busy = true;
+    nng_stream_recv(c->stream, c->rx_aio);
+}
+
+/* A message arrived whole: it becomes a request for the workers. */
+static void rpc_rx_complete(rpc_conn_t *c) {
+    rpc_req_t *r = calloc(1, sizeof *r);
+    size_t env_len;
+    if (!r) {
+        rpc_conn_close(c, RPC_CLOSE_NO_MEMORY, NULL);
+        return;
+    }
+    if (!c->srv->framing->envelope(c->rx_buf, c->rx_len, &env_len)) {
+        free(r);
+        rpc_conn_close(c, RPC_CLOSE_BAD_FRAME, "what=no_request_id");
+        return;
+    }
+    r->buf = c->rx_buf;
+    r->len = c->rx_len;
+    r->env_len = env_len;
+    r->charged = c->rx_charged;
+    c->rx_buf = NULL;
+    c->rx_charged = 0;
+    c->rx_len = c->rx_got = c->rx_cap = 0;
+    c->head_got = 0;
+    if (c->q_tail) c->q_tail->next = r;
+    else c->q_head = r;
+    c->q_tail = r;
+    c->inflight++;
+    rpc_ready_maybe(c);
+}
+
+/* A message head arrived: check the announced length and take the first chunk. */
+static void rpc_rx_head(rpc_conn_t *c) {
+    uint64_t len;
+    size_t first;
+    char detail[96];
+    if (!c->srv->framing->head_parse(c->head, &len)) {
+        rpc_conn_close(c, RPC_CLOSE_BAD_FRAME, "what=message_type");
+        return;
+    }
+    if (len > (uint64_t)MS_TRANSPORT_BYTES_MAX) {
+        snprintf(detail, sizeof detail, "bytes=%llu limit=%d", (unsigned long long)len,
+                 MS_TRANSPORT_BYTES_MAX);
+        rpc_conn_close(c, RPC_CLOSE_MSG_TOO_LARGE, detail);
+        return;
+    }
+    if (len < 4) {
+        rpc_conn_close(c, RPC_CLOSE_BAD_FRAME, "what=no_request_id");
+        return;
+    }
+    first = len < MS_RPC_RECV_CHUNK_BYTES ? (size_t)len : MS_RPC_RECV_CHUNK_BYTES;
+    if (!rpc_rx_charge(c, first)) return;
+    c->rx_buf = malloc(first);
+    if (!c->rx_buf) {
+        rpc_conn_close(c, RPC_CLOSE_NO_MEMORY, NULL);
+        return;
+    }
+    c->rx_len = (size_t)len;
+    c->rx_cap = first;
+    c->rx_got = 0;
+}
+
+/* The buffer is full but the message is not: double it (up to the announced length),
+ * so memory follows the bytes that really arrived. */
+static void rpc_rx_grow(rpc_conn_t *c) {
+    size_t cap = c->rx_cap * 2 < c->rx_len ? c->rx_cap * 2 : c->rx_len;
+    uint8_t *p;
+    if (!rpc_rx_charge(c, cap - c->rx_cap)) return;
+    p = realloc(c->rx_buf, cap);
+    if (!p) {
+        rpc_conn_close(c, RPC_CLOSE_NO_MEMORY, NULL);
+        return;
+    }
+    c->rx_buf = p;
+    c->rx_cap = cap;
+}
+
+static void rpc_rx_cb(void *arg) {
+    rpc_conn_t *c = arg;
+    rpc_server_t *s = c->srv;
+    const rpc_framing_t *f = s->framing;
+    int rv = nng_aio_result(c->rx_aio);
+    size_t n = nng_aio_count(c->rx_aio);
+
+    pthread_mutex_lock(&s->mu);
+    c->rx_busy = false;
+    if (c->closed) goto out;
+    if (rv != 0) {
+        rpc_conn_close(c, rv == NNG_ETIMEDOUT ? RPC_CLOSE_RECV_TIMEOUT : RPC_CLOSE_QUIET,
+                       rv == NNG_ETIMEDOUT ? (c->hello_done ? "what=message" : "what=handshake")
+                                           : NULL);
+        goto out;
+    }
+    if (!c->hello_done) {
+        c->hello_got += n;
+        if (c->hello_got == f->hello_len) {
+            if (!f->hello_check(c->hello)) {
+                rpc_conn_close(c, RPC_CLOSE_BAD_HANDSHAKE, NULL);
+                goto out;
+            }
+            c->hello_done = true;
+        }
+    } else if (!c->rx_buf) {
+        if (c->head_got == 0 && n > 0) c->msg_deadline_ms = time_mono_ms() + MS_RPC_RECV_MSG_MS;
+        c->head_got += n;
+        if (c->head_got == f->head_len) rpc_rx_head(c);
+    } else {
+        c->rx_got += n;
+        if (c->rx_got == c->rx_len) {
+            rpc_rx_complete(c);
+            if (!c->closed && !rpc_conn_may_read(c)) {
+                c->rx_paused = true;
+                goto out;
+            }
+        } else if (c->rx_got == c->rx_cap) {
+            rpc_rx_grow(c);
+        }
+    }
+    if (!c->closed) rpc_rx_start(c);
+out:
+    rpc_conn_maybe_dead(c);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void rpc_tx_free(rpc_tx_t *t) {
+    if (!t) return;
+    bson_free(t->body);
+    free(t);
+}
+
+static void rpc_tx_push(rpc_conn_t *c, rpc_tx_t *t) {
+    if (c->tx_tail) c->tx_tail->next = t;
+    else c->tx_head = t;
+    c->tx_tail = t;
+    c->tx_bytes += t->head_len + t->body_len;
+    if (!c->tx_busy) rpc_tx_start(c);
+}
+
+/* Sends what is left of the first queued item; each send must make progress within
+ * MS_RPC_SEND_STALL_MS (a stream send completes as soon as some bytes went out). */
+static void rpc_tx_start(rpc_conn_t *c) {
+    rpc_tx_t *t = c->tx_head;
+    nng_iov iov[2];
+    unsigned n = 0;
+    if (t->sent < t->head_len) {
+        iov[n].iov_buf = t->head + t->sent;
+        iov[n++].iov_len = t->head_len - t->sent;
+        if (t->body_len) {
+            iov[n].iov_buf = t->body;
+            iov[n++].iov_len = t->body_len;
+        }
+    } else {
+        iov[n].iov_buf = t->body + (t->sent - t->head_len);
+        iov[n++].iov_len = t->body_len - (t->sent - t->head_len);
+    }
+    nng_aio_set_iov(c->tx_aio, n, iov);
+    nng_aio_set_timeout(c->tx_aio, MS_RPC_SEND_STALL_MS);
+    c->tx_busy = true;
+    nng_stream_send(c->stream, c->tx_aio);
+}
+
+static void rpc_tx_cb(void *arg) {
+    rpc_conn_t *c = arg;
+    rpc_server_t *s = c->srv;
+    int rv = nng_aio_result(c->tx_aio);
+    size_t n = nng_aio_count(c->tx_aio);
+    rpc_tx_t *done = NULL;
+
+    pthread_mutex_lock(&s->mu);
+    c->tx_busy = false;
+    if (c->closed) goto out;
+    if (rv != 0) {
+        char detail[64];
+        snprintf(detail, sizeof detail, "unsent_bytes=%zu", c->tx_bytes);
+        rpc_conn_close(c, rv == NNG_ETIMEDOUT ? RPC_CLOSE_SEND_TIMEOUT : RPC_CLOSE_QUIET,
+                       rv == NNG_ETIMEDOUT ? detail : NULL);
+        goto out;
+    }
+    c->tx_head->sent += n;
+    c->tx_bytes -= n;
+    if (c->tx_head->sent == c->tx_head->head_len + c->tx_head->body_len) {
+        done = c->tx_head;
+        c->tx_head = done->next;
+        if (!c->tx_head) c->tx_tail = NULL;
+        if (done->is_reply) c->inflight--;
+        rpc_rx_maybe_resume(c);
+        rpc_ready_maybe(c);
+    }
+    if (!c->closed && c->tx_head) rpc_tx_start(c);
+out:
+    rpc_conn_maybe_dead(c);
+    pthread_mutex_unlock(&s->mu);
+    rpc_tx_free(done);
+}
+
+/* Frees a connection nobody refers to any more (reaper thread, without s->mu: freeing
+ * an aio waits for its callback to return). */
+static void rpc_conn_free(rpc_conn_t *c) {
+    nng_aio_free(c->rx_aio);  /* NULL-safe */
+    nng_aio_free(c->tx_aio);
+    if (c->stream) nng_stream_free(c->stream);
+    free(c->rx_buf);
+    while (c->q_head) {
+        rpc_req_t *r = c->q_head;
+        c->q_head = r->next;
+        free(r->buf);
+        free(r);
+    }
+    while (c->tx_head) {
+        rpc_tx_t *t = c->tx_head;
+        c->tx_head = t->next;
+        rpc_tx_free(t);
+    }
+    free(c);
+}
+
+static void rpc_peer_name(nng_stream *st, char *buf, size_t cap) {
+    nng_sockaddr sa;
+    snprintf(buf, cap, "-");
+    if (nng_stream_get_addr(st, NNG_OPT_REMADDR, &sa) != 0) return;
+    if (sa.s_family == NNG_AF_INET) {
+        const uint8_t *a = (const uint8_t *)&sa.s_in.sa_addr;
+        const uint8_t *p = (const uint8_t *)&sa.s_in.sa_port;
+        snprintf(buf, cap, "%u.%u.%u.%u:%u", a[0], a[1], a[2], a[3], (unsigned)(p[0] << 8 | p[1]));
+    } else if (sa.s_family == NNG_AF_IPC) {
+        snprintf(buf, cap, "ipc");
+    }
+}
+
+/* Takes ownership of st (freed on failure). */
+static void rpc_conn_accept(rpc_server_t *s, nng_stream *st) {
+    rpc_conn_t *c = NULL;
+    rpc_tx_t *hello = NULL;
+    long long now = time_mono_ms();
+
+    if (s->nopen >= MS_RPC_CONNS_MAX) {
+        atomic_fetch_add(&s->closed_count[RPC_CLOSE_TOO_MANY_CONNECTIONS], 1);
+        /* A flood would otherwise write one line per attempt. */
+        if (now - s->refused_log_ms >= 1000) {
+            s->refused_log_ms = now;
+            log_warn("connection refused reason=too_many_connections open=%llu limit=%d "
+                     "refused_total=%llu url=%s",
+                     (unsigned long long)s->nopen, MS_RPC_CONNS_MAX,
+                     (unsigned long long)atomic_load(
+                         &s->closed_count[RPC_CLOSE_TOO_MANY_CONNECTIONS]),
+                     s->url);
+        }
+        nng_stream_free(st);
+        return;
+    }
+    c = calloc(1, sizeof *c);
+    hello = calloc(1, sizeof *hello);
+    if (!c || !hello || nng_aio_alloc(&c->rx_aio, rpc_rx_cb, c) != 0 ||
+        nng_aio_alloc(&c->tx_aio, rpc_tx_cb, c) != 0) {
+        atomic_fetch_add(&s->closed_count[RPC_CLOSE_NO_MEMORY], 1);
+        log_warn("connection refused reason=no_memory url=%s", s->url);
+        if (c) {
+            nng_aio_free(c->rx_aio);
+            nng_aio_free(c->tx_aio);
+        }
+        free(c);
+        free(hello);
+        nng_stream_free(st);
+        return;
+    }
+    c->srv = s;
+    c->stream = st;
+    c->id = rpc_new_conn_id();
+    rpc_peer_name(st, c->peer, sizeof c->peer);
+    c->msg_deadline_ms = now + MS_RPC_RECV_STALL_MS;  /* for the greeting */
+    c->next = s->conns;
+    if (s->conns) s->conns->prev = c;
+    s->conns = c;
+    s->nopen++;
+    atomic_fetch_add(&s->conns_total, 1);
+    log_debug("connection accepted conn=%u peer=%s url=%s", c->id, c->peer, s->url);
+
+    if (s->framing->hello_len) {
+        s->framing->hello_write(hello->head);
+        hello->head_len = s->framing->hello_len;
+        rpc_tx_push(c, hello);
+    } else {
+        c->hello_done = true;
+        free(hello);
+    }
+    rpc_rx_start(c);
+}
+
+static void rpc_accept_cb(void *arg) {
+    rpc_server_t *s = arg;
+    int rv = nng_aio_result(s->accept_aio);
+    nng_stream *st = rv == 0 ? nng_aio_get_output(s->accept_aio, 0) : NULL;
+
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        if (st) nng_stream_free(st);
+        return;
+    }
+    if (rv == 0) {
+        rpc_conn_accept(s, st);
+        nng_stream_listener_accept(s->listener, s->accept_aio);
+    } else if (rv != NNG_ECLOSED) {
+        /* Out of descriptors or memory: wait a little rather than spin. */
+        log_warn("accept failed url=%s err=\"%s\"", s->url, nng_strerror(rv));
+        nng_sleep_aio(100, s->retry_aio);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void rpc_retry_cb(void *arg) {
+    rpc_server_t *s = arg;
+    pthread_mutex_lock(&s->mu);
+    if (!s->stopping) nng_stream_listener_accept(s->listener, s->accept_aio);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- workers and reaper ------------------------------------------------------------ */
+
+/* Builds the reply to r (its envelope, then the body stolen from reply). NULL when out
+ * of memory. */
+static rpc_tx_t *rpc_reply_make(const rpc_framing_t *f, const rpc_req_t *r, bson_t *reply) {
+    rpc_tx_t *t = calloc(1, sizeof *t);
+    uint32_t len = 0;
+    uint8_t *body = bson_destroy_with_steal(reply, true, &len);
+    if (!t || !body) {
+        free(t);
+        bson_free(body);
+        return NULL;
+    }
+    t->body = body;
+    t->body_len = len;
+    t->head_len = f->reply_head(t->head, r->buf, r->env_len, len);
+    t->is_reply = true;
+    return t;
+}
+
+static void *rpc_worker_main(void *p) {
+    rpc_server_t *s = p;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        rpc_conn_t *c;
+        rpc_req_t *r;
+        rpc_tx_t *t;
+        bson_t reply;
+        size_t charged;
+
+        while (!s->stopping && !s->ready_head) pthread_cond_wait(&s->work_cv, &s->mu);
+        if (s->stopping) break;
+        c = s->ready_head;
+        s->ready_head = c->next_ready;
+        if (!s->ready_head) s->ready_tail = NULL;
+        c->in_ready = false;
+        if (c->closed || !c->q_head) {
+            rpc_conn_maybe_dead(c);
+            continue;
+        }
+        r = c->q_head;
+        c->q_head = r->next;
+        if (!c->q_head) c->q_tail = NULL;
+        c->active++;
+        rpc_ready_maybe(c);  /* round robin: back at the tail while it has work and room */
+        pthread_mutex_unlock(&s->mu);
+
+        op_set_conn(c->id);
+        bson_init(&reply);
+        s->fn(s->arg, r->buf + r->env_len, r->len - r->env_len, &reply);
+        op_set_conn(0);
+        atomic_fetch_add(&s->requests, 1);
+        t = rpc_reply_make(s->framing, r, &reply);
+        free(r->buf);
+
+        pthread_mutex_lock(&s->mu);
+        charged = r->charged;  /* read under the lock: a close zeroes queued ones only */
+        free(r);
+        s->budget_used -= charged;
+        c->active--;
+        if (c->closed || !t) {
+            c->inflight--;
+            if (!t) rpc_conn_close(c, RPC_CLOSE_NO_MEMORY, "what=reply");
+            rpc_tx_free(t);
+            rpc_rx_maybe_resume(c);
+        } else {
+            rpc_tx_push(c, t);
+        }
+        rpc_ready_maybe(c);
+        rpc_conn_maybe_dead(c);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static void *rpc_reaper_main(void *p) {
+    rpc_server_t *s = p;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        rpc_conn_t *dead;
+        while (!s->dead && !(s->stopping && !s->conns)) pthread_cond_wait(&s->reap_cv, &s->mu);
+        if (!s->dead) break;  /* stopping, and every connection is gone */
+        dead = s->dead;
+        s->dead = NULL;
+        pthread_mutex_unlock(&s->mu);
+        while (dead) {
+            rpc_conn_t *next = dead->next_ready;
+            rpc_conn_free(dead);
+            dead = next;
+        }
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---- API --------------------------------------------------------------------------- */
+
+static const rpc_framing_t *rpc_framing_for(const char *url) {
+    if (strncmp(url, "tcp://", 6) == 0 || strncmp(url, "tcp4://", 7) == 0 ||
+        strncmp(url, "tcp6://", 7) == 0)
+        return &rpc_sp_tcp;
+    if (strncmp(url, "ipc://", 6) == 0) return &rpc_sp_ipc;
+    return NULL;
+}
+
+int rpc_server_start(const char *url, int nworkers, rpc_handler_fn fn, void *arg,
+                     rpc_server_t **out, ms_error_t *err) {
+    rpc_server_t *s = NULL;
+    const rpc_framing_t *framing;
+    int rv, rc = 0;
+
+    if (!url || strlen(url) >= MS_URL_BYTES_MAX)
+        return err_set(err, MS_ERR_BAD_VALUE, "listen url missing or longer than %d bytes",
+                       MS_URL_BYTES_MAX - 1);
+    if (!(framing = rpc_framing_for(url)))
+        return err_set(err, MS_ERR_BAD_VALUE, "%s: a server listens on tcp:// or ipc:// only",
+                       url);
+    if (nworkers <= 0) nworkers = MS_RPC_WORKERS_DEFAULT;
+    if (nworkers > MS_RPC_WORKERS_MAX)
+        return err_set(err, MS_ERR_BAD_VALUE, "workers %d over the limit %d", nworkers,
+                       MS_RPC_WORKERS_MAX);
+
+    s = calloc(1, sizeof *s);
+    if (!s) return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "rpc server: out of memory");
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->work_cv, NULL);
+    pthread_cond_init(&s->reap_cv, NULL);
+    snprintf(s->url, sizeof s->url, "%s", url);
+    s->framing = framing;
+    s->fn = fn;
+    s->arg = arg;
+    s->nworkers = nworkers;
+    s->share = nworkers * MS_RPC_CONN_WORKERS_PCT / 100;
+    if (s->share < 1) s->share = 1;
+    atomic_init(&s->requests, 0);
+    atomic_init(&s->conns_total, 0);
+    for (int i = 0; i < RPC_CLOSE_REASONS; i++) atomic_init(&s->closed_count[i], 0);
+
+    s->workers = calloc((size_t)nworkers, sizeof *s->workers);
+    if (!s->workers) {
+        rc = err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "rpc server: out of memory");
+        goto out;
+    }
+    if ((rv = nng_aio_alloc(&s->accept_aio, rpc_accept_cb, s)) != 0 ||
+        (rv = nng_aio_alloc(&s->retry_aio, rpc_retry_cb, s)) != 0) {
+        rc = err_from_nng(err, rv, "accept aio");
+        goto out;
+    }
+    for (int i = 0; i < nworkers; i++) {
+        if (pthread_create(&s->workers[i], NULL, rpc_worker_main, s) != 0) {
+            rc = err_set(err, MS_ERR_INTERNAL, "rpc server: cannot start worker thread");
+            goto out;
+        }
+        s->nstarted++;
+    }
+    if (pthread_create(&s->reaper, NULL, rpc_reaper_main, s) != 0) {
+        rc = err_set(err, MS_ERR_INTERNAL, "rpc server: cannot start reaper thread");
+        goto out;
+    }
+    s->reaper_started = true;
+    if ((rv = nng_stream_listener_alloc(&s->listener, url)) == 0 && framing == &rpc_sp_tcp)
+        (void)nng_stream_listener_set_bool(s->listener, NNG_OPT_TCP_NODELAY, true);  /* as NNG */
+    if (rv != 0 || (rv = nng_stream_listener_listen(s->listener)) != 0) {
+        rc = err_from_nng(err, rv, "listen");
+        err_prefix(err, "%s", url);
+        goto out;
+    }
+    pthread_mutex_lock(&s->mu);
+    nng_stream_listener_accept(s->listener, s->accept_aio);
+    pthread_mutex_unlock(&s->mu);
+out:
+    if (rc != 0) {
+        rpc_server_stop(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void rpc_server_stop(rpc_server_t *s) {
+    if (!s) return;
+    /* Order: no new connection (stopping is seen by the accept callback under the lock,
+     * then the accept aio is stopped); close every connection (their pending callbacks
+     * run with NNG_ECLOSED); let running handlers finish (workers exit, their replies
+     * are dropped); the reaper frees connections as their last callback returns and
+     * exits when none is left. */
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_cond_broadcast(&s->work_cv);
+    pthread_cond_broadcast(&s->reap_cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->listener) nng_stream_listener_close(s->listener);
+    nng_aio_stop(s->accept_aio);  /* NULL-safe */
+    nng_aio_stop(s->retry_aio);
+    pthread_mutex_lock(&s->mu);
+    for (rpc_conn_t *c = s->conns, *next; c; c = next) {
+        next = c->next;  /* a close may move c to the dead list */
+        rpc_conn_close(c, RPC_CLOSE_QUIET, NULL);
+    }
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < s->nstarted; i++) pthread_join(s->workers[i], NULL);
+    /* Workers leave without draining the ready list; what is left there is closed. */
+    pthread_mutex_lock(&s->mu);
+    while (s->ready_head) {
+        rpc_conn_t *c = s->ready_head;
+        s->ready_head = c->next_ready;
+        c->in_ready = false;
+        rpc_conn_maybe_dead(c);
+    }
+    s->ready_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (s->reaper_started) {
+        pthread_join(s->reaper, NULL);
+    } else {
+        while (s->dead) {  /* no reaper ran: nothing was ever accepted, but be exact */
+            rpc_conn_t *next = s->dead->next_ready;
+            rpc_conn_free(s->dead);
+            s->dead = next;
+        }
+    }
+    if (s->listener) nng_stream_listener_free(s->listener);
+    nng_aio_free(s->accept_aio);
+    nng_aio_free(s->retry_aio);
+    free(s->workers);
+    pthread_cond_destroy(&s->work_cv);
+    pthread_cond_destroy(&s->reap_cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+uint64_t rpc_server_requests(const rpc_server_t *s) {
+    return s ? atomic_load(&((rpc_server_t *)s)->requests) : 0;
+}
+
+void rpc_server_connections(const rpc_server_t *s, uint64_t *current, uint64_t *total) {
+    rpc_server_t *m = (rpc_server_t *)s;
+    *current = 0;
+    *total = 0;
+    if (!s) return;
+    pthread_mutex_lock(&m->mu);
+    *current = m->nopen;
+    pthread_mutex_unlock(&m->mu);
+    *total = atomic_load(&m->conns_total);
+}
+
+uint64_t rpc_server_closed(const rpc_server_t *s, rpc_close_reason_t r) {
+    if (!s || (unsigned)r >= RPC_CLOSE_REASONS) return 0;
+    return atomic_load(&((rpc_server_t *)s)->closed_count[r]);
+}

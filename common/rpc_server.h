@@ -1,0 +1,53 @@
+/*
+ * rpc_server.h — the server side of the RPC layer (common/rpc_server.c), run by every
+ * daemon: it accepts connections, reads requests, runs them on a fixed pool of worker
+ * threads and sends the replies, so that no client, however slow, stuck or hostile,
+ * can cost more than its own connection (limits in common/limits.h, "RPC server").
+ */
+#ifndef MS_RPC_SERVER_H
+#define MS_RPC_SERVER_H
+
+#include <bson/bson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "errors.h"
+
+/* Handles one request. data/len are the raw bytes received (not yet validated: the
+ * handler must check them); borrowed for the call only. reply is initialised empty by
+ * the server; the handler fills it. Called concurrently from many worker threads;
+ * op_conn() names the request's connection during the call. */
+typedef void (*rpc_handler_fn)(void *arg, const uint8_t *data, size_t len, bson_t *reply);
+
+typedef struct rpc_server rpc_server_t;
+
+/* Why the server closed a connection (counted, and logged as reason=<name>). */
+typedef enum rpc_close_reason {
+    RPC_CLOSE_TOO_MANY_CONNECTIONS,  /* refused at accept: MS_RPC_CONNS_MAX open */
+    RPC_CLOSE_BAD_HANDSHAKE,         /* not an SP REQ v0 peer */
+    RPC_CLOSE_BAD_FRAME,             /* a message without a request id */
+    RPC_CLOSE_MSG_TOO_LARGE,         /* announced length over MS_TRANSPORT_BYTES_MAX */
+    RPC_CLOSE_RECV_BUDGET,           /* MS_RPC_RECV_BUDGET_BYTES reached: largest partial */
+    RPC_CLOSE_RECV_TIMEOUT,          /* stalled mid-message or too slow overall */
+    RPC_CLOSE_SEND_TIMEOUT,          /* the peer stopped reading its replies */
+    RPC_CLOSE_NO_MEMORY,             /* an allocation failed */
+    RPC_CLOSE_REASONS
+} rpc_close_reason_t;
+
+/* Listens on url (tcp://host:port or ipc://path) with nworkers threads.
+ * *out set on success only. */
+int rpc_server_start(const char *url, int nworkers, rpc_handler_fn fn, void *arg,
+                     rpc_server_t **out, ms_error_t *err);
+/* Stops listening, closes every connection, lets running handlers finish (their
+ * replies are dropped), joins the workers, frees. NULL-safe. */
+void rpc_server_stop(rpc_server_t *s);
+/* Requests served so far (for serverStatus). */
+uint64_t rpc_server_requests(const rpc_server_t *s);
+/* Connections open now and accepted since start (for serverStatus). */
+void rpc_server_connections(const rpc_server_t *s, uint64_t *current, uint64_t *total);
+/* Connections the server closed (or refused) for reason r since start. */
+uint64_t rpc_server_closed(const rpc_server_t *s, rpc_close_reason_t r);
+/* "send_timeout", ...: the name used in logs and serverStatus. */
+const char *rpc_close_reason_name(rpc_close_reason_t r);
+
+#endif
