@@ -346,34 +346,11 @@ static void rpc_peer_cache(void) {
     rpc_peers_close_all();
 }
 
-/* A message just over what NNG accepts makes the server drop the connection; the
- * caller sees its deadline pass, and the server keeps serving others. */
-static void rpc_over_transport_limit(void) {
-    rpc_server_t *s = NULL;
-    rpc_client_t *c = NULL, *c2 = NULL;
-    ms_error_t err = {0};
-    bson_t cmd = BSON_INITIALIZER, reply;
-    char url[64];
-    size_t big = (size_t)2 * 48000000 + 1024;
-    uint8_t *buf = calloc(1, big);
-    tcp_url(url, sizeof url, 5);
-    CHECK_INT(rpc_server_start(url, 2, echo_handler, NULL, &s, &err), 0);
-    CHECK_INT(rpc_client_open(url, &c, &err), 0);
-    CHECK_INT(rpc_client_open(url, &c2, &err), 0);
-    CHECK(rpc_call_raw(c, buf, big, 1000, &reply, &err) != 0);
-    BSON_APPEND_INT32(&cmd, "ping", 1);
-    CHECK_INT(rpc_call(c2, &cmd, 3000, &reply, &err), 0);
-    bson_destroy(&reply);
-    bson_destroy(&cmd);
-    free(buf);
-    /* The server goes first: NNG may still be pushing the oversized message into the
-     * socket, and closing that client while the peer is alive can wait on the send
-     * (seen once under load); a stopped server resets the connection and ends it. */
-    rpc_server_stop(s);
-    rpc_client_close(c);
-    rpc_client_close(c2);
-}
-
+/* A message announced over the transport limit is tested with the raw client below
+ * (rpc_raw_framing: the server closes the connection on the length alone, allocating
+ * nothing). An NNG REQ client that pushes ~96 MB at it was tested here once; closing such
+ * a client while NNG 1.5.2 is still writing can hang in NNG itself (seen under load), so
+ * that client-side case is not worth a flaky suite. */
 
 /* ---- a raw SP client: the framing by hand (rpc_server.c's side of it) ------------- */
 
@@ -711,6 +688,6 @@ T_MAIN(T_CASE(rpc_roundtrip_ipc), T_CASE(rpc_command_error_reply),
        T_CASE(rpc_concurrent_ipc), T_CASE(rpc_concurrent_tcp), T_CASE(rpc_deadline),
        T_CASE(rpc_peer_gone_mid_call), T_CASE(rpc_never_there), T_CASE(rpc_peer_restarts),
        T_CASE(rpc_reply_not_bson), T_CASE(rpc_bad_url), T_CASE(rpc_peer_cache),
-       T_CASE(rpc_over_transport_limit), T_CASE(rpc_raw_framing),
+       T_CASE(rpc_raw_framing),
        T_CASE(rpc_raw_pipelined_out_of_order), T_CASE(rpc_raw_inflight_cap),
        T_CASE(rpc_raw_budget))
