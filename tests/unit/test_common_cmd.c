@@ -559,7 +559,7 @@ static void cmd_dispatch_direct(void) {
 /* A handler's error path may leave its reply half-built (a sub-document open): the
  * client gets the error, the process lives, and the next command is answered. */
 static void cmd_half_built_reply(void) {
-    cmd_server_t *s = start("inproc://cmd_halfbuilt", true);
+    cmd_server_t *s = start(t_url("cmd_halfbuilt"), true);
     static const char *const cmds[] = {"openFail", "openOk", "openInfo", "openFail"};
     static const int codes[] = {MS_ERR_EXCEEDED_MEMORY_LIMIT, MS_ERR_INTERNAL, MS_ERR_BAD_VALUE,
                                 MS_ERR_EXCEEDED_MEMORY_LIMIT};
@@ -580,7 +580,7 @@ static void cmd_half_built_reply(void) {
         rpc_client_t *c = NULL;
         ms_error_t err = {0};
         bson_t r;
-        CHECK_INT(rpc_client_open("inproc://cmd_halfbuilt", &c, &err), 0);
+        CHECK_INT(rpc_client_open(t_url("cmd_halfbuilt"), &c, &err), 0);
         call_json(c, "{\"openFail\": 1}", &r);
         EXPECT_ERR(r, MS_ERR_EXCEEDED_MEMORY_LIMIT);
         CHECK_STR(get_str(&r, "errmsg"), "too many open cursors");

@@ -204,7 +204,7 @@ static int dispatch_json(cmd_server_t *s, const char *json) {
 }
 
 static void validate_dispatch(void) {
-    cmd_server_opts_t o = {.process = "t", .url = "inproc://validate_dispatch", .workers = 1,
+    cmd_server_opts_t o = {.process = "t", .url = t_url("validate_dispatch"), .workers = 1,
                            .table = table, .table_len = (int)(sizeof table / sizeof table[0])};
     cmd_server_t *s = NULL;
     ms_error_t err = {0};
