@@ -144,6 +144,19 @@ bool cmd_field(const cmd_ctx_t *ctx, const char *name, bson_iter_t *out);
 /* Field as bool flag (absent → dflt). */
 bool cmd_flag(const cmd_ctx_t *ctx, const char *name, bool dflt);
 
+/* serverStatus `metrics.cursor` of a daemon: MongoDB's shape (`open: {total}`) plus what
+ * minishard caps — bytes the cursors hold, refusals per cap, and the caps themselves. A
+ * negative refused_* or limit_* is left out (that daemon has no such cap). */
+typedef struct cmd_cursor_metrics {
+    int64_t open, bytes;
+    const char *bytes_field;   /* "bytesHeld" (shard, config server) or "bytesBuffered" */
+    int64_t refused_conn, refused_total, refused_bytes;
+    int64_t limit_conn, limit_total, limit_bytes;
+} cmd_cursor_metrics_t;
+/* Opens metrics.cursor as *cur and fills it; the caller may add fields of its own, then
+ * closes it with bson_append_document_end(metrics, cur). */
+void cmd_cursor_metrics_begin(bson_t *metrics, const cmd_cursor_metrics_t *m, bson_t *cur);
+
 /* The common table (hello, ping, serverStatus, ...). */
 extern const cmd_spec_t cmd_common_table[];
 extern const int cmd_common_table_len;

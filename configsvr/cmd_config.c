@@ -159,25 +159,16 @@ int cfg_cursors_count(cfg_cursors_t *c) {
 }
 
 void cfg_cursors_metrics(cfg_cursors_t *c, bson_t *metrics) {
-    bson_t cur, sub;
+    cmd_cursor_metrics_t m = {.bytes_field = "bytesHeld", .refused_total = -1, .refused_bytes = -1,
+                              .limit_conn = MS_CFG_CURSORS_PER_CONN_MAX,
+                              .limit_total = CFG_CURSORS_MAX, .limit_bytes = CFG_CURSOR_BYTES_MAX};
+    bson_t cur;
     pthread_mutex_lock(&c->mu);
-    int n = c->count;
-    long long bytes = c->bytes;
-    uint64_t refused = c->refused_conn;
+    m.open = c->count;
+    m.bytes = c->bytes;
+    m.refused_conn = (int64_t)c->refused_conn;
     pthread_mutex_unlock(&c->mu);
-    BSON_APPEND_DOCUMENT_BEGIN(metrics, "cursor", &cur);
-    BSON_APPEND_DOCUMENT_BEGIN(&cur, "open", &sub);
-    BSON_APPEND_INT64(&sub, "total", n);
-    bson_append_document_end(&cur, &sub);
-    BSON_APPEND_INT64(&cur, "bytesHeld", bytes);
-    BSON_APPEND_DOCUMENT_BEGIN(&cur, "refused", &sub);
-    BSON_APPEND_INT64(&sub, "perConnection", (int64_t)refused);
-    bson_append_document_end(&cur, &sub);
-    BSON_APPEND_DOCUMENT_BEGIN(&cur, "limits", &sub);
-    BSON_APPEND_INT32(&sub, "perConnection", MS_CFG_CURSORS_PER_CONN_MAX);
-    BSON_APPEND_INT32(&sub, "total", CFG_CURSORS_MAX);
-    BSON_APPEND_INT64(&sub, "bytes", CFG_CURSOR_BYTES_MAX);
-    bson_append_document_end(&cur, &sub);
+    cmd_cursor_metrics_begin(metrics, &m, &cur);
     bson_append_document_end(metrics, &cur);
 }
 

@@ -267,30 +267,25 @@ int rt_cursors_count(router_t *r) {
 
 void rt_cursors_metrics(router_t *r, bson_t *metrics) {
     rt_cursors_t *cs = r->cursors;
-    bson_t cur, open, refused;
-    BSON_APPEND_DOCUMENT_BEGIN(metrics, "cursor", &cur);
-    BSON_APPEND_DOCUMENT_BEGIN(&cur, "open", &open);
-    BSON_APPEND_INT64(&open, "total", rt_cursors_count(r));
-    bson_append_document_end(&cur, &open);
-    BSON_APPEND_INT64(&cur, "bytesBuffered", (int64_t)atomic_load(&cs->bytes));
-    BSON_APPEND_DOCUMENT_BEGIN(&cur, "refused", &refused);
-    BSON_APPEND_INT64(&refused, "perConnection", (int64_t)atomic_load(&cs->refused_conn));
-    BSON_APPEND_INT64(&refused, "total", (int64_t)atomic_load(&cs->refused_total));
-    BSON_APPEND_INT64(&refused, "bytes", (int64_t)atomic_load(&cs->refused_bytes));
-    bson_append_document_end(&cur, &refused);
-    BSON_APPEND_DOCUMENT_BEGIN(&cur, "limits", &refused);
-    BSON_APPEND_INT32(&refused, "perConnection", MS_ROUTER_CURSORS_PER_CONN_MAX);
-    BSON_APPEND_INT32(&refused, "total", MS_ROUTER_CURSORS_MAX);
-    BSON_APPEND_INT64(&refused, "bytes", MS_ROUTER_CURSOR_BYTES_MAX);
-    bson_append_document_end(&cur, &refused);
+    cmd_cursor_metrics_t m = {
+        .open = rt_cursors_count(r), .bytes = (int64_t)atomic_load(&cs->bytes),
+        .bytes_field = "bytesBuffered",
+        .refused_conn = (int64_t)atomic_load(&cs->refused_conn),
+        .refused_total = (int64_t)atomic_load(&cs->refused_total),
+        .refused_bytes = (int64_t)atomic_load(&cs->refused_bytes),
+        .limit_conn = MS_ROUTER_CURSORS_PER_CONN_MAX, .limit_total = MS_ROUTER_CURSORS_MAX,
+        .limit_bytes = MS_ROUTER_CURSOR_BYTES_MAX};
+    bson_t cur, cfg;
+    cmd_cursor_metrics_begin(metrics, &m, &cur);
     pthread_mutex_lock(&cs->mu);
     int ncfg = cs->cfg_count;
     pthread_mutex_unlock(&cs->mu);
-    BSON_APPEND_DOCUMENT_BEGIN(&cur, "config", &open);
-    BSON_APPEND_INT64(&open, "open", ncfg);
-    BSON_APPEND_INT64(&open, "refusedPerConnection", (int64_t)atomic_load(&cs->refused_cfg_conn));
-    BSON_APPEND_INT64(&open, "refusedTotal", (int64_t)atomic_load(&cs->refused_cfg_total));
-    bson_append_document_end(&cur, &open);
+    /* Config-database cursors this router relays (they live on the config server). */
+    BSON_APPEND_DOCUMENT_BEGIN(&cur, "config", &cfg);
+    BSON_APPEND_INT64(&cfg, "open", ncfg);
+    BSON_APPEND_INT64(&cfg, "refusedPerConnection", (int64_t)atomic_load(&cs->refused_cfg_conn));
+    BSON_APPEND_INT64(&cfg, "refusedTotal", (int64_t)atomic_load(&cs->refused_cfg_total));
+    bson_append_document_end(&cur, &cfg);
     bson_append_document_end(metrics, &cur);
 }
 

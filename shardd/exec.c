@@ -776,25 +776,17 @@ int cursors_count(cursors_t *cs) {
 }
 
 void cursors_metrics(cursors_t *cs, bson_t *metrics) {
-    bson_t cur, sub;
+    cmd_cursor_metrics_t m = {.bytes_field = "bytesHeld", .refused_bytes = -1,
+                              .limit_conn = MS_CURSORS_PER_CONN_MAX, .limit_total = MS_CURSORS_MAX,
+                              .limit_bytes = -1};
+    bson_t cur;
     pthread_mutex_lock(&cs->mu);
-    int n = cs->n;
-    long long bytes = cs->bytes;
-    uint64_t rc = cs->refused_conn, rt = cs->refused_total;
+    m.open = cs->n;
+    m.bytes = cs->bytes;
+    m.refused_conn = (int64_t)cs->refused_conn;
+    m.refused_total = (int64_t)cs->refused_total;
     pthread_mutex_unlock(&cs->mu);
-    BSON_APPEND_DOCUMENT_BEGIN(metrics, "cursor", &cur);
-    BSON_APPEND_DOCUMENT_BEGIN(&cur, "open", &sub);
-    BSON_APPEND_INT64(&sub, "total", n);
-    bson_append_document_end(&cur, &sub);
-    BSON_APPEND_INT64(&cur, "bytesHeld", bytes);
-    BSON_APPEND_DOCUMENT_BEGIN(&cur, "refused", &sub);
-    BSON_APPEND_INT64(&sub, "perConnection", (int64_t)rc);
-    BSON_APPEND_INT64(&sub, "total", (int64_t)rt);
-    bson_append_document_end(&cur, &sub);
-    BSON_APPEND_DOCUMENT_BEGIN(&cur, "limits", &sub);
-    BSON_APPEND_INT32(&sub, "perConnection", MS_CURSORS_PER_CONN_MAX);
-    BSON_APPEND_INT32(&sub, "total", MS_CURSORS_MAX);
-    bson_append_document_end(&cur, &sub);
+    cmd_cursor_metrics_begin(metrics, &m, &cur);
     bson_append_document_end(metrics, &cur);
 }
 

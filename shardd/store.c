@@ -1133,15 +1133,23 @@ typedef struct ixkeys {
     int n;
 } ixkeys_t;
 
-static int index_put(store_txn_t *t, store_coll_t *c, store_index_t *ix, const buf_t *k,
-                     int64_t rid, const bson_t *doc, bson_t *err_info, ms_error_t *err) {
+/* Inserts (k, rid) into index ix's side table; *step_rc is SQLite's answer (DONE, or
+ * CONSTRAINT when the key row exists). Nonzero only when the statement is not to be had. */
+static int key_row_insert(store_txn_t *t, store_index_t *ix, const buf_t *k, int64_t rid,
+                          int *step_rc, ms_error_t *err) {
     sqlite3_stmt *s;
-    int rc;
     if (!(s = table_stmt(t, TS_KEY_INSERT, ix->id, err))) return err->code;
     bind_blob(s, 1, k->data, k->len);
     sqlite3_bind_int64(s, 2, rid);
-    rc = sqlite3_step(s);
+    *step_rc = sqlite3_step(s);
     sqlite3_reset(s);
+    return 0;
+}
+
+static int index_put(store_txn_t *t, store_coll_t *c, store_index_t *ix, const buf_t *k,
+                     int64_t rid, const bson_t *doc, bson_t *err_info, ms_error_t *err) {
+    int rc, e;
+    if ((e = key_row_insert(t, ix, k, rid, &rc, err)) != 0) return e;
     if (rc == SQLITE_DONE) return 0;
     if (rc == SQLITE_CONSTRAINT) {
         if (ix->unique) return dup_error(c, ix, k, doc, err_info, err);
@@ -1171,14 +1179,9 @@ static int64_t unique_holder(store_txn_t *t, store_index_t *ix, const buf_t *k) 
  * re-check (the other document may be gone by then), as MongoDB does, and succeeds. */
 static int index_put_building(store_txn_t *t, store_coll_t *c, store_index_t *ix, const buf_t *k,
                               int64_t rid, const bson_t *doc, bool from_scan, ms_error_t *err) {
-    sqlite3_stmt *s;
     ibuild_t *b;
-    int rc;
-    if (!(s = table_stmt(t, TS_KEY_INSERT, ix->id, err))) return err->code;
-    bind_blob(s, 1, k->data, k->len);
-    sqlite3_bind_int64(s, 2, rid);
-    rc = sqlite3_step(s);
-    sqlite3_reset(s);
+    int rc, e;
+    if ((e = key_row_insert(t, ix, k, rid, &rc, err)) != 0) return e;
     if (rc == SQLITE_DONE) return 0;
     if (rc != SQLITE_CONSTRAINT) return err_from_sqlite(err, rc, "index insert", t->c->db);
     if (!ix->unique || unique_holder(t, ix, k) == rid) return 0;
