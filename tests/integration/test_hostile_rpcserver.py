@@ -162,5 +162,39 @@ def test_vanishing_clients_cost_nothing(t):
         assert_rss_below(p, base + 150 + SAN_SLACK_MB, what="after vanishing clients")
 
 
+@test
+def test_connection_cap(t):
+    """(d) A client opening connections without end: the shard holds at most
+    MS_RPC_CONNS_MAX (800); the rest are accepted and closed at once (counted as
+    connections.rejected); once the hoard is closed, others are served again."""
+    s = t.shardd("s0")
+    conns, refused = [], 0
+    try:
+        for _ in range(830):
+            try:
+                conns.append(RawReq(s.url, timeout=5))
+            except (OSError, ConnectionError, AssertionError):
+                refused += 1
+        assert len(conns) <= 800, "%d connections held open (cap 800)" % len(conns)
+        assert refused >= 30, "only %d connections refused past the cap" % refused
+        # the held ones still work
+        assert conns[0].call({"ping": 1, "$db": "admin"}).get("ok") == 1
+    finally:
+        for c in conns:
+            c.close()
+    wait_until(lambda: ping_ok(s), 10, "the shard to accept connections again")
+    st = s.client().ok({"serverStatus": 1})["connections"]
+    assert st.get("rejected", 0) >= 30, st
+    assert_responsive(s, what="after the connection hoard closed")
+    assert_rss_below(s, 200 + SAN_SLACK_MB)
+
+
+def ping_ok(proc):
+    try:
+        return assert_responsive(proc, within_ms=5000)
+    except AssertionError:
+        return False
+
+
 if __name__ == "__main__":
     main()
