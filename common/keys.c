@@ -943,3 +943,36 @@ char *keys_hex(const uint8_t *data, size_t len) {
     s[2 * len] = '\0';
     return s;
 }
+
+/* ---- unique indexes on sharded collections ------------------------------------------ */
+
+bool keys_unique_index_compatible(const keys_pattern_t *sk, const bson_t *index_key) {
+    bson_iter_t it;
+    int i = 0;
+    if (!bson_iter_init(&it, index_key) || !bson_iter_next(&it)) return false;
+    if (strcmp(bson_iter_key(&it), "_id") == 0) return true;
+    do {
+        if (i == sk->nfields) return true;
+        if (strcmp(bson_iter_key(&it), sk->fields[i]) != 0) return false;
+        i++;
+    } while (bson_iter_next(&it));
+    return i == sk->nfields;
+}
+
+int keys_unique_index_spec_check(const keys_pattern_t *sk, const bson_t *spec, ms_error_t *err) {
+    bson_iter_t it;
+    bson_t key;
+    char *k, *p;
+    int rc;
+    if (!bson_iter_init_find(&it, spec, "unique") || !bsonx_truthy(&it)) return 0;
+    if (!bson_iter_init_find(&it, spec, "key") || !bsonx_view_container(&it, &key)) return 0;
+    if (keys_unique_index_compatible(sk, &key)) return 0;
+    k = bsonx_to_json(&key);
+    p = bsonx_to_json(&sk->spec);
+    rc = err_set(err, MS_ERR_CANNOT_CREATE_INDEX,
+                 "cannot create unique index over %s with shard key pattern %s", k ? k : "?",
+                 p ? p : "?");
+    bson_free(k);
+    bson_free(p);
+    return rc;
+}

@@ -60,6 +60,16 @@ bool keys_pattern_equal(const keys_pattern_t *a, const keys_pattern_t *b);
 /* True when b's fields start with all of a's fields in the same order (index prefix). */
 bool keys_pattern_is_prefix_of(const keys_pattern_t *a, const keys_pattern_t *b);
 
+/* MongoDB's ShardKeyPattern::isUniqueIndexCompatible: a unique index on a sharded
+ * collection can be enforced shard by shard only when every document with one index key
+ * lives on one shard — when the shard key's field names are a prefix of the index's
+ * (directions and "hashed" aside) — or when the index starts with _id (unique anyway).
+ * index_key: the index's key pattern document. */
+bool keys_unique_index_compatible(const keys_pattern_t *sk, const bson_t *index_key);
+/* For an index spec {key, unique?, ...}: CannotCreateIndex (67), MongoDB's message, when it
+ * asks for a unique index that shard key sk cannot keep unique; 0 otherwise. */
+int keys_unique_index_spec_check(const keys_pattern_t *sk, const bson_t *spec, ms_error_t *err);
+
 /* Shard key of a document: each field by dotted path (embedded documents only); a
  * missing field is null; an array on the path or as value is an error (ShardKeyNotFound
  * family: BadValue "shard key cannot contain an array"); hashed fields are hashed.

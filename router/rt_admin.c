@@ -169,7 +169,20 @@ int rt_cmd_to_all_shards(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     int rc = rt_table_get(r, ns, &t, err);
     if (rc) return rc;
     bool sharded = t->sharded;
+    if (sharded && strcmp(ctx->name, "createIndexes") == 0) {
+        /* Checked here as well as on the shards: a shard that owns no chunk of the
+         * collection does not know its shard key and would build the index. */
+        bson_iter_t it, spec;
+        if (cmd_field(ctx, "indexes", &it) && BSON_ITER_HOLDS_ARRAY(&it) &&
+            bson_iter_recurse(&it, &spec))
+            while (rc == 0 && bson_iter_next(&spec)) {
+                bson_t doc;
+                if (bsonx_view_container(&spec, &doc))
+                    rc = keys_unique_index_spec_check(&t->rt.pattern, &doc, err);
+            }
+    }
     rt_table_release(t);
+    if (rc) return rc;
     if (!sharded) return rt_cmd_to_primary(ctx, reply, err);
     int n = rt_all_shards(r, names, MS_SHARDS_MAX, err);
     if (n < 0) return -n;

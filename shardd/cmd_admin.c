@@ -65,6 +65,13 @@ int cmd_create(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return store_ddl(app->st, create_coll_fn, &a, err);
 }
 
+static void pattern_text(const bson_t *p, char *dst, size_t cap) {
+    char *js = bsonx_to_json(p);
+    snprintf(dst, cap, "%s", js ? js : "?");
+    bson_free(js);
+}
+
+
 /* createIndexes, step 1 (short, catalog exclusive): the collection when absent, every new
  * index registered as building. Nothing is scanned here. */
 static int create_indexes_begin_fn(store_txn_t *t, void *arg, ms_error_t *err) {
@@ -81,6 +88,7 @@ static int create_indexes_begin_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         int64_t id = 0;
         if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bsonx_view_container(&it, &spec))
             return err_set(err, MS_ERR_TYPE_MISMATCH, "each index specification must be an object");
+        if (c->sharded && (rc = keys_unique_index_spec_check(&c->sk, &spec, err)) != 0) return rc;
         if ((rc = store_index_build_register(t, c, &spec, a->ids, a->nids, &existed, &id, err)) != 0)
             return rc;
         a->n++;
@@ -589,9 +597,20 @@ static int shard_coll_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         if (keys_pattern_equal(&c->sk, &a->pat)) return 0;
         return err_set(err, MS_ERR_ILLEGAL_OPERATION, "%s is already sharded with another key", a->ns);
     }
-    for (int i = 0; i < c->nindexes; i++)
+    for (int i = 0; i < c->nindexes; i++) {
+        /* MongoDB's shardCollection step 1: an existing unique index must stay enforceable. */
+        if (c->ix[i]->unique && !keys_unique_index_compatible(&a->pat, &c->ix[i]->pat.spec)) {
+            char k[256], skt[256];
+            pattern_text(&c->ix[i]->pat.spec, k, sizeof k);
+            pattern_text(&a->pat.spec, skt, sizeof skt);
+            return err_set(err, MS_ERR_INVALID_OPTIONS,
+                           "can't shard collection '%s' with unique index on %s and proposed shard "
+                           "key %s. Uniqueness can't be maintained unless shard key is a prefix",
+                           a->ns, k, skt);
+        }
         if (keys_pattern_is_prefix_of(&a->pat, &c->ix[i]->pat) && !c->ix[i]->multikey)
             has_index = true;
+    }
     if ((rc = store_coll_stats(t, c, &cnt, &bytes, NULL, NULL, err)) != 0) return rc;
     if (!has_index) {
         bson_t spec;

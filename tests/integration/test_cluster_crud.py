@@ -370,5 +370,36 @@ def test_sharded_write_errors(t):
     assert R.ok({"find": "h", "$db": DB, "filter": {"k": None}})["cursor"]["firstBatch"] == [{"_id": 300}]
 
 
+@test
+def test_unique_index_needs_shard_key_prefix(t):
+    """MongoDB 7.0: on a sharded collection a unique index must start with the shard key
+    (or with _id), else CannotCreateIndex (67) — otherwise two documents with the same
+    "unique" value could live on two shards. shardCollection over an existing unique index
+    that the key cannot keep unique: InvalidOptions (72)."""
+    cl = t.cluster(shards=2)
+    c = cl.client()
+    c.ok({"enableSharding": "uq", "$db": "admin"})
+    c.ok({"shardCollection": "uq.u", "key": {"x": 1}, "$db": "admin"})
+    e = c.err({"createIndexes": "u", "$db": "uq", "indexes": [{"key": {"y": 1}, "name": "y_1", "unique": True}]}, 67)
+    assert "shard key pattern" in e["errmsg"], e
+    c.err({"createIndexes": "u", "$db": "uq", "indexes": [{"key": {"y": 1, "x": 1}, "name": "yx", "unique": True}]}, 67)
+    for spec in ({"key": {"x": 1, "y": 1}, "name": "xy", "unique": True},
+                 {"key": {"x": -1}, "name": "xdesc", "unique": True},
+                 {"key": {"_id": 1, "y": 1}, "name": "idy", "unique": True},
+                 {"key": {"y": 1}, "name": "y_plain"}):
+        c.ok({"createIndexes": "u", "$db": "uq", "indexes": [spec]})
+    names = {ix["name"] for ix in c.ok({"listIndexes": "u", "$db": "uq"})["cursor"]["firstBatch"]}
+    assert "y_1" not in names and {"xy", "xdesc", "idy", "y_plain"} <= names, names
+    # hashed shard key {h: "hashed"}: a unique index on {h: 1} keeps it, {z: 1} does not
+    c.ok({"shardCollection": "uq.h", "key": {"h": "hashed"}, "$db": "admin"})
+    c.ok({"createIndexes": "h", "$db": "uq", "indexes": [{"key": {"h": 1}, "name": "h_1", "unique": True}]})
+    c.err({"createIndexes": "h", "$db": "uq", "indexes": [{"key": {"z": 1}, "name": "z_1", "unique": True}]}, 67)
+    # an unsharded collection may have any unique index; sharding it on another key then fails
+    c.ok({"createIndexes": "v", "$db": "uq", "indexes": [{"key": {"z": 1}, "name": "z_1", "unique": True}]})
+    e = c.err({"shardCollection": "uq.v", "key": {"x": 1}, "$db": "admin"}, 72)
+    assert "Uniqueness can't be maintained" in e["errmsg"], e
+    c.ok({"shardCollection": "uq.v", "key": {"z": 1}, "$db": "admin"})
+
+
 if __name__ == "__main__":
     main()
