@@ -122,7 +122,7 @@ static int scatter(router_t *r, const char *db, const char *coll, const bson_t *
             if (reqs[fail].rc) *err = reqs[fail].err;
             else rc = rt_reply_status(&reqs[fail].reply, err);
             rc = reqs[fail].rc ? reqs[fail].rc : err->code;
-            err_prefix(err, "shard %s", reqs[fail].shard);
+            if (!reqs[fail].rc) err_prefix(err, "shard %s", reqs[fail].shard);  /* rt_shard_call named it */
             for (int i = 0; i < n; i++) rt_req_clear(&reqs[i]);
             rt_table_release(t);
             return rc;

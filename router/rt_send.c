@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/opctx.h"
 #include "common/rpc.h"
 #include "router/router.h"
 
@@ -87,16 +88,22 @@ int rt_shard_call(router_t *r, const char *shard, const bson_t *cmd, bson_t *rep
     int rc = rt_shard_url(r, shard, url, sizeof url, err);
     if (rc) return rc;
     if ((rc = rpc_peer(url, &c, err)) != 0) return rc;
-    return rpc_call(c, cmd, RT_CALL_TIMEOUT_MS, reply, err);
+    /* The operation's maxTimeMS bounds the call when it has one; a network failure
+     * (HostUnreachable, NetworkTimeout, ExceededTimeLimit) names the shard. */
+    rc = rpc_call_op(c, cmd, r->peer_timeout_ms, reply, err);
+    if (rc) err_prefix(err, "shard %s", shard);
+    return rc;
 }
 
 typedef struct send_arg {
     router_t *r;
     rt_req_t *q;
+    long long deadline_ms;   /* the operation's (op_deadline_ms), carried to helper threads */
 } send_arg_t;
 
 static void *send_one(void *p) {
     send_arg_t *a = p;
+    op_set_deadline_ms(a->deadline_ms);   /* thread-local: a helper thread has none */
     memset(&a->q->err, 0, sizeof a->q->err);
     a->q->rc = rt_shard_call(a->r, a->q->shard, &a->q->cmd, &a->q->reply, &a->q->err);
     return NULL;
@@ -106,14 +113,15 @@ void rt_send_all(router_t *r, rt_req_t *reqs, int n) {
     pthread_t th[MS_SHARDS_MAX];
     send_arg_t args[MS_SHARDS_MAX];
     bool started[MS_SHARDS_MAX] = {0};
+    long long deadline_ms = op_deadline_ms();
     ASSERT(n <= MS_SHARDS_MAX);
     for (int i = 1; i < n; i++) {
-        args[i] = (send_arg_t){r, &reqs[i]};
+        args[i] = (send_arg_t){r, &reqs[i], deadline_ms};
         started[i] = pthread_create(&th[i], NULL, send_one, &args[i]) == 0;
         if (!started[i]) send_one(&args[i]);   /* no thread: do it here, still correct */
     }
     if (n > 0) {
-        args[0] = (send_arg_t){r, &reqs[0]};
+        args[0] = (send_arg_t){r, &reqs[0], deadline_ms};
         send_one(&args[0]);
     }
     for (int i = 1; i < n; i++)
