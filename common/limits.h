@@ -61,8 +61,10 @@
 #define MS_RPC_WORKERS_DEFAULT 16
 #define MS_RPC_WORKERS_MAX 256
 
-/* Default deadline of an RPC between processes. Commands that legitimately wait longer
- * (a migration step, waitForFailPoint) pass their own. */
+/* Default deadline of a call by an outer client (shardctl --timeout, rpc_call with no
+ * deadline). Calls between daemons use the shorter MS_RPC_PEER_TIMEOUT_MS_DEFAULT (below),
+ * so an outer client hears the daemon's error rather than its own timeout. Commands that
+ * legitimately wait longer (a migration step, waitForFailPoint) pass their own. */
 #define MS_RPC_TIMEOUT_MS_DEFAULT 30000
 
 /* Failpoints known to one process. */
