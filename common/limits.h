@@ -102,7 +102,7 @@
 /* How long a call waits for a connection to its peer when it has none (the peer is
  * down, restarting, or the first dial is still under way) before it fails with
  * HostUnreachable. A daemon restarting on loopback is back within tens of ms, and the
- * client redials at least once a second; mongos likewise answers HostUnreachable at
+ * client redials every half of this wait; mongos likewise answers HostUnreachable at
  * once for a shard that refuses connections instead of waiting the operation's deadline. */
 #define MS_RPC_CONNECT_WAIT_MS 1000
 

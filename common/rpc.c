@@ -249,7 +249,7 @@ typedef struct rpc_slot {
  * HostUnreachable; the send step itself is bounded the same way and re-checked, because
  * the last connection can drop between the check and the send. Once a wait has expired
  * the peer is marked unreachable and later calls fail at once, without waiting, until a
- * connection comes up again (NNG keeps redialing at least once a second) — as mongos
+ * connection comes up again (NNG redials every MS_RPC_CONNECT_WAIT_MS / 2) — as mongos
  * answers HostUnreachable at once for a host its pool has just failed to reach.
  *
  * A hung peer keeps its connection and never answers, so its calls do wait for their
@@ -370,12 +370,13 @@ int rpc_client_open(const char *url, rpc_client_t **out, ms_error_t *err) {
     }
     sock_open = true;
     /* Redial quickly at first (a daemon restarting in a test or a demo), backing off to
-     * one attempt a second for a peer that stays down. Pipe events before the dial, so
-     * the first connection is counted. */
+     * one attempt per half connection wait for a peer that stays down: a peer that comes
+     * back is then reconnected well within the MS_RPC_CONNECT_WAIT_MS a call waits for it.
+     * Pipe events before the dial, so the first connection is counted. */
     if ((rv = nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, MS_TRANSPORT_BYTES_MAX)) != 0 ||
         (rv = nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE)) != 0 ||
         (rv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 20)) != 0 ||
-        (rv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000)) != 0 ||
+        (rv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, MS_RPC_CONNECT_WAIT_MS / 2)) != 0 ||
         (rv = nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, rpc_client_pipe_event, c)) != 0 ||
         (rv = nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, rpc_client_pipe_event, c)) != 0) {
         rc = err_from_nng(err, rv, "req socket options");

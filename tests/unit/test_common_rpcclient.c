@@ -119,7 +119,7 @@ static void nobody_listening_then_up(void) {
     CHECK(peer_stat(url, "callsFailedFast") >= 2);
     CHECK_INT(peer_stat(url, "connected"), 0);
 
-    /* It comes up: NNG redials at least once a second, and calls succeed again. */
+    /* It comes up: NNG redials every half connection wait, and calls succeed again. */
     CHECK_INT(rpc_server_start(url, 2, sleepy_handler, NULL, &s, &err), 0);
     t0 = time_mono_ms();
     for (int i = 0; i < 100 && rc != 0; i++) {   /* bounded: 100 x >= 50 ms */
