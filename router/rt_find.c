@@ -17,6 +17,7 @@
 #include "common/buf.h"
 #include "common/bsonx.h"
 #include "common/log.h"
+#include "common/opctx.h"
 #include "common/sortspec.h"
 #include "router/router.h"
 
@@ -39,7 +40,12 @@ static void kill_reply_cursor(router_t *r, const char *shard, const char *db, co
     BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &arr);
     BSON_APPEND_INT64(&arr, "0", id);
     bson_append_array_end(&cmd, &arr);
+    /* Cleanup runs even after the operation's maxTimeMS has expired (the default
+     * deadline applies), or the shard's cursor would wait out its idle timeout. */
+    long long dl = op_deadline_ms();
+    op_set_deadline_ms(0);
     if (rt_shard_call(r, shard, &cmd, &rep, NULL) == 0) bson_destroy(&rep);
+    op_set_deadline_ms(dl);
     bson_destroy(&cmd);
 }
 
@@ -195,7 +201,10 @@ static void cursor_free(router_t *r, rt_cursor_t *c) {
             BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &arr);
             BSON_APPEND_INT64(&arr, "0", s->id);
             bson_append_array_end(&cmd, &arr);
+            long long dl = op_deadline_ms();   /* cleanup outlives maxTimeMS, as above */
+            op_set_deadline_ms(0);
             if (rt_shard_call(r, s->shard, &cmd, &rep, NULL) == 0) bson_destroy(&rep);
+            op_set_deadline_ms(dl);
             bson_destroy(&cmd);
         }
         if (s->have_reply) bson_destroy(&s->reply);
