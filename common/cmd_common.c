@@ -113,6 +113,7 @@ static int cmd_server_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     /* This request is still being served, so it is not counted yet. */
     BSON_APPEND_INT64(&sub, "numRequests", (int64_t)rpc_server_requests(s->rpc));
     bson_append_document_end(reply, &sub);
+    rpc_peers_append_status(reply);   /* calls from this process to each peer */
 
     cmd_append_command_metrics(s, reply);
     if (s->test_commands) {

@@ -67,6 +67,8 @@ int daemon_start(daemon_t *d, const cmd_server_opts_t *opts, ms_error_t *err) {
     o.url = d->url;
     o.workers = d->workers;
     o.enable_test_commands = d->test_commands;
+    /* Calls to any one peer may hold at most a share of these workers. */
+    rpc_client_set_workers(d->workers);
     int rc = cmd_server_start(&o, &d->srv, err);
     if (rc)
         log_error("startup failed step=listen url=%s code=%d errmsg=%s", log_str(d->url),

@@ -64,8 +64,10 @@
 #define MS_RPC_WORKERS_DEFAULT 16
 #define MS_RPC_WORKERS_MAX 256
 
-/* Default deadline of an RPC between processes. Commands that legitimately wait longer
- * (a migration step, waitForFailPoint) pass their own. */
+/* Default deadline of a call by an outer client (shardctl --timeout, rpc_call with no
+ * deadline). Calls between daemons use the shorter MS_RPC_PEER_TIMEOUT_MS_DEFAULT (below),
+ * so an outer client hears the daemon's error rather than its own timeout. Commands that
+ * legitimately wait longer (a migration step, waitForFailPoint) pass their own. */
 #define MS_RPC_TIMEOUT_MS_DEFAULT 30000
 
 /* Failpoints known to one process. */
@@ -224,5 +226,37 @@
 /* The whole of one message must arrive within this: a client trickling one byte per
  * stall period cannot hold a connection and budget forever. 96 MB on loopback takes < 1 s. */
 #define MS_RPC_RECV_MSG_MS 60000
+
+/* ---- RPC client: calls to peers (issue 10 item 3: a dead or hung peer fails fast) ---- */
+
+/* Deadline of a call from a daemon to another daemon (router -> shard or config
+ * server, shard -> config server and shard) when the request has no maxTimeMS. Shorter
+ * than MS_RPC_TIMEOUT_MS_DEFAULT, the deadline of shardctl and of any client that takes
+ * our default, so that behind a router a hung shard shows the user the router's
+ * NetworkTimeout naming the shard, not the client's own timeout; 10 s of margin covers
+ * a config-server hop in between (MS_RPC_CONFIG_TIMEOUT_MS_DEFAULT). */
+#define MS_RPC_PEER_TIMEOUT_MS_DEFAULT 20000
+
+/* Deadline of a call from the config server to a shard when the request has no
+ * maxTimeMS: below the router's deadline toward the config server, for the same reason. */
+#define MS_RPC_CONFIG_TIMEOUT_MS_DEFAULT 15000
+
+/* How long a call waits for a connection to its peer when it has none (the peer is
+ * down, restarting, or the first dial is still under way) before it fails with
+ * HostUnreachable. A daemon restarting on loopback is back within tens of ms, and the
+ * client redials every half of this wait; mongos likewise answers HostUnreachable at
+ * once for a shard that refuses connections instead of waiting the operation's deadline. */
+#define MS_RPC_CONNECT_WAIT_MS 1000
+
+/* Share of a process's request workers that calls to one peer may hold at once, in
+ * percent. A hung peer (alive, connected, never answering) then holds at most this share
+ * of the workers until the deadline; the rest keep serving ping and operations on other
+ * peers. 75 % of the default 16 workers is 12. */
+#define MS_RPC_PEER_SHARE_PCT 75
+
+/* How long a call over that share waits for a slot before it fails with
+ * ExceededTimeLimit. Enough for a burst to a healthy peer (its calls take milliseconds),
+ * short enough that the workers left free keep answering within a second. */
+#define MS_RPC_PEER_SLOT_WAIT_MS 250
 
 #endif

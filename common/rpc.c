@@ -15,8 +15,8 @@
  * insert or _recvChunkCommit are not idempotent, and a slow handler must never run
  * twice because the client grew impatient. With resends off, NNG fails a call whose
  * connection drops before the reply with ECONNRESET (HostUnreachable to our callers),
- * at once instead of at the deadline. A request not yet sent waits for a connection
- * until its deadline (NetworkTimeout). A caller that knows a command is safe to repeat
+ * at once instead of at the deadline. A request with no connection to go on fails
+ * with HostUnreachable after MS_RPC_CONNECT_WAIT_MS (see the client section). A caller that knows a command is safe to repeat
  * retries it itself, as MongoDB's retryable reads do.
  */
 #include "common/rpc.h"
@@ -51,13 +51,66 @@ typedef struct rpc_slot {
 /* Idle slots kept per client; more concurrent callers than this get fresh ones. */
 #define RPC_IDLE_SLOTS_MAX 64
 
+/* Why a call to a dead or hung peer ends early (issue 10 item 3).
+ *
+ * NNG's REQ context hands a request to a connection ("pipe") that is ready; with none,
+ * the send waits in the socket's queue until its aio times out, so a call to a peer that
+ * is down used to wait its whole deadline (30 s) holding the caller's thread. We count
+ * live connections (pipe ADD_POST / REM_POST) and a call with none waits at most
+ * MS_RPC_CONNECT_WAIT_MS for one (a first dial, a daemon restarting) before failing with
+ * HostUnreachable; the send step itself is bounded the same way and re-checked, because
+ * the last connection can drop between the check and the send. Once a wait has expired
+ * the peer is marked unreachable and later calls fail at once, without waiting, until a
+ * connection comes up again (NNG redials every MS_RPC_CONNECT_WAIT_MS / 2) — as mongos
+ * answers HostUnreachable at once for a host its pool has just failed to reach.
+ *
+ * A hung peer keeps its connection and never answers, so its calls do wait for their
+ * deadline; the share cap bounds how many of them there can be at once, so the threads
+ * (request workers) waiting on it are a bounded share of the process's. */
+static atomic_int rpc_calls_per_peer_max =
+    MS_RPC_WORKERS_DEFAULT * MS_RPC_PEER_SHARE_PCT / 100;
+
 struct rpc_client {
     nng_socket sock;
-    pthread_mutex_t mu;   /* guards the idle list */
+    pthread_mutex_t mu;   /* guards everything below */
+    pthread_cond_t cv;    /* a connection came up, or a call ended (a share slot freed) */
     rpc_slot_t *idle;
     int nidle;
+    int pipes;            /* live connections to the peer now */
+    int inflight;         /* calls admitted under the share cap and not yet ended */
+    bool unreachable;     /* a connection wait expired and no connection came up since */
+    uint64_t calls, failed_fast, over_cap, timed_out, conn_lost;
     char url[MS_URL_BYTES_MAX];
 };
+
+/* NNG's pipe callback (runs on an NNG thread, never while we hold mu and wait on NNG). */
+static void rpc_client_pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg) {
+    rpc_client_t *c = arg;
+    (void)p;
+    pthread_mutex_lock(&c->mu);
+    if (ev == NNG_PIPE_EV_ADD_POST) {
+        c->pipes++;
+        c->unreachable = false;
+        pthread_cond_broadcast(&c->cv);
+    } else if (ev == NNG_PIPE_EV_REM_POST && c->pipes > 0) {
+        c->pipes--;
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Waits on c->cv until until_ms (monotonic). Caller holds c->mu. */
+static void rpc_client_wait(rpc_client_t *c, long long until_ms) {
+    struct timespec ts;
+    ts.tv_sec = (time_t)(until_ms / 1000);
+    ts.tv_nsec = (long)(until_ms % 1000) * 1000000L;
+    pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+}
+
+void rpc_client_set_workers(int nworkers) {
+    int n = nworkers > 0 ? nworkers : MS_RPC_WORKERS_DEFAULT;
+    n = n * MS_RPC_PEER_SHARE_PCT / 100;
+    atomic_store(&rpc_calls_per_peer_max, n < 1 ? 1 : n);
+}
 
 static void rpc_slot_free(rpc_slot_t *slot) {
     if (!slot) return;
@@ -107,6 +160,7 @@ static void rpc_slot_put(rpc_client_t *c, rpc_slot_t *slot) {
 
 int rpc_client_open(const char *url, rpc_client_t **out, ms_error_t *err) {
     rpc_client_t *c;
+    pthread_condattr_t ca;
     int rv, rc = 0;
     bool sock_open = false;
 
@@ -117,17 +171,26 @@ int rpc_client_open(const char *url, rpc_client_t **out, ms_error_t *err) {
     if (!c) return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "rpc client: out of memory");
     snprintf(c->url, sizeof c->url, "%s", url);
     pthread_mutex_init(&c->mu, NULL);
+    /* Waits are against the monotonic clock, as every deadline here is. */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
     if ((rv = nng_req0_open(&c->sock)) != 0) {
         rc = err_from_nng(err, rv, "req socket open");
         goto out;
     }
     sock_open = true;
     /* Redial quickly at first (a daemon restarting in a test or a demo), backing off to
-     * one attempt a second for a peer that stays down. */
+     * one attempt per half connection wait for a peer that stays down: a peer that comes
+     * back is then reconnected well within the MS_RPC_CONNECT_WAIT_MS a call waits for it.
+     * Pipe events before the dial, so the first connection is counted. */
     if ((rv = nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, MS_TRANSPORT_BYTES_MAX)) != 0 ||
         (rv = nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE)) != 0 ||
         (rv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 20)) != 0 ||
-        (rv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000)) != 0) {
+        (rv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, MS_RPC_CONNECT_WAIT_MS / 2)) != 0 ||
+        (rv = nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, rpc_client_pipe_event, c)) != 0 ||
+        (rv = nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, rpc_client_pipe_event, c)) != 0) {
         rc = err_from_nng(err, rv, "req socket options");
         goto out;
     }
@@ -140,6 +203,7 @@ int rpc_client_open(const char *url, rpc_client_t **out, ms_error_t *err) {
 out:
     if (rc != 0) {
         if (sock_open) nng_close(c->sock);
+        pthread_cond_destroy(&c->cv);
         pthread_mutex_destroy(&c->mu);
         free(c);
         return rc;
@@ -150,12 +214,13 @@ out:
 
 void rpc_client_close(rpc_client_t *c) {
     if (!c) return;
-    nng_close(c->sock);
+    nng_close(c->sock);  /* returns after the last pipe callback */
     while (c->idle) {
         rpc_slot_t *next = c->idle->next;
         rpc_slot_free(c->idle);
         c->idle = next;
     }
+    pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -168,40 +233,157 @@ static nng_duration rpc_left_ms(long long deadline_ms) {
     return left < 1 ? 1 : (nng_duration)(left > INT32_MAX ? INT32_MAX : left);
 }
 
+static long long rpc_min_ll(long long a, long long b) { return a < b ? a : b; }
+
+/* Takes a share slot: waits at most MS_RPC_PEER_SLOT_WAIT_MS while calls to this peer
+ * are at the cap. A burst right after the client opens (before its first connection)
+ * waits like any other; when the peer still has no connection at the end the error is
+ * HostUnreachable, as the calls holding the slots will get. */
+static int rpc_share_take(rpc_client_t *c, long long deadline_ms, int timeout_ms,
+                          ms_error_t *err) {
+    int max = atomic_load(&rpc_calls_per_peer_max), rc = 0;
+    long long until = rpc_min_ll(deadline_ms, time_mono_ms() + MS_RPC_PEER_SLOT_WAIT_MS);
+    pthread_mutex_lock(&c->mu);
+    c->calls++;
+    while (c->inflight >= max && !(c->pipes == 0 && c->unreachable) && time_mono_ms() < until)
+        rpc_client_wait(c, until);
+    if (c->inflight < max) {
+        c->inflight++;
+    } else if (c->pipes == 0) {
+        c->failed_fast++;
+        rc = err_set(err, MS_ERR_HOST_UNREACHABLE,
+                     "no connection to the peer (and %d calls already waiting for one)", max);
+    } else if (until >= deadline_ms) {
+        c->timed_out++;
+        rc = err_set(err, MS_ERR_NETWORK_TIMEOUT, "deadline of %d ms passed waiting for one of "
+                     "the %d calls in flight to end", timeout_ms, max);
+    } else {
+        c->over_cap++;
+        rc = err_set(err, MS_ERR_EXCEEDED_TIME_LIMIT, "%d calls in flight to the peer already "
+                     "(the share cap, %d%% of the workers) and none ended within %d ms",
+                     max, MS_RPC_PEER_SHARE_PCT, MS_RPC_PEER_SLOT_WAIT_MS);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+static void rpc_share_give(rpc_client_t *c) {
+    pthread_mutex_lock(&c->mu);
+    c->inflight--;
+    pthread_cond_broadcast(&c->cv);   /* the cv is shared with connection waiters */
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Waits (bounded by MS_RPC_CONNECT_WAIT_MS and the deadline) until the peer has a live
+ * connection. 0 when it has one; HostUnreachable when none came in time; NetworkTimeout
+ * when the call's own deadline came first. */
+static int rpc_await_connection(rpc_client_t *c, long long deadline_ms, int timeout_ms,
+                                ms_error_t *err) {
+    long long until = rpc_min_ll(deadline_ms, time_mono_ms() + MS_RPC_CONNECT_WAIT_MS);
+    int rc = 0;
+    pthread_mutex_lock(&c->mu);
+    while (c->pipes == 0 && !c->unreachable && time_mono_ms() < until)
+        rpc_client_wait(c, until);
+    if (c->pipes == 0) {
+        if (c->unreachable) {
+            c->failed_fast++;
+            rc = err_set(err, MS_ERR_HOST_UNREACHABLE,
+                         "no connection to the peer (down or unreachable: none for %d ms "
+                         "and none since)", MS_RPC_CONNECT_WAIT_MS);
+        } else if (until >= deadline_ms) {
+            c->timed_out++;
+            rc = err_set(err, MS_ERR_NETWORK_TIMEOUT,
+                         "no connection to the peer within the deadline of %d ms", timeout_ms);
+        } else {
+            c->failed_fast++;
+            c->unreachable = true;
+            pthread_cond_broadcast(&c->cv);   /* the others waiting need not wait longer */
+            rc = err_set(err, MS_ERR_HOST_UNREACHABLE,
+                         "no connection to the peer within %d ms (down or unreachable)",
+                         MS_RPC_CONNECT_WAIT_MS);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* Hands msg to a connection. On success the context owns msg; on failure it is still
+ * the caller's. A send waits in NNG's queue while no connection is ready, so each
+ * attempt is bounded by MS_RPC_CONNECT_WAIT_MS and, when it times out, we look again:
+ * no connection left -> HostUnreachable; connected but busy (the peer is not reading)
+ * -> keep waiting until the deadline. Bounded: each turn waits at least until the
+ * deadline or MS_RPC_CONNECT_WAIT_MS has passed. */
+static int rpc_send(rpc_client_t *c, rpc_slot_t *slot, nng_msg *msg, long long deadline_ms,
+                    int timeout_ms, ms_error_t *err) {
+    for (;;) {
+        int rv;
+        nng_aio_set_timeout(slot->aio, (nng_duration)rpc_min_ll(rpc_left_ms(deadline_ms),
+                                                                MS_RPC_CONNECT_WAIT_MS));
+        nng_aio_set_msg(slot->aio, msg);
+        nng_ctx_send(slot->ctx, slot->aio);
+        nng_aio_wait(slot->aio);
+        rv = nng_aio_result(slot->aio);
+        if (rv == 0) return 0;
+        nng_aio_set_msg(slot->aio, NULL);
+        if (rv != NNG_ETIMEDOUT) return err_from_nng(err, rv, "send");
+        if (time_mono_ms() >= deadline_ms) {
+            pthread_mutex_lock(&c->mu);
+            c->timed_out++;
+            pthread_mutex_unlock(&c->mu);
+            return err_set(err, MS_ERR_NETWORK_TIMEOUT,
+                           "request not sent within the deadline of %d ms", timeout_ms);
+        }
+        pthread_mutex_lock(&c->mu);
+        bool gone = c->pipes == 0;
+        if (gone) c->failed_fast++;
+        pthread_mutex_unlock(&c->mu);
+        if (gone)
+            return err_set(err, MS_ERR_HOST_UNREACHABLE,
+                           "connection to the peer lost before the request was sent");
+    }
+}
+
 int rpc_call_raw(rpc_client_t *c, const void *data, size_t len, int timeout_ms,
                  bson_t *reply, ms_error_t *err) {
     rpc_slot_t *slot = NULL;
     nng_msg *msg = NULL;
     bson_t view;
     long long deadline_ms;
+    bool shared = false;
     int rv, rc = 0;
 
     if (timeout_ms <= 0) timeout_ms = MS_RPC_TIMEOUT_MS_DEFAULT;
     deadline_ms = time_mono_ms() + timeout_ms;
 
+    if ((rc = rpc_share_take(c, deadline_ms, timeout_ms, err)) != 0) goto out;
+    shared = true;
+    if ((rc = rpc_await_connection(c, deadline_ms, timeout_ms, err)) != 0) goto out;
     if ((rv = nng_msg_alloc(&msg, len)) != 0) {
         rc = err_from_nng(err, rv, "request alloc");
         goto out;
     }
     if (len) memcpy(nng_msg_body(msg), data, len);
     if ((rc = rpc_slot_get(c, &slot, err)) != 0) goto out;
-
-    nng_aio_set_timeout(slot->aio, rpc_left_ms(deadline_ms));
-    nng_aio_set_msg(slot->aio, msg);
-    nng_ctx_send(slot->ctx, slot->aio);
-    nng_aio_wait(slot->aio);
-    if ((rv = nng_aio_result(slot->aio)) != 0) {
-        /* Not taken: the message is still ours (msg) and freed at out. */
-        rc = err_from_nng(err, rv, "send");
-        goto out;
-    }
+    if ((rc = rpc_send(c, slot, msg, deadline_ms, timeout_ms, err)) != 0) goto out;
     msg = NULL;  /* the context owns it now */
 
     nng_aio_set_timeout(slot->aio, rpc_left_ms(deadline_ms));
     nng_ctx_recv(slot->ctx, slot->aio);
     nng_aio_wait(slot->aio);
     if ((rv = nng_aio_result(slot->aio)) != 0) {
-        rc = err_from_nng(err, rv, "reply");
+        pthread_mutex_lock(&c->mu);
+        if (rv == NNG_ETIMEDOUT) c->timed_out++;
+        else c->conn_lost++;
+        pthread_mutex_unlock(&c->mu);
+        if (rv == NNG_ETIMEDOUT)
+            rc = err_set(err, MS_ERR_NETWORK_TIMEOUT, "no reply within the deadline of %d ms",
+                         timeout_ms);
+        else if (rv == NNG_ECONNRESET)
+            /* Resends are off: the request may have run; the caller decides. */
+            rc = err_set(err, MS_ERR_HOST_UNREACHABLE,
+                         "connection to the peer lost before the reply");
+        else
+            rc = err_from_nng(err, rv, "reply");
         goto out;
     }
     msg = nng_aio_get_msg(slot->aio);
@@ -214,6 +396,7 @@ int rpc_call_raw(rpc_client_t *c, const void *data, size_t len, int timeout_ms,
     }
     bson_copy_to(&view, reply);
 out:
+    if (shared) rpc_share_give(c);
     if (slot) {
         if (rc == 0) rpc_slot_put(c, slot);
         else rpc_slot_free(slot);  /* a failed call's context is not reused */
@@ -226,6 +409,24 @@ out:
 int rpc_call(rpc_client_t *c, const bson_t *cmd, int timeout_ms, bson_t *reply,
              ms_error_t *err) {
     return rpc_call_raw(c, bson_get_data(cmd), cmd->len, timeout_ms, reply, err);
+}
+
+int rpc_call_op(rpc_client_t *c, const bson_t *cmd, int dflt_ms, bson_t *reply,
+                ms_error_t *err) {
+    long long left = op_time_left_ms(dflt_ms);
+    int rc;
+    if (left <= 0)
+        return err_set(err, MS_ERR_MAX_TIME_MS_EXPIRED,
+                       "operation exceeded time limit before the call to %s", c->url);
+    rc = rpc_call(c, cmd, (int)rpc_min_ll(left, INT32_MAX), reply, err);
+    /* The operation's own deadline, not the default, cut the call short. */
+    if (rc == MS_ERR_NETWORK_TIMEOUT && op_deadline_ms() > 0 &&
+        time_mono_ms() >= op_deadline_ms()) {
+        if (err) err->code = MS_ERR_MAX_TIME_MS_EXPIRED;
+        err_prefix(err, "operation exceeded time limit");
+        rc = MS_ERR_MAX_TIME_MS_EXPIRED;
+    }
+    return rc;
 }
 
 int rpc_command(rpc_client_t *c, const bson_t *cmd, int timeout_ms, bson_t *reply,
@@ -288,4 +489,32 @@ void rpc_peers_close_all(void) {
     }
     rpc_npeers = 0;
     pthread_mutex_unlock(&rpc_peers_mu);
+}
+
+void rpc_peers_append_status(bson_t *out) {
+    bson_t arr, one;
+    char key[16];
+    int max = atomic_load(&rpc_calls_per_peer_max);
+    BSON_APPEND_ARRAY_BEGIN(out, "peers", &arr);
+    pthread_mutex_lock(&rpc_peers_mu);
+    for (int i = 0; i < rpc_npeers; i++) {
+        rpc_client_t *c = rpc_peers[i];
+        snprintf(key, sizeof key, "%d", i);
+        bson_append_document_begin(&arr, key, -1, &one);
+        pthread_mutex_lock(&c->mu);
+        BSON_APPEND_UTF8(&one, "url", c->url);
+        BSON_APPEND_BOOL(&one, "connected", c->pipes > 0);
+        BSON_APPEND_INT32(&one, "connections", c->pipes);
+        BSON_APPEND_INT32(&one, "callsInFlight", c->inflight);
+        BSON_APPEND_INT32(&one, "callsInFlightMax", max);
+        BSON_APPEND_INT64(&one, "calls", (int64_t)c->calls);
+        BSON_APPEND_INT64(&one, "callsFailedFast", (int64_t)c->failed_fast);
+        BSON_APPEND_INT64(&one, "callsOverShareCap", (int64_t)c->over_cap);
+        BSON_APPEND_INT64(&one, "callsTimedOut", (int64_t)c->timed_out);
+        BSON_APPEND_INT64(&one, "callsConnectionLost", (int64_t)c->conn_lost);
+        pthread_mutex_unlock(&c->mu);
+        bson_append_document_end(&arr, &one);
+    }
+    pthread_mutex_unlock(&rpc_peers_mu);
+    bson_append_array_end(out, &arr);
 }

@@ -51,7 +51,7 @@ int cfg_shard_command(cfg_t *cfg, const char *shard, const bson_t *cmd, int time
     if (rc) return rc;
     rc = rpc_peer(host, &cl, err);
     if (rc) return rc;
-    rc = rpc_call(cl, cmd, timeout_ms, reply, err);
+    rc = rpc_call_op(cl, cmd, timeout_ms, reply, err);  /* maxTimeMS bounds it when given */
     if (rc) {
         err_prefix(err, "shard %s (%s)", shard, host);
         return rc;

@@ -68,7 +68,8 @@
 /* Deadlines of the config server's calls to shards. hello at addShard is short: a host
  * that does not answer quickly is refused rather than added. */
 #define CFG_HELLO_TIMEOUT_MS 5000
-#define CFG_SHARD_CMD_TIMEOUT_MS MS_RPC_TIMEOUT_MS_DEFAULT
+/* The default when the request has no maxTimeMS: below the router's deadline toward us. */
+#define CFG_SHARD_CMD_TIMEOUT_MS MS_RPC_CONFIG_TIMEOUT_MS_DEFAULT
 /* Cursors on config collections (cmd_config.c). A find materialises its whole result
  * (bounded by MS_MSG_BYTES_MAX, as before) and serves it in batches: the first of
  * MS_FIRST_BATCH_DOCS_DEFAULT documents unless batchSize says otherwise, each batch

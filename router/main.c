@@ -16,13 +16,17 @@
 
 static const char rt_usage[] =
     "usage: router --configdb URL [--port N] [--bind ADDR] [--url URL] [--workers N]\n"
-    "              [--enable-test-commands]\n"
+    "              [--peer-timeout-ms MS] [--enable-test-commands]\n"
     "The router of a minishard cluster: clients connect here; it routes by shard key.";
 
 int main(int argc, char **argv) {
     const char *configdb = NULL;
+    int peer_timeout_ms = RT_CALL_TIMEOUT_MS;
     const flag_spec_t own[] = {
         {"configdb", FLAG_STR, &configdb, "URL of the config server (required)"},
+        {"peer-timeout-ms", FLAG_INT, &peer_timeout_ms,
+         "deadline of a call to a shard or the config server when the request has no "
+         "maxTimeMS (default 20000; keep it below the clients' own timeout)"},
         {NULL, FLAG_BOOL, NULL, NULL},
     };
     daemon_t d;
@@ -34,6 +38,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "router: --configdb is required (try --help)\n");
         return 2;
     }
+    if (peer_timeout_ms <= 0) {
+        fprintf(stderr, "router: --peer-timeout-ms must be positive\n");
+        return 2;
+    }
     log_init("router", LOG_INFO);
 
     rc = 1;
@@ -41,6 +49,7 @@ int main(int argc, char **argv) {
         daemon_fail("open", &err);
         goto out;
     }
+    r->peer_timeout_ms = peer_timeout_ms;
     const cmd_server_opts_t opts = {
         .table = router_table,
         .table_len = router_table_len,

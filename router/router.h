@@ -39,8 +39,10 @@
 #include "common/limits.h"
 #include "common/rtable.h"
 
-/* Deadline of a call to a shard or to the config server. */
-#define RT_CALL_TIMEOUT_MS MS_RPC_TIMEOUT_MS_DEFAULT
+/* Deadline of a call to a shard or to the config server when the request has no
+ * maxTimeMS (--peer-timeout-ms overrides it): shorter than our clients' own default, so
+ * that a hung shard shows them our error naming it, not their timeout. */
+#define RT_CALL_TIMEOUT_MS MS_RPC_PEER_TIMEOUT_MS_DEFAULT
 /* config.mongos liveness upsert period (MongoDB's sharding uptime reporter: 10 s). */
 #define RT_PING_INTERVAL_MS 10000
 /* Ranges asked of bounds_from_filter when targeting; more → coarser (superset) bounds. */
@@ -77,6 +79,7 @@ typedef struct router {
     char shard_hosts[MS_SHARDS_MAX][MS_URL_BYTES_MAX];
     rt_cursors_t *cursors;
     long long start_ms;
+    int peer_timeout_ms;  /* deadline of a call to a shard or the config server (no maxTimeMS) */
     /* serverStatus.router counters */
     atomic_uint_fast64_t stale_retries, refreshes, targeted_ops, scatter_ops;
     atomic_uint_fast64_t stale_db_retries, db_refreshes;

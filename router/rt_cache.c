@@ -80,7 +80,10 @@ int rt_config_call(router_t *r, const bson_t *cmd, bson_t *reply, ms_error_t *er
     rpc_client_t *c;
     int rc = rpc_peer(r->configdb, &c, err);
     if (rc) return rc;
-    return rpc_call(c, cmd, RT_CALL_TIMEOUT_MS, reply, err);
+    /* The operation's maxTimeMS bounds the call when it has one. */
+    rc = rpc_call_op(c, cmd, r->peer_timeout_ms, reply, err);
+    if (rc) err_prefix(err, "config server");
+    return rc;
 }
 
 static int fetch_table(router_t *r, const char *ns, const rt_table_t *base, rt_table_t **out,
@@ -144,7 +147,7 @@ static int refresh(router_t *r, const char *ns, const rt_table_t *seen, ms_error
         uint64_t seq = e->seq;
         struct timespec dl;
         clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_sec += RT_CALL_TIMEOUT_MS / 1000;
+        dl.tv_sec += r->peer_timeout_ms / 1000 + 1;
         while (e->refreshing && e->seq == seq)
             if (pthread_cond_timedwait(&r->cv, &r->mu, &dl) != 0) break;
         bool done = e->seq != seq;
@@ -428,6 +431,7 @@ int rt_open(const char *configdb, const char *url, router_t **out, ms_error_t *e
     pthread_mutex_init(&r->ping_mu, NULL);
     pthread_cond_init(&r->ping_cv, NULL);
     r->start_ms = time_now_ms();
+    r->peer_timeout_ms = RT_CALL_TIMEOUT_MS;
     int rc = rt_cursors_open(&r->cursors);
     if (rc) {
         free(r);

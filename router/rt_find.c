@@ -41,7 +41,12 @@ static void kill_reply_cursor(router_t *r, const char *shard, const char *db, co
     BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &arr);
     BSON_APPEND_INT64(&arr, "0", id);
     bson_append_array_end(&cmd, &arr);
+    /* Cleanup runs even after the operation's maxTimeMS has expired (the default
+     * deadline applies), or the shard's cursor would wait out its idle timeout. */
+    long long dl = op_deadline_ms();
+    op_set_deadline_ms(0);
     if (rt_shard_call(r, shard, &cmd, &rep, NULL) == 0) bson_destroy(&rep);
+    op_set_deadline_ms(dl);
     bson_destroy(&cmd);
 }
 
@@ -125,7 +130,7 @@ static int scatter(router_t *r, const char *db, const char *coll, const bson_t *
             if (reqs[fail].rc) *err = reqs[fail].err;
             else rc = rt_reply_status(&reqs[fail].reply, err);
             rc = reqs[fail].rc ? reqs[fail].rc : err->code;
-            err_prefix(err, "shard %s", reqs[fail].shard);
+            if (!reqs[fail].rc) err_prefix(err, "shard %s", reqs[fail].shard);  /* rt_shard_call named it */
             for (int i = 0; i < n; i++) rt_req_clear(&reqs[i]);
             rt_table_release(t);
             return rc;
@@ -234,7 +239,10 @@ static void cursor_free(router_t *r, rt_cursor_t *c) {
             BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &arr);
             BSON_APPEND_INT64(&arr, "0", s->id);
             bson_append_array_end(&cmd, &arr);
+            long long dl = op_deadline_ms();   /* cleanup outlives maxTimeMS, as above */
+            op_set_deadline_ms(0);
             if (rt_shard_call(r, s->shard, &cmd, &rep, NULL) == 0) bson_destroy(&rep);
+            op_set_deadline_ms(dl);
             bson_destroy(&cmd);
         }
         if (r) stream_release(r->cursors, s);

@@ -105,31 +105,32 @@ int rt_shard_call(router_t *r, const char *shard, const bson_t *cmd, bson_t *rep
                   ms_error_t *err) {
     char url[MS_URL_BYTES_MAX];
     rpc_client_t *c;
-    long long deadline = op_deadline_ms(), left;
+    long long deadline = op_deadline_ms();
     bool cleanup = deadline > 0 && is_cleanup(cmd);
     int rc = rt_shard_url(r, shard, url, sizeof url, err);
     if (rc) return rc;
     if ((rc = rpc_peer(url, &c, err)) != 0) return rc;
     if (cleanup) op_set_deadline_ms(0);
     else if ((rc = op_check(err)) != 0) return rc;
-    /* The wait for the reply ends with the operation's time, too. */
-    left = op_time_left_ms(RT_CALL_TIMEOUT_MS);
-    rc = rpc_call(c, cmd, left > 0 ? left : 1, reply, err);
+    /* The operation's maxTimeMS bounds the call when it has one (MaxTimeMSExpired once it
+     * runs out); a network failure (HostUnreachable, NetworkTimeout, ExceededTimeLimit)
+     * names the shard. */
+    rc = rpc_call_op(c, cmd, r->peer_timeout_ms, reply, err);
     if (cleanup) op_set_deadline_ms(deadline);
-    else if (rc != 0 && op_check(err) != 0) rc = MS_ERR_MAX_TIME_MS_EXPIRED;
+    if (rc) err_prefix(err, "shard %s", shard);
     return rc;
 }
 
 typedef struct send_arg {
     router_t *r;
     rt_req_t *q;
-    long long deadline;   /* the operation's, for a helper thread (opctx is per thread) */
+    long long deadline_ms;   /* the operation's (op_deadline_ms), carried to helper threads */
 } send_arg_t;
 
 static void *send_one(void *p) {
     send_arg_t *a = p;
     long long own = op_deadline_ms();
-    op_set_deadline_ms(a->deadline);
+    op_set_deadline_ms(a->deadline_ms);   /* thread-local: a helper thread has none */
     memset(&a->q->err, 0, sizeof a->q->err);
     a->q->rc = rt_shard_call(a->r, a->q->shard, &a->q->cmd, &a->q->reply, &a->q->err);
     op_set_deadline_ms(own);
@@ -140,14 +141,15 @@ void rt_send_all(router_t *r, rt_req_t *reqs, int n) {
     pthread_t th[MS_SHARDS_MAX];
     send_arg_t args[MS_SHARDS_MAX];
     bool started[MS_SHARDS_MAX] = {0};
+    long long deadline_ms = op_deadline_ms();
     ASSERT(n <= MS_SHARDS_MAX);
     for (int i = 1; i < n; i++) {
-        args[i] = (send_arg_t){r, &reqs[i], op_deadline_ms()};
+        args[i] = (send_arg_t){r, &reqs[i], deadline_ms};
         started[i] = pthread_create(&th[i], NULL, send_one, &args[i]) == 0;
         if (!started[i]) send_one(&args[i]);   /* no thread: do it here, still correct */
     }
     if (n > 0) {
-        args[0] = (send_arg_t){r, &reqs[0], op_deadline_ms()};
+        args[0] = (send_arg_t){r, &reqs[0], deadline_ms};
         send_one(&args[0]);
     }
     for (int i = 1; i < n; i++)

@@ -443,7 +443,7 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
                 err_prefix(&expired, "shard %s", q->shard);
             }
             if (code) {   /* the whole piece failed: every op of it carries the error */
-                err_prefix(&e, "shard %s", q->shard);
+                if (!q->rc) err_prefix(&e, "shard %s", q->shard);  /* rt_shard_call named it */
                 for (int j = 0; j < b->nops; j++) op_fail(&ops[b->ops[j]], &e);
                 continue;
             }
