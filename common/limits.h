@@ -59,7 +59,7 @@
 /* Namespace ("db.collection") length: MongoDB's 255-byte limit. */
 #define MS_NS_BYTES_MAX 255
 
-/* Worker threads per daemon serving requests (one nng_ctx each). Enough that a few
+/* Worker threads per daemon serving requests (common/rpc_server.c). Enough that a few
  * hung failpoints or blocked critical-section writes do not starve everyone else. */
 #define MS_RPC_WORKERS_DEFAULT 16
 #define MS_RPC_WORKERS_MAX 256
@@ -88,7 +88,7 @@
 /* Documents per chunk estimate cap (MongoDB's kMaxObjectPerChunk). */
 #define MS_CHUNK_OBJECTS_MAX 250000
 
-/* ---- cursors: per-connection fairness and bounded memory (issue 10 item 4) ----------------
+/* ---- cursors: per-connection fairness and bounded memory ----
  * A router multiplexes all its clients' finds over one connection to each shard, and each
  * router cursor holds at most one cursor on each shard. So the numbers nest:
  *   router, per client connection  1,000  (MS_ROUTER_CURSORS_PER_CONN_MAX)
@@ -125,7 +125,7 @@
 #define MS_ROUTER_CFG_CURSORS_MAX 400
 #define MS_ROUTER_CFG_CURSORS_PER_CONN_MAX 100
 
-/* ---- names, numbers, depth and logs (issue 10 items 6-8: common/validate.c, log.c) ---- */
+/* ---- names, numbers, depth and logs (common/validate.c, log.c) ---- */
 
 /* Nesting depth of any message (request or reply): the stored-document limit plus the
  * envelope that carries such a document ({cursor: {firstBatch: [doc]}}, {updates: [{u:
@@ -161,13 +161,15 @@
 /* Matching steps between two maxTimeMS checks (op_check = one clock read). */
 #define MS_REGEX_STEPS_PER_CHECK 4096
 
-/* maxTimeMS (common/opctx.h) */
+/* ---- maxTimeMS (common/opctx.h) ---- */
+
 /* Documents (or rows, or statements) a long loop handles between two interrupt checks
  * (op_check, one clock read): small enough that a scan of small documents overruns its
  * deadline by well under a millisecond, large enough that the check costs nothing. */
 #define MS_INTERRUPT_CHECK_DOCS 256
 
-/* Index builds beside reads and writes (shardd/store.c, docs/storage.md "Index builds"). */
+/* ---- index builds beside reads and writes (shardd/store.c, docs/storage.md) ---- */
+
 /* Documents scanned per build transaction: the writer lock is released between batches,
  * so a write to any collection waits at most one batch (~30 ms at 5,000 documents). */
 #define SHARDD_INDEX_BUILD_BATCH_ROWS 5000
@@ -227,7 +229,7 @@
  * stall period cannot hold a connection and budget forever. 96 MB on loopback takes < 1 s. */
 #define MS_RPC_RECV_MSG_MS 60000
 
-/* ---- RPC client: calls to peers (issue 10 item 3: a dead or hung peer fails fast) ---- */
+/* ---- RPC client: calls to peers (a dead or hung peer fails fast; common/rpc.c) ---- */
 
 /* Deadline of a call from a daemon to another daemon (router -> shard or config
  * server, shard -> config server and shard) when the request has no maxTimeMS. Shorter
