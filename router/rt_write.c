@@ -9,9 +9,14 @@
  *   insert: the shard owning the document's shard key (missing → null; array → error);
  *   update: upsert needs the exact shard key; multi:false needs the shard key, the exact
  *           _id (broadcast) or a replacement whose key targets one shard; updates that
- *           would change shard-key fields are refused (ImmutableField);
+ *           would change shard-key fields are refused (ImmutableField; a replacement
+ *           without _id keeps the document's _id, so that is no change of an _id key);
+ *           what the shard refuses in a statement (pipeline, arrayFilters, operators its
+ *           compiler rejects) gets the shard's own error, never one of ours first;
  *   delete: limit:1 needs the shard key or the exact _id; otherwise by query;
  *   findAndModify: the shard key must be in the query.
+ * A shard's write error keeps its errmsg and its extra fields (DuplicateKey's keyPattern,
+ * keyValue), in writeErrors and in findAndModify's error reply, as mongos passes them on.
  * maxTimeMS: each round starts only while time is left, and MaxTimeMSExpired from a shard
  * (or the router's own deadline passing) fails the whole command with code 50, as a
  * mongod fails a write batch on an interruption; what shards wrote before stays written.
