@@ -9,9 +9,14 @@
  *   insert: the shard owning the document's shard key (missing → null; array → error);
  *   update: upsert needs the exact shard key; multi:false needs the shard key, the exact
  *           _id (broadcast) or a replacement whose key targets one shard; updates that
- *           would change shard-key fields are refused (ImmutableField);
+ *           would change shard-key fields are refused (ImmutableField; a replacement
+ *           without _id keeps the document's _id, so that is no change of an _id key);
+ *           what the shard refuses in a statement (pipeline, arrayFilters, operators its
+ *           compiler rejects) gets the shard's own error, never one of ours first;
  *   delete: limit:1 needs the shard key or the exact _id; otherwise by query;
  *   findAndModify: the shard key must be in the query.
+ * A shard's write error keeps its errmsg and its extra fields (DuplicateKey's keyPattern,
+ * keyValue), in writeErrors and in findAndModify's error reply, as mongos passes them on.
  * maxTimeMS: each round starts only while time is left, and MaxTimeMSExpired from a shard
  * (or the router's own deadline passing) fails the whole command with code 50, as a
  * mongod fails a write batch on an interruption; what shards wrote before stays written.
@@ -23,6 +28,7 @@
 #include "common/bsonx.h"
 #include "common/log.h"
 #include "common/opctx.h"
+#include "common/update.h"
 #include "router/router.h"
 
 enum wkind { W_INSERT, W_UPDATE, W_DELETE };
@@ -38,6 +44,9 @@ typedef struct wop {
     uint64_t done_mask;    /* shards that applied it */
     int code;
     char *msg;             /* caller owns (freed with the batch); NULL until an error */
+    bson_t *extra;         /* the shard's writeError fields beyond index/code/codeName/errmsg
+                            * (DuplicateKey's keyPattern, keyValue): caller owns, freed with
+                            * the batch; NULL when there are none */
 } wop_t;
 
 /* A bson_t view of the op document (static: valid while the request is). */
@@ -56,10 +65,42 @@ static const char *ops_field(enum wkind k) {
     return k == W_INSERT ? "documents" : k == W_UPDATE ? "updates" : "deletes";
 }
 
+/* Appends src's fields other than the status ones (ok, code, codeName, errmsg, index) to
+ * dst: what a shard put beside an error (keyPattern, keyValue) goes to the client as is,
+ * as mongos passes it on. Returns how many it appended. */
+static int append_error_extra(const bson_t *src, bson_t *dst) {
+    bson_iter_t it;
+    int n = 0;
+    if (!bson_iter_init(&it, src)) return 0;
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (!strcmp(k, "ok") || !strcmp(k, "code") || !strcmp(k, "codeName") ||
+            !strcmp(k, "errmsg") || !strcmp(k, "index"))
+            continue;
+        bson_append_iter(dst, k, -1, &it);
+        n++;
+    }
+    return n;
+}
+
+static void op_clear_extra(wop_t *op) {
+    if (op->extra) bson_destroy(op->extra);
+    op->extra = NULL;
+}
+
+/* Keeps a shard writeError's extra fields for the client's reply. Borrows werr. */
+static void op_set_extra(wop_t *op, const bson_t *werr) {
+    op_clear_extra(op);
+    bson_t *x = bson_new();
+    if (append_error_extra(werr, x)) op->extra = x;
+    else bson_destroy(x);
+}
+
 static void op_fail(wop_t *op, const ms_error_t *e) {
     op->state = OP_ERROR;
     op->code = e->code;
     op_set_msg(op, e->msg);
+    op_clear_extra(op);
 }
 
 static bool get_sub(const bson_t *d, const char *key, bson_t *out) {
@@ -148,6 +189,44 @@ static bool is_replacement(const bson_t *u) {
     return bson_iter_key(&it)[0] != '$';
 }
 
+static bool pattern_has_id(const keys_pattern_t *p) {
+    for (int i = 0; i < p->nfields; i++)
+        if (!strcmp(p->fields[i], "_id")) return true;
+    return false;
+}
+
+/* The shard key replacement u gives the document it replaces, into rk (caller frees).
+ * A replacement without _id keeps the document's _id (MongoDB; the shard does so), so
+ * when the key has _id the query's _id equality stands in for it (*known = false when
+ * the query has none: the key is then not known from u alone). When the query pins the
+ * whole key and the replacement's differs: ImmutableField. */
+static int replacement_key(const rt_table_t *t, const bson_t *q, bool point, const bson_t *u,
+                           buf_t *rk, bool *known, ms_error_t *err) {
+    bson_t with_id;
+    const bson_t *doc = u;
+    bson_iter_t idv;
+    bounds_t b;
+    memset(&b, 0, sizeof b);
+    *known = true;
+    if (pattern_has_id(&t->rt.pattern) && !bson_has_field(u, "_id")) {
+        *known = query_eq(q, "_id", &idv);
+        if (*known) {
+            bson_init(&with_id);
+            BSON_APPEND_VALUE(&with_id, "_id", bson_iter_value(&idv));
+            bson_concat(&with_id, u);
+            doc = &with_id;
+        }
+    }
+    int rc = keys_extract(&t->rt.pattern, doc, NULL, rk, err);
+    if (!rc && point && bounds_from_filter(q, &t->rt.pattern, 2, &b, NULL) == 0 && b.n == 1 &&
+        rtable_bytes_cmp(b.r[0].lo.data, b.r[0].lo.len, rk->data, rk->len) != 0)
+        rc = err_set(err, MS_ERR_IMMUTABLE_FIELD,
+                     "the replacement document would modify the immutable shard key");
+    bounds_free(&b);
+    if (doc == &with_id) bson_destroy(&with_id);
+    return rc;
+}
+
 /* Computes op->targets for a sharded table. */
 static int target_op(const rt_table_t *t, enum wkind k, wop_t *op, ms_error_t *err) {
     int shard, rc;
@@ -178,27 +257,32 @@ static int target_op(const rt_table_t *t, enum wkind k, wop_t *op, ms_error_t *e
         op->targets = mask;
         return 0;
     }
-    if (!get_sub(&doc, "u", &u))
-        return err_set(err, MS_ERR_FAILED_TO_PARSE, "update op needs a u document");
+    bson_iter_t ui;
+    if (!bson_iter_init_find(&ui, &doc, "u") || !get_sub(&doc, "u", &u))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'update.updates.u' is missing or "
+                       "not an object");
     bool upsert = flag_of(&doc, "upsert"), multi = flag_of(&doc, "multi");
+    /* What the shard refuses in the statement gets the shard's own error: a pipeline or
+     * arrayFilters goes to the shard unexamined (it refuses both), and the update is
+     * compiled by the shard's own compiler before any shard-key check of ours. */
+    bool shard_judges = BSON_ITER_HOLDS_ARRAY(&ui) || bson_has_field(&doc, "arrayFilters");
+    if (!shard_judges) {
+        update_t *uc = NULL;
+        if ((rc = update_compile(&u, &uc, err)) != 0) return rc;
+        update_free(uc);
+    }
     if (upsert && !point)
         return err_set(err, MS_ERR_SHARD_KEY_NOT_FOUND,
                        "Failed to target upsert by query :: could not extract exact shard key");
-    if ((rc = check_key_update(t, &q, &u, err)) != 0) return rc;
-    if (is_replacement(&u)) {
+    if (!shard_judges && (rc = check_key_update(t, &q, &u, err)) != 0) return rc;
+    if (!shard_judges && !multi && is_replacement(&u)) {   /* multi: the shard refuses it */
         buf_t rk = {0};
-        bounds_t b;
-        memset(&b, 0, sizeof b);
-        if ((rc = keys_extract(&t->rt.pattern, &u, NULL, &rk, err)) != 0) return rc;
-        if (point && bounds_from_filter(&q, &t->rt.pattern, 2, &b, NULL) == 0 && b.n == 1 &&
-            rtable_bytes_cmp(b.r[0].lo.data, b.r[0].lo.len, rk.data, rk.len) != 0) {
-            bounds_free(&b);
+        bool known;
+        if ((rc = replacement_key(t, &q, point, &u, &rk, &known, err)) != 0) {
             buf_free(&rk);
-            return err_set(err, MS_ERR_IMMUTABLE_FIELD,
-                           "the replacement document would modify the immutable shard key");
+            return rc;
         }
-        bounds_free(&b);
-        if (!multi && nt > 1) {
+        if (known && nt > 1) {
             mask = 1ull << t->rt.chunks[rtable_find(&t->rt, rk.data, rk.len)].shard;
             nt = 1;
         }
@@ -497,6 +581,8 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
                     op->state = OP_ERROR;
                     op->code = (int)c;
                     op_set_msg(op, msg);
+                    bson_t wd;
+                    if (bsonx_view_container(&arr, &wd)) op_set_extra(op, &wd);
                 }
             }
             for (int j = 0; j < b->nops; j++) {
@@ -556,6 +642,7 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
         BSON_APPEND_INT32(&d, "code", ops[i].code);
         BSON_APPEND_UTF8(&d, "codeName", err_code_name(ops[i].code));
         BSON_APPEND_UTF8(&d, "errmsg", ops[i].msg ? ops[i].msg : "");
+        if (ops[i].extra) bson_concat(&d, ops[i].extra);
         bson_append_document_end(&werr, &d);
         if (ordered) break;
     }
@@ -563,7 +650,10 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
 out:
     for (int s = 0; s <= MS_SHARDS_MAX; s++) free(batches[s].ops);
     free_upserted(upserted, nup);
-    for (int i = 0; ops && i < nops; i++) free(ops[i].msg);
+    for (int i = 0; ops && i < nops; i++) {
+        free(ops[i].msg);
+        op_clear_extra(&ops[i]);
+    }
     free(ops);
     return rc;
 }
@@ -612,12 +702,20 @@ int rt_cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
             if (!rc && __builtin_popcountll(mask) != 1)
                 rc = err_set(err, MS_ERR_SHARD_KEY_NOT_FOUND,
                              "Query for sharded findAndModify must contain the shard key");
+            /* A pipeline goes to the shard, which refuses it; an update the shard's
+             * compiler refuses gets its error before our shard-key checks. */
             if (!rc && bson_iter_init_find(&it, ctx->req, "update") &&
-                BSON_ITER_HOLDS_DOCUMENT(&it)) {
-                uint32_t len;
-                const uint8_t *data;
-                bson_iter_document(&it, &len, &data);
-                if (bson_init_static(&u, data, len)) rc = check_key_update(t, &q, &u, err);
+                BSON_ITER_HOLDS_DOCUMENT(&it) && bsonx_view_container(&it, &u)) {
+                update_t *uc = NULL;
+                rc = update_compile(&u, &uc, err);
+                update_free(uc);
+                if (!rc) rc = check_key_update(t, &q, &u, err);
+                if (!rc && is_replacement(&u)) {   /* the key may not change this way either */
+                    buf_t rk = {0};
+                    bool known;
+                    rc = replacement_key(t, &q, point, &u, &rk, &known, err);
+                    buf_free(&rk);
+                }
             }
             if (!rc) {
                 idx = __builtin_ctzll(mask);
@@ -658,6 +756,7 @@ int rt_cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         rt_table_release(t);
         if (code) {
             *err = e;
+            append_error_extra(&rep, &ctx->err_info);   /* keyPattern, keyValue, ... */
             bson_destroy(&rep);
             return code;
         }
