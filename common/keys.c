@@ -156,10 +156,31 @@ void keys_encode_minkey(buf_t *out) { buf_put_u8(out, KT_MINKEY); }
 void keys_encode_maxkey(buf_t *out) { buf_put_u8(out, KT_MAXKEY); }
 void keys_encode_null(buf_t *out) { buf_put_u8(out, KT_NULL); }
 
-static int encode_value(buf_t *out, const bson_iter_t *it, int depth, ms_error_t *err);
+static int encode_value(buf_t *out, const bson_iter_t *it, int depth, const char *field,
+                        ms_error_t *err);
+
+int keys_decimal_refused(ms_error_t *err, const char *field) {
+    return err_set(err, MS_ERR_BAD_VALUE,
+                   "decimal128 value in field '%s' cannot be used in an index key or shard key "
+                   "(minishard does not support decimal128 in keys)",
+                   field ? field : "?");
+}
+
+static bool holds_decimal(const bson_iter_t *it, int depth) {
+    bson_iter_t child;
+    if (BSON_ITER_HOLDS_DECIMAL128(it)) return true;
+    if (!BSON_ITER_HOLDS_DOCUMENT(it) && !BSON_ITER_HOLDS_ARRAY(it)) return false;
+    if (depth > KEYS_DEPTH_MAX || !bson_iter_recurse(it, &child)) return false;
+    while (bson_iter_next(&child))
+        if (holds_decimal(&child, depth + 1)) return true;
+    return false;
+}
+
+bool keys_holds_decimal(const bson_iter_t *it) { return holds_decimal(it, 0); }
 
 /* Elements of a document body, then KT_END. */
-static int encode_doc_body(buf_t *out, bson_iter_t *child, int depth, ms_error_t *err) {
+static int encode_doc_body(buf_t *out, bson_iter_t *child, int depth, const char *field,
+                           ms_error_t *err) {
     if (depth > KEYS_DEPTH_MAX)
         return err_set(err, MS_ERR_BAD_VALUE, "key value nested deeper than %d levels",
                        KEYS_DEPTH_MAX);
@@ -167,14 +188,16 @@ static int encode_doc_body(buf_t *out, bson_iter_t *child, int depth, ms_error_t
         const char *k = bson_iter_key(child);
         buf_put_u8(out, rank_byte(bson_iter_type(child)));
         put_escaped(out, (const uint8_t *)k, strlen(k));
-        int rc = encode_value(out, child, depth, err);
+        int rc = encode_value(out, child, depth, field, err);
         if (rc) return rc;
     }
     buf_put_u8(out, KT_END);
     return 0;
 }
 
-static int encode_value(buf_t *out, const bson_iter_t *it, int depth, ms_error_t *err) {
+/* field: the key field the value belongs to, named in the decimal128 refusal. */
+static int encode_value(buf_t *out, const bson_iter_t *it, int depth, const char *field,
+                        ms_error_t *err) {
     bson_type_t t = bson_iter_type(it);
     switch (t) {
     case BSON_TYPE_MINKEY: buf_put_u8(out, KT_MINKEY); return 0;
@@ -185,7 +208,9 @@ static int encode_value(buf_t *out, const bson_iter_t *it, int depth, ms_error_t
     case BSON_TYPE_INT64: keys_encode_int64(out, bson_iter_as_int64(it)); return 0;
     case BSON_TYPE_DOUBLE: encode_double(out, bson_iter_double(it)); return 0;
     case BSON_TYPE_DECIMAL128:
-        return err_set(err, MS_ERR_BAD_VALUE, "decimal128 is not supported in keys");
+        /* No exact place among doubles and int64s in a memcmp order without
+         * arbitrary-precision arithmetic: refused (docs/key-encoding.md "decimal128"). */
+        return keys_decimal_refused(err, field);
     case BSON_TYPE_UTF8:
     case BSON_TYPE_SYMBOL: {
         uint32_t n = 0;
@@ -200,7 +225,7 @@ static int encode_value(buf_t *out, const bson_iter_t *it, int depth, ms_error_t
         if (!bson_iter_recurse(it, &child))
             return err_set(err, MS_ERR_INVALID_BSON, "invalid embedded document in key");
         buf_put_u8(out, t == BSON_TYPE_DOCUMENT ? KT_OBJECT : KT_ARRAY);
-        return encode_doc_body(out, &child, depth + 1, err);
+        return encode_doc_body(out, &child, depth + 1, field, err);
     }
     case BSON_TYPE_BINARY: {
         /* Length (as BSON declares it), subtype, bytes: MongoDB's binData order. */
@@ -277,18 +302,22 @@ static int encode_value(buf_t *out, const bson_iter_t *it, int depth, ms_error_t
             return err_set(err, MS_ERR_INVALID_BSON, "invalid code-with-scope in key");
         buf_put_u8(out, KT_CODEWSCOPE);
         put_escaped(out, (const uint8_t *)code, n);
-        return encode_doc_body(out, &child, depth + 1, err);
+        return encode_doc_body(out, &child, depth + 1, field, err);
     }
     case BSON_TYPE_EOD: break;
     }
     return err_set(err, MS_ERR_BAD_VALUE, "cannot encode BSON type 0x%02x in a key", (unsigned)t);
 }
 
-int keys_encode_value(buf_t *out, const bson_iter_t *it, ms_error_t *err) {
+int keys_encode_field(buf_t *out, const bson_iter_t *it, const char *field, ms_error_t *err) {
     size_t start = out->len;
-    int rc = encode_value(out, it, 0, err);
+    int rc = encode_value(out, it, 0, field, err);
     if (rc) out->len = start;  /* no half-written key on failure */
     return rc;
+}
+
+int keys_encode_value(buf_t *out, const bson_iter_t *it, ms_error_t *err) {
+    return keys_encode_field(out, it, bson_iter_key(it), err);
 }
 
 void keys_invert(buf_t *out, size_t from) {
@@ -875,12 +904,18 @@ int keys_extract(const keys_pattern_t *p, const bson_t *doc, bson_t *key_doc, bu
         if ((rc = find_key_field(doc, p->fields[i], &it, &found, err))) goto out;
         const bson_iter_t *v = found ? &it : &null_it;
         if (p->hashed[i]) {
-            int64_t h = keys_hash64(v);
+            int64_t h;
+            /* The hash would go through double (approximate): one rule for every key. */
+            if (keys_holds_decimal(v)) {
+                rc = keys_decimal_refused(err, p->fields[i]);
+                goto out;
+            }
+            h = keys_hash64(v);
             keys_encode_int64(enc, h);
             bson_append_int64(&tmp, p->fields[i], -1, h);
         } else {
-            if ((rc = keys_encode_value(enc, v, err))) {
-                err_prefix(err, "shard key field '%s'", p->fields[i]);
+            if ((rc = keys_encode_field(enc, v, p->fields[i], err))) {
+                if (!keys_holds_decimal(v)) err_prefix(err, "shard key field '%s'", p->fields[i]);
                 goto out;
             }
             bson_append_iter(&tmp, p->fields[i], -1, v);
@@ -911,8 +946,8 @@ int keys_encode_bound(const keys_pattern_t *p, const bson_t *key_doc, buf_t *enc
                          bson_iter_key(&it));
             goto out;
         }
-        if ((rc = keys_encode_value(enc, &it, err))) {
-            err_prefix(err, "key field '%s'", p->fields[i]);
+        if ((rc = keys_encode_field(enc, &it, p->fields[i], err))) {
+            if (!keys_holds_decimal(&it)) err_prefix(err, "key field '%s'", p->fields[i]);
             goto out;
         }
         i++;

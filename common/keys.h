@@ -8,7 +8,8 @@
  * Encoding (see docs/key-encoding.md): one type byte per value ordered by canonical
  * rank, then a payload that is self-delimiting and prefix-free, so compound keys are
  * plain concatenations and a descending field is the byte-wise complement.
- * decimal128 is refused with BadValue (not supported in keys).
+ * decimal128 is refused with BadValue naming the field, in every key: index keys, _id,
+ * shard keys (hashed too), chunk bounds (docs/key-encoding.md "decimal128").
  */
 #ifndef MS_KEYS_H
 #define MS_KEYS_H
@@ -21,8 +22,17 @@
 #include "errors.h"
 #include "limits.h"
 
-/* Appends the encoding of the value at it. Errors: decimal128 (BadValue). */
+/* Appends the encoding of the value at it, the value of key field `field` (a dotted path,
+ * named in errors). Errors: a decimal128 anywhere in the value (BadValue,
+ * keys_decimal_refused's message); nothing is appended on error. */
+int keys_encode_field(buf_t *out, const bson_iter_t *it, const char *field, ms_error_t *err);
+/* The same, naming the iterator's own key as the field. */
 int keys_encode_value(buf_t *out, const bson_iter_t *it, ms_error_t *err);
+/* True when the value at it is a decimal128 or holds one (in an array or document). */
+bool keys_holds_decimal(const bson_iter_t *it);
+/* Sets BadValue "decimal128 value in field 'F' cannot be used in an index key or shard key
+ * (minishard does not support decimal128 in keys)"; returns its code. err may be NULL. */
+int keys_decimal_refused(ms_error_t *err, const char *field);
 /* Appends the encoding of MinKey / MaxKey / null / an int64 number. */
 void keys_encode_minkey(buf_t *out);
 void keys_encode_maxkey(buf_t *out);

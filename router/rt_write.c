@@ -227,6 +227,19 @@ static int replacement_key(const rt_table_t *t, const bson_t *q, bool point, con
     return rc;
 }
 
+/* A write that needs one shard (upsert, single update / delete, findAndModify) whose filter
+ * gives a shard-key field a decimal128: the key encoding refuses decimals, so the filter
+ * cannot name a chunk (docs/query-language.md "Decimal128"). Say that, rather than
+ * "must contain the shard key" when the filter does hold it. */
+static int key_decimal_check(const rt_table_t *t, const bson_t *q, ms_error_t *err) {
+    for (int i = 0; i < t->rt.pattern.nfields; i++) {
+        bson_iter_t it;
+        if (bson_iter_init_find(&it, q, t->rt.pattern.fields[i]) && keys_holds_decimal(&it))
+            return keys_decimal_refused(err, t->rt.pattern.fields[i]);
+    }
+    return 0;
+}
+
 /* Computes op->targets for a sharded table. */
 static int target_op(const rt_table_t *t, enum wkind k, wop_t *op, ms_error_t *err) {
     int shard, rc;
@@ -249,6 +262,9 @@ static int target_op(const rt_table_t *t, enum wkind k, wop_t *op, ms_error_t *e
         bson_iter_t it;
         int64_t limit = 0;
         if (bson_iter_init_find(&it, &doc, "limit")) bsonx_as_int64(&it, &limit);
+        if (limit == 1 && nt > 1 && !rt_filter_has_exact_id(&q) &&
+            (rc = key_decimal_check(t, &q, err)) != 0)
+            return rc;
         if (limit == 1 && nt > 1 && !rt_filter_has_exact_id(&q))
             return err_set(err, MS_ERR_SHARD_KEY_NOT_FOUND,
                            "A single delete on a sharded collection must contain an exact match "
@@ -271,6 +287,7 @@ static int target_op(const rt_table_t *t, enum wkind k, wop_t *op, ms_error_t *e
         if ((rc = update_compile(&u, &uc, err)) != 0) return rc;
         update_free(uc);
     }
+    if (upsert && !point && (rc = key_decimal_check(t, &q, err)) != 0) return rc;
     if (upsert && !point)
         return err_set(err, MS_ERR_SHARD_KEY_NOT_FOUND,
                        "Failed to target upsert by query :: could not extract exact shard key");
@@ -290,6 +307,9 @@ static int target_op(const rt_table_t *t, enum wkind k, wop_t *op, ms_error_t *e
     }
     /* MongoDB before updateOne-without-shard-key (7.1) answers InvalidOptions here, and
      * ShardKeyNotFound for the single delete above. */
+    if (!multi && nt > 1 && !rt_filter_has_exact_id(&q) &&
+        (rc = key_decimal_check(t, &q, err)) != 0)
+        return rc;
     if (!multi && nt > 1 && !rt_filter_has_exact_id(&q))
         return err_set(err, MS_ERR_INVALID_OPTIONS,
                        "A single update on a sharded collection must contain an exact match on "
@@ -699,6 +719,7 @@ int rt_cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
             uint64_t mask = 0;
             bool point = false;
             rc = rt_target_filter(t, &q, &mask, &point, err);
+            if (!rc && __builtin_popcountll(mask) != 1) rc = key_decimal_check(t, &q, err);
             if (!rc && __builtin_popcountll(mask) != 1)
                 rc = err_set(err, MS_ERR_SHARD_KEY_NOT_FOUND,
                              "Query for sharded findAndModify must contain the shard key");

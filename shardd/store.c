@@ -926,9 +926,11 @@ static int encode_pval(const keys_pattern_t *p, int f, const pval_t *v, buf_t *o
         if (BSON_ITER_HOLDS_ARRAY(&it))
             return err_set(err, MS_ERR_BAD_VALUE,
                            "hashed indexes do not currently support array values");
+        /* The hash would go through double (approximate): refused like every key. */
+        if (keys_holds_decimal(&it)) return keys_decimal_refused(err, p->fields[f]);
         keys_encode_int64(out, keys_hash64(&it));
     } else {
-        int rc = keys_encode_value(out, &it, err);
+        int rc = keys_encode_field(out, &it, p->fields[f], err);
         if (rc != 0) return rc;
     }
     if (p->dir[f] < 0) keys_invert(out, from);
@@ -1244,7 +1246,7 @@ static int encode_id(const bson_t *doc, buf_t *out, ms_error_t *err) {
     bson_iter_t it;
     if (!bson_iter_init_find(&it, doc, "_id"))
         return err_set(err, MS_ERR_INVALID_ID_FIELD, "document has no _id");
-    return keys_encode_value(out, &it, err);
+    return keys_encode_field(out, &it, "_id", err);
 }
 
 int store_write_doc(store_txn_t *t, store_coll_t *c, int64_t rowid, const bson_t *old_doc,

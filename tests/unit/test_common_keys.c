@@ -337,11 +337,21 @@ static void test_decimal_refused(void) {
     buf_put_u8(&out, 0xAB);
     bson_iter_init_find(&it, &doc, "d");
     CHECK_INT(keys_encode_value(&out, &it, &err), MS_ERR_BAD_VALUE);
-    CHECK_STR(err.msg, "decimal128 is not supported in keys");
+    CHECK_STR(err.msg, "decimal128 value in field 'd' cannot be used in an index key or shard "
+                       "key (minishard does not support decimal128 in keys)");
     CHECK_INT(out.len, 1);  /* nothing half-written */
+    CHECK(keys_holds_decimal(&it));
     bson_iter_init_find(&it, &doc, "nested");
-    CHECK_INT(keys_encode_value(&out, &it, &err), MS_ERR_BAD_VALUE);
+    CHECK(keys_holds_decimal(&it));
+    CHECK_INT(keys_encode_field(&out, &it, "a.b", &err), MS_ERR_BAD_VALUE);
+    CHECK_STR(err.msg, "decimal128 value in field 'a.b' cannot be used in an index key or shard "
+                       "key (minishard does not support decimal128 in keys)");
     CHECK_INT(out.len, 1);
+    bson_iter_init_find(&it, &doc, "nested");
+    bson_iter_t inner;
+    bson_iter_recurse(&it, &inner);
+    bson_iter_next(&inner);  /* x: 1 */
+    CHECK(!keys_holds_decimal(&inner));
     /* The comparator still orders decimals (through double). */
     bson_t doc2 = BSON_INITIALIZER;
     bson_append_double(&doc2, "v", -1, 1.5);
@@ -997,6 +1007,7 @@ static void test_extract(void) {
     /* decimal128 in a key field is refused. */
     CHECK(bson_init_from_json(&doc, "{\"a\": {\"$numberDecimal\": \"1\"}}", -1, &berr));
     CHECK_INT(keys_extract(&p, &doc, NULL, &enc, &err), MS_ERR_BAD_VALUE);
+    CHECK(strstr(err.msg, "decimal128 value in field 'a' cannot be used") == err.msg);
     bson_destroy(&doc);
     keys_pattern_free(&p);
 
@@ -1018,6 +1029,13 @@ static void test_extract(void) {
     CHECK_INT(keys_extract(&p, &doc, &kd, &enc, &err), 0);
     CHECK(bson_iter_init_find(&it, &kd, "check"));
     CHECK_INT(bson_iter_int64(&it), hash_json_field("{\"v\": null}", "v"));
+    bson_destroy(&doc);
+    /* A hashed field refuses decimal128 too (the hash would go through double). */
+    CHECK(bson_init_from_json(&doc, "{\"check\": {\"$numberDecimal\": \"42\"}}", -1, &berr));
+    buf_reset(&enc);
+    CHECK_INT(keys_extract(&p, &doc, NULL, &enc, &err), MS_ERR_BAD_VALUE);
+    CHECK(strstr(err.msg, "decimal128 value in field 'check' cannot be used") == err.msg);
+    CHECK_INT(enc.len, 0);
     bson_destroy(&doc);
     keys_pattern_free(&p);
     bson_destroy(&kd);
