@@ -231,6 +231,14 @@ def test_unkeyed_decimals(t):
     c.ok({"update": "u", "$db": DB, "updates": [{"q": {"_id": 2}, "u": {"$set": {"d": D("10.01")}}}]})
     c.ok({"update": "u", "$db": DB, "updates": [{"q": {"_id": 2}, "u": {"$max": {"v": D("4.5")}}}]})
     assert c.find_all("u", DB, {"_id": 2}) == [{"_id": 2, "v": D("4.5"), "d": D("10.01")}]
+    c.ok({"update": "u", "$db": DB, "updates": [{"q": {"_id": 2}, "u": {
+        "$min": {"d": D("3")}, "$push": {"p": D("1.1")}, "$addToSet": {"s": D("2.2")}}}]})
+    c.ok({"update": "u", "$db": DB, "updates": [{"q": {"_id": 20}, "u": {
+        "$setOnInsert": {"o": D("5.5")}}, "upsert": True}]})
+    assert c.find_all("u", DB, {"_id": {"$in": [2, 20]}}) == [
+        {"_id": 2, "v": D("4.5"), "d": D("3"), "p": [D("1.1")], "s": [D("2.2")]},
+        {"_id": 20, "o": D("5.5")}]
+    c.ok({"delete": "u", "$db": DB, "deletes": [{"q": {"_id": 20}, "limit": 1}]})
     r = c.ok({"update": "u", "$db": DB, "updates": [{"q": {"_id": 3}, "u": {"$inc": {"v": D("1")}}}]})
     assert r["writeErrors"][0]["code"] == 2, r
     r = c.ok({"update": "u", "$db": DB, "updates": [{"q": {"_id": 1}, "u": {"$inc": {"v": 1}}}]})
