@@ -49,6 +49,10 @@
 #define RT_TARGET_RANGES_MAX 1024
 /* Documents in a getMore batch when the client sets no batchSize (MongoDB fills 16 MB). */
 #define RT_GETMORE_DOCS_DEFAULT 10000
+/* Test failpoint: every refresh of a cached routing table fetches it in full (no
+ * sinceVersion), as after flushRouterConfig; with data {rotateShards: true} the fresh
+ * table numbers its shards differently from the one it replaces (rt_cache.c). */
+#define RT_FP_FORCE_FULL_REFRESH "forceFullRoutingRefresh"
 /* Shard names and database names (config.shards _id, config.databases _id). */
 #define RT_NAME_BYTES_MAX RTABLE_NAME_BYTES_MAX
 

@@ -13,6 +13,7 @@
 
 #include "common/buf.h"
 #include "common/bsonx.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/rpc.h"
@@ -86,9 +87,39 @@ int rt_config_call(router_t *r, const bson_t *cmd, bson_t *reply, ms_error_t *er
     return rc;
 }
 
+/* Test hook: renumbers a fresh table's shards (index i becomes i-1, the first goes last),
+ * as a full refresh may number them differently from the table it replaces (names are
+ * numbered in the order the chunks mention them). Nothing may rely on a shard keeping its
+ * index across refreshes; the failpoint makes that visible. */
+static void rotate_shards(rtable_t *t) {
+    int n = t->nshards;
+    char first[RTABLE_NAME_BYTES_MAX];
+    uint32_t ma = t->shard_major[0], mi = t->shard_minor[0];
+    if (n < 2) return;
+    memcpy(first, t->shards[0], sizeof first);
+    memmove(t->shards[0], t->shards[1], (size_t)(n - 1) * sizeof t->shards[0]);
+    memcpy(t->shards[n - 1], first, sizeof first);
+    memmove(&t->shard_major[0], &t->shard_major[1], (size_t)(n - 1) * sizeof t->shard_major[0]);
+    memmove(&t->shard_minor[0], &t->shard_minor[1], (size_t)(n - 1) * sizeof t->shard_minor[0]);
+    t->shard_major[n - 1] = ma;
+    t->shard_minor[n - 1] = mi;
+    for (int i = 0; i < t->nchunks; i++) t->chunks[i].shard = (t->chunks[i].shard + n - 1) % n;
+}
+
 static int fetch_table(router_t *r, const char *ns, const rt_table_t *base, rt_table_t **out,
                        ms_error_t *err) {
-    for (int round = 0; round < 2; round++) {
+    /* RT_FP_FORCE_FULL_REFRESH: a refresh of a cached table asks in full (no
+     * sinceVersion), as after flushRouterConfig; data {rotateShards: true} renumbers. */
+    bson_t fpdata;
+    bool force_full = false, rotate = false;
+    if (base && base->sharded && fp_active(RT_FP_FORCE_FULL_REFRESH) &&
+        fp_check(RT_FP_FORCE_FULL_REFRESH, NULL, NULL, &fpdata)) {
+        bson_iter_t fi;
+        force_full = true;
+        rotate = bson_iter_init_find(&fi, &fpdata, "rotateShards") && bsonx_truthy(&fi);
+        bson_destroy(&fpdata);
+    }
+    for (int round = force_full ? 1 : 0; round < 2; round++) {
         bson_t cmd, reply;
         bool retry_full = false;
         int rc;
@@ -116,6 +147,7 @@ static int fetch_table(router_t *r, const char *ns, const rt_table_t *base, rt_t
         }
         rc = table_from_reply(ns, &reply, round == 0 ? base : NULL, out, &retry_full, err);
         bson_destroy(&reply);
+        if (rc == 0 && !retry_full && rotate && (*out)->sharded) rotate_shards(&(*out)->rt);
         if (rc || !retry_full) return rc;
     }
     return err_set(err, MS_ERR_INTERNAL, "routing table of %s could not be applied", ns);
@@ -432,6 +464,7 @@ int rt_open(const char *configdb, const char *url, router_t **out, ms_error_t *e
     pthread_cond_init(&r->ping_cv, NULL);
     r->start_ms = time_now_ms();
     r->peer_timeout_ms = RT_CALL_TIMEOUT_MS;
+    fp_register(RT_FP_FORCE_FULL_REFRESH);   /* before anything can evaluate it */
     int rc = rt_cursors_open(&r->cursors);
     if (rc) {
         free(r);

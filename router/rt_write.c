@@ -6,6 +6,12 @@
  * of ops with one target, in client order, and stop at the first error; unordered batches
  * go to every shard at once. StaleConfig (whole reply or per op) never reaches the client
  * while retries remain: refresh the collection and re-target only the failed ops.
+ * Which shards an op must still reach and which applied it are sets of shard NAMES (bits
+ * over a per-command list that only grows), never routing-table indexes: a refresh may
+ * number the shards differently, and a shard that applied an op must not get it again.
+ * Each op is targeted once per routing table (and primary): its targets are kept with
+ * the table they came from, and only a new table makes them be computed again; an
+ * ordered batch targets lazily, as far as the run it sends next.
  *   insert: the shard owning the document's shard key (missing → null; array → error);
  *   update: upsert needs the exact shard key; multi:false needs the shard key, the exact
  *           _id (broadcast) or a replacement whose key targets one shard; updates that
@@ -32,6 +38,9 @@
 #include "router/router.h"
 
 enum wkind { W_INSERT, W_UPDATE, W_DELETE };
+
+/* Targets and done sets are uint64_t bitmasks over the command's shard names. */
+_Static_assert(MS_SHARDS_MAX <= 64, "shard sets are 64-bit masks");
 enum wstate { OP_PENDING, OP_DONE, OP_ERROR };
 
 /* Kept small (no bson_t, no inline message): a batch holds up to 100,000 of these, and
@@ -40,14 +49,75 @@ typedef struct wop {
     const uint8_t *data;   /* the op document: a view into the request */
     uint32_t len;
     enum wstate state;
-    uint64_t targets;      /* shards still to send to (table indexes) */
-    uint64_t done_mask;    /* shards that applied it */
+    uint32_t gen;          /* the targeting generation targets was computed in (0: never) */
+    uint64_t targets;      /* shards still to send to (bits of wnames_t) */
+    uint64_t done;         /* shards that applied it (bits of wnames_t) */
     int code;
     char *msg;             /* caller owns (freed with the batch); NULL until an error */
     bson_t *extra;         /* the shard's writeError fields beyond index/code/codeName/errmsg
                             * (DuplicateKey's keyPattern, keyValue): caller owns, freed with
                             * the batch; NULL when there are none */
 } wop_t;
+
+/* The shard names one command has met, in the order met; an index here never changes
+ * (a routing table's own shard numbering may, from one refresh to the next). */
+typedef struct wnames {
+    int n;
+    char name[MS_SHARDS_MAX][RT_NAME_BYTES_MAX];
+} wnames_t;
+
+/* What the ops are targeted with: the table (one reference held, so that a new table
+ * is told apart by its address), the primary for an unsharded one, and the maps between
+ * the table's shard indexes and the name bits. gen grows with each new table/primary. */
+typedef struct wtarget {
+    rt_table_t *t;                  /* caller owns one reference; NULL before the first */
+    char primary[RT_NAME_BYTES_MAX];
+    uint32_t gen;
+    int primary_bit;                /* unsharded: the primary's name bit */
+    int bit_of[MS_SHARDS_MAX];      /* table shard index → name bit */
+    int idx_of[MS_SHARDS_MAX];      /* name bit → table shard index, -1 when not in it */
+} wtarget_t;
+
+/* The bit of name, appended when new; -1 when the command has met MS_SHARDS_MAX. */
+static int name_bit(wnames_t *nm, const char *name) {
+    for (int i = 0; i < nm->n; i++)
+        if (strcmp(nm->name[i], name) == 0) return i;
+    if (nm->n >= MS_SHARDS_MAX) return -1;
+    snprintf(nm->name[nm->n], RT_NAME_BYTES_MAX, "%s", name);
+    return nm->n++;
+}
+
+/* Takes t (the caller's reference) as the table of this round. A table other than the
+ * one held (or another primary) starts a new generation: maps rebuilt, every pending op
+ * targeted again when next looked at. */
+static int wt_adopt(wtarget_t *w, wnames_t *nm, rt_table_t *t, const char *primary,
+                    ms_error_t *err) {
+    if (t == w->t) {
+        rt_table_release(t);   /* we hold it already */
+        if (t->sharded || strcmp(primary, w->primary) == 0) return 0;
+    } else {
+        rt_table_release(w->t);
+        w->t = t;
+    }
+    w->gen++;
+    snprintf(w->primary, sizeof w->primary, "%s", primary);
+    for (int i = 0; i < MS_SHARDS_MAX; i++) w->idx_of[i] = -1;
+    if (!t->sharded) {
+        w->primary_bit = name_bit(nm, primary);
+        if (w->primary_bit < 0) goto full;
+        return 0;
+    }
+    for (int i = 0; i < t->rt.nshards; i++) {
+        int b = name_bit(nm, t->rt.shards[i]);
+        if (b < 0) goto full;
+        w->bit_of[i] = b;
+        w->idx_of[b] = i;
+    }
+    return 0;
+full:
+    return err_set(err, MS_ERR_INTERNAL, "write command met more than %d shard names",
+                   MS_SHARDS_MAX);
+}
 
 /* A bson_t view of the op document (static: valid while the request is). */
 static void op_view(const wop_t *op, bson_t *out) {
@@ -240,14 +310,15 @@ static int key_decimal_check(const rt_table_t *t, const bson_t *q, ms_error_t *e
     return 0;
 }
 
-/* Computes op->targets for a sharded table. */
-static int target_op(const rt_table_t *t, enum wkind k, wop_t *op, ms_error_t *err) {
+/* The table shard indexes (bit i = t->rt.shards[i]) op goes to, for a sharded table. */
+static int target_op(const rt_table_t *t, enum wkind k, const wop_t *op, uint64_t *out,
+                     ms_error_t *err) {
     int shard, rc;
     bson_t doc;
     op_view(op, &doc);
     if (k == W_INSERT) {
         if ((rc = rt_target_doc(t, &doc, &shard, err)) != 0) return rc;
-        op->targets = 1ull << shard;
+        *out = 1ull << shard;
         return 0;
     }
     bson_t q, u;
@@ -270,7 +341,7 @@ static int target_op(const rt_table_t *t, enum wkind k, wop_t *op, ms_error_t *e
                            "A single delete on a sharded collection must contain an exact match "
                            "on _id (and have the collection default collation) or contain the "
                            "shard key (and have the simple collation).");
-        op->targets = mask;
+        *out = mask;
         return 0;
     }
     bson_iter_t ui;
@@ -315,15 +386,39 @@ static int target_op(const rt_table_t *t, enum wkind k, wop_t *op, ms_error_t *e
                        "A single update on a sharded collection must contain an exact match on "
                        "_id (and have the collection default collation) or contain the shard "
                        "key (and have the simple collation).");
-    op->targets = mask;
+    *out = mask;
     return 0;
 }
 
+/* Targets op with w's table: its name set minus the shards that applied it already. */
+static void op_target(const wtarget_t *w, enum wkind k, wop_t *op) {
+    uint64_t m = 0, idx = 0;
+    if (!w->t->sharded) {
+        m = 1ull << w->primary_bit;
+    } else {
+        ms_error_t e = {0};
+        if (target_op(w->t, k, op, &idx, &e)) {
+            op_fail(op, &e);
+            return;
+        }
+        for (; idx; idx &= idx - 1) m |= 1ull << w->bit_of[__builtin_ctzll(idx)];
+    }
+    op->gen = w->gen;
+    op->targets = m & ~op->done;
+    if (!op->targets) op->state = OP_DONE;
+}
+
+/* One round's ops for one shard (by name bit); ops is sized to the batch once. */
 typedef struct shard_batch {
-    int shard;             /* table index, -1 = the unsharded primary */
     int nops;
     int *ops;              /* client indexes */
 } shard_batch_t;
+
+static void batch_add(shard_batch_t *b, int cap, int i) {
+    if (!b->ops) b->ops = malloc((size_t)cap * sizeof *b->ops);
+    ASSERT(b->ops);
+    b->ops[b->nops++] = i;
+}
 
 /* Upserted _ids arrive per shard piece, in any order across shards; the client's reply
  * lists them by op index, as mongos builds it from its write ops in order. */
@@ -382,8 +477,13 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
     int64_t n = 0, nmod = 0;
     ms_error_t expired = {0};   /* MaxTimeMSExpired from a shard: ends the command */
     bool ordered = cmd_flag(ctx, "ordered", true);
-    shard_batch_t batches[MS_SHARDS_MAX + 1];
+    shard_batch_t batches[MS_SHARDS_MAX];   /* by name bit */
+    wnames_t *names = calloc(1, sizeof *names);   /* 8 KB: off the worker's stack */
+    wtarget_t w;
+    int cursor = 0;   /* ordered: every op before it is done */
+    ASSERT(names);
     memset(batches, 0, sizeof batches);
+    memset(&w, 0, sizeof w);
     snprintf(ns, sizeof ns, "%s.%s", ctx->db, coll);
 
     if (!bson_iter_init_find(&it, ctx->req, ops_field(kind)) || !BSON_ITER_HOLDS_ARRAY(&it) ||
@@ -428,12 +528,14 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
         rt_table_t *t = NULL;
         char primary[RT_NAME_BYTES_MAX] = "";
         rt_db_version_t dbv;
-        int first_err = -1, first_pending = -1;
-        for (int i = 0; i < nops; i++) {
-            if (ops[i].state == OP_ERROR && first_err < 0) first_err = i;
-            if (ops[i].state == OP_PENDING && first_pending < 0) first_pending = i;
+        if (ordered) {   /* ops finish in order: stop at the first error */
+            while (cursor < nops && ops[cursor].state == OP_DONE) cursor++;
+            if (cursor == nops || ops[cursor].state == OP_ERROR) break;
+        } else {
+            int i = 0;
+            while (i < nops && ops[i].state != OP_PENDING) i++;
+            if (i == nops) break;
         }
-        if (first_pending < 0 || (ordered && first_err >= 0 && first_err < first_pending)) break;
         if ((rc = op_check(err)) != 0) goto out;
         if ((rc = rt_table_get(r, ns, &t, err)) != 0) goto out;
         if (!t->sharded &&
@@ -441,70 +543,53 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
             rt_table_release(t);
             goto out;
         }
-        /* Target every pending op (again: the table may be new). */
-        for (int i = first_pending; i < nops; i++) {
-            if (ops[i].state != OP_PENDING) continue;
-            if (!t->sharded) {
-                ops[i].targets = 1;
+        {
+            ms_error_t e = {0};
+            int arc = wt_adopt(&w, names, t, primary, &e);
+            t = w.t;   /* held until the next table or the end */
+            if (arc) {
+                for (int i = 0; i < nops; i++)
+                    if (ops[i].state == OP_PENDING) op_fail(&ops[i], &e);
                 continue;
             }
-            ms_error_t e = {0};
-            if (target_op(t, kind, &ops[i], &e)) {
-                op_fail(&ops[i], &e);
-            } else {
-                ops[i].targets &= ~ops[i].done_mask;
-                if (!ops[i].targets) ops[i].state = OP_DONE;
-            }
-            if (ordered && ops[i].state == OP_ERROR) break;
         }
-        /* Choose this round's ops. */
+        /* Choose this round's ops, targeting those not yet targeted with this table. */
         int nb = 0;
-        int nslots = t->sharded ? t->rt.nshards : 1;
-        for (int s = 0; s < nslots; s++) {
-            batches[s].shard = t->sharded ? s : -1;
-            batches[s].nops = 0;
-            free(batches[s].ops);
-            batches[s].ops = NULL;
-        }
+        for (int s = 0; s < names->n; s++) batches[s].nops = 0;
         if (ordered) {
             /* The run of pending ops from the first one that share one single target. */
             uint64_t tg = 0;
-            for (int i = 0; i < nops; i++) {
-                if (ops[i].state == OP_DONE) continue;
-                if (ops[i].state == OP_ERROR) break;
-                if (!tg) tg = ops[i].targets;
-                if (ops[i].targets != tg) break;
-                bool single = __builtin_popcountll(tg) == 1;
-                for (int s = 0; s < nslots; s++) {
-                    if (!(tg & (1ull << s))) continue;
-                    shard_batch_t *b = &batches[s];
-                    if (!b->ops) b->ops = malloc((size_t)nops * sizeof *b->ops);
-                    ASSERT(b->ops);
-                    b->ops[b->nops++] = i;
-                }
-                if (!single) break;   /* a multi-shard op goes alone */
+            for (int i = cursor; i < nops; i++) {
+                wop_t *op = &ops[i];
+                if (op->state == OP_PENDING && op->gen != w.gen) op_target(&w, kind, op);
+                if (op->state == OP_DONE) continue;
+                if (op->state == OP_ERROR) break;
+                if (!tg) tg = op->targets;
+                if (op->targets != tg) break;
+                for (uint64_t m = tg; m; m &= m - 1)
+                    batch_add(&batches[__builtin_ctzll(m)], nops, i);
+                if (__builtin_popcountll(tg) != 1) break;   /* a multi-shard op goes alone */
             }
         } else {
             for (int i = 0; i < nops; i++) {
-                if (ops[i].state != OP_PENDING) continue;
-                for (int s = 0; s < nslots; s++) {
-                    if (!(ops[i].targets & (1ull << s))) continue;
-                    shard_batch_t *b = &batches[s];
-                    if (!b->ops) b->ops = malloc((size_t)nops * sizeof *b->ops);
-                    ASSERT(b->ops);
-                    b->ops[b->nops++] = i;
-                }
+                wop_t *op = &ops[i];
+                if (op->state == OP_PENDING && op->gen != w.gen) op_target(&w, kind, op);
+                if (op->state != OP_PENDING) continue;
+                for (uint64_t m = op->targets; m; m &= m - 1)
+                    batch_add(&batches[__builtin_ctzll(m)], nops, i);
             }
         }
         rt_req_t reqs[MS_SHARDS_MAX];
-        shard_batch_t *sent[MS_SHARDS_MAX];
+        int sent[MS_SHARDS_MAX];   /* name bit of each request */
         static const char *const skipf[] = {"documents", "updates", "deletes", "ordered", NULL};
-        for (int s = 0; s < nslots; s++) {
+        for (int s = 0; s < names->n; s++) {
             shard_batch_t *b = &batches[s];
             if (!b->nops) continue;
+            int tix = t->sharded ? w.idx_of[s] : -1;
+            ASSERT(!t->sharded || tix >= 0);   /* targets come from this table */
             rt_req_t *q = &reqs[nb];
             memset(q, 0, sizeof *q);
-            snprintf(q->shard, sizeof q->shard, "%s", t->sharded ? t->rt.shards[s] : primary);
+            snprintf(q->shard, sizeof q->shard, "%s", names->name[s]);
             bson_init(&q->cmd);
             rt_copy_cmd(&q->cmd, ctx->req, skipf);
             BSON_APPEND_BOOL(&q->cmd, "ordered", ordered);
@@ -518,17 +603,17 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
                 BSON_APPEND_DOCUMENT(&a, idx, &od);
             }
             bson_append_array_end(&q->cmd, &a);
-            rt_append_version(&q->cmd, t, t->sharded ? s : -1);
+            rt_append_version(&q->cmd, t, tix);
             if (!t->sharded) rt_append_db_version(&q->cmd, &dbv);
-            sent[nb++] = b;
+            sent[nb++] = s;
         }
         if (t->sharded) atomic_fetch_add(nb == 1 ? &r->targeted_ops : &r->scatter_ops, 1);
         rt_send_all(r, reqs, nb);
         bool stale = false, stale_db = false;
         for (int k = 0; k < nb; k++) {
             rt_req_t *q = &reqs[k];
-            shard_batch_t *b = sent[k];
-            uint64_t bit = 1ull << (b->shard < 0 ? 0 : b->shard);
+            shard_batch_t *b = &batches[sent[k]];
+            uint64_t bit = 1ull << sent[k];
             ms_error_t e = {0};
             int code = q->rc ? q->rc : rt_reply_status(&q->reply, &e);
             if (q->rc) e = q->err;
@@ -613,14 +698,13 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
                     op->code = 0;
                     continue;
                 }
-                op->done_mask |= bit;
+                op->done |= bit;
                 op->targets &= ~bit;
                 if (!op->targets) op->state = OP_DONE;
             }
         }
         for (int k = 0; k < nb; k++) rt_req_clear(&reqs[k]);
         if (expired.code) {
-            rt_table_release(t);
             *err = expired;
             rc = expired.code;
             goto out;
@@ -641,7 +725,6 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
                 }
             }
         }
-        rt_table_release(t);
     }
 
     BSON_APPEND_INT32(reply, "n", (int32_t)n);
@@ -668,7 +751,9 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
     }
     if (nw) bson_append_array_end(reply, &werr);
 out:
-    for (int s = 0; s <= MS_SHARDS_MAX; s++) free(batches[s].ops);
+    for (int s = 0; s < MS_SHARDS_MAX; s++) free(batches[s].ops);
+    rt_table_release(w.t);
+    free(names);
     free_upserted(upserted, nup);
     for (int i = 0; ops && i < nops; i++) {
         free(ops[i].msg);

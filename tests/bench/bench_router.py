@@ -24,6 +24,14 @@ stops exactly what it started.
      into a collection hashed over 3 shards vs the same load straight to one shard into
      a collection with the same {k: "hashed"} index (the shard-key index), so both sides
      maintain the same indexes.
+  4. one insert command of N ops (default 100,000; BENCH_ROUTER_BATCH_OPS overrides)
+     through the router into a collection hashed on _id over 3 shards, ordered vs
+     unordered (each into its own empty collection). Consecutive ops interleave the
+     shards, so an ordered batch goes as one shard request per run of same-shard ops
+     (about 2/3 N requests, one after another: later ops must not run before an earlier
+     one succeeded), the unordered one as 3 parallel requests; the ratio shows what that
+     costs. Each op is targeted once either way (issue 11: before, the ordered loop
+     re-targeted every pending op each round, quadratic: 8,000 ops took ~8 s).
 Prints a table, then one line BENCH_JSON {"router": {...}}. Asserts nothing on time.
 """
 import json
@@ -43,6 +51,7 @@ DB = "bench"
 PROBE_DOCS = 10000
 ITERS = int(os.environ.get("BENCH_ROUTER_ITERS", "3000"))
 BULK_DOCS = int(os.environ.get("BENCH_ROUTER_DOCS", "1000000"))
+BATCH_OPS = int(os.environ.get("BENCH_ROUTER_BATCH_OPS", "100000"))
 
 
 def timed(client, cmd):
@@ -158,6 +167,21 @@ def main():
         if n_rt != BULK_DOCS or n_sh != BULK_DOCS:
             raise RuntimeError("bulk counts %d / %d, expected %d" % (n_rt, n_sh, BULK_DOCS))
         per_shard = [c.ok({"count": "bulk", "$db": DB})["n"] for c in S]
+        # 4. one big insert batch, ordered vs unordered (a long client timeout: no timing
+        # assertion, only what it takes)
+        RB = cl.routers[0].client(timeout_ms=1800000)
+        batch_s = {}
+        docs = [{"_id": i, "v": i} for i in range(BATCH_OPS)]
+        for name in ("unordered", "ordered"):
+            coll = "batch_" + name
+            R.ok({"shardCollection": DB + "." + coll, "key": {"_id": "hashed"}, "$db": "admin"})
+            R.ok({"insert": coll, "$db": DB, "documents": [{"_id": -1}]})   # table cached
+            t0 = time.perf_counter()
+            r = RB.ok({"insert": coll, "$db": DB, "documents": docs, "ordered": name == "ordered"})
+            batch_s[name] = time.perf_counter() - t0
+            if r["n"] != BATCH_OPS or "writeErrors" in r:
+                raise RuntimeError("%s batch: %s" % (name, {k: r[k] for k in r if k != "writeErrors"}))
+        RB.close()
 
         med = statistics.median
         f = {
@@ -177,6 +201,10 @@ def main():
             "bulk_shard_docs_s": round(sh_rate),
             "bulk_ratio": round(rt_rate / sh_rate, 3),
             "bulk_per_shard": per_shard,
+            "batch_ops": BATCH_OPS,
+            "batch_unordered_s": round(batch_s["unordered"], 3),
+            "batch_ordered_s": round(batch_s["ordered"], 3),
+            "batch_ordered_ratio": round(batch_s["ordered"] / batch_s["unordered"], 2),
         }
         base = bare if bare else f["ping_shard_pipe_us_p50"]
         f["extra_over_bare_rtt"] = round(f["point_extra_us"] / base, 3)
@@ -199,6 +227,9 @@ def main():
             ("bulk insert straight to one shard, docs/s", f["bulk_shard_docs_s"]),
             ("  router/shard ratio", f["bulk_ratio"]),
             ("  docs per shard (router load)", per_shard),
+            ("insert batch of %d ops, unordered, s" % BATCH_OPS, f["batch_unordered_s"]),
+            ("insert batch of %d ops, ordered, s" % BATCH_OPS, f["batch_ordered_s"]),
+            ("  ordered/unordered ratio", f["batch_ordered_ratio"]),
         ]
         for name, v in rows:
             print("%-44s %12s" % (name, v))

@@ -138,6 +138,46 @@ def test_findandmodify_and_single_ops_from_stale_router(t):
 
 
 @test
+def test_multi_shard_update_retried_once_per_shard_by_name(t):
+    """An updateMany {$inc} that one shard answers with StaleConfig is re-sent to that
+    shard only, even when the refresh renumbers the shards of the routing table: the
+    router tracks which shards applied it by name, not by table index (issue 11)."""
+    cl, A, B = setup(t)
+    A.ok({"shardCollection": NS, "key": {"k": "hashed"}, "$db": "admin"})
+    A.ok({"insert": "c", "$db": DB, "ordered": False,
+          "documents": [{"_id": i, "k": i, "n": 0} for i in range(300)]})
+    per_shard = [s.client().ok({"count": "c", "$db": DB})["n"] for s in cl.shards]
+    assert all(per_shard), per_shard   # every shard holds some: the update goes to all 3
+    assert B.ok({"count": "c", "$db": DB})["n"] == 300   # B caches the table
+    # Every refresh B makes is a full one that numbers the shards differently.
+    B.ok({"configureFailPoint": "forceFullRoutingRefresh", "mode": "alwaysOn",
+          "data": {"rotateShards": True}})
+    for rnd in range(3):   # each shard in turn answers StaleConfig once
+        before = stale_retries(B)
+        cl.shards[rnd].client().ok({"configureFailPoint": "failCommand", "mode": {"times": 1},
+                                    "data": {"failCommands": ["update"], "errorCode": 13388,
+                                             "errmsg": "test: stale"}})
+        r = B.ok({"update": "c", "$db": DB,
+                  "updates": [{"q": {}, "u": {"$inc": {"n": 1}}, "multi": True}]})
+        assert r["n"] == 300 and r["nModified"] == 300 and "writeErrors" not in r, (rnd, r)
+        assert stale_retries(B) == before + 1, rnd
+        counts = {}
+        for d in A.find_all("c", DB, {}):
+            counts.setdefault(d["n"], []).append(d["_id"])
+        assert list(counts) == [rnd + 1], (rnd, {n: len(v) for n, v in counts.items()})
+    # an ordered batch of two multi-shard updates and a delete: same
+    cl.shards[1].client().ok({"configureFailPoint": "failCommand", "mode": {"times": 1},
+                              "data": {"failCommands": ["update"], "errorCode": 13388}})
+    r = B.ok({"update": "c", "$db": DB, "updates": [
+        {"q": {}, "u": {"$inc": {"n": 1}}, "multi": True},
+        {"q": {"_id": {"$lt": 100}}, "u": {"$inc": {"n": 10}}, "multi": True}]})
+    assert r["n"] == 400 and r["nModified"] == 400, r
+    docs = A.find_all("c", DB, {})
+    assert sorted(d["n"] for d in docs) == [4] * 200 + [14] * 100, r
+    B.ok({"configureFailPoint": "forceFullRoutingRefresh", "mode": "off"})
+
+
+@test
 def test_drop_database_then_stale_router_writes(t):
     """dropDatabase through A; B still caches the sharded table and the database's
     primary. B's next write gets StaleConfig (the shard now finds the collection
