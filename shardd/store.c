@@ -1,8 +1,10 @@
 /*
  * store.c — the shard daemon's storage: one SQLite file (WAL) holding every collection,
- * the catalog, the secondary indexes, and THE single write path (store_write_doc) through
- * which every insert, update and delete of a document on this shard passes. Runs in
- * bin/shardd. See docs/storage.md for the tables and why they look the way they do.
+ * the catalog and the secondary indexes; connections and their statement caches, the
+ * catalog and its DDL, index keys, index builds, stats. Runs in bin/shardd. THE single
+ * write path (store_write_doc), through which every insert, update and delete of a
+ * document on this shard passes, is store_write.c. See docs/storage.md for the tables and
+ * why they look the way they do.
  *
  * Tables:
  *   meta(k PRIMARY KEY, v)                          shard identity, table counter
@@ -12,7 +14,7 @@
  *   c<id>(rid INTEGER PRIMARY KEY, id BLOB UNIQUE, sk BLOB, doc BLOB)   + index on sk
  *   i<id>(k, rid) WITHOUT ROWID                     one row per index key (multikey: many)
  */
-#include "shardd/shardd.h"
+#include "shardd/store_priv.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -31,70 +33,7 @@
 #include "common/log.h"
 #include "common/mem.h"
 
-#define STMT_CACHE_MAX 128
-
-/* A cached statement is found by the hash of its text, or — for the write path's own
- * statements — by (kind, table number) without formatting any text (kind 0 = by text). */
-typedef struct stmt_ent {
-    uint64_t hash;
-    int kind;
-    int64_t table;
-    char *sql;
-    sqlite3_stmt *st;
-} stmt_ent_t;
-
-typedef struct conn {
-    sqlite3 *db;
-    stmt_ent_t cache[STMT_CACHE_MAX];
-    int ncache;
-    struct conn *next;
-} conn_t;
-
-struct store {
-    char path[PATH_MAX];
-    bool sync_full;
-    pthread_mutex_t wmu;        /* the single writer */
-    atomic_int wwaiting;        /* writers waiting for wmu (an index build yields to them) */
-    conn_t *writer;
-    pthread_rwlock_t cat_lock;  /* the in-memory catalog */
-    pthread_key_t rkey;         /* this thread's reader connection */
-    pthread_mutex_t rmu;        /* the list of reader connections */
-    conn_t *readers;
-    store_coll_t **colls;
-    int ncolls, capcolls;
-    int64_t next_id;            /* next table number (c<id>, i<id>) */
-    store_write_observer_fn obs;
-    void *obs_arg;
-    struct ibuild *builds;      /* unique conflicts of builds in progress (under wmu) */
-};
-
-struct store_txn {
-    store_t *st;
-    conn_t *c;
-    bool write;
-};
-
-/* Unique-key conflicts met by writes to an index being built: (key, rid) of a document
- * whose key another document already held. MongoDB records such violations in a side
- * table and re-checks them when the build commits, so a write never fails on an index
- * that is not ready yet; the commit re-checks these (store_index_build_commit). Kept in
- * memory, under the writer mutex (every writer and every build batch holds it): a crash
- * loses the build anyway. */
-typedef struct ib_conflict {
-    buf_t key;
-    int64_t rid;
-} ib_conflict_t;
-
-typedef struct ibuild {
-    int64_t ix_id;              /* the building index (table i<id>) */
-    ib_conflict_t *v;
-    int n, cap;
-    bool failed;                /* more than SHARDD_INDEX_BUILD_CONFLICTS_MAX: fails now */
-    ms_error_t ferr;
-    struct ibuild *next;
-} ibuild_t;
-
-static ibuild_t *ib_find(store_t *st, int64_t ix_id) {
+ibuild_t *store_ib_find(store_t *st, int64_t ix_id) {
     for (ibuild_t *b = st->builds; b; b = b->next)
         if (b->ix_id == ix_id) return b;
     return NULL;
@@ -215,14 +154,7 @@ void *store_stmt(store_txn_t *t, const char *sql, ms_error_t *err) {
     return cache_add(c, sql, h, 0, 0, err);
 }
 
-/* The write path's statements, one per (kind, table): found without formatting SQL, so a
- * document costs no snprintf or string hashing (the bench's profile showed ~10 % there).
- * Every parameter is bound on each use, so no clear_bindings either. */
-enum tstmt {
-    TS_DOC_INSERT = 1, TS_DOC_UPDATE, TS_DOC_DELETE, TS_DOC_BY_ROWID, TS_KEY_INSERT,
-    TS_KEY_DELETE, TS_SAVEPOINT, TS_RELEASE, TS_ROLLBACK_TO, TS_KINDS
-};
-static const char *const TSTMT_SQL[TS_KINDS] = {
+const char *const store_tstmt_sql[TS_KINDS] = {
     [TS_DOC_INSERT] = "INSERT INTO c%lld(id, sk, doc) VALUES(?,?,?)",
     [TS_DOC_UPDATE] = "UPDATE c%lld SET sk = ?, doc = ? WHERE rid = ?",
     [TS_DOC_DELETE] = "DELETE FROM c%lld WHERE rid = ?",
@@ -235,7 +167,8 @@ static const char *const TSTMT_SQL[TS_KINDS] = {
     [TS_ROLLBACK_TO] = "ROLLBACK TO wdoc",
 };
 
-static sqlite3_stmt *table_stmt(store_txn_t *t, enum tstmt kind, int64_t table, ms_error_t *err) {
+sqlite3_stmt *store_table_stmt(store_txn_t *t, enum tstmt kind, int64_t table,
+                               ms_error_t *err) {
     conn_t *c = t->c;
     char sql[96];
     for (int i = 0; i < c->ncache; i++)
@@ -245,11 +178,10 @@ static sqlite3_stmt *table_stmt(store_txn_t *t, enum tstmt kind, int64_t table, 
         }
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-nonliteral"
-    snprintf(sql, sizeof sql, TSTMT_SQL[kind], (long long)table);
+    snprintf(sql, sizeof sql, store_tstmt_sql[kind], (long long)table);
 #pragma GCC diagnostic pop
     return cache_add(c, sql, 0, (int)kind, table, err);
 }
-
 
 static conn_t *reader_conn(store_t *st, ms_error_t *err) {
     conn_t *c = pthread_getspecific(st->rkey);
@@ -362,7 +294,7 @@ static int coll_new(const char *ns, int64_t id, const uint8_t *uuid, store_coll_
     return 0;
 }
 
-static int bind_blob(sqlite3_stmt *s, int i, const void *p, size_t n) {
+int store_bind_blob(sqlite3_stmt *s, int i, const void *p, size_t n) {
     return sqlite3_bind_blob(s, i, n ? p : "", (int)n, SQLITE_STATIC);
 }
 
@@ -664,7 +596,7 @@ static int sql_fmt_exec(store_txn_t *t, ms_error_t *err, const char *fmt, ...) {
     return conn_exec(t->c, sql, err);
 }
 
-static int step_done(store_txn_t *t, sqlite3_stmt *s, const char *what, ms_error_t *err) {
+int store_step_done(store_txn_t *t, sqlite3_stmt *s, const char *what, ms_error_t *err) {
     int rc = sqlite3_step(s);
     sqlite3_reset(s);
     if (rc != SQLITE_DONE) return err_from_sqlite(err, rc, what, t->c->db);
@@ -680,12 +612,12 @@ static int coll_persist(store_txn_t *t, store_coll_t *c, ms_error_t *err) {
     sqlite3_bind_int64(s, 2, c->id);
     sqlite3_bind_blob(s, 3, c->uuid, 16, SQLITE_STATIC);
     if (c->sharded)
-        bind_blob(s, 4, bson_get_data(&c->sk.spec), c->sk.spec.len);
+        store_bind_blob(s, 4, bson_get_data(&c->sk.spec), c->sk.spec.len);
     else
         sqlite3_bind_null(s, 4);
     sqlite3_bind_int(s, 5, c->sk_unique);
-    bind_blob(s, 6, bson_get_data(&c->options), c->options.len);
-    return step_done(t, s, "save collection", err);
+    store_bind_blob(s, 6, bson_get_data(&c->options), c->options.len);
+    return store_step_done(t, s, "save collection", err);
 }
 
 int store_coll_create(store_txn_t *t, const char *ns, const uint8_t *uuid, store_coll_t **out,
@@ -744,10 +676,10 @@ int store_coll_drop(store_txn_t *t, const char *ns_in, ms_error_t *err) {
     if ((rc = sql_fmt_exec(t, err, "DROP TABLE c%lld", (long long)c->id)) != 0) return rc;
     if (!(s = store_stmt(t, "DELETE FROM indexes WHERE ns = ?", err))) return err->code;
     sqlite3_bind_text(s, 1, ns, -1, SQLITE_STATIC);
-    if ((rc = step_done(t, s, "drop indexes", err)) != 0) return rc;
+    if ((rc = store_step_done(t, s, "drop indexes", err)) != 0) return rc;
     if (!(s = store_stmt(t, "DELETE FROM collections WHERE ns = ?", err))) return err->code;
     sqlite3_bind_text(s, 1, ns, -1, SQLITE_STATIC);
-    if ((rc = step_done(t, s, "drop collection", err)) != 0) return rc;
+    if ((rc = store_step_done(t, s, "drop collection", err)) != 0) return rc;
     for (int i = 0; i < t->st->ncolls; i++)
         if (t->st->colls[i] == c) {
             t->st->colls[i] = t->st->colls[--t->st->ncolls];
@@ -937,7 +869,7 @@ static int encode_pval(const keys_pattern_t *p, int f, const pval_t *v, buf_t *o
     return 0;
 }
 
-static int buf_cmp(const void *a, const void *b) {
+int store_buf_cmp(const void *a, const void *b) {
     const buf_t *x = a, *y = b;
     size_t n = x->len < y->len ? x->len : y->len;
     int c = memcmp(x->data, y->data, n);
@@ -1014,9 +946,9 @@ int store_index_keys(const keys_pattern_t *p, const bson_t *doc, buf_t **keys_ou
     }
     if (nk > 1) {
         int u = 1;
-        qsort(keys, (size_t)nk, sizeof *keys, buf_cmp);
+        qsort(keys, (size_t)nk, sizeof *keys, store_buf_cmp);
         for (int i = 1; i < nk; i++) {
-            if (buf_cmp(&keys[i], &keys[u - 1]) == 0)
+            if (store_buf_cmp(&keys[i], &keys[u - 1]) == 0)
                 buf_free(&keys[i]);
             else
                 keys[u++] = keys[i];
@@ -1055,35 +987,6 @@ char *store_value_json(const bson_iter_t *it) {
     return out ? out : bson_strdup("?");
 }
 
-/* {a: 1, b: "x"} → `{ a: 1, b: "x" }` as MongoDB prints dup keys. */
-static void dupkey_text(const bson_t *kv, char *out, size_t outsz) {
-    bson_iter_t it;
-    size_t o = 0;
-    bool first = true;
-    o += (size_t)snprintf(out + o, outsz - o, "{ ");
-    if (bson_iter_init(&it, kv))
-        while (bson_iter_next(&it) && o < outsz) {
-            bson_t one;
-            char *js, *colon;
-            size_t l;
-            bson_init(&one);
-            bsonx_append_iter(&one, "v", &it);
-            js = bson_as_relaxed_extended_json(&one, NULL);
-            bson_destroy(&one);
-            if (!js) continue;
-            colon = strstr(js, "\" : ");
-            l = strlen(js);
-            if (colon && l > 2) {
-                js[l - 2] = '\0';  /* strip " }" */
-                o += (size_t)snprintf(out + o, outsz - o, "%s%s: %s", first ? "" : ", ",
-                                      bson_iter_key(&it), colon + 4);
-            }
-            bson_free(js);
-            first = false;
-        }
-    if (o < outsz) snprintf(out + o, outsz - o, " }");
-}
-
 void store_key_decode(const keys_pattern_t *p, const uint8_t *data, size_t len, bson_t *out) {
     size_t pos = 0;
     bson_init(out);
@@ -1106,291 +1009,11 @@ void store_key_decode(const keys_pattern_t *p, const uint8_t *data, size_t len, 
     }
 }
 
-static int dup_error(store_coll_t *c, store_index_t *ix, const buf_t *key, const bson_t *doc,
-                     bson_t *err_info, ms_error_t *err) {
-    bson_t kv;
-    char text[300];
-    if (ix->is_id) {
-        bson_iter_t it;
-        bson_init(&kv);
-        if (doc && bson_iter_init_find(&it, doc, "_id")) bsonx_append_iter(&kv, "_id", &it);
-    } else {
-        store_key_decode(&ix->pat, key->data, key->len, &kv);
-    }
-    dupkey_text(&kv, text, sizeof text);
-    if (err_info) {
-        BSON_APPEND_DOCUMENT(err_info, "keyPattern", &ix->pat.spec);
-        BSON_APPEND_DOCUMENT(err_info, "keyValue", &kv);
-    }
-    bson_destroy(&kv);
-    return err_set(err, MS_ERR_DUPLICATE_KEY,
-                   "E11000 duplicate key error collection: %s index: %s dup key: %s", c->ns,
-                   ix->name, text);
-}
-
-/* ---- THE write path ----------------------------------------------------------------- */
-
-typedef struct ixkeys {
-    buf_t *keys;
-    int n;
-} ixkeys_t;
-
-/* Inserts (k, rid) into index ix's side table; *step_rc is SQLite's answer (DONE, or
- * CONSTRAINT when the key row exists). Nonzero only when the statement is not to be had. */
-static int key_row_insert(store_txn_t *t, store_index_t *ix, const buf_t *k, int64_t rid,
-                          int *step_rc, ms_error_t *err) {
-    sqlite3_stmt *s;
-    if (!(s = table_stmt(t, TS_KEY_INSERT, ix->id, err))) return err->code;
-    bind_blob(s, 1, k->data, k->len);
-    sqlite3_bind_int64(s, 2, rid);
-    *step_rc = sqlite3_step(s);
-    sqlite3_reset(s);
-    return 0;
-}
-
-static int index_put(store_txn_t *t, store_coll_t *c, store_index_t *ix, const buf_t *k,
-                     int64_t rid, const bson_t *doc, bson_t *err_info, ms_error_t *err) {
-    int rc, e;
-    if ((e = key_row_insert(t, ix, k, rid, &rc, err)) != 0) return e;
-    if (rc == SQLITE_DONE) return 0;
-    if (rc == SQLITE_CONSTRAINT) {
-        if (ix->unique) return dup_error(c, ix, k, doc, err_info, err);
-        return 0;  /* the same (key, rid) twice: nothing to add */
-    }
-    return err_from_sqlite(err, rc, "index insert", t->c->db);
-}
-
-/* The record id that holds key k in a unique index's side table, or 0 (rare path: only
- * after a constraint conflict on an index being built). */
-static int64_t unique_holder(store_txn_t *t, store_index_t *ix, const buf_t *k) {
-    char sql[64];
-    sqlite3_stmt *s;
-    int64_t rid = 0;
-    snprintf(sql, sizeof sql, "SELECT rid FROM i%lld WHERE k = ?", (long long)ix->id);
-    if (!(s = store_stmt(t, sql, NULL))) return 0;
-    bind_blob(s, 1, k->data, k->len);
-    if (sqlite3_step(s) == SQLITE_ROW) rid = sqlite3_column_int64(s, 0);
-    sqlite3_reset(s);
-    return rid;
-}
-
-/* Adds key k of document rid to an index being built. Both the build's scan and the
- * writes beside it add keys, so the same (k, rid) twice is normal and a no-op. A unique
- * key held by another document: the scan (from_scan) fails the build with E11000 (both
- * documents are there in its snapshot); a write records the conflict for the commit to
- * re-check (the other document may be gone by then), as MongoDB does, and succeeds. */
-static int index_put_building(store_txn_t *t, store_coll_t *c, store_index_t *ix, const buf_t *k,
-                              int64_t rid, const bson_t *doc, bool from_scan, ms_error_t *err) {
-    ibuild_t *b;
-    int rc, e;
-    if ((e = key_row_insert(t, ix, k, rid, &rc, err)) != 0) return e;
-    if (rc == SQLITE_DONE) return 0;
-    if (rc != SQLITE_CONSTRAINT) return err_from_sqlite(err, rc, "index insert", t->c->db);
-    if (!ix->unique || unique_holder(t, ix, k) == rid) return 0;
-    if (from_scan) return dup_error(c, ix, k, doc, NULL, err);
-    if (!(b = ib_find(t->st, ix->id))) {
-        b = xrealloc(NULL, sizeof *b);
-        memset(b, 0, sizeof *b);
-        b->ix_id = ix->id;
-        b->next = t->st->builds;
-        t->st->builds = b;
-    }
-    if (b->failed) return 0;
-    if (b->n >= SHARDD_INDEX_BUILD_CONFLICTS_MAX) {
-        b->failed = true;
-        dup_error(c, ix, k, doc, NULL, &b->ferr);
-        return 0;
-    }
-    if (b->n == b->cap) {
-        b->cap = b->cap ? b->cap * 2 : 8;
-        b->v = xrealloc(b->v, (size_t)b->cap * sizeof *b->v);
-    }
-    memset(&b->v[b->n].key, 0, sizeof b->v[b->n].key);
-    buf_put(&b->v[b->n].key, k->data, k->len);
-    b->v[b->n].rid = rid;
-    b->n++;
-    return 0;
-}
-
-static int index_del(store_txn_t *t, store_index_t *ix, const buf_t *k, int64_t rid,
-                     ms_error_t *err) {
-    sqlite3_stmt *s;
-    if (!(s = table_stmt(t, TS_KEY_DELETE, ix->id, err))) return err->code;
-    bind_blob(s, 1, k->data, k->len);
-    sqlite3_bind_int64(s, 2, rid);
-    return step_done(t, s, "index delete", err);
-}
-
-static int mark_multikey(store_txn_t *t, store_index_t *ix, ms_error_t *err) {
-    sqlite3_stmt *s;
-    int expected = 0;
-    if (atomic_load((_Atomic int *)&ix->multikey)) return 0;
-    if (!(s = store_stmt(t, "UPDATE indexes SET multikey = 1 WHERE id = ?", err))) return err->code;
-    sqlite3_bind_int64(s, 1, ix->id);
-    if (step_done(t, s, "mark multikey", err) != 0) return err->code;
-    /* Set before commit: a rollback leaves it on, which only costs the sort shortcut. */
-    atomic_compare_exchange_strong((_Atomic int *)&ix->multikey, &expected, 1);
-    return 0;
-}
-
-/* One savepoint statement of the per-document savepoint (prepared once per connection:
- * sqlite3_exec would parse it again for every document). err may be NULL. */
-static int savepoint_step(store_txn_t *t, enum tstmt kind, ms_error_t *err) {
-    ms_error_t scratch;
-    sqlite3_stmt *s = table_stmt(t, kind, 0, err ? err : &scratch);
-    if (!s) return err ? err->code : MS_ERR_INTERNAL;
-    return step_done(t, s, TSTMT_SQL[kind], err ? err : &scratch);
-}
-
-static int encode_id(const bson_t *doc, buf_t *out, ms_error_t *err) {
-    bson_iter_t it;
-    if (!bson_iter_init_find(&it, doc, "_id"))
-        return err_set(err, MS_ERR_INVALID_ID_FIELD, "document has no _id");
-    return keys_encode_field(out, &it, "_id", err);
-}
-
-int store_write_doc(store_txn_t *t, store_coll_t *c, int64_t rowid, const bson_t *old_doc,
-                    const bson_t *new_doc, int64_t *new_rowid, bson_t *err_info,
-                    ms_error_t *err) {
-    store_t *st = t->st;
-    buf_t id_new = {0}, id_old = {0}, sk_new = {0}, sk_old = {0};
-    ixkeys_t oldk[MS_INDEXES_MAX], newk[MS_INDEXES_MAX];
-    /* A point that may fail the document after its rows are written needs the savepoint
-     * too: "on error nothing of this document is written" must hold for it. */
-    bool fp_obs = fp_active(FP_BEFORE_WRITE_OBSERVER);
-    bool need_sp = st->obs != NULL || fp_obs, in_sp = false, mk_new[MS_INDEXES_MAX];
-    /* Every secondary index the write maintains: the ready ones, then those being built
-     * (docs/storage.md "Index builds"); _id_ is the row itself. */
-    store_index_t *ixs[MS_INDEXES_MAX];
-    int nix = 0;
-    sqlite3_stmt *s;
-    int rc = 0, src;
-    ASSERT(t->write);
-    ASSERT(old_doc || new_doc);
-    memset(oldk, 0, sizeof oldk);
-    memset(newk, 0, sizeof newk);
-    memset(mk_new, 0, sizeof mk_new);
-    for (int i = 1; i < c->nindexes; i++) ixs[nix++] = c->ix[i];
-    for (int i = 0; i < c->nbuilding; i++) ixs[nix++] = c->bix[i];
-    ASSERT(nix < MS_INDEXES_MAX);
-
-    /* Everything that can fail on the document's content is computed before any write. */
-    if (new_doc) {
-        if ((rc = bsonx_check_storable(new_doc, err)) != 0) goto out;
-        if ((rc = encode_id(new_doc, &id_new, err)) != 0) goto out;
-    }
-    if (old_doc && (rc = encode_id(old_doc, &id_old, err)) != 0) goto out;
-    if (old_doc && new_doc &&
-        (id_old.len != id_new.len || memcmp(id_old.data, id_new.data, id_new.len) != 0)) {
-        rc = err_set(err, MS_ERR_IMMUTABLE_FIELD,
-                     "Performing an update on the path '_id' would modify the immutable field "
-                     "'_id'");
-        goto out;
-    }
-    if (c->sharded) {
-        if (new_doc && (rc = keys_extract(&c->sk, new_doc, NULL, &sk_new, err)) != 0) goto out;
-        if (old_doc && keys_extract(&c->sk, old_doc, NULL, &sk_old, NULL) != 0) buf_reset(&sk_old);
-    }
-    for (int i = 0; i < nix; i++) {
-        bool mk = false;
-        if (ixs[i]->unique && !ixs[i]->building) need_sp = true;
-        if (new_doc) {
-            /* A document an index being built cannot take (parallel arrays, key too
-             * large) fails now; MongoDB would take it and fail the build at its commit. */
-            if ((rc = store_index_keys(&ixs[i]->pat, new_doc, &newk[i].keys, &newk[i].n, &mk,
-                                       err)) != 0)
-                goto out;
-            mk_new[i] = mk || newk[i].n > 1;
-        }
-        if (old_doc &&
-            store_index_keys(&ixs[i]->pat, old_doc, &oldk[i].keys, &oldk[i].n, &mk, NULL) != 0)
-            oldk[i].n = 0;  /* an old document always had valid keys; be lenient anyway */
-    }
-
-    if (need_sp) {
-        if ((rc = savepoint_step(t, TS_SAVEPOINT, err)) != 0) goto out;
-        in_sp = true;
-    }
-    /* The document row: _id uniqueness is the UNIQUE constraint on `id`. */
-    if (!old_doc) {
-        if (!(s = table_stmt(t, TS_DOC_INSERT, c->id, err))) { rc = err->code; goto out; }
-        bind_blob(s, 1, id_new.data, id_new.len);
-        if (c->sharded) bind_blob(s, 2, sk_new.data, sk_new.len); else sqlite3_bind_null(s, 2);
-        bind_blob(s, 3, bson_get_data(new_doc), new_doc->len);
-        src = sqlite3_step(s);
-        sqlite3_reset(s);
-        if (src == SQLITE_CONSTRAINT) {
-            rc = dup_error(c, c->ix[0], &id_new, new_doc, err_info, err);
-            goto out;
-        }
-        if (src != SQLITE_DONE) { rc = err_from_sqlite(err, src, "insert", t->c->db); goto out; }
-        rowid = sqlite3_last_insert_rowid(t->c->db);
-        if (new_rowid) *new_rowid = rowid;
-    } else if (!new_doc) {
-        if (!(s = table_stmt(t, TS_DOC_DELETE, c->id, err))) { rc = err->code; goto out; }
-        sqlite3_bind_int64(s, 1, rowid);
-        if ((rc = step_done(t, s, "delete", err)) != 0) goto out;
-    } else {
-        if (!(s = table_stmt(t, TS_DOC_UPDATE, c->id, err))) { rc = err->code; goto out; }
-        if (c->sharded) bind_blob(s, 1, sk_new.data, sk_new.len); else sqlite3_bind_null(s, 1);
-        bind_blob(s, 2, bson_get_data(new_doc), new_doc->len);
-        sqlite3_bind_int64(s, 3, rowid);
-        if ((rc = step_done(t, s, "update", err)) != 0) goto out;
-    }
-    /* Secondary indexes: remove keys that went away, add keys that appeared (both sorted). */
-    for (int i = 0; i < nix; i++) {
-        int a = 0, b = 0;
-        while (a < oldk[i].n || b < newk[i].n) {
-            int cmp = a >= oldk[i].n ? 1 : b >= newk[i].n ? -1
-                                        : buf_cmp(&oldk[i].keys[a], &newk[i].keys[b]);
-            if (cmp < 0) {
-                if ((rc = index_del(t, ixs[i], &oldk[i].keys[a++], rowid, err)) != 0) goto out;
-            } else if (cmp > 0) {
-                if (ixs[i]->building)
-                    rc = index_put_building(t, c, ixs[i], &newk[i].keys[b++], rowid, new_doc,
-                                            false, err);
-                else
-                    rc = index_put(t, c, ixs[i], &newk[i].keys[b++], rowid, new_doc, err_info,
-                                   err);
-                if (rc != 0) goto out;
-            } else {
-                a++;
-                b++;
-            }
-        }
-        if (mk_new[i] && (rc = mark_multikey(t, ixs[i], err)) != 0) goto out;
-    }
-    /* Where migration's write capture hooks in (DESIGN §6, notes §1.3): the document's
-     * rows are written, its transaction is still open. */
-    if (fp_obs && (rc = fp_eval(FP_BEFORE_WRITE_OBSERVER, err)) != 0) goto out;
-    if (st->obs)
-        st->obs(st->obs_arg, c->ns, old_doc, new_doc, c->sharded && old_doc ? &sk_old : NULL,
-                c->sharded && new_doc ? &sk_new : NULL);
-    if (in_sp) {
-        in_sp = false;
-        if ((rc = savepoint_step(t, TS_RELEASE, err)) != 0) goto out;
-    }
-out:
-    if (in_sp) {
-        savepoint_step(t, TS_ROLLBACK_TO, NULL);
-        savepoint_step(t, TS_RELEASE, NULL);
-    }
-    for (int i = 0; i < nix; i++) {
-        store_keys_free(oldk[i].keys, oldk[i].n);
-        store_keys_free(newk[i].keys, newk[i].n);
-    }
-    buf_free(&id_new);
-    buf_free(&id_old);
-    buf_free(&sk_new);
-    buf_free(&sk_old);
-    return rc;
-}
-
 int store_get_by_rowid(store_txn_t *t, store_coll_t *c, int64_t rowid, bson_t *doc,
                        ms_error_t *err) {
     sqlite3_stmt *s;
     int rc;
-    if (!(s = table_stmt(t, TS_DOC_BY_ROWID, c->id, err))) return err->code;
+    if (!(s = store_table_stmt(t, TS_DOC_BY_ROWID, c->id, err))) return err->code;
     sqlite3_bind_int64(s, 1, rowid);
     rc = sqlite3_step(s);
     if (rc == SQLITE_ROW) {
@@ -1457,7 +1080,8 @@ static int index_build(store_txn_t *t, store_coll_t *c, store_index_t *ix, ms_er
         if ((rc = store_index_keys(&ix->pat, &doc, &keys, &nk, &mk, err)) != 0) goto out;
         if (mk || nk > 1) any_mk = true;
         for (int k = 0; k < nk && rc == 0; k++)
-            rc = index_put(t, c, ix, &keys[k], sqlite3_column_int64(s, 0), &doc, NULL, err);
+            rc = store_index_put(t, c, ix, &keys[k], sqlite3_column_int64(s, 0), &doc, NULL,
+                                 err);
         store_keys_free(keys, nk);
         if (rc != 0) goto out;
     }
@@ -1576,10 +1200,10 @@ static int index_persist(store_txn_t *t, store_coll_t *c, store_index_t *ix, boo
     sqlite3_bind_text(s, 1, c->ns, -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 2, ix->name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 3, ix->id);
-    bind_blob(s, 4, bson_get_data(&ix->spec), ix->spec.len);
+    store_bind_blob(s, 4, bson_get_data(&ix->spec), ix->spec.len);
     sqlite3_bind_int(s, 5, ix->multikey);
     sqlite3_bind_int(s, 6, ready);
-    return step_done(t, s, "save index", err);
+    return store_step_done(t, s, "save index", err);
 }
 
 int store_index_create(store_txn_t *t, store_coll_t *c, const bson_t *user_spec, bool *existed,
@@ -1655,7 +1279,7 @@ static int ib_batch_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     if (!c) return aborted_error(a->ns, err);
     for (int i = 0; i < a->n; i++) {
         int at = building_at(c, a->ids[i]);
-        ibuild_t *b = ib_find(t->st, a->ids[i]);
+        ibuild_t *b = store_ib_find(t->st, a->ids[i]);
         if (at < 0) return aborted_error(a->ns, err);
         if (b && b->failed) {
             *err = b->ferr;
@@ -1680,9 +1304,9 @@ static int ib_batch_fn(store_txn_t *t, void *arg, ms_error_t *err) {
             bool mk = false;
             if ((rc = store_index_keys(&ixs[i]->pat, &doc, &keys, &nk, &mk, err)) != 0) goto out;
             for (int k = 0; k < nk && rc == 0; k++)
-                rc = index_put_building(t, c, ixs[i], &keys[k], rid, &doc, true, err);
+                rc = store_index_put_building(t, c, ixs[i], &keys[k], rid, &doc, true, err);
             store_keys_free(keys, nk);
-            if (rc == 0 && (mk || nk > 1)) rc = mark_multikey(t, ixs[i], err);
+            if (rc == 0 && (mk || nk > 1)) rc = store_mark_multikey(t, ixs[i], err);
             if (rc != 0) goto out;
         }
         a->after_rid = rid;
@@ -1729,7 +1353,7 @@ int store_index_build_commit(store_txn_t *t, const char *ns, const int64_t *ids,
         if (building_at(c, ids[i]) < 0) return aborted_error(ns, err);
     for (int i = 0; i < n; i++) {
         store_index_t *ix = c->bix[building_at(c, ids[i])];
-        ibuild_t *b = ib_find(t->st, ids[i]);
+        ibuild_t *b = store_ib_find(t->st, ids[i]);
         if (b && b->failed) {
             *err = b->ferr;
             return err->code;
@@ -1745,15 +1369,17 @@ int store_index_build_commit(store_txn_t *t, const char *ns, const int64_t *ids,
             if (store_get_by_rowid(t, c, b->v[v].rid, &doc, &gone) != 0) continue;
             if (store_index_keys(&ix->pat, &doc, &keys, &nk, &mk, NULL) == 0)
                 for (int k = 0; k < nk; k++)
-                    has = has || buf_cmp(&keys[k], &b->v[v].key) == 0;
+                    has = has || store_buf_cmp(&keys[k], &b->v[v].key) == 0;
             store_keys_free(keys, nk);
-            rc = has ? index_put_building(t, c, ix, &b->v[v].key, b->v[v].rid, &doc, true, err) : 0;
+            rc = has ? store_index_put_building(t, c, ix, &b->v[v].key, b->v[v].rid, &doc,
+                                                true, err)
+                     : 0;
             bson_destroy(&doc);
             if (rc != 0) return rc;
         }
         if (!(s = store_stmt(t, "UPDATE indexes SET ready = 1 WHERE id = ?", err))) return err->code;
         sqlite3_bind_int64(s, 1, ix->id);
-        if ((rc = step_done(t, s, "index ready", err)) != 0) return rc;
+        if ((rc = store_step_done(t, s, "index ready", err)) != 0) return rc;
     }
     /* In memory last: a failure above leaves the catalog as it was (store_ddl reloads it
      * from the file anyway). */
@@ -1779,7 +1405,7 @@ static int building_drop(store_txn_t *t, store_coll_t *c, int at, ms_error_t *er
     if ((rc = sql_fmt_exec(t, err, "DROP TABLE i%lld", (long long)ix->id)) != 0) return rc;
     if (!(s = store_stmt(t, "DELETE FROM indexes WHERE id = ?", err))) return err->code;
     sqlite3_bind_int64(s, 1, ix->id);
-    if ((rc = step_done(t, s, "drop index", err)) != 0) return rc;
+    if ((rc = store_step_done(t, s, "drop index", err)) != 0) return rc;
     memmove(&c->bix[at], &c->bix[at + 1], (size_t)(c->nbuilding - at - 1) * sizeof c->bix[0]);
     c->nbuilding--;
     c->gen++;
@@ -1831,7 +1457,7 @@ int store_index_drop(store_txn_t *t, store_coll_t *c, const char *name, ms_error
     if (!(s = store_stmt(t, "DELETE FROM indexes WHERE ns = ? AND name = ?", err))) return err->code;
     sqlite3_bind_text(s, 1, c->ns, -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
-    if ((rc = step_done(t, s, "drop index", err)) != 0) return rc;
+    if ((rc = store_step_done(t, s, "drop index", err)) != 0) return rc;
     for (int i = 0; i < c->nindexes; i++)
         if (c->ix[i] == ix) at = i;
     ASSERT(at > 0);
@@ -1881,9 +1507,9 @@ int store_coll_set_shard_key(store_txn_t *t, store_coll_t *c, const keys_pattern
             goto out;
         }
         sqlite3_reset(u);
-        bind_blob(u, 1, sk.data, sk.len);
+        store_bind_blob(u, 1, sk.data, sk.len);
         sqlite3_bind_int64(u, 2, sqlite3_column_int64(s, 0));
-        rc = step_done(t, u, "shard key fill", err);
+        rc = store_step_done(t, u, "shard key fill", err);
         buf_free(&sk);
         if (rc != 0) goto out;
     }
@@ -2003,8 +1629,8 @@ static int meta_put_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     sqlite3_stmt *s = store_stmt(t, "INSERT OR REPLACE INTO meta(k, v) VALUES(?,?)", err);
     if (!s) return err->code;
     sqlite3_bind_text(s, 1, m->key, -1, SQLITE_STATIC);
-    bind_blob(s, 2, bson_get_data(m->in), m->in->len);
-    return step_done(t, s, "meta put", err);
+    store_bind_blob(s, 2, bson_get_data(m->in), m->in->len);
+    return store_step_done(t, s, "meta put", err);
 }
 
 int store_meta_get(store_t *st, const char *key, bson_t *out, ms_error_t *err) {
