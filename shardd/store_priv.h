@@ -1,8 +1,8 @@
 /*
- * store_priv.h — what the files of bin/shardd's storage layer (store.c, store_write.c)
- * share and nothing else includes: the store's and a transaction's insides, the cached
- * connection statements, the conflicts of index builds in progress, and the few helpers
- * both files call. Everyone else sees only shardd.h's store_ API.
+ * store_priv.h — what the files of bin/shardd's storage layer (store.c, store_index.c,
+ * store_write.c) share and nothing else includes: the store's and a transaction's insides,
+ * the cached connection statements, the conflicts of index builds in progress, and the few
+ * helpers more than one of them calls. Everyone else sees only shardd.h's store_ API.
  */
 #ifndef MS_STORE_PRIV_H
 #define MS_STORE_PRIV_H
@@ -88,8 +88,16 @@ extern const char *const store_tstmt_sql[TS_KINDS];
 
 /* ---- store.c ------------------------------------------------------------------------ */
 
-/* The conflict record of the build of index ix_id, or NULL (under the writer mutex). */
-ibuild_t *store_ib_find(store_t *st, int64_t ix_id);
+/* Drops every cached statement of the connection (before a table they name goes). */
+void store_cache_clear(conn_t *c);
+/* Runs one formatted SQL statement (at most 511 bytes) on the transaction's connection. */
+int store_sql_fmt_exec(store_txn_t *t, ms_error_t *err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A catalog index from its spec (side table i<id>); *out is the caller's on success. */
+int store_index_new(const bson_t *spec, int64_t id, bool multikey, store_index_t **out,
+                    ms_error_t *err);
+void store_index_free(store_index_t *ix);  /* accepts NULL */
+
 /* The cached write-path statement kind for table c<table>/i<table>, reset; NULL and err
  * set when it cannot be prepared. The connection's cache owns it. */
 sqlite3_stmt *store_table_stmt(store_txn_t *t, enum tstmt kind, int64_t table, ms_error_t *err);
@@ -99,6 +107,12 @@ int store_bind_blob(sqlite3_stmt *s, int i, const void *p, size_t n);
 int store_step_done(store_txn_t *t, sqlite3_stmt *s, const char *what, ms_error_t *err);
 /* qsort comparator of two buf_t index keys (memcmp order, shorter first). */
 int store_buf_cmp(const void *a, const void *b);
+
+/* ---- store_index.c ------------------------------------------------------------------ */
+
+/* The conflict record of the build of index ix_id, or NULL (under the writer mutex). */
+ibuild_t *store_ib_find(store_t *st, int64_t ix_id);
+void store_ib_free_all(store_t *st);  /* every build's record (store_close) */
 
 /* ---- store_write.c: index maintenance the index builds share -------------------------- */
 
