@@ -168,7 +168,7 @@
  * deadline by well under a millisecond, large enough that the check costs nothing. */
 #define MS_INTERRUPT_CHECK_DOCS 256
 
-/* ---- index builds beside reads and writes (shardd/store.c, docs/storage.md) ---- */
+/* ---- index builds beside reads and writes (shardd/store_index.c, docs/storage.md) ---- */
 
 /* Documents scanned per build transaction: the writer lock is released between batches,
  * so a write to any collection waits at most one batch (~30 ms at 5,000 documents). */

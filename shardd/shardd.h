@@ -6,7 +6,11 @@
  *
  *   main.c        flags, open the store, start the command server, print `ready`
  *   shardd_cmd.c  the command table: one row per command
- *   store.c       SQLite storage: catalog, collections, indexes, THE single write path
+ *   store.c       SQLite storage: connections, catalog, collections, index keys, stats
+ *   store_write.c THE single write path (store_write_doc): where migration's write capture
+ *                 hooks in
+ *   store_index.c index DDL and index builds beside reads and writes
+ *   store_priv.h  the storage files' shared insides (nothing else includes it)
  *   exec.c        planner (index choice), scans, blocking sort, cursors
  *   cmd_crud.c    insert, find, getMore, killCursors, update, delete, count, distinct,
  *                 findAndModify, explain
@@ -56,7 +60,7 @@
 /* Split points one splitVector/autoSplitVector reply may carry besides the 16 MB cap. */
 #define SHARDD_SPLIT_POINTS_MAX 8192
 
-/* ================================ store.c ============================================ */
+/* ========================== store.c, store_write.c, store_index.c ==================== */
 
 typedef struct store store_t;
 typedef struct store_txn store_txn_t;
@@ -343,7 +347,7 @@ int exec_explain_find(store_t *st, find_args_t *fa, bool exec_stats, bson_t *rep
  * failpoints" says where each one is and what a test proves with it. A "before commit"
  * point runs inside the transaction as its last step, so `error` rolls it back, `hang`
  * holds it open (the writer lock with it) and `crash` leaves an uncommitted WAL tail. */
-#define FP_BEFORE_WRITE_OBSERVER "hangBeforeWriteObserver"       /* per document (store.c) */
+#define FP_BEFORE_WRITE_OBSERVER "hangBeforeWriteObserver"       /* per document (store_write.c) */
 #define FP_BEFORE_WRITE_COMMIT "hangBeforeWriteCommit"           /* insert/update/delete/fAM */
 #define FP_AFTER_WRITE_COMMIT "hangAfterWriteCommit"
 #define FP_BEFORE_INDEX_BUILD_COMMIT "hangBeforeIndexBuildCommit"  /* createIndexes */

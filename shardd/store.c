@@ -1,10 +1,11 @@
 /*
  * store.c — the shard daemon's storage: one SQLite file (WAL) holding every collection,
- * the catalog and the secondary indexes; connections and their statement caches, the
- * catalog and its DDL, index keys, index builds, stats. Runs in bin/shardd. THE single
- * write path (store_write_doc), through which every insert, update and delete of a
- * document on this shard passes, is store_write.c. See docs/storage.md for the tables and
- * why they look the way they do.
+ * the catalog and the secondary indexes. Here: connections and their statement caches,
+ * open/recovery, transactions, the catalog and collection DDL, index keys, point reads,
+ * stats and meta. Runs in bin/shardd. THE single write path (store_write_doc), through
+ * which every insert, update and delete of a document on this shard passes, is
+ * store_write.c; index DDL and builds are store_index.c. See docs/storage.md for the
+ * tables and why they look the way they do.
  *
  * Tables:
  *   meta(k PRIMARY KEY, v)                          shard identity, table counter

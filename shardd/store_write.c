@@ -5,10 +5,13 @@
  * encodes the _id key and the shard key (column sk), writes the row, maintains every
  * secondary index (the ready ones, and those being built beside writes: their unique
  * conflicts are recorded for the build's commit), marks indexes multikey, and calls the
- * write observer — all under one savepoint, so a failing document leaves nothing behind.
- * The write observer is where migration's write capture hooks in (DESIGN §6/§7): it sees
- * each write while its transaction is still open, and what it captures is published only
- * after the transaction COMMITs. The rest of the storage layer is store.c.
+ * write observer. A failing document leaves nothing behind: everything that can fail on
+ * its content is checked before the first write, and a per-document savepoint covers what
+ * can still fail after it. The write observer is where migration's write capture hooks in
+ * (DESIGN §6/§7): it sees each write while its transaction is still open, so what it
+ * captures must be published only after that transaction COMMITs (a rollback must not
+ * leave a captured write behind). The rest of the storage layer is store.c and
+ * store_index.c.
  */
 #include "shardd/store_priv.h"
 
