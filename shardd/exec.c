@@ -1,5 +1,6 @@
 /*
- * exec.c — the shard daemon's planner, scans and cursors (bin/shardd).
+ * exec.c — the shard daemon's planner, scans and cursors (bin/shardd); the table of open
+ * cursors is cursors.c's.
  *
  * Planner (MongoDB's QueryPlanner + a trial by counting, in miniature): every index gets
  * bounds from the filter (bounds_from_filter); an _id point wins at once (IDHACK); otherwise
@@ -17,12 +18,11 @@
  */
 #include "shardd/shardd.h"
 
-#include <pthread.h>
 #include <sqlite3.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "common/bsonx.h"
 #include "common/failpoint.h"
@@ -676,10 +676,10 @@ int exec_match_rowids(store_txn_t *t, store_coll_t *c, const exec_query_t *eq, i
 
 /* ---- cursors ------------------------------------------------------------------------ */
 
+/* A cursor: the registry's part first (cursors.c keeps the table), then what it runs. */
 struct cursor {
-    int64_t id;
+    cursor_reg_t reg;            /* id, ns, connection, pin state, bytes held: cursors.c's */
     find_args_t fa;
-    char ns[MS_NS_BYTES_MAX + 1];
     plan_t plan;
     bool planned;
     scan_pos_t pos;
@@ -690,24 +690,11 @@ struct cursor {
     int64_t limit_left;          /* -1 = unlimited */
     bson_t *stash;               /* a result that did not fit the last batch (MongoDB's
                                   * stashResult): the next batch starts with it */
-    bool in_use;                 /* a getMore holds it (pinned): another gets CursorInUse */
-    bool killed;                 /* killCursors while pinned: freed when the getMore ends */
     bool timed;                  /* opened with maxTimeMS: time_left_ms bounds each getMore */
     long long time_left_ms;      /* what the find's maxTimeMS left (MongoDB's leftover) */
-    long long last_used_ms;
-    uint32_t conn;               /* the connection that opened it (per-connection cap) */
-    size_t held;                 /* bytes it keeps between batches, counted in cursors.bytes */
-    struct cursor *next;
 };
-
-struct cursors {
-    pthread_mutex_t mu;
-    cursor_t *head;
-    int n;
-    int idle_timeout_ms;
-    long long bytes;             /* sum of held */
-    uint64_t refused_conn, refused_total;
-};
+_Static_assert(offsetof(struct cursor, reg) == 0,
+               "cursors.c converts cursor_t * to cursor_reg_t *");
 
 static void cursor_free(cursor_t *cur) {
     if (!cur) return;
@@ -719,185 +706,10 @@ static void cursor_free(cursor_t *cur) {
     free(cur);
 }
 
-int cursors_new(int idle_timeout_ms, cursors_t **out) {
-    cursors_t *cs = calloc(1, sizeof *cs);
-    if (!cs) return MS_ERR_INTERNAL;
-    pthread_mutex_init(&cs->mu, NULL);
-    cs->idle_timeout_ms = idle_timeout_ms > 0 ? idle_timeout_ms : MS_CURSOR_IDLE_MS_MAX;
-    *out = cs;
-    return 0;
-}
-
-void cursors_free(cursors_t *cs) {
-    cursor_t *c, *n;
-    if (!cs) return;
-    for (c = cs->head; c; c = n) {
-        n = c->next;
-        cursor_free(c);
-    }
-    pthread_mutex_destroy(&cs->mu);
-    free(cs);
-}
-
-int cursors_reap(cursors_t *cs) {
-    cursor_t **pp, *dead = NULL;
-    long long now = time_mono_ms();
-    int n = 0;
-    pthread_mutex_lock(&cs->mu);
-    for (pp = &cs->head; *pp;) {
-        cursor_t *c = *pp;
-        if (!c->in_use && now - c->last_used_ms > cs->idle_timeout_ms) {
-            *pp = c->next;
-            c->next = dead;
-            dead = c;
-            cs->n--;
-            cs->bytes -= (long long)c->held;
-            n++;
-        } else {
-            pp = &c->next;
-        }
-    }
-    pthread_mutex_unlock(&cs->mu);
-    while (dead) {
-        cursor_t *nx = dead->next;
-        log_info("cursor timed out id=%lld ns=%s", (long long)dead->id, log_str(dead->ns));
-        cursor_free(dead);
-        dead = nx;
-    }
-    return n;
-}
-
-int cursors_count(cursors_t *cs) {
-    int n;
-    pthread_mutex_lock(&cs->mu);
-    n = cs->n;
-    pthread_mutex_unlock(&cs->mu);
-    return n;
-}
-
-void cursors_metrics(cursors_t *cs, bson_t *metrics) {
-    cmd_cursor_metrics_t m = {.bytes_field = "bytesHeld", .refused_bytes = -1,
-                              .limit_conn = MS_CURSORS_PER_CONN_MAX, .limit_total = MS_CURSORS_MAX,
-                              .limit_bytes = -1};
-    bson_t cur;
-    pthread_mutex_lock(&cs->mu);
-    m.open = cs->n;
-    m.bytes = cs->bytes;
-    m.refused_conn = (int64_t)cs->refused_conn;
-    m.refused_total = (int64_t)cs->refused_total;
-    pthread_mutex_unlock(&cs->mu);
-    cmd_cursor_metrics_begin(metrics, &m, &cur);
-    bson_append_document_end(metrics, &cur);
-}
-
 /* What a cursor keeps between batches: a blocking sort's unsent results and a stashed
  * result. (A scan's position is a few keys.) */
 static size_t cursor_held(const cursor_t *cur) {
     return cur->sorted.bytes + (cur->stash ? cur->stash->len : 0);
-}
-
-/* Registers cur when the caps allow: open cursors of its connection (so one client cannot
- * take them all and fail every other client's multi-batch finds) and of the shard. */
-static int cursors_add(cursors_t *cs, cursor_t *cur, ms_error_t *err) {
-    int64_t id;
-    int mine = 0;
-    pthread_mutex_lock(&cs->mu);
-    for (cursor_t *c = cs->head; c; c = c->next) mine += c->conn == cur->conn;
-    if (mine >= MS_CURSORS_PER_CONN_MAX) {
-        cs->refused_conn++;
-        pthread_mutex_unlock(&cs->mu);
-        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
-                       "too many open cursors for this connection (limit %d); exhaust or kill "
-                       "cursors", MS_CURSORS_PER_CONN_MAX);
-    }
-    if (cs->n >= MS_CURSORS_MAX) {
-        cs->refused_total++;
-        pthread_mutex_unlock(&cs->mu);
-        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
-                       "too many open cursors on this shard for all connections (limit %d); "
-                       "exhaust or kill cursors", MS_CURSORS_MAX);
-    }
-    if (!cur->id) {
-        for (;;) {
-            bool dup = false;
-            if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id) id = time_mono_us();
-            id &= INT64_MAX;
-            if (!id) continue;
-            for (cursor_t *c = cs->head; c; c = c->next)
-                if (c->id == id) dup = true;
-            if (!dup) break;
-        }
-        cur->id = id;
-    }
-    cur->last_used_ms = time_mono_ms();
-    cur->held = cursor_held(cur);
-    cs->bytes += (long long)cur->held;
-    cur->next = cs->head;
-    cs->head = cur;
-    cs->n++;
-    pthread_mutex_unlock(&cs->mu);
-    return 0;
-}
-
-/* Unlinks cur from the table (mutex held). */
-static void cursors_unlink_locked(cursors_t *cs, cursor_t *cur) {
-    for (cursor_t **pp = &cs->head; *pp; pp = &(*pp)->next)
-        if (*pp == cur) {
-            *pp = cur->next;
-            cs->n--;
-            cs->bytes -= (long long)cur->held;
-            cur->held = 0;
-            return;
-        }
-}
-
-int cursors_pin(cursors_t *cs, int64_t id, cursor_t **out, ms_error_t *err) {
-    int rc = 0;
-    cursor_t *c;
-    pthread_mutex_lock(&cs->mu);
-    for (c = cs->head; c && c->id != id; c = c->next) {}
-    if (!c || c->killed)
-        rc = err_set(err, MS_ERR_CURSOR_NOT_FOUND, "cursor id %lld not found", (long long)id);
-    else if (c->in_use)
-        rc = err_set(err, MS_ERR_CURSOR_IN_USE, "cursor id %lld is already in use", (long long)id);
-    else
-        c->in_use = true;
-    pthread_mutex_unlock(&cs->mu);
-    if (rc == 0) *out = c;
-    return rc;
-}
-
-void cursors_unpin(cursors_t *cs, cursor_t *cur, bool done) {
-    bool free_it;
-    if (!cur) return;
-    pthread_mutex_lock(&cs->mu);
-    free_it = done || cur->killed;
-    cs->bytes -= (long long)cur->held;   /* what the batch sent no longer counts */
-    cur->held = cursor_held(cur);
-    cs->bytes += (long long)cur->held;
-    if (free_it) cursors_unlink_locked(cs, cur);
-    cur->in_use = false;
-    cur->last_used_ms = time_mono_ms();
-    pthread_mutex_unlock(&cs->mu);
-    if (free_it) cursor_free(cur);
-}
-
-bool cursors_kill(cursors_t *cs, int64_t id) {
-    cursor_t *c;
-    bool pinned = false;
-    pthread_mutex_lock(&cs->mu);
-    for (c = cs->head; c && c->id != id; c = c->next) {}
-    if (c && c->killed) c = NULL;   /* already being killed */
-    if (c) {
-        /* A pinned cursor belongs to its getMore until it ends (MongoDB marks it killed
-         * and the getMore's owner disposes of it). */
-        pinned = c->in_use;
-        if (pinned) c->killed = true;
-        else cursors_unlink_locked(cs, c);
-    }
-    pthread_mutex_unlock(&cs->mu);
-    if (c && !pinned) cursor_free(c);
-    return c != NULL;
 }
 
 void find_args_free(find_args_t *fa) {
@@ -1008,7 +820,7 @@ typedef struct fill_arg {
 static int fill_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     fill_arg_t *fl = arg;
     cursor_t *cur = fl->cur;
-    store_coll_t *c = store_coll_get(t, cur->ns);
+    store_coll_t *c = store_coll_get(t, cur->reg.ns);
     exec_query_t eq;
     int rc;
     eq_from_fa(&cur->fa, &eq);
@@ -1018,14 +830,14 @@ static int fill_fn(store_txn_t *t, void *arg, ms_error_t *err) {
             return 0;
         }
         return err_set(err, MS_ERR_OPERATION_FAILED,
-                       "query plan killed :: caused by :: collection dropped: %s", cur->ns);
+                       "query plan killed :: caused by :: collection dropped: %s", cur->reg.ns);
     }
     if (!cur->planned) {
         if ((rc = exec_plan(t, c, &eq, &cur->plan, err)) != 0) return rc;
         cur->planned = true;
     } else if (c->id != cur->plan.coll_id) {
         return err_set(err, MS_ERR_OPERATION_FAILED,
-                       "query plan killed :: caused by :: collection dropped: %s", cur->ns);
+                       "query plan killed :: caused by :: collection dropped: %s", cur->reg.ns);
     } else if (cur->plan.kind == PLAN_IXSCAN && !cur->plan.is_id) {
         bool found = false;
         for (int i = 1; i < c->nindexes; i++)
@@ -1102,11 +914,13 @@ int exec_find(store_t *st, cursors_t *cs, find_args_t *fa, bson_t *reply, ms_err
         find_args_free(fa);
         return err_set(err, MS_ERR_INTERNAL, "out of memory");
     }
-    cur->conn = op_conn();
-    snprintf(cur->ns, sizeof cur->ns, "%s", fa->ns);
+    cur->reg.conn = op_conn();
+    cur->reg.free_fn = cursor_free;
+    cur->reg.held_fn = cursor_held;
+    snprintf(cur->reg.ns, sizeof cur->reg.ns, "%s", fa->ns);
     snprintf(ns, sizeof ns, "%s", fa->ns);
     cur->fa = *fa;
-    cur->fa.ns = cur->ns;
+    cur->fa.ns = cur->reg.ns;
     memset(fa, 0, sizeof *fa);
     cur->skip_left = cur->fa.skip;
     cur->limit_left = cur->fa.limit == 0 ? -1 : cur->fa.limit < 0 ? -cur->fa.limit : cur->fa.limit;
@@ -1126,7 +940,7 @@ int exec_find(store_t *st, cursors_t *cs, find_args_t *fa, bson_t *reply, ms_err
     cur->time_left_ms = op_time_left_ms(0);
     if (!exhausted) {
         if ((rc = cursors_add(cs, cur, err)) != 0) goto out;
-        id = cur->id;
+        id = cur->reg.id;
         cur = NULL;   /* the table's now: another thread may getMore on it at once */
     }
     append_cursor_reply(reply, "firstBatch", &arr, id, ns);
@@ -1145,10 +959,10 @@ int exec_get_more(store_t *st, cursors_t *cs, int64_t id, const char *ns, int64_
     bool exhausted = false;
     int rc;
     if ((rc = cursors_pin(cs, id, &cur, err)) != 0) goto out_unpinned;
-    if (strcmp(cur->ns, ns) != 0) {
+    if (strcmp(cur->reg.ns, ns) != 0) {
         rc = err_set(err, MS_ERR_UNAUTHORIZED,
                      "Requested getMore on namespace '%s', but cursor belongs to a different "
-                     "namespace %s", ns, cur->ns);
+                     "namespace %s", ns, cur->reg.ns);
         cursors_unpin(cs, cur, false);
         goto out_unpinned;
     }

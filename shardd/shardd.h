@@ -11,7 +11,8 @@
  *                 hooks in
  *   store_index.c index DDL and index builds beside reads and writes
  *   store_priv.h  the storage files' shared insides (nothing else includes it)
- *   exec.c        planner (index choice), scans, blocking sort, cursors
+ *   exec.c        planner (index choice), scans, blocking sort, cursor batches
+ *   cursors.c     the cursor registry: pin, kill, reap, caps, list by namespace
  *   cmd_crud.c    insert, find, getMore, killCursors, update, delete, count, distinct,
  *                 findAndModify, explain
  *   cmd_admin.c   createIndexes, listIndexes, dropIndexes, drop, dropDatabase,
@@ -295,9 +296,26 @@ int exec_count_cb(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err);
 int exec_match_rowids(store_txn_t *t, store_coll_t *c, const exec_query_t *eq, int64_t **rids,
                       size_t *n, ms_error_t *err);
 
-/* Cursors. */
+/* Cursors. The registry (cursors.c, MongoDB's CursorManager) keeps the open cursors of the
+ * shard; what a cursor runs (plan, scan position, sorted results) is exec.c's. */
 typedef struct cursor cursor_t;
 typedef struct cursors cursors_t;
+
+/* The registry's part of a cursor: the first member of every cursor_t, so that cursors.c
+ * converts between the two pointers. Set conn, ns and the callbacks before cursors_add;
+ * the rest is the registry's. */
+typedef struct cursor_reg {
+    int64_t id;                  /* 0 until cursors_add picks a random one */
+    char ns[MS_NS_BYTES_MAX + 1];
+    uint32_t conn;               /* the connection that opened it (per-connection cap) */
+    bool in_use;                 /* a getMore holds it (pinned): another gets CursorInUse */
+    bool killed;                 /* killCursors while pinned: freed when the getMore ends */
+    long long last_used_ms;
+    size_t held;                 /* bytes it keeps between batches, counted in the registry */
+    size_t (*held_fn)(const cursor_t *cur);   /* what it keeps now (read under the lock) */
+    void (*free_fn)(cursor_t *cur);           /* frees the whole cursor */
+    struct cursor_reg *next;
+} cursor_reg_t;
 
 int cursors_new(int idle_timeout_ms, cursors_t **out);
 void cursors_free(cursors_t *cs);  /* NULL-safe; kills every cursor */
@@ -306,6 +324,16 @@ int cursors_reap(cursors_t *cs);
 int cursors_count(cursors_t *cs);
 /* serverStatus metrics.cursor: open.total, bytesHeld, refusals per cap, the caps. */
 void cursors_metrics(cursors_t *cs, bson_t *metrics);
+/* Registers cur when the caps allow: open cursors of its connection (so one client cannot
+ * take them all and fail every other client's multi-batch finds) and of the shard
+ * (ExceededMemoryLimit otherwise, cur still the caller's). On success the table owns cur
+ * and another thread may pin it at once. */
+int cursors_add(cursors_t *cs, cursor_t *cur, ms_error_t *err);
+/* Counts the cursors open on ns (pinned ones and ones killed while pinned included: their
+ * getMore may still be reading) and calls fn (when not NULL) with each one's id, under the
+ * registry's lock: fn must not call back into the registry. For work that must wait until
+ * no cursor reads a namespace (the range deleter). */
+int cursors_list_ns(cursors_t *cs, const char *ns, void (*fn)(void *arg, int64_t id), void *arg);
 
 /* A find: plans and runs the first batch. ns, the compiled parts and own are taken over
  * by the cursor (on success and on failure). Appends the reply's `cursor` document. */
