@@ -43,6 +43,22 @@ RSS_MB_MAX = 200           # a router serving this test holds ~10 MiB; 200 leave
 HOST_UNREACHABLE, NETWORK_TIMEOUT, MAX_TIME_EXPIRED, EXCEEDED_TIME_LIMIT = 6, 89, 50, 262
 
 
+def stop_process(pid):
+    """SIGSTOP our own child and wait (bounded) until every one of its threads is stopped:
+    on a loaded machine a thread can finish a request it already had before the stop
+    reaches it."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def all_stopped():
+        for tid in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            if state not in ("T", "t"):
+                return False
+        return True
+    wait_until(all_stopped, 10, "pid %d to stop" % pid, interval=0.01)
+
+
 def setup(t, router_extra=()):
     cfg = t.configsvr()
     shards = [t.shardd("shard%d" % i) for i in range(3)]
@@ -184,7 +200,7 @@ def test_hung_shard_holds_a_bounded_share(t):
     shard_timeout_ms = 3000
     cfg, shards, router, c, where = setup(t, ["--peer-timeout-ms", str(shard_timeout_ms)])
     victim = shards[VICTIM]
-    os.kill(victim.pid, signal.SIGSTOP)   # our own child: alive, connected, silent
+    stop_process(victim.pid)   # our own child: alive, connected, silent
     try:
         results = []
         stop = threading.Event()
@@ -238,7 +254,7 @@ def test_hung_shard_holds_a_bounded_share(t):
 def test_maxtimems_bounds_the_wait_on_a_hung_shard(t):
     cfg, shards, router, c, where = setup(t)
     victim = shards[VICTIM]
-    os.kill(victim.pid, signal.SIGSTOP)
+    stop_process(victim.pid)
     try:
         t0 = time.monotonic()
         r = c.err({"count": "c", "$db": DB, "maxTimeMS": 800})
