@@ -9,6 +9,8 @@
  *                 the shard registry (listShards)
  *   rt_target.c   targeting: a document's owning shard, a filter's shards (bounds.h)
  *   rt_send.c     sending to shards: versioned command copies, parallel scatter/gather
+ *   rt_retry.c    rt_dispatch: build → send → StaleConfig/StaleDbVersion → refresh → retry,
+ *                 the one stale-retry loop (rt_stale_settle: its bound, also for writes)
  *   rt_find.c     find (k-way merge, skip/limit at the router), getMore, killCursors,
  *                 router cursors, count, distinct
  *   rt_write.c    insert / update / delete batches split per shard, findAndModify,
@@ -174,6 +176,38 @@ void rt_note_stale(router_t *r, const char *ns, const char *shard, const bson_t 
 /* Sends one command to one named shard (no versioning); *reply initialised on 0. */
 int rt_shard_call(router_t *r, const char *shard, const bson_t *cmd, bson_t *reply,
                   ms_error_t *err);
+
+/* ================================ rt_retry.c ========================================= */
+
+/* A dispatch with stale retries: what to route by and how to build the requests. */
+typedef struct rt_dispatch {
+    const char *db;       /* forgotten on StaleDbVersion */
+    const char *ns;       /* db.coll: its table is passed to build and refreshed on
+                           * StaleConfig; NULL: no table (build gets NULL) and a StaleConfig
+                           * reply is a failure like any other */
+    const char *what;     /* named in the error when retries run out (default ns, else db) */
+    /* This attempt's requests from the current table t: fills reqs[0..*n) (shard, cmd
+     * with versions). On an error returns its code with none initialised. */
+    int (*build)(void *arg, router_t *r, const rt_table_t *t, rt_req_t *reqs, int *n,
+                 ms_error_t *err);
+    /* An ok reply of an attempt that is retried (scatter: kill its cursor); may be NULL. */
+    void (*discard)(void *arg, router_t *r, rt_req_t *q);
+    void *arg;
+} rt_dispatch_t;
+
+/* Gets the table, builds, sends in parallel; StaleConfig (when ns) → rt_note_stale and
+ * refresh ns, StaleDbVersion → rt_note_stale_db; rebuilds and resends until no reply is
+ * stale, bounded by MS_STALE_RETRIES_MAX and op_check. On 0 reqs[0..*nreqs) hold the
+ * final attempt (caller clears them) and *failed is the first one that failed (transport
+ * error in rc, or a non-stale error reply), -1 when all are ok. */
+int rt_dispatch(router_t *r, const rt_dispatch_t *d, rt_req_t *reqs, int *nreqs, int *failed,
+                ms_error_t *err);
+/* After a round with stale replies (already noted): counts it in *rounds; returns 0 when
+ * a retry remains (refreshing ns's table from t when stale_config), RT_STALE_EXHAUSTED
+ * when none does (err untouched), or the refresh's error. */
+#define RT_STALE_EXHAUSTED (-1)
+int rt_stale_settle(router_t *r, const char *ns, const rt_table_t *t, bool stale_config,
+                    int *rounds, ms_error_t *err);
 
 /* ================================ command handlers ==================================== */
 

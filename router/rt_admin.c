@@ -62,6 +62,54 @@ static void ns_of(cmd_ctx_t *ctx, char *ns, size_t cap) {
              BSON_ITER_HOLDS_UTF8(&ctx->arg) ? bson_iter_utf8(&ctx->arg, NULL) : "");
 }
 
+typedef struct primary_arg {
+    cmd_ctx_t *ctx;
+    bool create;
+    bool drop;   /* unsharded drop: NamespaceNotFound "ns not found", shardVersion UNSHARDED */
+} primary_arg_t;
+
+/* rt_dispatch's build: the client's command to the database's primary, versioned. */
+static int primary_build(void *p, router_t *r, const rt_table_t *t, rt_req_t *reqs, int *n,
+                         ms_error_t *err) {
+    primary_arg_t *a = p;
+    char primary[RT_NAME_BYTES_MAX];
+    rt_db_version_t dbv;
+    (void)t;
+    int rc = rt_db_get(r, a->ctx->db, a->create, primary, sizeof primary, &dbv, err);
+    if (rc == MS_ERR_NAMESPACE_NOT_FOUND && a->drop)
+        return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "ns not found");
+    if (rc) return rc;
+    memset(&reqs[0], 0, sizeof reqs[0]);
+    snprintf(reqs[0].shard, sizeof reqs[0].shard, "%s", primary);
+    bson_init(&reqs[0].cmd);
+    rt_copy_cmd(&reqs[0].cmd, a->ctx->req, NULL);
+    if (a->drop) rt_append_version(&reqs[0].cmd, NULL, -1);
+    rt_append_db_version(&reqs[0].cmd, &dbv);
+    *n = 1;
+    return 0;
+}
+
+/* The client's command to the database's primary through rt_dispatch (no table: a
+ * StaleConfig reply is relayed; StaleDbVersion → forget the entry, retry). On 0 *rep is
+ * the primary's reply, whatever its ok; `what` is named when retries run out. */
+static int primary_call(cmd_ctx_t *ctx, bool create, bool drop, const char *what, bson_t *rep,
+                        ms_error_t *err) {
+    primary_arg_t a = {ctx, create, drop};
+    rt_dispatch_t d = {.db = ctx->db, .what = what, .build = primary_build, .arg = &a};
+    rt_req_t q;
+    int n = 0, fail = -1;
+    int rc = rt_dispatch(ctx->app, &d, &q, &n, &fail, err);
+    if (rc) return rc;
+    if (q.rc) {
+        *err = q.err;
+        rc = q.rc;
+    } else {
+        bson_copy_to(&q.reply, rep);
+    }
+    rt_req_clear(&q);
+    return rc;
+}
+
 int rt_cmd_drop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
     char ns[RT_NAME_BYTES_MAX + MS_NS_BYTES_MAX + 2];
@@ -79,26 +127,7 @@ int rt_cmd_drop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         rc = rt_config_call(r, &cmd, &rep, err);
     } else {
         /* The primary with the database's version; StaleDbVersion → forget it, retry. */
-        for (int attempt = 0; attempt <= MS_STALE_RETRIES_MAX; attempt++) {
-            char primary[RT_NAME_BYTES_MAX];
-            rt_db_version_t dbv;
-            rc = rt_db_get(r, ctx->db, false, primary, sizeof primary, &dbv, err);
-            if (rc == MS_ERR_NAMESPACE_NOT_FOUND) {
-                rc = err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "ns not found");
-                break;
-            }
-            if (rc) break;
-            bson_reinit(&cmd);
-            rt_copy_cmd(&cmd, ctx->req, NULL);
-            rt_append_version(&cmd, t, -1);
-            rt_append_db_version(&cmd, &dbv);
-            rc = rt_shard_call(r, primary, &cmd, &rep, err);
-            if (rc || rt_reply_status(&rep, NULL) != MS_ERR_STALE_DB_VERSION) break;
-            rt_note_stale_db(r, ctx->db, primary, &rep);
-            bson_destroy(&rep);
-            rc = err_set(err, MS_ERR_STALE_DB_VERSION, "%s: primary kept answering StaleDbVersion",
-                         ns);
-        }
+        rc = primary_call(ctx, false, true, ns, &rep, err);
     }
     bson_destroy(&cmd);
     rt_table_release(t);
@@ -130,31 +159,12 @@ int rt_cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 /* The database's primary shard, with databaseVersion (a shard that checks it and is no
  * longer the primary answers StaleDbVersion: forget the entry and retry, bounded). */
 int rt_cmd_to_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
-    router_t *r = ctx->app;
-    bool create = ctx->spec->flags & CMD_WRITE;
-    for (int attempt = 0; attempt <= MS_STALE_RETRIES_MAX; attempt++) {
-        char primary[RT_NAME_BYTES_MAX];
-        rt_db_version_t dbv;
-        bson_t cmd, rep;
-        int rc = rt_db_get(r, ctx->db, create, primary, sizeof primary, &dbv, err);
-        if (rc) return rc;
-        bson_init(&cmd);
-        rt_copy_cmd(&cmd, ctx->req, NULL);
-        rt_append_db_version(&cmd, &dbv);
-        rc = rt_shard_call(r, primary, &cmd, &rep, err);
-        bson_destroy(&cmd);
-        if (rc) return rc;
-        if (rt_reply_status(&rep, NULL) == MS_ERR_STALE_DB_VERSION) {
-            rt_note_stale_db(r, ctx->db, primary, &rep);
-            bson_destroy(&rep);
-            continue;
-        }
-        rc = relay(ctx, &rep, reply, err);
-        bson_destroy(&rep);
-        return rc;
-    }
-    return err_set(err, MS_ERR_STALE_DB_VERSION, "%s: primary kept answering StaleDbVersion",
-                   ctx->db);
+    bson_t rep;
+    int rc = primary_call(ctx, ctx->spec->flags & CMD_WRITE, false, ctx->db, &rep, err);
+    if (rc) return rc;
+    rc = relay(ctx, &rep, reply, err);
+    bson_destroy(&rep);
+    return rc;
 }
 
 /* Sharded collection: every shard (indexes must exist wherever chunks may go); else the

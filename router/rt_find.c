@@ -50,103 +50,90 @@ static void kill_reply_cursor(router_t *r, const char *shard, const char *db, co
     bson_destroy(&cmd);
 }
 
+typedef struct scatter_arg {
+    const char *db, *coll;
+    const bson_t *filter;
+    build_fn fn;
+    void *arg;
+} scatter_arg_t;
+
+/* rt_dispatch's build: the primary (unsharded) or the shards the filter targets. */
+static int scatter_build(void *p, router_t *r, const rt_table_t *t, rt_req_t *reqs, int *nreqs,
+                         ms_error_t *err) {
+    scatter_arg_t *a = p;
+    int rc, n = 0;
+    if (!t->sharded) {
+        char primary[RT_NAME_BYTES_MAX];
+        rt_db_version_t dbv;
+        if ((rc = rt_db_get(r, a->db, false, primary, sizeof primary, &dbv, err)) != 0) return rc;
+        memset(&reqs[0], 0, sizeof reqs[0]);
+        snprintf(reqs[0].shard, sizeof reqs[0].shard, "%s", primary);
+        bson_init(&reqs[0].cmd);
+        a->fn(a->arg, t, -1, 1, &reqs[0].cmd);
+        rt_append_version(&reqs[0].cmd, t, -1);
+        rt_append_db_version(&reqs[0].cmd, &dbv);
+        *nreqs = 1;
+        return 0;
+    }
+    uint64_t mask = 0;
+    bool point = false;
+    bson_t empty = BSON_INITIALIZER;
+    rc = rt_target_filter(t, a->filter ? a->filter : &empty, &mask, &point, err);
+    bson_destroy(&empty);
+    if (rc) return rc;
+    int nt = __builtin_popcountll(mask);
+    for (int i = 0; i < t->rt.nshards; i++) {
+        if (!(mask & (1ull << i))) continue;
+        memset(&reqs[n], 0, sizeof reqs[n]);
+        snprintf(reqs[n].shard, sizeof reqs[n].shard, "%s", t->rt.shards[i]);
+        bson_init(&reqs[n].cmd);
+        a->fn(a->arg, t, i, nt, &reqs[n].cmd);
+        rt_append_version(&reqs[n].cmd, t, i);
+        n++;
+    }
+    atomic_fetch_add(nt == 1 ? &r->targeted_ops : &r->scatter_ops, 1);
+    *nreqs = n;
+    return 0;
+}
+
+/* rt_dispatch's discard: close the cursor an ok reply opened. */
+static void scatter_discard(void *p, router_t *r, rt_req_t *q) {
+    scatter_arg_t *a = p;
+    kill_reply_cursor(r, q->shard, a->db, a->coll, &q->reply);
+}
+
 /* Targets filter (NULL = every owning shard), sends the commands fn builds, retries on
- * StaleConfig. On 0 every reqs[i] holds an ok reply; caller clears them. NamespaceNotFound
- * = unsharded collection in a database that does not exist (an empty answer). */
+ * StaleConfig / StaleDbVersion (rt_dispatch). On 0 every reqs[i] holds an ok reply; caller
+ * clears them. NamespaceNotFound = unsharded collection in a database that does not exist
+ * (an empty answer). */
 static int scatter(router_t *r, const char *db, const char *coll, const bson_t *filter,
                    build_fn fn, void *arg, rt_req_t *reqs, int *nreqs, ms_error_t *err) {
     char ns[MS_NS_BYTES_MAX + 1];
     snprintf(ns, sizeof ns, "%s.%s", db, coll);
+    scatter_arg_t a = {db, coll, filter, fn, arg};
+    rt_dispatch_t d = {.db = db, .ns = ns, .build = scatter_build, .discard = scatter_discard,
+                       .arg = &a};
+    int n = 0, fail = -1;
+    int rc = rt_dispatch(r, &d, reqs, &n, &fail, err);
     *nreqs = 0;
-    for (int attempt = 0; attempt <= MS_STALE_RETRIES_MAX; attempt++) {
-        rt_table_t *t = NULL;
-        int rc, n = 0;
-        if ((rc = op_check(err)) != 0) return rc;   /* a refresh may have used the time up */
-        if ((rc = rt_table_get(r, ns, &t, err)) != 0) return rc;
-        if (!t->sharded) {
-            char primary[RT_NAME_BYTES_MAX];
-            rt_db_version_t dbv;
-            rc = rt_db_get(r, db, false, primary, sizeof primary, &dbv, err);
-            if (rc) {
-                rt_table_release(t);
-                return rc;
-            }
-            memset(&reqs[0], 0, sizeof reqs[0]);
-            snprintf(reqs[0].shard, sizeof reqs[0].shard, "%s", primary);
-            bson_init(&reqs[0].cmd);
-            fn(arg, t, -1, 1, &reqs[0].cmd);
-            rt_append_version(&reqs[0].cmd, t, -1);
-            rt_append_db_version(&reqs[0].cmd, &dbv);
-            n = 1;
-        } else {
-            uint64_t mask = 0;
-            bool point = false;
-            bson_t empty = BSON_INITIALIZER;
-            rc = rt_target_filter(t, filter ? filter : &empty, &mask, &point, err);
-            bson_destroy(&empty);
-            if (rc) {
-                rt_table_release(t);
-                return rc;
-            }
-            int nt = __builtin_popcountll(mask);
-            for (int i = 0; i < t->rt.nshards; i++) {
-                if (!(mask & (1ull << i))) continue;
-                memset(&reqs[n], 0, sizeof reqs[n]);
-                snprintf(reqs[n].shard, sizeof reqs[n].shard, "%s", t->rt.shards[i]);
-                bson_init(&reqs[n].cmd);
-                fn(arg, t, i, nt, &reqs[n].cmd);
-                rt_append_version(&reqs[n].cmd, t, i);
-                n++;
-            }
-            atomic_fetch_add(nt == 1 ? &r->targeted_ops : &r->scatter_ops, 1);
-        }
-        rt_send_all(r, reqs, n);
-        int stale = -1, stale_db = -1, fail = -1;
-        for (int i = 0; i < n; i++) {
-            if (reqs[i].rc) {
-                if (fail < 0) fail = i;
-                continue;
-            }
-            ms_error_t e2;
-            int code = rt_reply_status(&reqs[i].reply, &e2);
-            if (code == MS_ERR_STALE_CONFIG) {
-                if (stale < 0) stale = i;
-            } else if (code == MS_ERR_STALE_DB_VERSION) {
-                if (stale_db < 0) stale_db = i;
-            } else if (code && fail < 0) {
-                fail = i;
-            }
-        }
-        if (stale < 0 && stale_db < 0 && fail < 0) {
-            *nreqs = n;
-            rt_table_release(t);
-            return 0;
-        }
-        /* Close whatever the shards that answered opened, then retry or fail. */
-        for (int i = 0; i < n; i++)
-            if (reqs[i].rc == 0 && rt_reply_status(&reqs[i].reply, NULL) == 0)
-                kill_reply_cursor(r, reqs[i].shard, db, coll, &reqs[i].reply);
-        if (fail >= 0) {
-            if (reqs[fail].rc) *err = reqs[fail].err;
-            else rc = rt_reply_status(&reqs[fail].reply, err);
-            rc = reqs[fail].rc ? reqs[fail].rc : err->code;
-            if (!reqs[fail].rc) err_prefix(err, "shard %s", reqs[fail].shard);  /* rt_shard_call named it */
-            for (int i = 0; i < n; i++) rt_req_clear(&reqs[i]);
-            rt_table_release(t);
-            return rc;
-        }
-        /* StaleDbVersion: the primary moved (or the database was re-created): forget
-         * the database entry; StaleConfig: refresh the collection's table. */
-        if (stale_db >= 0) rt_note_stale_db(r, db, reqs[stale_db].shard, &reqs[stale_db].reply);
-        if (stale >= 0) rt_note_stale(r, ns, reqs[stale].shard, &reqs[stale].reply);
-        for (int i = 0; i < n; i++) rt_req_clear(&reqs[i]);
-        rc = stale >= 0 ? rt_table_refresh(r, ns, t, err) : 0;
-        rt_table_release(t);
-        if (rc) return rc;
+    if (rc) return rc;
+    if (fail < 0) {
+        *nreqs = n;
+        return 0;
     }
-    return err_set(err, MS_ERR_STALE_CONFIG,
-                   "%s: shards kept answering StaleConfig or StaleDbVersion after %d refreshes",
-                   ns, MS_STALE_RETRIES_MAX);
+    /* Close whatever the shards that answered opened, then fail. */
+    for (int i = 0; i < n; i++)
+        if (reqs[i].rc == 0 && rt_reply_status(&reqs[i].reply, NULL) == 0)
+            kill_reply_cursor(r, reqs[i].shard, db, coll, &reqs[i].reply);
+    if (reqs[fail].rc) {
+        *err = reqs[fail].err;   /* rt_shard_call named the shard */
+        rc = reqs[fail].rc;
+    } else {
+        rc = rt_reply_status(&reqs[fail].reply, err);
+        err_prefix(err, "shard %s", reqs[fail].shard);
+    }
+    for (int i = 0; i < n; i++) rt_req_clear(&reqs[i]);
+    return rc;
 }
 
 /* ---- router cursors -------------------------------------------------------------------- */

@@ -709,21 +709,16 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
             rc = expired.code;
             goto out;
         }
-        if (stale || stale_db) {
-            if (++stale_rounds > MS_STALE_RETRIES_MAX) {
-                ms_error_t e;
+        if (stale || stale_db) {   /* rt_stale_settle: retry (refreshed) or give up */
+            ms_error_t e;
+            int src = rt_stale_settle(r, ns, t, stale, &stale_rounds, &e);
+            if (src == RT_STALE_EXHAUSTED)
                 err_set(&e, stale ? MS_ERR_STALE_CONFIG : MS_ERR_STALE_DB_VERSION,
                         "%s: shards kept answering %s after %d refreshes", ns,
                         stale ? "StaleConfig" : "StaleDbVersion", MS_STALE_RETRIES_MAX);
+            if (src)
                 for (int i = 0; i < nops; i++)
                     if (ops[i].state == OP_PENDING) op_fail(&ops[i], &e);
-            } else if (stale) {   /* StaleDbVersion: the entry is forgotten already */
-                ms_error_t e;
-                if (rt_table_refresh(r, ns, t, &e)) {
-                    for (int i = 0; i < nops; i++)
-                        if (ops[i].state == OP_PENDING) op_fail(&ops[i], &e);
-                }
-            }
         }
     }
 
@@ -775,12 +770,70 @@ int rt_cmd_delete(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return run_writes(ctx, W_DELETE, reply, err);
 }
 
-/* findAndModify: one shard, by the shard key in the query; retried on StaleConfig. */
+typedef struct fam_arg {
+    cmd_ctx_t *ctx;
+    const bson_t *q;
+} fam_arg_t;
+
+/* rt_dispatch's build for findAndModify: the primary (unsharded) or the one shard the
+ * query's shard key names, after the shard-key checks of the update. */
+static int fam_build(void *p, router_t *r, const rt_table_t *t, rt_req_t *reqs, int *n,
+                     ms_error_t *err) {
+    fam_arg_t *a = p;
+    cmd_ctx_t *ctx = a->ctx;
+    const bson_t *q = a->q;
+    char target[RT_NAME_BYTES_MAX];
+    rt_db_version_t dbv;
+    bson_iter_t it;
+    bson_t u;
+    int rc, idx = -1;
+    if (!t->sharded) {
+        rc = rt_db_get(r, ctx->db, true, target, sizeof target, &dbv, err);
+    } else {
+        uint64_t mask = 0;
+        bool point = false;
+        rc = rt_target_filter(t, q, &mask, &point, err);
+        if (!rc && __builtin_popcountll(mask) != 1) rc = key_decimal_check(t, q, err);
+        if (!rc && __builtin_popcountll(mask) != 1)
+            rc = err_set(err, MS_ERR_SHARD_KEY_NOT_FOUND,
+                         "Query for sharded findAndModify must contain the shard key");
+        /* A pipeline goes to the shard, which refuses it; an update the shard's
+         * compiler refuses gets its error before our shard-key checks. */
+        if (!rc && bson_iter_init_find(&it, ctx->req, "update") &&
+            BSON_ITER_HOLDS_DOCUMENT(&it) && bsonx_view_container(&it, &u)) {
+            update_t *uc = NULL;
+            rc = update_compile(&u, &uc, err);
+            update_free(uc);
+            if (!rc) rc = check_key_update(t, q, &u, err);
+            if (!rc && is_replacement(&u)) {   /* the key may not change this way either */
+                buf_t rk = {0};
+                bool known;
+                rc = replacement_key(t, q, point, &u, &rk, &known, err);
+                buf_free(&rk);
+            }
+        }
+        if (!rc) {
+            idx = __builtin_ctzll(mask);
+            snprintf(target, sizeof target, "%s", t->rt.shards[idx]);
+        }
+    }
+    if (rc) return rc;
+    memset(&reqs[0], 0, sizeof reqs[0]);
+    snprintf(reqs[0].shard, sizeof reqs[0].shard, "%s", target);
+    bson_init(&reqs[0].cmd);
+    rt_copy_cmd(&reqs[0].cmd, ctx->req, NULL);
+    rt_append_version(&reqs[0].cmd, t, idx);
+    if (!t->sharded) rt_append_db_version(&reqs[0].cmd, &dbv);
+    *n = 1;
+    return 0;
+}
+
+/* findAndModify: one shard, by the shard key in the query; stale retries by rt_dispatch. */
 int rt_cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
     const char *coll = bson_iter_utf8(&ctx->arg, NULL);
     char ns[RT_NAME_BYTES_MAX + MS_NS_BYTES_MAX + 2];
-    bson_t q, u;
+    bson_t q;
     bson_iter_t it;
     snprintf(ns, sizeof ns, "%s.%s", ctx->db, coll);
     bson_init(&q);
@@ -791,87 +844,29 @@ int rt_cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         bson_destroy(&q);
         bson_init_static(&q, data, len);
     }
-    for (int attempt = 0; attempt <= MS_STALE_RETRIES_MAX; attempt++) {
-        rt_table_t *t = NULL;
-        char target[RT_NAME_BYTES_MAX];
-        rt_db_version_t dbv;
-        int rc, idx = -1;
-        if ((rc = op_check(err)) != 0) return rc;   /* a refresh may have used the time up */
-        if ((rc = rt_table_get(r, ns, &t, err)) != 0) return rc;
-        if (!t->sharded) {
-            rc = rt_db_get(r, ctx->db, true, target, sizeof target, &dbv, err);
-        } else {
-            uint64_t mask = 0;
-            bool point = false;
-            rc = rt_target_filter(t, &q, &mask, &point, err);
-            if (!rc && __builtin_popcountll(mask) != 1) rc = key_decimal_check(t, &q, err);
-            if (!rc && __builtin_popcountll(mask) != 1)
-                rc = err_set(err, MS_ERR_SHARD_KEY_NOT_FOUND,
-                             "Query for sharded findAndModify must contain the shard key");
-            /* A pipeline goes to the shard, which refuses it; an update the shard's
-             * compiler refuses gets its error before our shard-key checks. */
-            if (!rc && bson_iter_init_find(&it, ctx->req, "update") &&
-                BSON_ITER_HOLDS_DOCUMENT(&it) && bsonx_view_container(&it, &u)) {
-                update_t *uc = NULL;
-                rc = update_compile(&u, &uc, err);
-                update_free(uc);
-                if (!rc) rc = check_key_update(t, &q, &u, err);
-                if (!rc && is_replacement(&u)) {   /* the key may not change this way either */
-                    buf_t rk = {0};
-                    bool known;
-                    rc = replacement_key(t, &q, point, &u, &rk, &known, err);
-                    buf_free(&rk);
-                }
-            }
-            if (!rc) {
-                idx = __builtin_ctzll(mask);
-                snprintf(target, sizeof target, "%s", t->rt.shards[idx]);
-            }
-        }
-        if (rc) {
-            rt_table_release(t);
-            return rc;
-        }
-        bson_t cmd, rep;
-        bson_init(&cmd);
-        rt_copy_cmd(&cmd, ctx->req, NULL);
-        rt_append_version(&cmd, t, idx);
-        if (!t->sharded) rt_append_db_version(&cmd, &dbv);
-        rc = rt_shard_call(r, target, &cmd, &rep, err);
-        bson_destroy(&cmd);
-        if (rc) {
-            rt_table_release(t);
-            return rc;
-        }
-        ms_error_t e;
-        int code = rt_reply_status(&rep, &e);
-        if (code == MS_ERR_STALE_CONFIG) {
-            rt_note_stale(r, ns, target, &rep);
-            bson_destroy(&rep);
-            rc = rt_table_refresh(r, ns, t, err);
-            rt_table_release(t);
-            if (rc) return rc;
-            continue;
-        }
-        if (code == MS_ERR_STALE_DB_VERSION) {
-            rt_note_stale_db(r, ctx->db, target, &rep);
-            bson_destroy(&rep);
-            rt_table_release(t);
-            continue;
-        }
-        rt_table_release(t);
-        if (code) {
-            *err = e;
-            append_error_extra(&rep, &ctx->err_info);   /* keyPattern, keyValue, ... */
-            bson_destroy(&rep);
-            return code;
-        }
-        bson_iter_init(&it, &rep);
-        while (bson_iter_next(&it))
-            if (strcmp(bson_iter_key(&it), "ok") != 0) bson_append_iter(reply, NULL, 0, &it);
-        bson_destroy(&rep);
-        return 0;
+    fam_arg_t a = {ctx, &q};
+    rt_dispatch_t d = {.db = ctx->db, .ns = ns, .build = fam_build, .arg = &a};
+    rt_req_t req;
+    int n = 0, fail = -1;
+    int rc = rt_dispatch(r, &d, &req, &n, &fail, err);
+    if (rc) return rc;
+    if (req.rc) {
+        *err = req.err;
+        rc = req.rc;
+        rt_req_clear(&req);
+        return rc;
     }
-    return err_set(err, MS_ERR_STALE_CONFIG,
-                   "%s: shards kept answering StaleConfig or StaleDbVersion", ns);
+    ms_error_t e;
+    int code = rt_reply_status(&req.reply, &e);
+    if (code) {
+        *err = e;
+        append_error_extra(&req.reply, &ctx->err_info);   /* keyPattern, keyValue, ... */
+        rt_req_clear(&req);
+        return code;
+    }
+    bson_iter_init(&it, &req.reply);
+    while (bson_iter_next(&it))
+        if (strcmp(bson_iter_key(&it), "ok") != 0) bson_append_iter(reply, NULL, 0, &it);
+    rt_req_clear(&req);
+    return 0;
 }
