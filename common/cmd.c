@@ -116,12 +116,83 @@ static int cmd_check_type(const char *cmd, const char *field, const bson_iter_t 
                    bsonx_type_name(t), want);
 }
 
+const char *const cmd_generic_args[] = {
+    /* generic_args_api_v1 */
+    "apiVersion", "apiStrict", "apiDeprecationErrors", "$db", "maxTimeMS", "readConcern",
+    "writeConcern", "lsid", "clientOperationKey", "txnNumber", "autocommit", "startTransaction",
+    "stmtId", "comment", "$readPreference", "$clusterTime",
+    /* generic_args_unstable_v1 */
+    "$audit", "$client", "$configServerState", "allowImplicitCollectionCreation",
+    "$oplogQueryData", "$queryOptions", "$replData", "databaseVersion", "shardVersion",
+    "tracking_info", "coordinator", "maxTimeMSOpOnly", "$configTime", "$topologyTime",
+    "txnRetryCounter", "mayBypassWriteBlocking", "$tenant", "expectPrefix", NULL};
+
+const char *const cmd_update_stmt_fields[] = {
+    "q", "u", "c", "arrayFilters", "hint", "multi", "upsert", "upsertSupplied", "collation",
+    "sampleId", "$_allowShardKeyUpdatesWithoutFullShardKeyInQuery", NULL};
+
+const char *const cmd_delete_stmt_fields[] = {"q", "limit", "hint", "collation", "sampleId",
+                                              NULL};
+
+static bool cmd_name_in(const char *const *list, const char *name) {
+    for (int i = 0; list && list[i]; i++)
+        if (strcmp(list[i], name) == 0) return true;
+    return false;
+}
+
+bool cmd_is_generic_arg(const char *name) { return cmd_name_in(cmd_generic_args, name); }
+
+static const cmd_field_t *cmd_spec_field(const cmd_spec_t *spec, const char *name) {
+    for (int i = 0; i < CMD_FIELDS_MAX && spec->fields[i].name; i++)
+        if (strcmp(spec->fields[i].name, name) == 0) return &spec->fields[i];
+    return NULL;
+}
+
+/* CMD_STRICT_FIELDS: the request's fields in document order, as MongoDB's IDL parser
+ * meets them (a listed field of the wrong type before an unknown one is TypeMismatch),
+ * then the statements of spec->stmts. */
+static int cmd_check_strict(const cmd_ctx_t *ctx, ms_error_t *err) {
+    const cmd_spec_t *spec = ctx->spec;
+    bson_iter_t it, arr, st;
+    char shown[CMD_NAME_SHOWN_MAX + 1];
+    int rc;
+    if (!bson_iter_init(&it, ctx->req) || !bson_iter_next(&it)) return 0;   /* the command */
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        const cmd_field_t *f = cmd_spec_field(spec, k);
+        if (f) {
+            if ((rc = cmd_check_type(spec->name, k, &it, f->types, err))) return rc;
+            continue;
+        }
+        if (cmd_is_generic_arg(k)) continue;
+        cmd_printable(shown, sizeof shown, k);
+        return err_set(err, MS_ERR_IDL_UNKNOWN_FIELD, "BSON field '%s.%s' is an unknown field.",
+                       spec->name, shown);
+    }
+    if (!spec->stmts || !bson_iter_init_find(&it, ctx->req, spec->stmts) ||
+        !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr))
+        return 0;
+    while (bson_iter_next(&arr)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bson_iter_recurse(&arr, &st)) continue;
+        while (bson_iter_next(&st)) {
+            const char *k = bson_iter_key(&st);
+            if (cmd_name_in(spec->stmt_fields, k)) continue;
+            cmd_printable(shown, sizeof shown, k);
+            return err_set(err, MS_ERR_IDL_UNKNOWN_FIELD,
+                           "BSON field '%s.%s.%s' is an unknown field.", spec->name, spec->stmts,
+                           shown);
+        }
+    }
+    return 0;
+}
+
 static int cmd_check_fields(const cmd_ctx_t *ctx, ms_error_t *err) {
     const cmd_spec_t *spec = ctx->spec;
     bson_iter_t it;
     int rc;
     if (spec->arg_types && (rc = cmd_check_type(spec->name, NULL, &ctx->arg, spec->arg_types, err)))
         return rc;
+    if ((spec->flags & CMD_STRICT_FIELDS) && (rc = cmd_check_strict(ctx, err))) return rc;
     for (int i = 0; i < CMD_FIELDS_MAX && spec->fields[i].name; i++) {
         const cmd_field_t *f = &spec->fields[i];
         if (!bson_iter_init_find(&it, ctx->req, f->name)) {

@@ -63,9 +63,15 @@ enum cmd_flags {
     CMD_DB_ARG = 1u << 5,      /* the command's value is a database name (enableSharding) */
     CMD_FULL_NS_ARG = 1u << 6, /* the command's value is "db.collection" (shardCollection) */
     CMD_NS_FIELD = 1u << 7,    /* the `collection` field is a collection name in $db (getMore) */
+    /* MongoDB's IDL `strict: true`: a top-level field neither in `fields` nor one of the
+     * generic arguments every command takes (cmd_generic_args) is refused with 40415
+     * "BSON field '<cmd>.<field>' is an unknown field."; so is a field of a statement in
+     * the row's `stmts` array that is not in `stmt_fields`. Every check runs before the
+     * handler, so no statement of a refused batch is executed. */
+    CMD_STRICT_FIELDS = 1u << 8,
 };
 
-#define CMD_FIELDS_MAX 16
+#define CMD_FIELDS_MAX 40
 
 typedef struct cmd_field {
     const char *name;   /* NULL ends the list */
@@ -84,7 +90,57 @@ typedef struct cmd_spec {
     uint32_t arg_types;                  /* allowed types of the command's own value; 0 = any */
     cmd_field_t fields[CMD_FIELDS_MAX];  /* checked before the handler runs */
     const char *help;                    /* one line for listCommands */
+    /* With CMD_STRICT_FIELDS: the array of statements ("updates", "deletes") whose
+     * document elements may hold only the names in stmt_fields (NULL-ended). */
+    const char *stmts;
+    const char *const *stmt_fields;
 } cmd_spec_t;
+
+/* MongoDB 7.0's generic arguments (src/mongo/idl/generic_argument.idl): accepted by every
+ * command, strict or not. NULL-ended. */
+extern const char *const cmd_generic_args[];
+/* The fields of an update and of a delete statement in MongoDB 7.0 (write_ops.idl's
+ * UpdateOpEntry and DeleteOpEntry; `sort` in an update statement is 7.1+). NULL-ended. */
+extern const char *const cmd_update_stmt_fields[];
+extern const char *const cmd_delete_stmt_fields[];
+bool cmd_is_generic_arg(const char *name);
+
+/* Fields MongoDB 7.0 accepts on a CRUD command that minishard accepts without acting on
+ * them (type unchecked), shared by the shard's and the router's rows so the router never
+ * forwards a field the shard refuses. A row lists its own checked fields, then these. */
+#define CMD_ANY_FIELD(nm) {nm, CT_ANY, false, 0}
+#define CMD_WRITE_BASE_FIELDS                                                          \
+    CMD_ANY_FIELD("bypassDocumentValidation"), CMD_ANY_FIELD("stmtIds"),               \
+    CMD_ANY_FIELD("isTimeseriesNamespace"), CMD_ANY_FIELD("collectionUUID"),           \
+    CMD_ANY_FIELD("encryptionInformation")
+#define CMD_INSERT_MORE_FIELDS CMD_WRITE_BASE_FIELDS
+#define CMD_UPDATE_MORE_FIELDS \
+    CMD_WRITE_BASE_FIELDS, CMD_ANY_FIELD("let"), CMD_ANY_FIELD("runtimeConstants")
+#define CMD_DELETE_MORE_FIELDS CMD_UPDATE_MORE_FIELDS
+#define CMD_FIND_MORE_FIELDS                                                           \
+    CMD_ANY_FIELD("let"), CMD_ANY_FIELD("collation"), CMD_ANY_FIELD("allowDiskUse"),   \
+    CMD_ANY_FIELD("max"), CMD_ANY_FIELD("min"), CMD_ANY_FIELD("returnKey"),            \
+    CMD_ANY_FIELD("showRecordId"), CMD_ANY_FIELD("tailable"),                          \
+    CMD_ANY_FIELD("oplogReplay"), CMD_ANY_FIELD("noCursorTimeout"),                    \
+    CMD_ANY_FIELD("awaitData"), CMD_ANY_FIELD("allowPartialResults"),                  \
+    CMD_ANY_FIELD("readOnce"), CMD_ANY_FIELD("allowSpeculativeMajorityRead"),          \
+    CMD_ANY_FIELD("$_requestResumeToken"), CMD_ANY_FIELD("$_resumeAfter"),             \
+    CMD_ANY_FIELD("$_startAt"), CMD_ANY_FIELD("term"),                                 \
+    CMD_ANY_FIELD("encryptionInformation"), CMD_ANY_FIELD("sampleId"),                 \
+    CMD_ANY_FIELD("runtimeConstants")
+#define CMD_COUNT_MORE_FIELDS                                                          \
+    CMD_ANY_FIELD("collation"), CMD_ANY_FIELD("fields"),                               \
+    CMD_ANY_FIELD("encryptionInformation"), CMD_ANY_FIELD("mirrored"),                 \
+    CMD_ANY_FIELD("sampleId")
+#define CMD_DISTINCT_MORE_FIELDS \
+    CMD_ANY_FIELD("collation"), CMD_ANY_FIELD("mirrored"), CMD_ANY_FIELD("sampleId")
+#define CMD_FAM_MORE_FIELDS                                                            \
+    CMD_ANY_FIELD("hint"), CMD_ANY_FIELD("collation"), CMD_ANY_FIELD("arrayFilters"),  \
+    CMD_ANY_FIELD("bypassDocumentValidation"), CMD_ANY_FIELD("let"),                   \
+    CMD_ANY_FIELD("runtimeConstants"), CMD_ANY_FIELD("encryptionInformation"),         \
+    CMD_ANY_FIELD("sampleId"), CMD_ANY_FIELD("batchSize"),                             \
+    CMD_ANY_FIELD("$_allowShardKeyUpdatesWithoutFullShardKeyInQuery")
+#define CMD_GETMORE_MORE_FIELDS CMD_ANY_FIELD("term"), CMD_ANY_FIELD("lastKnownCommittedOpTime")
 
 typedef struct cmd_server cmd_server_t;
 

@@ -90,6 +90,7 @@
     X(BSON_OBJECT_TOO_LARGE, 10334, "BSONObjectTooLarge")           \
     X(DUPLICATE_KEY, 11000, "DuplicateKey")                         \
     X(STALE_CONFIG, 13388, "StaleConfig")                           \
+    X(IDL_UNKNOWN_FIELD, 40415, "Location40415")                    \
     X(IDL_VALUE_TOO_LOW, 51024, "Location51024")
 
 enum ms_err {

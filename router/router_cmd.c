@@ -39,6 +39,11 @@ static int rt_isdbgrid(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 #define NS_ARG CT_STR
 #define CRUD(nm, fn, fl, ...) {.name = nm, .handler = fn, .flags = (fl) | CMD_NS_ARG, .arg_types = NS_ARG, \
                               .fields = {__VA_ARGS__}, .help = "routed by shard key"}
+/* A strict write whose statements (the `arr` array) may hold only the names in `list`. */
+#define CRUD_STMTS(nm, fn, arr, list, ...)                                                   \
+    {.name = nm, .handler = fn, .flags = CMD_WRITE | CMD_STRICT_FIELDS | CMD_NS_ARG,          \
+     .arg_types = NS_ARG, .fields = {__VA_ARGS__}, .help = "routed by shard key",             \
+     .stmts = arr, .stmt_fields = list}
 #define CFG(nm) {.name = nm, .handler = rt_cmd_to_config, .flags = CMD_WRITE, \
                  .help = "forwarded to the config server"}
 #define CFG_RO(nm) {.name = nm, .handler = rt_cmd_to_config, \
@@ -46,6 +51,12 @@ static int rt_isdbgrid(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 /* Forwarded commands whose value is a name: checked here as on the config server. */
 #define CFG_NAMED(nm, fl) {.name = nm, .handler = rt_cmd_to_config, .flags = CMD_WRITE | (fl), \
                            .help = "forwarded to the config server"}
+
+/* findAndModify's fields: the checked ones, then those the router passes to the shard. */
+#define RT_FAM_FIELDS                                                                      \
+    {"query", CT_DOC | CT_NULL, false}, {"update", CT_DOC | CT_ARR, false},                \
+        {"remove", CT_FLAG, false}, {"sort", CT_DOC, false}, {"new", CT_FLAG, false},      \
+        {"upsert", CT_FLAG, false}, {"fields", CT_DOC, false}, CMD_FAM_MORE_FIELDS
 
 #define RT_HELLO_FIELDS {{"helloOk", CT_FLAG, false}, {"client", CT_DOC, false}}
 
@@ -58,27 +69,31 @@ const cmd_spec_t router_table[] = {
      .help = "legacy name of hello"},
     {.name = "isdbgrid", .handler = rt_isdbgrid, .flags = CMD_NO_LOG,
      .help = "legacy router check: {isdbgrid: 1, hostname}"},
-    CRUD("find", rt_cmd_find, 0, {"filter", CT_DOC, false}, {"sort", CT_DOC, false},
-         {"projection", CT_DOC, false}, {"skip", CT_NUM, false, VAL_I64_NONNEG},
-         {"limit", CT_NUM, false, VAL_I64_NONNEG}, {"batchSize", CT_NUM, false, VAL_I64_NONNEG},
-         {"ntoreturn", CT_NUM, false, VAL_I64_NONNEG}, {"singleBatch", CT_FLAG, false}),
-    {.name = "getMore", .handler = rt_cmd_get_more, .flags = CMD_NS_FIELD, .arg_types = CT_NUM,
-     .fields = {{"collection", CT_STR, true}, {"batchSize", CT_NUM, false, VAL_GETMORE_BATCH}},
+    CRUD("find", rt_cmd_find, CMD_STRICT_FIELDS, {"filter", CT_DOC, false},
+         {"sort", CT_DOC, false}, {"projection", CT_DOC, false},
+         {"skip", CT_NUM, false, VAL_I64_NONNEG}, {"limit", CT_NUM, false, VAL_I64_NONNEG},
+         {"batchSize", CT_NUM, false, VAL_I64_NONNEG},
+         {"ntoreturn", CT_NUM, false, VAL_I64_NONNEG}, {"singleBatch", CT_FLAG, false},
+         {"hint", CT_DOC | CT_STR, false}, CMD_FIND_MORE_FIELDS),
+    {.name = "getMore", .handler = rt_cmd_get_more, .flags = CMD_NS_FIELD | CMD_STRICT_FIELDS,
+     .arg_types = CT_NUM,
+     .fields = {{"collection", CT_STR, true}, {"batchSize", CT_NUM, false, VAL_GETMORE_BATCH},
+                CMD_GETMORE_MORE_FIELDS},
      .help = "next batch of a router cursor"},
     CRUD("killCursors", rt_cmd_kill_cursors, 0, {"cursors", CT_ARR, true}),
-    CRUD("count", rt_cmd_count, 0, {"query", CT_DOC, false},
-         {"skip", CT_NUM, false, VAL_I64_NONNEG}, {"limit", CT_NUM, false, VAL_I64}),
-    CRUD("distinct", rt_cmd_distinct, 0, {"key", CT_STR, true}, {"query", CT_DOC, false}),
-    CRUD("insert", rt_cmd_insert, CMD_WRITE, {"documents", CT_ARR, true},
-         {"ordered", CT_FLAG, false}),
-    CRUD("update", rt_cmd_update, CMD_WRITE, {"updates", CT_ARR, true},
-         {"ordered", CT_FLAG, false}),
-    CRUD("delete", rt_cmd_delete, CMD_WRITE, {"deletes", CT_ARR, true},
-         {"ordered", CT_FLAG, false}),
-    CRUD("findAndModify", rt_cmd_find_and_modify, CMD_WRITE, {"query", CT_DOC | CT_NULL, false},
-         {"update", CT_DOC | CT_ARR, false}, {"remove", CT_FLAG, false}),
-    CRUD("findandmodify", rt_cmd_find_and_modify, CMD_WRITE, {"query", CT_DOC | CT_NULL, false},
-         {"update", CT_DOC | CT_ARR, false}, {"remove", CT_FLAG, false}),
+    CRUD("count", rt_cmd_count, CMD_STRICT_FIELDS, {"query", CT_DOC, false},
+         {"skip", CT_NUM, false, VAL_I64_NONNEG}, {"limit", CT_NUM, false, VAL_I64},
+         {"hint", CT_DOC | CT_STR, false}, CMD_COUNT_MORE_FIELDS),
+    CRUD("distinct", rt_cmd_distinct, CMD_STRICT_FIELDS, {"key", CT_STR, true},
+         {"query", CT_DOC, false}, CMD_DISTINCT_MORE_FIELDS),
+    CRUD("insert", rt_cmd_insert, CMD_WRITE | CMD_STRICT_FIELDS, {"documents", CT_ARR, true},
+         {"ordered", CT_FLAG, false}, CMD_INSERT_MORE_FIELDS),
+    CRUD_STMTS("update", rt_cmd_update, "updates", cmd_update_stmt_fields,
+               {"updates", CT_ARR, true}, {"ordered", CT_FLAG, false}, CMD_UPDATE_MORE_FIELDS),
+    CRUD_STMTS("delete", rt_cmd_delete, "deletes", cmd_delete_stmt_fields,
+               {"deletes", CT_ARR, true}, {"ordered", CT_FLAG, false}, CMD_DELETE_MORE_FIELDS),
+    CRUD("findAndModify", rt_cmd_find_and_modify, CMD_WRITE | CMD_STRICT_FIELDS, RT_FAM_FIELDS),
+    CRUD("findandmodify", rt_cmd_find_and_modify, CMD_WRITE | CMD_STRICT_FIELDS, RT_FAM_FIELDS),
     CRUD("drop", rt_cmd_drop, CMD_WRITE, {NULL, 0, false}),
     {.name = "dropDatabase", .handler = rt_cmd_drop_database, .flags = CMD_WRITE,
      .help = "drop the $db database: every collection on every shard, then its metadata"},

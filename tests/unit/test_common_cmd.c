@@ -96,6 +96,10 @@ static const cmd_spec_t test_table[] = {
     {.name = "openFail", .handler = h_open_fail, .help = "fails with a sub-document open"},
     {.name = "openOk", .handler = h_open_ok, .help = "succeeds with a sub-document open"},
     {.name = "openInfo", .handler = h_open_info, .help = "fails with err_info half-built"},
+    {.name = "strict", .handler = h_echo, .flags = CMD_STRICT_FIELDS, .arg_types = CT_STR,
+     .fields = {{"n", CT_INT32 | CT_INT64, true}, {"updates", CT_ARR, false}},
+     .stmts = "updates", .stmt_fields = cmd_update_stmt_fields,
+     .help = "refuses unknown fields"},
 };
 
 static cmd_server_t *start(const char *url, bool test_commands) {
@@ -556,6 +560,49 @@ static void cmd_dispatch_direct(void) {
     cmd_server_stop(NULL);
 }
 
+/* Dispatches extended JSON without a transport; r is reinitialised with the reply. */
+static void dispatch_json(cmd_server_t *s, const char *json, bson_t *r) {
+    bson_t cmd;
+    bson_error_t berr;
+    bson_reinit(r);
+    if (!bson_init_from_json(&cmd, json, -1, &berr)) {
+        t_fail(__FILE__, __LINE__, "bad test json %s: %s", json, berr.message);
+        return;
+    }
+    cmd_dispatch(s, bson_get_data(&cmd), cmd.len, r);
+    bson_destroy(&cmd);
+}
+
+/* CMD_STRICT_FIELDS: an unknown top-level or statement field is 40415 naming it; generic
+ * arguments pass; a listed field of the wrong type met first is TypeMismatch. */
+static void cmd_strict_fields(void) {
+    cmd_server_t *s = start(t_url("cmd_strict"), true);
+    bson_t r = BSON_INITIALIZER;
+    dispatch_json(s, "{\"strict\": \"x\", \"n\": 1, \"bogus\": 1}", &r);
+    EXPECT_ERR(r, MS_ERR_IDL_UNKNOWN_FIELD);
+    CHECK_STR(get_str(&r, "codeName"), "Location40415");
+    CHECK_STR(get_str(&r, "errmsg"), "BSON field 'strict.bogus' is an unknown field.");
+    dispatch_json(s, "{\"strict\": \"x\", \"n\": \"s\", \"bogus\": 1}", &r);
+    EXPECT_ERR(r, MS_ERR_TYPE_MISMATCH);
+    dispatch_json(s, "{\"strict\": \"x\", \"n\": 1, \"updates\": [{\"q\": {}, \"u\": {}}, "
+                     "{\"q\": {}, \"u\": {}, \"sort\": {\"a\": 1}}]}", &r);
+    EXPECT_ERR(r, MS_ERR_IDL_UNKNOWN_FIELD);
+    CHECK_STR(get_str(&r, "errmsg"), "BSON field 'strict.updates.sort' is an unknown field.");
+    dispatch_json(s, "{\"strict\": \"x\", \"n\": 1, \"updates\": [{\"q\": {}, \"u\": {}, "
+                     "\"upsert\": true, \"multi\": false, \"arrayFilters\": []}, 5], "
+                     "\"maxTimeMS\": 1000, \"comment\": \"c\", \"lsid\": {}, "
+                     "\"writeConcern\": {}, \"readConcern\": {}, \"$readPreference\": {}, "
+                     "\"$db\": \"d\", \"shardVersion\": {}, \"databaseVersion\": {}}", &r);
+    CHECK(ok_is(&r, 1.0));
+    /* a non-strict row still ignores what it does not know */
+    dispatch_json(s, "{\"echo\": \"x\", \"n\": 1, \"bogus\": 1}", &r);
+    CHECK(ok_is(&r, 1.0));
+    CHECK(cmd_is_generic_arg("maxTimeMS") && cmd_is_generic_arg("$clusterTime") &&
+          !cmd_is_generic_arg("bogus") && !cmd_is_generic_arg("readPreference"));
+    bson_destroy(&r);
+    cmd_server_stop(s);
+}
+
 /* A handler's error path may leave its reply half-built (a sub-document open): the
  * client gets the error, the process lives, and the next command is answered. */
 static void cmd_half_built_reply(void) {
@@ -681,5 +728,5 @@ static void cmd_intercept(void) {
 
 T_MAIN(T_CASE(cmd_common_commands), T_CASE(cmd_unknown_command), T_CASE(cmd_field_checks),
        T_CASE(cmd_test_only_hidden), T_CASE(cmd_error_fields), T_CASE(cmd_error_logged),
-       T_CASE(cmd_size_limits), T_CASE(cmd_garbage), T_CASE(cmd_dispatch_direct),
+       T_CASE(cmd_size_limits), T_CASE(cmd_garbage), T_CASE(cmd_dispatch_direct), T_CASE(cmd_strict_fields),
        T_CASE(cmd_fail_command), T_CASE(cmd_intercept), T_CASE(cmd_half_built_reply))

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""
+test_unknown_fields.py — issue 11 item 6 (d): the CRUD commands refuse a field they do not
+know, as MongoDB 7.0's IDL parser does (40415 Location40415, "BSON field '<cmd>.<field>' is
+an unknown field."), on a shard and through the router alike; so does a write statement
+with an unknown field (`sort` in an update statement is 7.1+). The generic arguments every
+MongoDB command takes (maxTimeMS, writeConcern, readConcern, comment, lsid,
+$readPreference ...) and the fields MongoDB knows but minishard ignores stay accepted, and
+a refused batch runs none of its statements.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lib import *  # noqa: E402,F403
+
+DB = "uf"
+GENERIC = {"maxTimeMS": 5000, "writeConcern": {"w": 1}, "readConcern": {"level": "local"},
+           "comment": "c", "lsid": {"id": 1}, "$readPreference": {"mode": "primary"}}
+
+
+def setup(t):
+    cl = t.cluster(shards=2)
+    R = cl.client()
+    S = t.shardd("single").client()
+    R.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+    R.ok({"shardCollection": DB + ".s", "key": {"_id": 1}, "$db": "admin"})
+    R.ok({"split": DB + ".s", "middle": {"_id": 5}, "$db": "admin"})
+    for X in (R, S):
+        for c in ("s", "u"):
+            X.ok({"insert": c, "$db": DB, "documents": [{"_id": i, "a": i} for i in range(10)]})
+    return cl, R, S
+
+
+def crud_cmds(c):
+    """One valid command of each strict CRUD command on collection c."""
+    return [
+        {"find": c, "filter": {}},
+        {"count": c, "query": {}},
+        {"distinct": c, "key": "a"},
+        {"insert": c, "documents": [{"x": 1}]},
+        {"update": c, "updates": [{"q": {"_id": 1}, "u": {"$set": {"b": 1}}}]},
+        {"delete": c, "deletes": [{"q": {"_id": 100}, "limit": 1}]},
+        {"findAndModify": c, "query": {"_id": 2}, "update": {"$set": {"b": 2}}},
+        {"findandmodify": c, "query": {"_id": 3}, "update": {"$set": {"b": 3}}},
+    ]
+
+
+@test
+def test_unknown_top_level_field_refused(t):
+    """{find: "c", filter: {}, bogus: 1} and the like: 40415 naming the field, on a shard
+    and through the router, sharded or not; nothing is written."""
+    cl, R, S = setup(t)
+    for X in (R, S):
+        for c in ("s", "u"):
+            for cmd in crud_cmds(c):
+                cmd = dict(cmd, bogus=1, **{"$db": DB})
+                e = X.err(cmd, 40415)
+                assert e["codeName"] == "Location40415", e
+                assert e["errmsg"] == "BSON field '%s.bogus' is an unknown field." % list(cmd)[0], e
+            assert X.find_all(c, DB, {"x": 1}) == [], c
+            assert X.find_all(c, DB, {"b": {"$exists": True}}) == [], c
+        # getMore too (refused before the cursor is touched)
+        r = X.ok({"find": "s", "$db": DB, "filter": {}, "batchSize": 2})
+        cid = r["cursor"]["id"]
+        e = X.err({"getMore": cid, "collection": "s", "$db": DB, "bogus": 1}, 40415)
+        assert e["errmsg"] == "BSON field 'getMore.bogus' is an unknown field.", e
+        r = X.ok({"getMore": cid, "collection": "s", "$db": DB, "term": 1})
+        assert len(r["cursor"]["nextBatch"]) == 8, r
+
+
+@test
+def test_unknown_statement_field_refused(t):
+    """An update statement with `sort` (7.1+) or any unknown name, a delete statement with
+    `multi`: 40415 as a command error, and no statement of the batch runs — not even the
+    ones before it."""
+    cl, R, S = setup(t)
+    for X in (R, S):
+        for c in ("s", "u"):
+            ok_stmt = {"q": {"_id": 1}, "u": {"$set": {"b": 1}}}
+            e = X.err({"update": c, "$db": DB, "updates": [
+                ok_stmt, {"q": {"_id": 7}, "u": {"$set": {"b": 1}}, "sort": {"_id": 1}}]}, 40415)
+            assert e["codeName"] == "Location40415", e
+            assert e["errmsg"] == "BSON field 'update.updates.sort' is an unknown field.", e
+            assert "writeErrors" not in e, e
+            e = X.err({"delete": c, "$db": DB, "deletes": [
+                {"q": {"_id": 1}, "limit": 1}, {"q": {"_id": 2}, "limit": 1, "multi": True}]},
+                40415)
+            assert e["errmsg"] == "BSON field 'delete.deletes.multi' is an unknown field.", e
+            assert X.find_all(c, DB, {"b": {"$exists": True}}) == [], c
+            assert len(X.find_all(c, DB)) == 10, c
+            # the fields MongoDB 7.0 knows in a statement are accepted
+            r = X.ok({"update": c, "$db": DB, "updates": [
+                {"q": {"_id": 1}, "u": {"$set": {"b": 1}}, "upsert": False, "multi": False,
+                 "collation": {"locale": "simple"}, "c": {"x": 1}}]})
+            assert r["n"] == 1, r
+            r = X.ok({"delete": c, "$db": DB, "deletes": [
+                {"q": {"_id": 1}, "limit": 1, "collation": {"locale": "simple"}}]})
+            assert r["n"] == 1, r
+
+
+@test
+def test_generic_and_known_fields_accepted(t):
+    """The generic arguments are accepted by every CRUD command, on a shard and through
+    the router; so are fields MongoDB knows that minishard ignores."""
+    cl, R, S = setup(t)
+    for X in (R, S):
+        for c in ("s", "u"):
+            for cmd in crud_cmds(c):
+                X.ok(dict(cmd, **GENERIC, **{"$db": DB}))
+        X.ok({"find": "s", "$db": DB, "filter": {}, "collation": {"locale": "simple"},
+              "allowDiskUse": True, "noCursorTimeout": False, "allowPartialResults": False,
+              "let": {"v": 1}, "returnKey": False, "showRecordId": False})
+        X.ok({"count": "s", "$db": DB, "query": {}, "collation": {"locale": "simple"}})
+        X.ok({"distinct": "s", "$db": DB, "key": "a", "collation": {"locale": "simple"}})
+        X.ok({"insert": "s", "$db": DB, "documents": [{"_id": 100}],
+              "bypassDocumentValidation": False})
+        X.ok({"update": "s", "$db": DB, "updates": [{"q": {"_id": 100}, "u": {"$set": {"z": 1}}}],
+              "let": {"v": 1}, "bypassDocumentValidation": False})
+        X.ok({"delete": "s", "$db": DB, "deletes": [{"q": {"_id": 100}, "limit": 1}],
+              "let": {"v": 1}})
+        X.ok({"findAndModify": "s", "$db": DB, "query": {"_id": 4}, "update": {"$set": {"z": 1}},
+              "collation": {"locale": "simple"}, "bypassDocumentValidation": False})
+
+
+if __name__ == "__main__":
+    main()
