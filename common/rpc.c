@@ -22,9 +22,7 @@
 #include "common/rpc.h"
 
 #include <nng/nng.h>
-#include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
-#include <nng/supplemental/util/platform.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdatomic.h>

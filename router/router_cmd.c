@@ -97,7 +97,7 @@ const cmd_spec_t router_table[] = {
     CRUD("drop", rt_cmd_drop, CMD_WRITE, {NULL, 0, false}),
     {.name = "dropDatabase", .handler = rt_cmd_drop_database, .flags = CMD_WRITE,
      .help = "drop the $db database: every collection on every shard, then its metadata"},
-    CRUD("createIndexes", rt_cmd_to_all_shards, CMD_WRITE, {"indexes", CT_ARR, true}),
+    CRUD("createIndexes", rt_cmd_create_indexes, CMD_WRITE, {"indexes", CT_ARR, true}),
     CRUD("dropIndexes", rt_cmd_to_all_shards, CMD_WRITE, {"index", CT_ANY, false}),
     CRUD("listIndexes", rt_cmd_to_primary, 0, {NULL, 0, false}),
     CRUD("collStats", rt_cmd_to_primary, 0, {NULL, 0, false}),

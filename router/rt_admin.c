@@ -179,20 +179,7 @@ int rt_cmd_to_all_shards(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     int rc = rt_table_get(r, ns, &t, err);
     if (rc) return rc;
     bool sharded = t->sharded;
-    if (sharded && strcmp(ctx->name, "createIndexes") == 0) {
-        /* Checked here as well as on the shards: a shard that owns no chunk of the
-         * collection does not know its shard key and would build the index. */
-        bson_iter_t it, spec;
-        if (cmd_field(ctx, "indexes", &it) && BSON_ITER_HOLDS_ARRAY(&it) &&
-            bson_iter_recurse(&it, &spec))
-            while (rc == 0 && bson_iter_next(&spec)) {
-                bson_t doc;
-                if (bsonx_view_container(&spec, &doc))
-                    rc = keys_unique_index_spec_check(&t->rt.pattern, &doc, err);
-            }
-    }
     rt_table_release(t);
-    if (rc) return rc;
     if (!sharded) return rt_cmd_to_primary(ctx, reply, err);
     int n = rt_all_shards(r, names, MS_SHARDS_MAX, err);
     if (n < 0) return -n;
@@ -216,6 +203,29 @@ int rt_cmd_to_all_shards(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (!rc && n > 0) rc = relay(ctx, &reqs[0].reply, reply, err);
     for (int i = 0; i < n; i++) rt_req_clear(&reqs[i]);
     return rc;
+}
+
+/* createIndexes: on a sharded collection every unique index must be one its shard key
+ * can keep unique (MongoDB 7.0, CannotCreateIndex 67). Checked here as well as on the
+ * shards: a shard that owns no chunk of the collection does not know its shard key and
+ * would build the index. Then as every command for all shards. */
+int rt_cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    char ns[RT_NAME_BYTES_MAX + MS_NS_BYTES_MAX + 2];
+    rt_table_t *t = NULL;
+    bson_iter_t it, spec;
+    ns_of(ctx, ns, sizeof ns);
+    int rc = rt_table_get(r, ns, &t, err);
+    if (rc) return rc;
+    if (t->sharded && cmd_field(ctx, "indexes", &it) && BSON_ITER_HOLDS_ARRAY(&it) &&
+        bson_iter_recurse(&it, &spec))
+        while (rc == 0 && bson_iter_next(&spec)) {
+            bson_t doc;
+            if (bsonx_view_container(&spec, &doc))
+                rc = keys_unique_index_spec_check(&t->rt.pattern, &doc, err);
+        }
+    rt_table_release(t);
+    return rc ? rc : rt_cmd_to_all_shards(ctx, reply, err);
 }
 
 int rt_cmd_internal(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {

@@ -261,6 +261,34 @@ class Client:
         Client.open_clients.discard(self)
 
 
+# ---- failpoints and pipelined commands ----------------------------------------------------
+
+def fp(c, name, mode="alwaysOn", **data):
+    """configureFailPoint through client c; returns the point's count so far (a test
+    waits for count + 1 with fp_wait)."""
+    cmd = {"configureFailPoint": name, "$db": "admin", "mode": mode}
+    if data:
+        cmd["data"] = data
+    return c.ok(cmd)["count"]
+
+
+def fp_wait(c, name, times):
+    c.ok({"waitForFailPoint": name, "$db": "admin", "timesEntered": times, "maxTimeMS": 20000})
+
+
+def send(client, doc):
+    """Writes one command to a client's pipe without reading the reply (see reply)."""
+    client.p.stdin.write(dumps(doc) + "\n")
+    client.p.stdin.flush()
+
+
+def reply(client):
+    """Reads the reply to a command sent with send."""
+    out = client.p.stdout.readline()
+    assert out, "shardctl for %s closed its output" % client.url
+    return json.loads(out)
+
+
 # ---- a test's context ------------------------------------------------------------------
 
 class Ctx:

@@ -34,30 +34,6 @@ DB = "app"
 
 # ---- failpoints, crashes and restarts ----------------------------------------------------
 
-def fp(c, name, mode="alwaysOn", **data):
-    """configureFailPoint; returns the point's count so far (wait for count + 1)."""
-    cmd = {"configureFailPoint": name, "$db": "admin", "mode": mode}
-    if data:
-        cmd["data"] = data
-    return c.ok(cmd)["count"]
-
-
-def fp_wait(c, name, times):
-    c.ok({"waitForFailPoint": name, "$db": "admin", "timesEntered": times, "maxTimeMS": 20000})
-
-
-def send(client, doc):
-    """Writes one command to a client's pipe without reading the reply."""
-    client.p.stdin.write(dumps(doc) + "\n")
-    client.p.stdin.flush()
-
-
-def reply(client):
-    out = client.p.stdout.readline()
-    assert out, "shardctl for %s closed its output" % client.url
-    return json.loads(out)
-
-
 def drop_client(client):
     """A client whose server died under its request: end the shardctl we started."""
     client.p.kill()

@@ -36,28 +36,6 @@ N = 12000          # > 2 build batches (SHARDD_INDEX_BUILD_BATCH_ROWS = 5000)
 PROMPT_MS = 5000   # a hang detector, not a timing assertion
 
 
-def fp(c, name, mode="alwaysOn", **data):
-    cmd = {"configureFailPoint": name, "$db": "admin", "mode": mode}
-    if data:
-        cmd["data"] = data
-    return c.ok(cmd)["count"]
-
-
-def fp_wait(c, name, times):
-    c.ok({"waitForFailPoint": name, "$db": "admin", "timesEntered": times, "maxTimeMS": 20000})
-
-
-def send(client, doc):
-    client.p.stdin.write(dumps(doc) + "\n")
-    client.p.stdin.flush()
-
-
-def reply(client):
-    out = client.p.stdout.readline()
-    assert out, "shardctl for %s closed its output" % client.url
-    return json.loads(out)
-
-
 def num(v):
     return int(v["$numberLong"]) if isinstance(v, dict) else int(v)
 

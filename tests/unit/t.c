@@ -135,6 +135,16 @@ const char *t_url(const char *name) {
     return buf;
 }
 
+void t_tcp_url(char *buf, size_t cap, int offset) {
+    snprintf(buf, cap, "tcp://127.0.0.1:%d", t_free_port(offset));
+}
+
+void t_sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
 int t_free_port(int offset) {
     const char *env = getenv("MS_TEST_PORT");
     struct sockaddr_in a;

@@ -37,6 +37,12 @@ int t_free_port(int offset);
  * more calls. */
 const char *t_url(const char *name);
 
+/* "tcp://127.0.0.1:<t_free_port(offset)>" into buf. */
+void t_tcp_url(char *buf, size_t cap, int offset);
+
+/* Sleeps ms milliseconds (the rest of it again when a signal interrupts). */
+void t_sleep_ms(long ms);
+
 /* Parses a test table's extended JSON into *out (initialised on success; caller destroys).
  * libbson reads {"$type": ..}, {"$regex": ..} and {"$options": ..} as legacy extended JSON,
  * so tables may write query operators as "%type" etc.; every key "%x" becomes "$x".

@@ -68,11 +68,6 @@ static void opctx_parse_refuses(void) {
     }
 }
 
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0) {}
-}
-
 static void opctx_check_and_time_left(void) {
     ms_error_t err = {0};
     op_set_deadline_ms(0);
@@ -87,7 +82,7 @@ static void opctx_check_and_time_left(void) {
     CHECK_INT(op_time_left_ms(500), 500);    /* the smaller of the two */
 
     op_set_deadline_ms(time_mono_ms() + 20);
-    sleep_ms(40);
+    t_sleep_ms(40);
     CHECK_INT(op_time_left_ms(0), 0);
     CHECK_INT(op_time_left_ms(30000), 0);
     CHECK_INT(op_check(&err), MS_ERR_MAX_TIME_MS_EXPIRED);
@@ -128,7 +123,7 @@ static void opctx_failpoints(void) {
     /* maxTimeNeverTimeOut: a passed deadline does not fire. */
     set_mode(OP_FP_MAX_TIME_NEVER_TIME_OUT, "alwaysOn");
     op_set_deadline_ms(time_mono_ms() + 5);
-    sleep_ms(20);
+    t_sleep_ms(20);
     CHECK_INT(op_check(&err), 0);
     set_mode(OP_FP_MAX_TIME_NEVER_TIME_OUT, "off");
     CHECK_INT(op_check(&err), MS_ERR_MAX_TIME_MS_EXPIRED);

@@ -21,18 +21,6 @@
 
 /* ---- helpers --------------------------------------------------------------------- */
 
-/* A free loopback port: MS_TEST_PORT (+offset) when set, else one the kernel picks. */
-
-static void tcp_url(char *buf, size_t cap, int offset) {
-    snprintf(buf, cap, "tcp://127.0.0.1:%d", t_free_port(offset));
-}
-
-static void sleep_ms(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
-
 /* The test server's handler: echoes the request under "echo"; {sleep: ms} sleeps
  * first; {fail: 1} answers {ok: 0, code: 2}. */
 static void echo_handler(void *arg, const uint8_t *data, size_t len, bson_t *reply) {
@@ -44,7 +32,7 @@ static void echo_handler(void *arg, const uint8_t *data, size_t len, bson_t *rep
         BSON_APPEND_INT32(reply, "code", MS_ERR_INVALID_BSON);
         return;
     }
-    if (bson_iter_init_find(&it, &req, "sleep")) sleep_ms(bson_iter_as_int64(&it));
+    if (bson_iter_init_find(&it, &req, "sleep")) t_sleep_ms(bson_iter_as_int64(&it));
     if (bson_iter_init_find(&it, &req, "fail")) {
         BSON_APPEND_DOUBLE(reply, "ok", 0.0);
         BSON_APPEND_UTF8(reply, "errmsg", "asked to fail");
@@ -164,7 +152,7 @@ static void rpc_concurrent_ipc(void) { run_concurrent(t_url("rpc_conc")); }
 
 static void rpc_concurrent_tcp(void) {
     char url[64];
-    tcp_url(url, sizeof url, 0);
+    t_tcp_url(url, sizeof url, 0);
     run_concurrent(url);
 }
 
@@ -175,7 +163,7 @@ static void rpc_deadline(void) {
     bson_t cmd = BSON_INITIALIZER, reply;
     char url[64];
     long long t0, ms;
-    tcp_url(url, sizeof url, 1);
+    t_tcp_url(url, sizeof url, 1);
     CHECK_INT(rpc_server_start(url, 4, echo_handler, NULL, &s, &err), 0);
     CHECK_INT(rpc_client_open(url, &c, &err), 0);
     BSON_APPEND_INT32(&cmd, "sleep", 1500);
@@ -220,12 +208,12 @@ static void rpc_peer_gone_mid_call(void) {
     slow_call_t call = {0};
     pthread_t th;
     char url[64];
-    tcp_url(url, sizeof url, 2);
+    t_tcp_url(url, sizeof url, 2);
     CHECK_INT(rpc_server_start(url, 2, echo_handler, NULL, &s, &err), 0);
     CHECK_INT(rpc_client_open(url, &c, &err), 0);
     call.c = c;
     pthread_create(&th, NULL, slow_call_main, &call);
-    sleep_ms(100);       /* the request is in the handler now */
+    t_sleep_ms(100);       /* the request is in the handler now */
     rpc_server_stop(s);  /* closes the socket: the reply can never be sent */
     pthread_join(th, NULL);
     printf("  peer gone mid-call: rc=%d (%s) after %lld ms\n", call.rc, err_code_name(call.rc),
@@ -241,7 +229,7 @@ static void rpc_never_there(void) {
     bson_t cmd = BSON_INITIALIZER, reply;
     char url[64];
     long long t0, ms;
-    tcp_url(url, sizeof url, 3);  /* nothing listens there */
+    t_tcp_url(url, sizeof url, 3);  /* nothing listens there */
     CHECK_INT(rpc_client_open(url, &c, &err), 0);
     BSON_APPEND_INT32(&cmd, "ping", 1);
     t0 = time_mono_ms();
@@ -260,7 +248,7 @@ static void rpc_peer_restarts(void) {
     ms_error_t err = {0};
     bson_t cmd = BSON_INITIALIZER, reply;
     char url[64];
-    tcp_url(url, sizeof url, 4);
+    t_tcp_url(url, sizeof url, 4);
     CHECK_INT(rpc_client_open(url, &c, &err), 0);  /* before the server exists */
     CHECK_INT(rpc_server_start(url, 2, echo_handler, NULL, &s, &err), 0);
     BSON_APPEND_INT32(&cmd, "ping", 1);
@@ -319,7 +307,7 @@ static void rpc_bad_url(void) {
     CHECK(s == NULL);
     /* A second listener on the same address is refused. */
     char url[64];
-    tcp_url(url, sizeof url, 6);
+    t_tcp_url(url, sizeof url, 6);
     CHECK_INT(rpc_server_start(url, 1, echo_handler, NULL, &s, &err), 0);
     {
         rpc_server_t *s2 = NULL;
@@ -487,7 +475,7 @@ static bool ping_ok(const char *url) {
 }
 
 static uint64_t wait_closed_count(rpc_server_t *s, rpc_close_reason_t r, uint64_t want) {
-    for (int i = 0; i < 300 && rpc_server_closed(s, r) < want; i++) sleep_ms(10);
+    for (int i = 0; i < 300 && rpc_server_closed(s, r) < want; i++) t_sleep_ms(10);
     return rpc_server_closed(s, r);
 }
 
@@ -503,7 +491,7 @@ static void rpc_raw_framing(void) {
     int fd;
     uint32_t id = 0;
     int64_t v = 0;
-    tcp_url(url, sizeof url, 7);
+    t_tcp_url(url, sizeof url, 7);
     CHECK_INT(rpc_server_start(url, 2, echo_handler, NULL, &s, &err), 0);
     if (!s) return;
 
@@ -556,7 +544,7 @@ static void rpc_raw_framing(void) {
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         for (size_t i = 0; i < n; i++) {
             CHECK(raw_write(fd, all + i, 1));
-            if (i % 7 == 0) sleep_ms(1);
+            if (i % 7 == 0) t_sleep_ms(1);
         }
         CHECK(raw_greeted(fd));
         CHECK(raw_recv(fd, &id, "n", &v));
@@ -580,7 +568,7 @@ static void rpc_raw_pipelined_out_of_order(void) {
     uint32_t id1 = 0, id2 = 0;
     int64_t v1 = 0, v2 = 0;
     int fd;
-    tcp_url(url, sizeof url, 8);
+    t_tcp_url(url, sizeof url, 8);
     CHECK_INT(rpc_server_start(url, 4, echo_handler, NULL, &s, &err), 0);
     if (!s) return;
     BSON_APPEND_INT32(&slow, "sleep", 300);
@@ -611,7 +599,7 @@ static void rpc_raw_inflight_cap(void) {
     bson_t doc = BSON_INITIALIZER;
     static bool seen[N + 1];
     int fd, answered = 0;
-    tcp_url(url, sizeof url, 9);
+    t_tcp_url(url, sizeof url, 9);
     CHECK_INT(rpc_server_start(url, 4, gate_handler, NULL, &s, &err), 0);
     if (!s) return;
     gate_set(0);
@@ -619,7 +607,7 @@ static void rpc_raw_inflight_cap(void) {
     fd = raw_open(url, NULL);
     CHECK(fd >= 0 && raw_greeted(fd));
     for (uint32_t i = 1; i <= N; i++) CHECK(raw_send(fd, i, &doc));
-    sleep_ms(100);
+    t_sleep_ms(100);
     CHECK_MSG(ping_ok(url), "another client is served while one holds its share");
     gate_set(1);
     memset(seen, 0, sizeof seen);
@@ -651,7 +639,7 @@ static void *hog_main(void *p) {
     if (fd < 0) return NULL;
     be64(head, h->claimed);
     if (raw_write(fd, head, 8)) raw_write(fd, h->data, h->sent);  /* may fail: closed */
-    sleep_ms(500);
+    t_sleep_ms(500);
     close(fd);
     return NULL;
 }
@@ -667,7 +655,7 @@ static void rpc_raw_budget(void) {
     pthread_t th[HOGS];
     hog_arg_t h[HOGS];
     uint8_t *data = calloc(1, 90000000);  /* untouched zero pages: costs this side nothing */
-    tcp_url(url, sizeof url, 10);
+    t_tcp_url(url, sizeof url, 10);
     CHECK_INT(rpc_server_start(url, 2, echo_handler, NULL, &s, &err), 0);
     if (!s || !data) goto out;
     data[0] = 0x80;  /* a request id, should it ever complete */

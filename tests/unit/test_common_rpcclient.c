@@ -19,23 +19,13 @@
 
 /* ---- helpers --------------------------------------------------------------------- */
 
-static void tcp_url(char *buf, size_t cap, int offset) {
-    snprintf(buf, cap, "tcp://127.0.0.1:%d", t_free_port(offset));
-}
-
-static void sleep_ms(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
-
 /* {sleep: ms} sleeps, then answers {ok: 1}. */
 static void sleepy_handler(void *arg, const uint8_t *data, size_t len, bson_t *reply) {
     bson_t req;
     bson_iter_t it;
     (void)arg;
     if (bson_init_static(&req, data, len) && bson_iter_init_find(&it, &req, "sleep"))
-        sleep_ms((long)bson_iter_as_int64(&it));
+        t_sleep_ms((long)bson_iter_as_int64(&it));
     BSON_APPEND_DOUBLE(reply, "ok", 1.0);
 }
 
@@ -102,7 +92,7 @@ static void nobody_listening_then_up(void) {
     char url[64];
     long long t0, ms;
     int rc = -1;
-    tcp_url(url, sizeof url, 0);
+    t_tcp_url(url, sizeof url, 0);
     CHECK_INT(rpc_peer(url, &c, &err), 0);
     if (!c) return;
     t0 = time_mono_ms();
@@ -124,7 +114,7 @@ static void nobody_listening_then_up(void) {
     t0 = time_mono_ms();
     for (int i = 0; i < 100 && rc != 0; i++) {   /* bounded: 100 x >= 50 ms */
         rc = call_ping(c, 2000, &err);
-        if (rc) sleep_ms(50);
+        if (rc) t_sleep_ms(50);
     }
     CHECK_INT(rc, 0);
     printf("  peer came up: reached after %lld ms\n", time_mono_ms() - t0);
@@ -141,13 +131,13 @@ static void connection_lost_mid_call(void) {
     sleeper_t a = {0};
     pthread_t th;
     char url[64];
-    tcp_url(url, sizeof url, 1);
+    t_tcp_url(url, sizeof url, 1);
     CHECK_INT(rpc_server_start(url, 2, sleepy_handler, NULL, &s, &err), 0);
     CHECK_INT(rpc_client_open(url, &c, &err), 0);
     if (!s || !c) goto out;
     a = (sleeper_t){.c = c, .sleep_ms = 500, .timeout_ms = 20000};
     pthread_create(&th, NULL, sleeper_main, &a);
-    sleep_ms(150);        /* the request is in the handler */
+    t_sleep_ms(150);        /* the request is in the handler */
     rpc_server_stop(s);   /* the reply is never sent; the connection closes */
     s = NULL;
     pthread_join(th, NULL);
@@ -170,7 +160,7 @@ static void share_cap(void) {
     pthread_t th[CAP];
     char url[64];
     long long t0, ms;
-    tcp_url(url, sizeof url, 2);
+    t_tcp_url(url, sizeof url, 2);
     rpc_client_set_workers(WORKERS);
     CHECK_INT(rpc_server_start(url, CAP + 2, sleepy_handler, NULL, &s, &err), 0);
     CHECK_INT(rpc_peer(url, &c, &err), 0);
@@ -180,7 +170,7 @@ static void share_cap(void) {
         a[i] = (sleeper_t){.c = c, .sleep_ms = 1500, .timeout_ms = 10000};
         pthread_create(&th[i], NULL, sleeper_main, &a[i]);
     }
-    for (int i = 0; i < 200 && peer_stat(url, "callsInFlight") < CAP; i++) sleep_ms(10);
+    for (int i = 0; i < 200 && peer_stat(url, "callsInFlight") < CAP; i++) t_sleep_ms(10);
     CHECK_INT(peer_stat(url, "callsInFlight"), CAP);
     CHECK_INT(peer_stat(url, "callsInFlightMax"), CAP);
     t0 = time_mono_ms();
@@ -209,7 +199,7 @@ static void call_op_deadline(void) {
     bson_t cmd = BSON_INITIALIZER, reply;
     char url[64];
     long long t0, ms;
-    tcp_url(url, sizeof url, 3);
+    t_tcp_url(url, sizeof url, 3);
     CHECK_INT(rpc_server_start(url, 2, sleepy_handler, NULL, &s, &err), 0);
     CHECK_INT(rpc_client_open(url, &c, &err), 0);
     if (!s || !c) goto out;
