@@ -261,4 +261,39 @@
  * short enough that the workers left free keep answering within a second. */
 #define MS_RPC_PEER_SLOT_WAIT_MS 250
 
+/* ---- chunk migration (shardd/mig_*.c; notes §1.9) ---- */
+
+/* How long the donor's command waits for its migration when the caller gave no maxTimeMS
+ * (the migration itself goes on). */
+#ifndef MS_MOVE_CHUNK_TIMEOUT_MS
+#define MS_MOVE_CHUNK_TIMEOUT_MS (30 * 60 * 1000)
+#endif
+/* Default chunk size when the request names none: MongoDB's 128 MB. */
+#define MS_CHUNK_BYTES_DEFAULT (128LL * 1024 * 1024)
+/* The write pause the donor aims for: it enters the critical section once the captured
+ * writes left would take the recipient no longer than this at its measured rate
+ * (--migration-write-pause-budget-ms). MongoDB waits for < 10 % of the chunk size. */
+#define MS_MIG_WRITE_PAUSE_BUDGET_MS_DEFAULT 20
+/* Catch-up that does not converge within this long aborts (writes outpace the recipient;
+ * --migration-catchup-timeout-ms). MongoDB allows 6 hours. */
+#define MS_MIG_CATCHUP_MS_DEFAULT 60000
+/* The clone of one chunk (bounded so a stuck recipient cannot hold the donor forever). */
+#define MS_MIG_CLONE_TIMEOUT_MS (60 * 60 * 1000)
+/* The donor waits this long for overlapping range deletions of its own before a move
+ * (MongoDB's drainOverlappingRangeDeletionsOnStartTimeoutMS). */
+#define MS_MIG_OVERLAP_WAIT_MS 10000
+/* The recipient waits this long for overlapping range deletions
+ * (receiveChunkWaitForRangeDeleterTimeoutMS). */
+#define MS_MIG_RECV_OVERLAP_WAIT_MS 10000
+/* _recvChunkCommit waits this long for catch-up and again for the final drain
+ * (1.25 x the 30 s config-command timeout, MongoDB's number). */
+#define MS_MIG_RECV_COMMIT_MS 37500
+/* A recipient whose donor never sends the decision gives up waiting after this long
+ * (its task stays pending: the donor's recovery sends the decision later). */
+#define MS_MIG_RECV_DECISION_WAIT_MS (10 * 60 * 1000)
+/* _waitForDelete waits this long for the donor's range deletion. */
+#define MS_MIG_WAIT_FOR_DELETE_MS (10 * 60 * 1000)
+/* Shutdown waits this long for migration threads to notice. */
+#define MS_MIG_STOP_WAIT_MS 3000
+
 #endif

@@ -9,6 +9,7 @@
  * test can kill the daemon there (docs/protocol.md "Shard daemon: failpoints").
  */
 #include "shardd/shardd.h"
+#include "shardd/mig.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,7 @@ typedef struct ci_arg {
     bool created;
     int before, after, existed, n;
     bool exclusive_create;
+    const uint8_t *uuid;           /* create the collection with this uuid (migration) */
     int64_t ids[MS_INDEXES_MAX];   /* indexes this command builds */
     int nids;
 } ci_arg_t;
@@ -80,7 +82,11 @@ static int create_indexes_begin_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     bson_iter_t it = a->specs;
     int rc;
     a->n = a->existed = a->nids = 0;
-    if ((rc = store_coll_create(t, a->ns, NULL, &c, &a->created, err)) != 0) return rc;
+    if ((rc = store_coll_create(t, a->ns, a->uuid, &c, &a->created, err)) != 0) return rc;
+    if (a->uuid && memcmp(c->uuid, a->uuid, 16) != 0)
+        return err_set(err, MS_ERR_INVALID_UUID,
+                       "Cannot create collection %s because we already have an identically named "
+                       "collection with UUID different from the donor's; drop it manually", a->ns);
     a->before = c->nindexes;
     while (bson_iter_next(&it)) {
         bson_t spec;
@@ -115,17 +121,14 @@ static int create_indexes_commit_fn(store_txn_t *t, void *arg, ms_error_t *err) 
  * indexes too), then mark them ready (catalog exclusive, a moment). A command asking for
  * an index another command is building joins it: waits, then answers as for an existing
  * index. Any failure drops what this command registered: all its indexes or none. */
-int cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
-    shardd_t *app = ctx->app;
-    char ns[MS_NS_BYTES_MAX + 8];
+int shardd_build_indexes(shardd_t *app, const char *ns, const uint8_t *uuid,
+                         const bson_iter_t *specs, shardd_index_result_t *res, ms_error_t *err) {
     ci_arg_t a;
-    bson_iter_t it;
     int rc;
     memset(&a, 0, sizeof a);
-    if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, NULL, err)) != 0) return rc;
-    if (!cmd_field(ctx, "indexes", &it) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &a.specs))
-        return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'createIndexes.indexes' is missing");
     a.ns = ns;
+    a.uuid = uuid;
+    a.specs = *specs;
     while ((rc = store_ddl(app->st, create_indexes_begin_fn, &a, err)) ==
            MS_ERR_INDEX_BUILD_ALREADY_IN_PROGRESS) {
         /* Bounded by the command's maxTimeMS (MaxTimeMSExpired), as MongoDB's join. */
@@ -141,11 +144,31 @@ int cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
             return rc;
         }
     }
+    if (res) {
+        res->before = a.before;
+        res->after = a.after;
+        res->existed = a.existed;
+        res->n = a.n;
+        res->created = a.created;
+    }
+    return 0;
+}
+
+int cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    char ns[MS_NS_BYTES_MAX + 8];
+    shardd_index_result_t res;
+    bson_iter_t it, specs;
+    int rc;
+    if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, NULL, err)) != 0) return rc;
+    if (!cmd_field(ctx, "indexes", &it) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &specs))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'createIndexes.indexes' is missing");
+    if ((rc = shardd_build_indexes(app, ns, NULL, &specs, &res, err)) != 0) return rc;
     if ((rc = fp_eval(FP_AFTER_INDEX_BUILD_COMMIT, err)) != 0) return rc;
-    BSON_APPEND_INT32(reply, "numIndexesBefore", a.before);
-    BSON_APPEND_INT32(reply, "numIndexesAfter", a.after);
-    BSON_APPEND_BOOL(reply, "createdCollectionAutomatically", a.created);
-    if (a.existed == a.n) BSON_APPEND_UTF8(reply, "note", "all indexes already exist");
+    BSON_APPEND_INT32(reply, "numIndexesBefore", res.before);
+    BSON_APPEND_INT32(reply, "numIndexesAfter", res.after);
+    BSON_APPEND_BOOL(reply, "createdCollectionAutomatically", res.created);
+    if (res.existed == res.n) BSON_APPEND_UTF8(reply, "note", "all indexes already exist");
     return 0;
 }
 
@@ -631,6 +654,26 @@ static int shard_coll_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     return fp_eval(FP_BEFORE_SHARD_COLLECTION_COMMIT, err);
 }
 
+typedef struct ssk_arg {
+    const char *ns;
+    const keys_pattern_t *pat;
+} ssk_arg_t;
+
+static int set_shard_key_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    ssk_arg_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    if (!c) return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "%s does not exist", a->ns);
+    if (c->sharded)
+        return keys_pattern_equal(&c->sk, a->pat)
+                   ? 0 : err_set(err, MS_ERR_ILLEGAL_OPERATION, "%s is sharded with another key", a->ns);
+    return store_coll_set_shard_key(t, c, a->pat, false, err);
+}
+
+int shardd_set_shard_key(shardd_t *app, const char *ns, const keys_pattern_t *pat, ms_error_t *err) {
+    ssk_arg_t a = {ns, pat};
+    return store_ddl(app->st, set_shard_key_fn, &a, err);
+}
+
 int cmd_shardsvr_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     shardd_t *app = ctx->app;
     sc_arg_t a;
@@ -718,4 +761,17 @@ void shardd_status(void *arg, bson_t *reply) {
         shv_append_status(app->shv, &d);
         bson_append_document_end(reply, &d);
     }
+    if (app->mig) mig_append_status(app->mig, reply);
+}
+
+/* currentOp, as far as minishard has long operations: the migration in flight (donor or
+ * recipient side) with its phase and progress. */
+int cmd_current_op(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    bson_t arr;
+    (void)err;
+    BSON_APPEND_ARRAY_BEGIN(reply, "inprog", &arr);
+    if (app->mig) mig_append_inprog(app->mig, &arr);
+    bson_append_array_end(reply, &arr);
+    return 0;
 }

@@ -15,6 +15,7 @@
 #include "common/daemon.h"
 #include "common/log.h"
 #include "shardd/shardd.h"
+#include "shardd/mig.h"
 
 #define SHARDD_PORT_DEFAULT 27018  /* MongoDB's shard server port */
 
@@ -53,6 +54,8 @@ static void *reaper_main(void *arg) {
 int main(int argc, char **argv) {
     int cursor_timeout_ms = MS_CURSOR_IDLE_MS_MAX, rc;
     const char *dbpath = NULL, *name = NULL, *sync = "normal";
+    int pause_budget_ms = MS_MIG_WRITE_PAUSE_BUDGET_MS_DEFAULT, catchup_ms = MS_MIG_CATCHUP_MS_DEFAULT;
+    bool archive = false;
     const flag_spec_t own[] = {
         {"dbpath", FLAG_STR, &dbpath, "directory of the data file (required)"},
         {"name", FLAG_STR, &name, "process name in logs (default shardd)"},
@@ -60,6 +63,12 @@ int main(int argc, char **argv) {
          "idle cursors are killed after this long (default 600000)"},
         {"sync", FLAG_STR, &sync,
          "normal (survives a process crash) or full (also survives power loss)"},
+        {"migration-write-pause-budget-ms", FLAG_INT, &pause_budget_ms,
+         "a donor enters the critical section once the writes left fit this pause (default 20)"},
+        {"migration-catchup-timeout-ms", FLAG_INT, &catchup_ms,
+         "a migration whose catch-up does not converge this fast aborts (default 60000)"},
+        {"archive-moved-chunks", FLAG_BOOL, &archive,
+         "write each moved chunk's documents to DBPATH/moveChunk/<ns>/ before deleting them"},
         {NULL, FLAG_BOOL, NULL, NULL},
     };
     char logname[96];
@@ -99,6 +108,19 @@ int main(int argc, char **argv) {
         daemon_fail("sharding", &err);
         goto out_store;
     }
+    if (pause_budget_ms < 0 || catchup_ms < 1) {
+        fprintf(stderr, "shardd: --migration-write-pause-budget-ms must be >= 0 and "
+                        "--migration-catchup-timeout-ms > 0\n");
+        goto out_store;
+    }
+    if (mig_open(&app, &app.mig, &err) != 0) {
+        daemon_fail("migrations", &err);
+        goto out_store;
+    }
+    app.mig->write_pause_budget_ms = pause_budget_ms;
+    app.mig->catchup_timeout_ms = catchup_ms;
+    app.mig->archive = archive;
+    snprintf(app.mig->dbpath, sizeof app.mig->dbpath, "%s", dbpath);
     if (cursors_new(cursor_timeout_ms, &app.cursors) != 0) {
         err_set(&err, MS_ERR_INTERNAL, "cannot allocate the cursor table");
         daemon_fail("cursors", &err);
@@ -113,6 +135,7 @@ int main(int argc, char **argv) {
         daemon_fail("reaper", &err);
         goto out_store;
     }
+    app.url = d.url;
     {
         cmd_server_opts_t opts = {
             .table = shardd_cmd_table,
@@ -124,10 +147,13 @@ int main(int argc, char **argv) {
         if (daemon_start(&d, &opts, &err) != 0) goto out_reaper;
     }
     daemon_ready(&d, "dbpath", dbpath);
+    /* Migrations a crash interrupted: each finishes as the config server's table says. */
+    mig_recover(app.mig);
     daemon_wait(&d);
     rc = 0;
 out_reaper:
     daemon_stop_serving(&d);  /* in-flight commands finish before their state is closed */
+    mig_close(app.mig);
     pthread_mutex_lock(&reaper.mu);
     reaper.stop = true;
     pthread_cond_signal(&reaper.cv);

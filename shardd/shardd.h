@@ -393,10 +393,16 @@ void shardd_register_failpoints(void);
 
 /* ================================ the daemon ========================================= */
 
+struct rdel;
+struct mig;
+
 typedef struct shardd {
     store_t *st;
     shv_t *shv;
     cursors_t *cursors;
+    struct rdel *rdel;           /* the range deleter (rdel.c) */
+    struct mig *mig;             /* the migration registry (mig.c) */
+    const char *url;             /* where this shard listens (a recipient dials it) */
     const char *name;            /* --name */
     bool no_index;               /* --no-secondary-indexes (differential tests) */
 } shardd_t;
@@ -429,6 +435,17 @@ int cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 
 /* cmd_admin.c */
+/* createIndexes' work, shared with the migration recipient: the collection created when
+ * absent (with uuid when non-NULL: InvalidUUID when it exists with another), every spec of
+ * the array registered, built beside reads and writes, made ready. */
+typedef struct shardd_index_result {
+    int before, after, existed, n;
+    bool created;
+} shardd_index_result_t;
+int shardd_build_indexes(shardd_t *app, const char *ns, const uint8_t *uuid,
+                         const bson_iter_t *specs, shardd_index_result_t *res, ms_error_t *err);
+/* The migration recipient: ns (existing) gets the shard key pat when it has none. */
+int shardd_set_shard_key(shardd_t *app, const char *ns, const keys_pattern_t *pat, ms_error_t *err);
 int cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_list_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_drop_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
@@ -438,6 +455,7 @@ int cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_list_collections(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_list_databases(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_coll_stats(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_current_op(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_add_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_shardsvr_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_flush_routing(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);

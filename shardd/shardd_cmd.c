@@ -5,6 +5,7 @@
  * list of the daemon's failpoints, registered at start-up.
  */
 #include "shardd/shardd.h"
+#include "shardd/mig.h"
 
 #include "common/failpoint.h"
 #include "common/validate.h"
@@ -122,6 +123,42 @@ const cmd_spec_t shardd_cmd_table[] = {
     {.name = "_flushRoutingTableCacheUpdates", .handler = cmd_flush_routing,
      .flags = CMD_INTERNAL, .arg_types = CT_STR,
      .help = "refresh this shard's filtering metadata of a namespace"},
+
+    /* chunk migration (mig_donor.c, mig_recipient.c; docs/how-a-migration-works.md) */
+    {.name = "_shardsvrMoveRange", .handler = cmd_shardsvr_move_range,
+     .flags = CMD_WRITE | CMD_INTERNAL | CMD_FULL_NS_ARG, .arg_types = CT_STR,
+     .fields = {REQ("fromShard", CT_STR), REQ("toShard", CT_STR), F("min", CT_DOC), F("max", CT_DOC),
+                F("maxChunkSizeBytes", CT_NUM), F("waitForDelete", CT_FLAG),
+                F("forceJumbo", CT_NUM | CT_BOOL), F("secondaryThrottle", CT_FLAG),
+                F("epoch", CT_OID), F("timestamp", CT_TS)},
+     .help = "donate [min, max) to toShard (config server -> donor); waits for the end"},
+    {.name = "_migrateClone", .handler = cmd_migrate_clone, .flags = CMD_INTERNAL | CMD_NO_LOG,
+     .arg_types = CT_STR, .fields = {REQ("sessionId", CT_STR)},
+     .help = "recipient -> donor: next batch of the range's documents (empty = done)"},
+    {.name = "_transferMods", .handler = cmd_transfer_mods, .flags = CMD_INTERNAL | CMD_NO_LOG,
+     .arg_types = CT_STR, .fields = {REQ("sessionId", CT_STR)},
+     .help = "recipient -> donor: captured writes {deleted, reload, size}"},
+    {.name = "_recvChunkStart", .handler = cmd_recv_chunk_start,
+     .flags = CMD_WRITE | CMD_INTERNAL | CMD_FULL_NS_ARG, .arg_types = CT_STR,
+     .fields = {REQ("sessionId", CT_STR), REQ("from", CT_STR), REQ("migrationId", CT_BIN),
+                F("fromShardName", CT_STR), F("toShardName", CT_STR), REQ("min", CT_DOC),
+                REQ("max", CT_DOC), REQ("shardKeyPattern", CT_DOC), REQ("collectionUUID", CT_BIN),
+                F("lsid", CT_DOC), F("txnNumber", CT_NUM)},
+     .help = "donor -> recipient: start receiving [min, max)"},
+    {.name = "_recvChunkStatus", .handler = cmd_recv_chunk_status, .flags = CMD_INTERNAL | CMD_NO_LOG,
+     .arg_types = CT_STR, .fields = {REQ("sessionId", CT_STR), F("waitForSteadyOrDone", CT_FLAG)},
+     .help = "donor -> recipient: state and counts of the receive"},
+    {.name = "_recvChunkCommit", .handler = cmd_recv_chunk_commit, .flags = CMD_INTERNAL,
+     .arg_types = CT_STR, .fields = {REQ("sessionId", CT_STR)},
+     .help = "donor -> recipient: final drain, then count and checksum of the range"},
+    {.name = "_recvChunkAbort", .handler = cmd_recv_chunk_abort, .flags = CMD_INTERNAL,
+     .arg_types = CT_STR, .fields = {F("sessionId", CT_STR), F("migrationId", CT_BIN)},
+     .help = "donor -> recipient: abort; the copied range is deleted"},
+    {.name = "_recvChunkReleaseCritSec", .handler = cmd_recv_chunk_release, .flags = CMD_INTERNAL,
+     .arg_types = CT_STR, .fields = {F("sessionId", CT_STR), REQ("migrationId", CT_BIN)},
+     .help = "donor -> recipient: committed; the range is the recipient's now"},
+    {.name = "currentOp", .handler = cmd_current_op,
+     .help = "operations in progress: the migration this shard takes part in"},
 };
 
 const int shardd_cmd_table_len = (int)(sizeof shardd_cmd_table / sizeof shardd_cmd_table[0]);
@@ -141,4 +178,5 @@ void shardd_register_failpoints(void) {
         FP_BEFORE_DROP_COMMIT,
     };
     for (size_t i = 0; i < sizeof points / sizeof points[0]; i++) fp_register(points[i]);
+    mig_register_failpoints();
 }

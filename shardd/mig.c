@@ -1,0 +1,302 @@
+/*
+ * mig.c — what the donor and the recipient of bin/shardd share: the registry that lets a
+ * shard take part in one migration at a time (MongoDB's ActiveMigrationsRegistry), the
+ * range scans and digests both sides compute, the calls to peers and to the config
+ * server's changelog, and the migration failpoints.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include <sqlite3.h>
+
+#include "common/failpoint.h"
+#include "common/log.h"
+#include "common/rpc.h"
+#include "shardd/mig.h"
+
+const char *const mig_donor_step_fps[6] = {
+    "moveChunkHangAtStep1", "moveChunkHangAtStep2", "moveChunkHangAtStep3",
+    "moveChunkHangAtStep4", "moveChunkHangAtStep5", "moveChunkHangAtStep6",
+};
+const char *const mig_recv_step_fps[7] = {
+    "migrateThreadHangAtStep1", "migrateThreadHangAtStep2", "migrateThreadHangAtStep3",
+    "migrateThreadHangAtStep4", "migrateThreadHangAtStep5", "migrateThreadHangAtStep6",
+    "migrateThreadHangAtStep7",
+};
+
+void mig_register_failpoints(void) {
+    for (int i = 0; i < 6; i++) fp_register(mig_donor_step_fps[i]);
+    for (int i = 0; i < 7; i++) fp_register(mig_recv_step_fps[i]);
+    fp_register(FP_HANG_BEFORE_LEAVING_CRIT_SEC);
+    fp_register(FP_FAIL_MIGRATION_COMMIT);
+    fp_register(FP_MIGRATION_COMMIT_NETWORK_ERROR);
+    fp_register(FP_HANG_DONOR_RECOVERY);
+}
+
+int mig_open(shardd_t *app, mig_t **out, ms_error_t *err) {
+    mig_t *m = calloc(1, sizeof *m);
+    if (!m) return err_set(err, MS_ERR_INTERNAL, "out of memory");
+    m->app = app;
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, NULL);
+    m->write_pause_budget_ms = MS_MIG_WRITE_PAUSE_BUDGET_MS_DEFAULT;
+    m->catchup_timeout_ms = MS_MIG_CATCHUP_MS_DEFAULT;
+    *out = m;
+    return 0;
+}
+
+void mig_recover(mig_t *m) { mig_donor_recover_all(m); }
+
+void mig_close(mig_t *m) {
+    if (!m) return;
+    pthread_mutex_lock(&m->mu);
+    m->stopping = true;
+    pthread_cond_broadcast(&m->cv);
+    /* Threads notice `stopping` at their next step and end; bounded by their own
+     * deadlines (every call they make has one). */
+    long long until = time_mono_ms() + MS_MIG_STOP_WAIT_MS;
+    while ((m->donor || m->recv || m->recoveries > 0) && time_mono_ms() < until) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+    }
+    pthread_mutex_unlock(&m->mu);
+    /* Anything still running is left to the process exit: its persisted documents are
+     * what the next start recovers from. */
+}
+
+void mig_append_status(mig_t *m, bson_t *out) {
+    bson_t doc, arr;
+    BSON_APPEND_DOCUMENT_BEGIN(out, "migrations", &doc);
+    pthread_mutex_lock(&m->mu);
+    BSON_APPEND_INT64(&doc, "donated", m->donated);
+    BSON_APPEND_INT64(&doc, "received", m->received);
+    BSON_APPEND_INT64(&doc, "aborted", m->aborted);
+    BSON_APPEND_INT32(&doc, "recoveriesPending", m->recoveries);
+    BSON_APPEND_INT32(&doc, "writePauseBudgetMS", m->write_pause_budget_ms);
+    BSON_APPEND_INT32(&doc, "catchUpTimeoutMS", m->catchup_timeout_ms);
+    BSON_APPEND_BOOL(&doc, "archiveMovedChunks", m->archive);
+    pthread_mutex_unlock(&m->mu);
+    BSON_APPEND_ARRAY_BEGIN(&doc, "inprog", &arr);
+    mig_append_inprog(m, &arr);
+    bson_append_array_end(&doc, &arr);
+    bson_append_document_end(out, &doc);
+}
+
+void mig_append_inprog(mig_t *m, bson_t *arr) {
+    int i = 0;
+    char k[16];
+    bson_t d;
+    pthread_mutex_lock(&m->mu);
+    if (m->donor) {
+        snprintf(k, sizeof k, "%d", i++);
+        BSON_APPEND_DOCUMENT_BEGIN(arr, k, &d);
+        mig_donor_status(m->donor, &d);
+        bson_append_document_end(arr, &d);
+    }
+    if (m->recv) {
+        snprintf(k, sizeof k, "%d", i++);
+        BSON_APPEND_DOCUMENT_BEGIN(arr, k, &d);
+        mig_recv_status(m->recv, &d);
+        bson_append_document_end(arr, &d);
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* ---- small helpers -------------------------------------------------------------------- */
+
+void mig_uuid_hex(const uint8_t uuid[16], char out[33]) {
+    static const char hx[] = "0123456789abcdef";
+    for (int i = 0; i < 16; i++) {
+        out[2 * i] = hx[uuid[i] >> 4];
+        out[2 * i + 1] = hx[uuid[i] & 15];
+    }
+    out[32] = 0;
+}
+
+void mig_uuid_new(uint8_t u[16]) {
+    if (getrandom(u, 16, 0) != 16)
+        for (int i = 0; i < 16; i++) u[i] = (uint8_t)rand();
+    u[6] = (uint8_t)((u[6] & 0x0f) | 0x40);  /* RFC 4122 version 4 */
+    u[8] = (uint8_t)((u[8] & 0x3f) | 0x80);
+}
+
+int mig_call(const char *url, const bson_t *cmd, int timeout_ms, bson_t *reply, ms_error_t *err) {
+    rpc_client_t *c;
+    int rc;
+    if ((rc = rpc_peer(url, &c, err)) != 0) return rc;
+    rc = rpc_command(c, cmd, timeout_ms, reply, err);
+    if (rc != 0 && rc != MS_ERR_HOST_UNREACHABLE && rc != MS_ERR_NETWORK_TIMEOUT &&
+        rc != MS_ERR_EXCEEDED_TIME_LIMIT && rc != MS_ERR_INVALID_BSON)
+        bson_destroy(reply);   /* an {ok: 0} reply: the error says it all */
+    return rc;
+}
+
+void mig_log_change(mig_t *m, const char *what, const char *ns, const bson_t *details) {
+    char name[128], url[MS_URL_BYTES_MAX];
+    bson_t cmd, reply;
+    ms_error_t e = {0};
+    shv_identity(m->app->shv, name, sizeof name, url, sizeof url);
+    if (!url[0]) return;
+    bson_init(&cmd);
+    BSON_APPEND_INT32(&cmd, "_configsvrLogChange", 1);
+    BSON_APPEND_UTF8(&cmd, "what", what);
+    BSON_APPEND_UTF8(&cmd, "ns", ns);
+    BSON_APPEND_UTF8(&cmd, "shard", name);
+    BSON_APPEND_DOCUMENT(&cmd, "details", details);
+    if (mig_call(url, &cmd, MS_RPC_CONFIG_TIMEOUT_MS_DEFAULT, &reply, &e) == 0)
+        bson_destroy(&reply);
+    else
+        log_warn("changelog entry not written what=%s ns=%s errmsg=%s", what, log_str(ns),
+                 log_str(e.msg));
+    bson_destroy(&cmd);
+}
+
+/* ---- range reads (inside a store transaction) ----------------------------------------- */
+
+static sqlite3_stmt *range_stmt(store_txn_t *t, store_coll_t *c, const char *what,
+                                const buf_t *min, const buf_t *max, ms_error_t *err) {
+    char sql[160];
+    sqlite3_stmt *s;
+    snprintf(sql, sizeof sql, "SELECT %s FROM c%lld WHERE sk >= ?1 AND sk < ?2 ORDER BY sk", what,
+             (long long)c->id);
+    if (!(s = store_stmt(t, sql, err))) return NULL;
+    sqlite3_bind_blob(s, 1, min->data, (int)min->len, SQLITE_STATIC);
+    sqlite3_bind_blob(s, 2, max->data, (int)max->len, SQLITE_STATIC);
+    return s;
+}
+
+int mig_range_rowids(store_txn_t *t, store_coll_t *c, const buf_t *min, const buf_t *max,
+                     size_t cap, int64_t **rids, size_t *n, ms_error_t *err) {
+    sqlite3_stmt *s = range_stmt(t, c, "rid", min, max, err);
+    size_t vcap = 0;
+    int rc;
+    *rids = NULL;
+    *n = 0;
+    if (!s) return err->code;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (*n >= cap) {
+            /* One more than the cap tells the caller "too many". */
+            (*n)++;
+            break;
+        }
+        if (*n == vcap) {
+            vcap = vcap ? vcap * 2 : 1024;
+            *rids = xrealloc(*rids, vcap * sizeof **rids);
+        }
+        (*rids)[(*n)++] = sqlite3_column_int64(s, 0);
+    }
+    sqlite3_reset(s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        free(*rids);
+        *rids = NULL;
+        *n = 0;
+        return err_set(err, MS_ERR_INTERNAL, "range scan failed: %s", sqlite3_errstr(rc));
+    }
+    return 0;
+}
+
+/* FNV-1a 64 of a document's bytes: the per-document part of the range digest. */
+static uint64_t doc_hash(const uint8_t *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+typedef struct digest_arg {
+    const char *ns;
+    const buf_t *min, *max;
+    int64_t count, bytes;
+    uint64_t sum;
+} digest_arg_t;
+
+static int digest_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    digest_arg_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    sqlite3_stmt *s;
+    int rc;
+    if (!c) return 0;
+    if (!(s = range_stmt(t, c, "doc", a->min, a->max, err))) return err->code;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        const uint8_t *p = sqlite3_column_blob(s, 0);
+        size_t n = (size_t)sqlite3_column_bytes(s, 0);
+        a->count++;
+        a->bytes += (int64_t)n;
+        a->sum += doc_hash(p, n);
+    }
+    sqlite3_reset(s);
+    if (rc != SQLITE_DONE) return err_set(err, MS_ERR_INTERNAL, "digest scan: %s", sqlite3_errstr(rc));
+    return 0;
+}
+
+int mig_range_digest(store_t *st, const char *ns, const buf_t *min, const buf_t *max,
+                     int64_t *count, uint64_t *sum, int64_t *bytes, ms_error_t *err) {
+    digest_arg_t a = {ns, min, max, 0, 0, 0};
+    int rc = store_read(st, digest_fn, &a, err);
+    if (rc == 0) {
+        *count = a.count;
+        *sum = a.sum;
+        if (bytes) *bytes = a.bytes;
+    }
+    return rc;
+}
+
+int mig_find_by_id(store_txn_t *t, store_coll_t *c, const bson_t *doc, int64_t *rid,
+                   bson_t *found, bool *exists, ms_error_t *err) {
+    char sql[96];
+    sqlite3_stmt *s;
+    bson_iter_t it;
+    buf_t key = {0};
+    int rc;
+    *exists = false;
+    if (!bson_iter_init_find(&it, doc, "_id"))
+        return err_set(err, MS_ERR_INVALID_ID_FIELD, "a migrated document has no _id");
+    if ((rc = keys_encode_field(&key, &it, "_id", err)) != 0) return rc;
+    snprintf(sql, sizeof sql, "SELECT rid, doc FROM c%lld WHERE id = ?1", (long long)c->id);
+    if (!(s = store_stmt(t, sql, err))) {
+        buf_free(&key);
+        return err->code;
+    }
+    sqlite3_bind_blob(s, 1, key.data, (int)key.len, SQLITE_STATIC);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        bson_t view;
+        *exists = true;
+        *rid = sqlite3_column_int64(s, 0);
+        if (!bson_init_static(&view, sqlite3_column_blob(s, 1), (size_t)sqlite3_column_bytes(s, 1)))
+            rc = err_set(err, MS_ERR_INVALID_BSON, "corrupt document rid=%lld", (long long)*rid);
+        else {
+            bson_copy_to(&view, found);
+            rc = 0;
+        }
+    } else if (rc == SQLITE_DONE) {
+        rc = 0;
+    } else {
+        rc = err_set(err, MS_ERR_INTERNAL, "lookup by _id: %s", sqlite3_errstr(rc));
+    }
+    sqlite3_reset(s);
+    buf_free(&key);
+    return rc;
+}
+
+bool mig_key_in_range(const buf_t *k, const buf_t *min, const buf_t *max) {
+    return mig_key_cmp(k, min) >= 0 && mig_key_cmp(k, max) < 0;
+}
+
+int mig_key_cmp(const buf_t *a, const buf_t *b) {
+    size_t n = a->len < b->len ? a->len : b->len;
+    int c = n ? memcmp(a->data, b->data, n) : 0;
+    if (c) return c;
+    return a->len < b->len ? -1 : a->len > b->len;
+}

@@ -1,0 +1,123 @@
+/*
+ * mig.h — chunk migration on the shard daemon (DESIGN §7; notes §1): what the donor
+ * (mig_donor.c, MongoDB's MigrationSourceManager + MigrationCoordinator), the recipient
+ * (mig_recipient.c, MongoDB's MigrationDestinationManager) and their shared registry
+ * (mig.c, MongoDB's ActiveMigrationsRegistry) show each other and the command table.
+ *
+ * A shard takes part in one migration at a time, as donor or recipient. The donor's
+ * steps and the recipient's states run on threads of their own, each with its own RPC
+ * clients, never on a command worker that user writes might be waiting for: the
+ * commands only start them, answer their questions, or wait for their end.
+ */
+#ifndef MS_SHARDD_MIG_H
+#define MS_SHARDD_MIG_H
+
+#include <bson/bson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+#include "common/cmd.h"
+#include "common/errors.h"
+#include "common/keys.h"
+#include "shardd/shardd.h"
+
+typedef struct mig_donor mig_donor_t;
+typedef struct mig_recv mig_recv_t;
+
+/* The shard's migration registry: at most one donation or one receive at a time, plus
+ * the donor recoveries left by a crash (new migrations wait until they are done). */
+typedef struct mig {
+    shardd_t *app;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    mig_donor_t *donor;          /* the donation running now, or NULL */
+    mig_recv_t *recv;            /* the receive running now (or waiting for its decision) */
+    int recoveries;              /* donor recoveries not finished yet */
+    bool stopping;
+    /* settings (flags of bin/shardd) */
+    int write_pause_budget_ms;   /* --migration-write-pause-budget-ms */
+    int catchup_timeout_ms;      /* --migration-catchup-timeout-ms */
+    bool archive;                /* --archive-moved-chunks */
+    char dbpath[4096];
+    /* totals for serverStatus */
+    int64_t donated, received, aborted;
+} mig_t;
+
+int mig_open(shardd_t *app, mig_t **out, ms_error_t *err);
+/* Starts the recovery of every migration a crash left unfinished (persisted coordinator
+ * documents): each ends committed or aborted as the config server's chunk table says. */
+void mig_recover(mig_t *m);
+void mig_close(mig_t *m);   /* NULL-safe; waits for the migration threads */
+
+/* serverStatus / currentOp: the migration running now with its phase and progress. */
+void mig_append_status(mig_t *m, bson_t *out);
+/* currentOp-style entries, one per migration in flight (donor or recipient side). */
+void mig_append_inprog(mig_t *m, bson_t *arr);
+
+/* ---- shared helpers (mig.c) -------------------------------------------------------- */
+
+/* 32 lowercase hex characters of a UUID (id of the persisted documents). */
+void mig_uuid_hex(const uint8_t uuid[16], char out[33]);
+void mig_uuid_new(uint8_t uuid[16]);
+/* Order-independent digest of the documents of ns whose shard key lies in [min, max):
+ * their number and the sum (mod 2^64) of a 64-bit hash of each document's bytes. */
+int mig_range_digest(store_t *st, const char *ns, const buf_t *min, const buf_t *max,
+                     int64_t *count, uint64_t *sum, int64_t *bytes, ms_error_t *err);
+/* Sends cmd to url and turns {ok: 0} into an error (rpc_command); reply initialised only
+ * on success (caller destroys). */
+int mig_call(const char *url, const bson_t *cmd, int timeout_ms, bson_t *reply, ms_error_t *err);
+/* Appends an entry to config.changelog through the config server (_configsvrLogChange);
+ * failures are logged, never fatal. */
+void mig_log_change(mig_t *m, const char *what, const char *ns, const bson_t *details);
+
+/* Range reads inside a store transaction (mig.c). Record ids of the documents of c whose
+ * shard key lies in [min, max), in key order; more than cap → *n = cap + 1 (too many). */
+int mig_range_rowids(store_txn_t *t, store_coll_t *c, const buf_t *min, const buf_t *max,
+                     size_t cap, int64_t **rids, size_t *n, ms_error_t *err);
+/* The document with doc's _id, if any: *exists, *rid and *found (initialised by the caller,
+ * replaced with a copy) on a hit. */
+int mig_find_by_id(store_txn_t *t, store_coll_t *c, const bson_t *doc, int64_t *rid,
+                   bson_t *found, bool *exists, ms_error_t *err);
+/* Encoded keys compare as bytes (memcmp, then length), as SQLite orders the sk column. */
+int mig_key_cmp(const buf_t *a, const buf_t *b);
+bool mig_key_in_range(const buf_t *k, const buf_t *min, const buf_t *max);
+/* The shard-key pattern (and uuid) of ns in this shard's catalog; NamespaceNotSharded. */
+int mig_local_pattern(store_t *st, const char *ns, keys_pattern_t *pat, uint8_t uuid[16],
+                      ms_error_t *err);
+/* A config.rangeDeletions task document for a migration (notes §1.7), *doc initialised. */
+void mig_task_doc(const uint8_t mig_uuid[16], const char *ns, const uint8_t coll_uuid[16],
+                  const char *donor, const bson_t *min, const bson_t *max,
+                  const keys_pattern_t *pat, bool pending, bool now, bson_t *doc);
+/* The recipient's task of migration id becomes ready (its copy is deleted); absent = ok. */
+int mig_recv_task_ready(mig_t *m, const char *id, ms_error_t *err);
+
+/* ---- donor (mig_donor.c) ---------------------------------------------------------- */
+
+int cmd_shardsvr_move_range(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_migrate_clone(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_transfer_mods(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+void mig_donor_recover_all(mig_t *m);
+void mig_donor_status(mig_donor_t *d, bson_t *out);
+
+/* ---- recipient (mig_recipient.c) ----------------------------------------------------- */
+
+int cmd_recv_chunk_start(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_recv_chunk_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_recv_chunk_commit(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_recv_chunk_abort(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_recv_chunk_release(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+void mig_recv_status(mig_recv_t *r, bson_t *out);
+void mig_recv_free(mig_recv_t *r);
+
+/* Failpoints (named as MongoDB names them; registered by shardd_register_failpoints). */
+extern const char *const mig_donor_step_fps[6];     /* moveChunkHangAtStep1..6 */
+extern const char *const mig_recv_step_fps[7];      /* migrateThreadHangAtStep1..7 */
+#define FP_HANG_BEFORE_LEAVING_CRIT_SEC "hangBeforeLeavingCriticalSection"
+#define FP_FAIL_MIGRATION_COMMIT "failMigrationCommit"
+#define FP_MIGRATION_COMMIT_NETWORK_ERROR "migrationCommitNetworkError"
+#define FP_HANG_DONOR_RECOVERY "hangBeforeMigrationRecovery"   /* minishard: before a recovery decides */
+void mig_register_failpoints(void);
+
+#endif

@@ -1,0 +1,835 @@
+/*
+ * mig_recipient.c — the recipient side of a chunk migration, run by bin/shardd (notes
+ * §1.4–1.5; MongoDB's MigrationDestinationManager).
+ *
+ * `_recvChunkStart` persists this shard's own pending range-deletion task for the range
+ * (so a crash or an abort can never leave copied documents behind unnoticed), then starts
+ * the migrate thread, whose states `_recvChunkStatus` reports:
+ *   ready → clone → catchup → steady → commitStart → done, or fail / abort.
+ * Timed steps (moveChunk.to), each followed by migrateThreadHangAtStepN:
+ *   1 wait for overlapping range deletions here (bounded), then the collection with the
+ *     donor's uuid and every index the donor has, built before any document arrives
+ *   2 clone: `_migrateClone` batches applied in shard-key order
+ *   3 catch-up: `_transferMods` until nothing is pending
+ *   4 steady: keep draining until the donor says commitStart
+ *   5 commit: a final drain after commitStart, then count and checksum of the range
+ * Points 6 and 7 (migrateThreadHangAtStep6/7) are after the decision arrives and after
+ * the task is dealt with. Every applied document is range-checked, and a document whose
+ * `_id` exists here outside the range fails the migration (MongoDB's guard: `_id` is
+ * unique per shard only).
+ * The decision: `_recvChunkReleaseCritSec` (committed) deletes the pending task, the range
+ * is ours; `_recvChunkAbort` makes it ready, and the range deleter removes the copy.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/bsonx.h"
+#include "common/failpoint.h"
+#include "common/log.h"
+#include "common/mem.h"
+#include "common/opctx.h"
+#include "common/rpc.h"
+#include "shardd/mig.h"
+
+enum rstate { RS_READY, RS_CLONE, RS_CATCHUP, RS_STEADY, RS_COMMIT_START, RS_DONE, RS_FAIL,
+              RS_ABORT };
+static const char *const rstate_names[] = {"ready", "clone", "catchup", "steady", "commitStart",
+                                           "done", "fail", "abort"};
+
+struct mig_recv {
+    mig_t *m;
+    int refs;                    /* under m->mu: the thread and every command using it */
+    char ns[MS_NS_BYTES_MAX + 1];
+    char session[160], from_url[MS_URL_BYTES_MAX], from_shard[128], to_shard[128];
+    uint8_t mig_uuid[16], coll_uuid[16];
+    char id[33];
+    bson_t min, max;
+    keys_pattern_t pat;
+    buf_t min_enc, max_enc;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    enum rstate state;
+    char errmsg[512];
+    int64_t cloned, cloned_bytes, catchup, steady;
+    bool commit_start, abort_req, released, thread_done;
+    int64_t range_count;
+    uint64_t range_sum;
+    int64_t step_ms[5];
+    long long started_ms;
+};
+
+/* ---- state --------------------------------------------------------------------------- */
+
+static void set_state(mig_recv_t *r, enum rstate s) {
+    pthread_mutex_lock(&r->mu);
+    /* fail and abort are final. */
+    if (r->state != RS_FAIL && r->state != RS_ABORT) r->state = s;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void fail(mig_recv_t *r, const ms_error_t *e) {
+    pthread_mutex_lock(&r->mu);
+    if (r->state != RS_FAIL && r->state != RS_ABORT) {
+        r->state = r->abort_req ? RS_ABORT : RS_FAIL;
+        snprintf(r->errmsg, sizeof r->errmsg, "%s", e->msg);
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    log_warn("migration receive failed ns=%s session=%s errmsg=%s", log_str(r->ns),
+             log_str(r->session), log_str(e->msg));
+}
+
+static bool aborted(mig_recv_t *r, ms_error_t *err) {
+    bool a;
+    pthread_mutex_lock(&r->mu);
+    a = r->abort_req || r->m->stopping;
+    pthread_mutex_unlock(&r->mu);
+    if (a) err_set(err, MS_ERR_OPERATION_FAILED, "migration aborted");
+    return a;
+}
+
+void mig_recv_free(mig_recv_t *r) {
+    if (!r) return;
+    bson_destroy(&r->min);
+    bson_destroy(&r->max);
+    keys_pattern_free(&r->pat);
+    buf_free(&r->min_enc);
+    buf_free(&r->max_enc);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+static void recv_unref_locked(mig_recv_t *r) {
+    if (--r->refs == 0) mig_recv_free(r);
+}
+
+/* ---- applying documents (one write transaction per batch) ------------------------------- */
+
+typedef struct apply_arg {
+    mig_recv_t *r;
+    bson_iter_t docs;            /* the array of documents or of {_id} */
+    bool deletes;
+    int64_t applied, bytes;
+} apply_arg_t;
+
+/* Upserts one document by _id (full replacement), inside the range only; a document of
+ * the same _id outside the range fails the migration. */
+static int apply_one(store_txn_t *t, store_coll_t *c, mig_recv_t *r, const bson_t *doc,
+                     int64_t *applied, ms_error_t *err) {
+    buf_t key = {0}, okey = {0};
+    bson_t old;
+    int64_t rid = 0;
+    bool exists = false;
+    int rc;
+    if ((rc = keys_extract(&r->pat, doc, NULL, &key, err)) != 0) goto out;
+    if (!mig_key_in_range(&key, &r->min_enc, &r->max_enc)) goto out;   /* not ours to take */
+    bson_init(&old);
+    if ((rc = mig_find_by_id(t, c, doc, &rid, &old, &exists, err)) != 0) {
+        bson_destroy(&old);
+        goto out;
+    }
+    if (exists) {
+        if (keys_extract(&r->pat, &old, NULL, &okey, NULL) != 0 ||
+            !mig_key_in_range(&okey, &r->min_enc, &r->max_enc)) {
+            char *js = bsonx_to_json(doc);
+            rc = err_set(err, MS_ERR_OPERATION_FAILED,
+                         "cannot migrate chunk, local document %.200s has same _id as cloned "
+                         "remote document", js ? js : "?");
+            bson_free(js);
+        } else {
+            rc = store_write_doc(t, c, rid, &old, doc, NULL, NULL, err);
+        }
+    } else {
+        rc = store_write_doc(t, c, 0, NULL, doc, NULL, NULL, err);
+    }
+    bson_destroy(&old);
+    if (rc == 0) (*applied)++;
+out:
+    buf_free(&key);
+    buf_free(&okey);
+    return rc;
+}
+
+/* Deletes the document of this _id when it is here and inside the range. */
+static int delete_one(store_txn_t *t, store_coll_t *c, mig_recv_t *r, const bson_t *idv,
+                      int64_t *applied, ms_error_t *err) {
+    bson_t old;
+    buf_t key = {0};
+    int64_t rid = 0;
+    bool exists = false;
+    int rc;
+    bson_init(&old);
+    if ((rc = mig_find_by_id(t, c, idv, &rid, &old, &exists, err)) == 0 && exists &&
+        keys_extract(&r->pat, &old, NULL, &key, NULL) == 0 &&
+        mig_key_in_range(&key, &r->min_enc, &r->max_enc)) {
+        if ((rc = store_write_doc(t, c, rid, &old, NULL, NULL, NULL, err)) == 0) (*applied)++;
+    }
+    buf_free(&key);
+    bson_destroy(&old);
+    return rc;
+}
+
+static int apply_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    apply_arg_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->r->ns);
+    bson_iter_t it = a->docs;
+    int rc;
+    if (!c) return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "%s vanished during the migration", a->r->ns);
+    while (bson_iter_next(&it)) {
+        bson_t doc;
+        if (!bsonx_view_container(&it, &doc))
+            return err_set(err, MS_ERR_INVALID_BSON, "migration batch holds a non-document");
+        rc = a->deletes ? delete_one(t, c, a->r, &doc, &a->applied, err)
+                        : apply_one(t, c, a->r, &doc, &a->applied, err);
+        if (rc != 0) return rc;
+        a->bytes += doc.len;
+    }
+    return 0;
+}
+
+static int apply_array(mig_recv_t *r, const bson_t *reply, const char *field, bool deletes,
+                       int64_t *n, int64_t *bytes, int64_t *count, ms_error_t *err) {
+    bson_iter_t it;
+    apply_arg_t a = {.r = r, .deletes = deletes};
+    int rc;
+    *n = 0;
+    if (!bson_iter_init_find(&it, reply, field) || !BSON_ITER_HOLDS_ARRAY(&it)) return 0;
+    if (!bson_iter_recurse(&it, &a.docs)) return 0;
+    {
+        bson_iter_t probe = a.docs;
+        while (bson_iter_next(&probe)) (*count)++;
+    }
+    if ((rc = store_write(r->m->app->st, apply_fn, &a, err)) != 0) return rc;
+    *n = a.applied;
+    if (bytes) *bytes += a.bytes;
+    return 0;
+}
+
+static int donor_call(mig_recv_t *r, const char *cmdname, bson_t *reply, ms_error_t *err) {
+    bson_t cmd;
+    int rc;
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, cmdname, r->ns);
+    BSON_APPEND_UTF8(&cmd, "sessionId", r->session);
+    rc = mig_call(r->from_url, &cmd, MS_RPC_PEER_TIMEOUT_MS_DEFAULT, reply, err);
+    bson_destroy(&cmd);
+    return rc;
+}
+
+/* One `_transferMods` round applied: deletes first, then the reloaded documents. *size is
+ * the donor's byte count (0 = nothing was pending). */
+static int transfer_round(mig_recv_t *r, int64_t *applied, int64_t *size, ms_error_t *err) {
+    bson_t reply;
+    int64_t nd = 0, nr = 0, cnt = 0;
+    bson_iter_t it;
+    int rc;
+    if ((rc = donor_call(r, "_transferMods", &reply, err)) != 0) return rc;
+    *size = 0;
+    if (bson_iter_init_find(&it, &reply, "size")) bsonx_as_int64(&it, size);
+    if ((rc = apply_array(r, &reply, "deleted", true, &nd, NULL, &cnt, err)) == 0)
+        rc = apply_array(r, &reply, "reload", false, &nr, NULL, &cnt, err);
+    bson_destroy(&reply);
+    *applied = cnt;
+    return rc;
+}
+
+/* ---- the migrate thread ------------------------------------------------------------------ */
+
+static int step_done(mig_recv_t *r, int step, long long *t0, ms_error_t *err) {
+    long long now = time_mono_ms();
+    if (step <= 5) r->step_ms[step - 1] = now - *t0;
+    *t0 = now;
+    return fp_eval(mig_recv_step_fps[step - 1], err);
+}
+
+/* Step 1's second half: the collection with the donor's uuid, sharded by the same key, and
+ * every index the donor has (unique ones included), before any document arrives. */
+static int create_collection_and_indexes(mig_recv_t *r, ms_error_t *err) {
+    bson_t cmd, reply, specs_arr;
+    bson_iter_t it, cur, batch;
+    char db[MS_NS_BYTES_MAX + 1];
+    const char *dot = strchr(r->ns, '.');
+    int rc;
+    snprintf(db, sizeof db, "%.*s", (int)(dot - r->ns), r->ns);
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "listIndexes", dot + 1);
+    BSON_APPEND_UTF8(&cmd, "$db", db);
+    rc = mig_call(r->from_url, &cmd, MS_RPC_PEER_TIMEOUT_MS_DEFAULT, &reply, err);
+    bson_destroy(&cmd);
+    if (rc != 0) return rc;
+    bson_init(&specs_arr);
+    if (bsonx_find_path(&reply, "cursor.firstBatch", &cur) && bson_iter_recurse(&cur, &batch)) {
+        int i = 0;
+        char k[16];
+        while (bson_iter_next(&batch)) {
+            bson_t spec, clean;
+            bson_iter_t f;
+            if (!bsonx_view_container(&batch, &spec)) continue;
+            /* The user's form of the spec: key, name, unique. */
+            bson_init(&clean);
+            if (bson_iter_init(&f, &spec))
+                while (bson_iter_next(&f))
+                    if (strcmp(bson_iter_key(&f), "key") == 0 || strcmp(bson_iter_key(&f), "name") == 0 ||
+                        strcmp(bson_iter_key(&f), "unique") == 0)
+                        bsonx_append_iter(&clean, bson_iter_key(&f), &f);
+            snprintf(k, sizeof k, "%d", i++);
+            BSON_APPEND_DOCUMENT(&specs_arr, k, &clean);
+            bson_destroy(&clean);
+        }
+    }
+    bson_destroy(&reply);
+    /* Collection (donor's uuid) and indexes. */
+    bson_t wrap;
+    bson_init(&wrap);
+    BSON_APPEND_ARRAY(&wrap, "a", &specs_arr);
+    bson_destroy(&specs_arr);
+    if (!bson_iter_init_find(&it, &wrap, "a") || !bson_iter_recurse(&it, &cur)) {
+        bson_destroy(&wrap);
+        return err_set(err, MS_ERR_INTERNAL, "index list");
+    }
+    shardd_index_result_t res;
+    rc = shardd_build_indexes(r->m->app, r->ns, r->coll_uuid, &cur, &res, err);
+    bson_destroy(&wrap);
+    if (rc == MS_ERR_BAD_VALUE) rc = 0;   /* no index at all besides _id_: nothing to build */
+    if (rc != 0) return rc;
+    return shardd_set_shard_key(r->m->app, r->ns, &r->pat, err);
+}
+
+static void *recv_main(void *p) {
+    mig_recv_t *r = p;
+    mig_t *m = r->m;
+    long long t0 = time_mono_ms();
+    int step = 0, rc = 0;
+    ms_error_t e = {0};
+    op_set_deadline_ms(0);
+    r->started_ms = time_now_ms();
+
+    /* 1: overlapping range deletions here must finish first (notes §1.5 step 1), then the
+     * collection and its indexes. */
+    if (m->app->rdel &&
+        (rc = rdel_wait(m->app->rdel, r->ns, &r->min, &r->max,
+                        time_mono_ms() + MS_MIG_RECV_OVERLAP_WAIT_MS, &e)) != 0) {
+        err_set(&e, MS_ERR_EXCEEDED_TIME_LIMIT,
+                "Failed to receive range: an overlapping range on the recipient is still being "
+                "deleted after %d ms (try again once it is gone)", MS_MIG_RECV_OVERLAP_WAIT_MS);
+        goto failed;
+    }
+    if ((rc = create_collection_and_indexes(r, &e)) != 0 || (rc = step_done(r, ++step, &t0, &e)) != 0)
+        goto failed;
+
+    /* 2: clone. */
+    set_state(r, RS_CLONE);
+    for (;;) {
+        bson_t reply;
+        int64_t n = 0, cnt = 0, bytes = 0;
+        if (aborted(r, &e)) goto failed;
+        if ((rc = donor_call(r, "_migrateClone", &reply, &e)) != 0) goto failed;
+        rc = apply_array(r, &reply, "objects", false, &n, &bytes, &cnt, &e);
+        bson_destroy(&reply);
+        if (rc != 0) goto failed;
+        if (cnt == 0) break;
+        pthread_mutex_lock(&r->mu);
+        r->cloned += cnt;
+        r->cloned_bytes += bytes;
+        pthread_mutex_unlock(&r->mu);
+    }
+    if ((rc = step_done(r, ++step, &t0, &e)) != 0) goto failed;
+
+    /* 3: catch-up until a round comes back empty. */
+    set_state(r, RS_CATCHUP);
+    for (;;) {
+        int64_t n = 0, size = 0;
+        if (aborted(r, &e)) goto failed;
+        if ((rc = transfer_round(r, &n, &size, &e)) != 0) goto failed;
+        pthread_mutex_lock(&r->mu);
+        r->catchup += n;
+        pthread_mutex_unlock(&r->mu);
+        if (size == 0) break;
+    }
+    if ((rc = step_done(r, ++step, &t0, &e)) != 0) goto failed;
+
+    /* 4: steady until commitStart; MongoDB's 10 ms between empty rounds. */
+    set_state(r, RS_STEADY);
+    for (;;) {
+        int64_t n = 0, size = 0;
+        bool go;
+        if (aborted(r, &e)) goto failed;
+        pthread_mutex_lock(&r->mu);
+        go = r->commit_start;
+        if (!go) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 10 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+            go = r->commit_start;
+        }
+        pthread_mutex_unlock(&r->mu);
+        if (go) break;
+        if ((rc = transfer_round(r, &n, &size, &e)) != 0) goto failed;
+        pthread_mutex_lock(&r->mu);
+        r->steady += n;
+        pthread_mutex_unlock(&r->mu);
+    }
+    if ((rc = step_done(r, ++step, &t0, &e)) != 0) goto failed;
+
+    /* 5: commitStart: the donor's writes are blocked; drain what is left (at least one
+     * round), then count and checksum the range for the donor to compare. */
+    for (;;) {
+        int64_t n = 0, size = 0;
+        if (aborted(r, &e)) goto failed;
+        if ((rc = transfer_round(r, &n, &size, &e)) != 0) goto failed;
+        pthread_mutex_lock(&r->mu);
+        r->steady += n;
+        pthread_mutex_unlock(&r->mu);
+        if (size == 0) break;
+    }
+    {
+        int64_t cnt = 0;
+        uint64_t sum = 0;
+        if ((rc = mig_range_digest(m->app->st, r->ns, &r->min_enc, &r->max_enc, &cnt, &sum, NULL,
+                                   &e)) != 0)
+            goto failed;
+        pthread_mutex_lock(&r->mu);
+        r->range_count = cnt;
+        r->range_sum = sum;
+        pthread_mutex_unlock(&r->mu);
+    }
+    r->step_ms[4] = time_mono_ms() - t0;
+    step = 5;
+    set_state(r, RS_DONE);
+
+    /* Wait for the decision (the donor always sends one, from its recovery if it has to). */
+    {
+        long long until = time_mono_ms() + MS_MIG_RECV_DECISION_WAIT_MS;
+        pthread_mutex_lock(&r->mu);
+        while (!r->released && !r->abort_req && !m->stopping && time_mono_ms() < until) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        }
+        bool ab = r->abort_req;
+        pthread_mutex_unlock(&r->mu);
+        fp_eval(mig_recv_step_fps[5], NULL);
+        if (ab) {
+            err_set(&e, MS_ERR_OPERATION_FAILED, "migration aborted by the donor after the final drain");
+            goto failed;
+        }
+    }
+    goto finish;
+
+failed:
+    fail(r, &e);
+    /* Stay until the donor's decision (it aborts when it sees `fail`), bounded. */
+    {
+        long long until = time_mono_ms() + MS_MIG_RECV_DECISION_WAIT_MS;
+        pthread_mutex_lock(&r->mu);
+        while (!r->abort_req && !r->released && !m->stopping && time_mono_ms() < until) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+finish:
+    fp_eval(mig_recv_step_fps[6], NULL);
+    {
+        bool ok;
+        pthread_mutex_lock(&r->mu);
+        ok = r->released;
+        const char *note = ok ? "success" : "aborted";
+        bson_t details;
+        bson_init(&details);
+        BSON_APPEND_DOCUMENT(&details, "min", &r->min);
+        BSON_APPEND_DOCUMENT(&details, "max", &r->max);
+        BSON_APPEND_UTF8(&details, "from", r->from_shard);
+        BSON_APPEND_UTF8(&details, "to", r->to_shard);
+        char k[32];
+        for (int i = 0; i < 5; i++) {
+            snprintf(k, sizeof k, "step %d of 5", i + 1);
+            if (i < step) BSON_APPEND_INT64(&details, k, r->step_ms[i]);
+        }
+        BSON_APPEND_INT64(&details, "clonedDocs", r->cloned);
+        BSON_APPEND_INT64(&details, "clonedBytes", r->cloned_bytes);
+        BSON_APPEND_INT64(&details, "catchup", r->catchup);
+        BSON_APPEND_INT64(&details, "steady", r->steady);
+        BSON_APPEND_UTF8(&details, "note", note);
+        if (r->errmsg[0]) BSON_APPEND_UTF8(&details, "errmsg", r->errmsg);
+        pthread_mutex_unlock(&r->mu);
+        mig_log_change(m, "moveChunk.to", r->ns, &details);
+        bson_destroy(&details);
+        pthread_mutex_lock(&m->mu);
+        if (ok) m->received++;
+        pthread_mutex_unlock(&m->mu);
+    }
+    {
+        /* Aborted or failed: our copy is an orphan range; the decision handler (or this,
+         * when the donor told us) makes the task ready. */
+        bool ab;
+        pthread_mutex_lock(&r->mu);
+        ab = r->abort_req && !r->released;
+        r->thread_done = true;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        if (ab) {
+            ms_error_t e2 = {0};
+            if (mig_recv_task_ready(m, r->id, &e2) != 0)
+                log_error("recipient range-deletion task not made ready id=%s errmsg=%s", r->id,
+                          log_str(e2.msg));
+        }
+    }
+    pthread_mutex_lock(&m->mu);
+    if (m->recv == r) m->recv = NULL;
+    pthread_cond_broadcast(&m->cv);
+    recv_unref_locked(r);
+    pthread_mutex_unlock(&m->mu);
+    (void)rc;
+    return NULL;
+}
+
+/* ---- persisted task helpers ---------------------------------------------------------------- */
+
+typedef struct task_arg {
+    const char *id;
+    const bson_t *task;
+    bool ready, del;
+} task_arg_t;
+
+static int task_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    task_arg_t *a = arg;
+    if (a->task) return rdel_task_insert(t, a->task, err);
+    if (a->del) return rdel_task_delete(t, a->id, err);
+    /* Ready only when it is still there (a second abort is a no-op). */
+    bson_t doc;
+    int rc = store_sdoc_get(t, SDOC_RANGE_DELETIONS, a->id, &doc, err);
+    if (rc == MS_ERR_NO_SUCH_KEY) {
+        memset(err, 0, sizeof *err);
+        return 0;
+    }
+    if (rc != 0) return rc;
+    bson_destroy(&doc);
+    return rdel_task_set_ready(t, a->id, err);
+}
+
+int mig_recv_task_ready(mig_t *m, const char *id, ms_error_t *err) {
+    task_arg_t a = {.id = id, .ready = true};
+    int rc = store_write(m->app->st, task_fn, &a, err);
+    if (rc == 0 && m->app->rdel) rdel_kick(m->app->rdel);
+    return rc;
+}
+
+static int task_delete(mig_t *m, const char *id, ms_error_t *err) {
+    task_arg_t a = {.id = id, .del = true};
+    return store_write(m->app->st, task_fn, &a, err);
+}
+
+/* ---- commands ----------------------------------------------------------------------------- */
+
+static bool uuid_field(cmd_ctx_t *ctx, const char *name, uint8_t out[16]) {
+    bson_iter_t it;
+    bson_subtype_t st;
+    uint32_t len = 0;
+    const uint8_t *data = NULL;
+    if (!cmd_field(ctx, name, &it) || !BSON_ITER_HOLDS_BINARY(&it)) return false;
+    bson_iter_binary(&it, &st, &len, &data);
+    if (len != 16) return false;
+    memcpy(out, data, 16);
+    return true;
+}
+
+static const char *str_arg(cmd_ctx_t *ctx, const char *name) {
+    bson_iter_t it;
+    return cmd_field(ctx, name, &it) && BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : "";
+}
+
+int cmd_recv_chunk_start(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    mig_t *m = app->mig;
+    mig_recv_t *r;
+    bson_iter_t it;
+    bson_t v;
+    int rc;
+    const char *ns = BSON_ITER_HOLDS_UTF8(&ctx->arg) ? bson_iter_utf8(&ctx->arg, NULL) : "";
+    if (!strchr(ns, '.') || strlen(ns) > MS_NS_BYTES_MAX)
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "_recvChunkStart needs \"db.coll\"");
+    if (!(r = mem_calloc_aligned(1, sizeof *r))) return err_set(err, MS_ERR_INTERNAL, "out of memory");
+    r->m = m;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    bson_init(&r->min);
+    bson_init(&r->max);
+    snprintf(r->ns, sizeof r->ns, "%s", ns);
+    snprintf(r->session, sizeof r->session, "%s", str_arg(ctx, "sessionId"));
+    snprintf(r->from_url, sizeof r->from_url, "%s", str_arg(ctx, "from"));
+    snprintf(r->from_shard, sizeof r->from_shard, "%s", str_arg(ctx, "fromShardName"));
+    snprintf(r->to_shard, sizeof r->to_shard, "%s", str_arg(ctx, "toShardName"));
+    rc = 0;
+    if (!r->session[0] || !r->from_url[0] || !uuid_field(ctx, "migrationId", r->mig_uuid) ||
+        !uuid_field(ctx, "collectionUUID", r->coll_uuid))
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE,
+                     "_recvChunkStart needs sessionId, from, migrationId and collectionUUID");
+    if (rc == 0 && cmd_field(ctx, "min", &it) && bsonx_view_container(&it, &v)) bson_concat(&r->min, &v);
+    if (rc == 0 && cmd_field(ctx, "max", &it) && bsonx_view_container(&it, &v)) bson_concat(&r->max, &v);
+    if (rc == 0) {
+        if (!cmd_field(ctx, "shardKeyPattern", &it) || !bsonx_view_container(&it, &v))
+            rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "_recvChunkStart needs shardKeyPattern");
+        else if ((rc = keys_pattern_parse(&v, &r->pat, err)) == 0 &&
+                 (rc = keys_encode_bound(&r->pat, &r->min, &r->min_enc, err)) == 0)
+            rc = keys_encode_bound(&r->pat, &r->max, &r->max_enc, err);
+    }
+    if (rc != 0) {
+        mig_recv_free(r);
+        return rc;
+    }
+    mig_uuid_hex(r->mig_uuid, r->id);
+
+    pthread_mutex_lock(&m->mu);
+    if (m->recv && strcmp(m->recv->session, r->session) == 0) {
+        pthread_mutex_unlock(&m->mu);
+        mig_recv_free(r);
+        BSON_APPEND_BOOL(reply, "started", true);   /* the same start, again */
+        return 0;
+    }
+    if (m->stopping || m->recv || m->donor || m->recoveries > 0) {
+        rc = err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                     "Unable to start new migration because this shard is currently %s",
+                     m->donor ? "donating a chunk" : m->recv ? "receiving a chunk"
+                     : m->recoveries ? "recovering a migration" : "shutting down");
+        pthread_mutex_unlock(&m->mu);
+        mig_recv_free(r);
+        return rc;
+    }
+    r->refs = 1;
+    m->recv = r;
+    pthread_mutex_unlock(&m->mu);
+
+    /* Must know the collection is sharded, with current metadata (notes §1.5). */
+    if ((rc = shv_refresh(app->shv, r->ns, err)) == 0) {
+        /* Our own pending task first: whatever is copied from now on is accounted for. */
+        bson_t task;
+        mig_task_doc(r->mig_uuid, r->ns, r->coll_uuid, r->from_shard, &r->min, &r->max, &r->pat,
+                     true, true, &task);
+        task_arg_t a = {.task = &task};
+        rc = store_write(app->st, task_fn, &a, err);
+        bson_destroy(&task);
+    }
+    if (rc == 0) {
+        pthread_t th;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        pthread_mutex_lock(&m->mu);
+        r->refs++;
+        if (pthread_create(&th, &at, recv_main, r) != 0) {
+            r->refs--;
+            rc = err_set(err, MS_ERR_INTERNAL, "cannot start the migrate thread");
+        }
+        pthread_mutex_unlock(&m->mu);
+        pthread_attr_destroy(&at);
+    }
+    pthread_mutex_lock(&m->mu);
+    if (rc != 0 && m->recv == r) m->recv = NULL;
+    recv_unref_locked(r);
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    if (rc == 0) BSON_APPEND_BOOL(reply, "started", true);
+    return rc;
+}
+
+/* The receive of this command's sessionId (or migrationId), with a reference. */
+static mig_recv_t *recv_for(cmd_ctx_t *ctx, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    mig_t *m = app->mig;
+    const char *sid = str_arg(ctx, "sessionId");
+    uint8_t mid[16];
+    bool has_mid = uuid_field(ctx, "migrationId", mid);
+    mig_recv_t *r = NULL;
+    pthread_mutex_lock(&m->mu);
+    if (m->recv && ((sid[0] && strcmp(m->recv->session, sid) == 0) ||
+                    (has_mid && memcmp(m->recv->mig_uuid, mid, 16) == 0))) {
+        r = m->recv;
+        r->refs++;
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (!r && err)
+        err_set(err, MS_ERR_CONFLICTING_OPERATION, "no active receive with session %s", sid);
+    return r;
+}
+
+static void recv_release(mig_t *m, mig_recv_t *r) {
+    pthread_mutex_lock(&m->mu);
+    recv_unref_locked(r);
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void append_status_locked(mig_recv_t *r, bson_t *out) {
+    bson_t counts;
+    BSON_APPEND_BOOL(out, "active", r->state != RS_DONE && r->state != RS_FAIL && r->state != RS_ABORT);
+    BSON_APPEND_UTF8(out, "sessionId", r->session);
+    BSON_APPEND_UTF8(out, "ns", r->ns);
+    BSON_APPEND_UTF8(out, "from", r->from_url);
+    BSON_APPEND_UTF8(out, "fromShardId", r->from_shard);
+    BSON_APPEND_DOCUMENT(out, "min", &r->min);
+    BSON_APPEND_DOCUMENT(out, "max", &r->max);
+    BSON_APPEND_DOCUMENT(out, "shardKeyPattern", &r->pat.spec);
+    BSON_APPEND_UTF8(out, "state", rstate_names[r->state]);
+    if (r->errmsg[0]) BSON_APPEND_UTF8(out, "errmsg", r->errmsg);
+    BSON_APPEND_DOCUMENT_BEGIN(out, "counts", &counts);
+    BSON_APPEND_INT64(&counts, "cloned", r->cloned);
+    BSON_APPEND_INT64(&counts, "clonedBytes", r->cloned_bytes);
+    BSON_APPEND_INT64(&counts, "catchup", r->catchup);
+    BSON_APPEND_INT64(&counts, "steady", r->steady);
+    bson_append_document_end(out, &counts);
+}
+
+static bool steady_or_done(enum rstate s) {
+    return s == RS_STEADY || s == RS_COMMIT_START || s == RS_DONE || s == RS_FAIL || s == RS_ABORT;
+}
+
+static void wait_locked(mig_recv_t *r, long long until_ms) {
+    struct timespec ts;
+    long long left = until_ms - time_mono_ms();
+    if (left <= 0) return;
+    if (left > 100) left = 100;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += left * 1000000L;
+    while (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+}
+
+int cmd_recv_chunk_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    mig_recv_t *r = recv_for(ctx, err);
+    if (!r) return err->code;
+    pthread_mutex_lock(&r->mu);
+    if (cmd_flag(ctx, "waitForSteadyOrDone", false)) {
+        /* MongoDB's recipient waits up to a second for steady or done. */
+        long long until = time_mono_ms() + 1000;
+        while (!steady_or_done(r->state) && time_mono_ms() < until) wait_locked(r, until);
+    }
+    append_status_locked(r, reply);
+    pthread_mutex_unlock(&r->mu);
+    recv_release(app->mig, r);
+    return 0;
+}
+
+int cmd_recv_chunk_commit(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    mig_recv_t *r = recv_for(ctx, err);
+    int rc = 0;
+    if (!r) return err->code;
+    pthread_mutex_lock(&r->mu);
+    long long until = time_mono_ms() + MS_MIG_RECV_COMMIT_MS;
+    /* The donor may go early (write-pause budget): catch-up is fine, cloning is not. */
+    while ((r->state == RS_READY || r->state == RS_CLONE) && time_mono_ms() < until)
+        wait_locked(r, until);
+    if (r->state == RS_CATCHUP || r->state == RS_STEADY) {
+        r->commit_start = true;
+        pthread_cond_broadcast(&r->cv);
+        until = time_mono_ms() + MS_MIG_RECV_COMMIT_MS;
+        while (r->state != RS_DONE && r->state != RS_FAIL && r->state != RS_ABORT &&
+               time_mono_ms() < until)
+            wait_locked(r, until);
+    }
+    if (r->state == RS_DONE) {
+        append_status_locked(r, reply);
+        BSON_APPEND_INT64(reply, "rangeCount", r->range_count);
+        BSON_APPEND_INT64(reply, "rangeChecksum", (int64_t)r->range_sum);
+    } else {
+        rc = err_set(err, MS_ERR_OPERATION_FAILED, "_recvChunkCommit failed: recipient state %s%s%s",
+                     rstate_names[r->state], r->errmsg[0] ? ": " : "", r->errmsg);
+        if (r->state != RS_FAIL && r->state != RS_ABORT) {
+            r->state = RS_FAIL;
+            snprintf(r->errmsg, sizeof r->errmsg, "timed out waiting for the commit drain");
+            pthread_cond_broadcast(&r->cv);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    recv_release(app->mig, r);
+    return rc;
+}
+
+/* `_recvChunkAbort`: the running receive stops (its thread makes the task ready once it
+ * has stopped writing); with no receive running, the task named by migrationId becomes
+ * ready here (the donor's recovery after a restart of either side). */
+int cmd_recv_chunk_abort(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    mig_t *m = app->mig;
+    mig_recv_t *r = recv_for(ctx, NULL);
+    uint8_t mid[16];
+    char id[33];
+    (void)reply;
+    if (r) {
+        pthread_mutex_lock(&r->mu);
+        r->abort_req = true;
+        pthread_cond_broadcast(&r->cv);
+        long long until = time_mono_ms() + MS_MIG_RECV_COMMIT_MS;
+        while (!r->thread_done && time_mono_ms() < until) wait_locked(r, until);
+        bool done = r->thread_done;
+        pthread_mutex_unlock(&r->mu);
+        recv_release(m, r);
+        if (!done)
+            return err_set(err, MS_ERR_EXCEEDED_TIME_LIMIT, "the migrate thread has not stopped yet");
+        return 0;
+    }
+    if (!uuid_field(ctx, "migrationId", mid)) return 0;   /* nothing running, nothing named */
+    mig_uuid_hex(mid, id);
+    return mig_recv_task_ready(m, id, err);
+}
+
+/* `_recvChunkReleaseCritSec`: the migration committed; the range is ours now, so the
+ * pending task goes (idempotent: a second release finds nothing). */
+int cmd_recv_chunk_release(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    mig_t *m = app->mig;
+    mig_recv_t *r = recv_for(ctx, NULL);
+    uint8_t mid[16];
+    char id[33];
+    int rc;
+    (void)reply;
+    if (!uuid_field(ctx, "migrationId", mid)) {
+        if (r) recv_release(m, r);
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "_recvChunkReleaseCritSec needs migrationId");
+    }
+    mig_uuid_hex(mid, id);
+    if (r) {
+        pthread_mutex_lock(&r->mu);
+        bool ok = r->state == RS_DONE;
+        pthread_mutex_unlock(&r->mu);
+        if (!ok) {
+            recv_release(m, r);
+            return err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                           "cannot release: the receive has not finished its final drain");
+        }
+    }
+    if ((rc = task_delete(m, id, err)) == 0 && r) {
+        pthread_mutex_lock(&r->mu);
+        r->released = true;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+    }
+    if (r) recv_release(m, r);
+    return rc;
+}
+
+void mig_recv_status(mig_recv_t *r, bson_t *out) {
+    pthread_mutex_lock(&r->mu);
+    BSON_APPEND_UTF8(out, "desc", "MigrationDestinationManager");
+    BSON_APPEND_UTF8(out, "role", "recipient");
+    BSON_APPEND_UTF8(out, "migrationId", r->id);
+    append_status_locked(r, out);
+    BSON_APPEND_INT64(out, "elapsedMS", time_now_ms() - r->started_ms);
+    pthread_mutex_unlock(&r->mu);
+}
