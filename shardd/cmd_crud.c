@@ -1043,6 +1043,21 @@ static int explain_as_find(const bson_t *inner, bson_t *out, ms_error_t *err) {
     return 0;
 }
 
+/* The explained command is parsed by its own command's rules, as MongoDB's explain
+ * does: a strict row's unknown field is 40415 naming the inner command
+ * ("BSON field 'find.bogus' is an unknown field."). Dispatch checked only explain's own
+ * fields. An unknown inner command is left to explain_as_find. */
+static int explain_inner_strict(const bson_t *inner, ms_error_t *err) {
+    bson_iter_t it;
+    if (!bson_iter_init(&it, inner) || !bson_iter_next(&it)) return 0;
+    for (int i = 0; i < shardd_cmd_table_len; i++) {
+        const cmd_spec_t *spec = &shardd_cmd_table[i];
+        if (strcmp(spec->name, bson_iter_key(&it)) != 0) continue;
+        return (spec->flags & CMD_STRICT_FIELDS) ? cmd_check_strict_doc(spec, inner, err) : 0;
+    }
+    return 0;
+}
+
 /* explain (MongoDB's explain command, verbosities queryPlanner / executionStats /
  * allPlansExecution) of find, count or distinct. */
 int cmd_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
@@ -1058,6 +1073,7 @@ int cmd_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "explain needs a command document");
         goto out;
     }
+    if ((rc = explain_inner_strict(&inner, err)) != 0) goto out;
     if ((rc = explain_as_find(&inner, &as_find, err)) != 0) goto out;
     if (cmd_field(ctx, "verbosity", &it) && BSON_ITER_HOLDS_UTF8(&it)) {
         verbosity = bson_iter_utf8(&it, NULL);
