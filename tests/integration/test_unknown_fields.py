@@ -6,7 +6,11 @@ an unknown field."), on a shard and through the router alike; so does a write st
 with an unknown field (`sort` in an update statement is 7.1+). The generic arguments every
 MongoDB command takes (maxTimeMS, writeConcern, readConcern, comment, lsid,
 $readPreference ...) and the fields MongoDB knows but minishard ignores stay accepted, and
-a refused batch runs none of its statements.
+a refused batch runs none of its statements. The catalog and cursor commands MongoDB 7.0
+parses strictly (create, drop, dropDatabase, createIndexes, dropIndexes, listIndexes,
+listCollections, listDatabases, killCursors, explain and its inner command, the shard's
+internal _addShard / _flushRoutingTableCacheUpdates, the config server's config-database
+find / getMore / killCursors / count / update) refuse unknown fields the same way.
 """
 import os
 import sys
