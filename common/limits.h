@@ -261,4 +261,12 @@
  * short enough that the workers left free keep answering within a second. */
 #define MS_RPC_PEER_SLOT_WAIT_MS 250
 
+/* ---- migration base: write capture, critical section, internal workers (issue 12) ---- */
+
+/* Bytes of captured _id documents a migration's write capture (shardd/xfer.c) may hold
+ * before it gives up with ExceededMemoryLimit and the migration aborts: MongoDB's limit on
+ * the ids a donor queues for _transferMods (500 MiB, MigrationChunkClonerSource). The user
+ * writes that would have been captured still succeed. */
+#define MS_MIG_CAPTURE_BYTES_MAX (500LL * 1024 * 1024)
+
 #endif
