@@ -269,4 +269,11 @@
  * writes that would have been captured still succeed. */
 #define MS_MIG_CAPTURE_BYTES_MAX (500LL * 1024 * 1024)
 
+/* Longest a versioned write (or, during the config commit, a read) refused by a
+ * migration's critical section waits on the shard for the section to be left before it
+ * answers StaleConfig (less when its maxTimeMS leaves less). A commit normally holds the
+ * section for tens of ms; the bound keeps a stuck migration from pinning request workers,
+ * and the router's StaleConfig retries (MS_STALE_RETRIES_MAX) carry the write on. */
+#define MS_CRITSEC_WAIT_MS 5000
+
 #endif

@@ -21,6 +21,7 @@
  *   split.c       dataSize, splitVector, autoSplitVector
  *   query.c update.c project.c   the query engine (filters, updates, projections)
  *   shardver.c    shard versioning and the ownership filter
+ *   critsec.c     a migration's critical section (writes refused under the writer lock)
  *   xfer.c        a migration's write capture (committed _ids of the moving range)
  *
  * Concurrency: one writer SQLite connection behind a mutex (SQLite has one writer) and one
@@ -467,6 +468,10 @@ int cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_distinct(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+
+/* critsec.c: {_testCriticalSection: "db.coll", action: "enter"|"blockReads"|"leave"}
+ * (test-only, --enable-test-commands) */
+int cmd_test_critical_section(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 
 /* cmd_admin.c */
 int cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
