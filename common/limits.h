@@ -276,4 +276,11 @@
  * and the router's StaleConfig retries (MS_STALE_RETRIES_MAX) carry the write on. */
 #define MS_CRITSEC_WAIT_MS 5000
 
+/* Workers of a shard's command server reserved for internal commands (names starting
+ * with '_': _migrateClone, _transferMods, _recvChunk*, _shardsvrMoveRange...), on top of
+ * --workers. User requests never occupy them, so writes parked on a critical section
+ * cannot starve the calls that end it. One migration per shard needs at most three at
+ * once (its own long-running _shardsvrMoveRange, a clone or mods pull, a status poll). */
+#define MS_RPC_INTERNAL_WORKERS 4
+
 #endif
