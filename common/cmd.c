@@ -451,7 +451,11 @@ int cmd_server_start(const cmd_server_opts_t *opts, cmd_server_t **out, ms_error
     fp_register("failCommand");
     op_register_failpoints();
 
-    rc = rpc_server_start(opts->url, opts->workers, cmd_rpc_handler, s, &s->rpc, err);
+    {
+        rpc_server_opts_t ro = {opts->workers, cmd_rpc_handler, s, opts->internal_workers,
+                                rpc_internal_by_name, NULL};
+        rc = rpc_server_start_opts(opts->url, &ro, &s->rpc, err);
+    }
     if (rc != 0) {
         cmd_server_free(s);
         return rc;

@@ -195,6 +195,9 @@ typedef struct cmd_server_opts {
     const char *process;        /* "shardd", "configsvr", "router" */
     const char *url;            /* where it listens */
     int workers;                /* 0 → MS_RPC_WORKERS_DEFAULT */
+    /* > 0: commands whose name starts with '_' (peer-to-peer) run on this many workers
+     * of their own (rpc_server_opts_t); 0: they share the pool. */
+    int internal_workers;
     bool enable_test_commands;
     const cmd_spec_t *table;    /* the daemon's own table */
     int table_len;

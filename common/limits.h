@@ -261,4 +261,26 @@
  * short enough that the workers left free keep answering within a second. */
 #define MS_RPC_PEER_SLOT_WAIT_MS 250
 
+/* ---- migration base: write capture, critical section, internal workers (issue 12) ---- */
+
+/* Bytes of captured _id documents a migration's write capture (shardd/xfer.c) may hold
+ * before it gives up with ExceededMemoryLimit and the migration aborts: MongoDB's limit on
+ * the ids a donor queues for _transferMods (500 MiB, MigrationChunkClonerSource). The user
+ * writes that would have been captured still succeed. */
+#define MS_MIG_CAPTURE_BYTES_MAX (500LL * 1024 * 1024)
+
+/* Longest a versioned write (or, during the config commit, a read) refused by a
+ * migration's critical section waits on the shard for the section to be left before it
+ * answers StaleConfig (less when its maxTimeMS leaves less). A commit normally holds the
+ * section for tens of ms; the bound keeps a stuck migration from pinning request workers,
+ * and the router's StaleConfig retries (MS_STALE_RETRIES_MAX) carry the write on. */
+#define MS_CRITSEC_WAIT_MS 5000
+
+/* Workers of a shard's command server reserved for internal commands (names starting
+ * with '_': _migrateClone, _transferMods, _recvChunk*, _shardsvrMoveRange...), on top of
+ * --workers. User requests never occupy them, so writes parked on a critical section
+ * cannot starve the calls that end it. One migration per shard needs at most three at
+ * once (its own long-running _shardsvrMoveRange, a clone or mods pull, a status poll). */
+#define MS_RPC_INTERNAL_WORKERS 4
+
 #endif

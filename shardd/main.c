@@ -120,6 +120,9 @@ int main(int argc, char **argv) {
             .app = &app,
             .status = shardd_status,
             .metrics = shardd_metrics,
+            /* The migration's peer calls (_migrateClone, _transferMods, _recvChunk*) are
+             * served even while user writes wait on a critical section. */
+            .internal_workers = MS_RPC_INTERNAL_WORKERS,
         };
         if (daemon_start(&d, &opts, &err) != 0) goto out_reaper;
     }

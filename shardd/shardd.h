@@ -21,6 +21,8 @@
  *   split.c       dataSize, splitVector, autoSplitVector
  *   query.c update.c project.c   the query engine (filters, updates, projections)
  *   shardver.c    shard versioning and the ownership filter
+ *   critsec.c     a migration's critical section (writes refused under the writer lock)
+ *   xfer.c        a migration's write capture (committed _ids of the moving range)
  *
  * Concurrency: one writer SQLite connection behind a mutex (SQLite has one writer) and one
  * reader connection per thread (WAL lets readers run beside the writer). The in-memory
@@ -108,12 +110,22 @@ typedef struct store_coll {
 typedef void (*store_write_observer_fn)(void *arg, const char *ns, const bson_t *old_doc,
                                         const bson_t *new_doc, const buf_t *old_sk,
                                         const buf_t *new_sk);
+/* Called when a write transaction (store_write or store_ddl) ends, after its COMMIT
+ * (committed) or ROLLBACK, while the writer lock is still held: no other write can begin
+ * between the end and this call, so what the observer saw can be published exactly when
+ * it became visible, and dropped when it never will. */
+typedef void (*store_write_end_fn)(void *arg, bool committed);
 
 /* Opens (creating when absent) DIR/shard.sqlite. *out set on success only. */
 int store_open(const char *dbpath_dir, const store_opts_t *opts, store_t **out, ms_error_t *err);
 void store_close(store_t *st);   /* NULL-safe; all transactions must have ended */
 const char *store_path(const store_t *st);
-void store_set_write_observer(store_t *st, store_write_observer_fn fn, void *arg);
+/* Installs the write observer (fn, end may be NULL; arg borrowed until it is removed),
+ * or removes it with fn = end = NULL. Takes the writer lock, so a transaction in progress
+ * finishes with the observer it started with. One observer at a time: installing over
+ * another fails with ConflictingOperationInProgress. */
+int store_set_write_observer(store_t *st, store_write_observer_fn fn, store_write_end_fn end,
+                             void *arg, ms_error_t *err);
 
 /* Transactions run a callback: BEGIN, fn, COMMIT when fn returns 0, else ROLLBACK.
  * store_read: a reader connection of this thread, catalog shared.
@@ -224,6 +236,35 @@ void store_path_values(const bson_t *doc, const char *path, store_path_fn fn, vo
 
 /* Prepared-statement cache of the transaction's connection (borrowed; reset by caller). */
 void *store_stmt(store_txn_t *t, const char *sql, ms_error_t *err);
+
+/* ---- write capture (xfer.c) ---- */
+
+/* A migration's write capture ("xfer mods", MongoDB's MigrationChunkClonerSource). */
+typedef struct xfer xfer_t;
+/* Starts capturing: every committed insert/update/delete of ns whose old or new encoded
+ * shard key lies in [min, max) (encoded with keys_, as the store's `sk` column; borrowed,
+ * copied) records the document's _id: insert / update with the new key in range → reload;
+ * update moving the key out, or delete → deleted. Ids are published at COMMIT, dropped at
+ * ROLLBACK. bytes_max (MS_MIG_CAPTURE_BYTES_MAX) bounds the id bytes held; past it the
+ * capture fails (xfer_failed) and holds nothing more; the user write still succeeds.
+ * One capture per store at a time: ConflictingOperationInProgress otherwise. */
+int xfer_start(store_t *st, const char *ns, const buf_t *min, const buf_t *max,
+               size_t bytes_max, xfer_t **out, ms_error_t *err);
+void xfer_stop(store_t *st, xfer_t *x);   /* NULL-safe: stops capturing and frees */
+/* Takes pending ids: deletes first (as many as fit in max_bytes, at least one), reloads
+ * only when every delete fit (and in what is left of max_bytes). Each id is a buf_t holding
+ * the BSON bytes of {_id: value}; de-duplicated by bytes within each list. Caller owns
+ * the arrays (NULL when empty) and frees them with xfer_ids_free. */
+void xfer_take(xfer_t *x, size_t max_bytes, buf_t **del, int *ndel, buf_t **reload,
+               int *nreload);
+void xfer_ids_free(buf_t *v, int n);   /* NULL-safe */
+/* Puts back ids not sent, ahead of those captured since (takes ownership of the arrays;
+ * an id captured again meanwhile is kept once). */
+void xfer_putback(xfer_t *x, buf_t *del, int ndel, buf_t *reload, int nreload);
+/* Committed ids waiting, and their bytes. */
+void xfer_pending(xfer_t *x, int64_t *ndel, int64_t *nreload, int64_t *bytes);
+/* 0, or the error that ended the capture (ExceededMemoryLimit 146, with why). */
+int xfer_failed(xfer_t *x, ms_error_t *err);
 
 /* ================================ exec.c ============================================= */
 
@@ -427,6 +468,10 @@ int cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_distinct(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+
+/* critsec.c: {_testCriticalSection: "db.coll", action: "enter"|"blockReads"|"leave"}
+ * (test-only, --enable-test-commands) */
+int cmd_test_critical_section(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 
 /* cmd_admin.c */
 int cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);

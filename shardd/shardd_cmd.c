@@ -125,6 +125,11 @@ const cmd_spec_t shardd_cmd_table[] = {
      .flags = CMD_STRICT_FIELDS | CMD_INTERNAL, .arg_types = CT_STR,
      .fields = {F("syncFromConfig", CT_BOOL)},
      .help = "refresh this shard's filtering metadata of a namespace"},
+    /* test-only (--enable-test-commands) */
+    {.name = "_testCriticalSection", .handler = cmd_test_critical_section,
+     .flags = CMD_TEST | CMD_FULL_NS_ARG, .arg_types = CT_STR, .fields = {REQ("action", CT_STR)},
+     .help = "drive a migration critical section: {_testCriticalSection: \"db.coll\", "
+             "action: \"enter\" | \"blockReads\" | \"leave\"}"},
 };
 
 const int shardd_cmd_table_len = (int)(sizeof shardd_cmd_table / sizeof shardd_cmd_table[0]);

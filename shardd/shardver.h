@@ -74,4 +74,34 @@ int shv_refresh(shv_t *s, const char *ns, ms_error_t *err);
 /* Appends {ns: {version, chunks owned}} for serverStatus.sharding. */
 void shv_append_status(shv_t *s, bson_t *reply);
 
+/* ---- critical section (critsec.c) ---- */
+
+typedef struct store store_t;
+
+/* Enters the critical section of ns (MongoDB's ShardingMigrationCriticalSection): from now
+ * every versioned write to ns (the whole collection) is refused under the writer lock;
+ * fences writes already past the version check by setting the flag and then taking and
+ * releasing the store's writer lock once, so it returns only after every such write
+ * committed. Entering a held section again is a no-op. */
+int shv_crit_enter(shv_t *s, store_t *st, const char *ns, ms_error_t *err);
+void shv_crit_block_reads(shv_t *s, const char *ns);  /* commit phase: versioned reads wait too */
+void shv_crit_leave(shv_t *s, const char *ns);        /* wakes every waiter; not held: no-op */
+bool shv_crit_held(shv_t *s, const char *ns);
+/* Called by every write inside its store_write callback (under the writer lock): 0 (also
+ * for a request without shardVersion), or StaleConfig (13388) with err_info {ns,
+ * vReceived, shardId, criticalSection: true} (vWanted absent, as MongoDB while the section
+ * is held). The caller rolls back, then waits with shv_crit_wait outside every lock. */
+int shv_crit_check_write(shv_t *s, const char *ns, const bson_t *req, bson_t *err_info,
+                         ms_error_t *err);
+/* For a versioned read before its version check (no lock held): while reads are blocked,
+ * waits up to shv_crit_wait_bound_ms(); 0 once they are not, else StaleConfig as above. */
+int shv_crit_check_read(shv_t *s, const char *ns, const bson_t *req, bson_t *err_info,
+                        ms_error_t *err);
+/* Waits up to wait_ms until the section of ns is left (reads: until reads are no longer
+ * blocked); true when it is. Holds no lock of the caller's. */
+bool shv_crit_wait(shv_t *s, const char *ns, bool reads, long long wait_ms);
+/* How long a refused operation waits: the op's remaining maxTimeMS, at most
+ * MS_CRITSEC_WAIT_MS. */
+long long shv_crit_wait_bound_ms(void);
+
 #endif
