@@ -225,6 +225,33 @@ void store_path_values(const bson_t *doc, const char *path, store_path_fn fn, vo
 /* Prepared-statement cache of the transaction's connection (borrowed; reset by caller). */
 void *store_stmt(store_txn_t *t, const char *sql, ms_error_t *err);
 
+/* ---- shard-local documents (store_docs.c) ---- */
+/* The shard's own persisted documents (notes §1.7), in table shard_docs of its SQLite file
+ * and readable through find on config.<coll>. id = 32 lowercase hex of the migrationId. */
+#define SDOC_COORDINATORS "migrationCoordinators"
+#define SDOC_RANGE_DELETIONS "rangeDeletions"
+#define SDOC_RECIPIENTS "migrationRecipients"
+/* Inside a write transaction: insert or replace. doc borrowed. */
+int store_sdoc_put(store_txn_t *t, const char *coll, const char *id, const bson_t *doc,
+                   ms_error_t *err);
+/* Inside any transaction: *out initialised on success; NoSuchKey when absent. */
+int store_sdoc_get(store_txn_t *t, const char *coll, const char *id, bson_t *out,
+                   ms_error_t *err);
+/* Inside a write transaction: absent is not an error. */
+int store_sdoc_delete(store_txn_t *t, const char *coll, const char *id, ms_error_t *err);
+/* Inside any transaction, in id order; fn returns non-zero to stop (that value is
+ * returned). id and doc are borrowed for the call. */
+int store_sdoc_scan(store_txn_t *t, const char *coll,
+                    int (*fn)(void *arg, const char *id, const bson_t *doc), void *arg,
+                    ms_error_t *err);
+/* "config.<one of the three>" → its table name (static), else NULL. */
+const char *store_sdoc_coll_of(const char *ns);
+/* find on config.<coll> (cmd_find): the documents matching q (NULL = all), at most limit
+ * (0 = none), in id order, as one batch {cursor: {firstBatch, id: 0, ns}} appended to reply
+ * (sort, projection and skip are not applied; these tables hold a handful of documents). */
+int store_sdoc_find(store_t *st, const char *ns, const query_t *q, int64_t limit, bson_t *reply,
+                    ms_error_t *err);
+
 /* ================================ exec.c ============================================= */
 
 enum plan_kind { PLAN_COLLSCAN = 0, PLAN_IXSCAN = 1 };
