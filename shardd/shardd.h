@@ -21,6 +21,8 @@
  *   split.c       dataSize, splitVector, autoSplitVector
  *   query.c update.c project.c   the query engine (filters, updates, projections)
  *   shardver.c    shard versioning and the ownership filter
+ *   store_docs.c  the shard's own persisted documents (migration, range deletion)
+ *   rdel.c        the range deleter: orphaned ranges deleted in batches
  *
  * Concurrency: one writer SQLite connection behind a mutex (SQLite has one writer) and one
  * reader connection per thread (WAL lets readers run beside the writer). The in-memory
@@ -418,12 +420,52 @@ int exec_explain_find(store_t *st, find_args_t *fa, bool exec_stats, bson_t *rep
  * per-document point goes first: fp_active finds a name by a scan of the table. */
 void shardd_register_failpoints(void);
 
+/* ================================ rdel.c ============================================== */
+/* The range deleter (docs/range-deleter.md; notes §3): persisted tasks in shard_docs
+ * rangeDeletions, one thread that deletes each ready task's range in batches. */
+typedef struct rdel rdel_t;
+typedef struct rdel_opts {
+    int batch_docs;          /* --range-deleter-batch-size, default 128 (MongoDB before 5.2) */
+    int batch_delay_ms;      /* --range-deleter-batch-delay-ms, default 20 (rangeDeleterBatchDelayMS) */
+    int cleanup_delay_ms;    /* --orphan-cleanup-delay-ms, default 2000 for demos (MongoDB 900 s) */
+} rdel_opts_t;
+#define RDEL_ID_BYTES 33     /* 32 lowercase hex of the task's UUID + NUL */
+#define FP_SUSPEND_RANGE_DELETION "suspendRangeDeletion"   /* before each batch (rdel.c) */
+/* Starts the deleter thread; schedules every persisted non-pending task (processing ones
+ * first). o NULL (or a negative / zero field) = the defaults of common/limits.h. */
+int rdel_open(store_t *st, shv_t *shv, const rdel_opts_t *o, rdel_t **out, ms_error_t *err);
+/* Optional: the cursor registry, to log the cursors open on a namespace while waiting. */
+void rdel_set_cursors(rdel_t *r, cursors_t *cs);
+void rdel_close(rdel_t *r);   /* NULL-safe; stops between batches */
+/* Inside the caller's write transaction: persists a task (the shape in rdel.c; _id UUID). */
+int rdel_task_insert(store_txn_t *t, const bson_t *task, ms_error_t *err);
+/* Inside a write transaction: unset pending (ready; NoSuchKey when absent) / delete (absent
+ * is fine). Call rdel_kick after the commit. */
+int rdel_task_set_ready(store_txn_t *t, const char *id, ms_error_t *err);
+int rdel_task_delete(store_txn_t *t, const char *id, ms_error_t *err);
+void rdel_kick(rdel_t *r);    /* NULL-safe */
+/* Waits until no task of ns overlapping [min, max) (shard-key documents; NULL, NULL = every
+ * task of ns) exists, pending or not, up to deadline_ms (time_mono_ms clock; 0 = check
+ * once): 0, or ExceededTimeLimit. */
+int rdel_wait(rdel_t *r, const char *ns, const bson_t *min, const bson_t *max,
+              long long deadline_ms, ms_error_t *err);
+/* Appends rangeDeleter: {state, currentTask, tasks..., batches, docsDeleted, ...}. */
+void rdel_append_status(rdel_t *r, bson_t *out);
+/* The task id of a UUID: 32 lowercase hex. */
+void rdel_id_of(const uint8_t uuid[16], char out[RDEL_ID_BYTES]);
+/* Commands: cleanupOrphaned; the test-only _testInsertRangeDeletion and
+ * _testSetRangeDeletionReady (docs/protocol.md). */
+int cmd_cleanup_orphaned(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_test_insert_range_deletion(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_test_set_range_deletion_ready(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+
 /* ================================ the daemon ========================================= */
 
 typedef struct shardd {
     store_t *st;
     shv_t *shv;
     cursors_t *cursors;
+    rdel_t *rdel;                /* the range deleter (rdel.c) */
     const char *name;            /* --name */
     bool no_index;               /* --no-secondary-indexes (differential tests) */
 } shardd_t;
