@@ -283,4 +283,29 @@
  * once (its own long-running _shardsvrMoveRange, a clone or mods pull, a status poll). */
 #define MS_RPC_INTERNAL_WORKERS 4
 
+/* ---- range deleter (shardd/rdel.c) ---- */
+/* Documents one range-deleter batch deletes in its own write transaction (default:
+ * MongoDB's rangeDeleterBatchSize before 5.2, 128); the maximum keeps one batch — and the
+ * writer lock it holds — well under a second on this hardware. */
+#define MS_RDEL_BATCH_DOCS_DEFAULT 128
+#define MS_RDEL_BATCH_DOCS_MAX 10000
+/* Pause between batches so user writes get the writer lock (MongoDB's
+ * rangeDeleterBatchDelayMS, 20); at most a minute, or a task would never end. */
+#define MS_RDEL_BATCH_DELAY_MS_DEFAULT 20
+#define MS_RDEL_BATCH_DELAY_MS_MAX 60000
+/* How long a "delayed" task waits before it starts (MongoDB's orphanCleanupDelaySecs is
+ * 900 s so secondaries' queries finish; 2 s here so demos show it); at most a day. */
+#define MS_RDEL_CLEANUP_DELAY_MS_DEFAULT 2000
+#define MS_RDEL_CLEANUP_DELAY_MS_MAX 86400000
+/* One wait for the ownership snapshots of a range before the deleter logs the open
+ * cursors and checks whether it must stop or the task went away; it retries forever. */
+#define MS_RDEL_SNAPSHOT_WAIT_SLICE_MS 1000
+/* After a failed batch (an error failpoint, a disk error) the task is retried this much
+ * later instead of spinning. */
+#define MS_RDEL_RETRY_MS 1000
+/* cleanupOrphaned waits for the range deletions of its namespace this long when the
+ * command has no maxTimeMS (MongoDB's cleanupOrphaned waits without bound; a minute keeps
+ * a worker from being held forever behind a pending task). */
+#define MS_CLEANUP_ORPHANED_WAIT_MS 60000
+
 #endif

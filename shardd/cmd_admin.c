@@ -718,4 +718,5 @@ void shardd_status(void *arg, bson_t *reply) {
         shv_append_status(app->shv, &d);
         bson_append_document_end(reply, &d);
     }
+    rdel_append_status(app->rdel, reply);
 }

@@ -414,6 +414,10 @@ int cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     memset(&fa, 0, sizeof fa);
     if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) return rc;
     if ((rc = parse_find(ctx->req, ctx->db, ns2, sizeof ns2, &fa, err)) != 0) goto fail;
+    if (store_sdoc_coll_of(ns)) {   /* the shard's own migration documents (store_docs.c) */
+        rc = store_sdoc_find(app->st, ns, fa.q, fa.limit, reply, err);
+        goto fail;
+    }
     if ((rc = version_check(ctx, ns, &fa.own, err)) != 0) goto fail;
     fa.ns = ns;
     return exec_find(app->st, app->cursors, &fa, reply, err);  /* takes fa over */

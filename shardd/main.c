@@ -21,7 +21,8 @@
 static const char shardd_usage[] =
     "usage: shardd --dbpath DIR [--port N] [--name NAME] [--bind ADDR] [--url URL]\n"
     "              [--workers N] [--cursor-timeout-ms N] [--sync full|normal]\n"
-    "              [--enable-test-commands]\n"
+    "              [--range-deleter-batch-size N] [--range-deleter-batch-delay-ms N]\n"
+    "              [--orphan-cleanup-delay-ms N] [--enable-test-commands]\n"
     "A minishard shard daemon: documents in one SQLite file, MongoDB's CRUD commands.";
 
 /* The idle-cursor reaper (MongoDB's clientcursormon): wakes every second. */
@@ -52,6 +53,8 @@ static void *reaper_main(void *arg) {
 
 int main(int argc, char **argv) {
     int cursor_timeout_ms = MS_CURSOR_IDLE_MS_MAX, rc;
+    rdel_opts_t ro = {MS_RDEL_BATCH_DOCS_DEFAULT, MS_RDEL_BATCH_DELAY_MS_DEFAULT,
+                      MS_RDEL_CLEANUP_DELAY_MS_DEFAULT};
     const char *dbpath = NULL, *name = NULL, *sync = "normal";
     const flag_spec_t own[] = {
         {"dbpath", FLAG_STR, &dbpath, "directory of the data file (required)"},
@@ -60,6 +63,12 @@ int main(int argc, char **argv) {
          "idle cursors are killed after this long (default 600000)"},
         {"sync", FLAG_STR, &sync,
          "normal (survives a process crash) or full (also survives power loss)"},
+        {"range-deleter-batch-size", FLAG_INT, &ro.batch_docs,
+         "documents per range-deletion batch (default 128, 1..10000)"},
+        {"range-deleter-batch-delay-ms", FLAG_INT, &ro.batch_delay_ms,
+         "pause between range-deletion batches (default 20, 0..60000)"},
+        {"orphan-cleanup-delay-ms", FLAG_INT, &ro.cleanup_delay_ms,
+         "wait before a \"delayed\" range deletion starts (default 2000, 0..86400000)"},
         {NULL, FLAG_BOOL, NULL, NULL},
     };
     char logname[96];
@@ -83,6 +92,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "shardd: --sync must be normal or full\n");
         return 2;
     }
+    if (ro.batch_docs < 1 || ro.batch_docs > MS_RDEL_BATCH_DOCS_MAX ||
+        ro.batch_delay_ms < 0 || ro.batch_delay_ms > MS_RDEL_BATCH_DELAY_MS_MAX ||
+        ro.cleanup_delay_ms < 0 || ro.cleanup_delay_ms > MS_RDEL_CLEANUP_DELAY_MS_MAX) {
+        fprintf(stderr, "shardd: --range-deleter-batch-size must be 1..%d, "
+                        "--range-deleter-batch-delay-ms 0..%d, --orphan-cleanup-delay-ms 0..%d\n",
+                MS_RDEL_BATCH_DOCS_MAX, MS_RDEL_BATCH_DELAY_MS_MAX, MS_RDEL_CLEANUP_DELAY_MS_MAX);
+        return 2;
+    }
     so.sync_full = strcmp(sync, "full") == 0;
     if (name) snprintf(logname, sizeof logname, "shardd.%s", name);
     else snprintf(logname, sizeof logname, "shardd");
@@ -104,6 +121,12 @@ int main(int argc, char **argv) {
         daemon_fail("cursors", &err);
         goto out_store;
     }
+    /* Resumes the tasks a previous run left (docs/range-deleter.md). */
+    if (rdel_open(app.st, app.shv, &ro, &app.rdel, &err) != 0) {
+        daemon_fail("range deleter", &err);
+        goto out_store;
+    }
+    rdel_set_cursors(app.rdel, app.cursors);
     memset(&reaper, 0, sizeof reaper);
     pthread_mutex_init(&reaper.mu, NULL);
     pthread_cond_init(&reaper.cv, NULL);
@@ -137,6 +160,7 @@ out_reaper:
     pthread_mutex_unlock(&reaper.mu);
     pthread_join(reaper.th, NULL);
 out_store:
+    rdel_close(app.rdel);   /* before the cursors and the store it reads */
     cursors_free(app.cursors);
     shv_close(app.shv);
     store_close(app.st);

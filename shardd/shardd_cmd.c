@@ -121,6 +121,21 @@ const cmd_spec_t shardd_cmd_table[] = {
      .flags = CMD_WRITE | CMD_INTERNAL | CMD_FULL_NS_ARG, .arg_types = CT_STR,
      .fields = {REQ("key", CT_DOC), F("unique", CT_FLAG), F("uuid", CT_BIN)},
      .help = "shard a collection here: shard-key index, pattern, sk column"},
+    /* range deleter (rdel.c) */
+    {.name = "cleanupOrphaned", .handler = cmd_cleanup_orphaned, .flags = CMD_FULL_NS_ARG,
+     .arg_types = CT_STR,
+     .help = "wait until no range deletion task of the namespace is left: "
+             "{cleanupOrphaned: \"db.coll\"} (bounded by maxTimeMS, default 60 s)"},
+    {.name = "_testInsertRangeDeletion", .handler = cmd_test_insert_range_deletion,
+     .flags = CMD_TEST | CMD_WRITE | CMD_FULL_NS_ARG, .arg_types = CT_STR,
+     .fields = {REQ("min", CT_DOC), REQ("max", CT_DOC), F("pending", CT_FLAG),
+                F("whenToClean", CT_STR)},
+     .help = "test only: persist a range deletion task {_testInsertRangeDeletion: ns, min, max, "
+             "pending, whenToClean} → {id}"},
+    {.name = "_testSetRangeDeletionReady", .handler = cmd_test_set_range_deletion_ready,
+     .flags = CMD_TEST | CMD_WRITE | CMD_FULL_NS_ARG, .arg_types = CT_STR,
+     .fields = {REQ("id", CT_STR)},
+     .help = "test only: unset pending of a range deletion task {_testSetRangeDeletionReady: ns, id}"},
     {.name = "_flushRoutingTableCacheUpdates", .handler = cmd_flush_routing,
      .flags = CMD_STRICT_FIELDS | CMD_INTERNAL, .arg_types = CT_STR,
      .fields = {F("syncFromConfig", CT_BOOL)},
@@ -147,6 +162,7 @@ void shardd_register_failpoints(void) {
         FP_BEFORE_SHARD_COLLECTION_COMMIT,
         FP_AFTER_SHARD_COLLECTION_COMMIT,
         FP_BEFORE_DROP_COMMIT,
+        FP_SUSPEND_RANGE_DELETION,
     };
     for (size_t i = 0; i < sizeof points / sizeof points[0]; i++) fp_register(points[i]);
 }

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "common/errors.h"
+#include "common/buf.h"
 #include "common/keys.h"
 
 typedef struct shv shv_t;                 /* one per shardd process */
@@ -103,5 +104,25 @@ bool shv_crit_wait(shv_t *s, const char *ns, bool reads, long long wait_ms);
 /* How long a refused operation waits: the op's remaining maxTimeMS, at most
  * MS_CRITSEC_WAIT_MS. */
 long long shv_crit_wait_bound_ms(void);
+
+/* ---- live ownership snapshots (shardver.c) ---- */
+/* A snapshot is live from shv_check handing it out until its last holder releases it
+ * (shv_filter_ref adds a holder: cursors). Waits until no live ownership snapshot of ns
+ * (held by a running find, count, distinct, multi-update, or an open cursor) owns any key in
+ * [min, max) (encoded keys), up to deadline_ms (ms clock of opctx, time_mono_ms; 0 = check
+ * once): 0, or ExceededTimeLimit naming how many. Logs what it waits for. */
+int shv_wait_snapshots(shv_t *s, const char *ns, const buf_t *min, const buf_t *max,
+                       long long deadline_ms, ms_error_t *err);
+/* Holders of live snapshots of ns (tests, logs). */
+int shv_live_snapshots(shv_t *s, const char *ns);
+/* The chunk this shard owns that contains key (encoded): its bounds as documents, its
+ * version {e, t, v}, the shard's version {e, t, v}, the pattern (caller frees with
+ * keys_pattern_free) and the collection's UUID (zero when unknown). Every non-NULL out is
+ * initialised on success (caller destroys). NamespaceNotSharded when ns is unsharded,
+ * StaleConfig when this shard owns no chunk containing key or the metadata stays unknown.
+ * Refreshes first when the metadata is unknown. */
+int shv_owned_chunk(shv_t *s, const char *ns, const buf_t *key, bson_t *min_out, bson_t *max_out,
+                    bson_t *chunk_version_out /* {e,t,v} */, bson_t *shard_version_out,
+                    keys_pattern_t *pattern_out, uint8_t uuid_out[16], ms_error_t *err);
 
 #endif

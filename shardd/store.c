@@ -9,6 +9,7 @@
  *
  * Tables:
  *   meta(k PRIMARY KEY, v)                          shard identity, table counter
+ *   shard_docs(coll, id, doc)                       migration documents (store_docs.c)
  *   collections(ns PRIMARY KEY, id, uuid, key, key_unique, options)
  *   indexes(ns, name, id, spec, multikey, ready)    secondary index specs (_id_ is implicit);
  *                                                   ready = 0 while being built
@@ -354,7 +355,10 @@ static const char *SCHEMA =
     " uuid BLOB NOT NULL, key BLOB, key_unique INTEGER NOT NULL DEFAULT 0, options BLOB);"
     "CREATE TABLE IF NOT EXISTS indexes(ns TEXT NOT NULL, name TEXT NOT NULL,"
     " id INTEGER NOT NULL UNIQUE, spec BLOB NOT NULL, multikey INTEGER NOT NULL DEFAULT 0,"
-    " ready INTEGER NOT NULL DEFAULT 1, PRIMARY KEY(ns, name));";
+    " ready INTEGER NOT NULL DEFAULT 1, PRIMARY KEY(ns, name));"
+    /* the shard's own persisted documents (store_docs.c) */
+    "CREATE TABLE IF NOT EXISTS shard_docs(coll TEXT NOT NULL, id TEXT NOT NULL,"
+    " doc BLOB NOT NULL, PRIMARY KEY(coll, id));";
 
 /* A file made before index builds had a `ready` column gets it (every index there is
  * ready). Then every build a crash interrupted is removed: its side table holds an
