@@ -151,12 +151,11 @@ static const cmd_field_t *cmd_spec_field(const cmd_spec_t *spec, const char *nam
 /* CMD_STRICT_FIELDS: the request's fields in document order, as MongoDB's IDL parser
  * meets them (a listed field of the wrong type before an unknown one is TypeMismatch),
  * then the statements of spec->stmts. */
-static int cmd_check_strict(const cmd_ctx_t *ctx, ms_error_t *err) {
-    const cmd_spec_t *spec = ctx->spec;
+int cmd_check_strict_doc(const cmd_spec_t *spec, const bson_t *doc, ms_error_t *err) {
     bson_iter_t it, arr, st;
     char shown[CMD_NAME_SHOWN_MAX + 1];
     int rc;
-    if (!bson_iter_init(&it, ctx->req) || !bson_iter_next(&it)) return 0;   /* the command */
+    if (!bson_iter_init(&it, doc) || !bson_iter_next(&it)) return 0;   /* the command */
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         const cmd_field_t *f = cmd_spec_field(spec, k);
@@ -169,7 +168,7 @@ static int cmd_check_strict(const cmd_ctx_t *ctx, ms_error_t *err) {
         return err_set(err, MS_ERR_IDL_UNKNOWN_FIELD, "BSON field '%s.%s' is an unknown field.",
                        spec->name, shown);
     }
-    if (!spec->stmts || !bson_iter_init_find(&it, ctx->req, spec->stmts) ||
+    if (!spec->stmts || !bson_iter_init_find(&it, doc, spec->stmts) ||
         !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr))
         return 0;
     while (bson_iter_next(&arr)) {
@@ -192,7 +191,8 @@ static int cmd_check_fields(const cmd_ctx_t *ctx, ms_error_t *err) {
     int rc;
     if (spec->arg_types && (rc = cmd_check_type(spec->name, NULL, &ctx->arg, spec->arg_types, err)))
         return rc;
-    if ((spec->flags & CMD_STRICT_FIELDS) && (rc = cmd_check_strict(ctx, err))) return rc;
+    if ((spec->flags & CMD_STRICT_FIELDS) && (rc = cmd_check_strict_doc(spec, ctx->req, err)))
+        return rc;
     for (int i = 0; i < CMD_FIELDS_MAX && spec->fields[i].name; i++) {
         const cmd_field_t *f = &spec->fields[i];
         if (!bson_iter_init_find(&it, ctx->req, f->name)) {
@@ -451,7 +451,11 @@ int cmd_server_start(const cmd_server_opts_t *opts, cmd_server_t **out, ms_error
     fp_register("failCommand");
     op_register_failpoints();
 
-    rc = rpc_server_start(opts->url, opts->workers, cmd_rpc_handler, s, &s->rpc, err);
+    {
+        rpc_server_opts_t ro = {opts->workers, cmd_rpc_handler, s, opts->internal_workers,
+                                rpc_internal_by_name, NULL};
+        rc = rpc_server_start_opts(opts->url, &ro, &s->rpc, err);
+    }
     if (rc != 0) {
         cmd_server_free(s);
         return rc;

@@ -104,6 +104,11 @@ extern const char *const cmd_generic_args[];
 extern const char *const cmd_update_stmt_fields[];
 extern const char *const cmd_delete_stmt_fields[];
 bool cmd_is_generic_arg(const char *name);
+/* CMD_STRICT_FIELDS's check of `doc` (a command document: its first key is the command)
+ * against `spec`: 40415 for an unknown field, TypeMismatch for a listed one of the wrong
+ * type, in document order. For a command inside another one (explain's inner command),
+ * which dispatch never saw. */
+int cmd_check_strict_doc(const cmd_spec_t *spec, const bson_t *doc, ms_error_t *err);
 
 /* Fields MongoDB 7.0 accepts on a CRUD command that minishard accepts without acting on
  * them (type unchecked), shared by the shard's and the router's rows so the router never
@@ -127,7 +132,8 @@ bool cmd_is_generic_arg(const char *name);
     CMD_ANY_FIELD("$_requestResumeToken"), CMD_ANY_FIELD("$_resumeAfter"),             \
     CMD_ANY_FIELD("$_startAt"), CMD_ANY_FIELD("term"),                                 \
     CMD_ANY_FIELD("encryptionInformation"), CMD_ANY_FIELD("sampleId"),                 \
-    CMD_ANY_FIELD("runtimeConstants")
+    CMD_ANY_FIELD("runtimeConstants"), CMD_ANY_FIELD("collectionUUID"),                \
+    CMD_ANY_FIELD("options")
 #define CMD_COUNT_MORE_FIELDS                                                          \
     CMD_ANY_FIELD("collation"), CMD_ANY_FIELD("fields"),                               \
     CMD_ANY_FIELD("encryptionInformation"), CMD_ANY_FIELD("mirrored"),                 \
@@ -141,6 +147,32 @@ bool cmd_is_generic_arg(const char *name);
     CMD_ANY_FIELD("sampleId"), CMD_ANY_FIELD("batchSize"),                             \
     CMD_ANY_FIELD("$_allowShardKeyUpdatesWithoutFullShardKeyInQuery")
 #define CMD_GETMORE_MORE_FIELDS CMD_ANY_FIELD("term"), CMD_ANY_FIELD("lastKnownCommittedOpTime")
+/* The catalog and cursor commands (create.idl, drop.idl, create_indexes.idl,
+ * drop_indexes.idl, list_indexes.idl, list_collections.idl, list_databases.idl of 7.0):
+ * the 7.0 fields minishard accepts without acting on them (docs/protocol.md). */
+#define CMD_CREATE_MORE_FIELDS                                                         \
+    CMD_ANY_FIELD("capped"), CMD_ANY_FIELD("autoIndexId"), CMD_ANY_FIELD("idIndex"),   \
+    CMD_ANY_FIELD("size"), CMD_ANY_FIELD("max"), CMD_ANY_FIELD("storageEngine"),       \
+    CMD_ANY_FIELD("validator"), CMD_ANY_FIELD("validationLevel"),                      \
+    CMD_ANY_FIELD("validationAction"), CMD_ANY_FIELD("indexOptionDefaults"),           \
+    CMD_ANY_FIELD("viewOn"), CMD_ANY_FIELD("pipeline"), CMD_ANY_FIELD("collation"),    \
+    CMD_ANY_FIELD("changeStreamPreAndPostImages"), CMD_ANY_FIELD("timeseries"),        \
+    CMD_ANY_FIELD("clusteredIndex"), CMD_ANY_FIELD("expireAfterSeconds"),              \
+    CMD_ANY_FIELD("encryptedFields"), CMD_ANY_FIELD("temp"), CMD_ANY_FIELD("flags")
+#define CMD_DROP_MORE_FIELDS CMD_ANY_FIELD("collectionUUID")
+#define CMD_CREATE_INDEXES_MORE_FIELDS                                                 \
+    CMD_ANY_FIELD("v"), CMD_ANY_FIELD("ignoreUnknownIndexOptions"),                    \
+    CMD_ANY_FIELD("commitQuorum"), CMD_ANY_FIELD("isTimeseriesNamespace"),             \
+    CMD_ANY_FIELD("collectionUUID")
+#define CMD_DROP_INDEXES_MORE_FIELDS \
+    CMD_ANY_FIELD("isTimeseriesNamespace"), CMD_ANY_FIELD("collectionUUID")
+#define CMD_LIST_INDEXES_FIELDS                                                        \
+    CMD_ANY_FIELD("cursor"), CMD_ANY_FIELD("includeBuildUUIDs"),                       \
+    CMD_ANY_FIELD("includeIndexBuildInfo"), CMD_ANY_FIELD("isTimeseriesNamespace")
+#define CMD_LIST_COLLECTIONS_MORE_FIELDS                                               \
+    CMD_ANY_FIELD("cursor"), CMD_ANY_FIELD("authorizedCollections"),                   \
+    CMD_ANY_FIELD("includePendingDrops")
+#define CMD_LIST_DATABASES_MORE_FIELDS CMD_ANY_FIELD("authorizedDatabases")
 
 typedef struct cmd_server cmd_server_t;
 
@@ -163,6 +195,9 @@ typedef struct cmd_server_opts {
     const char *process;        /* "shardd", "configsvr", "router" */
     const char *url;            /* where it listens */
     int workers;                /* 0 → MS_RPC_WORKERS_DEFAULT */
+    /* > 0: commands whose name starts with '_' (peer-to-peer) run on this many workers
+     * of their own (rpc_server_opts_t); 0: they share the pool. */
+    int internal_workers;
     bool enable_test_commands;
     const cmd_spec_t *table;    /* the daemon's own table */
     int table_len;

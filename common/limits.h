@@ -295,5 +295,51 @@
 #define MS_MIG_WAIT_FOR_DELETE_MS (10 * 60 * 1000)
 /* Shutdown waits this long for migration threads to notice. */
 #define MS_MIG_STOP_WAIT_MS 3000
+/* ---- migration base: write capture, critical section, internal workers (issue 12) ---- */
+
+/* Bytes of captured _id documents a migration's write capture (shardd/xfer.c) may hold
+ * before it gives up with ExceededMemoryLimit and the migration aborts: MongoDB's limit on
+ * the ids a donor queues for _transferMods (500 MiB, MigrationChunkClonerSource). The user
+ * writes that would have been captured still succeed. */
+#define MS_MIG_CAPTURE_BYTES_MAX (500LL * 1024 * 1024)
+
+/* Longest a versioned write (or, during the config commit, a read) refused by a
+ * migration's critical section waits on the shard for the section to be left before it
+ * answers StaleConfig (less when its maxTimeMS leaves less). A commit normally holds the
+ * section for tens of ms; the bound keeps a stuck migration from pinning request workers,
+ * and the router's StaleConfig retries (MS_STALE_RETRIES_MAX) carry the write on. */
+#define MS_CRITSEC_WAIT_MS 5000
+
+/* Workers of a shard's command server reserved for internal commands (names starting
+ * with '_': _migrateClone, _transferMods, _recvChunk*, _shardsvrMoveRange...), on top of
+ * --workers. User requests never occupy them, so writes parked on a critical section
+ * cannot starve the calls that end it. One migration per shard needs at most three at
+ * once (its own long-running _shardsvrMoveRange, a clone or mods pull, a status poll). */
+#define MS_RPC_INTERNAL_WORKERS 4
+
+/* ---- range deleter (shardd/rdel.c) ---- */
+/* Documents one range-deleter batch deletes in its own write transaction (default:
+ * MongoDB's rangeDeleterBatchSize before 5.2, 128); the maximum keeps one batch — and the
+ * writer lock it holds — well under a second on this hardware. */
+#define MS_RDEL_BATCH_DOCS_DEFAULT 128
+#define MS_RDEL_BATCH_DOCS_MAX 10000
+/* Pause between batches so user writes get the writer lock (MongoDB's
+ * rangeDeleterBatchDelayMS, 20); at most a minute, or a task would never end. */
+#define MS_RDEL_BATCH_DELAY_MS_DEFAULT 20
+#define MS_RDEL_BATCH_DELAY_MS_MAX 60000
+/* How long a "delayed" task waits before it starts (MongoDB's orphanCleanupDelaySecs is
+ * 900 s so secondaries' queries finish; 2 s here so demos show it); at most a day. */
+#define MS_RDEL_CLEANUP_DELAY_MS_DEFAULT 2000
+#define MS_RDEL_CLEANUP_DELAY_MS_MAX 86400000
+/* One wait for the ownership snapshots of a range before the deleter logs the open
+ * cursors and checks whether it must stop or the task went away; it retries forever. */
+#define MS_RDEL_SNAPSHOT_WAIT_SLICE_MS 1000
+/* After a failed batch (an error failpoint, a disk error) the task is retried this much
+ * later instead of spinning. */
+#define MS_RDEL_RETRY_MS 1000
+/* cleanupOrphaned waits for the range deletions of its namespace this long when the
+ * command has no maxTimeMS (MongoDB's cleanupOrphaned waits without bound; a minute keeps
+ * a worker from being held forever behind a pending task). */
+#define MS_CLEANUP_ORPHANED_WAIT_MS 60000
 
 #endif

@@ -26,6 +26,10 @@
  * - workers: a fixed pool of threads runs the handlers. Connections with queued requests
  *   wait in a round-robin ready list, and one connection never has more than a share of
  *   the pool at once, so a client pipelining slow requests leaves workers to the others.
+ *   Optionally a second, small pool serves only the requests a classifier calls internal
+ *   (shardd: command names starting with '_', the migration's peer calls), so user
+ *   requests blocked on a critical section cannot take every worker the migration needs
+ *   to finish (issue 12; docs/hostile-clients.md "Internal workers").
  *
  * What a client costs is bounded (limits.h, "RPC server"): connections (MS_RPC_CONNS_MAX),
  * request bytes held across all connections (MS_RPC_RECV_BUDGET_BYTES: the connection with
@@ -143,6 +147,10 @@ static const rpc_framing_t rpc_sp_ipc = {"sp-ipc", RPC_HELLO_BYTES, sp_hello_wri
 
 /* ---- state ------------------------------------------------------------------------- */
 
+/* The two worker pools: ordinary requests, and internal ones (rpc_server_opts_t
+ * is_internal) on workers of their own that ordinary requests never occupy. */
+enum { RPC_POOL_USER = 0, RPC_POOL_INTERNAL = 1, RPC_POOLS = 2 };
+
 /* A complete request waiting for (or held by) a worker. */
 typedef struct rpc_req {
     struct rpc_req *next;
@@ -163,10 +171,18 @@ typedef struct rpc_tx {
     bool is_reply;   /* counts in the connection's in-flight requests */
 } rpc_tx_t;
 
+/* A connection's requests for one pool. */
+typedef struct rpc_cq {
+    rpc_req_t *head, *tail;     /* complete requests not yet taken by a worker */
+    int active;                 /* workers of the pool running this connection's requests */
+    bool in_ready;              /* in the pool's ready list */
+    struct rpc_conn *next_ready;
+} rpc_cq_t;
+
 typedef struct rpc_conn {
     rpc_server_t *srv;
     struct rpc_conn *prev, *next;  /* the server's list of connections not yet reaped */
-    struct rpc_conn *next_ready;   /* the ready list (in_ready) or the dead list */
+    struct rpc_conn *next_dead;    /* the dead list */
     nng_stream *stream;
     nng_aio *rx_aio;
     nng_aio *tx_aio;
@@ -176,7 +192,6 @@ typedef struct rpc_conn {
     bool closed;
     bool rx_busy, tx_busy;   /* an aio is with NNG: its callback has not run yet */
     bool rx_paused;          /* not reading: too much in flight (back-pressure) */
-    bool in_ready;
     bool dead;               /* handed to the reaper */
     bool hello_done;
     uint8_t hello[RPC_HELLO_BYTES];
@@ -187,16 +202,22 @@ typedef struct rpc_conn {
     uint8_t *rx_buf;            /* the message being received (NULL while reading a head) */
     size_t rx_len, rx_got, rx_cap;
     size_t rx_charged;          /* budget bytes held by rx_buf */
-    rpc_req_t *q_head, *q_tail; /* complete requests not yet taken by a worker */
-    int active;                 /* workers running this connection's requests */
+    rpc_cq_t cq[RPC_POOLS];     /* per pool: queued requests, workers held, ready link */
     int inflight;               /* requests received and not yet answered or dropped */
     rpc_tx_t *tx_head, *tx_tail;
     size_t tx_bytes;            /* unsent bytes queued */
 } rpc_conn_t;
 
+/* A pool of workers and its round-robin list of connections with requests for it. */
+typedef struct rpc_pool {
+    pthread_cond_t cv;       /* its workers: the ready list gained a connection, or stopping */
+    rpc_conn_t *ready_head, *ready_tail;
+    int nworkers;
+    int share;               /* its workers one connection may hold at once */
+} rpc_pool_t;
+
 struct rpc_server {
     pthread_mutex_t mu;
-    pthread_cond_t work_cv;  /* workers: the ready list gained a connection, or stopping */
     pthread_cond_t reap_cv;  /* reaper: the dead list gained a connection, or stopping */
     const rpc_framing_t *framing;
     nng_stream_listener *listener;
@@ -204,8 +225,9 @@ struct rpc_server {
     nng_aio *retry_aio;      /* re-arms accept after a transient failure */
     rpc_handler_fn fn;
     void *arg;
-    int nworkers;
-    int share;               /* workers one connection may hold at once */
+    rpc_classify_fn is_internal;  /* NULL: every request is ordinary */
+    void *classify_arg;
+    rpc_pool_t pool[RPC_POOLS];
     pthread_t *workers;
     int nstarted;
     pthread_t reaper;
@@ -213,7 +235,6 @@ struct rpc_server {
     bool stopping;
     rpc_conn_t *conns;       /* every connection not yet reaped */
     rpc_conn_t *dead;        /* closed, every callback done: for the reaper */
-    rpc_conn_t *ready_head, *ready_tail;
     size_t budget_used;      /* bytes of received requests held (partial and complete) */
     uint64_t nopen;          /* connections accepted and not closed */
     long long refused_log_ms;
@@ -257,36 +278,41 @@ static uint32_t rpc_new_conn_id(void) {
 static void rpc_rx_start(rpc_conn_t *c);
 static void rpc_tx_start(rpc_conn_t *c);
 
-static void rpc_ready_push(rpc_server_t *s, rpc_conn_t *c) {
-    c->in_ready = true;
-    c->next_ready = NULL;
-    if (s->ready_tail) s->ready_tail->next_ready = c;
-    else s->ready_head = c;
-    s->ready_tail = c;
-    pthread_cond_signal(&s->work_cv);
+static void rpc_ready_push(rpc_server_t *s, rpc_conn_t *c, int k) {
+    rpc_pool_t *p = &s->pool[k];
+    c->cq[k].in_ready = true;
+    c->cq[k].next_ready = NULL;
+    if (p->ready_tail) p->ready_tail->cq[k].next_ready = c;
+    else p->ready_head = c;
+    p->ready_tail = c;
+    pthread_cond_signal(&p->cv);
 }
 
-/* Puts c in the ready list when it has queued requests, room in its worker share, and
- * fewer reply bytes waiting to be sent than its cap: a client that does not read its
- * replies has its requests wait (cheaply, already charged to the budget) instead of
- * making us build replies nobody takes. */
+/* Puts c in each pool's ready list where it has queued requests, room in its worker
+ * share, and fewer reply bytes waiting to be sent than its cap: a client that does not
+ * read its replies has its requests wait (cheaply, already charged to the budget)
+ * instead of making us build replies nobody takes. */
 static void rpc_ready_maybe(rpc_conn_t *c) {
-    if (!c->closed && !c->in_ready && c->q_head && c->active < c->srv->share &&
-        c->tx_bytes < (size_t)MS_RPC_CONN_REPLY_BYTES_MAX)
-        rpc_ready_push(c->srv, c);
+    for (int k = 0; k < RPC_POOLS; k++)
+        if (!c->closed && !c->cq[k].in_ready && c->cq[k].head &&
+            c->cq[k].active < c->srv->pool[k].share &&
+            c->tx_bytes < (size_t)MS_RPC_CONN_REPLY_BYTES_MAX)
+            rpc_ready_push(c->srv, c, k);
 }
 
 /* Hands c to the reaper once nothing refers to it any more. */
 static void rpc_conn_maybe_dead(rpc_conn_t *c) {
     rpc_server_t *s = c->srv;
-    if (c->dead || !c->closed || c->rx_busy || c->tx_busy || c->active > 0 || c->in_ready)
+    if (c->dead || !c->closed || c->rx_busy || c->tx_busy)
         return;
+    for (int k = 0; k < RPC_POOLS; k++)
+        if (c->cq[k].active > 0 || c->cq[k].in_ready) return;
     c->dead = true;
     if (c->prev) c->prev->next = c->next;
     else s->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     c->prev = c->next = NULL;
-    c->next_ready = s->dead;
+    c->next_dead = s->dead;
     s->dead = c;
     pthread_cond_signal(&s->reap_cv);
 }
@@ -308,10 +334,11 @@ static void rpc_conn_close(rpc_conn_t *c, int reason, const char *detail) {
      * with the buffers (a receive may still be pending on rx_buf). */
     s->budget_used -= c->rx_charged;
     c->rx_charged = 0;
-    for (rpc_req_t *r = c->q_head; r; r = r->next) {
-        s->budget_used -= r->charged;
-        r->charged = 0;
-    }
+    for (int k = 0; k < RPC_POOLS; k++)
+        for (rpc_req_t *r = c->cq[k].head; r; r = r->next) {
+            s->budget_used -= r->charged;
+            r->charged = 0;
+        }
     nng_stream_close(c->stream);  /* pending callbacks run with NNG_ECLOSED */
     rpc_conn_maybe_dead(c);
 }
@@ -388,6 +415,7 @@ static void rpc_rx_start(rpc_conn_t *c) {
 /* A message arrived whole: it becomes a request for the workers. */
 static void rpc_rx_complete(rpc_conn_t *c) {
     rpc_req_t *r = calloc(1, sizeof *r);
+    rpc_cq_t *q;
     size_t env_len;
     if (!r) {
         rpc_conn_close(c, RPC_CLOSE_NO_MEMORY, NULL);
@@ -406,9 +434,15 @@ static void rpc_rx_complete(rpc_conn_t *c) {
     c->rx_charged = 0;
     c->rx_len = c->rx_got = c->rx_cap = 0;
     c->head_got = 0;
-    if (c->q_tail) c->q_tail->next = r;
-    else c->q_head = r;
-    c->q_tail = r;
+    /* The classifier reads only the first bytes of the body, each within r->len. */
+    q = &c->cq[c->srv->is_internal &&
+                       c->srv->is_internal(c->srv->classify_arg, r->buf + env_len,
+                                           r->len - env_len)
+                   ? RPC_POOL_INTERNAL
+                   : RPC_POOL_USER];
+    if (q->tail) q->tail->next = r;
+    else q->head = r;
+    q->tail = r;
     c->inflight++;
     rpc_ready_maybe(c);
 }
@@ -584,12 +618,13 @@ static void rpc_conn_free(rpc_conn_t *c) {
     nng_aio_free(c->tx_aio);
     if (c->stream) nng_stream_free(c->stream);
     free(c->rx_buf);
-    while (c->q_head) {
-        rpc_req_t *r = c->q_head;
-        c->q_head = r->next;
-        free(r->buf);
-        free(r);
-    }
+    for (int k = 0; k < RPC_POOLS; k++)
+        while (c->cq[k].head) {
+            rpc_req_t *r = c->cq[k].head;
+            c->cq[k].head = r->next;
+            free(r->buf);
+            free(r);
+        }
     while (c->tx_head) {
         rpc_tx_t *t = c->tx_head;
         c->tx_head = t->next;
@@ -719,30 +754,33 @@ static rpc_tx_t *rpc_reply_make(const rpc_framing_t *f, const rpc_req_t *r, bson
     return t;
 }
 
-static void *rpc_worker_main(void *p) {
-    rpc_server_t *s = p;
+/* A worker of pool k: serves only the requests queued for that pool. */
+static void rpc_worker_loop(rpc_server_t *s, int k) {
+    rpc_pool_t *p = &s->pool[k];
     pthread_mutex_lock(&s->mu);
     for (;;) {
         rpc_conn_t *c;
+        rpc_cq_t *q;
         rpc_req_t *r;
         rpc_tx_t *t;
         bson_t reply;
         size_t charged;
 
-        while (!s->stopping && !s->ready_head) pthread_cond_wait(&s->work_cv, &s->mu);
+        while (!s->stopping && !p->ready_head) pthread_cond_wait(&p->cv, &s->mu);
         if (s->stopping) break;
-        c = s->ready_head;
-        s->ready_head = c->next_ready;
-        if (!s->ready_head) s->ready_tail = NULL;
-        c->in_ready = false;
-        if (c->closed || !c->q_head) {
+        c = p->ready_head;
+        q = &c->cq[k];
+        p->ready_head = q->next_ready;
+        if (!p->ready_head) p->ready_tail = NULL;
+        q->in_ready = false;
+        if (c->closed || !q->head) {
             rpc_conn_maybe_dead(c);
             continue;
         }
-        r = c->q_head;
-        c->q_head = r->next;
-        if (!c->q_head) c->q_tail = NULL;
-        c->active++;
+        r = q->head;
+        q->head = r->next;
+        if (!q->head) q->tail = NULL;
+        q->active++;
         rpc_ready_maybe(c);  /* round robin: back at the tail while it has work and room */
         pthread_mutex_unlock(&s->mu);
 
@@ -758,7 +796,7 @@ static void *rpc_worker_main(void *p) {
         charged = r->charged;  /* read under the lock: a close zeroes queued ones only */
         free(r);
         s->budget_used -= charged;
-        c->active--;
+        q->active--;
         if (c->closed || !t) {
             c->inflight--;
             if (!t) rpc_conn_close(c, RPC_CLOSE_NO_MEMORY, "what=reply");
@@ -771,6 +809,15 @@ static void *rpc_worker_main(void *p) {
         rpc_conn_maybe_dead(c);
     }
     pthread_mutex_unlock(&s->mu);
+}
+
+static void *rpc_worker_main(void *p) {
+    rpc_worker_loop(p, RPC_POOL_USER);
+    return NULL;
+}
+
+static void *rpc_iworker_main(void *p) {
+    rpc_worker_loop(p, RPC_POOL_INTERNAL);
     return NULL;
 }
 
@@ -785,7 +832,7 @@ static void *rpc_reaper_main(void *p) {
         s->dead = NULL;
         pthread_mutex_unlock(&s->mu);
         while (dead) {
-            rpc_conn_t *next = dead->next_ready;
+            rpc_conn_t *next = dead->next_dead;
             rpc_conn_free(dead);
             dead = next;
         }
@@ -807,8 +854,21 @@ static const rpc_framing_t *rpc_framing_for(const char *url) {
 
 int rpc_server_start(const char *url, int nworkers, rpc_handler_fn fn, void *arg,
                      rpc_server_t **out, ms_error_t *err) {
+    rpc_server_opts_t o = {nworkers, fn, arg, 0, NULL, NULL};
+    return rpc_server_start_opts(url, &o, out, err);
+}
+
+/* Workers one connection may hold at once in a pool of n. */
+static int rpc_share(int n) {
+    int share = n * MS_RPC_CONN_WORKERS_PCT / 100;
+    return share < 1 ? 1 : share;
+}
+
+int rpc_server_start_opts(const char *url, const rpc_server_opts_t *o, rpc_server_t **out,
+                          ms_error_t *err) {
     rpc_server_t *s = NULL;
     const rpc_framing_t *framing;
+    int nworkers = o->nworkers, ninternal = o->is_internal ? o->internal_workers : 0;
     int rv, rc = 0;
 
     if (!url || strlen(url) >= MS_URL_BYTES_MAX)
@@ -821,24 +881,30 @@ int rpc_server_start(const char *url, int nworkers, rpc_handler_fn fn, void *arg
     if (nworkers > MS_RPC_WORKERS_MAX)
         return err_set(err, MS_ERR_BAD_VALUE, "workers %d over the limit %d", nworkers,
                        MS_RPC_WORKERS_MAX);
+    if (ninternal < 0 || ninternal > MS_RPC_WORKERS_MAX)
+        return err_set(err, MS_ERR_BAD_VALUE, "internal workers %d outside [0, %d]", ninternal,
+                       MS_RPC_WORKERS_MAX);
 
     s = calloc(1, sizeof *s);
     if (!s) return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "rpc server: out of memory");
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->work_cv, NULL);
+    for (int k = 0; k < RPC_POOLS; k++) pthread_cond_init(&s->pool[k].cv, NULL);
     pthread_cond_init(&s->reap_cv, NULL);
     snprintf(s->url, sizeof s->url, "%s", url);
     s->framing = framing;
-    s->fn = fn;
-    s->arg = arg;
-    s->nworkers = nworkers;
-    s->share = nworkers * MS_RPC_CONN_WORKERS_PCT / 100;
-    if (s->share < 1) s->share = 1;
+    s->fn = o->fn;
+    s->arg = o->arg;
+    s->is_internal = ninternal > 0 ? o->is_internal : NULL;
+    s->classify_arg = o->classify_arg;
+    s->pool[RPC_POOL_USER].nworkers = nworkers;
+    s->pool[RPC_POOL_USER].share = rpc_share(nworkers);
+    s->pool[RPC_POOL_INTERNAL].nworkers = ninternal;
+    s->pool[RPC_POOL_INTERNAL].share = rpc_share(ninternal);
     atomic_init(&s->requests, 0);
     atomic_init(&s->conns_total, 0);
     for (int i = 0; i < RPC_CLOSE_REASONS; i++) atomic_init(&s->closed_count[i], 0);
 
-    s->workers = calloc((size_t)nworkers, sizeof *s->workers);
+    s->workers = calloc((size_t)(nworkers + ninternal), sizeof *s->workers);
     if (!s->workers) {
         rc = err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "rpc server: out of memory");
         goto out;
@@ -848,8 +914,9 @@ int rpc_server_start(const char *url, int nworkers, rpc_handler_fn fn, void *arg
         rc = err_from_nng(err, rv, "accept aio");
         goto out;
     }
-    for (int i = 0; i < nworkers; i++) {
-        if (pthread_create(&s->workers[i], NULL, rpc_worker_main, s) != 0) {
+    for (int i = 0; i < nworkers + ninternal; i++) {
+        if (pthread_create(&s->workers[i], NULL, i < nworkers ? rpc_worker_main : rpc_iworker_main,
+                           s) != 0) {
             rc = err_set(err, MS_ERR_INTERNAL, "rpc server: cannot start worker thread");
             goto out;
         }
@@ -888,7 +955,7 @@ void rpc_server_stop(rpc_server_t *s) {
      * exits when none is left. */
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
-    pthread_cond_broadcast(&s->work_cv);
+    for (int k = 0; k < RPC_POOLS; k++) pthread_cond_broadcast(&s->pool[k].cv);
     pthread_cond_broadcast(&s->reap_cv);
     pthread_mutex_unlock(&s->mu);
     if (s->listener) nng_stream_listener_close(s->listener);
@@ -903,19 +970,22 @@ void rpc_server_stop(rpc_server_t *s) {
     for (int i = 0; i < s->nstarted; i++) pthread_join(s->workers[i], NULL);
     /* Workers leave without draining the ready list; what is left there is closed. */
     pthread_mutex_lock(&s->mu);
-    while (s->ready_head) {
-        rpc_conn_t *c = s->ready_head;
-        s->ready_head = c->next_ready;
-        c->in_ready = false;
-        rpc_conn_maybe_dead(c);
+    for (int k = 0; k < RPC_POOLS; k++) {
+        rpc_pool_t *p = &s->pool[k];
+        while (p->ready_head) {
+            rpc_conn_t *c = p->ready_head;
+            p->ready_head = c->cq[k].next_ready;
+            c->cq[k].in_ready = false;
+            rpc_conn_maybe_dead(c);
+        }
+        p->ready_tail = NULL;
     }
-    s->ready_tail = NULL;
     pthread_mutex_unlock(&s->mu);
     if (s->reaper_started) {
         pthread_join(s->reaper, NULL);
     } else {
         while (s->dead) {  /* no reaper ran: nothing was ever accepted, but be exact */
-            rpc_conn_t *next = s->dead->next_ready;
+            rpc_conn_t *next = s->dead->next_dead;
             rpc_conn_free(s->dead);
             s->dead = next;
         }
@@ -924,10 +994,18 @@ void rpc_server_stop(rpc_server_t *s) {
     nng_aio_free(s->accept_aio);
     nng_aio_free(s->retry_aio);
     free(s->workers);
-    pthread_cond_destroy(&s->work_cv);
+    for (int k = 0; k < RPC_POOLS; k++) pthread_cond_destroy(&s->pool[k].cv);
     pthread_cond_destroy(&s->reap_cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
+}
+
+/* A BSON document starts with its int32 length, then the first element: a type byte and
+ * the key as a C string. The bytes are unvalidated, so only the two bytes needed are
+ * read, and only when the message has them. */
+bool rpc_internal_by_name(void *arg, const uint8_t *data, size_t len) {
+    (void)arg;
+    return len >= 6 && data[4] != 0 && data[5] == '_';
 }
 
 uint64_t rpc_server_requests(const rpc_server_t *s) {

@@ -8,6 +8,7 @@
 #define MS_RPC_SERVER_H
 
 #include <bson/bson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +39,32 @@ typedef enum rpc_close_reason {
  * *out set on success only. */
 int rpc_server_start(const char *url, int nworkers, rpc_handler_fn fn, void *arg,
                      rpc_server_t **out, ms_error_t *err);
+
+/* Tells whether a request is internal. data/len: the raw request body (unvalidated,
+ * borrowed); must read only within len, and be cheap: it runs on NNG's thread under the
+ * server's lock. */
+typedef bool (*rpc_classify_fn)(void *arg, const uint8_t *data, size_t len);
+
+typedef struct rpc_server_opts {
+    int nworkers;            /* the ordinary pool; 0 = MS_RPC_WORKERS_DEFAULT */
+    rpc_handler_fn fn;
+    void *arg;
+    /* Internal requests (is_internal true) run on internal_workers threads of their own
+     * that ordinary requests never occupy; ordinary ones never wait for them either.
+     * internal_workers 0 or is_internal NULL: one pool for everything. */
+    int internal_workers;
+    rpc_classify_fn is_internal;
+    void *classify_arg;
+} rpc_server_opts_t;
+
+/* rpc_server_start with the options above. */
+int rpc_server_start_opts(const char *url, const rpc_server_opts_t *o, rpc_server_t **out,
+                          ms_error_t *err);
+
+/* The classifier of minishard's daemons: the command name (the first key of the BSON
+ * body) starts with '_' (_migrateClone, _transferMods, _recvChunk*...). Reads two bytes,
+ * bounded by len. */
+bool rpc_internal_by_name(void *arg, const uint8_t *data, size_t len);
 /* Stops listening, closes every connection, lets running handlers finish (their
  * replies are dropped), joins the workers, frees. NULL-safe. */
 void rpc_server_stop(rpc_server_t *s);

@@ -761,6 +761,7 @@ void shardd_status(void *arg, bson_t *reply) {
         shv_append_status(app->shv, &d);
         bson_append_document_end(reply, &d);
     }
+    rdel_append_status(app->rdel, reply);
     if (app->mig) mig_append_status(app->mig, reply);
 }
 

@@ -5,7 +5,8 @@
  *
  * Every handler on a namespace calls shv_check first (DESIGN §6 "Versioning"; MongoDB's
  * shard version check in the service entry point); reads then drop documents outside the
- * owned chunks. insert, update and delete share one batch walker (MongoDB's
+ * owned chunks. Versioned writes check a migration's critical section again inside their
+ * transaction, under the writer lock (critsec.c). insert, update and delete share one batch walker (MongoDB's
  * performInserts / performUpdates / performDeletes): the whole batch is one SQLite
  * transaction, a statement that fails is rolled back alone (store_write_doc) and reported
  * in writeErrors with the client's index, and an acknowledged write is committed. The
@@ -50,9 +51,31 @@ int shardd_ns(const cmd_ctx_t *ctx, char *ns, size_t nssz, ms_error_t *err) {
 
 static int version_check(cmd_ctx_t *ctx, const char *ns, shv_filter_t **own, ms_error_t *err) {
     shardd_t *app = ctx->app;
+    int rc;
     *own = NULL;
     if (!app->shv) return 0;
+    /* While a migration commits (critical section, reads blocked) versioned requests
+     * wait here, outside every lock, bounded (critsec.c). */
+    if ((rc = shv_crit_check_read(app->shv, ns, ctx->req, &ctx->err_info, err)) != 0) return rc;
     return shv_check(app->shv, ns, ctx->req, own, &ctx->err_info, err);
+}
+
+/* The critical-section re-check of a write, inside its transaction (under the writer
+ * lock: see critsec.c for why the check before the lock is not enough). */
+static int crit_check_write(cmd_ctx_t *ctx, const char *ns, bson_t *err_info, bool *refused,
+                            ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    int rc = app->shv ? shv_crit_check_write(app->shv, ns, ctx->req, err_info, err) : 0;
+    if (rc) *refused = true;
+    return rc;
+}
+
+/* A write the critical section refused has rolled back; it waits, no lock held, for the
+ * section to be left (bounded), then its StaleConfig goes to the router, which refreshes
+ * and retries (on the recipient when the migration committed). */
+static void crit_wait_after_refusal(cmd_ctx_t *ctx, const char *ns) {
+    shardd_t *app = ctx->app;
+    shv_crit_wait(app->shv, ns, false, shv_crit_wait_bound_ms());
 }
 
 int shardd_ns_versioned(cmd_ctx_t *ctx, char *ns, size_t nssz, shv_filter_t **own,
@@ -143,6 +166,8 @@ typedef struct wbatch_kind {
 /* One write command's batch and its results. */
 struct wbatch {
     const wbatch_kind_t *kind;
+    cmd_ctx_t *ctx;
+    bool crit_refused;       /* the critical section refused it (StaleConfig) */
     char ns[MS_NS_BYTES_MAX + 8];
     bson_iter_t ops;         /* the statements (borrowed from the request) */
     bool ordered;
@@ -188,6 +213,8 @@ static int wbatch_txn(store_txn_t *t, void *arg, ms_error_t *err) {
     memset(&b->expired, 0, sizeof b->expired);
     bson_reinit(&b->errs);
     bson_reinit(&b->upserted);
+    if (crit_check_write(b->ctx, b->ns, &b->ctx->err_info, &b->crit_refused, err) != 0)
+        return err->code;
     for (int i = 0; bson_iter_next(&ops); i++) {
         bson_t op, info = BSON_INITIALIZER;
         ms_error_t e = {0};
@@ -244,6 +271,7 @@ static int wbatch_command(cmd_ctx_t *ctx, const wbatch_kind_t *kind, bson_t *rep
     bson_iter_t it;
     int rc, nops = 0;
     wbatch_init(&b, kind);
+    b.ctx = ctx;
     if ((rc = shardd_ns_versioned(ctx, b.ns, sizeof b.ns, &b.own, err)) != 0) goto out;
     if (!cmd_field(ctx, kind->field, &it) || !BSON_ITER_HOLDS_ARRAY(&it) ||
         !bson_iter_recurse(&it, &b.ops)) {
@@ -259,7 +287,10 @@ static int wbatch_command(cmd_ctx_t *ctx, const wbatch_kind_t *kind, bson_t *rep
         goto out;
     }
     b.ordered = cmd_flag(ctx, "ordered", true);
-    if ((rc = write_creating(ctx->app, b.ns, wbatch_txn, &b, &b.need_create, err)) != 0) goto out;
+    if ((rc = write_creating(ctx->app, b.ns, wbatch_txn, &b, &b.need_create, err)) != 0) {
+        if (b.crit_refused) crit_wait_after_refusal(ctx, b.ns);
+        goto out;
+    }
     if ((rc = fp_eval(FP_AFTER_WRITE_COMMIT, err)) != 0) goto out;
     if (b.expired.code) {
         *err = b.expired;
@@ -383,6 +414,10 @@ int cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     memset(&fa, 0, sizeof fa);
     if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) return rc;
     if ((rc = parse_find(ctx->req, ctx->db, ns2, sizeof ns2, &fa, err)) != 0) goto fail;
+    if (store_sdoc_coll_of(ns)) {   /* the shard's own migration documents (store_docs.c) */
+        rc = store_sdoc_find(app->st, ns, fa.q, fa.limit, reply, err);
+        goto fail;
+    }
     if ((rc = version_check(ctx, ns, &fa.own, err)) != 0) goto fail;
     fa.ns = ns;
     return exec_find(app->st, app->cursors, &fa, reply, err);  /* takes fa over */
@@ -823,6 +858,8 @@ typedef struct fam_arg {
     bool need_create;
     bson_t *reply;
     bson_t err_info;
+    cmd_ctx_t *ctx;
+    bool crit_refused;
 } fam_arg_t;
 
 static void fam_value(fam_arg_t *a, const bson_t *doc, ms_error_t *err) {
@@ -850,6 +887,8 @@ static int fam_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     int rc = 0;
     bson_reinit(a->reply);  /* a run after an implicit creation starts over */
     a->need_create = false;
+    if (crit_check_write(a->ctx, a->ns, &a->err_info, &a->crit_refused, err) != 0)
+        return err->code;
     if (c) {
         exec_query_t eq;
         memset(&eq, 0, sizeof eq);
@@ -936,6 +975,7 @@ int cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bson_init(&a.err_info);
     if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, &a.own, err)) != 0) goto out;
     a.ns = ns;
+    a.ctx = ctx;
     a.remove = cmd_flag(ctx, "remove", false);
     a.want_new = cmd_flag(ctx, "new", false);
     a.upsert = cmd_flag(ctx, "upsert", false);
@@ -988,6 +1028,7 @@ int cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         (rc = fp_eval(FP_AFTER_WRITE_COMMIT, err)) == 0 && !a.need_create)
         bson_concat(reply, &partial);
     if (rc != 0 && !bson_empty(&a.err_info)) bson_concat(&ctx->err_info, &a.err_info);
+    if (rc != 0 && a.crit_refused) crit_wait_after_refusal(ctx, ns);
 out:
     bson_destroy(&partial);
     bson_destroy(&a.query);
@@ -1043,6 +1084,21 @@ static int explain_as_find(const bson_t *inner, bson_t *out, ms_error_t *err) {
     return 0;
 }
 
+/* The explained command is parsed by its own command's rules, as MongoDB's explain
+ * does: a strict row's unknown field is 40415 naming the inner command
+ * ("BSON field 'find.bogus' is an unknown field."). Dispatch checked only explain's own
+ * fields. An unknown inner command is left to explain_as_find. */
+static int explain_inner_strict(const bson_t *inner, ms_error_t *err) {
+    bson_iter_t it;
+    if (!bson_iter_init(&it, inner) || !bson_iter_next(&it)) return 0;
+    for (int i = 0; i < shardd_cmd_table_len; i++) {
+        const cmd_spec_t *spec = &shardd_cmd_table[i];
+        if (strcmp(spec->name, bson_iter_key(&it)) != 0) continue;
+        return (spec->flags & CMD_STRICT_FIELDS) ? cmd_check_strict_doc(spec, inner, err) : 0;
+    }
+    return 0;
+}
+
 /* explain (MongoDB's explain command, verbosities queryPlanner / executionStats /
  * allPlansExecution) of find, count or distinct. */
 int cmd_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
@@ -1058,6 +1114,7 @@ int cmd_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "explain needs a command document");
         goto out;
     }
+    if ((rc = explain_inner_strict(&inner, err)) != 0) goto out;
     if ((rc = explain_as_find(&inner, &as_find, err)) != 0) goto out;
     if (cmd_field(ctx, "verbosity", &it) && BSON_ITER_HOLDS_UTF8(&it)) {
         verbosity = bson_iter_utf8(&it, NULL);

@@ -22,7 +22,8 @@
 static const char shardd_usage[] =
     "usage: shardd --dbpath DIR [--port N] [--name NAME] [--bind ADDR] [--url URL]\n"
     "              [--workers N] [--cursor-timeout-ms N] [--sync full|normal]\n"
-    "              [--enable-test-commands]\n"
+    "              [--range-deleter-batch-size N] [--range-deleter-batch-delay-ms N]\n"
+    "              [--orphan-cleanup-delay-ms N] [--enable-test-commands]\n"
     "A minishard shard daemon: documents in one SQLite file, MongoDB's CRUD commands.";
 
 /* The idle-cursor reaper (MongoDB's clientcursormon): wakes every second. */
@@ -53,6 +54,8 @@ static void *reaper_main(void *arg) {
 
 int main(int argc, char **argv) {
     int cursor_timeout_ms = MS_CURSOR_IDLE_MS_MAX, rc;
+    rdel_opts_t ro = {MS_RDEL_BATCH_DOCS_DEFAULT, MS_RDEL_BATCH_DELAY_MS_DEFAULT,
+                      MS_RDEL_CLEANUP_DELAY_MS_DEFAULT};
     const char *dbpath = NULL, *name = NULL, *sync = "normal";
     int pause_budget_ms = MS_MIG_WRITE_PAUSE_BUDGET_MS_DEFAULT, catchup_ms = MS_MIG_CATCHUP_MS_DEFAULT;
     bool archive = false;
@@ -69,6 +72,12 @@ int main(int argc, char **argv) {
          "a migration whose catch-up does not converge this fast aborts (default 60000)"},
         {"archive-moved-chunks", FLAG_BOOL, &archive,
          "write each moved chunk's documents to DBPATH/moveChunk/<ns>/ before deleting them"},
+        {"range-deleter-batch-size", FLAG_INT, &ro.batch_docs,
+         "documents per range-deletion batch (default 128, 1..10000)"},
+        {"range-deleter-batch-delay-ms", FLAG_INT, &ro.batch_delay_ms,
+         "pause between range-deletion batches (default 20, 0..60000)"},
+        {"orphan-cleanup-delay-ms", FLAG_INT, &ro.cleanup_delay_ms,
+         "wait before a \"delayed\" range deletion starts (default 2000, 0..86400000)"},
         {NULL, FLAG_BOOL, NULL, NULL},
     };
     char logname[96];
@@ -90,6 +99,14 @@ int main(int argc, char **argv) {
     }
     if (strcmp(sync, "normal") != 0 && strcmp(sync, "full") != 0) {
         fprintf(stderr, "shardd: --sync must be normal or full\n");
+        return 2;
+    }
+    if (ro.batch_docs < 1 || ro.batch_docs > MS_RDEL_BATCH_DOCS_MAX ||
+        ro.batch_delay_ms < 0 || ro.batch_delay_ms > MS_RDEL_BATCH_DELAY_MS_MAX ||
+        ro.cleanup_delay_ms < 0 || ro.cleanup_delay_ms > MS_RDEL_CLEANUP_DELAY_MS_MAX) {
+        fprintf(stderr, "shardd: --range-deleter-batch-size must be 1..%d, "
+                        "--range-deleter-batch-delay-ms 0..%d, --orphan-cleanup-delay-ms 0..%d\n",
+                MS_RDEL_BATCH_DOCS_MAX, MS_RDEL_BATCH_DELAY_MS_MAX, MS_RDEL_CLEANUP_DELAY_MS_MAX);
         return 2;
     }
     so.sync_full = strcmp(sync, "full") == 0;
@@ -126,6 +143,12 @@ int main(int argc, char **argv) {
         daemon_fail("cursors", &err);
         goto out_store;
     }
+    /* Resumes the tasks a previous run left (docs/range-deleter.md). */
+    if (rdel_open(app.st, app.shv, &ro, &app.rdel, &err) != 0) {
+        daemon_fail("range deleter", &err);
+        goto out_store;
+    }
+    rdel_set_cursors(app.rdel, app.cursors);
     memset(&reaper, 0, sizeof reaper);
     pthread_mutex_init(&reaper.mu, NULL);
     pthread_cond_init(&reaper.cv, NULL);
@@ -143,6 +166,9 @@ int main(int argc, char **argv) {
             .app = &app,
             .status = shardd_status,
             .metrics = shardd_metrics,
+            /* The migration's peer calls (_migrateClone, _transferMods, _recvChunk*) are
+             * served even while user writes wait on a critical section. */
+            .internal_workers = MS_RPC_INTERNAL_WORKERS,
         };
         if (daemon_start(&d, &opts, &err) != 0) goto out_reaper;
     }
@@ -160,6 +186,7 @@ out_reaper:
     pthread_mutex_unlock(&reaper.mu);
     pthread_join(reaper.th, NULL);
 out_store:
+    rdel_close(app.rdel);   /* before the cursors and the store it reads */
     cursors_free(app.cursors);
     shv_close(app.shv);
     store_close(app.st);

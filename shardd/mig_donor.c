@@ -55,7 +55,7 @@ typedef struct coord {
     uint8_t mig_uuid[16];
     uint8_t coll_uuid[16];
     char ns[MS_NS_BYTES_MAX + 1];
-    char session[160];
+    char session[320];
     char donor[128], recipient[128], recipient_host[MS_URL_BYTES_MAX];
     bson_t range_min, range_max;     /* the moved range */
     bson_t chunk_min, chunk_max;     /* the chunk that held it when the migration started */
@@ -1523,7 +1523,7 @@ out:
  * concatenation of BSON documents, readable with bsondump) before the range deleter may
  * remove them. */
 static int archive_range(mig_t *m, const coord_t *c, ms_error_t *err) {
-    char dir[4200], path[4300];
+    char dir[4400], path[4500];
     archive_arg_t a = {c, NULL, 0};
     int rc;
     snprintf(dir, sizeof dir, "%s/moveChunk", m->dbpath);

@@ -42,7 +42,7 @@ struct mig_recv {
     mig_t *m;
     int refs;                    /* under m->mu: the thread and every command using it */
     char ns[MS_NS_BYTES_MAX + 1];
-    char session[160], from_url[MS_URL_BYTES_MAX], from_shard[128], to_shard[128];
+    char session[320], from_url[MS_URL_BYTES_MAX], from_shard[128], to_shard[128];
     uint8_t mig_uuid[16], coll_uuid[16];
     char id[33];
     bson_t min, max;

@@ -21,6 +21,10 @@
  *   split.c       dataSize, splitVector, autoSplitVector
  *   query.c update.c project.c   the query engine (filters, updates, projections)
  *   shardver.c    shard versioning and the ownership filter
+ *   critsec.c     a migration's critical section (writes refused under the writer lock)
+ *   xfer.c        a migration's write capture (committed _ids of the moving range)
+ *   store_docs.c  the shard's own persisted documents (migration, range deletion)
+ *   rdel.c        the range deleter: orphaned ranges deleted in batches
  *
  * Concurrency: one writer SQLite connection behind a mutex (SQLite has one writer) and one
  * reader connection per thread (WAL lets readers run beside the writer). The in-memory
@@ -108,12 +112,22 @@ typedef struct store_coll {
 typedef void (*store_write_observer_fn)(void *arg, const char *ns, const bson_t *old_doc,
                                         const bson_t *new_doc, const buf_t *old_sk,
                                         const buf_t *new_sk);
+/* Called when a write transaction (store_write or store_ddl) ends, after its COMMIT
+ * (committed) or ROLLBACK, while the writer lock is still held: no other write can begin
+ * between the end and this call, so what the observer saw can be published exactly when
+ * it became visible, and dropped when it never will. */
+typedef void (*store_write_end_fn)(void *arg, bool committed);
 
 /* Opens (creating when absent) DIR/shard.sqlite. *out set on success only. */
 int store_open(const char *dbpath_dir, const store_opts_t *opts, store_t **out, ms_error_t *err);
 void store_close(store_t *st);   /* NULL-safe; all transactions must have ended */
 const char *store_path(const store_t *st);
-void store_set_write_observer(store_t *st, store_write_observer_fn fn, void *arg);
+/* Installs the write observer (fn, end may be NULL; arg borrowed until it is removed),
+ * or removes it with fn = end = NULL. Takes the writer lock, so a transaction in progress
+ * finishes with the observer it started with. One observer at a time: installing over
+ * another fails with ConflictingOperationInProgress. */
+int store_set_write_observer(store_t *st, store_write_observer_fn fn, store_write_end_fn end,
+                             void *arg, ms_error_t *err);
 
 /* Transactions run a callback: BEGIN, fn, COMMIT when fn returns 0, else ROLLBACK.
  * store_read: a reader connection of this thread, catalog shared.
@@ -224,6 +238,62 @@ void store_path_values(const bson_t *doc, const char *path, store_path_fn fn, vo
 
 /* Prepared-statement cache of the transaction's connection (borrowed; reset by caller). */
 void *store_stmt(store_txn_t *t, const char *sql, ms_error_t *err);
+
+/* ---- write capture (xfer.c) ---- */
+
+/* A migration's write capture ("xfer mods", MongoDB's MigrationChunkClonerSource). */
+typedef struct xfer xfer_t;
+/* Starts capturing: every committed insert/update/delete of ns whose old or new encoded
+ * shard key lies in [min, max) (encoded with keys_, as the store's `sk` column; borrowed,
+ * copied) records the document's _id: insert / update with the new key in range → reload;
+ * update moving the key out, or delete → deleted. Ids are published at COMMIT, dropped at
+ * ROLLBACK. bytes_max (MS_MIG_CAPTURE_BYTES_MAX) bounds the id bytes held; past it the
+ * capture fails (xfer_failed) and holds nothing more; the user write still succeeds.
+ * One capture per store at a time: ConflictingOperationInProgress otherwise. */
+int xfer_start(store_t *st, const char *ns, const buf_t *min, const buf_t *max,
+               size_t bytes_max, xfer_t **out, ms_error_t *err);
+void xfer_stop(store_t *st, xfer_t *x);   /* NULL-safe: stops capturing and frees */
+/* Takes pending ids: deletes first (as many as fit in max_bytes, at least one), reloads
+ * only when every delete fit (and in what is left of max_bytes). Each id is a buf_t holding
+ * the BSON bytes of {_id: value}; de-duplicated by bytes within each list. Caller owns
+ * the arrays (NULL when empty) and frees them with xfer_ids_free. */
+void xfer_take(xfer_t *x, size_t max_bytes, buf_t **del, int *ndel, buf_t **reload,
+               int *nreload);
+void xfer_ids_free(buf_t *v, int n);   /* NULL-safe */
+/* Puts back ids not sent, ahead of those captured since (takes ownership of the arrays;
+ * an id captured again meanwhile is kept once). */
+void xfer_putback(xfer_t *x, buf_t *del, int ndel, buf_t *reload, int nreload);
+/* Committed ids waiting, and their bytes. */
+void xfer_pending(xfer_t *x, int64_t *ndel, int64_t *nreload, int64_t *bytes);
+/* 0, or the error that ended the capture (ExceededMemoryLimit 146, with why). */
+int xfer_failed(xfer_t *x, ms_error_t *err);
+
+/* ---- shard-local documents (store_docs.c) ---- */
+/* The shard's own persisted documents (notes §1.7), in table shard_docs of its SQLite file
+ * and readable through find on config.<coll>. id = 32 lowercase hex of the migrationId. */
+#define SDOC_COORDINATORS "migrationCoordinators"
+#define SDOC_RANGE_DELETIONS "rangeDeletions"
+#define SDOC_RECIPIENTS "migrationRecipients"
+/* Inside a write transaction: insert or replace. doc borrowed. */
+int store_sdoc_put(store_txn_t *t, const char *coll, const char *id, const bson_t *doc,
+                   ms_error_t *err);
+/* Inside any transaction: *out initialised on success; NoSuchKey when absent. */
+int store_sdoc_get(store_txn_t *t, const char *coll, const char *id, bson_t *out,
+                   ms_error_t *err);
+/* Inside a write transaction: absent is not an error. */
+int store_sdoc_delete(store_txn_t *t, const char *coll, const char *id, ms_error_t *err);
+/* Inside any transaction, in id order; fn returns non-zero to stop (that value is
+ * returned). id and doc are borrowed for the call. */
+int store_sdoc_scan(store_txn_t *t, const char *coll,
+                    int (*fn)(void *arg, const char *id, const bson_t *doc), void *arg,
+                    ms_error_t *err);
+/* "config.<one of the three>" → its table name (static), else NULL. */
+const char *store_sdoc_coll_of(const char *ns);
+/* find on config.<coll> (cmd_find): the documents matching q (NULL = all), at most limit
+ * (0 = none), in id order, as one batch {cursor: {firstBatch, id: 0, ns}} appended to reply
+ * (sort, projection and skip are not applied; these tables hold a handful of documents). */
+int store_sdoc_find(store_t *st, const char *ns, const query_t *q, int64_t limit, bson_t *reply,
+                    ms_error_t *err);
 
 /* ================================ exec.c ============================================= */
 
@@ -391,16 +461,54 @@ int exec_explain_find(store_t *st, find_args_t *fa, bool exec_stats, bson_t *rep
  * per-document point goes first: fp_active finds a name by a scan of the table. */
 void shardd_register_failpoints(void);
 
+/* ================================ rdel.c ============================================== */
+/* The range deleter (docs/range-deleter.md; notes §3): persisted tasks in shard_docs
+ * rangeDeletions, one thread that deletes each ready task's range in batches. */
+typedef struct rdel rdel_t;
+typedef struct rdel_opts {
+    int batch_docs;          /* --range-deleter-batch-size, default 128 (MongoDB before 5.2) */
+    int batch_delay_ms;      /* --range-deleter-batch-delay-ms, default 20 (rangeDeleterBatchDelayMS) */
+    int cleanup_delay_ms;    /* --orphan-cleanup-delay-ms, default 2000 for demos (MongoDB 900 s) */
+} rdel_opts_t;
+#define RDEL_ID_BYTES 33     /* 32 lowercase hex of the task's UUID + NUL */
+#define FP_SUSPEND_RANGE_DELETION "suspendRangeDeletion"   /* before each batch (rdel.c) */
+/* Starts the deleter thread; schedules every persisted non-pending task (processing ones
+ * first). o NULL (or a negative / zero field) = the defaults of common/limits.h. */
+int rdel_open(store_t *st, shv_t *shv, const rdel_opts_t *o, rdel_t **out, ms_error_t *err);
+/* Optional: the cursor registry, to log the cursors open on a namespace while waiting. */
+void rdel_set_cursors(rdel_t *r, cursors_t *cs);
+void rdel_close(rdel_t *r);   /* NULL-safe; stops between batches */
+/* Inside the caller's write transaction: persists a task (the shape in rdel.c; _id UUID). */
+int rdel_task_insert(store_txn_t *t, const bson_t *task, ms_error_t *err);
+/* Inside a write transaction: unset pending (ready; NoSuchKey when absent) / delete (absent
+ * is fine). Call rdel_kick after the commit. */
+int rdel_task_set_ready(store_txn_t *t, const char *id, ms_error_t *err);
+int rdel_task_delete(store_txn_t *t, const char *id, ms_error_t *err);
+void rdel_kick(rdel_t *r);    /* NULL-safe */
+/* Waits until no task of ns overlapping [min, max) (shard-key documents; NULL, NULL = every
+ * task of ns) exists, pending or not, up to deadline_ms (time_mono_ms clock; 0 = check
+ * once): 0, or ExceededTimeLimit. */
+int rdel_wait(rdel_t *r, const char *ns, const bson_t *min, const bson_t *max,
+              long long deadline_ms, ms_error_t *err);
+/* Appends rangeDeleter: {state, currentTask, tasks..., batches, docsDeleted, ...}. */
+void rdel_append_status(rdel_t *r, bson_t *out);
+/* The task id of a UUID: 32 lowercase hex. */
+void rdel_id_of(const uint8_t uuid[16], char out[RDEL_ID_BYTES]);
+/* Commands: cleanupOrphaned; the test-only _testInsertRangeDeletion and
+ * _testSetRangeDeletionReady (docs/protocol.md). */
+int cmd_cleanup_orphaned(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_test_insert_range_deletion(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_test_set_range_deletion_ready(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+
 /* ================================ the daemon ========================================= */
 
-struct rdel;
 struct mig;
 
 typedef struct shardd {
     store_t *st;
     shv_t *shv;
     cursors_t *cursors;
-    struct rdel *rdel;           /* the range deleter (rdel.c) */
+    rdel_t *rdel;                /* the range deleter (rdel.c) */
     struct mig *mig;             /* the migration registry (mig.c) */
     const char *url;             /* where this shard listens (a recipient dials it) */
     const char *name;            /* --name */
@@ -433,6 +541,10 @@ int cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_distinct(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+
+/* critsec.c: {_testCriticalSection: "db.coll", action: "enter"|"blockReads"|"leave"}
+ * (test-only, --enable-test-commands) */
+int cmd_test_critical_section(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 
 /* cmd_admin.c */
 /* createIndexes' work, shared with the migration recipient: the collection created when

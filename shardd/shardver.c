@@ -30,6 +30,7 @@
 #include "common/mem.h"
 #include "common/rpc.h"
 #include "common/rtable.h"
+#include "shardd/shardd.h"   /* store_key_decode: chunk bounds back to documents */
 
 /* Deadline of one getRoutingTable call and of waiting for another thread's refresh of
  * the same namespace: long enough for a large table, short enough that a request whose
@@ -37,11 +38,20 @@
 #define SHV_REFRESH_TIMEOUT_MS 10000
 
 struct shv_filter {
-    atomic_int refs;
+    atomic_int refs;              /* memory: the cache's reference plus every holder's */
+    /* Live holders (requests and cursors, shv_check / shv_filter_ref): while > 0 the
+     * snapshot is on its entry's live list, and the range deleter waits for it
+     * (shv_wait_snapshots). Under owner->mu; owner NULL once shv_close detached it. */
+    int live;
+    struct shv *owner;
+    struct shv_entry *entry;
+    struct shv_filter *lprev, *lnext;
     rtable_t rt;                  /* the whole table (common/rtable.h), built in place */
     int me;                       /* this shard's index in rt.shards, -1 when it owns none */
     uint32_t shard_major, shard_minor;
     int nowned;                   /* chunks this shard owns */
+    uint8_t uuid[16];             /* the collection's UUID (getRoutingTable's uuid) */
+    bool has_uuid;
 };
 
 enum shv_state { SHV_UNKNOWN = 0, SHV_SHARDED, SHV_UNSHARDED };
@@ -53,6 +63,7 @@ typedef struct shv_entry {
     bool refreshing;
     uint64_t refresh_seq;         /* completed refreshes (waiters look for a change) */
     uint64_t invalidations;       /* a refresh started before an invalidation is discarded */
+    shv_filter_t *live;           /* snapshots some request or cursor holds (live > 0) */
     struct shv_entry *next;
 } shv_entry_t;
 
@@ -79,6 +90,7 @@ struct shv {
     shv_entry_t *entries;
     shv_db_t *dbs;
     uint64_t refreshes, stale_replies, db_refreshes, stale_db_replies;
+    pthread_cond_t live_cv;       /* a live snapshot was released (shv_wait_snapshots) */
 };
 
 /* What a request carried. */
@@ -95,14 +107,61 @@ static void snap_free(shv_filter_t *f) {
     free(f);
 }
 
-shv_filter_t *shv_filter_ref(shv_filter_t *f) {
+/* Memory references only: the cache's own and the refresh's base. */
+static shv_filter_t *snap_ref(shv_filter_t *f) {
     if (f) atomic_fetch_add(&f->refs, 1);
+    return f;
+}
+
+static void snap_unref(shv_filter_t *f) {
+    if (!f) return;
+    if (atomic_fetch_sub(&f->refs, 1) == 1) snap_free(f);
+}
+
+/* Caller holds s->mu: one more live holder of f (which belongs to entry e). */
+static void live_add(shv_t *s, shv_entry_t *e, shv_filter_t *f) {
+    if (f->live++ > 0) return;
+    f->owner = s;
+    f->entry = e;
+    f->lprev = NULL;
+    f->lnext = e->live;
+    if (e->live) e->live->lprev = f;
+    e->live = f;
+}
+
+/* Caller holds s->mu. True when f is no longer live. */
+static bool live_drop(shv_t *s, shv_filter_t *f) {
+    if (--f->live > 0) return false;
+    shv_entry_t *e = f->entry;
+    if (f->lprev) f->lprev->lnext = f->lnext;
+    else e->live = f->lnext;
+    if (f->lnext) f->lnext->lprev = f->lprev;
+    f->lprev = f->lnext = NULL;
+    pthread_cond_broadcast(&s->live_cv);
+    return true;
+}
+
+shv_filter_t *shv_filter_ref(shv_filter_t *f) {
+    if (!f) return f;
+    snap_ref(f);
+    shv_t *s = f->owner;   /* set before the first holder saw f, cleared only by shv_close */
+    if (s) {
+        pthread_mutex_lock(&s->mu);
+        if (f->owner) live_add(s, f->entry, f);
+        pthread_mutex_unlock(&s->mu);
+    }
     return f;
 }
 
 void shv_filter_release(shv_filter_t *f) {
     if (!f) return;
-    if (atomic_fetch_sub(&f->refs, 1) == 1) snap_free(f);
+    shv_t *s = f->owner;
+    if (s) {
+        pthread_mutex_lock(&s->mu);
+        if (f->owner && f->live > 0) live_drop(s, f);
+        pthread_mutex_unlock(&s->mu);
+    }
+    snap_unref(f);
 }
 
 const keys_pattern_t *shv_filter_pattern(const shv_filter_t *f) {
@@ -168,6 +227,7 @@ int shv_open(shv_t **out, ms_error_t *err) {
     if (!s) return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "shv_open: out of memory");
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->live_cv, NULL);
     *out = s;
     return 0;
 }
@@ -177,7 +237,14 @@ void shv_close(shv_t *s) {
     shv_entry_t *e = s->entries;
     while (e) {
         shv_entry_t *next = e->next;
-        shv_filter_release(e->snap);
+        /* Holders that outlive us keep their memory; they just stop being tracked. */
+        for (shv_filter_t *f = e->live, *n; f; f = n) {
+            n = f->lnext;
+            f->owner = NULL;
+            f->entry = NULL;
+            f->lprev = f->lnext = NULL;
+        }
+        snap_unref(e->snap);
         free(e->ns);
         free(e);
         e = next;
@@ -188,6 +255,7 @@ void shv_close(shv_t *s) {
         free(d);
     }
     pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->live_cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -198,7 +266,7 @@ void shv_set_identity(shv_t *s, const char *shard_name, const char *config_url) 
     snprintf(s->config_url, sizeof s->config_url, "%s", config_url ? config_url : "");
     /* Owned chunks depend on who we are: forget everything computed under another name. */
     for (shv_entry_t *e = s->entries; e; e = e->next) {
-        shv_filter_release(e->snap);
+        snap_unref(e->snap);
         e->snap = NULL;
         e->state = SHV_UNKNOWN;
         e->invalidations++;
@@ -255,7 +323,7 @@ void shv_invalidate(shv_t *s, const char *ns) {
     pthread_mutex_lock(&s->mu);
     if (dot) {
         shv_entry_t *e = entry_get(s, ns);
-        shv_filter_release(e->snap);
+        snap_unref(e->snap);
         e->snap = NULL;
         e->state = SHV_UNKNOWN;
         e->invalidations++;
@@ -282,6 +350,21 @@ static int snap_from_reply(const bson_t *reply, shv_filter_t *base, const char *
         return rc;
     }
     snap_finish(f, me);
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, reply, "uuid") && BSON_ITER_HOLDS_BINARY(&it)) {
+        uint32_t n;
+        const uint8_t *d;
+        bson_subtype_t st;
+        bson_iter_binary(&it, &st, &n, &d);
+        if (n == 16) {
+            memcpy(f->uuid, d, 16);
+            f->has_uuid = true;
+        }
+    }
+    if (!f->has_uuid && base && base->has_uuid) {
+        memcpy(f->uuid, base->uuid, 16);
+        f->has_uuid = true;
+    }
     *out = f;
     return 0;
 }
@@ -371,14 +454,14 @@ static int refresh_ns(shv_t *s, const char *ns, ms_error_t *err) {
     }
     e->refreshing = true;
     inval = e->invalidations;
-    if (e->state == SHV_SHARDED) base = shv_filter_ref(e->snap);
+    if (e->state == SHV_SHARDED) base = snap_ref(e->snap);
     pthread_mutex_unlock(&s->mu);
 
     rc = fetch_table(s, ns, base, &fresh, &unsharded, err);
 
     pthread_mutex_lock(&s->mu);
     if (rc == 0 && e->invalidations == inval) {
-        shv_filter_release(e->snap);
+        snap_unref(e->snap);
         e->snap = fresh;
         e->state = unsharded ? SHV_UNSHARDED : SHV_SHARDED;
         fresh = NULL;
@@ -398,8 +481,8 @@ static int refresh_ns(shv_t *s, const char *ns, ms_error_t *err) {
     pthread_mutex_unlock(&s->mu);
     if (rc) log_warn("filtering metadata refresh failed ns=%s code=%d err=%s", log_str(ns), rc,
                      log_str(err ? err->msg : ""));
-    shv_filter_release(fresh);
-    shv_filter_release(base);
+    snap_unref(fresh);
+    snap_unref(base);
     return rc;
 }
 
@@ -609,7 +692,7 @@ int shv_check(shv_t *s, const char *ns, const bson_t *req, shv_filter_t **filter
     pthread_mutex_lock(&s->mu);
     shv_entry_t *e = entry_get(s, ns);
     state = e->state;
-    if (state == SHV_SHARDED) snap = shv_filter_ref(e->snap);
+    if (state == SHV_SHARDED) snap = snap_ref(e->snap);
     pthread_mutex_unlock(&s->mu);
 
     if (state == SHV_UNKNOWN) {
@@ -627,6 +710,10 @@ int shv_check(shv_t *s, const char *ns, const bson_t *req, shv_filter_t **filter
                   ? "shard no longer contains chunks"
                   : "placement version major mismatch";
     } else {
+        /* Handed out: live until released (the range deleter waits for it). */
+        pthread_mutex_lock(&s->mu);
+        live_add(s, entry_get(s, ns), snap);
+        pthread_mutex_unlock(&s->mu);
         *filter = snap;
         return 0;
     }
@@ -645,7 +732,7 @@ int shv_check(shv_t *s, const char *ns, const bson_t *req, shv_filter_t **filter
     log_info("stale config ns=%s received=%u|%u wanted=%u|%u reason=%s", log_str(ns), r.v.major,
              r.v.minor, snap ? snap->shard_major : 0, snap ? snap->shard_minor : 0, log_str(why));
     rc = err_set(err, MS_ERR_STALE_CONFIG, "version mismatch detected for %s: %s", ns, why);
-    shv_filter_release(snap);
+    snap_unref(snap);
     return rc;
 }
 
@@ -668,4 +755,130 @@ void shv_append_status(shv_t *s, bson_t *reply) {
         bson_append_document_end(reply, &d);
     }
     pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- live snapshots and owned chunks (the range deleter, migrations) ------------------- */
+
+/* Whether f owns any key of [min, max) (encoded): an owned chunk overlapping it. */
+static bool snap_owns_any(const shv_filter_t *f, const buf_t *min, const buf_t *max) {
+    if (f->me < 0) return false;
+    for (int i = 0; i < f->rt.nchunks; i++) {
+        const rtable_chunk_t *c = &f->rt.chunks[i];
+        if (c->shard != f->me) continue;
+        if (rtable_bytes_cmp(c->min.data, c->min.len, max->data, max->len) < 0 &&
+            rtable_bytes_cmp(min->data, min->len, c->max.data, c->max.len) < 0)
+            return true;
+    }
+    return false;
+}
+
+/* Caller holds s->mu: live snapshots of ns that own part of [min, max). */
+static int live_blocking(shv_t *s, const char *ns, const buf_t *min, const buf_t *max,
+                         int *holders) {
+    int n = 0;
+    *holders = 0;
+    for (shv_entry_t *e = s->entries; e; e = e->next) {
+        if (strcmp(e->ns, ns) != 0) continue;
+        for (shv_filter_t *f = e->live; f; f = f->lnext)
+            if (snap_owns_any(f, min, max)) {
+                n++;
+                *holders += f->live;
+            }
+    }
+    return n;
+}
+
+int shv_wait_snapshots(shv_t *s, const char *ns, const buf_t *min, const buf_t *max,
+                       long long deadline_ms, ms_error_t *err) {
+    int n, holders, logged = -1;
+    long long t0 = time_mono_ms();
+    pthread_mutex_lock(&s->mu);
+    while ((n = live_blocking(s, ns, min, max, &holders)) > 0) {
+        long long now = time_mono_ms();
+        if (deadline_ms <= 0 || now >= deadline_ms) {
+            pthread_mutex_unlock(&s->mu);
+            return err_set(err, MS_ERR_EXCEEDED_TIME_LIMIT,
+                           "%d ownership snapshot(s) of %s held by %d reader(s) still own the "
+                           "range after %lld ms", n, ns, holders, now - t0);
+        }
+        if (holders != logged) {   /* once per change, not per wake-up */
+            log_info("waiting for ownership snapshots ns=%s snapshots=%d holders=%d", log_str(ns),
+                     n, holders);
+            logged = holders;
+        }
+        struct timespec dl;
+        long long left = deadline_ms - now;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += left / 1000;
+        dl.tv_nsec += (left % 1000) * 1000000L;
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->live_cv, &s->mu, &dl);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+int shv_live_snapshots(shv_t *s, const char *ns) {
+    int n = 0;
+    pthread_mutex_lock(&s->mu);
+    for (shv_entry_t *e = s->entries; e; e = e->next)
+        if (strcmp(e->ns, ns) == 0)
+            for (shv_filter_t *f = e->live; f; f = f->lnext) n += f->live;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+int shv_owned_chunk(shv_t *s, const char *ns, const buf_t *key, bson_t *min_out, bson_t *max_out,
+                    bson_t *chunk_version_out, bson_t *shard_version_out,
+                    keys_pattern_t *pattern_out, uint8_t uuid_out[16], ms_error_t *err) {
+    shv_filter_t *f = NULL;
+    enum shv_state state;
+    char me[128];
+    int rc;
+    pthread_mutex_lock(&s->mu);
+    state = entry_get(s, ns)->state;
+    pthread_mutex_unlock(&s->mu);
+    if (state == SHV_UNKNOWN && (rc = shv_refresh(s, ns, err)) != 0) return rc;
+    pthread_mutex_lock(&s->mu);
+    shv_entry_t *e = entry_get(s, ns);
+    state = e->state;
+    if (state == SHV_SHARDED) f = snap_ref(e->snap);
+    memcpy(me, s->shard_name, sizeof me);
+    pthread_mutex_unlock(&s->mu);
+    if (state == SHV_UNSHARDED)
+        return err_set(err, MS_ERR_NAMESPACE_NOT_SHARDED, "%s is not sharded", ns);
+    if (!f)
+        return err_set(err, MS_ERR_STALE_CONFIG,
+                       "sharding status of %s is not currently known on shard %s", ns, me);
+    int i = f->rt.nchunks ? rtable_find(&f->rt, key->data, key->len) : -1;
+    if (i < 0 || f->me < 0 || f->rt.chunks[i].shard != f->me) {
+        snap_unref(f);
+        return err_set(err, MS_ERR_STALE_CONFIG, "shard %s owns no chunk of %s containing the key",
+                       me, ns);
+    }
+    const rtable_chunk_t *c = &f->rt.chunks[i];
+    if (min_out) store_key_decode(&f->rt.pattern, c->min.data, c->min.len, min_out);
+    if (max_out) store_key_decode(&f->rt.pattern, c->max.data, c->max.len, max_out);
+    if (chunk_version_out) {
+        bson_init(chunk_version_out);
+        BSON_APPEND_OID(chunk_version_out, "e", &f->rt.epoch);
+        BSON_APPEND_TIMESTAMP(chunk_version_out, "t", f->rt.ts_t, f->rt.ts_i);
+        BSON_APPEND_TIMESTAMP(chunk_version_out, "v", c->major, c->minor);
+    }
+    if (shard_version_out) {
+        rtable_version_t v;
+        rtable_shard_version(&f->rt, f->me, &v);
+        bson_init(shard_version_out);
+        BSON_APPEND_OID(shard_version_out, "e", &v.epoch);
+        BSON_APPEND_TIMESTAMP(shard_version_out, "t", v.ts_t, v.ts_i);
+        BSON_APPEND_TIMESTAMP(shard_version_out, "v", v.major, v.minor);
+    }
+    rc = 0;
+    if (pattern_out) rc = keys_pattern_parse(&f->rt.pattern.spec, pattern_out, err);
+    if (uuid_out) memcpy(uuid_out, f->uuid, 16);   /* zero when the reply had none */
+    snap_unref(f);
+    return rc;
 }

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "common/errors.h"
+#include "common/buf.h"
 #include "common/keys.h"
 
 typedef struct shv shv_t;                 /* one per shardd process */
@@ -73,5 +74,55 @@ int shv_refresh(shv_t *s, const char *ns, ms_error_t *err);
 
 /* Appends {ns: {version, chunks owned}} for serverStatus.sharding. */
 void shv_append_status(shv_t *s, bson_t *reply);
+
+/* ---- critical section (critsec.c) ---- */
+
+typedef struct store store_t;
+
+/* Enters the critical section of ns (MongoDB's ShardingMigrationCriticalSection): from now
+ * every versioned write to ns (the whole collection) is refused under the writer lock;
+ * fences writes already past the version check by setting the flag and then taking and
+ * releasing the store's writer lock once, so it returns only after every such write
+ * committed. Entering a held section again is a no-op. */
+int shv_crit_enter(shv_t *s, store_t *st, const char *ns, ms_error_t *err);
+void shv_crit_block_reads(shv_t *s, const char *ns);  /* commit phase: versioned reads wait too */
+void shv_crit_leave(shv_t *s, const char *ns);        /* wakes every waiter; not held: no-op */
+bool shv_crit_held(shv_t *s, const char *ns);
+/* Called by every write inside its store_write callback (under the writer lock): 0 (also
+ * for a request without shardVersion), or StaleConfig (13388) with err_info {ns,
+ * vReceived, shardId, criticalSection: true} (vWanted absent, as MongoDB while the section
+ * is held). The caller rolls back, then waits with shv_crit_wait outside every lock. */
+int shv_crit_check_write(shv_t *s, const char *ns, const bson_t *req, bson_t *err_info,
+                         ms_error_t *err);
+/* For a versioned read before its version check (no lock held): while reads are blocked,
+ * waits up to shv_crit_wait_bound_ms(); 0 once they are not, else StaleConfig as above. */
+int shv_crit_check_read(shv_t *s, const char *ns, const bson_t *req, bson_t *err_info,
+                        ms_error_t *err);
+/* Waits up to wait_ms until the section of ns is left (reads: until reads are no longer
+ * blocked); true when it is. Holds no lock of the caller's. */
+bool shv_crit_wait(shv_t *s, const char *ns, bool reads, long long wait_ms);
+/* How long a refused operation waits: the op's remaining maxTimeMS, at most
+ * MS_CRITSEC_WAIT_MS. */
+long long shv_crit_wait_bound_ms(void);
+
+/* ---- live ownership snapshots (shardver.c) ---- */
+/* A snapshot is live from shv_check handing it out until its last holder releases it
+ * (shv_filter_ref adds a holder: cursors). Waits until no live ownership snapshot of ns
+ * (held by a running find, count, distinct, multi-update, or an open cursor) owns any key in
+ * [min, max) (encoded keys), up to deadline_ms (ms clock of opctx, time_mono_ms; 0 = check
+ * once): 0, or ExceededTimeLimit naming how many. Logs what it waits for. */
+int shv_wait_snapshots(shv_t *s, const char *ns, const buf_t *min, const buf_t *max,
+                       long long deadline_ms, ms_error_t *err);
+/* Holders of live snapshots of ns (tests, logs). */
+int shv_live_snapshots(shv_t *s, const char *ns);
+/* The chunk this shard owns that contains key (encoded): its bounds as documents, its
+ * version {e, t, v}, the shard's version {e, t, v}, the pattern (caller frees with
+ * keys_pattern_free) and the collection's UUID (zero when unknown). Every non-NULL out is
+ * initialised on success (caller destroys). NamespaceNotSharded when ns is unsharded,
+ * StaleConfig when this shard owns no chunk containing key or the metadata stays unknown.
+ * Refreshes first when the metadata is unknown. */
+int shv_owned_chunk(shv_t *s, const char *ns, const buf_t *key, bson_t *min_out, bson_t *max_out,
+                    bson_t *chunk_version_out /* {e,t,v} */, bson_t *shard_version_out,
+                    keys_pattern_t *pattern_out, uint8_t uuid_out[16], ms_error_t *err);
 
 #endif

@@ -9,6 +9,7 @@
  *
  * Tables:
  *   meta(k PRIMARY KEY, v)                          shard identity, table counter
+ *   shard_docs(coll, id, doc)                       migration documents (store_docs.c)
  *   collections(ns PRIMARY KEY, id, uuid, key, key_unique, options)
  *   indexes(ns, name, id, spec, multikey, ready)    secondary index specs (_id_ is implicit);
  *                                                   ready = 0 while being built
@@ -354,7 +355,10 @@ static const char *SCHEMA =
     " uuid BLOB NOT NULL, key BLOB, key_unique INTEGER NOT NULL DEFAULT 0, options BLOB);"
     "CREATE TABLE IF NOT EXISTS indexes(ns TEXT NOT NULL, name TEXT NOT NULL,"
     " id INTEGER NOT NULL UNIQUE, spec BLOB NOT NULL, multikey INTEGER NOT NULL DEFAULT 0,"
-    " ready INTEGER NOT NULL DEFAULT 1, PRIMARY KEY(ns, name));";
+    " ready INTEGER NOT NULL DEFAULT 1, PRIMARY KEY(ns, name));"
+    /* the shard's own persisted documents (store_docs.c) */
+    "CREATE TABLE IF NOT EXISTS shard_docs(coll TEXT NOT NULL, id TEXT NOT NULL,"
+    " doc BLOB NOT NULL, PRIMARY KEY(coll, id));";
 
 /* A file made before index builds had a `ready` column gets it (every index there is
  * ready). Then every build a crash interrupted is removed: its side table holds an
@@ -473,11 +477,20 @@ void store_close(store_t *st) {
 
 const char *store_path(const store_t *st) { return st->path; }
 
-void store_set_write_observer(store_t *st, store_write_observer_fn fn, void *arg) {
+int store_set_write_observer(store_t *st, store_write_observer_fn fn, store_write_end_fn end,
+                             void *arg, ms_error_t *err) {
+    int rc = 0;
     pthread_mutex_lock(&st->wmu);
-    st->obs = fn;
-    st->obs_arg = arg;
+    if ((fn || end) && (st->obs || st->obs_end)) {
+        rc = err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                     "another write observer is installed on this store");
+    } else {
+        st->obs = fn;
+        st->obs_end = end;
+        st->obs_arg = arg;
+    }
     pthread_mutex_unlock(&st->wmu);
+    return rc;
 }
 
 void *store_txn_db(store_txn_t *t) { return t->c->db; }
@@ -517,6 +530,10 @@ static int write_txn(store_t *st, bool ddl, store_txn_fn fn, void *arg, ms_error
         } else {
             conn_exec(t.c, "ROLLBACK", NULL);
         }
+        /* Still under the writer lock: the observer publishes what this transaction
+         * wrote exactly when it became visible, or drops it (migration's write capture
+         * must never hand out an _id whose write is not committed). */
+        if (st->obs_end) st->obs_end(st->obs_arg, rc == 0);
         if (rc != 0 && ddl) {
             /* The callback may have changed the in-memory catalog: reread what committed. */
             ms_error_t e2;

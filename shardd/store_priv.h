@@ -47,6 +47,7 @@ struct store {
     int ncolls, capcolls;
     int64_t next_id;            /* next table number (c<id>, i<id>) */
     store_write_observer_fn obs;
+    store_write_end_fn obs_end;
     void *obs_arg;
     struct ibuild *builds;      /* unique conflicts of builds in progress (under wmu) */
 };

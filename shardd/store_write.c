@@ -10,7 +10,8 @@
  * can still fail after it. The write observer is where migration's write capture hooks in
  * (DESIGN §6/§7): it sees each write while its transaction is still open, so what it
  * captures must be published only after that transaction COMMITs (a rollback must not
- * leave a captured write behind). The rest of the storage layer is store.c and
+ * leave a captured write behind): store.c's write_txn calls the observer's end hook after
+ * COMMIT or ROLLBACK, still under the writer lock (shardd/xfer.c uses both). The rest of the storage layer is store.c and
  * store_index.c.
  */
 #include "shardd/store_priv.h"

@@ -573,6 +573,39 @@ static void dispatch_json(cmd_server_t *s, const char *json, bson_t *r) {
     bson_destroy(&cmd);
 }
 
+/* cmd_check_strict_doc: the same check on a document dispatch never saw (explain's inner
+ * command): unknown top-level or statement field 40415, generic arguments accepted,
+ * a listed field of the wrong type TypeMismatch. */
+static void cmd_strict_doc(void) {
+    const cmd_spec_t *spec = NULL;
+    for (size_t i = 0; i < sizeof test_table / sizeof test_table[0]; i++)
+        if (strcmp(test_table[i].name, "strict") == 0) spec = &test_table[i];
+    CHECK(spec != NULL);
+    static const struct {
+        const char *json;
+        int code;
+        const char *msg;
+    } cases[] = {
+        {"{\"strict\": \"x\", \"n\": 1}", 0, NULL},
+        {"{\"strict\": \"x\", \"n\": 1, \"comment\": 1, \"$db\": \"d\"}", 0, NULL},
+        {"{\"strict\": \"x\", \"zz\": 1}", MS_ERR_IDL_UNKNOWN_FIELD,
+         "BSON field 'strict.zz' is an unknown field."},
+        {"{\"strict\": \"x\", \"n\": \"s\", \"zz\": 1}", MS_ERR_TYPE_MISMATCH, NULL},
+        {"{\"strict\": \"x\", \"updates\": [{\"q\": {}, \"multi\": true, \"limit\": 1}]}",
+         MS_ERR_IDL_UNKNOWN_FIELD, "BSON field 'strict.updates.limit' is an unknown field."},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bson_error_t je;
+        bson_t *doc = bson_new_from_json((const uint8_t *)cases[i].json, -1, &je);
+        ms_error_t e = {0};
+        CHECK(doc != NULL);
+        if (!doc) continue;
+        CHECK_INT(cmd_check_strict_doc(spec, doc, &e), cases[i].code);
+        if (cases[i].msg) CHECK_STR(e.msg, cases[i].msg);
+        bson_destroy(doc);
+    }
+}
+
 /* CMD_STRICT_FIELDS: an unknown top-level or statement field is 40415 naming it; generic
  * arguments pass; a listed field of the wrong type met first is TypeMismatch. */
 static void cmd_strict_fields(void) {
@@ -728,5 +761,5 @@ static void cmd_intercept(void) {
 
 T_MAIN(T_CASE(cmd_common_commands), T_CASE(cmd_unknown_command), T_CASE(cmd_field_checks),
        T_CASE(cmd_test_only_hidden), T_CASE(cmd_error_fields), T_CASE(cmd_error_logged),
-       T_CASE(cmd_size_limits), T_CASE(cmd_garbage), T_CASE(cmd_dispatch_direct), T_CASE(cmd_strict_fields),
+       T_CASE(cmd_size_limits), T_CASE(cmd_garbage), T_CASE(cmd_dispatch_direct), T_CASE(cmd_strict_fields), T_CASE(cmd_strict_doc),
        T_CASE(cmd_fail_command), T_CASE(cmd_intercept), T_CASE(cmd_half_built_reply))

@@ -2,12 +2,13 @@
  * test_common_rpc.c — the RPC layer (common/rpc.c, common/rpc_server.c) over ipc:// and
  * tcp://127.0.0.1: round trips, many concurrent clients, deadlines, a peer that
  * vanishes mid-call, a peer that never existed, a peer that restarts, replies that are
- * not BSON, and the peer cache. The tcp port comes from MS_TEST_PORT or the kernel.
+ * not BSON, the peer cache, and the internal workers (a reserved pool for '_' commands). The tcp port comes from MS_TEST_PORT or the kernel.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -17,6 +18,7 @@
 #include "common/limits.h"
 #include "common/log.h"
 #include "common/rpc.h"
+#include "common/rpc_server.h"
 #include "tests/unit/t.h"
 
 /* ---- helpers --------------------------------------------------------------------- */
@@ -672,10 +674,74 @@ out:
     rpc_server_stop(s);
 }
 
+/* True when fd has bytes to read within ms. */
+static bool raw_readable(int fd, int ms) {
+    struct pollfd p = {fd, POLLIN, 0};
+    return poll(&p, 1, ms) > 0;
+}
+
+/* The classifier reads within len only, whatever the bytes. */
+static void rpc_internal_classifier(void) {
+    static const uint8_t in[] = {12, 0, 0, 0, 0x10, '_', 'x', 0, 1, 0, 0, 0, 0};
+    static const uint8_t out[] = {12, 0, 0, 0, 0x10, 'x', '_', 0, 1, 0, 0, 0, 0};
+    static const uint8_t empty[] = {5, 0, 0, 0, 0, '_'};   /* no element, then garbage */
+    CHECK(rpc_internal_by_name(NULL, in, sizeof in));
+    CHECK(!rpc_internal_by_name(NULL, out, sizeof out));
+    CHECK(!rpc_internal_by_name(NULL, empty, sizeof empty));
+    for (size_t n = 0; n < 6; n++) CHECK(!rpc_internal_by_name(NULL, in, n));
+    CHECK(rpc_internal_by_name(NULL, in, 6));
+}
+
+/* Every ordinary worker hangs: an internal request ('_' command name) is still answered,
+ * on the reserved workers, while an ordinary one waits. With the internal workers busy in
+ * turn, ordinary requests are served again once the gate opens; nothing is lost. */
+static void rpc_internal_workers(void) {
+    rpc_server_t *s = NULL;
+    rpc_server_opts_t o = {2, gate_handler, NULL, 2, rpc_internal_by_name, NULL};
+    ms_error_t err = {0};
+    char url[64];
+    bson_t hang = BSON_INITIALIZER, ping = BSON_INITIALIZER, mods = BSON_INITIALIZER;
+    int fd[4] = {-1, -1, -1, -1};
+    uint32_t id = 0;
+    int64_t v = 0;
+    t_tcp_url(url, sizeof url, 11);
+    CHECK_INT(rpc_server_start_opts(url, &o, &s, &err), 0);
+    if (!s) return;
+    gate_set(0);
+    BSON_APPEND_INT32(&hang, "gate", 1);
+    BSON_APPEND_INT32(&ping, "ping", 1);
+    BSON_APPEND_INT32(&mods, "_transferMods", 5);
+    /* One hanging request per connection: a connection may hold only 1 of 2 workers. */
+    for (int i = 0; i < 4; i++) {
+        fd[i] = raw_open(url, NULL);
+        CHECK(fd[i] >= 0 && raw_greeted(fd[i]));
+    }
+    CHECK(raw_send(fd[0], 1, &hang) && raw_send(fd[1], 2, &hang));
+    t_sleep_ms(100);
+    CHECK(raw_send(fd[2], 3, &ping));
+    CHECK_MSG(!raw_readable(fd[2], 300), "the ordinary pool was not full: the test proves nothing");
+    CHECK(raw_send(fd[3], 4, &mods));
+    CHECK_MSG(raw_readable(fd[3], 3000), "an internal command waited for the ordinary pool");
+    CHECK(raw_recv(fd[3], &id, "_transferMods", &v));
+    CHECK_INT(id, 4);
+    CHECK_INT(v, 5);
+    gate_set(1);
+    CHECK(raw_recv(fd[2], &id, "ping", &v));
+    CHECK_INT(id, 3);
+    CHECK(raw_recv(fd[0], &id, "gate", &v) && id == 1);
+    CHECK(raw_recv(fd[1], &id, "gate", &v) && id == 2);
+    for (int i = 0; i < 4; i++)
+        if (fd[i] >= 0) close(fd[i]);
+    bson_destroy(&hang);
+    bson_destroy(&ping);
+    bson_destroy(&mods);
+    rpc_server_stop(s);
+}
+
 T_MAIN(T_CASE(rpc_roundtrip_ipc), T_CASE(rpc_command_error_reply),
        T_CASE(rpc_concurrent_ipc), T_CASE(rpc_concurrent_tcp), T_CASE(rpc_deadline),
        T_CASE(rpc_peer_gone_mid_call), T_CASE(rpc_never_there), T_CASE(rpc_peer_restarts),
        T_CASE(rpc_reply_not_bson), T_CASE(rpc_bad_url), T_CASE(rpc_peer_cache),
        T_CASE(rpc_raw_framing),
        T_CASE(rpc_raw_pipelined_out_of_order), T_CASE(rpc_raw_inflight_cap),
-       T_CASE(rpc_raw_budget))
+       T_CASE(rpc_raw_budget), T_CASE(rpc_internal_classifier), T_CASE(rpc_internal_workers))

@@ -81,6 +81,10 @@ static int fx_get_routing_table(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) 
     else BSON_APPEND_INT32(&key, "x", 1);
     bson_append_document_end(reply, &key);
     BSON_APPEND_BOOL(reply, "unique", false);
+    {
+        static const uint8_t uuid[16] = {0xab, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+        bson_append_binary(reply, "uuid", -1, BSON_SUBTYPE_UUID, uuid, 16);
+    }
     BSON_APPEND_OID(reply, "epoch", &fx.epoch);
     BSON_APPEND_TIMESTAMP(reply, "timestamp", fx.ts, 1);
     BSON_APPEND_BOOL(reply, "full", !incremental);
@@ -661,7 +665,131 @@ static void test_concurrent_checks(void) {
     fx_stop();
 }
 
-T_MAIN(T_CASE(test_unversioned_request_has_no_filter), T_CASE(test_match_filter_and_minor_drift),
+/* ---- live snapshots (the range deleter waits for them) and owned chunks -------------- */
+
+static buf_t enc_x(int64_t x) {
+    buf_t b = {0};
+    bson_t doc = BSON_INITIALIZER, spec = BSON_INITIALIZER;
+    keys_pattern_t p;
+    ms_error_t err = {0};
+    BSON_APPEND_INT32(&spec, "x", 1);
+    CHECK_INT(keys_pattern_parse(&spec, &p, &err), 0);
+    BSON_APPEND_INT64(&doc, "x", x);
+    CHECK_INT(keys_extract(&p, &doc, NULL, &b, &err), 0);
+    keys_pattern_free(&p);
+    bson_destroy(&doc);
+    bson_destroy(&spec);
+    return b;
+}
+
+/* shv_wait_snapshots over [lo, hi) with a deadline ms from now (0 = check once). */
+static int wait_range(shv_t *s, int64_t lo, int64_t hi, long long ms) {
+    buf_t a = enc_x(lo), b = enc_x(hi);
+    ms_error_t err = {0};
+    int rc = shv_wait_snapshots(s, "db.c", &a, &b, ms ? time_mono_ms() + ms : 0, &err);
+    buf_free(&a);
+    buf_free(&b);
+    return rc;
+}
+
+typedef struct later {
+    shv_filter_t *f;
+    long ms;
+} later_t;
+
+static void *release_later(void *p) {
+    later_t *l = p;
+    t_sleep_ms(l->ms);
+    shv_filter_release(l->f);
+    return NULL;
+}
+
+static void test_live_snapshots_block_the_range_they_own(void) {
+    fx_start();
+    fx_set(three, 3);
+    shv_t *s = open_shv("s0");
+    shv_filter_t *f1 = NULL, *f2 = NULL;
+    bson_t info = BSON_INITIALIZER;
+    CHECK_INT(wait_range(s, -10, -5, 0), 0);   /* nothing live yet */
+    CHECK_INT(check_v(s, 1, 2, &f1, &info), 0);
+    CHECK_INT(shv_live_snapshots(s, "db.c"), 1);
+    /* f1 owns [MinKey, 0) and [100, MaxKey): those ranges wait, [0, 100) does not. */
+    CHECK_INT(wait_range(s, -10, -5, 0), MS_ERR_EXCEEDED_TIME_LIMIT);
+    CHECK_INT(wait_range(s, 90, 110, 0), MS_ERR_EXCEEDED_TIME_LIMIT);
+    CHECK_INT(wait_range(s, 0, 100, 0), 0);
+    CHECK_INT(wait_range(s, -10, -5, 30), MS_ERR_EXCEEDED_TIME_LIMIT);   /* bounded */
+    /* A cursor's extra reference keeps it live after the request's release. */
+    shv_filter_ref(f1);
+    CHECK_INT(shv_live_snapshots(s, "db.c"), 2);
+    shv_filter_release(f1);
+    CHECK_INT(wait_range(s, -10, -5, 0), MS_ERR_EXCEEDED_TIME_LIMIT);
+    /* The wait ends when the last holder releases. */
+    later_t l = {f1, 100};
+    pthread_t th;
+    CHECK_INT(pthread_create(&th, NULL, release_later, &l), 0);
+    CHECK_INT(wait_range(s, -10, -5, 20000), 0);
+    pthread_join(th, NULL);
+    CHECK_INT(shv_live_snapshots(s, "db.c"), 0);
+
+    /* [100, MaxKey) migrates to s1: a snapshot taken before still owns it and blocks;
+     * one taken after does not. */
+    CHECK_INT(check_v(s, 1, 2, &f1, &info), 0);
+    const fx_chunk_t moved[] = {
+        {FX_MIN, 0, "s0", 2, 1},
+        {0, 100, "s1", 1, 1},
+        {100, FX_MAX, "s1", 2, 0},
+    };
+    fx_set(moved, 3);
+    CHECK_INT(check_v(s, 2, 1, &f2, &info), 0);
+    CHECK_INT(shv_live_snapshots(s, "db.c"), 2);
+    CHECK_INT(wait_range(s, 150, 160, 0), MS_ERR_EXCEEDED_TIME_LIMIT);
+    shv_filter_release(f1);
+    CHECK_INT(wait_range(s, 150, 160, 0), 0);
+    CHECK_INT(wait_range(s, -10, -5, 0), MS_ERR_EXCEEDED_TIME_LIMIT);   /* f2 owns it */
+
+    /* The owned chunk containing a key, with versions, pattern and UUID. */
+    buf_t k = enc_x(-5);
+    bson_t mn, mx, cv, sv;
+    keys_pattern_t pat;
+    uint8_t uuid[16] = {0};
+    ms_error_t err = {0};
+    bson_iter_t it;
+    uint32_t m = 0, n = 0;
+    CHECK_INT(shv_owned_chunk(s, "db.c", &k, &mn, &mx, &cv, &sv, &pat, uuid, &err), 0);
+    if (err.code == 0) {
+        CHECK(bson_iter_init_find(&it, &mn, "x") && BSON_ITER_HOLDS_MINKEY(&it));
+        CHECK(bson_iter_init_find(&it, &mx, "x") && bson_iter_as_int64(&it) == 0);
+        CHECK(bson_iter_init_find(&it, &cv, "v"));
+        bson_iter_timestamp(&it, &m, &n);
+        CHECK(m == 2 && n == 1);
+        CHECK(bson_iter_init_find(&it, &sv, "e") && bson_oid_equal(bson_iter_oid(&it), &fx.epoch));
+        CHECK_INT(pat.nfields, 1);
+        CHECK_INT(uuid[0], 0xab);
+        bson_destroy(&mn);
+        bson_destroy(&mx);
+        bson_destroy(&cv);
+        bson_destroy(&sv);
+        keys_pattern_free(&pat);
+    }
+    buf_free(&k);
+    k = enc_x(150);
+    CHECK_INT(shv_owned_chunk(s, "db.c", &k, NULL, NULL, NULL, NULL, NULL, NULL, &err),
+              MS_ERR_STALE_CONFIG);
+    buf_free(&k);
+    fx.sharded = false;
+    k = enc_x(1);
+    CHECK_INT(shv_owned_chunk(s, "db.u", &k, NULL, NULL, NULL, NULL, NULL, NULL, &err),
+              MS_ERR_NAMESPACE_NOT_SHARDED);
+    buf_free(&k);
+    /* A holder may outlive the shv (shutdown order): it keeps its memory. */
+    shv_close(s);
+    shv_filter_release(f2);
+    bson_destroy(&info);
+    fx_stop();
+}
+
+T_MAIN(T_CASE(test_live_snapshots_block_the_range_they_own),
+       T_CASE(test_unversioned_request_has_no_filter), T_CASE(test_match_filter_and_minor_drift),
        T_CASE(test_migration_refreshes_incrementally_and_stale_router_gets_stale_config),
        T_CASE(test_split_merge_incremental_tiles), T_CASE(test_new_generation),
        T_CASE(test_unsharded), T_CASE(test_database_versions), T_CASE(test_config_server_down), T_CASE(test_hashed_bounds),

@@ -491,7 +491,7 @@ static void test_crash_mid_batch(void) {
         }
         if (store_write(st, batch_fn, &b1, &e) != 0) _exit(6);
         crash_after = 500;
-        store_set_write_observer(st, crash_observer, NULL);
+        store_set_write_observer(st, crash_observer, NULL, NULL, &e);
         store_write(st, batch_fn, &b2, &e);
         _exit(7);  /* not reached: the observer exits first */
     }

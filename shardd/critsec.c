@@ -1,0 +1,222 @@
+/*
+ * critsec.c — the migration critical section of a collection on the shard daemon
+ * (bin/shardd): MongoDB's ShardingMigrationCriticalSection (notes §1.3, "enter the
+ * critical section"). While a donor commits a migration, writes to the collection must
+ * stop so that nothing lands on the donor after the recipient's last catch-up: entering
+ * sets a flag, then takes and releases the store's writer lock once. Every versioned
+ * write re-checks the flag inside its write transaction (under that lock), so a write that
+ * passed the version check before the flag was set either committed before the enter
+ * returned or sees the flag and rolls back. A refused write waits, outside every lock, for
+ * the section to be left (bounded), then answers StaleConfig so the router refreshes and
+ * retries — on the recipient once the commit went through. During the config commit
+ * itself (blockReads) versioned reads wait too.
+ *
+ * The state is kept here rather than in shv_t: a short list of (shard, namespace) entries
+ * under one mutex, with one condition variable every leave broadcasts on.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/bsonx.h"
+#include "common/log.h"
+#include "common/opctx.h"
+#include "shardd/shardd.h"
+
+typedef struct crit {
+    const shv_t *s;
+    char ns[MS_NS_BYTES_MAX + 1];
+    bool reads;               /* blockReads: versioned reads wait as well */
+    long long since_ms;       /* when it was entered (for the leave log line) */
+    struct crit *next;
+} crit_t;
+
+static pthread_mutex_t crit_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t crit_cv;
+static pthread_once_t crit_once = PTHREAD_ONCE_INIT;
+static crit_t *crits;
+
+static void crit_init(void) {
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&crit_cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+static long long mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Under crit_mu. */
+static crit_t *crit_find(const shv_t *s, const char *ns) {
+    for (crit_t *c = crits; c; c = c->next)
+        if (c->s == s && strcmp(c->ns, ns) == 0) return c;
+    return NULL;
+}
+
+static int fence_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    (void)t, (void)arg, (void)err;
+    return 0;
+}
+
+int shv_crit_enter(shv_t *s, store_t *st, const char *ns, ms_error_t *err) {
+    crit_t *c;
+    bool added = false;
+    int rc;
+    if (strlen(ns) > MS_NS_BYTES_MAX)
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "namespace too long");
+    pthread_once(&crit_once, crit_init);
+    pthread_mutex_lock(&crit_mu);
+    if (!crit_find(s, ns)) {
+        c = calloc(1, sizeof *c);
+        ASSERT(c != NULL);
+        c->s = s;
+        strcpy(c->ns, ns);
+        c->since_ms = mono_ms();
+        c->next = crits;
+        crits = c;
+        added = true;
+    }
+    pthread_mutex_unlock(&crit_mu);
+    /* The fence: a write that passed its version check before the flag was set and is
+     * still running holds (or waits for) the writer lock; once we have had the lock, every
+     * such write has committed or will see the flag under the lock and roll back. */
+    if ((rc = store_write(st, fence_fn, NULL, err)) != 0) {
+        err_prefix(err, "entering the critical section of %s", ns);
+        if (added) shv_crit_leave(s, ns);
+        return rc;
+    }
+    log_info("critical section entered ns=%s", ns);
+    return 0;
+}
+
+void shv_crit_block_reads(shv_t *s, const char *ns) {
+    pthread_mutex_lock(&crit_mu);
+    crit_t *c = crit_find(s, ns);
+    if (c) c->reads = true;
+    pthread_mutex_unlock(&crit_mu);
+    if (c) log_info("critical section blocks reads ns=%s", ns);
+}
+
+void shv_crit_leave(shv_t *s, const char *ns) {
+    long long held_ms = -1;
+    pthread_once(&crit_once, crit_init);
+    pthread_mutex_lock(&crit_mu);
+    for (crit_t **pp = &crits; *pp; pp = &(*pp)->next)
+        if ((*pp)->s == s && strcmp((*pp)->ns, ns) == 0) {
+            crit_t *c = *pp;
+            *pp = c->next;
+            held_ms = mono_ms() - c->since_ms;
+            free(c);
+            break;
+        }
+    pthread_cond_broadcast(&crit_cv);
+    pthread_mutex_unlock(&crit_mu);
+    if (held_ms >= 0) log_info("critical section left ns=%s ms=%lld", ns, held_ms);
+}
+
+bool shv_crit_held(shv_t *s, const char *ns) {
+    pthread_mutex_lock(&crit_mu);
+    bool held = crit_find(s, ns) != NULL;
+    pthread_mutex_unlock(&crit_mu);
+    return held;
+}
+
+bool shv_crit_wait(shv_t *s, const char *ns, bool reads, long long wait_ms) {
+    long long deadline = mono_ms() + (wait_ms > 0 ? wait_ms : 0);
+    bool gone;
+    pthread_once(&crit_once, crit_init);
+    pthread_mutex_lock(&crit_mu);
+    for (;;) {
+        crit_t *c = crit_find(s, ns);
+        long long now = mono_ms();
+        struct timespec ts;
+        gone = !c || (reads && !c->reads);
+        if (gone || now >= deadline) break;
+        ts.tv_sec = deadline / 1000;
+        ts.tv_nsec = (deadline % 1000) * 1000000;
+        pthread_cond_timedwait(&crit_cv, &crit_mu, &ts);
+    }
+    pthread_mutex_unlock(&crit_mu);
+    return gone;
+}
+
+long long shv_crit_wait_bound_ms(void) {
+    return op_time_left_ms(MS_CRITSEC_WAIT_MS);
+}
+
+/* StaleConfig as the version check answers it, with MongoDB's critical-section signal:
+ * while the section is held the wanted version is not known (vWanted absent). */
+static int crit_stale(shv_t *s, const char *ns, const bson_t *req, bson_t *err_info,
+                      const char *what, ms_error_t *err) {
+    char me[128];
+    bson_iter_t it;
+    shv_identity(s, me, sizeof me, NULL, 0);
+    if (err_info) {
+        BSON_APPEND_UTF8(err_info, "ns", ns);
+        if (bson_iter_init_find(&it, req, "shardVersion"))
+            bsonx_append_iter(err_info, "vReceived", &it);
+        BSON_APPEND_UTF8(err_info, "shardId", me);
+        BSON_APPEND_BOOL(err_info, "criticalSection", true);
+    }
+    return err_set(err, MS_ERR_STALE_CONFIG,
+                   "migration commit in progress for %s: %s waits for the critical section "
+                   "(StaleConfig, criticalSection)", ns, what);
+}
+
+int shv_crit_check_write(shv_t *s, const char *ns, const bson_t *req, bson_t *err_info,
+                         ms_error_t *err) {
+    bson_iter_t it;
+    if (!s || !bson_iter_init_find(&it, req, "shardVersion")) return 0;  /* unversioned */
+    if (!shv_crit_held(s, ns)) return 0;
+    log_info("write refused by the critical section ns=%s", ns);
+    return crit_stale(s, ns, req, err_info, "the write", err);
+}
+
+int shv_crit_check_read(shv_t *s, const char *ns, const bson_t *req, bson_t *err_info,
+                        ms_error_t *err) {
+    bson_iter_t it;
+    bool blocked;
+    if (!s || !bson_iter_init_find(&it, req, "shardVersion")) return 0;
+    pthread_mutex_lock(&crit_mu);
+    crit_t *c = crit_find(s, ns);
+    blocked = c && c->reads;
+    pthread_mutex_unlock(&crit_mu);
+    if (!blocked) return 0;
+    if (shv_crit_wait(s, ns, true, shv_crit_wait_bound_ms())) return 0;
+    log_info("read timed out waiting for the critical section ns=%s", ns);
+    return crit_stale(s, ns, req, err_info, "the read", err);
+}
+
+/* ---- _testCriticalSection (test-only) ---------------------------------------------- */
+
+int cmd_test_critical_section(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    const char *ns, *action;
+    bson_iter_t it;
+    (void)reply;
+    if (!BSON_ITER_HOLDS_UTF8(&ctx->arg))
+        return err_set(err, MS_ERR_TYPE_MISMATCH, "_testCriticalSection takes \"db.coll\"");
+    ns = bson_iter_utf8(&ctx->arg, NULL);
+    if (!cmd_field(ctx, "action", &it) || !BSON_ITER_HOLDS_UTF8(&it))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'action' is missing");
+    action = bson_iter_utf8(&it, NULL);
+    if (!app->shv) return err_set(err, MS_ERR_ILLEGAL_OPERATION, "no sharding state");
+    if (strcmp(action, "enter") == 0) return shv_crit_enter(app->shv, app->st, ns, err);
+    if (strcmp(action, "blockReads") == 0) {
+        if (!shv_crit_held(app->shv, ns))
+            return err_set(err, MS_ERR_ILLEGAL_OPERATION, "critical section of %s not held", ns);
+        shv_crit_block_reads(app->shv, ns);
+        return 0;
+    }
+    if (strcmp(action, "leave") == 0) {
+        shv_crit_leave(app->shv, ns);
+        return 0;
+    }
+    return err_set(err, MS_ERR_BAD_VALUE,
+                   "action must be \"enter\", \"blockReads\" or \"leave\", not \"%s\"", action);
+}
