@@ -91,6 +91,8 @@ int cfg_cmd_move_range(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bson_t min, max, find, wc;
     bool has_min = cfg_field_doc(ctx, "min", &min), has_max = cfg_field_doc(ctx, "max", &max);
     bool has_find = cfg_field_doc(ctx, "find", &find), has_wc = cfg_field_doc(ctx, "writeConcern", &wc);
+    bson_iter_t bounds_it;
+    bool has_bounds = cmd_field(ctx, "bounds", &bounds_it);
     bool wait_delete = cmd_flag(ctx, "waitForDelete", false);
     bool throttle = cmd_flag(ctx, "secondaryThrottle", false);
     bool draining = false, joined = true, have_chunk = false, have_coll = false;
@@ -108,9 +110,28 @@ int cfg_cmd_move_range(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
                      "2 (forceBalancer)");
         goto out;
     }
-    if (has_find && (has_min || has_max)) {
-        rc = err_set(err, MS_ERR_BAD_VALUE, "give either find or min/max, not both");
+    if ((int)has_find + (int)has_bounds + (int)(has_min || has_max) > 1) {
+        rc = err_set(err, MS_ERR_BAD_VALUE, "give one of find, bounds or min/max");
         goto out;
+    }
+    if (has_bounds) {
+        /* moveChunk's bounds name a chunk exactly (MongoDB: InvalidOptions otherwise). */
+        bson_iter_t a;
+        int n = 0;
+        if (bson_iter_recurse(&bounds_it, &a))
+            while (bson_iter_next(&a) && n < 3) {
+                uint32_t len;
+                const uint8_t *data;
+                if (!BSON_ITER_HOLDS_DOCUMENT(&a)) break;
+                bson_iter_document(&a, &len, &data);
+                if (n < 2) bson_init_static(n == 0 ? &min : &max, data, len);
+                n++;
+            }
+        if (n != 2) {
+            rc = err_set(err, MS_ERR_BAD_VALUE, "bounds must be an array of two documents [min, max]");
+            goto out;
+        }
+        has_min = has_max = true;
     }
     if (!has_find && !has_min && !has_max) {
         rc = err_set(err, MS_ERR_BAD_VALUE, "at least one of min or max must be given");
@@ -156,6 +177,19 @@ int cfg_cmd_move_range(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         bson_init_static(&max, bson_get_data(&ch.max), ch.max.len);
         has_min = has_max = true;
     } else {
+        if (has_bounds) {
+            char owner[CAT_SHARD_NAME_BYTES_MAX];
+            rc = cat_chunk_exact(cfg->cat, ns, &min, &max, owner, sizeof owner, err);
+            if (rc == MS_ERR_BAD_VALUE && strstr(err->msg, "precondition")) {
+                char *a = bson_as_relaxed_extended_json(&min, NULL);
+                char *b = bson_as_relaxed_extended_json(&max, NULL);
+                rc = err_set(err, MS_ERR_INVALID_OPTIONS, "no chunk found with the shard key "
+                             "bounds [%s, %s)", a ? a : "?", b ? b : "?");
+                bson_free(a);
+                bson_free(b);
+            }
+            if (rc) goto out;
+        }
         rc = cat_chunk_for_range(cfg->cat, ns, has_min ? &min : NULL, has_max ? &max : NULL, &ch, err);
         if (rc) goto out;
         have_chunk = true;
