@@ -8,9 +8,11 @@ unknown fields), records it in config.migrations and sends _shardsvrMoveRange to
 donor. Until the donor exists the donor answers CommandNotFound, which must come back to
 the client unchanged, with config.migrations empty afterwards: that proves the whole
 chain. Also, straight to the config server: _configsvrCommitChunkMigration's reply shape
-and the routers seeing the new owner, _configsvrLogChange's entry.
+a crash at hangBeforeCommitMigration leaving the chunks as they were, the recovery fence,
+_configsvrLogChange's entry.
 """
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -110,6 +112,21 @@ def test_commit_and_log_change_on_the_wire(t):
               "toShard": "shard1",
               "migratedChunk": {"min": right["min"], "max": right["max"], "lastmod": right["lastmod"]},
               "fromShardCollectionVersion": v, "validAfter": ts(2000000000, 1)}
+    # a crash inside the commit's transaction leaves the chunk where it was
+    fp(cfg, "hangBeforeCommitMigration", mode={"times": 1}, action="crash")
+    cfg.close()
+    p = subprocess.Popen([SHARDCTL, "--host", cl.config.url, "--timeout", "30000", dumps(commit)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        rc = cl.config.proc.wait(30)
+    finally:
+        p.kill()
+        p.wait(10)
+    assert rc == -9, rc
+    cl.config.restart()
+    cfg = cl.config.client()
+    assert chunks(cfg) == before, (chunks(cfg), before)
+
     r = cfg.ok(commit)
     sv = r["shardVersion"]
     assert sv["v"] == {"$timestamp": {"t": 2, "i": 1}}, r     # control chunk [MinKey,50) 2|1
