@@ -17,9 +17,14 @@
 typedef struct ctl {
     const char *host;
     int timeout_ms;
+    bool timeout_given;   /* --timeout on the command line: used for every command */
     rpc_client_t *client;
 } ctl_t;
 
+/* The deadline of cmd: --timeout when given; for moveChunk / moveRange (which wait for a
+ * whole migration) the command's maxTimeMS, else the migration deadline, plus two hops of
+ * margin so the daemons' own timeouts are the ones reported; else the default. */
+int ctl_timeout_for(const ctl_t *c, const bson_t *cmd);
 /* Sends a command built from JSON text; *reply initialised on success (caller destroys).
  * Errors: bad JSON (FailedToParse), transport errors. */
 int ctl_send_json(ctl_t *c, const char *json, bson_t *reply, ms_error_t *err);

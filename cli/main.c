@@ -27,20 +27,38 @@ static const char usage[] =
     "       shardctl [--host URL] load --ns DB.COLL --count N [--batch N] [--size BYTES]\n"
     "                                  [--key FIELD] [--quiet]\n"
     "The host defaults to the local router (" CTL_HOST_DEFAULT ") or $MS_HOST.\n"
+    "moveChunk / moveRange wait for the whole migration (their maxTimeMS, else 30 minutes)\n"
+    "unless --timeout is given.\n"
     "Exit status: 0 when the reply had ok: 1, 1 otherwise, 2 for usage errors.\n";
+
+int ctl_timeout_for(const ctl_t *c, const bson_t *cmd) {
+    static const char *const long_cmds[] = {"moveChunk", "moveRange", "_configsvrMoveRange",
+                                            "_shardsvrMoveRange"};
+    bson_iter_t it;
+    int64_t mt = 0;
+    if (c->timeout_given || !bson_iter_init(&it, cmd) || !bson_iter_next(&it)) return c->timeout_ms;
+    for (size_t i = 0; i < sizeof long_cmds / sizeof long_cmds[0]; i++) {
+        if (strcmp(bson_iter_key(&it), long_cmds[i]) != 0) continue;
+        if (bson_iter_init_find(&it, cmd, "maxTimeMS") && bsonx_as_int64(&it, &mt) && mt > 0 &&
+            mt < MS_MOVE_CHUNK_TIMEOUT_MS)
+            return (int)mt + 2 * MS_MOVE_CHUNK_HOP_MARGIN_MS;
+        return MS_MOVE_CHUNK_TIMEOUT_MS + 2 * MS_MOVE_CHUNK_HOP_MARGIN_MS;
+    }
+    return c->timeout_ms;
+}
 
 int ctl_send_json(ctl_t *c, const char *json, bson_t *reply, ms_error_t *err) {
     bson_t cmd;
     int rc = bsonx_from_json(json, &cmd, err);
     if (rc) return rc;
-    rc = rpc_call(c->client, &cmd, c->timeout_ms, reply, err);
+    rc = rpc_call(c->client, &cmd, ctl_timeout_for(c, &cmd), reply, err);
     bson_destroy(&cmd);
     return rc;
 }
 
 int ctl_command(ctl_t *c, const bson_t *cmd, bson_t *reply, ms_error_t *err) {
     bson_iter_t it;
-    int rc = rpc_call(c->client, cmd, c->timeout_ms, reply, err);
+    int rc = rpc_call(c->client, cmd, ctl_timeout_for(c, cmd), reply, err);
     if (rc) return rc;
     if (bson_iter_init_find(&it, reply, "ok") && bsonx_truthy(&it)) return 0;
     {
@@ -116,7 +134,7 @@ static int run_stdin(ctl_t *c) {
 
 int main(int argc, char **argv) {
     const char *host = getenv("MS_HOST");
-    int timeout_ms = MS_RPC_TIMEOUT_MS_DEFAULT;
+    int timeout_ms = -1;   /* not given */
     ctl_t c = {0};
     ms_error_t err = {0};
     int first, rc;
@@ -140,6 +158,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (!host || !*host) host = CTL_HOST_DEFAULT;
+    c.timeout_given = timeout_ms != -1;
+    if (!c.timeout_given) timeout_ms = MS_RPC_TIMEOUT_MS_DEFAULT;
     if (timeout_ms <= 0) {
         fprintf(stderr, "shardctl: --timeout must be positive\n");
         return 2;

@@ -261,13 +261,19 @@
  * short enough that the workers left free keep answering within a second. */
 #define MS_RPC_PEER_SLOT_WAIT_MS 250
 
+/* ---- migration entry points (issue 12: configsvr/cmd_migrate.c, router, shardctl) ---- */
+/* Deadline of a whole migration when the request has no maxTimeMS: the config server's
+ * wait on the donor's _shardsvrMoveRange. A migration copies a whole chunk (up to 1 GB)
+ * and catches up with writes; MongoDB's moveChunk has no deadline at all, 30 minutes
+ * bounds a stuck one while covering a large chunk on a slow machine. */
+#define MS_MOVE_CHUNK_TIMEOUT_MS (30 * 60 * 1000)
+/* Each hop nearer the client waits this much longer than the hop behind it (router
+ * over config server, shardctl over router), so the innermost timeout is the one the
+ * user sees, naming the peer that did not answer. */
+#define MS_MOVE_CHUNK_HOP_MARGIN_MS 10000
+
 /* ---- chunk migration (shardd/mig_*.c; notes §1.9) ---- */
 
-/* How long the donor's command waits for its migration when the caller gave no maxTimeMS
- * (the migration itself goes on). */
-#ifndef MS_MOVE_CHUNK_TIMEOUT_MS
-#define MS_MOVE_CHUNK_TIMEOUT_MS (30 * 60 * 1000)
-#endif
 /* Default chunk size when the request names none: MongoDB's 128 MB. */
 #define MS_CHUNK_BYTES_DEFAULT (128LL * 1024 * 1024)
 /* The write pause the donor aims for: it enters the critical section once the captured

@@ -62,6 +62,10 @@ int cat_next_ts_locked(cat_t *c, cat_ts_t *out, ms_error_t *err);
 /* One config.changelog (table "changelog") or actionlog entry; details borrowed, may be NULL. */
 int cat_log_change_locked(cat_t *c, const char *table, const char *what, const char *ns,
                           const bson_t *details, ms_error_t *err);
+/* The same with the entry's `server` and `shard` given (entries a shard sends). */
+int cat_log_change_as_locked(cat_t *c, const char *table, const char *server, const char *shard,
+                             const char *what, const char *ns, const bson_t *details,
+                             ms_error_t *err);
 /* `SELECT count(*) ...` with up to two text parameters. */
 int cat_count_locked(cat_t *c, const char *sql, const char *p1, const char *p2, int64_t *out,
                      ms_error_t *err);

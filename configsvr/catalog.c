@@ -306,6 +306,12 @@ int cat_next_ts(cat_t *c, cat_ts_t *out, ms_error_t *err) {
  *  what, ns, details}, and trims the oldest rows beyond the cap. */
 int cat_log_change_locked(cat_t *c, const char *table, const char *what, const char *ns,
                              const bson_t *details, ms_error_t *err) {
+    return cat_log_change_as_locked(c, table, c->server, "config", what, ns, details, err);
+}
+
+int cat_log_change_as_locked(cat_t *c, const char *table, const char *server, const char *shard,
+                             const char *what, const char *ns, const bson_t *details,
+                             ms_error_t *err) {
     bson_t doc = BSON_INITIALIZER;
     sqlite3_stmt *st = NULL;
     char id[MS_URL_BYTES_MAX + 80], iso[40], hex[25];
@@ -319,10 +325,10 @@ int cat_log_change_locked(cat_t *c, const char *table, const char *what, const c
     strftime(iso, sizeof iso, "%Y-%m-%dT%H:%M:%S", &tm);
     bson_oid_init(&oid, NULL);
     bson_oid_to_string(&oid, hex);
-    snprintf(id, sizeof id, "%s-%s.%03lldZ-%s", c->server, iso, now % 1000, hex);
+    snprintf(id, sizeof id, "%s-%s.%03lldZ-%s", server, iso, now % 1000, hex);
     BSON_APPEND_UTF8(&doc, "_id", id);
-    BSON_APPEND_UTF8(&doc, "server", c->server);
-    BSON_APPEND_UTF8(&doc, "shard", "config");
+    BSON_APPEND_UTF8(&doc, "server", server);
+    BSON_APPEND_UTF8(&doc, "shard", shard);
     BSON_APPEND_UTF8(&doc, "clientAddr", "");
     BSON_APPEND_DATE_TIME(&doc, "time", now);
     BSON_APPEND_UTF8(&doc, "what", what);

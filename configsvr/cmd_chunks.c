@@ -60,7 +60,7 @@ static int median(cfg_t *cfg, const char *shard, const char *ns, const bson_t *k
 
 /* The shard-key document of a `find` query: every key field must be given as a value
  * (MongoDB: "no shard key found in chunk query"); hashed fields are hashed. */
-static int key_of_query(const keys_pattern_t *p, const bson_t *find, bson_t *key, ms_error_t *err) {
+int cfg_key_of_query(const keys_pattern_t *p, const bson_t *find, bson_t *key, ms_error_t *err) {
     buf_t enc = {0};
     for (int i = 0; i < p->nfields; i++) {
         bson_iter_t it;
@@ -116,7 +116,7 @@ int cfg_cmd_split(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         if (rc) goto out;
         bson_concat(&point, &middle);
     } else if (has_find) {
-        rc = key_of_query(&p, &find, &key, err);
+        rc = cfg_key_of_query(&p, &find, &key, err);
         if (rc) goto out;
         rc = cat_chunk_containing(cfg->cat, ns, &key, &cmin, &cmax, shard, sizeof shard, err);
         bson_destroy(&key);

@@ -50,6 +50,11 @@
  * document; a count bound keeps one transaction's work bounded). */
 #define CAT_SPLIT_POINTS_MAX 8192
 
+/* Chunk history entries kept after a migration (notes §2.2): MongoDB trims entries older
+ * than max(minSnapshotHistoryWindowInSeconds 300, transactionLifetimeLimitSeconds 60,
+ * 10) seconds, keeping at least the new one. */
+#define CAT_HISTORY_WINDOW_S 300
+
 /* Shard names and hosts. */
 #define CAT_SHARD_NAME_BYTES_MAX 128
 #define CAT_DB_NAME_BYTES_MAX 64   /* MongoDB: database names < 64 bytes */
@@ -215,6 +220,54 @@ int cat_chunk_split(cat_t *c, const char *ns, const bson_t *min, const bson_t *m
 int cat_chunk_merge(cat_t *c, const char *ns, const bson_t *min, const bson_t *max,
                     bson_t *info, ms_error_t *err);
 
+/* ---- migration (cat_migrate.c) ---- */
+/* One _configsvrCommitChunkMigration request (everything borrowed). */
+typedef struct cat_mig_commit {
+    const char *ns, *from, *to;
+    const bson_t *min, *max;        /* the migrated range */
+    uint32_t chunk_major, chunk_minor; /* migratedChunk.lastmod: the chunk at the start */
+    bson_oid_t epoch;               /* fromShardCollectionVersion's generation */
+    cat_ts_t ts;
+    cat_ts_t valid_after;           /* {0,0}: a new cluster Timestamp is taken */
+} cat_mig_commit_t;
+/* Commits a migration in one transaction (notes §2.2): with collection version (M, m),
+ * the moved range -> (M+1, 0) on m->to with history {validAfter, to} first; a strict
+ * sub-range leaves remainders on the donor at (M+1, 1) (left) and (M+1, 2) (right) with
+ * the chunk's history; the donor's lowest other chunk (the control chunk) -> the next
+ * minor. Idempotent: the range already exactly on m->to -> 0, nothing written. Errors:
+ * StaleEpoch (unknown ns or other generation), ShardNotFound (to unknown),
+ * ConflictingOperationInProgress (to draining, migrations not allowed, range not inside
+ * one chunk of from, or that chunk changed since migratedChunk.lastmod), BadValue (bounds
+ * not of the key pattern, min >= max). *donor_out = the donor's new shard version ((0,0)
+ * when it owns nothing). Failpoint hangBeforeCommitMigration fires before COMMIT. */
+int cat_migration_commit(cat_t *c, const cat_mig_commit_t *m, cat_version_t *donor_out,
+                         ms_error_t *err);
+/* The recovery fence: when ns has uuid and generation v and config.chunks still holds
+ * exactly [min, max) at a version not newer than v, it becomes (collM+1, 0) on the same
+ * shard (*bumped = true). Anything else is a no-op returning 0. */
+int cat_chunk_ensure_version_gt(cat_t *c, const char *ns, const uint8_t uuid[16],
+                                const bson_t *min, const bson_t *max, const cat_version_t *v,
+                                bool *bumped, ms_error_t *err);
+/* The chunk of ns holding the range [min, max) (either may be NULL, not both): its
+ * bounds (initialised), owner and version into *out. ConflictingOperationInProgress when
+ * the range is not inside one chunk; BadValue for bounds not of the pattern. */
+typedef struct cat_chunk_info {
+    bson_t min, max;
+    char shard[CAT_SHARD_NAME_BYTES_MAX];
+    uint32_t major, minor;
+} cat_chunk_info_t;
+int cat_chunk_for_range(cat_t *c, const char *ns, const bson_t *min, const bson_t *max,
+                        cat_chunk_info_t *out, ms_error_t *err);
+/* A changelog entry sent by a shard (_configsvrLogChange): server and shard = shard. */
+int cat_changelog_from(cat_t *c, const char *shard, const char *what, const char *ns,
+                       const bson_t *details, ms_error_t *err);
+/* config.migrations: inserts doc (its _id a string). An entry of that _id already there
+ * with the same toShard -> 0 with *joined = true; with another -> ConflictingOperation. */
+int cat_migration_record(cat_t *c, const bson_t *doc, bool *joined, ms_error_t *err);
+int cat_migration_forget(cat_t *c, const char *id, ms_error_t *err);  /* absent is fine */
+/* Deletes every entry (start-up); *n = how many. */
+int cat_migrations_clear(cat_t *c, int64_t *n, ms_error_t *err);
+
 /* -- routing -- */
 /* The getRoutingTable reply body (shardd/shardver.h) for ns into reply (initialised by
  * the caller). since NULL or of another generation → full table. */
@@ -301,6 +354,8 @@ void cat_uuid_new(uint8_t uuid[16]);
 #define CFG_FP_DROP_DB_BEFORE_DELETE "dropDatabaseBeforeCatalogDelete"
 #define CFG_FP_REMOVE_SHARD_BEFORE_COMMIT "removeShardBeforeCommit"
 #define CFG_FP_SETTINGS_BEFORE_COMMIT "settingsUpdateBeforeCommit"
+/* Inside the migration commit's transaction, before COMMIT (cat_migrate.c). */
+#define CFG_FP_HANG_BEFORE_COMMIT_MIGRATION "hangBeforeCommitMigration"
 
 /* Declares every point above (fp_register); main calls it before serving. */
 void cfg_register_failpoints(void);
@@ -399,6 +454,16 @@ int cfg_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+/* ---- migration (cmd_migrate.c) ---- */
+int cfg_cmd_move_range(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_commit_chunk_migration(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_ensure_chunk_version_gt(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_log_change(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+/* Start-up: removes config.migrations entries a crash left (see cmd_migrate.c). */
+void cfg_migrations_recover(cfg_t *cfg);
+/* The shard-key document of a `find` query (every key field an equality value; hashed
+ * fields hashed) into *key (initialised on success). cmd_chunks.c. */
+int cfg_key_of_query(const keys_pattern_t *p, const bson_t *find, bson_t *key, ms_error_t *err);
 /* cmd_status.c */
 int cfg_cmd_router_ping(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_balancer_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);

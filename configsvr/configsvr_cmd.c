@@ -17,7 +17,7 @@ void cfg_register_failpoints(void) {
         CFG_FP_SPLIT_AFTER_COMMIT,      CFG_FP_MERGE_BEFORE_COMMIT,
         CFG_FP_MERGE_AFTER_COMMIT,      CFG_FP_DROP_COLL_BEFORE_DELETE,
         CFG_FP_DROP_DB_BEFORE_DELETE,   CFG_FP_REMOVE_SHARD_BEFORE_COMMIT,
-        CFG_FP_SETTINGS_BEFORE_COMMIT,
+        CFG_FP_SETTINGS_BEFORE_COMMIT,  CFG_FP_HANG_BEFORE_COMMIT_MIGRATION,
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) fp_register(names[i]);
 }
@@ -88,6 +88,33 @@ const cmd_spec_t cfg_cmd_table[] = {
      .arg_types = CT_STR,
      .fields = {{"bounds", CT_ARR, true}},
      .help = "merge contiguous chunks of one shard exactly covering bounds [min, max]"},
+
+    /* migration (cmd_migrate.c) */
+    {.name = "_configsvrMoveRange", .handler = cfg_cmd_move_range,
+     .flags = CMD_WRITE | CMD_INTERNAL | CMD_FULL_NS_ARG, .arg_types = CT_STR,
+     .fields = {{"toShard", CT_STR, true}, {"min", CT_DOC, false}, {"max", CT_DOC, false},
+                {"find", CT_DOC, false}, {"bounds", CT_ARR, false},
+                {"waitForDelete", CT_FLAG, false},
+                {"forceJumbo", CT_NUM, false}, {"secondaryThrottle", CT_FLAG, false},
+                {"writeConcern", CT_DOC, false}},
+     .help = "router: check a move, record it in config.migrations, run it on the donor"},
+    {.name = "_configsvrCommitChunkMigration", .handler = cfg_cmd_commit_chunk_migration,
+     .flags = CMD_WRITE | CMD_INTERNAL | CMD_FULL_NS_ARG, .arg_types = CT_STR,
+     .fields = {{"fromShard", CT_STR, true}, {"toShard", CT_STR, true},
+                {"migratedChunk", CT_DOC, true}, {"fromShardCollectionVersion", CT_DOC, true},
+                {"validAfter", CT_TS, false}, {"writeConcern", CT_DOC, false}},
+     .help = "donor: commit a migration in one transaction; reply shardVersion"},
+    {.name = "_configsvrEnsureChunkVersionIsGreaterThan", .handler = cfg_cmd_ensure_chunk_version_gt,
+     .flags = CMD_WRITE | CMD_INTERNAL,
+     .fields = {{"nss", CT_STR, true}, {"collectionUUID", CT_BIN, true}, {"minKey", CT_DOC, true},
+                {"maxKey", CT_DOC, true}, {"version", CT_DOC, true},
+                {"writeConcern", CT_DOC, false}},
+     .help = "donor recovery: bump a chunk still at an old version (the commit fence)"},
+    {.name = "_configsvrLogChange", .handler = cfg_cmd_log_change,
+     .flags = CMD_WRITE | CMD_INTERNAL,
+     .fields = {{"what", CT_STR, true}, {"ns", CT_STR, false}, {"details", CT_DOC, false},
+                {"shard", CT_STR, true}},
+     .help = "shard: append an entry to config.changelog (server = shard)"},
 
     /* the config database (cmd_config.c) */
     {.name = "find", .handler = cfg_cmd_find, .flags = CMD_NS_ARG | CMD_STRICT_FIELDS,

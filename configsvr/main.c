@@ -49,6 +49,7 @@ static int cfg_open(cfg_t *cfg, const char *dbpath, const char *url, ms_error_t 
     rc = cat_open(path, &cfg->cat, err);
     if (rc) return rc;
     cat_set_server(cfg->cat, url);
+    cfg_migrations_recover(cfg);
     return cfg_cursors_open(&cfg->cursors, err);
 }
 

@@ -102,6 +102,9 @@ void rt_close(router_t *r);   /* NULL-safe; stops the pinger */
 
 /* Any command to the config server; *reply initialised on success whatever ok says. */
 int rt_config_call(router_t *r, const bson_t *cmd, bson_t *reply, ms_error_t *err);
+/* The same with dflt_ms as the deadline when the operation has no maxTimeMS (moveChunk and
+ * moveRange wait for a whole migration, far beyond the usual peer timeout). */
+int rt_config_call_ms(router_t *r, const bson_t *cmd, int dflt_ms, bson_t *reply, ms_error_t *err);
 
 /* The routing table of ns (cached, else fetched). Caller releases. Unsharded namespaces
  * give a table with sharded = false. */
@@ -230,6 +233,8 @@ int rt_cmd_delete(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 
 int rt_cmd_to_config(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);     /* rt_admin.c */
+/* moveChunk / moveRange → _configsvrMoveRange with the migration deadline (rt_admin.c). */
+int rt_cmd_move(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_drop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_to_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);

@@ -12,7 +12,9 @@
 #include <time.h>
 
 #include "common/bsonx.h"
+#include "common/limits.h"
 #include "common/log.h"
+#include "common/opctx.h"
 #include "router/router.h"
 
 /* Copies a peer's reply into ours: ok:0 becomes our error (extra fields kept). */
@@ -54,6 +56,69 @@ int rt_cmd_to_config(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     rc = relay(ctx, &rep, reply, err);
     bson_destroy(&rep);
     if (rc == 0) invalidate_after(r, ctx);
+    return rc;
+}
+
+/* Copies field `from` of the request into cmd as `to` when present. */
+static void copy_field(const cmd_ctx_t *ctx, bson_t *cmd, const char *from, const char *to) {
+    bson_iter_t it;
+    if (cmd_field(ctx, from, &it)) bson_append_iter(cmd, to, -1, &it);
+}
+
+/* moveChunk {moveChunk: ns, find | bounds, to, _waitForDelete, forceJumbo: bool,
+ * _secondaryThrottle, writeConcern} and moveRange {moveRange: ns, toShard, min?, max?,
+ * forceJumbo: bool, waitForDelete, secondaryThrottle, writeConcern} both become
+ * _configsvrMoveRange (find and bounds go over as they are: the config server resolves
+ * find to its chunk and requires bounds to be exactly one chunk). The call
+ * lasts as long as the migration: the op's maxTimeMS, else the migration deadline plus
+ * one hop of margin, so the config server's own timeout is the one reported. */
+int rt_cmd_move(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    bool chunk = strcmp(ctx->name, "moveChunk") == 0;
+    bson_t cmd = BSON_INITIALIZER, rep;
+    bson_iter_t it;
+    int rc = 0;
+    BSON_APPEND_UTF8(&cmd, "_configsvrMoveRange", bson_iter_utf8(&ctx->arg, NULL));
+    if (chunk) {
+        bool has_find = cmd_field(ctx, "find", &it), has_bounds = cmd_field(ctx, "bounds", &it);
+        if (has_find == has_bounds) {
+            rc = err_set(err, MS_ERR_BAD_VALUE,
+                         "need to specify either a find query, or both lower and upper bounds.");
+            goto out;
+        }
+        copy_field(ctx, &cmd, "to", "toShard");
+        if (has_find) copy_field(ctx, &cmd, "find", "find");
+        else copy_field(ctx, &cmd, "bounds", "bounds");   /* exact chunk: checked there */
+        BSON_APPEND_BOOL(&cmd, "waitForDelete", cmd_flag(ctx, "_waitForDelete", false));
+        BSON_APPEND_BOOL(&cmd, "secondaryThrottle", cmd_flag(ctx, "_secondaryThrottle", false));
+    } else {
+        if (!cmd_field(ctx, "min", &it) && !cmd_field(ctx, "max", &it)) {
+            rc = err_set(err, MS_ERR_BAD_VALUE, "at least one of min or max must be given");
+            goto out;
+        }
+        copy_field(ctx, &cmd, "toShard", "toShard");
+        copy_field(ctx, &cmd, "min", "min");
+        copy_field(ctx, &cmd, "max", "max");
+        BSON_APPEND_BOOL(&cmd, "waitForDelete", cmd_flag(ctx, "waitForDelete", false) ||
+                                                    cmd_flag(ctx, "_waitForDelete", false));
+        BSON_APPEND_BOOL(&cmd, "secondaryThrottle", cmd_flag(ctx, "secondaryThrottle", false));
+    }
+    /* forceJumbo: true is a user's forceManual (1); doNotForce (0) otherwise. */
+    BSON_APPEND_INT32(&cmd, "forceJumbo", cmd_flag(ctx, "forceJumbo", false) ? 1 : 0);
+    copy_field(ctx, &cmd, "writeConcern", "writeConcern");
+    BSON_APPEND_UTF8(&cmd, "$db", "admin");
+    if (op_deadline_ms() > 0) {
+        long long left = op_time_left_ms(0);
+        BSON_APPEND_INT32(&cmd, "maxTimeMS", (int32_t)(left > 0 ? left : 1));
+    }
+    rc = rt_config_call_ms(r, &cmd, MS_MOVE_CHUNK_TIMEOUT_MS + MS_MOVE_CHUNK_HOP_MARGIN_MS, &rep, err);
+    if (rc) goto out;
+    rc = relay(ctx, &rep, reply, err);
+    bson_destroy(&rep);
+    /* Moved or not, our cached routing of ns may be behind now: refetch on next use. */
+    invalidate_after(r, ctx);
+out:
+    bson_destroy(&cmd);
     return rc;
 }
 

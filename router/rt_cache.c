@@ -78,11 +78,15 @@ static int table_from_reply(const char *ns, const bson_t *reply, const rt_table_
 }
 
 int rt_config_call(router_t *r, const bson_t *cmd, bson_t *reply, ms_error_t *err) {
+    return rt_config_call_ms(r, cmd, r->peer_timeout_ms, reply, err);
+}
+
+int rt_config_call_ms(router_t *r, const bson_t *cmd, int dflt_ms, bson_t *reply, ms_error_t *err) {
     rpc_client_t *c;
     int rc = rpc_peer(r->configdb, &c, err);
     if (rc) return rc;
     /* The operation's maxTimeMS bounds the call when it has one. */
-    rc = rpc_call_op(c, cmd, r->peer_timeout_ms, reply, err);
+    rc = rpc_call_op(c, cmd, dflt_ms, reply, err);
     if (rc) err_prefix(err, "config server");
     return rc;
 }
