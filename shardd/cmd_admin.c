@@ -83,6 +83,18 @@ static int create_indexes_begin_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     int rc;
     a->n = a->existed = a->nids = 0;
     if ((rc = store_coll_create(t, a->ns, a->uuid, &c, &a->created, err)) != 0) return rc;
+    if (a->uuid && memcmp(c->uuid, a->uuid, 16) != 0) {
+        /* An empty local collection made before this shard owned a chunk (createIndexes
+         * sent to every shard) takes the cluster's identity; one holding documents is a
+         * different collection (MongoDB's InvalidUUID). */
+        int64_t cnt = 0, bytes = 0;
+        if ((rc = store_coll_stats(t, c, &cnt, &bytes, NULL, NULL, err)) != 0) return rc;
+        if (cnt == 0) {
+            if ((rc = store_coll_drop(t, a->ns, err)) != 0 ||
+                (rc = store_coll_create(t, a->ns, a->uuid, &c, &a->created, err)) != 0)
+                return rc;
+        }
+    }
     if (a->uuid && memcmp(c->uuid, a->uuid, 16) != 0)
         return err_set(err, MS_ERR_INVALID_UUID,
                        "Cannot create collection %s because we already have an identically named "

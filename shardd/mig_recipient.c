@@ -237,6 +237,13 @@ static int transfer_round(mig_recv_t *r, int64_t *applied, int64_t *size, ms_err
     return rc;
 }
 
+typedef struct task_arg {
+    const char *id;
+    const bson_t *task;
+    bool ready, del;
+} task_arg_t;
+static int task_fn(store_txn_t *t, void *arg, ms_error_t *err);
+
 /* ---- the migrate thread ------------------------------------------------------------------ */
 
 static int step_done(mig_recv_t *r, int step, long long *t0, ms_error_t *err) {
@@ -317,6 +324,17 @@ static void *recv_main(void *p) {
                 "Failed to receive range: an overlapping range on the recipient is still being "
                 "deleted after %d ms (try again once it is gone)", MS_MIG_RECV_OVERLAP_WAIT_MS);
         goto failed;
+    }
+    {
+        /* Our own pending task before anything is copied: whatever arrives from now on is
+         * accounted for, and deleted if the migration does not commit. */
+        bson_t task;
+        mig_task_doc(r->mig_uuid, r->ns, r->coll_uuid, r->from_shard, &r->min, &r->max, &r->pat,
+                     true, true, &task);
+        task_arg_t a = {.task = &task};
+        rc = store_write(m->app->st, task_fn, &a, &e);
+        bson_destroy(&task);
+        if (rc != 0) goto failed;
     }
     if ((rc = create_collection_and_indexes(r, &e)) != 0 || (rc = step_done(r, ++step, &t0, &e)) != 0)
         goto failed;
@@ -498,11 +516,6 @@ finish:
 
 /* ---- persisted task helpers ---------------------------------------------------------------- */
 
-typedef struct task_arg {
-    const char *id;
-    const bson_t *task;
-    bool ready, del;
-} task_arg_t;
 
 static int task_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     task_arg_t *a = arg;
@@ -613,15 +626,7 @@ int cmd_recv_chunk_start(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     pthread_mutex_unlock(&m->mu);
 
     /* Must know the collection is sharded, with current metadata (notes §1.5). */
-    if ((rc = shv_refresh(app->shv, r->ns, err)) == 0) {
-        /* Our own pending task first: whatever is copied from now on is accounted for. */
-        bson_t task;
-        mig_task_doc(r->mig_uuid, r->ns, r->coll_uuid, r->from_shard, &r->min, &r->max, &r->pat,
-                     true, true, &task);
-        task_arg_t a = {.task = &task};
-        rc = store_write(app->st, task_fn, &a, err);
-        bson_destroy(&task);
-    }
+    rc = shv_refresh(app->shv, r->ns, err);
     if (rc == 0) {
         pthread_t th;
         pthread_attr_t at;
