@@ -232,7 +232,9 @@ int cfg_cmd_move_range(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     BSON_APPEND_UTF8(&cmd, "_shardsvrMoveRange", ns);
     BSON_APPEND_UTF8(&cmd, "fromShard", ch.shard);
     BSON_APPEND_UTF8(&cmd, "toShard", to);
-    if (has_min) BSON_APPEND_DOCUMENT(&cmd, "min", &min);
+    /* Only max: the donor moves [chunk min, max). (MongoDB searches split points backwards
+     * from max for one chunk-sized piece; minishard takes the chunk's lower part whole.) */
+    BSON_APPEND_DOCUMENT(&cmd, "min", has_min ? &min : &ch.min);
     if (has_max) BSON_APPEND_DOCUMENT(&cmd, "max", &max);
     BSON_APPEND_INT64(&cmd, "maxChunkSizeBytes", max_bytes);
     BSON_APPEND_BOOL(&cmd, "waitForDelete", wait_delete);

@@ -5,9 +5,8 @@ moveChunk and moveRange through the router become _configsvrMoveRange on the con
 server, which checks the request (MongoDB's errors for an unknown namespace, an unknown
 or draining shard, bounds that are not a chunk, a range across chunks, missing fields,
 unknown fields), records it in config.migrations and sends _shardsvrMoveRange to the
-donor. Until the donor exists the donor answers CommandNotFound, which must come back to
-the client unchanged, with config.migrations empty afterwards: that proves the whole
-chain. Also, straight to the config server: _configsvrCommitChunkMigration's reply shape
+donor; valid requests of every shape move the range, with config.migrations empty
+afterwards. Also, straight to the config server: _configsvrCommitChunkMigration's reply shape
 a crash at hangBeforeCommitMigration leaving the chunks as they were, the recovery fence,
 _configsvrLogChange's entry.
 """
@@ -72,8 +71,8 @@ def test_move_entry_points(t):
     c.ok(adm({"moveChunk": NS, "find": {"k": 10}, "to": "shard0"}))
     assert migrations(c) == []
 
-    # valid requests reach the donor; today it has no _shardsvrMoveRange, and its answer
-    # comes back unchanged. (The lead turns these into real moves once the donor exists.)
+    # valid requests reach the donor and move (each back to shard0 afterwards); config.migrations
+    # is empty once each returns
     for req in (
         {"moveChunk": NS, "find": {"k": 10}, "to": "shard1", "_waitForDelete": True,
          "_secondaryThrottle": False, "writeConcern": {"w": 1}, "forceJumbo": False},
@@ -83,12 +82,13 @@ def test_move_entry_points(t):
         {"moveRange": NS, "min": {"k": 60}, "toShard": "shard1"},
         {"moveRange": NS, "max": {"k": 50}, "toShard": "shard1"},
     ):
-        r = c.err(adm(req), 59)
-        assert r["codeName"] == "CommandNotFound", r
-        assert "_shardsvrMoveRange" in r["errmsg"], r
+        c.ok(adm(req))
         assert migrations(c) == [], migrations(c)
-    # nothing moved
-    assert [d["shard"] for d in chunks(c)] == ["shard0", "shard0"]
+        for ch in chunks(c):
+            if ch["shard"] == "shard1":
+                c.ok(adm({"moveChunk": NS, "bounds": [ch["min"], ch["max"]], "to": "shard0"}))
+    # everything is back on shard0
+    assert set(d["shard"] for d in chunks(c)) == {"shard0"}
     cfg_log = cl.config.log_text()
     assert "moveRange start ns=app.c from=shard0 to=shard1" in cfg_log, cfg_log[-2000:]
 
