@@ -4,8 +4,13 @@
  * sent in parallel, each with that shard's version; replies are merged with the client's
  * op indexes (n, nModified, upserted, writeErrors). Ordered batches go as consecutive runs
  * of ops with one target, in client order, and stop at the first error; unordered batches
- * go to every shard at once. StaleConfig (whole reply or per op) never reaches the client
- * while retries remain: refresh the collection and re-target only the failed ops.
+ * go to every shard at once. The sends and the StaleConfig / StaleDbVersion retries are
+ * rt_dispatch's (rt_retry.c), as for every targeted request of the router: each round (an
+ * ordered run, or the whole unordered batch) is one rt_dispatch whose build (wb_build)
+ * sends only the ops not yet done and whose absorb (wb_absorb) records every shard's
+ * answer of every attempt, also of one that is retried — what a shard applied is never
+ * sent to it again. Stale (whole reply or per op) never reaches the client while retries
+ * remain: the collection is refreshed and only the ops not applied are re-targeted.
  * Which shards an op must still reach and which applied it are sets of shard NAMES (bits
  * over a per-command list that only grows), never routing-table indexes: a refresh may
  * number the shards differently, and a shard that applied an op must not get it again.
@@ -23,7 +28,7 @@
  *   findAndModify: the shard key must be in the query.
  * A shard's write error keeps its errmsg and its extra fields (DuplicateKey's keyPattern,
  * keyValue), in writeErrors and in findAndModify's error reply, as mongos passes them on.
- * maxTimeMS: each round starts only while time is left, and MaxTimeMSExpired from a shard
+ * maxTimeMS: each attempt starts only while time is left, and MaxTimeMSExpired from a shard
  * (or the router's own deadline passing) fails the whole command with code 50, as a
  * mongod fails a write batch on an interruption; what shards wrote before stays written.
  */
