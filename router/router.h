@@ -10,11 +10,12 @@
  *   rt_target.c   targeting: a document's owning shard, a filter's shards (bounds.h)
  *   rt_send.c     sending to shards: versioned command copies, parallel scatter/gather
  *   rt_retry.c    rt_dispatch: build → send → StaleConfig/StaleDbVersion → refresh → retry,
- *                 the one stale-retry loop (rt_stale_settle: its bound, also for writes)
+ *                 the one place that sends targeted requests and retries stale ones
+ *                 (reads, findAndModify, primary commands, write batches)
  *   rt_find.c     find (k-way merge, skip/limit at the router), getMore, killCursors,
  *                 router cursors, count, distinct
- *   rt_write.c    insert / update / delete batches split per shard, findAndModify,
- *                 StaleConfig retries of only the failed ops
+ *   rt_write.c    insert / update / delete batches split per shard (rounds of
+ *                 rt_dispatch; a retry re-sends only the ops not applied), findAndModify
  *   rt_admin.c    commands forwarded to the config server, drop, the internal-command
  *                 guard, config.mongos pings, serverStatus
  *
@@ -114,6 +115,8 @@ int rt_table_get(router_t *r, const char *ns, rt_table_t **out, ms_error_t *err)
 int rt_table_refresh(router_t *r, const char *ns, const rt_table_t *seen, ms_error_t *err);
 void rt_table_invalidate(router_t *r, const char *ns);
 void rt_table_release(rt_table_t *t);   /* NULL-safe */
+/* Another reference to t (a table is immutable but for its count); caller releases. */
+rt_table_t *rt_table_hold(const rt_table_t *t);
 
 /* A database's version (common/rtable.h: config.databases version). */
 typedef rtable_dbv_t rt_db_version_t;
@@ -182,6 +185,11 @@ int rt_shard_call(router_t *r, const char *shard, const bson_t *cmd, bson_t *rep
 
 /* ================================ rt_retry.c ========================================= */
 
+/* What absorb reports of a reply beyond its own status (bits). */
+#define RT_ABSORB_STALE_CONFIG 1   /* a StaleConfig inside it (writeError): retry, refresh ns */
+#define RT_ABSORB_STALE_DB     2   /* a StaleDbVersion inside it: retry, forget db's entry */
+#define RT_ABSORB_END          4   /* no retry after this attempt (MaxTimeMSExpired) */
+
 /* A dispatch with stale retries: what to route by and how to build the requests. */
 typedef struct rt_dispatch {
     const char *db;       /* forgotten on StaleDbVersion */
@@ -190,28 +198,35 @@ typedef struct rt_dispatch {
                            * reply is a failure like any other */
     const char *what;     /* named in the error when retries run out (default ns, else db) */
     /* This attempt's requests from the current table t: fills reqs[0..*n) (shard, cmd
-     * with versions). On an error returns its code with none initialised. */
+     * with versions); *n may be 0 (nothing to send: the dispatch ends). On an error
+     * returns its code with none initialised. */
     int (*build)(void *arg, router_t *r, const rt_table_t *t, rt_req_t *reqs, int *n,
                  ms_error_t *err);
     /* An ok reply of an attempt that is retried (scatter: kill its cursor); may be NULL. */
     void (*discard)(void *arg, router_t *r, rt_req_t *q);
+    /* Per-request mode (write batches), may be NULL: every request of every attempt that
+     * is not stale as a whole is handed here once the attempt is in — code = its transport
+     * error (q->rc), else its reply's status — also when the attempt is retried, so that
+     * what a shard applied is recorded and never re-sent. Borrows q (rt_dispatch clears
+     * it). Returns RT_ABSORB_* bits. A failed request is then the caller's to record,
+     * not the dispatch's end. */
+    int (*absorb)(void *arg, router_t *r, rt_req_t *q, int code);
+    /* May be NULL: retries running out or a refresh failing is handed here and
+     * rt_dispatch returns 0 (a write batch fails its pending ops with it); else it is
+     * rt_dispatch's error. Borrows e. */
+    void (*give_up)(void *arg, const ms_error_t *e);
+    int *stale_rounds;    /* stale attempts so far, shared by the dispatches of one command
+                           * (an ordered batch's rounds); NULL: this dispatch's own */
     void *arg;
 } rt_dispatch_t;
 
 /* Gets the table, builds, sends in parallel; StaleConfig (when ns) → rt_note_stale and
  * refresh ns, StaleDbVersion → rt_note_stale_db; rebuilds and resends until no reply is
  * stale, bounded by MS_STALE_RETRIES_MAX and op_check. On 0 reqs[0..*nreqs) hold the
- * final attempt (caller clears them) and *failed is the first one that failed (transport
- * error in rc, or a non-stale error reply), -1 when all are ok. */
+ * final attempt (caller clears them; none with absorb) and *failed is the first one that
+ * failed (transport error in rc, or a non-stale error reply), -1 when all are ok. */
 int rt_dispatch(router_t *r, const rt_dispatch_t *d, rt_req_t *reqs, int *nreqs, int *failed,
                 ms_error_t *err);
-/* After a round with stale replies (already noted): counts it in *rounds; returns 0 when
- * a retry remains (refreshing ns's table from t when stale_config), RT_STALE_EXHAUSTED
- * when none does (err untouched), or the refresh's error. */
-#define RT_STALE_EXHAUSTED (-1)
-int rt_stale_settle(router_t *r, const char *ns, const rt_table_t *t, bool stale_config,
-                    int *rounds, ms_error_t *err);
-
 /* ================================ command handlers ==================================== */
 
 int rt_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);          /* rt_find.c */

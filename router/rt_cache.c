@@ -52,6 +52,10 @@ static rt_table_t *table_ref(rt_table_t *t) {
     return t;
 }
 
+rt_table_t *rt_table_hold(const rt_table_t *t) {
+    return table_ref((rt_table_t *)t);   /* only refs changes: atomic, owned by no one */
+}
+
 static rt_table_t *table_new(const char *ns) {
     rt_table_t *t = mem_calloc_aligned(1, sizeof *t);   /* holds a bson_t (common/mem.h) */
     ASSERT(t);

@@ -4,8 +4,13 @@
  * sent in parallel, each with that shard's version; replies are merged with the client's
  * op indexes (n, nModified, upserted, writeErrors). Ordered batches go as consecutive runs
  * of ops with one target, in client order, and stop at the first error; unordered batches
- * go to every shard at once. StaleConfig (whole reply or per op) never reaches the client
- * while retries remain: refresh the collection and re-target only the failed ops.
+ * go to every shard at once. The sends and the StaleConfig / StaleDbVersion retries are
+ * rt_dispatch's (rt_retry.c), as for every targeted request of the router: each round (an
+ * ordered run, or the whole unordered batch) is one rt_dispatch whose build (wb_build)
+ * sends only the ops not yet done and whose absorb (wb_absorb) records every shard's
+ * answer of every attempt, also of one that is retried — what a shard applied is never
+ * sent to it again. Stale (whole reply or per op) never reaches the client while retries
+ * remain: the collection is refreshed and only the ops not applied are re-targeted.
  * Which shards an op must still reach and which applied it are sets of shard NAMES (bits
  * over a per-command list that only grows), never routing-table indexes: a refresh may
  * number the shards differently, and a shard that applied an op must not get it again.
@@ -23,7 +28,7 @@
  *   findAndModify: the shard key must be in the query.
  * A shard's write error keeps its errmsg and its extra fields (DuplicateKey's keyPattern,
  * keyValue), in writeErrors and in findAndModify's error reply, as mongos passes them on.
- * maxTimeMS: each round starts only while time is left, and MaxTimeMSExpired from a shard
+ * maxTimeMS: each attempt starts only while time is left, and MaxTimeMSExpired from a shard
  * (or the router's own deadline passing) fails the whole command with code 50, as a
  * mongod fails a write batch on an interruption; what shards wrote before stays written.
  */
@@ -87,17 +92,16 @@ static int name_bit(wnames_t *nm, const char *name) {
     return nm->n++;
 }
 
-/* Takes t (the caller's reference) as the table of this round. A table other than the
- * one held (or another primary) starts a new generation: maps rebuilt, every pending op
- * targeted again when next looked at. */
-static int wt_adopt(wtarget_t *w, wnames_t *nm, rt_table_t *t, const char *primary,
+/* Makes t (borrowed; a reference is taken when it is new) the table of this attempt. A
+ * table other than the one held (or another primary) starts a new generation: maps
+ * rebuilt, every pending op targeted again when next looked at. */
+static int wt_adopt(wtarget_t *w, wnames_t *nm, const rt_table_t *t, const char *primary,
                     ms_error_t *err) {
     if (t == w->t) {
-        rt_table_release(t);   /* we hold it already */
         if (t->sharded || strcmp(primary, w->primary) == 0) return 0;
     } else {
         rt_table_release(w->t);
-        w->t = t;
+        w->t = rt_table_hold(t);
     }
     w->gen++;
     snprintf(w->primary, sizeof w->primary, "%s", primary);
@@ -465,25 +469,221 @@ static void free_upserted(upsert_ent_t *v, int nup) {
     free(v);
 }
 
+/* One write command's state across its rounds and their attempts (rt_dispatch's arg). */
+typedef struct wbatch {
+    cmd_ctx_t *ctx;
+    enum wkind kind;
+    bool ordered;
+    const char *ns;
+    wop_t *ops;
+    int nops;
+    int cursor;                 /* ordered: every op before it is done */
+    wnames_t *names;            /* caller owns (8 KB: off the worker's stack) */
+    wtarget_t w;
+    rt_db_version_t dbv;        /* unsharded: the primary's database version */
+    shard_batch_t batches[MS_SHARDS_MAX];   /* this attempt's ops, by name bit */
+    int64_t n, nmod;
+    upsert_ent_t *upserted;     /* caller owns */
+    int nup, capup;
+    ms_error_t expired;         /* MaxTimeMSExpired from a shard: ends the command */
+} wbatch_t;
+
+/* Is anything left to send? Ordered: advances the cursor past done ops; an error stops. */
+static bool wb_more(wbatch_t *b) {
+    if (b->ordered) {
+        while (b->cursor < b->nops && b->ops[b->cursor].state == OP_DONE) b->cursor++;
+        return b->cursor < b->nops && b->ops[b->cursor].state != OP_ERROR;
+    }
+    for (int i = 0; i < b->nops; i++)
+        if (b->ops[i].state == OP_PENDING) return true;
+    return false;
+}
+
+static void wb_fail_pending(wbatch_t *b, const ms_error_t *e) {
+    for (int i = 0; i < b->nops; i++)
+        if (b->ops[i].state == OP_PENDING) op_fail(&b->ops[i], e);
+}
+
+/* rt_dispatch's build: this attempt's ops — an ordered batch the run of pending ops from
+ * the cursor that share one target, an unordered one every pending op — targeting those
+ * not yet targeted with table t, one request per shard. Nothing left: *nreqs = 0. */
+static int wb_build(void *p, router_t *r, const rt_table_t *t, rt_req_t *reqs, int *nreqs,
+                    ms_error_t *err) {
+    static const char *const skipf[] = {"documents", "updates", "deletes", "ordered", NULL};
+    wbatch_t *b = p;
+    wop_t *ops = b->ops;
+    char primary[RT_NAME_BYTES_MAX] = "";
+    int rc, nb = 0;
+    *nreqs = 0;
+    if (!wb_more(b)) return 0;
+    if (!t->sharded &&
+        (rc = rt_db_get(r, b->ctx->db, true, primary, sizeof primary, &b->dbv, err)) != 0)
+        return rc;
+    ms_error_t e = {0};
+    if (wt_adopt(&b->w, b->names, t, primary, &e)) {
+        wb_fail_pending(b, &e);
+        return 0;
+    }
+    for (int s = 0; s < b->names->n; s++) b->batches[s].nops = 0;
+    if (b->ordered) {
+        /* The run of pending ops from the first one that share one single target. */
+        uint64_t tg = 0;
+        for (int i = b->cursor; i < b->nops; i++) {
+            wop_t *op = &ops[i];
+            if (op->state == OP_PENDING && op->gen != b->w.gen) op_target(&b->w, b->kind, op);
+            if (op->state == OP_DONE) continue;
+            if (op->state == OP_ERROR) break;
+            if (!tg) tg = op->targets;
+            if (op->targets != tg) break;
+            for (uint64_t m = tg; m; m &= m - 1)
+                batch_add(&b->batches[__builtin_ctzll(m)], b->nops, i);
+            if (__builtin_popcountll(tg) != 1) break;   /* a multi-shard op goes alone */
+        }
+    } else {
+        for (int i = 0; i < b->nops; i++) {
+            wop_t *op = &ops[i];
+            if (op->state == OP_PENDING && op->gen != b->w.gen) op_target(&b->w, b->kind, op);
+            if (op->state != OP_PENDING) continue;
+            for (uint64_t m = op->targets; m; m &= m - 1)
+                batch_add(&b->batches[__builtin_ctzll(m)], b->nops, i);
+        }
+    }
+    for (int s = 0; s < b->names->n; s++) {
+        shard_batch_t *sb = &b->batches[s];
+        if (!sb->nops) continue;
+        int tix = t->sharded ? b->w.idx_of[s] : -1;
+        ASSERT(!t->sharded || tix >= 0);   /* targets come from this table */
+        rt_req_t *q = &reqs[nb++];
+        memset(q, 0, sizeof *q);
+        snprintf(q->shard, sizeof q->shard, "%s", b->names->name[s]);
+        bson_init(&q->cmd);
+        rt_copy_cmd(&q->cmd, b->ctx->req, skipf);
+        BSON_APPEND_BOOL(&q->cmd, "ordered", b->ordered);
+        bson_t a;
+        BSON_APPEND_ARRAY_BEGIN(&q->cmd, ops_field(b->kind), &a);
+        for (int j = 0; j < sb->nops; j++) {
+            char idx[16];
+            snprintf(idx, sizeof idx, "%d", j);
+            bson_t od;
+            op_view(&ops[sb->ops[j]], &od);
+            BSON_APPEND_DOCUMENT(&a, idx, &od);
+        }
+        bson_append_array_end(&q->cmd, &a);
+        rt_append_version(&q->cmd, t, tix);
+        if (!t->sharded) rt_append_db_version(&q->cmd, &b->dbv);
+    }
+    if (t->sharded) atomic_fetch_add(nb == 1 ? &r->targeted_ops : &r->scatter_ops, 1);
+    *nreqs = nb;
+    return 0;
+}
+
+/* rt_dispatch's absorb: records one shard's answer to its piece — n, nModified, upserted
+ * ids and writeErrors by client index; the ops it applied are done on that shard (never
+ * sent to it again); a failed piece fails its ops; a StaleConfig / StaleDbVersion
+ * writeError leaves its op pending (reported, so the attempt is retried). */
+static int wb_absorb(void *p, router_t *r, rt_req_t *q, int code) {
+    wbatch_t *b = p;
+    wop_t *ops = b->ops;
+    int s = 0, ret = 0;
+    (void)r;
+    while (s < b->names->n && strcmp(b->names->name[s], q->shard) != 0) s++;
+    ASSERT(s < b->names->n);   /* wb_build named every request from names */
+    shard_batch_t *sb = &b->batches[s];
+    uint64_t bit = 1ull << s;
+    ms_error_t e = {0};
+    if (q->rc) e = q->err;
+    else if (code) rt_reply_status(&q->reply, &e);
+    if (code == MS_ERR_MAX_TIME_MS_EXPIRED && !b->expired.code) {
+        b->expired = e;   /* fails the command once this attempt's replies are read */
+        err_prefix(&b->expired, "shard %s", q->shard);
+        ret |= RT_ABSORB_END;
+    }
+    if (code) {   /* the whole piece failed: every op of it carries the error */
+        if (!q->rc) err_prefix(&e, "shard %s", q->shard);  /* rt_shard_call named it */
+        for (int j = 0; j < sb->nops; j++) op_fail(&ops[sb->ops[j]], &e);
+        return ret;
+    }
+    bson_iter_t f, arr;
+    int64_t v = 0;
+    if (bson_iter_init_find(&f, &q->reply, "n") && bsonx_as_int64(&f, &v)) b->n += v;
+    v = 0;
+    if (bson_iter_init_find(&f, &q->reply, "nModified") && bsonx_as_int64(&f, &v)) b->nmod += v;
+    if (bson_iter_init_find(&f, &q->reply, "upserted") && bson_iter_recurse(&f, &arr)) {
+        while (bson_iter_next(&arr)) {
+            bson_iter_t d;
+            int64_t li = -1;
+            if (!bson_iter_recurse(&arr, &d)) continue;
+            bson_iter_t d2 = d;
+            if (bson_iter_find(&d, "index")) bsonx_as_int64(&d, &li);
+            if (li < 0 || li >= sb->nops || !bson_iter_find(&d2, "_id")) continue;
+            append_upserted(&b->upserted, &b->nup, &b->capup, sb->ops[li], &d2);
+        }
+    }
+    int first_werr = sb->nops;   /* ordered: ops after the first error did not run */
+    if (bson_iter_init_find(&f, &q->reply, "writeErrors") && bson_iter_recurse(&f, &arr)) {
+        while (bson_iter_next(&arr)) {
+            bson_iter_t d;
+            int64_t li = -1, c = MS_ERR_UNKNOWN_ERROR;
+            const char *msg = "";
+            if (!bson_iter_recurse(&arr, &d)) continue;
+            while (bson_iter_next(&d)) {
+                const char *key = bson_iter_key(&d);
+                if (!strcmp(key, "index")) bsonx_as_int64(&d, &li);
+                else if (!strcmp(key, "code")) bsonx_as_int64(&d, &c);
+                else if (!strcmp(key, "errmsg") && BSON_ITER_HOLDS_UTF8(&d))
+                    msg = bson_iter_utf8(&d, NULL);
+            }
+            if (li < 0 || li >= sb->nops) continue;
+            if (li < first_werr) first_werr = (int)li;
+            wop_t *op = &ops[sb->ops[li]];
+            if (c == MS_ERR_STALE_CONFIG || c == MS_ERR_STALE_DB_VERSION) {
+                ret |= c == MS_ERR_STALE_CONFIG ? RT_ABSORB_STALE_CONFIG : RT_ABSORB_STALE_DB;
+                op->code = MS_ERR_STALE_CONFIG;   /* pending again, marked for below */
+                continue;
+            }
+            op->state = OP_ERROR;
+            op->code = (int)c;
+            op_set_msg(op, msg);
+            bson_t wd;
+            if (bsonx_view_container(&arr, &wd)) op_set_extra(op, &wd);
+        }
+    }
+    for (int j = 0; j < sb->nops; j++) {
+        wop_t *op = &ops[sb->ops[j]];
+        if (op->state == OP_ERROR) continue;
+        if (b->ordered && j > first_werr) continue;   /* not executed */
+        if (op->code == MS_ERR_STALE_CONFIG) {         /* stale: pending again */
+            op->code = 0;
+            continue;
+        }
+        op->done |= bit;
+        op->targets &= ~bit;
+        if (!op->targets) op->state = OP_DONE;
+    }
+    return ret;
+}
+
+/* rt_dispatch's give_up: stale retries ran out or a refresh failed — the ops still pending
+ * fail with it (writeErrors), as mongos's batch executor fails them. */
+static void wb_give_up(void *p, const ms_error_t *e) {
+    wb_fail_pending(p, e);
+}
+
 static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
     if (!strcmp(ctx->db, "config")) return rt_cmd_to_config(ctx, reply, err);
     const char *coll = bson_iter_utf8(&ctx->arg, NULL);
     char ns[RT_NAME_BYTES_MAX + MS_NS_BYTES_MAX + 2];
     bson_iter_t it, arr;
-    wop_t *ops = NULL;
-    int nops = 0, rc = 0, stale_rounds = 0, nup = 0, capup = 0;
-    upsert_ent_t *upserted = NULL;
-    int64_t n = 0, nmod = 0;
-    ms_error_t expired = {0};   /* MaxTimeMSExpired from a shard: ends the command */
-    bool ordered = cmd_flag(ctx, "ordered", true);
-    shard_batch_t batches[MS_SHARDS_MAX];   /* by name bit */
-    wnames_t *names = calloc(1, sizeof *names);   /* 8 KB: off the worker's stack */
-    wtarget_t w;
-    int cursor = 0;   /* ordered: every op before it is done */
-    ASSERT(names);
-    memset(batches, 0, sizeof batches);
-    memset(&w, 0, sizeof w);
+    int rc = 0, stale_rounds = 0;
+    wbatch_t *b = calloc(1, sizeof *b);   /* with its batches: off the worker's stack */
+    ASSERT(b);
+    b->ctx = ctx;
+    b->kind = kind;
+    b->ordered = cmd_flag(ctx, "ordered", true);
+    b->ns = ns;
+    b->names = calloc(1, sizeof *b->names);
+    ASSERT(b->names);
     snprintf(ns, sizeof ns, "%s.%s", ctx->db, coll);
 
     if (!bson_iter_init_find(&it, ctx->req, ops_field(kind)) || !BSON_ITER_HOLDS_ARRAY(&it) ||
@@ -496,13 +696,13 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
         bson_iter_t cnt = arr;
         int total = 0;
         while (total <= MS_WRITE_BATCH_OPS_MAX && bson_iter_next(&cnt)) total++;
-        ops = calloc((size_t)total + 1, sizeof *ops);
-        ASSERT(ops);
+        b->ops = calloc((size_t)total + 1, sizeof *b->ops);
+        ASSERT(b->ops);
     }
     while (bson_iter_next(&arr)) {
         uint32_t len;
         const uint8_t *data;
-        if (nops >= MS_WRITE_BATCH_OPS_MAX) {
+        if (b->nops >= MS_WRITE_BATCH_OPS_MAX) {
             rc = err_set(err, MS_ERR_INVALID_LENGTH, "Write batch sizes must be between 1 and %d",
                          MS_WRITE_BATCH_OPS_MAX);
             goto out;
@@ -513,248 +713,68 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
             goto out;
         }
         bson_iter_document(&arr, &len, &data);
-        ops[nops].data = data;
-        ops[nops].len = len;
-        nops++;
+        b->ops[b->nops].data = data;
+        b->ops[b->nops].len = len;
+        b->nops++;
     }
-    if (nops == 0) {
+    if (b->nops == 0) {
         rc = err_set(err, MS_ERR_INVALID_LENGTH, "Write batch sizes must be between 1 and %d",
                      MS_WRITE_BATCH_OPS_MAX);
         goto out;
     }
 
-    /* Rounds: each sends some pending ops; bounded by ops + stale retries. */
-    for (int round = 0; round < nops + MS_STALE_RETRIES_MAX + 2; round++) {
-        rt_table_t *t = NULL;
-        char primary[RT_NAME_BYTES_MAX] = "";
-        rt_db_version_t dbv;
-        if (ordered) {   /* ops finish in order: stop at the first error */
-            while (cursor < nops && ops[cursor].state == OP_DONE) cursor++;
-            if (cursor == nops || ops[cursor].state == OP_ERROR) break;
-        } else {
-            int i = 0;
-            while (i < nops && ops[i].state != OP_PENDING) i++;
-            if (i == nops) break;
-        }
-        if ((rc = op_check(err)) != 0) goto out;
-        if ((rc = rt_table_get(r, ns, &t, err)) != 0) goto out;
-        if (!t->sharded &&
-            (rc = rt_db_get(r, ctx->db, true, primary, sizeof primary, &dbv, err)) != 0) {
-            rt_table_release(t);
-            goto out;
-        }
-        {
-            ms_error_t e = {0};
-            int arc = wt_adopt(&w, names, t, primary, &e);
-            t = w.t;   /* held until the next table or the end */
-            if (arc) {
-                for (int i = 0; i < nops; i++)
-                    if (ops[i].state == OP_PENDING) op_fail(&ops[i], &e);
-                continue;
-            }
-        }
-        /* Choose this round's ops, targeting those not yet targeted with this table. */
-        int nb = 0;
-        for (int s = 0; s < names->n; s++) batches[s].nops = 0;
-        if (ordered) {
-            /* The run of pending ops from the first one that share one single target. */
-            uint64_t tg = 0;
-            for (int i = cursor; i < nops; i++) {
-                wop_t *op = &ops[i];
-                if (op->state == OP_PENDING && op->gen != w.gen) op_target(&w, kind, op);
-                if (op->state == OP_DONE) continue;
-                if (op->state == OP_ERROR) break;
-                if (!tg) tg = op->targets;
-                if (op->targets != tg) break;
-                for (uint64_t m = tg; m; m &= m - 1)
-                    batch_add(&batches[__builtin_ctzll(m)], nops, i);
-                if (__builtin_popcountll(tg) != 1) break;   /* a multi-shard op goes alone */
-            }
-        } else {
-            for (int i = 0; i < nops; i++) {
-                wop_t *op = &ops[i];
-                if (op->state == OP_PENDING && op->gen != w.gen) op_target(&w, kind, op);
-                if (op->state != OP_PENDING) continue;
-                for (uint64_t m = op->targets; m; m &= m - 1)
-                    batch_add(&batches[__builtin_ctzll(m)], nops, i);
-            }
-        }
+    /* Rounds: each is one rt_dispatch (its stale retries included) of the ops wb_build
+     * chooses; an ordered batch needs one per run. Bounded by ops + stale retries; the
+     * stale retries are counted for the whole command. */
+    rt_dispatch_t d = {.db = ctx->db, .ns = ns, .build = wb_build, .absorb = wb_absorb,
+                       .give_up = wb_give_up, .stale_rounds = &stale_rounds, .arg = b};
+    for (int round = 0; round < b->nops + MS_STALE_RETRIES_MAX + 2 && wb_more(b); round++) {
         rt_req_t reqs[MS_SHARDS_MAX];
-        int sent[MS_SHARDS_MAX];   /* name bit of each request */
-        static const char *const skipf[] = {"documents", "updates", "deletes", "ordered", NULL};
-        for (int s = 0; s < names->n; s++) {
-            shard_batch_t *b = &batches[s];
-            if (!b->nops) continue;
-            int tix = t->sharded ? w.idx_of[s] : -1;
-            ASSERT(!t->sharded || tix >= 0);   /* targets come from this table */
-            rt_req_t *q = &reqs[nb];
-            memset(q, 0, sizeof *q);
-            snprintf(q->shard, sizeof q->shard, "%s", names->name[s]);
-            bson_init(&q->cmd);
-            rt_copy_cmd(&q->cmd, ctx->req, skipf);
-            BSON_APPEND_BOOL(&q->cmd, "ordered", ordered);
-            bson_t a;
-            BSON_APPEND_ARRAY_BEGIN(&q->cmd, ops_field(kind), &a);
-            for (int j = 0; j < b->nops; j++) {
-                char idx[16];
-                snprintf(idx, sizeof idx, "%d", j);
-                bson_t od;
-                op_view(&ops[b->ops[j]], &od);
-                BSON_APPEND_DOCUMENT(&a, idx, &od);
-            }
-            bson_append_array_end(&q->cmd, &a);
-            rt_append_version(&q->cmd, t, tix);
-            if (!t->sharded) rt_append_db_version(&q->cmd, &dbv);
-            sent[nb++] = s;
-        }
-        if (t->sharded) atomic_fetch_add(nb == 1 ? &r->targeted_ops : &r->scatter_ops, 1);
-        rt_send_all(r, reqs, nb);
-        bool stale = false, stale_db = false;
-        for (int k = 0; k < nb; k++) {
-            rt_req_t *q = &reqs[k];
-            shard_batch_t *b = &batches[sent[k]];
-            uint64_t bit = 1ull << sent[k];
-            ms_error_t e = {0};
-            int code = q->rc ? q->rc : rt_reply_status(&q->reply, &e);
-            if (q->rc) e = q->err;
-            if (code == MS_ERR_STALE_CONFIG) {
-                stale = true;
-                rt_note_stale(r, ns, q->shard, &q->reply);
-                continue;
-            }
-            if (code == MS_ERR_STALE_DB_VERSION) {   /* the ops stay pending */
-                stale_db = true;
-                rt_note_stale_db(r, ctx->db, q->shard, &q->reply);
-                continue;
-            }
-            if (code == MS_ERR_MAX_TIME_MS_EXPIRED && !expired.code) {
-                expired = e;   /* fails the command once this round's replies are read */
-                err_prefix(&expired, "shard %s", q->shard);
-            }
-            if (code) {   /* the whole piece failed: every op of it carries the error */
-                if (!q->rc) err_prefix(&e, "shard %s", q->shard);  /* rt_shard_call named it */
-                for (int j = 0; j < b->nops; j++) op_fail(&ops[b->ops[j]], &e);
-                continue;
-            }
-            bson_iter_t f;
-            int64_t v = 0;
-            if (bson_iter_init_find(&f, &q->reply, "n") && bsonx_as_int64(&f, &v)) n += v;
-            v = 0;
-            if (bson_iter_init_find(&f, &q->reply, "nModified") && bsonx_as_int64(&f, &v))
-                nmod += v;
-            if (bson_iter_init_find(&f, &q->reply, "upserted") && bson_iter_recurse(&f, &arr)) {
-                while (bson_iter_next(&arr)) {
-                    bson_iter_t d, id;
-                    int64_t li = -1;
-                    if (!bson_iter_recurse(&arr, &d)) continue;
-                    bson_iter_t d2 = d;
-                    if (bson_iter_find(&d, "index")) bsonx_as_int64(&d, &li);
-                    if (li < 0 || li >= b->nops || !bson_iter_find(&d2, "_id")) continue;
-                    id = d2;
-                    append_upserted(&upserted, &nup, &capup, b->ops[li], &id);
-                }
-            }
-            int first_werr = b->nops;   /* ordered: ops after the first error did not run */
-            if (bson_iter_init_find(&f, &q->reply, "writeErrors") && bson_iter_recurse(&f, &arr)) {
-                while (bson_iter_next(&arr)) {
-                    bson_iter_t d;
-                    int64_t li = -1, c = MS_ERR_UNKNOWN_ERROR;
-                    const char *msg = "";
-                    if (!bson_iter_recurse(&arr, &d)) continue;
-                    while (bson_iter_next(&d)) {
-                        const char *key = bson_iter_key(&d);
-                        if (!strcmp(key, "index")) bsonx_as_int64(&d, &li);
-                        else if (!strcmp(key, "code")) bsonx_as_int64(&d, &c);
-                        else if (!strcmp(key, "errmsg") && BSON_ITER_HOLDS_UTF8(&d))
-                            msg = bson_iter_utf8(&d, NULL);
-                    }
-                    if (li < 0 || li >= b->nops) continue;
-                    if (li < first_werr) first_werr = (int)li;
-                    wop_t *op = &ops[b->ops[li]];
-                    if (c == MS_ERR_STALE_CONFIG) {   /* pending again, marked for below */
-                        stale = true;
-                        op->code = MS_ERR_STALE_CONFIG;
-                        rt_note_stale(r, ns, q->shard, NULL);
-                        continue;
-                    }
-                    if (c == MS_ERR_STALE_DB_VERSION) {
-                        if (!stale_db) rt_note_stale_db(r, ctx->db, q->shard, NULL);
-                        stale_db = true;
-                        op->code = MS_ERR_STALE_CONFIG;   /* same handling below */
-                        continue;
-                    }
-                    op->state = OP_ERROR;
-                    op->code = (int)c;
-                    op_set_msg(op, msg);
-                    bson_t wd;
-                    if (bsonx_view_container(&arr, &wd)) op_set_extra(op, &wd);
-                }
-            }
-            for (int j = 0; j < b->nops; j++) {
-                wop_t *op = &ops[b->ops[j]];
-                if (op->state == OP_ERROR) continue;
-                if (ordered && j > first_werr) continue;   /* not executed */
-                if (op->code == MS_ERR_STALE_CONFIG) {      /* stale: pending again */
-                    op->code = 0;
-                    continue;
-                }
-                op->done |= bit;
-                op->targets &= ~bit;
-                if (!op->targets) op->state = OP_DONE;
-            }
-        }
-        for (int k = 0; k < nb; k++) rt_req_clear(&reqs[k]);
-        if (expired.code) {
-            *err = expired;
-            rc = expired.code;
+        int nq = 0, fail = -1;
+        if ((rc = rt_dispatch(r, &d, reqs, &nq, &fail, err)) != 0) goto out;
+        ASSERT(nq == 0);   /* absorbed */
+        if (b->expired.code) {
+            *err = b->expired;
+            rc = b->expired.code;
             goto out;
-        }
-        if (stale || stale_db) {   /* rt_stale_settle: retry (refreshed) or give up */
-            ms_error_t e;
-            int src = rt_stale_settle(r, ns, t, stale, &stale_rounds, &e);
-            if (src == RT_STALE_EXHAUSTED)
-                err_set(&e, stale ? MS_ERR_STALE_CONFIG : MS_ERR_STALE_DB_VERSION,
-                        "%s: shards kept answering %s after %d refreshes", ns,
-                        stale ? "StaleConfig" : "StaleDbVersion", MS_STALE_RETRIES_MAX);
-            if (src)
-                for (int i = 0; i < nops; i++)
-                    if (ops[i].state == OP_PENDING) op_fail(&ops[i], &e);
         }
     }
 
-    BSON_APPEND_INT32(reply, "n", (int32_t)n);
+    wop_t *ops = b->ops;
+    BSON_APPEND_INT32(reply, "n", (int32_t)b->n);
     if (kind == W_UPDATE) {
-        BSON_APPEND_INT32(reply, "nModified", (int32_t)nmod);
-        finish_upserted(reply, upserted, nup);
+        BSON_APPEND_INT32(reply, "nModified", (int32_t)b->nmod);
+        finish_upserted(reply, b->upserted, b->nup);
     }
     bson_t werr;
     int nw = 0;
-    for (int i = 0; i < nops; i++) {
+    for (int i = 0; i < b->nops; i++) {
         if (ops[i].state != OP_ERROR) continue;
         if (!nw) BSON_APPEND_ARRAY_BEGIN(reply, "writeErrors", &werr);
-        bson_t d;
+        bson_t wd;
         char idx[16];
         snprintf(idx, sizeof idx, "%d", nw++);
-        BSON_APPEND_DOCUMENT_BEGIN(&werr, idx, &d);
-        BSON_APPEND_INT32(&d, "index", i);
-        BSON_APPEND_INT32(&d, "code", ops[i].code);
-        BSON_APPEND_UTF8(&d, "codeName", err_code_name(ops[i].code));
-        BSON_APPEND_UTF8(&d, "errmsg", ops[i].msg ? ops[i].msg : "");
-        if (ops[i].extra) bson_concat(&d, ops[i].extra);
-        bson_append_document_end(&werr, &d);
-        if (ordered) break;
+        BSON_APPEND_DOCUMENT_BEGIN(&werr, idx, &wd);
+        BSON_APPEND_INT32(&wd, "index", i);
+        BSON_APPEND_INT32(&wd, "code", ops[i].code);
+        BSON_APPEND_UTF8(&wd, "codeName", err_code_name(ops[i].code));
+        BSON_APPEND_UTF8(&wd, "errmsg", ops[i].msg ? ops[i].msg : "");
+        if (ops[i].extra) bson_concat(&wd, ops[i].extra);
+        bson_append_document_end(&werr, &wd);
+        if (b->ordered) break;
     }
     if (nw) bson_append_array_end(reply, &werr);
 out:
-    for (int s = 0; s < MS_SHARDS_MAX; s++) free(batches[s].ops);
-    rt_table_release(w.t);
-    free(names);
-    free_upserted(upserted, nup);
-    for (int i = 0; ops && i < nops; i++) {
-        free(ops[i].msg);
-        op_clear_extra(&ops[i]);
+    for (int s = 0; s < MS_SHARDS_MAX; s++) free(b->batches[s].ops);
+    rt_table_release(b->w.t);
+    free(b->names);
+    free_upserted(b->upserted, b->nup);
+    for (int i = 0; b->ops && i < b->nops; i++) {
+        free(b->ops[i].msg);
+        op_clear_extra(&b->ops[i]);
     }
-    free(ops);
+    free(b->ops);
+    free(b);
     return rc;
 }
 

@@ -178,6 +178,37 @@ def test_multi_shard_update_retried_once_per_shard_by_name(t):
 
 
 @test
+def test_stale_retries_run_out(t):
+    """A shard that answers StaleConfig to every attempt: after MS_STALE_RETRIES_MAX (10)
+    refreshes a write batch fails only the ops still pending, as writeErrors with
+    StaleConfig, and keeps what the other shards applied (counted once: their answers
+    in the retried attempts were recorded, not re-sent); a read fails as a whole with
+    StaleConfig. One stale answer is counted per attempt (11 of them)."""
+    cl, A, B = setup(t)
+    A.ok({"shardCollection": NS, "key": {"k": "hashed"}, "$db": "admin"})
+    docs = [{"_id": i, "k": i} for i in range(60)]
+    A.ok({"insert": "c", "$db": DB, "ordered": False, "documents": docs})
+    on0 = sorted(d["_id"] for d in cl.shards[0].client().find_all("c", DB, {}))
+    assert 0 < len(on0) < 60, on0
+    A.ok({"delete": "c", "$db": DB, "deletes": [{"q": {}, "limit": 0}]})
+    cl.shards[0].client().ok({"configureFailPoint": "failCommand", "mode": "alwaysOn",
+                              "data": {"failCommands": ["insert", "find"], "errorCode": 13388,
+                                       "errmsg": "test: always stale"}, "$db": "admin"})
+    before = stale_retries(B)
+    r = B.ok({"insert": "c", "$db": DB, "ordered": False, "documents": docs})
+    assert r["n"] == 60 - len(on0), r
+    werr = r.get("writeErrors", [])
+    assert sorted(e["index"] for e in werr) == on0, werr
+    assert all(e["code"] == 13388 and "after 10 refreshes" in e["errmsg"] for e in werr), werr[:2]
+    assert stale_retries(B) == before + 11, stale_retries(B) - before
+    assert A.ok({"count": "c", "$db": DB})["n"] == 60 - len(on0)   # none twice (_id unique)
+    e = B.err({"find": "c", "$db": DB, "filter": {}})
+    assert e["code"] == 13388 and "after 10 refreshes" in e["errmsg"], e
+    cl.shards[0].client().ok({"configureFailPoint": "failCommand", "mode": "off",
+                              "$db": "admin"})
+
+
+@test
 def test_drop_database_then_stale_router_writes(t):
     """dropDatabase through A; B still caches the sharded table and the database's
     primary. B's next write gets StaleConfig (the shard now finds the collection
