@@ -159,6 +159,9 @@ int main(int argc, char **argv) {
         goto out_store;
     }
     app.url = d.url;
+    /* Migrations a crash interrupted, before serving: an undecided one holds its
+     * collection's writes until the config server's chunk table decides it. */
+    mig_recover(app.mig);
     {
         cmd_server_opts_t opts = {
             .table = shardd_cmd_table,
@@ -173,8 +176,6 @@ int main(int argc, char **argv) {
         if (daemon_start(&d, &opts, &err) != 0) goto out_reaper;
     }
     daemon_ready(&d, "dbpath", dbpath);
-    /* Migrations a crash interrupted: each finishes as the config server's table says. */
-    mig_recover(app.mig);
     daemon_wait(&d);
     rc = 0;
 out_reaper:

@@ -376,6 +376,7 @@ static int decide(mig_t *m, const coord_t *c, bool *committed, ms_error_t *err) 
 typedef struct recov {
     mig_t *m;
     coord_t co;
+    bool crit;           /* this recovery holds the collection's critical section */
 } recov_t;
 
 static void *recover_main(void *p) {
@@ -383,12 +384,8 @@ static void *recover_main(void *p) {
     mig_t *m = r->m;
     coord_t *c = &r->co;
     int wait_ms = 200;
-    bool crit = false;
+    bool crit = r->crit;
     ms_error_t e = {0};
-    /* An undecided migration may have a commit in flight: hold writes to the collection
-     * until the config server's table has decided (MongoDB's recoverable critical
-     * section), so no write lands on a range that turns out to have moved. */
-    if (!c->decision[0] && shv_crit_enter(m->app->shv, m->app->st, c->ns, &e) == 0) crit = true;
     fp_eval(FP_HANG_DONOR_RECOVERY, NULL);
     while (!m->stopping) {
         bool committed = strcmp(c->decision, "committed") == 0;
@@ -424,14 +421,26 @@ static void *recover_main(void *p) {
     return NULL;
 }
 
-static void start_recovery(mig_t *m, const coord_t *c) {
+/* Starts a recovery thread for c. crit_held: the caller hands over the collection's
+ * critical section (a commit whose outcome is unknown). Otherwise an undecided migration
+ * enters it here, before this returns: a commit may still be in flight at the config
+ * server, so no write may land on the range until the chunk table has decided (MongoDB's
+ * recoverable critical section). */
+static void start_recovery(mig_t *m, const coord_t *c, bool crit_held) {
     recov_t *r = mem_calloc_aligned(1, sizeof *r);
     pthread_t th;
     pthread_attr_t at;
     bson_t doc;
     ms_error_t e = {0};
-    if (!r) return;
+    if (!r) {
+        if (crit_held) shv_crit_leave(m->app->shv, c->ns);
+        return;
+    }
     r->m = m;
+    r->crit = crit_held;
+    if (!crit_held && !c->decision[0] &&
+        shv_crit_enter(m->app->shv, m->app->st, c->ns, &e) == 0)
+        r->crit = true;
     coord_to_doc(c, &doc);
     if (coord_from_doc(&doc, &r->co, &e) != 0) {
         bson_destroy(&doc);
@@ -448,6 +457,7 @@ static void start_recovery(mig_t *m, const coord_t *c) {
         pthread_mutex_lock(&m->mu);
         m->recoveries--;
         pthread_mutex_unlock(&m->mu);
+        if (r->crit) shv_crit_leave(m->app->shv, c->ns);
         coord_destroy(&r->co);
         free(r);
     }
@@ -465,7 +475,7 @@ static int recover_scan_fn(void *arg, const char *id, const bson_t *doc) {
     }
     log_info("migration recovery starting id=%s ns=%s decision=%s", c.id, log_str(c.ns),
              c.decision[0] ? c.decision : "none");
-    start_recovery(m, &c);
+    start_recovery(m, &c, false);
     coord_destroy(&c);
     return 0;
 }
@@ -918,11 +928,11 @@ static void donor_run(mig_donor_t *d) {
             nanosleep(&(struct timespec){0, 200 * 1000000L}, NULL);
         }
         if (unknown) {
-            /* Recovery finishes it (the coordinator document stays; writes stay fenced
-             * by the recovery's critical section). */
+            /* Recovery finishes it: the coordinator document stays, and the critical
+             * section passes to the recovery, which leaves it once the config server's
+             * chunk table has decided. */
             d->crit_held = false;
-            shv_crit_leave(m->app->shv, d->ns);
-            start_recovery(m, &d->co);
+            start_recovery(m, &d->co, true);
             goto finish;
         }
         if (!committed) goto abort;
@@ -958,7 +968,7 @@ static void donor_run(mig_donor_t *d) {
         if (complete(m, &d->co, true, time_mono_ms() + 5000, &e2) != 0) {
             log_warn("migration completion deferred to recovery id=%s errmsg=%s", d->co.id,
                      log_str(e2.msg));
-            start_recovery(m, &d->co);
+            start_recovery(m, &d->co, false);
         }
     }
     {
@@ -1018,7 +1028,7 @@ abort:
         if (complete(m, &d->co, false, time_mono_ms() + 5000, &e2) != 0) {
             log_warn("migration abort completion deferred to recovery id=%s errmsg=%s", d->co.id,
                      log_str(e2.msg));
-            start_recovery(m, &d->co);
+            start_recovery(m, &d->co, false);
         }
         *err = keep;
         pthread_mutex_lock(&m->mu);

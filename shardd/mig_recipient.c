@@ -420,8 +420,7 @@ static void *recv_main(void *p) {
         r->range_sum = sum;
         pthread_mutex_unlock(&r->mu);
     }
-    r->step_ms[4] = time_mono_ms() - t0;
-    step = 5;
+    if ((rc = step_done(r, ++step, &t0, &e)) != 0) goto failed;
     set_state(r, RS_DONE);
 
     /* Wait for the decision (the donor always sends one, from its recovery if it has to). */
