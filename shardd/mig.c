@@ -34,6 +34,7 @@ void mig_register_failpoints(void) {
     fp_register(FP_FAIL_MIGRATION_COMMIT);
     fp_register(FP_MIGRATION_COMMIT_NETWORK_ERROR);
     fp_register(FP_HANG_DONOR_RECOVERY);
+    fp_register(FP_SKIP_ONE_MIGRATED_DOC);
 }
 
 int mig_open(shardd_t *app, mig_t **out, ms_error_t *err) {

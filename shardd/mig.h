@@ -118,6 +118,9 @@ extern const char *const mig_recv_step_fps[7];      /* migrateThreadHangAtStep1.
 #define FP_FAIL_MIGRATION_COMMIT "failMigrationCommit"
 #define FP_MIGRATION_COMMIT_NETWORK_ERROR "migrationCommitNetworkError"
 #define FP_HANG_DONOR_RECOVERY "hangBeforeMigrationRecovery"   /* minishard: before a recovery decides */
+/* minishard, tests only: the recipient drops one cloned document, so the count and
+ * checksum comparison before the commit has something to catch. */
+#define FP_SKIP_ONE_MIGRATED_DOC "skipOneMigratedDocument"
 void mig_register_failpoints(void);
 
 #endif

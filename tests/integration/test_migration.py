@@ -299,5 +299,90 @@ def test_moves_under_concurrent_writers_and_readers(t):
     print("  %d moves under 4 writers, %d live documents checked" % (moves, len(want)))
 
 
+@test
+def test_digest_mismatch_aborts_before_commit(t):
+    cl, c = cluster(t)
+    c.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
+    c.ok({"insert": "c", "$db": DB, "documents": [{"_id": i, "k": i} for i in range(300)]})
+    c.ok({"split": NS, "middle": {"k": 100}, "$db": "admin"})
+    fp(cl.shards[1].client(), "skipOneMigratedDocument", {"times": 1})
+    r = c.err({"moveChunk": NS, "find": {"k": 200}, "to": "shard1", "$db": "admin"}, 96)
+    assert "digest mismatch" in r["errmsg"], r
+    assert owner_of(c, "k", 200) == "shard0"
+    err = changelog(c, "moveChunk.error")[-1]["details"]
+    assert "digest mismatch" in err["errmsg"], err
+    for s in cl.shards:
+        wait_no_tasks(s)
+    assert local_count(cl.shards[1]) == 0 and local_count(cl.shards[0]) == 300
+    assert sorted(ids_through(c)) == list(range(300))
+
+
+@test
+def test_catch_up_that_cannot_converge_aborts(t):
+    """Beyond MongoDB: a recipient that cannot keep up (held here at its step 3, in
+    catch-up, while a writer keeps changing the chunk) makes the donor give up after
+    --migration-catchup-timeout-ms instead of waiting hours, and say why."""
+    cfg = t.configsvr()
+    flags = SHARD_FLAGS + ["--migration-write-pause-budget-ms", "0", "--migration-catchup-timeout-ms", "800"]
+    ss = [t.shardd("shard%d" % i, extra=flags) for i in range(2)]
+    r0 = t.router(cfg.url, "router0")
+    c = r0.client()
+    for i, s in enumerate(ss):
+        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
+    c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+    c.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
+    c.ok({"insert": "c", "$db": DB, "documents": [{"_id": i, "k": i, "v": 0} for i in range(500)]})
+    fp(ss[1].client(), "migrateThreadHangAtStep3")
+    stop = threading.Event()
+
+    def write():
+        wc = Client(r0.url)
+        i = 0
+        while not stop.is_set():
+            i += 1
+            wc.cmd({"update": "c", "$db": DB, "updates": [{"q": {"k": i % 500}, "u": {"$set": {"v": i}}}]})
+    th = threading.Thread(target=write, daemon=True)
+    th.start()
+    r = c.err({"moveChunk": NS, "find": {"k": 1}, "to": "shard1", "$db": "admin"}, 262)
+    assert "could not converge" in r["errmsg"], r
+    stop.set()
+    th.join(20)
+    fp(ss[1].client(), "migrateThreadHangAtStep3", "off")
+    err = changelog(c, "moveChunk.error")[-1]["details"]
+    assert "could not converge" in err["errmsg"], err
+    for s in ss:
+        wait_no_tasks(s)
+    assert local_count(ss[1]) == 0
+    assert sorted(ids_through(c)) == list(range(500))
+
+
+@test
+def test_archive_moved_chunks(t):
+    """--archive-moved-chunks: the donor writes a committed move's documents to
+    DBPATH/moveChunk/<ns>/<migrationId>.bson before deleting them (MongoDB <= 3.0's
+    default)."""
+    cfg = t.configsvr()
+    ss = [t.shardd("shard%d" % i, extra=SHARD_FLAGS + ["--archive-moved-chunks"]) for i in range(2)]
+    r0 = t.router(cfg.url, "router0")
+    c = r0.client()
+    for i, s in enumerate(ss):
+        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
+    c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+    c.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
+    c.ok({"insert": "c", "$db": DB, "documents": [{"_id": i, "k": i} for i in range(300)]})
+    c.ok({"split": NS, "middle": {"k": 100}, "$db": "admin"})
+    c.ok({"moveChunk": NS, "find": {"k": 200}, "to": "shard1", "_waitForDelete": True, "$db": "admin"})
+    d = os.path.join(ss[0].dbpath, "moveChunk", NS)
+    files = os.listdir(d)
+    assert len(files) == 1 and files[0].endswith(".bson"), files
+    data = open(os.path.join(d, files[0]), "rb").read()
+    n, pos = 0, 0
+    while pos < len(data):
+        pos += int.from_bytes(data[pos:pos + 4], "little")
+        n += 1
+    assert pos == len(data) and n == 200, (n, pos, len(data))
+    assert local_count(ss[0]) == 100
+
+
 if __name__ == "__main__":
     main()
