@@ -12,6 +12,7 @@
 
 #include <sqlite3.h>
 
+#include "common/bsonx.h"
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "common/rpc.h"
@@ -300,4 +301,30 @@ int mig_key_cmp(const buf_t *a, const buf_t *b) {
     int c = n ? memcmp(a->data, b->data, n) : 0;
     if (c) return c;
     return a->len < b->len ? -1 : a->len > b->len;
+}
+
+int mig_task_add_orphans(store_txn_t *t, const char *id, int64_t n, bool set, ms_error_t *err) {
+    bson_t doc, out;
+    bson_iter_t it;
+    int64_t cur = 0;
+    int rc = store_sdoc_get(t, SDOC_RANGE_DELETIONS, id, &doc, err);
+    if (rc == MS_ERR_NO_SUCH_KEY) {
+        memset(err, 0, sizeof *err);
+        return 0;
+    }
+    if (rc != 0) return rc;
+    bson_init(&out);
+    if (bson_iter_init(&it, &doc))
+        while (bson_iter_next(&it)) {
+            if (strcmp(bson_iter_key(&it), "numOrphanDocs") == 0) {
+                bsonx_as_int64(&it, &cur);
+                continue;
+            }
+            bsonx_append_iter(&out, bson_iter_key(&it), &it);
+        }
+    BSON_APPEND_INT64(&out, "numOrphanDocs", set ? n : cur + n);
+    rc = store_sdoc_put(t, SDOC_RANGE_DELETIONS, id, &out, err);
+    bson_destroy(&out);
+    bson_destroy(&doc);
+    return rc;
 }

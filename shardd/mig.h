@@ -90,6 +90,9 @@ int mig_local_pattern(store_t *st, const char *ns, keys_pattern_t *pat, uint8_t 
 void mig_task_doc(const uint8_t mig_uuid[16], const char *ns, const uint8_t coll_uuid[16],
                   const char *donor, const bson_t *min, const bson_t *max,
                   const keys_pattern_t *pat, bool pending, bool now, bson_t *doc);
+/* Inside a write transaction: the task's numOrphanDocs set to n (set) or raised by n;
+ * an absent task is not an error. */
+int mig_task_add_orphans(store_txn_t *t, const char *id, int64_t n, bool set, ms_error_t *err);
 /* The recipient's task of migration id becomes ready (its copy is deleted); absent = ok. */
 int mig_recv_task_ready(mig_t *m, const char *id, ms_error_t *err);
 

@@ -74,6 +74,7 @@ struct mig_donor {
     char to[128], to_url[MS_URL_BYTES_MAX];
     bson_t req_min, req_max;         /* as asked (max may be empty) */
     bool has_min, has_max;
+    bool asked_max;                  /* max was in the request (has_max may be worked out) */
     int64_t max_chunk_bytes;
     bool wait_for_delete;
     int force_jumbo;
@@ -290,6 +291,39 @@ static int notify_recipient(mig_t *m, const coord_t *c, bool committed, long lon
 
 static int archive_range(mig_t *m, const coord_t *c, ms_error_t *err);
 
+typedef struct orphans_arg {
+    const char *id;
+    int64_t n;
+} orphans_arg_t;
+
+static int orphans_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    orphans_arg_t *a = arg;
+    return mig_task_add_orphans(t, a->id, a->n, true, err);
+}
+
+/* The donor's copy of a committed range is orphaned now: its task says how many
+ * documents the range deleter has ahead (MongoDB's numOrphanDocs, set at commit). */
+static void count_orphans(mig_t *m, const coord_t *c) {
+    keys_pattern_t pat;
+    buf_t min = {0}, max = {0};
+    uint8_t uuid[16];
+    int64_t n = 0;
+    uint64_t sum = 0;
+    ms_error_t e = {0};
+    memset(&pat, 0, sizeof pat);
+    if (mig_local_pattern(m->app->st, c->ns, &pat, uuid, &e) == 0 &&
+        keys_encode_bound(&pat, &c->range_min, &min, &e) == 0 &&
+        keys_encode_bound(&pat, &c->range_max, &max, &e) == 0 &&
+        mig_range_digest(m->app->st, c->ns, &min, &max, &n, &sum, NULL, &e) == 0) {
+        orphans_arg_t a = {c->id, n};
+        if (store_write(m->app->st, orphans_fn, &a, &e) != 0)
+            log_warn("numOrphanDocs not recorded id=%s errmsg=%s", c->id, log_str(e.msg));
+    }
+    keys_pattern_free(&pat);
+    buf_free(&min);
+    buf_free(&max);
+}
+
 /* Finishes a decided migration: persists the decision, tells the recipient, hands this
  * shard's copy to the range deleter (commit) or drops the task (abort), forgets the
  * coordinator document. Returns non-zero when a step could not be done yet (the document
@@ -304,6 +338,7 @@ static int complete(mig_t *m, coord_t *c, bool committed, long long until_ms, ms
         if ((rc = persist(m, &d, err)) != 0) return rc;
     }
     if ((rc = notify_recipient(m, c, committed, until_ms, err)) != 0) return rc;
+    if (committed) count_orphans(m, c);
     if (committed && m->archive && (rc = archive_range(m, c, err)) != 0)
         log_error("archive of moved chunk failed id=%s errmsg=%s", c->id, log_str(err->msg));
     persist_arg_t f = {.co = c, .del_coord = true, .task_ready = committed};
@@ -525,7 +560,8 @@ static int step_checks(mig_donor_t *d, ms_error_t *err) {
     if ((rc = shv_refresh(m->app->shv, d->ns, err)) != 0) goto out;
     if ((rc = mig_local_pattern(m->app->st, d->ns, &d->pat, uuid, err)) != 0) goto out;
     if (!d->has_min) {
-        rc = err_set(err, MS_ERR_BAD_VALUE, "moveRange needs min (max alone is not supported)");
+        rc = err_set(err, MS_ERR_BAD_VALUE, "_shardsvrMoveRange needs min (the config server "
+                     "works it out when a moveRange gives only max)");
         goto out;
     }
     if ((rc = keys_encode_bound(&d->pat, &d->req_min, &key, err)) != 0) goto out;
@@ -1106,6 +1142,7 @@ static void *donor_main(void *p) {
 static bool same_request(const mig_donor_t *a, const mig_donor_t *b) {
     return strcmp(a->ns, b->ns) == 0 && strcmp(a->to, b->to) == 0 &&
            a->has_min == b->has_min && bson_equal(&a->req_min, &b->req_min) &&
+           a->asked_max == b->asked_max && (!a->asked_max || bson_equal(&a->req_max, &b->req_max)) &&
            a->wait_for_delete == b->wait_for_delete && a->force_jumbo == b->force_jumbo;
 }
 
@@ -1125,7 +1162,7 @@ static int parse_request(cmd_ctx_t *ctx, mig_donor_t *d, ms_error_t *err) {
     }
     if (cmd_field(ctx, "max", &it) && bsonx_view_container(&it, &v)) {
         bson_concat(&d->req_max, &v);
-        d->has_max = true;
+        d->has_max = d->asked_max = true;
     }
     d->max_chunk_bytes = MS_CHUNK_BYTES_DEFAULT;
     if (cmd_field(ctx, "maxChunkSizeBytes", &it)) bsonx_as_int64(&it, &d->max_chunk_bytes);

@@ -114,6 +114,7 @@ typedef struct apply_arg {
     bson_iter_t docs;            /* the array of documents or of {_id} */
     bool deletes;
     int64_t applied, bytes;
+    int64_t delta;               /* documents added (+) or removed (-) in the range */
 } apply_arg_t;
 
 /* Upserts one document by _id (full replacement), inside the range only; a document of
@@ -185,12 +186,16 @@ static int apply_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         bson_t doc;
         if (!bsonx_view_container(&it, &doc))
             return err_set(err, MS_ERR_INVALID_BSON, "migration batch holds a non-document");
+        int64_t before = a->applied;
         rc = a->deletes ? delete_one(t, c, a->r, &doc, &a->applied, err)
                         : apply_one(t, c, a->r, &doc, &a->applied, err);
         if (rc != 0) return rc;
         a->bytes += doc.len;
+        a->delta += a->deletes ? -(a->applied - before) : (a->applied - before);
     }
-    return 0;
+    /* Until the commit these documents are orphans here (MongoDB's numOrphanDocs on the
+     * recipient's task, counted in the same transaction as the documents). */
+    return a->delta ? mig_task_add_orphans(t, a->r->id, a->delta, false, err) : 0;
 }
 
 static int apply_array(mig_recv_t *r, const bson_t *reply, const char *field, bool deletes,
@@ -485,6 +490,10 @@ finish:
         if (r->errmsg[0]) BSON_APPEND_UTF8(&details, "errmsg", r->errmsg);
         pthread_mutex_unlock(&r->mu);
         mig_log_change(m, "moveChunk.to", r->ns, &details);
+        log_info("migration received ns=%s from=%s ok=%d docs=%lld bytes=%lld catchup=%lld "
+                 "steady=%lld ms=%lld", log_str(r->ns), log_str(r->from_shard), ok,
+                 (long long)r->cloned, (long long)r->cloned_bytes, (long long)r->catchup,
+                 (long long)r->steady, time_now_ms() - r->started_ms);
         bson_destroy(&details);
         pthread_mutex_lock(&m->mu);
         if (ok) m->received++;
