@@ -1,7 +1,9 @@
 /*
  * ctl_verbs.c — shardctl's friendly verbs: `status` (what sh.status() shows: shards,
- * balancer, each database and sharded collection with its key and chunks per shard),
- * `watch` (status redrawn live) and `load` (generate documents, with progress).
+ * balancer, the migrations in flight with their progress (the router's currentOp), each
+ * database and sharded collection with its key and chunks per shard), `watch` (status
+ * redrawn live, so a migration's progress moves on screen) and `load` (generate
+ * documents, with progress).
  * Everything goes through the router's commands, so it shows what a client sees.
  */
 #include <stdio.h>
@@ -21,6 +23,9 @@
 #define CTL_STATUS_DOCS_MAX 200000
 /* sh.status() lists chunk ranges only below this many chunks (unless --verbose). */
 #define CTL_STATUS_CHUNKS_LISTED_MAX 20
+/* currentOp entries status reads: a shard takes part in one migration at a time (two
+ * entries per migration), so this is far more than any cluster of MS_SHARDS_MAX shows. */
+#define CTL_STATUS_OPS_MAX 256
 
 typedef struct docs {
     bson_t **v;
@@ -194,6 +199,95 @@ out:
     docs_free(&chunks);
 }
 
+static int64_t int_field(const bson_t *d, const char *name, int64_t dflt) {
+    bson_iter_t it;
+    int64_t v;
+    if (bson_iter_init_find(&it, d, name) && bsonx_as_int64(&it, &v)) return v;
+    return dflt;
+}
+
+static double num_field(const bson_t *d, const char *name) {
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, d, name) && BSON_ITER_HOLDS_NUMBER(&it)) return bson_iter_as_double(&it);
+    return 0;
+}
+
+/* One migration on one line. The donor's entry knows the whole story (documents to clone,
+ * mods pending, estimate); `peer` is the other side's entry when the router has it. */
+static void print_migration(const bson_t *op, const bson_t *peer) {
+    bool donor = strcmp(str_field(op, "role"), "donor") == 0;
+    int64_t total = int_field(op, "docsToClone", -1), left_ms = int_field(op, "estimatedMSLeft", -1);
+    printf("    %s ", str_field(op, "ns"));
+    print_json_field(op, "min");
+    printf(" -->> ");
+    print_json_field(op, "max");
+    if (donor) printf("  %s -> %s", str_field(op, "from"), str_field(op, "to"));
+    else printf("  %s -> %s", str_field(op, "fromShardId"), str_field(op, "to"));
+    printf("  phase: %s", str_field(op, "phase"));
+    if (peer) printf(" (%s: %s)", donor ? "recipient" : "donor", str_field(peer, "phase"));
+    else if (!donor) printf(" (recipient; donor not answering)");
+    printf("  docs: %lld", (long long)int_field(op, "docsCloned", 0));
+    if (total >= 0) printf(" / %lld", (long long)total);
+    printf("  %.1f MB", (double)int_field(op, "bytesCloned", 0) / (1024.0 * 1024.0));
+    if (donor) printf("  mods pending: %lld", (long long)int_field(op, "modsPending", 0));
+    else printf("  mods applied: %lld", (long long)int_field(op, "modsApplied", 0));
+    printf("  %.0f docs/s  elapsed: %.1f s", num_field(op, "docsPerSec"),
+           (double)int_field(op, "elapsedMS", 0) / 1000.0);
+    if (left_ms >= 0) printf("  left: ~%.1f s\n", (double)left_ms / 1000.0);
+    else printf("  left: ?\n");
+}
+
+/* "migrations in flight", from the router's currentOp (every shard's): one line per
+ * migration, the donor's view with the recipient's state beside it. */
+static void print_migrations(ctl_t *c) {
+    bson_t cmd, reply;
+    bson_iter_t it, arr;
+    ms_error_t err = {0};
+    docs_t ops = {0};
+    int shown = 0;
+    printf("  migrations in flight:\n");
+    bson_init(&cmd);
+    BSON_APPEND_INT32(&cmd, "currentOp", 1);
+    BSON_APPEND_UTF8(&cmd, "$db", "admin");
+    if (ctl_command(c, &cmd, &reply, &err) != 0) {
+        printf("    (currentOp: %s)\n", err.msg);
+        bson_destroy(&cmd);
+        return;
+    }
+    bson_destroy(&cmd);
+    if (bson_iter_init_find(&it, &reply, "inprog") && bson_iter_recurse(&it, &arr))
+        while (bson_iter_next(&arr) && ops.n < CTL_STATUS_OPS_MAX) {
+            uint32_t len;
+            const uint8_t *data;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) continue;
+            bson_iter_document(&arr, &len, &data);
+            if (ops.n == ops.cap) {
+                ops.cap = ops.cap ? ops.cap * 2 : 8;
+                ops.v = xrealloc(ops.v, sizeof *ops.v * (size_t)ops.cap);
+            }
+            ops.v[ops.n++] = bson_new_from_data(data, len);
+        }
+    for (int i = 0; i < ops.n; i++) {
+        const bson_t *op = ops.v[i], *peer = NULL;
+        const char *role = str_field(op, "role"), *id = str_field(op, "migrationId");
+        if (strcmp(role, "donor") != 0 && strcmp(role, "recipient") != 0) continue;
+        for (int k = 0; k < ops.n && !peer; k++)
+            if (k != i && *id && strcmp(str_field(ops.v[k], "migrationId"), id) == 0) peer = ops.v[k];
+        if (strcmp(role, "recipient") == 0 && peer) continue;   /* shown with its donor */
+        print_migration(op, peer);
+        shown++;
+    }
+    if (shown == 0) printf("    (none)\n");
+    if (bson_iter_init_find(&it, &reply, "shardErrors") && bson_iter_recurse(&it, &arr))
+        while (bson_iter_next(&arr)) {
+            bson_t e;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bsonx_view_container(&arr, &e)) continue;
+            printf("    (shard %s did not answer: %s)\n", str_field(&e, "shard"), str_field(&e, "errmsg"));
+        }
+    bson_destroy(&reply);
+    docs_free(&ops);
+}
+
 static int status_once(ctl_t *c, bool verbose) {
     docs_t shards = {0}, dbs = {0}, colls = {0};
     bson_t cmd, reply, sort;
@@ -230,6 +324,7 @@ static int status_once(ctl_t *c, bool verbose) {
         printf("    (balancerStatus: %s)\n", err.msg);
     }
     bson_destroy(&cmd);
+    print_migrations(c);
 
     printf("  databases:\n");
     if (find_all(c, "config", "databases", NULL, &sort, &dbs, &err) ||

@@ -22,7 +22,7 @@
 static const char usage[] =
     "usage: shardctl [--host URL] [--timeout MS] '<command as extended JSON>'\n"
     "       shardctl [--host URL] -          (one command per line on stdin)\n"
-    "       shardctl [--host URL] status     (shards, balancer, chunks per shard)\n"
+    "       shardctl [--host URL] status     (shards, balancer, migrations in flight, chunks)\n"
     "       shardctl [--host URL] watch [--interval-ms N] [--count N]\n"
     "       shardctl [--host URL] load --ns DB.COLL --count N [--batch N] [--size BYTES]\n"
     "                                  [--key FIELD] [--quiet]\n"

@@ -348,4 +348,10 @@
  * a worker from being held forever behind a pending task). */
 #define MS_CLEANUP_ORPHANED_WAIT_MS 60000
 
+/* ---- migration progress (router currentOp, shardctl status) ---- */
+/* How long the router's currentOp waits for each shard when the client gave no maxTimeMS:
+ * a status view must come back while a shard is dead or hung (it is then listed in
+ * shardErrors), well before the 20 s peer timeout; a live shard answers in milliseconds. */
+#define MS_CURRENT_OP_SHARD_WAIT_MS 5000
+
 #endif

@@ -255,6 +255,8 @@ int rt_cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_to_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_to_all_shards(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+/* currentOp: every shard's, each entry tagged with its shard; silent shards in shardErrors. */
+int rt_cmd_current_op(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_internal(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_flush_router_config(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* When the request names an internal command (leading '_'), fills reply with

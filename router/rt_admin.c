@@ -270,6 +270,72 @@ int rt_cmd_to_all_shards(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return rc;
 }
 
+/* currentOp as mongos answers it: every shard's operations in progress (for minishard,
+ * the migrations each takes part in), each tagged `shard: <name>`. A shard that does not
+ * answer is named in shardErrors rather than failing the command: this is what people
+ * look at while something is wrong. Without the client's maxTimeMS the scatter is bounded
+ * by MS_CURRENT_OP_SHARD_WAIT_MS so a dead shard cannot hold a status view for the whole
+ * peer timeout. */
+int rt_cmd_current_op(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    char names[MS_SHARDS_MAX][RT_NAME_BYTES_MAX];
+    rt_req_t reqs[MS_SHARDS_MAX];
+    bson_t arr, errs;
+    int n = rt_all_shards(r, names, MS_SHARDS_MAX, err), nops = 0, nerrs = 0;
+    if (n < 0) return -n;
+    long long own = op_deadline_ms(), bound = time_mono_ms() + MS_CURRENT_OP_SHARD_WAIT_MS;
+    if (own == 0) op_set_deadline_ms(bound);
+    for (int i = 0; i < n; i++) {
+        memset(&reqs[i], 0, sizeof reqs[i]);
+        memcpy(reqs[i].shard, names[i], sizeof reqs[i].shard);
+        bson_init(&reqs[i].cmd);
+        rt_copy_cmd(&reqs[i].cmd, ctx->req, NULL);
+    }
+    rt_send_all(r, reqs, n);
+    op_set_deadline_ms(own);   /* our bound was for the shards, not for this reply */
+    BSON_APPEND_ARRAY_BEGIN(reply, "inprog", &arr);
+    bson_init(&errs);
+    for (int i = 0; i < n; i++) {
+        ms_error_t e = reqs[i].err;
+        bson_iter_t it, ops;
+        if (reqs[i].rc == 0 && rt_reply_status(&reqs[i].reply, &e) == 0) {
+            if (!bson_iter_init_find(&it, &reqs[i].reply, "inprog") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+                !bson_iter_recurse(&it, &ops))
+                continue;
+            while (bson_iter_next(&ops)) {
+                bson_t op, out;
+                bson_iter_t f;
+                char k[16];
+                if (!BSON_ITER_HOLDS_DOCUMENT(&ops) || !bsonx_view_container(&ops, &op)) continue;
+                snprintf(k, sizeof k, "%d", nops++);
+                BSON_APPEND_DOCUMENT_BEGIN(&arr, k, &out);
+                BSON_APPEND_UTF8(&out, "shard", reqs[i].shard);
+                if (bson_iter_init(&f, &op))
+                    while (bson_iter_next(&f))
+                        if (strcmp(bson_iter_key(&f), "shard") != 0) bson_append_iter(&out, NULL, 0, &f);
+                bson_append_document_end(&arr, &out);
+            }
+        } else {
+            bson_t d;
+            char k[16];
+            snprintf(k, sizeof k, "%d", nerrs++);
+            BSON_APPEND_DOCUMENT_BEGIN(&errs, k, &d);
+            BSON_APPEND_UTF8(&d, "shard", reqs[i].shard);
+            BSON_APPEND_INT32(&d, "code", e.code);
+            BSON_APPEND_UTF8(&d, "codeName", err_code_name(e.code));
+            BSON_APPEND_UTF8(&d, "errmsg", e.msg);
+            bson_append_document_end(&errs, &d);
+            log_warn("currentOp shard did not answer shard=%s code=%d errmsg=%s",
+                     log_str(reqs[i].shard), e.code, log_str(e.msg));
+        }
+    }
+    bson_append_array_end(reply, &arr);
+    if (nerrs > 0) BSON_APPEND_ARRAY(reply, "shardErrors", &errs);
+    bson_destroy(&errs);
+    for (int i = 0; i < n; i++) rt_req_clear(&reqs[i]);
+    return 0;
+}
+
 /* createIndexes: on a sharded collection every unique index must be one its shard key
  * can keep unique (MongoDB 7.0, CannotCreateIndex 67). Checked here as well as on the
  * shards: a shard that owns no chunk of the collection does not know its shard key and

@@ -1511,7 +1511,8 @@ void mig_donor_status(mig_donor_t *d, bson_t *out) {
     BSON_APPEND_UTF8(out, "from", d->co.donor);
     BSON_APPEND_UTF8(out, "to", d->to);
     BSON_APPEND_DOCUMENT(out, "min", &d->req_min);
-    if (d->has_max) BSON_APPEND_DOCUMENT(out, "max", &d->req_max);
+    /* A max the donor picks itself is written during the checks without the lock. */
+    if (d->has_max && d->phase > DP_CHECKS) BSON_APPEND_DOCUMENT(out, "max", &d->req_max);
     BSON_APPEND_UTF8(out, "phase", phase_names[d->phase]);
     BSON_APPEND_UTF8(out, "recipientState", d->recv_state[0] ? d->recv_state : "none");
     BSON_APPEND_INT64(out, "docsToClone", (int64_t)d->nrids);
@@ -1522,8 +1523,10 @@ void mig_donor_status(mig_donor_t *d, bson_t *out) {
     BSON_APPEND_INT64(out, "elapsedMS", elapsed);
     double rate = elapsed > 0 ? (double)d->cloned_docs * 1000.0 / (double)elapsed : 0;
     BSON_APPEND_DOUBLE(out, "docsPerSec", rate);
+    /* What is left: documents not yet cloned plus the mods captured and not yet sent. */
     int64_t left = (int64_t)d->nrids - (int64_t)d->pos;
     if (left < 0) left = 0;
+    if (d->phase < DP_CRITSEC) left += ndel + nrel;
     BSON_APPEND_INT64(out, "estimatedMSLeft", rate > 0 ? (int64_t)((double)left * 1000.0 / rate) : -1);
     pthread_mutex_unlock(&d->mu);
 }

@@ -844,6 +844,15 @@ void mig_recv_status(mig_recv_t *r, bson_t *out) {
     BSON_APPEND_UTF8(out, "role", "recipient");
     BSON_APPEND_UTF8(out, "migrationId", r->id);
     append_status_locked(r, out);
-    BSON_APPEND_INT64(out, "elapsedMS", time_now_ms() - r->started_ms);
+    /* The donor's field names too, so one reader (shardctl status) reads both sides. The
+     * recipient does not know how many documents the range holds: no estimate here. */
+    long long elapsed = time_now_ms() - r->started_ms;
+    BSON_APPEND_UTF8(out, "to", r->to_shard);
+    BSON_APPEND_UTF8(out, "phase", rstate_names[r->state]);
+    BSON_APPEND_INT64(out, "docsCloned", r->cloned);
+    BSON_APPEND_INT64(out, "bytesCloned", r->cloned_bytes);
+    BSON_APPEND_INT64(out, "modsApplied", r->catchup + r->steady);
+    BSON_APPEND_INT64(out, "elapsedMS", elapsed);
+    BSON_APPEND_DOUBLE(out, "docsPerSec", elapsed > 0 ? (double)r->cloned * 1000.0 / (double)elapsed : 0);
     pthread_mutex_unlock(&r->mu);
 }
