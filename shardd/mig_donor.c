@@ -921,8 +921,9 @@ static void append_steps(bson_t *doc, const int64_t *ms, int n, int upto) {
 static void donor_run(mig_donor_t *d) {
     mig_t *m = d->m;
     long long t0 = time_mono_ms();
-    int step = 0, rc;
+    int step = 0, rc, late_rc = 0;
     bool commit_sent = false, committed = false, unknown = false;
+    ms_error_t late_err = {0};
     ms_error_t *err = &d->err;
 
     d->started_ms = time_now_ms();
@@ -987,13 +988,15 @@ static void donor_run(mig_donor_t *d) {
             log_error("migration decision not persisted id=%s errmsg=%s", d->co.id, log_str(e2.msg));
         if (shv_refresh(m->app->shv, d->ns, &e2) != 0) shv_invalidate(m->app->shv, d->ns);
     }
-    fp_eval(FP_HANG_BEFORE_LEAVING_CRIT_SEC, NULL);
+    /* After the commit a point's "error" cannot undo anything: the command reports it
+     * once the migration is complete (as MongoDB's failpoints after the commit do). */
+    late_rc = fp_eval(FP_HANG_BEFORE_LEAVING_CRIT_SEC, &late_err);
     d->pause_ms = time_mono_ms() - d->pause_start_ms;
     shv_crit_leave(m->app->shv, d->ns);
     d->crit_held = false;
     d->step_ms[5] = time_mono_ms() - t0;
     step = 6;
-    fp_eval(mig_donor_step_fps[5], NULL);
+    if (late_rc == 0) late_rc = fp_eval(mig_donor_step_fps[5], &late_err);
     xfer_stop(m->app->st, d->x);
     d->x = NULL;
     d->capture_on = false;
@@ -1027,6 +1030,10 @@ static void donor_run(mig_donor_t *d) {
     pthread_mutex_lock(&m->mu);
     m->donated++;
     pthread_mutex_unlock(&m->mu);
+    if (late_rc != 0) {
+        rc = late_rc;
+        *err = late_err;
+    }
     if (d->wait_for_delete && m->app->rdel) {
         ms_error_t e2 = {0};
         if (rdel_wait(m->app->rdel, d->ns, &d->req_min, &d->req_max,
@@ -1093,7 +1100,7 @@ finish:
         BSON_APPEND_INT64(&details, "clonedBytes", d->cloned_bytes);
         BSON_APPEND_INT64(&details, "modsSent", d->mods_sent);
         BSON_APPEND_INT64(&details, "writePauseMS", d->pause_ms);
-        BSON_APPEND_UTF8(&details, "note", rc == 0 ? "success" : unknown ? "unknown" : "aborted");
+        BSON_APPEND_UTF8(&details, "note", committed ? "success" : unknown ? "unknown" : "aborted");
         if (rc != 0) BSON_APPEND_UTF8(&details, "errmsg", d->err.msg);
         mig_log_change(m, "moveChunk.from", d->ns, &details);
         bson_destroy(&details);

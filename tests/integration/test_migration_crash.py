@@ -2,8 +2,10 @@
 """
 test_migration_crash.py — the kill -9 matrix of chunk migration (issue 12 item 6; notes
 §1.7–1.8): for every migration failpoint, the process it lives in (donor, recipient or
-config server) dies there with SIGKILL (failpoint action "crash") while a writer keeps
-inserting and updating through the router; the process is restarted; then, once the
+config server) dies there with SIGKILL (failpoint action "crash"), and — with the
+migration held at a point — another process (donor, recipient or config server) is
+killed, while a writer keeps inserting and updating through the router; the process is
+restarted; then, once the
 recovery has settled (no coordinator document, no range-deletion task, no
 config.migrations entry, nothing in flight):
   - the chunk table says where the range lives, and that shard holds exactly the range's
@@ -117,23 +119,48 @@ class Writer(threading.Thread):
             time.sleep(0.002)
 
 
-def run_case(t, proc_kind, point, action="crash"):
+def run_case(t, proc_kind, point, action="crash", kill=None):
+    """The point fires in proc_kind. action crash / error: as named. action hang: the
+    migration is held there and process `kill` (donor, recipient or config) is killed
+    with SIGKILL; the point is released if its own process survived."""
     cfg, ss, router, c = setup(t)
     donor, recipient = ss[0], ss[1]
-    target = {"donor": donor, "recipient": recipient, "config": cfg}[proc_kind]
+    procs = {"donor": donor, "recipient": recipient, "config": cfg}
+    target = procs[proc_kind]
     tc = target.client()
-    fp(tc, point, "alwaysOn", action=action) if action != "error" else fp(tc, point, "alwaysOn", action="error")
+    count = fp(tc, point, "alwaysOn", action=action)
     tc.close()
     w = Writer(router.url)
     w.start()
     time.sleep(0.2)
-    mc = Client(router.url, timeout_ms=120000)
-    r = mc.cmd({"moveChunk": NS, "find": {"k": N - 1}, "to": "shard1", "$db": "admin"})
-    mc.close()
+    res = {}
+
+    def move():
+        mc = Client(router.url, timeout_ms=120000)
+        res["r"] = mc.cmd({"moveChunk": NS, "find": {"k": N - 1}, "to": "shard1", "$db": "admin"})
+        mc.close()
+    mt = threading.Thread(target=move, daemon=True)
+    mt.start()
+    if action == "hang":
+        tc = target.client()
+        fp_wait(tc, point, count + 1)
+        tc.close()
+        victim = procs[kill]
+        victim.kill()
+        time.sleep(0.3)
+        if victim is not target:
+            tc = target.client()
+            fp(tc, point, "off")
+            tc.close()
+        victim.start()
+    mt.join(150)
+    assert not mt.is_alive(), "moveChunk did not return"
+    r = res["r"]
     # the process that crashed comes back (same dbpath, same port)
-    if not target.alive():
-        target.start()
-    elif action == "error":
+    for p in procs.values():
+        if not p.alive():
+            p.start()
+    if action == "error":
         tc = target.client()
         fp(tc, point, "off")
         tc.close()
@@ -165,25 +192,35 @@ def run_case(t, proc_kind, point, action="crash"):
     in_range = sum(1 for d in docs if d["k"] >= N // 2)
     own_i = 1 if committed else 0
     assert on[own_i] == in_range and on[1 - own_i] == 0, (proc_kind, point, committed, on, in_range)
-    if w.errs:
-        print("  write errors: %s" % w.errs[:2])
-    print("  %-9s %-36s -> %-9s moveChunk %s; %d writes (%d acked)" % (
-        proc_kind, point, "committed" if committed else "aborted",
+    print("  %-9s %-34s %-15s -> %-9s moveChunk %s; %d writes (%d acked)" % (
+        proc_kind, point, action + (" kill " + kill if kill else ""),
+        "committed" if committed else "aborted",
         "ok" if r.get("ok") else "failed (%s)" % r.get("codeName"), w.n, len(w.acked)), flush=True)
     return committed
 
 
-def make_case(proc_kind, point, action="crash"):
+def make_case(proc_kind, point, action="crash", kill=None):
     def case(t):
-        run_case(t, proc_kind, point, action)
-    case.__name__ = "test_%s_%s_%s" % (action, proc_kind, point)
+        run_case(t, proc_kind, point, action, kill)
+    case.__name__ = "test_%s_%s_%s%s" % (action, proc_kind, point, "_kill_" + kill if kill else "")
     return case
 
 
+# make test: every point crashes its own process; the two commit errors.
 for _k, _p in DONOR + RECIPIENT + CONFIG:
     test(make_case(_k, _p))
 for _k, _p in ERRORS:
     test(make_case(_k, _p, "error"))
+# make test: held at the donor's steps, the other processes die (the recipient, the
+# config server); make check-long (LONG=1): every point x every process.
+if os.environ.get("LONG") == "1":
+    for _k, _p in DONOR + RECIPIENT + CONFIG:
+        for _v in ("donor", "recipient", "config"):
+            test(make_case(_k, _p, "hang", _v))
+else:
+    for _k, _p in DONOR:
+        for _v in ("recipient", "config"):
+            test(make_case(_k, _p, "hang", _v))
 
 
 if __name__ == "__main__":
