@@ -97,9 +97,11 @@ def steps(details, n):
 class Writer:
     """One thread, one RawReq connection to the router: RATE single-document writes per
     second into ns (inserts of new _ids below 0, i.e. in [MinKey, 0) of the chunk, and
-    $set of a random _id in [0, n)), each paced to its slot (no catching up in bursts:
-    a late write is sent at once, the next one waits for its own slot). Records (send
-    time, latency ms, ok) per write."""
+    $set of a random _id in [0, n)), each paced to its slot (a late write is sent at
+    once). Records (send time, latency ms, ok, ms from its slot to its reply) per write:
+    the last figure counts the time a write waited behind a stalled one (one writer,
+    one write in flight), so a pause shows in it for every write it delayed, where the
+    send-to-reply latency shows it once."""
 
     def __init__(self, url, coll, n, tag):
         self.r = RawReq(url, timeout=120)
@@ -130,7 +132,7 @@ class Writer:
             ok = r.get("ok") == 1 and r.get("n") == 1 and not r.get("writeErrors")
             if not ok and len(self.errors) < 5:
                 self.errors.append(r)
-            self.rows.append((ts, lat, ok))
+            self.rows.append((slot, lat, ok, (time.monotonic() - slot) * 1000))
             i += 1
 
     def start(self):
@@ -141,11 +143,12 @@ class Writer:
         self.th.join()
         self.r.close()
 
-    def window(self, a, b):
-        return [lat for ts, lat, _ in self.rows if a <= ts <= b]
+    def window(self, a, b, sched=False):
+        """Latencies of the writes whose slot lies in [a, b]."""
+        return [r[3] if sched else r[1] for r in self.rows if a <= r[0] <= b]
 
     def failed(self):
-        return sum(1 for _, _, ok in self.rows if not ok)
+        return sum(1 for r in self.rows if not r[2])
 
 
 def lat_summary(xs):
@@ -199,6 +202,10 @@ def pause_run(c, cl, coll, n, moves, out):
     out["client_baseline"] = lat_summary(base)
     out["client_during_move"] = lat_summary(during)
     out["client_p99_during_over_baseline"] = round(pct(during, 0.99) / pct(base, 0.99), 2)
+    base_s = w.window(b0, b1, sched=True)
+    during_s = [x for a, b in windows for x in w.window(a, b, sched=True)]
+    out["client_from_schedule_baseline"] = lat_summary(base_s)
+    out["client_from_schedule_during_move"] = lat_summary(during_s)
     out["writes_failed"] = w.failed()
     out["write_errors_sample"] = [str(e)[:200] for e in w.errors]
     out["writes_sent"] = len(w.rows)
@@ -263,7 +270,7 @@ def redis_reshard(n):
                  "--save", "", "--appendonly", "no", "--daemonize", "no"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log))
         for p in ports:
-            wait_until(lambda: subprocess.run(["redis-cli", "-p", str(p), "ping"], stdout=subprocess.PIPE,
+            wait_until(lambda: subprocess.run(["redis-cli", "-p", str(p), "ping"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                               text=True).stdout.strip() == "PONG", 20, "redis %d up" % p)
         redis_cli(ports[0], "--cluster", "create", *["127.0.0.1:%d" % p for p in ports],
                   "--cluster-replicas", "0", "--cluster-yes")
@@ -409,15 +416,18 @@ def main():
             pauses[coll] = r
         out["write_pause"] = pauses
         print("\n2. writes at %d/s through the router into the moving chunk" % RATE)
-        print("%-26s %9s %9s %9s %9s %14s %7s" % ("", "n", "p50 ms", "p99 ms", "max ms", "donor pause", "failed"))
+        print("%-34s %9s %9s %9s %9s %14s %7s" % ("client latency (send → reply)", "n", "p50 ms", "p99 ms", "max ms", "donor pause", "failed"))
         for coll in ("small", "big"):
             r = pauses[coll]
-            for label, s in (("baseline", r["client_baseline"]), ("during move", r["client_during_move"])):
-                extra = ("%s ms" % ",".join("%g" % x for x in r["donor_write_pause_ms"])) if label != "baseline" else ""
-                print("%-26s %9d %9.3f %9.3f %9.3f %14s %7s" % (
-                    "%d docs, %s" % (r["docs"], label), s["n"], s["p50_ms"], s["p99_ms"], s["max_ms"] or 0,
-                    extra, r["writes_failed"] if label != "baseline" else ""))
-            print("   p99 during / baseline: %.2f; moves took %s s; achieved %.0f writes/s" % (
+            for label, s in (("baseline", r["client_baseline"]), ("during move", r["client_during_move"]),
+                             ("  from slot, baseline", r["client_from_schedule_baseline"]),
+                             ("  from slot, during", r["client_from_schedule_during_move"])):
+                first = label == "during move"
+                extra = ("%s ms" % ",".join("%g" % x for x in r["donor_write_pause_ms"])) if first else ""
+                print("%-34s %9d %9.3f %9.3f %9.3f %14s %7s" % (
+                    ("%d docs, %s" % (r["docs"], label)) if not label.startswith(" ") else label,
+                    s["n"], s["p50_ms"], s["p99_ms"], s["max_ms"] or 0, extra, r["writes_failed"] if first else ""))
+            print("   p99 (send → reply) during / baseline: %.2f; moves took %s s; achieved %.0f writes/s" % (
                 r["client_p99_during_over_baseline"], r["move_s"], r["achieved_writes_per_s"]))
             if r["write_errors_sample"]:
                 print("   write errors (sample): %s" % r["write_errors_sample"])
