@@ -270,8 +270,9 @@ def redis_reshard(n):
                  "--save", "", "--appendonly", "no", "--daemonize", "no"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log))
         for p in ports:
-            wait_until(lambda: subprocess.run(["redis-cli", "-p", str(p), "ping"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                              text=True).stdout.strip() == "PONG", 20, "redis %d up" % p)
+            wait_until(lambda: subprocess.run(["redis-cli", "-p", str(p), "ping"], stdout=subprocess.PIPE,
+                                              stderr=subprocess.DEVNULL, text=True).stdout.strip() == "PONG",
+                       20, "redis %d up" % p)
         redis_cli(ports[0], "--cluster", "create", *["127.0.0.1:%d" % p for p in ports],
                   "--cluster-replicas", "0", "--cluster-yes")
         wait_until(lambda: "cluster_state:ok" in redis_cli(ports[0], "cluster", "info"), 30, "cluster ok")
