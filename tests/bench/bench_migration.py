@@ -256,7 +256,8 @@ def redis_reshard(n):
     why = redis_available()
     if why:
         return {"skipped": why}
-    version = subprocess.run(["redis-server", "--version"], stdout=subprocess.PIPE, text=True).stdout.split()[2].replace("v=", "")
+    version = subprocess.run(["redis-server", "--version"], stdout=subprocess.PIPE, text=True).stdout.split()[2]
+    version = version.replace("v=", "")
     d = tempfile.mkdtemp(prefix="ms-bench-redis-")
     ports = free_ports(3)
     procs = []
@@ -402,7 +403,8 @@ def main():
         out["throughput"] = row1
         print("\n1. moving one chunk of %d docs (~200 B), no writes running" % N)
         print("%-34s %10s %12s %10s" % ("", "s", "docs/s", "MB/s"))
-        for name, r in (("raw pipe (C: SQLite→NNG→SQLite)", row1["raw_pipe"]), ("moveChunk", row1["move_chunk"])):
+        for name, r in (("raw pipe (C: SQLite→NNG→SQLite)", row1["raw_pipe"]),
+                        ("moveChunk", row1["move_chunk"])):
             print("%-34s %10.2f %12.0f %10.2f" % (name, r["s"], r["docs_per_s"], r["mb_per_s"]))
         print("moveChunk / raw pipe: %.0f %% (goal >= 60 %%)" % (100 * row1["move_over_raw"]))
         print("donor steps 1..6 ms: %s; recipient steps 1..5 ms: %s" % (
@@ -417,7 +419,8 @@ def main():
             pauses[coll] = r
         out["write_pause"] = pauses
         print("\n2. writes at %d/s through the router into the moving chunk" % RATE)
-        print("%-34s %9s %9s %9s %9s %14s %7s" % ("client latency (send → reply)", "n", "p50 ms", "p99 ms", "max ms", "donor pause", "failed"))
+        print("%-34s %9s %9s %9s %9s %14s %7s" % ("client latency (send → reply)", "n", "p50 ms", "p99 ms",
+                                                  "max ms", "donor pause", "failed"))
         for coll in ("small", "big"):
             r = pauses[coll]
             for label, s in (("baseline", r["client_baseline"]), ("during move", r["client_during_move"]),
@@ -427,7 +430,8 @@ def main():
                 extra = ("%s ms" % ",".join("%g" % x for x in r["donor_write_pause_ms"])) if first else ""
                 print("%-34s %9d %9.3f %9.3f %9.3f %14s %7s" % (
                     ("%d docs, %s" % (r["docs"], label)) if not label.startswith(" ") else label,
-                    s["n"], s["p50_ms"], s["p99_ms"], s["max_ms"] or 0, extra, r["writes_failed"] if first else ""))
+                    s["n"], s["p50_ms"], s["p99_ms"], s["max_ms"] or 0, extra,
+                    r["writes_failed"] if first else ""))
             print("   p99 (send → reply) during / baseline: %.2f; moves took %s s; achieved %.0f writes/s" % (
                 r["client_p99_during_over_baseline"], r["move_s"], r["achieved_writes_per_s"]))
             if r["write_errors_sample"]:
