@@ -123,6 +123,11 @@ $(BUILD)/b/bench_router_%: $(BUILD)/tests/bench/bench_router_%.o $(T_OBJ) $(LIB_
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# bench_migration.py's baseline (not a bench itself: run.py runs only bench_*).
+$(BUILD)/b/raw_pipe: tests/bench/raw_pipe.c | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< -lnng -lsqlite3 -lpthread
+
 $(ALL_LIBS): | $(BUILD)/.empty.o
 
 # ---- tests ----------------------------------------------------------------------------
@@ -138,7 +143,7 @@ integration: all
 check-long: all $(UNIT_BINS)
 	@$(RUN_ENV) LONG=1 bash tests/run.sh
 
-bench: all $(BENCH_BINS)
+bench: all $(BENCH_BINS) $(BUILD)/b/raw_pipe
 	@$(RUN_ENV) python3 tests/bench/run.py
 
 demo: all
