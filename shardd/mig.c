@@ -206,22 +206,26 @@ int mig_range_rowids(store_txn_t *t, store_coll_t *c, const buf_t *min, const bu
     return 0;
 }
 
-/* FNV-1a 64 of a document's bytes: the per-document part of the range digest. */
-static uint64_t doc_hash(const uint8_t *p, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
 typedef struct digest_arg {
     const char *ns;
     const buf_t *min, *max;
     int64_t count, bytes;
     uint64_t sum;
 } digest_arg_t;
+
+static int digest_fn(store_txn_t *t, void *arg, ms_error_t *err);
+
+int mig_range_digest_txn(store_txn_t *t, const char *ns, const buf_t *min, const buf_t *max,
+                         int64_t *count, uint64_t *sum, int64_t *bytes, ms_error_t *err) {
+    digest_arg_t a = {ns, min, max, 0, 0, 0};
+    int rc = digest_fn(t, &a, err);
+    if (rc == 0) {
+        *count = a.count;
+        *sum = a.sum;
+        if (bytes) *bytes = a.bytes;
+    }
+    return rc;
+}
 
 static int digest_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     digest_arg_t *a = arg;
@@ -235,7 +239,7 @@ static int digest_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         size_t n = (size_t)sqlite3_column_bytes(s, 0);
         a->count++;
         a->bytes += (int64_t)n;
-        a->sum += doc_hash(p, n);
+        a->sum += xfer_doc_hash(p, n);
     }
     sqlite3_reset(s);
     if (rc != SQLITE_DONE) return err_set(err, MS_ERR_INTERNAL, "digest scan: %s", sqlite3_errstr(rc));

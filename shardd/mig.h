@@ -65,6 +65,9 @@ void mig_uuid_new(uint8_t uuid[16]);
  * their number and the sum (mod 2^64) of a 64-bit hash of each document's bytes. */
 int mig_range_digest(store_t *st, const char *ns, const buf_t *min, const buf_t *max,
                      int64_t *count, uint64_t *sum, int64_t *bytes, ms_error_t *err);
+/* The same inside the caller's transaction. */
+int mig_range_digest_txn(store_txn_t *t, const char *ns, const buf_t *min, const buf_t *max,
+                         int64_t *count, uint64_t *sum, int64_t *bytes, ms_error_t *err);
 /* Sends cmd to url and turns {ok: 0} into an error (rpc_command); reply initialised only
  * on success (caller destroys). */
 int mig_call(const char *url, const bson_t *cmd, int timeout_ms, bson_t *reply, ms_error_t *err);

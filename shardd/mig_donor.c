@@ -98,6 +98,8 @@ struct mig_donor {
     int64_t recv_cloned, recv_catchup, recv_steady;
     char recv_state[16];
     bool capture_on, crit_held;
+    int64_t digest_count;            /* the range at the clone-list snapshot */
+    uint64_t digest_sum;
 };
 
 /* ---- coordinator documents ------------------------------------------------------------ */
@@ -678,7 +680,13 @@ static int clone_list_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         if (by_size < a->cap) a->cap = by_size;
     }
     if (d->force_jumbo) a->cap = INT64_MAX / 2;
-    return mig_range_rowids(t, c, &d->min_enc, &d->max_enc, (size_t)a->cap, &d->rids, &d->nrids, err);
+    if ((rc = mig_range_rowids(t, c, &d->min_enc, &d->max_enc, (size_t)a->cap, &d->rids, &d->nrids,
+                               err)) != 0)
+        return rc;
+    if ((int64_t)d->nrids > a->cap) return 0;
+    /* The range's digest at this snapshot; the capture adds every later write to it. */
+    return mig_range_digest_txn(t, d->ns, &d->min_enc, &d->max_enc, &d->digest_count,
+                                &d->digest_sum, NULL, err);
 }
 
 /* Step 2: changelog, capture on, documents persisted, clone list, recipient started. */
@@ -708,7 +716,10 @@ static int step_start_clone(mig_donor_t *d, ms_error_t *err) {
     if (rc != 0) return rc;
 
     clone_list_arg_t ca = {.d = d};
-    if ((rc = store_read(m->app->st, clone_list_fn, &ca, err)) != 0) return rc;
+    /* The clone list and the digest read one snapshot, taken where the capture's running
+     * digest restarts: snapshot + captured changes = the range at any later moment. */
+    if ((rc = store_read_fenced(m->app->st, xfer_digest_reset, d->x, clone_list_fn, &ca, err)) != 0)
+        return rc;
     if ((int64_t)d->nrids > ca.cap)
         return err_set(err, MS_ERR_CHUNK_TOO_BIG,
                        "Cannot move range: more than %lld documents (limit from %d objects or "
@@ -837,7 +848,6 @@ static int step_catch_up(mig_donor_t *d, ms_error_t *err) {
 
 /* Step 5: the recipient's final drain, then both sides' digests of the range. */
 static int step_commit_recipient(mig_donor_t *d, ms_error_t *err) {
-    mig_t *m = d->m;
     bson_t cmd, reply;
     int64_t count = 0, rcount;
     uint64_t sum = 0, rsum;
@@ -852,9 +862,15 @@ static int step_commit_recipient(mig_donor_t *d, ms_error_t *err) {
     rcount = int_field(&reply, "rangeCount");
     rsum = (uint64_t)int_field(&reply, "rangeChecksum");
     bson_destroy(&reply);
-    if ((rc = mig_range_digest(m->app->st, d->ns, &d->min_enc, &d->max_enc, &count, &sum, NULL,
-                               err)) != 0)
-        return rc;
+    /* Writes are blocked: the snapshot's digest plus every change the capture saw since is
+     * the range now — no scan while writes wait (the pause must not grow with the chunk). */
+    {
+        int64_t dc = 0;
+        uint64_t ds = 0;
+        xfer_digest(d->x, &dc, &ds);
+        count = d->digest_count + dc;
+        sum = d->digest_sum + ds;
+    }
     if (count != rcount || sum != rsum)
         return err_set(err, MS_ERR_OPERATION_FAILED,
                        "range digest mismatch before commit: donor %lld documents checksum %llx, "

@@ -54,7 +54,7 @@ struct mig_recv {
     char errmsg[512];
     int64_t cloned, cloned_bytes, catchup, steady;
     bool commit_start, abort_req, released, thread_done;
-    int64_t range_count;
+    int64_t range_count;             /* the range's running digest here (apply_fn keeps it) */
     uint64_t range_sum;
     int64_t step_ms[5];
     long long started_ms;
@@ -115,12 +115,13 @@ typedef struct apply_arg {
     bool deletes;
     int64_t applied, bytes;
     int64_t delta;               /* documents added (+) or removed (-) in the range */
+    uint64_t dsum;               /* the change to the range's checksum */
 } apply_arg_t;
 
 /* Upserts one document by _id (full replacement), inside the range only; a document of
  * the same _id outside the range fails the migration. */
 static int apply_one(store_txn_t *t, store_coll_t *c, mig_recv_t *r, const bson_t *doc,
-                     int64_t *applied, ms_error_t *err) {
+                     int64_t *applied, int64_t *added, uint64_t *dsum, ms_error_t *err) {
     buf_t key = {0}, okey = {0};
     bson_t old;
     int64_t rid = 0;
@@ -143,11 +144,13 @@ static int apply_one(store_txn_t *t, store_coll_t *c, mig_recv_t *r, const bson_
                          "cannot migrate chunk, local document %.200s has same _id as cloned "
                          "remote document", js ? js : "?");
             bson_free(js);
-        } else {
-            rc = store_write_doc(t, c, rid, &old, doc, NULL, NULL, err);
+        } else if ((rc = store_write_doc(t, c, rid, &old, doc, NULL, NULL, err)) == 0) {
+            *dsum -= xfer_doc_hash(bson_get_data(&old), old.len);
+            *dsum += xfer_doc_hash(bson_get_data(doc), doc->len);
         }
-    } else {
-        rc = store_write_doc(t, c, 0, NULL, doc, NULL, NULL, err);
+    } else if ((rc = store_write_doc(t, c, 0, NULL, doc, NULL, NULL, err)) == 0) {
+        *dsum += xfer_doc_hash(bson_get_data(doc), doc->len);
+        (*added)++;
     }
     bson_destroy(&old);
     if (rc == 0) (*applied)++;
@@ -159,7 +162,7 @@ out:
 
 /* Deletes the document of this _id when it is here and inside the range. */
 static int delete_one(store_txn_t *t, store_coll_t *c, mig_recv_t *r, const bson_t *idv,
-                      int64_t *applied, ms_error_t *err) {
+                      int64_t *applied, int64_t *added, uint64_t *dsum, ms_error_t *err) {
     bson_t old;
     buf_t key = {0};
     int64_t rid = 0;
@@ -169,7 +172,11 @@ static int delete_one(store_txn_t *t, store_coll_t *c, mig_recv_t *r, const bson
     if ((rc = mig_find_by_id(t, c, idv, &rid, &old, &exists, err)) == 0 && exists &&
         keys_extract(&r->pat, &old, NULL, &key, NULL) == 0 &&
         mig_key_in_range(&key, &r->min_enc, &r->max_enc)) {
-        if ((rc = store_write_doc(t, c, rid, &old, NULL, NULL, NULL, err)) == 0) (*applied)++;
+        if ((rc = store_write_doc(t, c, rid, &old, NULL, NULL, NULL, err)) == 0) {
+            (*applied)++;
+            (*added)--;
+            *dsum -= xfer_doc_hash(bson_get_data(&old), old.len);
+        }
     }
     buf_free(&key);
     bson_destroy(&old);
@@ -186,12 +193,10 @@ static int apply_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         bson_t doc;
         if (!bsonx_view_container(&it, &doc))
             return err_set(err, MS_ERR_INVALID_BSON, "migration batch holds a non-document");
-        int64_t before = a->applied;
-        rc = a->deletes ? delete_one(t, c, a->r, &doc, &a->applied, err)
-                        : apply_one(t, c, a->r, &doc, &a->applied, err);
+        rc = a->deletes ? delete_one(t, c, a->r, &doc, &a->applied, &a->delta, &a->dsum, err)
+                        : apply_one(t, c, a->r, &doc, &a->applied, &a->delta, &a->dsum, err);
         if (rc != 0) return rc;
         a->bytes += doc.len;
-        a->delta += a->deletes ? -(a->applied - before) : (a->applied - before);
     }
     /* Until the commit these documents are orphans here (MongoDB's numOrphanDocs on the
      * recipient's task, counted in the same transaction as the documents). */
@@ -211,6 +216,11 @@ static int apply_array(mig_recv_t *r, const bson_t *reply, const char *field, bo
         while (bson_iter_next(&probe)) (*count)++;
     }
     if ((rc = store_write(r->m->app->st, apply_fn, &a, err)) != 0) return rc;
+    /* Committed: the running digest moves with it (read by _recvChunkCommit). */
+    pthread_mutex_lock(&r->mu);
+    r->range_count += a.delta;
+    r->range_sum += a.dsum;
+    pthread_mutex_unlock(&r->mu);
     *n = a.applied;
     if (bytes) *bytes += a.bytes;
     return 0;
@@ -250,6 +260,20 @@ typedef struct task_arg {
     bool ready, del;
 } task_arg_t;
 static int task_fn(store_txn_t *t, void *arg, ms_error_t *err);
+
+/* The clone prefetch: one `_migrateClone` call on a thread of its own. */
+typedef struct fetch {
+    mig_recv_t *r;
+    bson_t reply;
+    int rc;
+    ms_error_t err;
+} fetch_t;
+
+static void *fetch_main(void *p) {
+    fetch_t *f = p;
+    f->rc = donor_call(f->r, "_migrateClone", &f->reply, &f->err);
+    return NULL;
+}
 
 /* ---- the migrate thread ------------------------------------------------------------------ */
 
@@ -343,24 +367,77 @@ static void *recv_main(void *p) {
         bson_destroy(&task);
         if (rc != 0) goto failed;
     }
-    if ((rc = create_collection_and_indexes(r, &e)) != 0 || (rc = step_done(r, ++step, &t0, &e)) != 0)
-        goto failed;
-
-    /* 2: clone. */
-    set_state(r, RS_CLONE);
-    for (;;) {
-        bson_t reply;
-        int64_t n = 0, cnt = 0, bytes = 0;
-        if (aborted(r, &e)) goto failed;
-        if ((rc = donor_call(r, "_migrateClone", &reply, &e)) != 0) goto failed;
-        rc = apply_array(r, &reply, "objects", false, &n, &bytes, &cnt, &e);
-        bson_destroy(&reply);
-        if (rc != 0) goto failed;
-        if (cnt == 0) break;
+    if ((rc = create_collection_and_indexes(r, &e)) != 0) goto failed;
+    {
+        /* Whatever the range holds here already (nothing, once overlapping deletions are
+         * done): the start of the running digest that apply_array keeps. */
+        int64_t cnt = 0;
+        uint64_t sum = 0;
+        if ((rc = mig_range_digest(m->app->st, r->ns, &r->min_enc, &r->max_enc, &cnt, &sum, NULL,
+                                   &e)) != 0)
+            goto failed;
         pthread_mutex_lock(&r->mu);
-        r->cloned += cnt;
-        r->cloned_bytes += bytes;
+        r->range_count = cnt;
+        r->range_sum = sum;
         pthread_mutex_unlock(&r->mu);
+    }
+    if ((rc = step_done(r, ++step, &t0, &e)) != 0) goto failed;
+
+    /* 2: clone. The next batch is fetched while this one is applied (MongoDB's fetcher
+     * and inserter threads with a queue of one), so reading on the donor and writing
+     * here overlap. */
+    set_state(r, RS_CLONE);
+    {
+        fetch_t f = {.r = r};
+        bool have = false;
+        if ((f.rc = donor_call(r, "_migrateClone", &f.reply, &f.err)) != 0) {
+            e = f.err;
+            rc = f.rc;
+            goto failed;
+        }
+        have = true;
+        for (;;) {
+            bson_t cur;
+            int64_t n = 0, cnt = 0, bytes = 0;
+            pthread_t th;
+            bool started = false;
+            if (aborted(r, &e)) {
+                if (have) bson_destroy(&f.reply);
+                goto failed;
+            }
+            bson_steal(&cur, &f.reply);   /* f.reply is free for the next fetch */
+            have = false;
+            {
+                bson_iter_t it, arr;
+                bool empty = !(bson_iter_init_find(&it, &cur, "objects") &&
+                               bson_iter_recurse(&it, &arr) && bson_iter_next(&arr));
+                if (!empty && pthread_create(&th, NULL, fetch_main, &f) == 0) started = true;
+                if (empty) {
+                    bson_destroy(&cur);
+                    break;
+                }
+            }
+            rc = apply_array(r, &cur, "objects", false, &n, &bytes, &cnt, &e);
+            bson_destroy(&cur);
+            if (!started) {
+                f.rc = donor_call(r, "_migrateClone", &f.reply, &f.err);
+            } else {
+                pthread_join(th, NULL);
+            }
+            if (f.rc == 0) have = true;
+            if (rc != 0 || f.rc != 0) {
+                if (have) bson_destroy(&f.reply);
+                if (rc == 0) {
+                    rc = f.rc;
+                    e = f.err;
+                }
+                goto failed;
+            }
+            pthread_mutex_lock(&r->mu);
+            r->cloned += cnt;
+            r->cloned_bytes += bytes;
+            pthread_mutex_unlock(&r->mu);
+        }
     }
     if ((rc = step_done(r, ++step, &t0, &e)) != 0) goto failed;
 
@@ -416,17 +493,7 @@ static void *recv_main(void *p) {
         pthread_mutex_unlock(&r->mu);
         if (size == 0) break;
     }
-    {
-        int64_t cnt = 0;
-        uint64_t sum = 0;
-        if ((rc = mig_range_digest(m->app->st, r->ns, &r->min_enc, &r->max_enc, &cnt, &sum, NULL,
-                                   &e)) != 0)
-            goto failed;
-        pthread_mutex_lock(&r->mu);
-        r->range_count = cnt;
-        r->range_sum = sum;
-        pthread_mutex_unlock(&r->mu);
-    }
+
     if ((rc = step_done(r, ++step, &t0, &e)) != 0) goto failed;
     set_state(r, RS_DONE);
 

@@ -135,6 +135,11 @@ int store_set_write_observer(store_t *st, store_write_observer_fn fn, store_writ
  * store_ddl: the writer connection, catalog exclusive (may change the catalog). */
 typedef int (*store_txn_fn)(store_txn_t *t, void *arg, ms_error_t *err);
 int store_read(store_t *st, store_txn_fn fn, void *arg, ms_error_t *err);
+/* store_read whose snapshot is taken under the writer lock, with fence(farg) called there:
+ * the snapshot holds exactly the writes committed before fence ran, and every later write
+ * commits after it (a migration starts its running digest at the snapshot it scans). */
+int store_read_fenced(store_t *st, void (*fence)(void *farg), void *farg, store_txn_fn fn,
+                      void *arg, ms_error_t *err);
 int store_write(store_t *st, store_txn_fn fn, void *arg, ms_error_t *err);
 int store_ddl(store_t *st, store_txn_fn fn, void *arg, ms_error_t *err);
 
@@ -267,6 +272,14 @@ void xfer_putback(xfer_t *x, buf_t *del, int ndel, buf_t *reload, int nreload);
 void xfer_pending(xfer_t *x, int64_t *ndel, int64_t *nreload, int64_t *bytes);
 /* 0, or the error that ended the capture (ExceededMemoryLimit 146, with why). */
 int xfer_failed(xfer_t *x, ms_error_t *err);
+/* The range's running digest (beyond MongoDB: the count and checksum compared before the
+ * commit, kept up to date instead of recounted while writes are blocked): what committed
+ * writes added to and removed from the range since xfer_digest_reset — the number of
+ * documents and the sum (mod 2^64) of xfer_doc_hash of their bytes. reset takes the
+ * xfer_t as void* so store_read_fenced can call it under the writer lock. */
+void xfer_digest_reset(void *x);
+void xfer_digest(xfer_t *x, int64_t *count, uint64_t *sum);
+uint64_t xfer_doc_hash(const uint8_t *p, size_t n);   /* FNV-1a 64 of a document's bytes */
 
 /* ---- shard-local documents (store_docs.c) ---- */
 /* The shard's own persisted documents (notes §1.7), in table shard_docs of its SQLite file

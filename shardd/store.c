@@ -513,6 +513,28 @@ int store_read(store_t *st, store_txn_fn fn, void *arg, ms_error_t *err) {
     return rc;
 }
 
+int store_read_fenced(store_t *st, void (*fence)(void *farg), void *farg, store_txn_fn fn,
+                      void *arg, ms_error_t *err) {
+    store_txn_t t = {st, NULL, false};
+    int rc;
+    if (!(t.c = reader_conn(st, err))) return err ? err->code : MS_ERR_INTERNAL;
+    if ((rc = conn_exec(t.c, "BEGIN", err)) != 0) return rc;
+    /* WAL: a read transaction's snapshot is fixed by its first read. Under the writer lock
+     * no write transaction is open, so the snapshot and the fence see the same point. */
+    pthread_mutex_lock(&st->wmu);
+    rc = conn_exec(t.c, "SELECT count(*) FROM meta", err);
+    if (rc == 0 && fence) fence(farg);
+    pthread_mutex_unlock(&st->wmu);
+    if (rc == 0) {
+        pthread_rwlock_rdlock(&st->cat_lock);
+        rc = fn(&t, arg, err);
+        pthread_rwlock_unlock(&st->cat_lock);
+    }
+    if (conn_exec(t.c, rc == 0 ? "COMMIT" : "ROLLBACK", rc == 0 ? err : NULL) != 0 && rc == 0)
+        rc = err ? err->code : MS_ERR_INTERNAL;
+    return rc;
+}
+
 static int write_txn(store_t *st, bool ddl, store_txn_fn fn, void *arg, ms_error_t *err) {
     store_txn_t t = {st, st->writer, true};
     int rc;

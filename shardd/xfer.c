@@ -53,6 +53,10 @@ struct xfer {
     size_t sbytes;                  /* ... of which staged */
     bool failed;
     ms_error_t ferr;
+    /* The range's digest since the last xfer_digest_reset: documents in it and the sum of
+     * their hashes, published at commit (d*) from what the open transaction staged (s*). */
+    int64_t dcount, scount;
+    uint64_t dsum, ssum;
 };
 
 /* ---- the id lists ------------------------------------------------------------------- */
@@ -204,10 +208,34 @@ static void capture(xfer_t *x, const bson_t *doc, bool del) {
 }
 
 /* The store's write observer (under the writer lock, inside the transaction). */
+uint64_t xfer_doc_hash(const uint8_t *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;   /* FNV-1a 64 */
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
 static void xfer_observe(void *arg, const char *ns, const bson_t *old_doc,
                          const bson_t *new_doc, const buf_t *old_sk, const buf_t *new_sk) {
     xfer_t *x = arg;
     if (strcmp(ns, x->ns) != 0) return;
+    {
+        bool o = old_doc && in_range(x, old_sk), n = new_doc && in_range(x, new_sk);
+        if (o || n) {
+            pthread_mutex_lock(&x->mu);
+            if (o) {
+                x->scount--;
+                x->ssum -= xfer_doc_hash(bson_get_data(old_doc), old_doc->len);
+            }
+            if (n) {
+                x->scount++;
+                x->ssum += xfer_doc_hash(bson_get_data(new_doc), new_doc->len);
+            }
+            pthread_mutex_unlock(&x->mu);
+        }
+    }
     if (new_doc && in_range(x, new_sk))
         capture(x, new_doc, false);         /* insert, or update landing in the range */
     else if (old_doc && in_range(x, old_sk))
@@ -237,6 +265,12 @@ static void drop_staged_locked(xfer_t *x, xlist_t *s) {
 static void xfer_txn_end(void *arg, bool committed) {
     xfer_t *x = arg;
     pthread_mutex_lock(&x->mu);
+    if (committed) {
+        x->dcount += x->scount;
+        x->dsum += x->ssum;
+    }
+    x->scount = 0;
+    x->ssum = 0;
     if (committed) {
         merge_locked(x, &x->del, &x->sdel);
         merge_locked(x, &x->reload, &x->sreload);
@@ -367,4 +401,19 @@ int xfer_failed(xfer_t *x, ms_error_t *err) {
     }
     pthread_mutex_unlock(&x->mu);
     return rc;
+}
+
+void xfer_digest_reset(void *arg) {
+    xfer_t *x = arg;
+    pthread_mutex_lock(&x->mu);
+    x->dcount = x->scount = 0;
+    x->dsum = x->ssum = 0;
+    pthread_mutex_unlock(&x->mu);
+}
+
+void xfer_digest(xfer_t *x, int64_t *count, uint64_t *sum) {
+    pthread_mutex_lock(&x->mu);
+    *count = x->dcount;
+    *sum = x->dsum;
+    pthread_mutex_unlock(&x->mu);
 }
