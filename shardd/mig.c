@@ -332,3 +332,37 @@ int mig_task_add_orphans(store_txn_t *t, const char *id, int64_t n, bool set, ms
     bson_destroy(&doc);
     return rc;
 }
+
+int mig_range_rowids_digest(store_txn_t *t, store_coll_t *c, const buf_t *min, const buf_t *max,
+                            size_t cap, int64_t **rids, size_t *n, int64_t *count, uint64_t *sum,
+                            ms_error_t *err) {
+    sqlite3_stmt *s = range_stmt(t, c, "rid, doc", min, max, err);
+    size_t vcap = 0;
+    int rc;
+    *rids = NULL;
+    *n = 0;
+    *count = 0;
+    *sum = 0;
+    if (!s) return err->code;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (*n >= cap) {
+            (*n)++;   /* one more than the cap: "too many" */
+            break;
+        }
+        if (*n == vcap) {
+            vcap = vcap ? vcap * 2 : 1024;
+            *rids = xrealloc(*rids, vcap * sizeof **rids);
+        }
+        (*rids)[(*n)++] = sqlite3_column_int64(s, 0);
+        (*count)++;
+        *sum += xfer_doc_hash(sqlite3_column_blob(s, 1), (size_t)sqlite3_column_bytes(s, 1));
+    }
+    sqlite3_reset(s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        free(*rids);
+        *rids = NULL;
+        *n = 0;
+        return err_set(err, MS_ERR_INTERNAL, "range scan failed: %s", sqlite3_errstr(rc));
+    }
+    return 0;
+}

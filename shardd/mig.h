@@ -79,6 +79,11 @@ void mig_log_change(mig_t *m, const char *what, const char *ns, const bson_t *de
  * shard key lies in [min, max), in key order; more than cap → *n = cap + 1 (too many). */
 int mig_range_rowids(store_txn_t *t, store_coll_t *c, const buf_t *min, const buf_t *max,
                      size_t cap, int64_t **rids, size_t *n, ms_error_t *err);
+/* mig_range_rowids plus the range's digest (document count, sum of xfer_doc_hash) in the
+ * same scan. */
+int mig_range_rowids_digest(store_txn_t *t, store_coll_t *c, const buf_t *min, const buf_t *max,
+                            size_t cap, int64_t **rids, size_t *n, int64_t *count, uint64_t *sum,
+                            ms_error_t *err);
 /* The document with doc's _id, if any: *exists, *rid and *found (initialised by the caller,
  * replaced with a copy) on a hit. */
 int mig_find_by_id(store_txn_t *t, store_coll_t *c, const bson_t *doc, int64_t *rid,

@@ -680,13 +680,10 @@ static int clone_list_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         if (by_size < a->cap) a->cap = by_size;
     }
     if (d->force_jumbo) a->cap = INT64_MAX / 2;
-    if ((rc = mig_range_rowids(t, c, &d->min_enc, &d->max_enc, (size_t)a->cap, &d->rids, &d->nrids,
-                               err)) != 0)
-        return rc;
-    if ((int64_t)d->nrids > a->cap) return 0;
-    /* The range's digest at this snapshot; the capture adds every later write to it. */
-    return mig_range_digest_txn(t, d->ns, &d->min_enc, &d->max_enc, &d->digest_count,
-                                &d->digest_sum, NULL, err);
+    /* One scan: the record ids in key order and the range's digest at this snapshot (the
+     * capture adds every later write to it). */
+    return mig_range_rowids_digest(t, c, &d->min_enc, &d->max_enc, (size_t)a->cap, &d->rids,
+                                   &d->nrids, &d->digest_count, &d->digest_sum, err);
 }
 
 /* Step 2: changelog, capture on, documents persisted, clone list, recipient started. */

@@ -113,6 +113,7 @@ typedef struct apply_arg {
     mig_recv_t *r;
     bson_iter_t docs;            /* the array of documents or of {_id} */
     bool deletes;
+    bool fresh;                  /* clone batch: insert first, look up only on a duplicate */
     int64_t applied, bytes;
     int64_t delta;               /* documents added (+) or removed (-) in the range */
     uint64_t dsum;               /* the change to the range's checksum */
@@ -120,7 +121,7 @@ typedef struct apply_arg {
 
 /* Upserts one document by _id (full replacement), inside the range only; a document of
  * the same _id outside the range fails the migration. */
-static int apply_one(store_txn_t *t, store_coll_t *c, mig_recv_t *r, const bson_t *doc,
+static int apply_one(store_txn_t *t, store_coll_t *c, mig_recv_t *r, const bson_t *doc, bool fresh,
                      int64_t *applied, int64_t *added, uint64_t *dsum, ms_error_t *err) {
     buf_t key = {0}, okey = {0};
     bson_t old;
@@ -131,6 +132,25 @@ static int apply_one(store_txn_t *t, store_coll_t *c, mig_recv_t *r, const bson_
     if (!mig_key_in_range(&key, &r->min_enc, &r->max_enc)) goto out;   /* not ours to take */
     if (fp_active(FP_SKIP_ONE_MIGRATED_DOC) && fp_check(FP_SKIP_ONE_MIGRATED_DOC, NULL, NULL, NULL))
         goto out;
+    if (fresh) {
+        /* Clone batches are nearly always new here: insert first, and look the _id up
+         * only when the insert meets it (MongoDB's guard then decides). */
+        bson_t info = BSON_INITIALIZER;
+        bson_iter_t kp, f;
+        rc = store_write_doc(t, c, 0, NULL, doc, NULL, &info, err);
+        bool id_dup = rc == MS_ERR_DUPLICATE_KEY && bson_iter_init_find(&kp, &info, "keyPattern") &&
+                      bson_iter_recurse(&kp, &f) && bson_iter_next(&f) &&
+                      strcmp(bson_iter_key(&f), "_id") == 0 && !bson_iter_next(&f);
+        bson_destroy(&info);
+        if (rc == 0) {
+            *dsum += xfer_doc_hash(bson_get_data(doc), doc->len);
+            (*added)++;
+            (*applied)++;
+            goto out;
+        }
+        if (!id_dup) goto out;
+        memset(err, 0, sizeof *err);
+    }
     bson_init(&old);
     if ((rc = mig_find_by_id(t, c, doc, &rid, &old, &exists, err)) != 0) {
         bson_destroy(&old);
@@ -194,7 +214,7 @@ static int apply_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         if (!bsonx_view_container(&it, &doc))
             return err_set(err, MS_ERR_INVALID_BSON, "migration batch holds a non-document");
         rc = a->deletes ? delete_one(t, c, a->r, &doc, &a->applied, &a->delta, &a->dsum, err)
-                        : apply_one(t, c, a->r, &doc, &a->applied, &a->delta, &a->dsum, err);
+                        : apply_one(t, c, a->r, &doc, a->fresh, &a->applied, &a->delta, &a->dsum, err);
         if (rc != 0) return rc;
         a->bytes += doc.len;
     }
@@ -206,7 +226,7 @@ static int apply_fn(store_txn_t *t, void *arg, ms_error_t *err) {
 static int apply_array(mig_recv_t *r, const bson_t *reply, const char *field, bool deletes,
                        int64_t *n, int64_t *bytes, int64_t *count, ms_error_t *err) {
     bson_iter_t it;
-    apply_arg_t a = {.r = r, .deletes = deletes};
+    apply_arg_t a = {.r = r, .deletes = deletes, .fresh = strcmp(field, "objects") == 0};
     int rc;
     *n = 0;
     if (!bson_iter_init_find(&it, reply, field) || !BSON_ITER_HOLDS_ARRAY(&it)) return 0;

@@ -279,7 +279,7 @@ int xfer_failed(xfer_t *x, ms_error_t *err);
  * xfer_t as void* so store_read_fenced can call it under the writer lock. */
 void xfer_digest_reset(void *x);
 void xfer_digest(xfer_t *x, int64_t *count, uint64_t *sum);
-uint64_t xfer_doc_hash(const uint8_t *p, size_t n);   /* FNV-1a 64 of a document's bytes */
+uint64_t xfer_doc_hash(const uint8_t *p, size_t n);   /* 64-bit hash of a document's bytes */
 
 /* ---- shard-local documents (store_docs.c) ---- */
 /* The shard's own persisted documents (notes §1.7), in table shard_docs of its SQLite file

@@ -209,12 +209,25 @@ static void capture(xfer_t *x, const bson_t *doc, bool del) {
 
 /* The store's write observer (under the writer lock, inside the transaction). */
 uint64_t xfer_doc_hash(const uint8_t *p, size_t n) {
-    uint64_t h = 1469598103934665603ull;   /* FNV-1a 64 */
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 1099511628211ull;
+    /* Eight bytes at a time (a multiply-xorshift mix per word, the tail zero-padded):
+     * the digest hashes every document of a range once, so speed matters; it only has to
+     * make a lost or altered document show, not resist an adversary. */
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 31;
     }
-    return h;
+    if (i < n) {
+        uint64_t w = 0;
+        memcpy(&w, p + i, n - i);
+        h = (h ^ w) * 0x94D049BB133111EBull;
+        h ^= h >> 29;
+    }
+    h *= 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 32);
 }
 
 static void xfer_observe(void *arg, const char *ns, const bson_t *old_doc,
