@@ -244,6 +244,18 @@ static int extend_bound(const keys_pattern_t *p, const bson_t *bound, const char
     return 0;
 }
 
+/* The same field names in the same order (ChunkRange::extractKeyPattern's rule). */
+static bool same_fields(const bson_t *a, const bson_t *b) {
+    bson_iter_t i, j;
+    if (!bson_iter_init(&i, a) || !bson_iter_init(&j, b)) return false;
+    for (;;) {
+        bool more_i = bson_iter_next(&i), more_j = bson_iter_next(&j);
+        if (more_i != more_j) return false;
+        if (!more_i) return true;
+        if (strcmp(bson_iter_key(&i), bson_iter_key(&j)) != 0) return false;
+    }
+}
+
 typedef struct zone_range_arg {
     const char *ns;
     const bson_t *min, *max;
@@ -277,6 +289,11 @@ static int zone_range_fn(cat_t *c, void *arg, ms_error_t *err) {
         rc = pattern_of_doc(a->min, &p, err);
     }
     if (rc) return rc;
+    if (!sharded && !same_fields(a->min, a->max)) {
+        rc = err_set(err, MS_ERR_BAD_VALUE,
+                     "min and max of a zone range must have the same fields in the same order");
+        goto out_pattern;
+    }
     rc = extend_bound(&p, a->min, "min", a->ns, &mn, err);
     if (rc) goto out_pattern;
     rc = extend_bound(&p, a->max, "max", a->ns, &mx, err);
@@ -285,10 +302,6 @@ static int zone_range_fn(cat_t *c, void *arg, ms_error_t *err) {
         goto out_pattern;
     }
     have_bounds = true;
-    if (!sharded && (bson_count_keys(a->min) != bson_count_keys(a->max))) {
-        rc = err_set(err, MS_ERR_BAD_VALUE, "min and max of a zone range must have the same fields");
-        goto out;
-    }
     rc = keys_encode_bound(&p, &mn, &mn_enc, err);
     if (rc == 0) rc = keys_encode_bound(&p, &mx, &mx_enc, err);
     if (rc) goto out;
