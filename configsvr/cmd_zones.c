@@ -22,7 +22,7 @@ static int zone_field(cmd_ctx_t *ctx, const char **zone, ms_error_t *err) {
 int cfg_cmd_shard_zone(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
     const char *shard = cfg_arg_str(ctx), *zone = NULL;
-    bool add = strstr(ctx->name, "add") || strstr(ctx->name, "Add");
+    bool add = !strcmp(ctx->name, "addShardToZone") || !strcmp(ctx->name, "_configsvrAddShardToZone");
     int rc;
     (void)reply;
     if (!*shard) return err_set(err, MS_ERR_BAD_VALUE, "%s needs a shard name", ctx->name);
