@@ -72,6 +72,7 @@
     X(EXCEEDED_MEMORY_LIMIT, 146, "ExceededMemoryLimit")            \
     X(STALE_EPOCH, 150, "StaleEpoch")                               \
     X(CHUNK_TOO_BIG, 153, "ChunkTooBig")                            \
+    X(ZONE_STILL_IN_USE, 163, "ZoneStillInUse")                     \
     X(CANNOT_INDEX_PARALLEL_ARRAYS, 171, "CannotIndexParallelArrays") \
     X(ZONE_NOT_FOUND, 177, "ZoneNotFound")                          \
     X(RANGE_OVERLAP_CONFLICT, 178, "RangeOverlapConflict")          \

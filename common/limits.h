@@ -354,4 +354,16 @@
  * shardErrors), well before the 20 s peer timeout; a live shard answers in milliseconds. */
 #define MS_CURRENT_OP_SHARD_WAIT_MS 5000
 
+/* ---- zones, removeShard, movePrimary (configsvr/cat_zones.c, cmd_zones.c, cmd_moveprimary.c) ---- */
+/* Zone names (config.shards tags, config.tags tag): MongoDB sets no length of its own;
+ * a bound keeps every config document holding one small and log lines readable. */
+#define MS_ZONE_NAME_BYTES_MAX 256
+/* movePrimary copies a collection in find batches of at most this many documents (each
+ * batch also capped at MS_BATCH_BYTES_MAX by the shard), one insert per batch: the
+ * insert then stays below MS_MSG_BYTES_MAX and the copy costs one round trip per batch. */
+#define MS_MOVE_PRIMARY_BATCH_DOCS 1000
+/* Unsharded collections one movePrimary copies (listCollections of the old primary is
+ * read in one reply; more is refused rather than half-moved). */
+#define MS_MOVE_PRIMARY_COLLS_MAX 10000
+
 #endif

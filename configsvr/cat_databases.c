@@ -232,3 +232,46 @@ int cat_db_drop(cat_t *c, const char *db, bool *existed, ms_error_t *err) {
     if (rc == 0 && existed) *existed = ex;
     return rc;
 }
+
+/* movePrimary's commit: the new primary and lastMod + 1 (same uuid and timestamp, as
+ * MongoDB's commitMovePrimary bumps only lastMod), so a shard or router holding the old
+ * version gets StaleDbVersion and refreshes. The target shard must exist and not drain
+ * (re-checked here, inside the transaction). Changelog movePrimary. */
+int cat_db_set_primary(cat_t *c, const char *db, const char *from, const char *to,
+                       ms_error_t *err) {
+    sqlite3_stmt *st = NULL;
+    bson_t details = BSON_INITIALIZER;
+    bool draining = false;
+    int rc;
+    pthread_mutex_lock(&c->mu);
+    rc = cat_sql_exec(c, "BEGIN IMMEDIATE", err);
+    if (rc) goto out;
+    rc = cat_shard_host_locked(c, to, NULL, 0, &draining, err);
+    if (rc == 0 && draining)
+        rc = err_set(err, MS_ERR_ILLEGAL_OPERATION, "cannot move primary to draining shard %s", to);
+    if (rc == 0)
+        rc = cat_sql_prep(c, "UPDATE databases SET primary_shard = ?, last_mod = last_mod + 1"
+                             " WHERE name = ? AND primary_shard = ?", &st, err);
+    if (rc == 0) {
+        cat_bind_text(st, 1, to);
+        cat_bind_text(st, 2, db);
+        cat_bind_text(st, 3, from);
+        rc = cat_sql_done(c, st, "switch primary", err);
+        if (rc == 0 && sqlite3_changes(c->db) != 1)
+            rc = err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                         "database %s changed during movePrimary (no longer on %s)", db, from);
+    }
+    if (rc == 0) {
+        BSON_APPEND_UTF8(&details, "database", db);
+        BSON_APPEND_UTF8(&details, "from", from);
+        BSON_APPEND_UTF8(&details, "to", to);
+        rc = cat_log_change_locked(c, "changelog", "movePrimary", db, &details, err);
+    }
+    if (rc == 0) rc = cat_sql_exec(c, "COMMIT", err);
+    if (rc) cat_sql_exec(c, "ROLLBACK", NULL);
+out:
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&c->mu);
+    bson_destroy(&details);
+    return rc;
+}

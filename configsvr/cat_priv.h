@@ -75,6 +75,8 @@ int cat_strv_locked(cat_t *c, const char *sql, const char *p1, char ***out, int 
 /* cat_shards.c */
 int cat_shard_host_locked(cat_t *c, const char *name, char *host_out, size_t cap,
                           bool *draining, ms_error_t *err);
+/* cat_zones.c: ZoneStillInUse when shard is the only shard of a zone a range uses. */
+int cat_zone_check_shard_removable_locked(cat_t *c, const char *shard, ms_error_t *err);
 /* cat_collections.c */
 void cat_coll_from_row(sqlite3_stmt *st, cat_coll_t *out);  /* COLL_COLS row; out->key initialised */
 int cat_coll_get_locked(cat_t *c, const char *ns, cat_coll_t *out, ms_error_t *err);

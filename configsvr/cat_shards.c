@@ -222,6 +222,9 @@ static int remove_step_locked(cat_t *c, const char *name, bson_t *reply, ms_erro
                          "Can't have more than one draining shard at a time");
             goto out;
         }
+        /* MongoDB: never the last shard of a zone that a range still uses. */
+        rc = cat_zone_check_shard_removable_locked(c, name, err);
+        if (rc) goto out;
         rc = cat_sql_prep(c, "UPDATE shards SET draining = 1 WHERE id = ?", &st, err);
         if (rc) goto out;
         cat_bind_text(st, 1, name);
@@ -233,10 +236,7 @@ static int remove_step_locked(cat_t *c, const char *name, bson_t *reply, ms_erro
         BSON_APPEND_UTF8(reply, "msg", "draining started successfully");
         BSON_APPEND_UTF8(reply, "state", "started");
         BSON_APPEND_UTF8(reply, "shard", name);
-        BSON_APPEND_UTF8(reply, "note",
-                         "you need to drop or movePrimary these databases; this config server "
-                         "has no balancer yet, so chunks are not moved off a draining shard "
-                         "automatically (move or drop them)");
+        BSON_APPEND_UTF8(reply, "note", "you need to drop or movePrimary these databases");
         rc = dbs_to_move_locked(c, name, reply, err);
         goto out;
     }
@@ -272,9 +272,7 @@ static int remove_step_locked(cat_t *c, const char *name, bson_t *reply, ms_erro
         BSON_APPEND_INT64(&rem, "jumboChunks", njumbo);
         bson_append_document_end(reply, &rem);
     }
-    BSON_APPEND_UTF8(reply, "note",
-                     "you need to drop or movePrimary these databases; chunks are not moved off "
-                     "a draining shard automatically until the balancer exists (move or drop them)");
+    BSON_APPEND_UTF8(reply, "note", "you need to drop or movePrimary these databases");
     rc = dbs_to_move_locked(c, name, reply, err);
 out:
     sqlite3_finalize(st);

@@ -179,6 +179,12 @@ int cat_db_collections(cat_t *c, const char *db, char ***ns_out, int *n_out, ms_
  * dropDatabase. Absent → 0 with *existed false. */
 int cat_db_drop(cat_t *c, const char *db, bool *existed, ms_error_t *err);
 
+/* movePrimary's commit: primary from -> to and lastMod + 1 in one transaction (changelog
+ * movePrimary). ShardNotFound / IllegalOperation (to draining); ConflictingOperation
+ * when db's primary is no longer from. */
+int cat_db_set_primary(cat_t *c, const char *db, const char *from, const char *to,
+                       ms_error_t *err);
+
 /* -- collections -- */
 /* Loads ns; NamespaceNotSharded when ns is not a sharded collection. */
 int cat_coll_get(cat_t *c, const char *ns, cat_coll_t *out, ms_error_t *err);
@@ -267,6 +273,33 @@ int cat_migration_record(cat_t *c, const bson_t *doc, bool *joined, ms_error_t *
 int cat_migration_forget(cat_t *c, const char *id, ms_error_t *err);  /* absent is fine */
 /* Deletes every entry (start-up); *n = how many. */
 int cat_migrations_clear(cat_t *c, int64_t *n, ms_error_t *err);
+
+/* -- zones (cat_zones.c): config.shards tags and config.tags, read by the balancer -- */
+/* One zone range of a collection: full shard-key bounds (owned, initialised). */
+typedef struct cat_zone_range {
+    bson_t min, max;
+    char zone[MS_ZONE_NAME_BYTES_MAX];
+} cat_zone_range_t;
+/* addShardToZone: $addToSet zone on the shard's tags (already there: no-op).
+ * ShardNotFound when the shard is unknown. */
+int cat_zone_add_shard(cat_t *c, const char *shard, const char *zone, ms_error_t *err);
+/* removeShardFromZone: $pull zone (absent: no-op). ShardNotFound; ZoneStillInUse when the
+ * shard is the zone's only shard and a range still uses the zone. */
+int cat_zone_remove_shard(cat_t *c, const char *shard, const char *zone, ms_error_t *err);
+/* updateZoneKeyRange: zone non-NULL assigns [min, max) of ns to it, zone NULL removes
+ * exactly that range (absent: no-op). Bounds may be a prefix of the shard key (extended
+ * with MinKey; not a prefix: ShardKeyNotFound; hashed field not NumberLong/MinKey/MaxKey:
+ * InvalidOptions); ns not sharded: stored as given. ZoneNotFound when no shard carries
+ * zone; RangeOverlapConflict unless an identical range of the same zone exists (then a
+ * no-op); BadValue when min >= max. *changed (may be NULL) says whether a row changed. */
+int cat_zone_update_range(cat_t *c, const char *ns, const bson_t *min, const bson_t *max,
+                          const char *zone, bool *changed, ms_error_t *err);
+/* The zone ranges of ns in key order (full-key bounds). Caller frees with
+ * cat_zones_free. None → *out NULL, *n_out 0. */
+int cat_zones_of(cat_t *c, const char *ns, cat_zone_range_t **out, int *n_out, ms_error_t *err);
+void cat_zones_free(cat_zone_range_t *v, int n);  /* NULL-safe */
+/* The zones shard carries (its tags), caller frees with cat_strv_free. ShardNotFound. */
+int cat_shard_zones(cat_t *c, const char *shard, char ***zones_out, int *n_out, ms_error_t *err);
 
 /* -- routing -- */
 /* The getRoutingTable reply body (shardd/shardver.h) for ns into reply (initialised by
@@ -433,6 +466,11 @@ int cfg_cmd_add_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_list_shards(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_remove_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* cmd_db.c */
+/* zones (cmd_zones.c) */
+int cfg_cmd_shard_zone(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_update_zone_key_range(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+/* movePrimary (cmd_moveprimary.c) */
+int cfg_cmd_move_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_enable_sharding(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_create_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);

@@ -53,6 +53,26 @@ const cmd_spec_t cfg_cmd_table[] = {
      .help = "the shards: [{_id, host, state, draining?, tags, topologyTime}]"},
     {.name = "removeShard", .handler = cfg_cmd_remove_shard, .flags = CMD_WRITE, .arg_types = CT_STR,
      .help = "drain then remove a shard: state started / ongoing (remaining) / completed"},
+#define CFG_SHARD_ZONE(nm)                                                                  \
+    {.name = nm, .handler = cfg_cmd_shard_zone, .flags = CMD_WRITE, .arg_types = CT_STR,     \
+     .fields = {{"zone", CT_STR, true}, {"writeConcern", CT_DOC, false}},                   \
+     .help = "add a shard to a zone / remove it from one: {<cmd>: shard, zone}"}
+#define CFG_ZONE_RANGE(nm)                                                                  \
+    {.name = nm, .handler = cfg_cmd_update_zone_key_range,                                  \
+     .flags = CMD_WRITE | CMD_FULL_NS_ARG, .arg_types = CT_STR,                             \
+     .fields = {{"min", CT_DOC, true}, {"max", CT_DOC, true},                               \
+                {"zone", CT_STR | CT_NULL, true}, {"writeConcern", CT_DOC, false}},         \
+     .help = "assign [min, max) of a collection to a zone (zone null removes the range)"}
+    CFG_SHARD_ZONE("addShardToZone"), CFG_SHARD_ZONE("_configsvrAddShardToZone"),
+    CFG_SHARD_ZONE("removeShardFromZone"), CFG_SHARD_ZONE("_configsvrRemoveShardFromZone"),
+    CFG_ZONE_RANGE("updateZoneKeyRange"), CFG_ZONE_RANGE("_configsvrUpdateZoneKeyRange"),
+    {.name = "movePrimary", .handler = cfg_cmd_move_primary, .flags = CMD_WRITE | CMD_DB_ARG,
+     .arg_types = CT_STR, .fields = {{"to", CT_STR, true}, {"writeConcern", CT_DOC, false}},
+     .help = "move a database's unsharded collections and primary to shard `to`"},
+    {.name = "_configsvrMovePrimary", .handler = cfg_cmd_move_primary,
+     .flags = CMD_WRITE | CMD_DB_ARG, .arg_types = CT_STR,
+     .fields = {{"to", CT_STR, true}, {"writeConcern", CT_DOC, false}},
+     .help = "mongos' name of movePrimary"},
 
     /* databases and collections (cmd_db.c, cmd_coll.c) */
     {.name = "enableSharding", .handler = cfg_cmd_enable_sharding, .flags = CMD_WRITE | CMD_DB_ARG,

@@ -137,5 +137,7 @@ const cmd_spec_t router_table[] = {
      .help = "every shard's operations in progress (migrations), tagged with the shard"},
     CFG_RO("balancerStatus"),
     CFG_RO("getRoutingTable"),
+    CFG("addShardToZone"), CFG("removeShardFromZone"),
+    CFG_NAMED("updateZoneKeyRange", CMD_FULL_NS_ARG), CFG_NAMED("movePrimary", CMD_DB_ARG),
 };
 const int router_table_len = (int)(sizeof router_table / sizeof router_table[0]);

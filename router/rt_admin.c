@@ -41,7 +41,7 @@ static void invalidate_after(router_t *r, cmd_ctx_t *ctx) {
          !strcmp(n, "moveChunk") || !strcmp(n, "moveRange") ||
          !strcmp(n, "refineCollectionShardKey")))
         rt_table_invalidate(r, bson_iter_utf8(&ctx->arg, NULL));
-    if (BSON_ITER_HOLDS_UTF8(&ctx->arg) && !strcmp(n, "enableSharding"))
+    if (BSON_ITER_HOLDS_UTF8(&ctx->arg) && (!strcmp(n, "enableSharding") || !strcmp(n, "movePrimary")))
         rt_db_invalidate(r, bson_iter_utf8(&ctx->arg, NULL));
 }
 

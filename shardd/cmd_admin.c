@@ -749,6 +749,16 @@ int cmd_flush_routing(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return shv_refresh(app->shv, ns, err);
 }
 
+int cmd_flush_db_cache(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    (void)reply;
+    if (!BSON_ITER_HOLDS_UTF8(&ctx->arg) || !*bson_iter_utf8(&ctx->arg, NULL) ||
+        strchr(bson_iter_utf8(&ctx->arg, NULL), '.'))
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "_flushDatabaseCacheUpdates needs a database name");
+    if (app->shv) shv_invalidate(app->shv, bson_iter_utf8(&ctx->arg, NULL));
+    return 0;
+}
+
 /* ---- serverStatus ------------------------------------------------------------------- */
 
 void shardd_metrics(void *arg, bson_t *metrics) {

@@ -141,6 +141,10 @@ const cmd_spec_t shardd_cmd_table[] = {
      .flags = CMD_STRICT_FIELDS | CMD_INTERNAL, .arg_types = CT_STR,
      .fields = {F("syncFromConfig", CT_BOOL)},
      .help = "refresh this shard's filtering metadata of a namespace"},
+    {.name = "_flushDatabaseCacheUpdates", .handler = cmd_flush_db_cache,
+     .flags = CMD_STRICT_FIELDS | CMD_INTERNAL, .arg_types = CT_STR,
+     .fields = {F("syncFromConfig", CT_BOOL)},
+     .help = "forget this shard's cached version and primary of a database (movePrimary)"},
 
     /* chunk migration (mig_donor.c, mig_recipient.c; docs/how-a-migration-works.md) */
     {.name = "_shardsvrMoveRange", .handler = cmd_shardsvr_move_range,

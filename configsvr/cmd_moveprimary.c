@@ -1,0 +1,330 @@
+/*
+ * cmd_moveprimary.c — the config server's movePrimary (bin/configsvr): moves a
+ * database's unsharded collections and its primary-shard role to another shard, as
+ * MongoDB's MovePrimaryCoordinator does in outline: (1) clone — for each unsharded
+ * collection of the old primary (listCollections), create it on the new primary with the
+ * same options, build the same indexes (listIndexes → createIndexes) and copy the
+ * documents in batches (find/getMore → insert), all through the shards' ordinary
+ * commands; (2) commit — config.databases gets the new primary and lastMod + 1 in one
+ * transaction, and both shards forget their cached database version, so a router or
+ * shard with the old version meets StaleDbVersion and refreshes; (3) clean up — the old
+ * copies are dropped on the old primary. Sharded collections are not touched. The
+ * database's DDL lock is held throughout (no create/drop/shardCollection in the
+ * database meanwhile); unlike MongoDB there is no critical section blocking writes to
+ * the old primary during the clone, so writes sent to the database while it moves may
+ * be lost (docs/protocol.md says so).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/bsonx.h"
+#include "common/log.h"
+#include "configsvr/configsvr.h"
+
+/* The cursor's batch array (firstBatch or nextBatch) and id of a find/getMore reply. */
+static bool reply_batch(const bson_t *reply, bson_t *batch, int64_t *id) {
+    bson_iter_t it, cur;
+    uint32_t len;
+    const uint8_t *data;
+    *id = 0;
+    if (!bson_iter_init_find(&it, reply, "cursor") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !bson_iter_recurse(&it, &cur))
+        return false;
+    bool found = false;
+    while (bson_iter_next(&cur)) {
+        const char *k = bson_iter_key(&cur);
+        if (!strcmp(k, "id") && BSON_ITER_HOLDS_NUMBER(&cur)) *id = bson_iter_as_int64(&cur);
+        if ((!strcmp(k, "firstBatch") || !strcmp(k, "nextBatch")) && BSON_ITER_HOLDS_ARRAY(&cur)) {
+            bson_iter_array(&cur, &len, &data);
+            found = bson_init_static(batch, data, len);
+        }
+    }
+    return found;
+}
+
+/* An insert reply with writeErrors is a failure: its first error becomes ours. */
+static int insert_errors(const bson_t *reply, const char *ns, ms_error_t *err) {
+    bson_iter_t it;
+    if (!bson_iter_init(&it, reply) || !bson_iter_find_descendant(&it, "writeErrors.0", &it))
+        return 0;
+    bson_iter_t e;
+    int64_t code = MS_ERR_OPERATION_FAILED;
+    const char *msg = "";
+    if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &e))
+        while (bson_iter_next(&e)) {
+            if (!strcmp(bson_iter_key(&e), "code") && BSON_ITER_HOLDS_NUMBER(&e))
+                code = bson_iter_as_int64(&e);
+            if (!strcmp(bson_iter_key(&e), "errmsg") && BSON_ITER_HOLDS_UTF8(&e))
+                msg = bson_iter_utf8(&e, NULL);
+        }
+    return err_set(err, code > 0 && code <= INT32_MAX ? (int)code : MS_ERR_OPERATION_FAILED,
+                   "movePrimary: copying %s: %s", ns, msg);
+}
+
+/* Copies one collection (entry = its listCollections entry) from `from` to `to`. */
+static int clone_coll(cfg_t *cfg, const char *db, const char *coll, const bson_t *entry,
+                      const char *from, const char *to, int64_t *docs, ms_error_t *err) {
+    char ns[MS_NS_BYTES_MAX + 1];
+    bson_t cmd, rep, batch;
+    bson_iter_t it;
+    int64_t id = 0;
+    int rc;
+    snprintf(ns, sizeof ns, "%s.%s", db, coll);
+
+    /* Leftovers of an earlier failed attempt on the target: an unsharded collection of
+     * this database lives on its primary only, so whatever is there is ours to replace. */
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "drop", coll);
+    BSON_APPEND_UTF8(&cmd, "$db", db);
+    rc = cfg_shard_command(cfg, to, &cmd, CFG_SHARD_CMD_TIMEOUT_MS, &rep, err);
+    bson_destroy(&cmd);
+    if (rc == 0) bson_destroy(&rep);
+    else if (rc == MS_ERR_NAMESPACE_NOT_FOUND) rc = 0;
+    else return rc;
+
+    /* create with the same options */
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "create", coll);
+    if (bson_iter_init_find(&it, entry, "options") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_iter_t o;
+        bson_iter_recurse(&it, &o);
+        while (bson_iter_next(&o)) bson_append_iter(&cmd, bson_iter_key(&o), -1, &o);
+    }
+    BSON_APPEND_UTF8(&cmd, "$db", db);
+    rc = cfg_shard_command(cfg, to, &cmd, CFG_SHARD_CMD_TIMEOUT_MS, &rep, err);
+    bson_destroy(&cmd);
+    if (rc) return rc;
+    bson_destroy(&rep);
+
+    /* the same indexes (_id_ comes with create) */
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "listIndexes", coll);
+    BSON_APPEND_UTF8(&cmd, "$db", db);
+    rc = cfg_shard_command(cfg, from, &cmd, CFG_SHARD_CMD_TIMEOUT_MS, &rep, err);
+    bson_destroy(&cmd);
+    if (rc) return rc;
+    if (reply_batch(&rep, &batch, &id)) {
+        bson_t ci = BSON_INITIALIZER, arr;
+        bson_iter_t ix;
+        int n = 0;
+        BSON_APPEND_UTF8(&ci, "createIndexes", coll);
+        BSON_APPEND_ARRAY_BEGIN(&ci, "indexes", &arr);
+        if (bson_iter_init(&ix, &batch))
+            while (bson_iter_next(&ix)) {
+                bson_iter_t f;
+                bson_t spec;
+                char idx[16];
+                if (!BSON_ITER_HOLDS_DOCUMENT(&ix) || !bson_iter_recurse(&ix, &f)) continue;
+                bson_iter_t nm;
+                if (bson_iter_recurse(&ix, &nm) && bson_iter_find(&nm, "name") &&
+                    BSON_ITER_HOLDS_UTF8(&nm) && !strcmp(bson_iter_utf8(&nm, NULL), "_id_"))
+                    continue;
+                snprintf(idx, sizeof idx, "%d", n++);
+                BSON_APPEND_DOCUMENT_BEGIN(&arr, idx, &spec);
+                while (bson_iter_next(&f))
+                    if (strcmp(bson_iter_key(&f), "v") && strcmp(bson_iter_key(&f), "ns"))
+                        bson_append_iter(&spec, bson_iter_key(&f), -1, &f);
+                bson_append_document_end(&arr, &spec);
+            }
+        bson_append_array_end(&ci, &arr);
+        BSON_APPEND_UTF8(&ci, "$db", db);
+        bson_destroy(&rep);
+        if (n > 0) {
+            rc = cfg_shard_command(cfg, to, &ci, CFG_SHARD_CMD_TIMEOUT_MS, &rep, err);
+            if (rc == 0) bson_destroy(&rep);
+        }
+        bson_destroy(&ci);
+        if (rc) return rc;
+    } else {
+        bson_destroy(&rep);
+    }
+
+    /* the documents, batch by batch */
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "find", coll);
+    BSON_APPEND_INT64(&cmd, "batchSize", MS_MOVE_PRIMARY_BATCH_DOCS);
+    BSON_APPEND_UTF8(&cmd, "$db", db);
+    rc = cfg_shard_command(cfg, from, &cmd, CFG_SHARD_CMD_TIMEOUT_MS, &rep, err);
+    bson_destroy(&cmd);
+    if (rc) return rc;
+    for (;;) {
+        uint32_t n = 0;
+        if (!reply_batch(&rep, &batch, &id)) {
+            bson_destroy(&rep);
+            return err_set(err, MS_ERR_FAILED_TO_PARSE, "movePrimary: %s: find reply without cursor", ns);
+        }
+        n = bson_count_keys(&batch);
+        if (n > 0) {
+            bson_t ins = BSON_INITIALIZER, irep;
+            BSON_APPEND_UTF8(&ins, "insert", coll);
+            BSON_APPEND_ARRAY(&ins, "documents", &batch);
+            BSON_APPEND_BOOL(&ins, "ordered", true);
+            BSON_APPEND_UTF8(&ins, "$db", db);
+            rc = cfg_shard_command(cfg, to, &ins, CFG_SHARD_CMD_TIMEOUT_MS, &irep, err);
+            bson_destroy(&ins);
+            if (rc == 0) {
+                rc = insert_errors(&irep, ns, err);
+                bson_destroy(&irep);
+            }
+            *docs += n;
+        }
+        bson_destroy(&rep);
+        if (rc || id == 0) break;
+        bson_init(&cmd);
+        BSON_APPEND_INT64(&cmd, "getMore", id);
+        BSON_APPEND_UTF8(&cmd, "collection", coll);
+        BSON_APPEND_INT64(&cmd, "batchSize", MS_MOVE_PRIMARY_BATCH_DOCS);
+        BSON_APPEND_UTF8(&cmd, "$db", db);
+        rc = cfg_shard_command(cfg, from, &cmd, CFG_SHARD_CMD_TIMEOUT_MS, &rep, err);
+        bson_destroy(&cmd);
+        if (rc) break;
+    }
+    if (rc && id != 0) {  /* do not leave the source cursor open until it times out */
+        bson_t kc = BSON_INITIALIZER, arr, krep;
+        BSON_APPEND_UTF8(&kc, "killCursors", coll);
+        BSON_APPEND_ARRAY_BEGIN(&kc, "cursors", &arr);
+        BSON_APPEND_INT64(&arr, "0", id);
+        bson_append_array_end(&kc, &arr);
+        BSON_APPEND_UTF8(&kc, "$db", db);
+        ms_error_t e2 = {0};
+        if (cfg_shard_command(cfg, from, &kc, CFG_SHARD_CMD_TIMEOUT_MS, &krep, &e2) == 0)
+            bson_destroy(&krep);
+        bson_destroy(&kc);
+    }
+    return rc;
+}
+
+/* Tells shard to forget its cached version of db (best effort: a shard that misses it
+ * still refreshes when a newer version reaches it). */
+static void flush_db(cfg_t *cfg, const char *shard, const char *db) {
+    bson_t cmd = BSON_INITIALIZER, rep;
+    ms_error_t e = {0};
+    BSON_APPEND_UTF8(&cmd, "_flushDatabaseCacheUpdates", db);
+    BSON_APPEND_UTF8(&cmd, "$db", "admin");
+    if (cfg_shard_command(cfg, shard, &cmd, CFG_SHARD_CMD_TIMEOUT_MS, &rep, &e) == 0)
+        bson_destroy(&rep);
+    else
+        log_warn("flush database cache failed shard=%s db=%s code=%d errmsg=%s", log_str(shard),
+                 log_str(db), e.code, log_str(e.msg));
+    bson_destroy(&cmd);
+}
+
+int cfg_cmd_move_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    cfg_t *cfg = ctx->app;
+    const char *db = cfg_arg_str(ctx), *to = NULL;
+    char from[CAT_SHARD_NAME_BYTES_MAX];
+    char **sharded = NULL, **moved = NULL;
+    int nsharded = 0, nmoved = 0, rc;
+    int64_t docs = 0;
+    bool draining = false;
+    bson_t cmd = BSON_INITIALIZER, rep, batch;
+    bool have_rep = false;
+    bson_iter_t it;
+    cfg_ddl_guard_t g = {0};
+
+    if (cmd_field(ctx, "to", &it) && BSON_ITER_HOLDS_UTF8(&it)) to = bson_iter_utf8(&it, NULL);
+    if (!to || !*to) return err_set(err, MS_ERR_BAD_VALUE, "movePrimary needs to: <shard>");
+    if (!*db || strchr(db, '.'))
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "invalid database name '%s'", db);
+    if (!strcmp(db, "admin") || !strcmp(db, "config") || !strcmp(db, "local"))
+        return err_set(err, MS_ERR_INVALID_OPTIONS, "Can't move primary for %s database", db);
+    if ((rc = cfg_ddl_lock_db(cfg, db, "movePrimary", &g, err)) != 0) return rc;
+    rc = cat_db_primary(cfg->cat, db, from, sizeof from, err);
+    if (rc == MS_ERR_NAMESPACE_NOT_FOUND) err_set(err, rc, "Database %s not found", db);
+    if (rc) goto out;
+    rc = cat_shard_host(cfg->cat, to, NULL, 0, &draining, err);
+    if (rc) goto out;
+    if (strcmp(from, to) == 0) {  /* MongoDB: already the primary → ok, nothing done */
+        BSON_APPEND_UTF8(reply, "primary", to);
+        goto out;
+    }
+    if (draining) {
+        rc = err_set(err, MS_ERR_ILLEGAL_OPERATION, "cannot move primary to draining shard %s", to);
+        goto out;
+    }
+    rc = cat_db_collections(cfg->cat, db, &sharded, &nsharded, err);
+    if (rc) goto out;
+
+    /* (1) clone every unsharded collection of the old primary */
+    BSON_APPEND_INT32(&cmd, "listCollections", 1);
+    BSON_APPEND_UTF8(&cmd, "$db", db);
+    rc = cfg_shard_command(cfg, from, &cmd, CFG_SHARD_CMD_TIMEOUT_MS, &rep, err);
+    if (rc) goto out;
+    have_rep = true;
+    int64_t cid = 0;
+    if (!reply_batch(&rep, &batch, &cid) || cid != 0) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "movePrimary: listCollections of %s on %s: "
+                     "expected one batch", db, from);
+        goto out;
+    }
+    moved = calloc(MS_MOVE_PRIMARY_COLLS_MAX, sizeof *moved);
+    if (!moved) {
+        rc = err_set(err, MS_ERR_INTERNAL, "out of memory");
+        goto out;
+    }
+    bson_iter_t ci;
+    if (bson_iter_init(&ci, &batch))
+        while (rc == 0 && bson_iter_next(&ci)) {
+            bson_t entry;
+            bson_iter_t f;
+            uint32_t len;
+            const uint8_t *data;
+            const char *name = NULL;
+            char ns[MS_NS_BYTES_MAX + 1];
+            bool is_sharded = false;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&ci)) continue;
+            bson_iter_document(&ci, &len, &data);
+            if (!bson_init_static(&entry, data, len)) continue;
+            if (bson_iter_init_find(&f, &entry, "name") && BSON_ITER_HOLDS_UTF8(&f))
+                name = bson_iter_utf8(&f, NULL);
+            if (!name) continue;
+            snprintf(ns, sizeof ns, "%s.%s", db, name);
+            for (int i = 0; i < nsharded; i++)
+                if (!strcmp(sharded[i], ns)) is_sharded = true;
+            if (is_sharded) continue;
+            if (nmoved == MS_MOVE_PRIMARY_COLLS_MAX) {
+                rc = err_set(err, MS_ERR_ILLEGAL_OPERATION,
+                             "movePrimary: %s has more than %d unsharded collections", db,
+                             MS_MOVE_PRIMARY_COLLS_MAX);
+                break;
+            }
+            rc = clone_coll(cfg, db, name, &entry, from, to, &docs, err);
+            if (rc == 0) {
+                moved[nmoved] = strdup(name);
+                ASSERT(moved[nmoved]);
+                nmoved++;
+            }
+        }
+    if (rc) goto out;
+
+    /* (2) commit: new primary, lastMod + 1; both shards forget the old version */
+    rc = cat_db_set_primary(cfg->cat, db, from, to, err);
+    if (rc) goto out;
+    flush_db(cfg, from, db);
+    flush_db(cfg, to, db);
+
+    /* (3) the old copies go (a failure here leaves orphaned copies on the old primary,
+     * invisible to routers, which now read the new primary; logged, not an error). */
+    for (int i = 0; i < nmoved; i++) {
+        bson_t d = BSON_INITIALIZER, drep;
+        ms_error_t e = {0};
+        BSON_APPEND_UTF8(&d, "drop", moved[i]);
+        BSON_APPEND_UTF8(&d, "$db", db);
+        int drc = cfg_shard_command(cfg, from, &d, CFG_SHARD_CMD_TIMEOUT_MS, &drep, &e);
+        if (drc == 0) bson_destroy(&drep);
+        else if (drc != MS_ERR_NAMESPACE_NOT_FOUND)
+            log_warn("movePrimary cleanup failed db=%s coll=%s shard=%s code=%d errmsg=%s",
+                     log_str(db), log_str(moved[i]), log_str(from), drc, log_str(e.msg));
+        bson_destroy(&d);
+    }
+    log_info("primary moved db=%s from=%s to=%s collections=%d docs=%lld", log_str(db),
+             log_str(from), log_str(to), nmoved, (long long)docs);
+    BSON_APPEND_UTF8(reply, "primary", to);
+out:
+    cfg_ddl_unlock(&g);
+    if (have_rep) bson_destroy(&rep);
+    bson_destroy(&cmd);
+    cat_strv_free(sharded, nsharded);
+    if (moved) cat_strv_free(moved, nmoved);
+    return rc;
+}
