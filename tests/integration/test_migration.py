@@ -22,9 +22,11 @@ NS = "app.c"
 SHARD_FLAGS = ["--orphan-cleanup-delay-ms", "0", "--range-deleter-batch-delay-ms", "0"]
 
 
-def cluster(t, shards=2, routers=1):
+def cluster(t, shards=2, routers=1, extra=None):
+    """A config server, shards with `extra` flags (default SHARD_FLAGS), routers, and the
+    database with shard0 as its primary."""
     cfg = t.configsvr()
-    ss = [t.shardd("shard%d" % i, extra=SHARD_FLAGS) for i in range(shards)]
+    ss = [t.shardd("shard%d" % i, extra=SHARD_FLAGS if extra is None else extra) for i in range(shards)]
     rs = [t.router(cfg.url, "router%d" % i) for i in range(routers)]
     c = rs[0].client()
     for i, s in enumerate(ss):
@@ -322,14 +324,8 @@ def test_catch_up_that_cannot_converge_aborts(t):
     """Beyond MongoDB: a recipient that cannot keep up (held here at its step 3, in
     catch-up, while a writer keeps changing the chunk) makes the donor give up after
     --migration-catchup-timeout-ms instead of waiting hours, and say why."""
-    cfg = t.configsvr()
-    flags = SHARD_FLAGS + ["--migration-write-pause-budget-ms", "0", "--migration-catchup-timeout-ms", "800"]
-    ss = [t.shardd("shard%d" % i, extra=flags) for i in range(2)]
-    r0 = t.router(cfg.url, "router0")
-    c = r0.client()
-    for i, s in enumerate(ss):
-        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
-    c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+    cl, c = cluster(t, extra=SHARD_FLAGS + ["--migration-write-pause-budget-ms", "0", "--migration-catchup-timeout-ms", "800"])
+    ss, r0 = cl.shards, cl.routers[0]
     c.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
     c.ok({"insert": "c", "$db": DB, "documents": [{"_id": i, "k": i, "v": 0} for i in range(500)]})
     fp(ss[1].client(), "migrateThreadHangAtStep3")
@@ -361,13 +357,8 @@ def test_archive_moved_chunks(t):
     """--archive-moved-chunks: the donor writes a committed move's documents to
     DBPATH/moveChunk/<ns>/<migrationId>.bson before deleting them (MongoDB <= 3.0's
     default)."""
-    cfg = t.configsvr()
-    ss = [t.shardd("shard%d" % i, extra=SHARD_FLAGS + ["--archive-moved-chunks"]) for i in range(2)]
-    r0 = t.router(cfg.url, "router0")
-    c = r0.client()
-    for i, s in enumerate(ss):
-        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
-    c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+    cl, c = cluster(t, extra=SHARD_FLAGS + ["--archive-moved-chunks"])
+    ss = cl.shards
     c.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
     c.ok({"insert": "c", "$db": DB, "documents": [{"_id": i, "k": i} for i in range(300)]})
     c.ok({"split": NS, "middle": {"k": 100}, "$db": "admin"})
@@ -440,13 +431,8 @@ def test_chunk_too_big_and_force_jumbo(t):
 
 @test
 def test_wait_for_delete_waits_and_delayed_deletion_waits(t):
-    cfg = t.configsvr()
-    ss = [t.shardd("shard%d" % i, extra=["--orphan-cleanup-delay-ms", "600000"]) for i in range(2)]
-    r0 = t.router(cfg.url, "router0")
-    c = r0.client()
-    for i, s in enumerate(ss):
-        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
-    c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+    cl, c = cluster(t, extra=["--orphan-cleanup-delay-ms", "600000"])
+    ss = cl.shards
     c.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
     c.ok({"insert": "c", "$db": DB, "documents": [{"_id": i, "k": i} for i in range(400)]})
     for m in (100, 200, 300):
