@@ -45,6 +45,13 @@ ctl status
 say "one targeted read (equality on the shard key goes to one shard)"
 ctl '{"find": "users", "$db": "demo", "filter": {"_id": 4242}}'
 
+say "one chunk migration: shard0's first chunk moves to shard1 (docs/how-a-migration-works.md)"
+ctl '{"moveChunk": "demo.users", "bounds": [{"_id": {"$minKey": 1}}, {"_id": -6148914691236517204}], "to": "shard1", "_waitForDelete": true, "$db": "admin"}'
+echo "  the donor's steps (ms), the documents it moved and how long writes waited:"
+ctl '{"find": "changelog", "$db": "config", "filter": {"what": "moveChunk.from"}}' |
+    grep -oE '"(step [0-9] of 6|clonedDocs|writePauseMS|note)" ?: ?("[a-z]+"|[0-9]+|\{ "\$numberLong" : "[0-9]+" \})' | tr '\n' ' ' | sed 's/^/  /'
+echo
+
 cat <<EOT
 
 The cluster is still running. Explore it:
@@ -53,6 +60,8 @@ The cluster is still running. Explore it:
   bin/shardctl '{"find": "chunks", "\$db": "config", "filter": {}}'
   bin/shardctl '{"count": "users", "\$db": "demo", "query": {"x": {"\$lt": 1000}}}'
   bin/shardctl '{"split": "demo.users", "middle": {"_id": 1000}, "\$db": "admin"}'   # a hashed-key value
+  bin/shardctl '{"moveChunk": "demo.users", "find": {"_id": 7}, "to": "shard2", "\$db": "admin"}'
+  bin/shardctl '{"find": "changelog", "\$db": "config", "filter": {}}'  # every step of every move
   tail -f $DIR/*.log
 Stop it:
   scripts/cluster.sh stop --dir $DIR
