@@ -336,6 +336,79 @@ void cat_hashed_initial_bounds(const keys_pattern_t *p, int n, bson_t *bounds);
 /* A random version-4 UUID. */
 void cat_uuid_new(uint8_t uuid[16]);
 
+/* ---- balancer policy (bal_policy.c): pure functions over a snapshot, no I/O ---------- */
+/* The balancer (balancer.c) reads the catalog and the shards into these structs, then asks
+ * bal_choose what to move this round. Everything is borrowed from the caller; nothing here
+ * allocates except bal_explain's BSON. Keys are compared as encoded bytes (keys.h: memcmp
+ * order = MongoDB order, shorter prefix first), exactly as SQLite compares the BLOBs. */
+
+typedef struct bal_chunk {
+    const uint8_t *min_enc, *max_enc;
+    size_t min_len, max_len;
+    const bson_t *min, *max;   /* the bounds as documents (for the migration request) */
+    int owner;                 /* index into the shard array */
+    bool jumbo;
+    int64_t est_bytes;         /* estimated data size, -1 when unknown */
+} bal_chunk_t;
+
+/* One config.tags range of the collection. */
+typedef struct bal_zone_range {
+    const uint8_t *min_enc, *max_enc;
+    size_t min_len, max_len;
+    const char *zone;
+} bal_zone_range_t;
+
+typedef struct bal_shard {
+    const char *name;
+    bool draining;
+    const char *const *zones;  /* config.shards.tags */
+    int nzones;
+    int64_t coll_bytes;        /* data of the collection being chosen for (dataSize policy) */
+    int64_t total_bytes;       /* all its data (maxSize) */
+    int64_t max_size_bytes;    /* 0 = no cap */
+    bool busy;                 /* already donor or recipient this round (any collection) */
+} bal_shard_t;
+
+typedef struct bal_coll {
+    const char *ns;
+    const bal_chunk_t *chunks; /* in key order, tiling the key space */
+    int nchunks;
+    const bal_zone_range_t *zones;
+    int nzones;
+    bool no_balance;
+    bool moved_last_round;     /* classic rule: threshold 2 while a collection is being balanced */
+    int64_t chunk_size_bytes;
+} bal_coll_t;
+
+typedef enum { BAL_POLICY_CHUNK_COUNT = 0, BAL_POLICY_DATA_SIZE = 1 } bal_policy_t;
+
+/* One chosen migration. min_only: moveRange with only min (the donor carves a chunk-sized
+ * piece; dataSize policy). reason: "draining", "zoneViolation", "chunksImbalance",
+ * "dataSizeImbalance" (static strings). */
+typedef struct bal_move {
+    int chunk;
+    int from, to;
+    bool min_only;
+    const char *reason;
+} bal_move_t;
+
+/* The classic imbalance threshold: 2 below 20 chunks, 4 for 20..79, 8 from 80. */
+int bal_threshold(int nchunks);
+/* Zone of chunk i ("" when no zone range contains it whole). Borrowed from c. */
+const char *bal_chunk_zone(const bal_coll_t *c, int i);
+/* This round's migrations of c in priority order (draining, zone violations, imbalance)
+ * into out (capacity cap); returns how many. Marks the donor and recipient of each busy in
+ * shards so that a shard is in at most one migration per round across collections. Never
+ * a jumbo chunk, never to a draining shard, a shard at its maxSize or outside the chunk's
+ * zone. noBalance → 0. */
+int bal_choose(const bal_coll_t *c, bal_shard_t *shards, int nshards, bal_policy_t policy,
+               bal_move_t *out, int cap);
+/* Why the balancer would or would not move anything in c now (counts or sizes per shard,
+ * threshold, jumbo chunks, maxSize, busy, noBalance, the next moves) appended to out.
+ * shards is not changed. */
+void bal_explain(const bal_coll_t *c, const bal_shard_t *shards, int nshards,
+                 bal_policy_t policy, bson_t *out);
+
 /* ---- failpoints (registered by cfg_register_failpoints, configsvr_cmd.c) ---------- */
 /* One named point at each step of a multi-step metadata operation where a crash or an
  * error must leave the catalog either without the change or with all of it, and a retry
