@@ -409,6 +409,27 @@ int bal_choose(const bal_coll_t *c, bal_shard_t *shards, int nshards, bal_policy
 void bal_explain(const bal_coll_t *c, const bal_shard_t *shards, int nshards,
                  bal_policy_t policy, bson_t *out);
 
+/* The balancer's reads and writes of the catalog (cat_balancer.c). cat_bal_load: the
+ * chunks of ns in key order (owner = -1; owners[i] names the shard) and its zone ranges,
+ * all owned by *out until cat_bal_free (NULL-safe, safe on a zeroed struct). */
+typedef struct cat_bal_data {
+    bal_chunk_t *chunks;
+    char (*owners)[CAT_SHARD_NAME_BYTES_MAX];
+    int nchunks;
+    bal_zone_range_t *zones;
+    int nzones;
+} cat_bal_data_t;
+int cat_bal_load(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err);
+void cat_bal_free(cat_bal_data_t *d);
+/* One config.actionlog entry (MongoDB's changelog shape) in its own transaction. */
+int cat_actionlog(cat_t *c, const char *what, const char *ns, const bson_t *details,
+                  ms_error_t *err);
+/* Writes config.locks {_id: id, ...doc} (doc must carry the same _id). */
+int cat_lock_doc_put(cat_t *c, const char *id, const bson_t *doc, ms_error_t *err);
+/* chunksize's test-only field valueBytes is accepted (validation) and used
+ * (cat_chunk_size_bytes) only after this was called with true: --enable-test-commands. */
+void cat_settings_allow_test_fields(bool on);
+
 /* ---- failpoints (registered by cfg_register_failpoints, configsvr_cmd.c) ---------- */
 /* One named point at each step of a multi-step metadata operation where a crash or an
  * error must leave the catalog either without the change or with all of it, and a retry
@@ -437,6 +458,7 @@ void cfg_register_failpoints(void);
 
 typedef struct cfg_cursors cfg_cursors_t;
 typedef struct cfg_ddl cfg_ddl_t;
+typedef struct cfg_balancer cfg_balancer_t;
 
 typedef struct cfg {
     cat_t *cat;
@@ -444,6 +466,8 @@ typedef struct cfg {
     char url[MS_URL_BYTES_MAX];   /* this server's URL: the shards' configsvrConnectionString */
     cfg_ddl_t *ddl;               /* DDL locks of read-ask-commit metadata commands */
     long long started_ms;
+    cfg_balancer_t *bal;          /* the balancer thread (balancer.c); NULL until started */
+    int dbpath_lock_fd;           /* flock'ed dbpath/mongod.lock: one config server per dbpath */
 } cfg_t;
 
 /* ---- DDL locks (ddl_lock.c) ------------------------------------------------------ */
@@ -529,6 +553,20 @@ int cfg_cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* ---- migration (cmd_migrate.c) ---- */
 int cfg_cmd_move_range(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+/* One _configsvrMoveRange request, from the command or the balancer (all borrowed; NULL
+ * = absent). bounds: min and max must name a chunk exactly (moveChunk's bounds). */
+typedef struct cfg_move_req {
+    const char *ns, *to;
+    const bson_t *min, *max, *find, *wc;
+    bool bounds;
+    int force_jumbo;          /* 0 doNotForce, 1 forceManual, 2 forceBalancer */
+    bool wait_delete, throttle;
+} cfg_move_req_t;
+/* The body of _configsvrMoveRange: checks, config.migrations, _shardsvrMoveRange to the
+ * donor, waits for its end. The donor's {ok: 0} fields other than code/errmsg go to
+ * err_info (may be NULL). Deadline: the calling thread's op deadline, else the migration
+ * default. */
+int cfg_move_range(cfg_t *cfg, const cfg_move_req_t *r, bson_t *err_info, ms_error_t *err);
 int cfg_cmd_commit_chunk_migration(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_ensure_chunk_version_gt(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_log_change(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
@@ -537,6 +575,18 @@ void cfg_migrations_recover(cfg_t *cfg);
 /* The shard-key document of a `find` query (every key field an equality value; hashed
  * fields hashed) into *key (initialised on success). cmd_chunks.c. */
 int cfg_key_of_query(const keys_pattern_t *p, const bson_t *find, bson_t *key, ms_error_t *err);
+/* ---- the balancer thread (balancer.c) ---- */
+/* Starts the thread: takes config.locks {_id: "balancer"} and runs rounds every idle_ms
+ * (throttle_ms after a round that moved chunks). */
+int cfg_balancer_start(cfg_t *cfg, int idle_ms, int throttle_ms, ms_error_t *err);
+/* Ends the thread (waits for its round, whose migrations end on their own). NULL-safe. */
+void cfg_balancer_shutdown(cfg_t *cfg);
+/* Wakes the thread for a round now (balancerStart, settings changes). */
+void cfg_balancer_wake(cfg_t *cfg);
+/* inBalancerRound / numBalancerRounds for balancerStatus. */
+void cfg_balancer_counters(cfg_t *cfg, bool *in_round, int64_t *rounds);
+int cfg_cmd_balancer_start(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_balancer_stop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* cmd_status.c */
 int cfg_cmd_router_ping(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_balancer_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
