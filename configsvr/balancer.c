@@ -544,6 +544,9 @@ static void nap(cfg_balancer_t *b, int ms) {
 static void *bal_main(void *arg) {
     cfg_balancer_t *b = arg;
     pthread_mutex_lock(&b->mu);
+    /* The first round one idle interval after start-up (or at balancerStart): a restarted
+     * config server lets recovery and routers settle before it moves anything. */
+    nap(b, b->idle_ms);
     while (!b->stop) {
         bal_settings_t st;
         int moved = 0;

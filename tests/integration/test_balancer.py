@@ -120,7 +120,9 @@ def test_balancer_splits_and_balances_with_writers_window_stop_start(t):
     def balanced():
         n = counts(c, names)
         return sum(n.values()) >= 10 and spread(n) < 2
+    t0 = time.monotonic()
     wait_until(balanced, 45, "auto-split and balanced", interval=0.3)
+    print("  balanced in %.1fs" % (time.monotonic() - t0), flush=True)
     time.sleep(0.5)
     stop.set()
     for w in ws:
@@ -161,7 +163,9 @@ def test_balancer_splits_and_balances_with_writers_window_stop_start(t):
     assert counts(c, names)["shard3"] == 0
     # started again: the 4th shard is filled to within the rule
     c.ok({"balancerStart": 1, "$db": "admin"})
+    t0 = time.monotonic()
     wait_until(lambda: spread(counts(c, names)) < 2, 45, "4 shards balanced", interval=0.3)
+    print("  4 shards balanced in %.1fs, moves %d" % (time.monotonic() - t0, commits(c) - before), flush=True)
     assert commits(c) > before
 
 
