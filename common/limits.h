@@ -370,9 +370,10 @@
  * owner, a scan of the chunk's range there); the rest is checked in later rounds. */
 #define MS_BALANCER_AUTOSPLIT_CHUNKS_MAX 1024
 /* How long balancerStop waits for the current round (and its migrations) to end when
- * the request has no maxTimeMS: a migration of a full chunk takes seconds; a minute is
- * ample and keeps a worker from waiting forever behind a hung donor. */
-#define MS_BALANCER_STOP_WAIT_MS 60000
+ * the request has no maxTimeMS: below the router's deadline toward the config server
+ * (MS_RPC_CONFIG_TIMEOUT_MS_DEFAULT) so the client gets our answer (ok, or
+ * ExceededTimeLimit with the setting written) rather than a router timeout. */
+#define MS_BALANCER_STOP_WAIT_MS 10000
 /* chunksize valueBytes (test only, --enable-test-commands): at least 1 KB so a chunk
  * holds some documents; at most the 1024 MB of `value`. */
 #define MS_CHUNKSIZE_VALUE_BYTES_MIN 1024
