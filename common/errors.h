@@ -65,6 +65,7 @@
     X(NETWORK_TIMEOUT, 89, "NetworkTimeout")                        \
     X(SHUTDOWN_IN_PROGRESS, 91, "ShutdownInProgress")               \
     X(OPERATION_FAILED, 96, "OperationFailed")                      \
+    X(DB_PATH_IN_USE, 98, "DBPathInUse")                            \
     X(COMMAND_NOT_SUPPORTED, 115, "CommandNotSupported")            \
     X(CONFLICTING_OPERATION, 117, "ConflictingOperationInProgress") \
     X(NAMESPACE_NOT_SHARDED, 118, "NamespaceNotSharded")            \

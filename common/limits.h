@@ -366,4 +366,29 @@
  * read in one reply; more is refused rather than half-moved). */
 #define MS_MOVE_PRIMARY_COLLS_MAX 10000
 
+/* ---- balancer (configsvr/balancer.c) ---- */
+/* Pause between rounds that moved nothing or while balancing is off (MongoDB's
+ * kBalanceRoundDefaultInterval, 10 s) and between rounds that moved chunks (MongoDB's
+ * balancerMigrationsThrottlingMs, 1 s); tests lower both. At most an hour: a balancer
+ * that never wakes is one that is off, and that is what balancerStop is for. */
+#define MS_BALANCER_IDLE_MS_DEFAULT 10000
+#define MS_BALANCER_THROTTLE_MS_DEFAULT 1000
+#define MS_BALANCER_INTERVAL_MS_MAX 3600000
+/* Collections and shards one round looks at: the round's arrays are sized by them (a
+ * larger cluster is balanced over several rounds: the rest waits for the next one). */
+#define MS_BALANCER_COLLS_MAX 4096
+#define MS_BALANCER_SHARDS_MAX 256
+/* Chunks whose size one round checks for auto-split (each is one autoSplitVector on its
+ * owner, a scan of the chunk's range there); the rest is checked in later rounds. */
+#define MS_BALANCER_AUTOSPLIT_CHUNKS_MAX 1024
+/* How long balancerStop waits for the current round (and its migrations) to end when
+ * the request has no maxTimeMS: below the router's deadline toward the config server
+ * (MS_RPC_CONFIG_TIMEOUT_MS_DEFAULT) so the client gets our answer (ok, or
+ * ExceededTimeLimit with the setting written) rather than a router timeout. */
+#define MS_BALANCER_STOP_WAIT_MS 10000
+/* chunksize valueBytes (test only, --enable-test-commands): at least 1 KB so a chunk
+ * holds some documents; at most the 1024 MB of `value`. */
+#define MS_CHUNKSIZE_VALUE_BYTES_MIN 1024
+#define MS_CHUNKSIZE_VALUE_BYTES_MAX (1024LL * 1024 * 1024)
+
 #endif

@@ -201,19 +201,29 @@ int cat_settings_get(cat_t *c, const char *id, bson_t *out, bool *found, ms_erro
     return rc;
 }
 
+/* Set once at start-up (before any thread reads it) from --enable-test-commands. */
+static bool settings_test_fields;
+
+void cat_settings_allow_test_fields(bool on) { settings_test_fields = on; }
+
 int64_t cat_chunk_size_bytes(cat_t *c) {
     bson_t doc;
     bool found = false;
     bson_iter_t it;
-    int64_t mb = CAT_CHUNKSIZE_MB_DEFAULT;
+    int64_t mb = CAT_CHUNKSIZE_MB_DEFAULT, bytes = 0;
     if (cat_settings_get(c, "chunksize", &doc, &found, NULL) == 0 && found) {
         int64_t v;
         if (bson_iter_init_find(&it, &doc, "value") && bsonx_as_int64(&it, &v) &&
             v >= CAT_CHUNKSIZE_MB_MIN && v <= CAT_CHUNKSIZE_MB_MAX)
             mb = v;
+        /* valueBytes (tests only) wins over value: many chunks from little data. */
+        if (settings_test_fields && bson_iter_init_find(&it, &doc, "valueBytes") &&
+            bsonx_as_int64(&it, &v) && v >= MS_CHUNKSIZE_VALUE_BYTES_MIN &&
+            v <= MS_CHUNKSIZE_VALUE_BYTES_MAX)
+            bytes = v;
         bson_destroy(&doc);
     }
-    return mb * 1024 * 1024;
+    return bytes > 0 ? bytes : mb * 1024 * 1024;
 }
 
 /* "HH:MM" with 0 <= HH <= 23 and 0 <= MM <= 59 → minutes since midnight, else -1. */
@@ -246,6 +256,11 @@ int cat_settings_validate(const bson_t *doc, ms_error_t *err) {
                        strcmp(k, "attemptToBalanceJumboChunks") == 0) {
                 if (!BSON_ITER_HOLDS_BOOL(&it))
                     return err_set(err, MS_ERR_BAD_VALUE, "balancer setting %s must be a boolean", k);
+            } else if (strcmp(k, "policy") == 0) {
+                const char *m = BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : NULL;
+                if (!m || (strcmp(m, "chunkCount") != 0 && strcmp(m, "dataSize") != 0))
+                    return err_set(err, MS_ERR_BAD_VALUE,
+                                   "balancer policy must be \"chunkCount\" or \"dataSize\"");
             } else if (strcmp(k, "_secondaryThrottle") == 0) {
                 if (!BSON_ITER_HOLDS_BOOL(&it) && !BSON_ITER_HOLDS_DOCUMENT(&it))
                     return err_set(err, MS_ERR_BAD_VALUE,
@@ -277,7 +292,22 @@ int cat_settings_validate(const bson_t *doc, ms_error_t *err) {
     }
     if (strcmp(id, "chunksize") == 0) {
         int64_t v = 0;
-        if (!bson_iter_find(&it, "value") || !bsonx_as_int64_exact(&it, &v))
+        bson_iter_t vb;
+        bool has_vb = bson_iter_init_find(&vb, doc, "valueBytes");
+        if (has_vb) {
+            if (!settings_test_fields)
+                return err_set(err, MS_ERR_BAD_VALUE, "chunksize valueBytes is a test-only field "
+                               "(the config server runs without --enable-test-commands)");
+            if (!bsonx_as_int64_exact(&vb, &v) || v < MS_CHUNKSIZE_VALUE_BYTES_MIN ||
+                v > MS_CHUNKSIZE_VALUE_BYTES_MAX)
+                return err_set(err, MS_ERR_BAD_VALUE, "chunksize valueBytes must be an integer "
+                               "between %d and %lld", MS_CHUNKSIZE_VALUE_BYTES_MIN,
+                               (long long)MS_CHUNKSIZE_VALUE_BYTES_MAX);
+            if (!bson_iter_find(&it, "value")) return 0;  /* valueBytes alone is enough */
+        } else if (!bson_iter_find(&it, "value")) {
+            return err_set(err, MS_ERR_BAD_VALUE, "chunksize needs an integral value in MB");
+        }
+        if (!bsonx_as_int64_exact(&it, &v))
             return err_set(err, MS_ERR_BAD_VALUE, "chunksize needs an integral value in MB");
         if (v < CAT_CHUNKSIZE_MB_MIN || v > CAT_CHUNKSIZE_MB_MAX)
             return err_set(err, MS_ERR_BAD_VALUE, "chunksize value must be between %d and %d MB, not %lld",

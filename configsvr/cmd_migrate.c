@@ -45,8 +45,8 @@ static const char *str_field(const cmd_ctx_t *ctx, const char *name) {
 /* Sends the donor its _shardsvrMoveRange and waits for the end. The donor's {ok: 0}
  * reply becomes our error with its code and errmsg unchanged and its other fields in
  * err_info, so the router's client sees exactly what the donor said. */
-static int call_donor(cmd_ctx_t *ctx, const char *donor, const bson_t *cmd, ms_error_t *err) {
-    cfg_t *cfg = ctx->app;
+static int call_donor(cfg_t *cfg, bson_t *err_info, const char *donor, const bson_t *cmd,
+                      ms_error_t *err) {
     char host[MS_URL_BYTES_MAX];
     rpc_client_t *cl = NULL;
     bson_t rep;
@@ -74,11 +74,11 @@ static int call_donor(cmd_ctx_t *ctx, const char *donor, const bson_t *cmd, ms_e
         if (bson_iter_init_find(&it, &rep, "errmsg") && BSON_ITER_HOLDS_UTF8(&it))
             msg = bson_iter_utf8(&it, NULL);
         rc = err_set(err, code, "%s", msg);
-        if (bson_iter_init(&it, &rep))
+        if (err_info && bson_iter_init(&it, &rep))
             while (bson_iter_next(&it)) {
                 const char *k = bson_iter_key(&it);
                 if (strcmp(k, "ok") && strcmp(k, "code") && strcmp(k, "codeName") && strcmp(k, "errmsg"))
-                    bson_append_iter(&ctx->err_info, k, -1, &it);
+                    bson_append_iter(err_info, k, -1, &it);
             }
     }
     bson_destroy(&rep);
@@ -87,33 +87,26 @@ static int call_donor(cmd_ctx_t *ctx, const char *donor, const bson_t *cmd, ms_e
 
 int cfg_cmd_move_range(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
-    const char *ns = cfg_arg_str(ctx), *to = str_field(ctx, "toShard");
+    cfg_move_req_t r;
     bson_t min, max, find, wc;
     bool has_min = cfg_field_doc(ctx, "min", &min), has_max = cfg_field_doc(ctx, "max", &max);
     bool has_find = cfg_field_doc(ctx, "find", &find), has_wc = cfg_field_doc(ctx, "writeConcern", &wc);
-    bson_iter_t bounds_it;
+    bson_iter_t bounds_it, it;
     bool has_bounds = cmd_field(ctx, "bounds", &bounds_it);
-    bool wait_delete = cmd_flag(ctx, "waitForDelete", false);
-    bool throttle = cmd_flag(ctx, "secondaryThrottle", false);
-    bool draining = false, joined = true, have_chunk = false, have_coll = false;
-    int64_t force_jumbo = 0, max_bytes;
-    cat_coll_t coll;
-    cat_chunk_info_t ch;
-    bson_t doc = BSON_INITIALIZER, cmd = BSON_INITIALIZER, fmin, fmax;
-    char id[MS_NS_BYTES_MAX + 600] = "";
-    bson_iter_t it;
-    int rc;
+    int64_t force_jumbo = 0;
     (void)reply;
+    memset(&r, 0, sizeof r);
+    r.ns = cfg_arg_str(ctx);
+    r.to = str_field(ctx, "toShard");
+    r.wait_delete = cmd_flag(ctx, "waitForDelete", false);
+    r.throttle = cmd_flag(ctx, "secondaryThrottle", false);
     if (cmd_field(ctx, "forceJumbo", &it) &&
-        (!bsonx_as_int64(&it, &force_jumbo) || force_jumbo < 0 || force_jumbo > 2)) {
-        rc = err_set(err, MS_ERR_BAD_VALUE, "forceJumbo must be 0 (doNotForce), 1 (forceManual) or "
-                     "2 (forceBalancer)");
-        goto out;
-    }
-    if ((int)has_find + (int)has_bounds + (int)(has_min || has_max) > 1) {
-        rc = err_set(err, MS_ERR_BAD_VALUE, "give one of find, bounds or min/max");
-        goto out;
-    }
+        (!bsonx_as_int64(&it, &force_jumbo) || force_jumbo < 0 || force_jumbo > 2))
+        return err_set(err, MS_ERR_BAD_VALUE, "forceJumbo must be 0 (doNotForce), 1 (forceManual) or "
+                       "2 (forceBalancer)");
+    r.force_jumbo = (int)force_jumbo;
+    if ((int)has_find + (int)has_bounds + (int)(has_min || has_max) > 1)
+        return err_set(err, MS_ERR_BAD_VALUE, "give one of find, bounds or min/max");
     if (has_bounds) {
         /* moveChunk's bounds name a chunk exactly (MongoDB: InvalidOptions otherwise). */
         bson_iter_t a;
@@ -127,16 +120,35 @@ int cfg_cmd_move_range(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
                 if (n < 2) bson_init_static(n == 0 ? &min : &max, data, len);
                 n++;
             }
-        if (n != 2) {
-            rc = err_set(err, MS_ERR_BAD_VALUE, "bounds must be an array of two documents [min, max]");
-            goto out;
-        }
+        if (n != 2)
+            return err_set(err, MS_ERR_BAD_VALUE, "bounds must be an array of two documents [min, max]");
         has_min = has_max = true;
+        r.bounds = true;
     }
-    if (!has_find && !has_min && !has_max) {
-        rc = err_set(err, MS_ERR_BAD_VALUE, "at least one of min or max must be given");
-        goto out;
-    }
+    if (!has_find && !has_min && !has_max)
+        return err_set(err, MS_ERR_BAD_VALUE, "at least one of min or max must be given");
+    r.min = has_min ? &min : NULL;
+    r.max = has_max ? &max : NULL;
+    r.find = has_find ? &find : NULL;
+    r.wc = has_wc ? &wc : NULL;
+    return cfg_move_range(cfg, &r, &ctx->err_info, err);
+}
+
+int cfg_move_range(cfg_t *cfg, const cfg_move_req_t *r, bson_t *err_info, ms_error_t *err) {
+    const char *ns = r->ns, *to = r->to;
+    bson_t min, max;
+    bool has_min = r->min != NULL, has_max = r->max != NULL, has_find = r->find != NULL;
+    bool has_bounds = r->bounds, has_wc = r->wc != NULL;
+    bool wait_delete = r->wait_delete, throttle = r->throttle;
+    bool draining = false, joined = true, have_chunk = false, have_coll = false;
+    int64_t force_jumbo = r->force_jumbo, max_bytes;
+    cat_coll_t coll;
+    cat_chunk_info_t ch;
+    bson_t doc = BSON_INITIALIZER, cmd = BSON_INITIALIZER, fmin, fmax;
+    char id[MS_NS_BYTES_MAX + 600] = "";
+    int rc;
+    if (has_min) bson_init_static(&min, bson_get_data(r->min), r->min->len);
+    if (has_max) bson_init_static(&max, bson_get_data(r->max), r->max->len);
     /* No lock is held across the checks and the donor's call: the commit re-checks all
      * of it in its own transaction, and split / merge of the collection must go on
      * during a migration of one of its chunks. */
@@ -162,7 +174,7 @@ int cfg_cmd_move_range(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         char owner[CAT_SHARD_NAME_BYTES_MAX];
         memset(&p, 0, sizeof p);
         rc = keys_pattern_parse(&coll.key, &p, err);
-        if (rc == 0) rc = cfg_key_of_query(&p, &find, &key, err);
+        if (rc == 0) rc = cfg_key_of_query(&p, r->find, &key, err);
         keys_pattern_free(&p);
         if (rc) goto out;
         rc = cat_chunk_containing(cfg->cat, ns, &key, &fmin, &fmax, owner, sizeof owner, err);
@@ -242,7 +254,7 @@ int cfg_cmd_move_range(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     BSON_APPEND_BOOL(&cmd, "secondaryThrottle", throttle);
     BSON_APPEND_OID(&cmd, "epoch", &coll.epoch);
     bson_append_timestamp(&cmd, "timestamp", -1, coll.ts.t, coll.ts.i);
-    if (has_wc) BSON_APPEND_DOCUMENT(&cmd, "writeConcern", &wc);
+    if (has_wc) BSON_APPEND_DOCUMENT(&cmd, "writeConcern", r->wc);
     BSON_APPEND_UTF8(&cmd, "$db", "admin");
     if (op_deadline_ms() > 0) {
         long long left = op_time_left_ms(0);
@@ -250,7 +262,7 @@ int cfg_cmd_move_range(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     }
     log_info("moveRange start ns=%s from=%s to=%s joined=%d", log_str(ns), log_str(ch.shard),
              log_str(to), (int)joined);
-    rc = call_donor(ctx, ch.shard, &cmd, err);
+    rc = call_donor(cfg, err_info, ch.shard, &cmd, err);
     log_info("moveRange end ns=%s from=%s to=%s code=%d", log_str(ns), log_str(ch.shard),
              log_str(to), rc);
     if (!joined) {

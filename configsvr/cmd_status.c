@@ -33,8 +33,8 @@ void cfg_metrics(void *app, bson_t *metrics) {
     if (cfg->cursors) cfg_cursors_metrics(cfg->cursors, metrics);
 }
 
-/* balancerStatus: the mode as config.settings says it (stopped: true forces "off").
- * The balancer itself is not part of this config server yet, so no round ever runs. */
+/* balancerStatus: the mode as config.settings says it (stopped: true forces "off") and
+ * the balancer thread's counters (balancer.c). */
 int cfg_cmd_balancer_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
     bson_t doc;
@@ -51,10 +51,11 @@ int cfg_cmd_balancer_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
             mode = "off";
     }
     BSON_APPEND_UTF8(reply, "mode", mode);
-    BSON_APPEND_BOOL(reply, "inBalancerRound", false);
-    BSON_APPEND_INT64(reply, "numBalancerRounds", 0);
-    BSON_APPEND_UTF8(reply, "note", "no balancer runs on this config server yet: the mode is "
-                                    "recorded, but no round moves or splits chunks");
+    bool in_round;
+    int64_t rounds;
+    cfg_balancer_counters(cfg, &in_round, &rounds);
+    BSON_APPEND_BOOL(reply, "inBalancerRound", in_round);
+    BSON_APPEND_INT64(reply, "numBalancerRounds", rounds);
     if (found) bson_destroy(&doc);
     return 0;
 }

@@ -369,6 +369,100 @@ void cat_hashed_initial_bounds(const keys_pattern_t *p, int n, bson_t *bounds);
 /* A random version-4 UUID. */
 void cat_uuid_new(uint8_t uuid[16]);
 
+/* ---- balancer policy (bal_policy.c): pure functions over a snapshot, no I/O ---------- */
+/* The balancer (balancer.c) reads the catalog and the shards into these structs, then asks
+ * bal_choose what to move this round. Everything is borrowed from the caller; nothing here
+ * allocates except bal_explain's BSON. Keys are compared as encoded bytes (keys.h: memcmp
+ * order = MongoDB order, shorter prefix first), exactly as SQLite compares the BLOBs. */
+
+typedef struct bal_chunk {
+    const uint8_t *min_enc, *max_enc;
+    size_t min_len, max_len;
+    const bson_t *min, *max;   /* the bounds as documents (for the migration request) */
+    int owner;                 /* index into the shard array */
+    bool jumbo;
+    int64_t est_bytes;         /* estimated data size, -1 when unknown */
+} bal_chunk_t;
+
+/* One config.tags range of the collection. */
+typedef struct bal_zone_range {
+    const uint8_t *min_enc, *max_enc;
+    size_t min_len, max_len;
+    const char *zone;
+} bal_zone_range_t;
+
+typedef struct bal_shard {
+    const char *name;
+    bool draining;
+    const char *const *zones;  /* config.shards.tags */
+    int nzones;
+    int64_t coll_bytes;        /* data of the collection being chosen for (dataSize policy) */
+    int64_t total_bytes;       /* all its data (maxSize) */
+    int64_t max_size_bytes;    /* 0 = no cap */
+    bool busy;                 /* already donor or recipient this round (any collection) */
+} bal_shard_t;
+
+typedef struct bal_coll {
+    const char *ns;
+    const bal_chunk_t *chunks; /* in key order, tiling the key space */
+    int nchunks;
+    const bal_zone_range_t *zones;
+    int nzones;
+    bool no_balance;
+    bool moved_last_round;     /* classic rule: threshold 2 while a collection is being balanced */
+    int64_t chunk_size_bytes;
+} bal_coll_t;
+
+typedef enum { BAL_POLICY_CHUNK_COUNT = 0, BAL_POLICY_DATA_SIZE = 1 } bal_policy_t;
+
+/* One chosen migration. min_only: moveRange with only min (the donor carves a chunk-sized
+ * piece; dataSize policy). reason: "draining", "zoneViolation", "chunksImbalance",
+ * "dataSizeImbalance" (static strings). */
+typedef struct bal_move {
+    int chunk;
+    int from, to;
+    bool min_only;
+    const char *reason;
+} bal_move_t;
+
+/* The classic imbalance threshold: 2 below 20 chunks, 4 for 20..79, 8 from 80. */
+int bal_threshold(int nchunks);
+/* Zone of chunk i ("" when no zone range contains it whole). Borrowed from c. */
+const char *bal_chunk_zone(const bal_coll_t *c, int i);
+/* This round's migrations of c in priority order (draining, zone violations, imbalance)
+ * into out (capacity cap); returns how many. Marks the donor and recipient of each busy in
+ * shards so that a shard is in at most one migration per round across collections. Never
+ * a jumbo chunk, never to a draining shard, a shard at its maxSize or outside the chunk's
+ * zone. noBalance → 0. */
+int bal_choose(const bal_coll_t *c, bal_shard_t *shards, int nshards, bal_policy_t policy,
+               bal_move_t *out, int cap);
+/* Why the balancer would or would not move anything in c now (counts or sizes per shard,
+ * threshold, jumbo chunks, maxSize, busy, noBalance, the next moves) appended to out.
+ * shards is not changed. */
+void bal_explain(const bal_coll_t *c, const bal_shard_t *shards, int nshards,
+                 bal_policy_t policy, bson_t *out);
+
+/* The balancer's reads and writes of the catalog (cat_balancer.c). cat_bal_load: the
+ * chunks of ns in key order (owner = -1; owners[i] names the shard) and its zone ranges,
+ * all owned by *out until cat_bal_free (NULL-safe, safe on a zeroed struct). */
+typedef struct cat_bal_data {
+    bal_chunk_t *chunks;
+    char (*owners)[CAT_SHARD_NAME_BYTES_MAX];
+    int nchunks;
+    bal_zone_range_t *zones;
+    int nzones;
+} cat_bal_data_t;
+int cat_bal_load(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err);
+void cat_bal_free(cat_bal_data_t *d);
+/* One config.actionlog entry (MongoDB's changelog shape) in its own transaction. */
+int cat_actionlog(cat_t *c, const char *what, const char *ns, const bson_t *details,
+                  ms_error_t *err);
+/* Writes config.locks {_id: id, ...doc} (doc must carry the same _id). */
+int cat_lock_doc_put(cat_t *c, const char *id, const bson_t *doc, ms_error_t *err);
+/* chunksize's test-only field valueBytes is accepted (validation) and used
+ * (cat_chunk_size_bytes) only after this was called with true: --enable-test-commands. */
+void cat_settings_allow_test_fields(bool on);
+
 /* ---- failpoints (registered by cfg_register_failpoints, configsvr_cmd.c) ---------- */
 /* One named point at each step of a multi-step metadata operation where a crash or an
  * error must leave the catalog either without the change or with all of it, and a retry
@@ -397,6 +491,7 @@ void cfg_register_failpoints(void);
 
 typedef struct cfg_cursors cfg_cursors_t;
 typedef struct cfg_ddl cfg_ddl_t;
+typedef struct cfg_balancer cfg_balancer_t;
 
 typedef struct cfg {
     cat_t *cat;
@@ -404,6 +499,8 @@ typedef struct cfg {
     char url[MS_URL_BYTES_MAX];   /* this server's URL: the shards' configsvrConnectionString */
     cfg_ddl_t *ddl;               /* DDL locks of read-ask-commit metadata commands */
     long long started_ms;
+    cfg_balancer_t *bal;          /* the balancer thread (balancer.c); NULL until started */
+    int dbpath_lock_fd;           /* flock'ed dbpath/mongod.lock: one config server per dbpath */
 } cfg_t;
 
 /* ---- DDL locks (ddl_lock.c) ------------------------------------------------------ */
@@ -494,6 +591,20 @@ int cfg_cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* ---- migration (cmd_migrate.c) ---- */
 int cfg_cmd_move_range(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+/* One _configsvrMoveRange request, from the command or the balancer (all borrowed; NULL
+ * = absent). bounds: min and max must name a chunk exactly (moveChunk's bounds). */
+typedef struct cfg_move_req {
+    const char *ns, *to;
+    const bson_t *min, *max, *find, *wc;
+    bool bounds;
+    int force_jumbo;          /* 0 doNotForce, 1 forceManual, 2 forceBalancer */
+    bool wait_delete, throttle;
+} cfg_move_req_t;
+/* The body of _configsvrMoveRange: checks, config.migrations, _shardsvrMoveRange to the
+ * donor, waits for its end. The donor's {ok: 0} fields other than code/errmsg go to
+ * err_info (may be NULL). Deadline: the calling thread's op deadline, else the migration
+ * default. */
+int cfg_move_range(cfg_t *cfg, const cfg_move_req_t *r, bson_t *err_info, ms_error_t *err);
 int cfg_cmd_commit_chunk_migration(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_ensure_chunk_version_gt(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_log_change(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
@@ -502,6 +613,18 @@ void cfg_migrations_recover(cfg_t *cfg);
 /* The shard-key document of a `find` query (every key field an equality value; hashed
  * fields hashed) into *key (initialised on success). cmd_chunks.c. */
 int cfg_key_of_query(const keys_pattern_t *p, const bson_t *find, bson_t *key, ms_error_t *err);
+/* ---- the balancer thread (balancer.c) ---- */
+/* Starts the thread: takes config.locks {_id: "balancer"} and runs rounds every idle_ms
+ * (throttle_ms after a round that moved chunks). */
+int cfg_balancer_start(cfg_t *cfg, int idle_ms, int throttle_ms, ms_error_t *err);
+/* Ends the thread (waits for its round, whose migrations end on their own). NULL-safe. */
+void cfg_balancer_shutdown(cfg_t *cfg);
+/* Wakes the thread for a round now (balancerStart, settings changes). */
+void cfg_balancer_wake(cfg_t *cfg);
+/* inBalancerRound / numBalancerRounds for balancerStatus. */
+void cfg_balancer_counters(cfg_t *cfg, bool *in_round, int64_t *rounds);
+int cfg_cmd_balancer_start(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_balancer_stop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* cmd_status.c */
 int cfg_cmd_router_ping(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_balancer_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);

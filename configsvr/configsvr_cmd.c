@@ -169,7 +169,12 @@ const cmd_spec_t cfg_cmd_table[] = {
 
     /* status (cmd_status.c) */
     {.name = "balancerStatus", .handler = cfg_cmd_balancer_status,
-     .help = "balancer mode from config.settings (no balancer rounds run yet)"},
+     .help = "balancer mode (config.settings), inBalancerRound, numBalancerRounds"},
+    /* the balancer (balancer.c) */
+    {.name = "balancerStart", .handler = cfg_cmd_balancer_start, .flags = CMD_WRITE,
+     .help = "balancer on: config.settings {stopped: false, mode: full}; a round starts now"},
+    {.name = "balancerStop", .handler = cfg_cmd_balancer_stop, .flags = CMD_WRITE,
+     .help = "balancer off: config.settings {stopped: true, mode: off}; waits for the round"},
     {.name = "_configsvrRouterPing", .handler = cfg_cmd_router_ping,
      .flags = CMD_INTERNAL | CMD_NO_LOG,
      .fields = {{"host", CT_STR, true}, {"up", CT_NUM, false}, {"waiting", CT_FLAG, false},

@@ -7,9 +7,12 @@
  * common/daemon.h's.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/daemon.h"
 #include "common/log.h"
@@ -19,7 +22,7 @@
 
 static const char cfg_usage[] =
     "usage: configsvr --dbpath DIR [--port N] [--bind ADDR] [--url URL] [--workers N]\n"
-    "                 [--enable-test-commands]\n"
+    "                 [--enable-test-commands] [--balancer-idle-ms N] [--balancer-throttle-ms N]\n"
     "The config server of a minishard cluster: the sharding catalog and the balancer.";
 
 /* Creates dir when missing (one level, as the parent is the caller's); it must be a
@@ -34,16 +37,38 @@ static int cfg_prepare_dbpath(const char *dir, ms_error_t *err) {
     return 0;
 }
 
+/* One config server per dbpath: <dbpath>/mongod.lock held with an exclusive flock for the
+ * life of the process (the kernel drops it when we die, so a crash leaves nothing stale).
+ * A second server on the same dbpath would run a second balancer and write the same
+ * SQLite file: it is refused with DBPathInUse, as mongod refuses a locked dbpath. */
+static int cfg_lock_dbpath(cfg_t *cfg, const char *dbpath, ms_error_t *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/mongod.lock", dbpath);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return err_set(err, MS_ERR_DB_PATH_IN_USE, "cannot open %s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(fd);
+        return err_set(err, MS_ERR_DB_PATH_IN_USE, "unable to lock %s: %s (is another "
+                       "configsvr running on this dbpath?)", path, strerror(e));
+    }
+    cfg->dbpath_lock_fd = fd;
+    return 0;
+}
+
 /* Opens the daemon's state: the catalog in dbpath and the config-collection cursors. */
 static int cfg_open(cfg_t *cfg, const char *dbpath, const char *url, ms_error_t *err) {
     char path[4096];
     int rc;
     memset(cfg, 0, sizeof *cfg);
+    cfg->dbpath_lock_fd = -1;
     snprintf(cfg->url, sizeof cfg->url, "%s", url);
     cfg->started_ms = time_now_ms();
     if (cfg_ddl_open(&cfg->ddl) != 0)
         return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "ddl locks: out of memory");
     rc = cfg_prepare_dbpath(dbpath, err);
+    if (rc == 0) rc = cfg_lock_dbpath(cfg, dbpath, err);
     if (rc) return rc;
     snprintf(path, sizeof path, "%s/config.db", dbpath);
     rc = cat_open(path, &cfg->cat, err);
@@ -57,12 +82,18 @@ static void cfg_close(cfg_t *cfg) {
     cfg_cursors_close(cfg->cursors);
     cat_close(cfg->cat);
     cfg_ddl_close(cfg->ddl);
+    if (cfg->dbpath_lock_fd >= 0) close(cfg->dbpath_lock_fd);  /* releases the flock */
 }
 
 int main(int argc, char **argv) {
     const char *dbpath = NULL;
+    int idle_ms = MS_BALANCER_IDLE_MS_DEFAULT, throttle_ms = MS_BALANCER_THROTTLE_MS_DEFAULT;
     const flag_spec_t own[] = {
         {"dbpath", FLAG_STR, &dbpath, "directory of the catalog (required)"},
+        {"balancer-idle-ms", FLAG_INT, &idle_ms,
+         "pause between balancer rounds that moved nothing (default 10000)"},
+        {"balancer-throttle-ms", FLAG_INT, &throttle_ms,
+         "pause after a balancer round that moved chunks (default 1000)"},
         {NULL, FLAG_BOOL, NULL, NULL},
     };
     daemon_t d;
@@ -74,7 +105,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "configsvr: --dbpath is required (try --help)\n");
         return 2;
     }
+    if (idle_ms < 1 || idle_ms > MS_BALANCER_INTERVAL_MS_MAX || throttle_ms < 0 ||
+        throttle_ms > MS_BALANCER_INTERVAL_MS_MAX) {
+        fprintf(stderr, "configsvr: --balancer-idle-ms must be 1..%d and --balancer-throttle-ms "
+                "0..%d\n", MS_BALANCER_INTERVAL_MS_MAX, MS_BALANCER_INTERVAL_MS_MAX);
+        return 2;
+    }
     log_init("configsvr", LOG_INFO);
+    cat_settings_allow_test_fields(d.test_commands);
     cfg_register_failpoints();  /* before anything can evaluate one */
 
     if (cfg_open(&cfg, dbpath, d.url, &err) != 0) {
@@ -93,9 +131,19 @@ int main(int argc, char **argv) {
         cfg_close(&cfg);
         return daemon_exit(&d, 1);
     }
+    /* After serving starts: a migration's donor calls us back to commit. */
+    if (cfg_balancer_start(&cfg, idle_ms, throttle_ms, &err) != 0) {
+        rc = daemon_fail("balancer", &err);
+        daemon_stop_serving(&d);
+        cfg_close(&cfg);
+        return rc;
+    }
     daemon_ready(&d, "dbpath", dbpath);
 
     daemon_wait(&d);
+    /* The balancer first (its round ends, migrations included, while donors can still
+     * reach us to commit), then the handlers. */
+    cfg_balancer_shutdown(&cfg);
     daemon_stop_serving(&d);  /* first: no handler may still use cfg */
     cfg_close(&cfg);
     return daemon_exit(&d, 0);

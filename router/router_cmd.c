@@ -114,9 +114,9 @@ const cmd_spec_t router_table[] = {
      .help = "created on the database's primary shard"},
     {.name = "flushRouterConfig", .handler = rt_cmd_flush_router_config,
      .help = "forget cached routing (a namespace, a database, or everything)"},
-    /* Only what the config server serves today: balancerStart/Stop,
-     * configureCollectionBalancing and the zone commands get their rows together with the
-     * balancer stage, so a client never sees a command that cannot work. */
+    /* Only what the config server serves today: configureCollectionBalancing and the
+     * zone commands get their rows with their stage, so a client never sees a command that
+     * cannot work. */
     {.name = "moveChunk", .handler = rt_cmd_move,
      .flags = CMD_WRITE | CMD_FULL_NS_ARG | CMD_STRICT_FIELDS, .arg_types = CT_STR,
      .fields = {{"to", CT_STR, true}, {"find", CT_DOC, false}, {"bounds", CT_ARR, false},
@@ -136,6 +136,7 @@ const cmd_spec_t router_table[] = {
     {.name = "currentOp", .handler = rt_cmd_current_op,
      .help = "every shard's operations in progress (migrations), tagged with the shard"},
     CFG_RO("balancerStatus"),
+    CFG("balancerStart"), CFG("balancerStop"),
     CFG_RO("getRoutingTable"),
     CFG("addShardToZone"), CFG("removeShardFromZone"),
     CFG_NAMED("updateZoneKeyRange", CMD_FULL_NS_ARG), CFG_NAMED("movePrimary", CMD_DB_ARG),

@@ -318,7 +318,13 @@ class Ctx:
                             port, test_commands)
 
     def configsvr(self, name="config", port=None, extra=(), test_commands=True):
-        return self._daemon("configsvr", name, ["--dbpath", os.path.join(self.dir, name)] + list(extra),
+        # The balancer (10 s rounds by default) would move chunks under tests that build
+        # imbalances on purpose: unless a test sets --balancer-idle-ms, its rounds are an
+        # hour apart (balancerStart still runs one at once).
+        extra = list(extra)
+        if "--balancer-idle-ms" not in extra:
+            extra += ["--balancer-idle-ms", "3600000"]
+        return self._daemon("configsvr", name, ["--dbpath", os.path.join(self.dir, name)] + extra,
                             port, test_commands)
 
     def router(self, configdb, name="router0", port=None, extra=(), test_commands=True):

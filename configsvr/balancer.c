@@ -1,0 +1,715 @@
+/*
+ * balancer.c — the balancer thread of the config server (bin/configsvr): MongoDB's
+ * Balancer main thread (notes §4.2). It holds the balancer lock (config.locks {_id:
+ * "balancer"}) for the life of the process and runs rounds: read config.settings
+ * (balancer mode / stopped / activeWindow / policy / _waitForDelete / _secondaryThrottle,
+ * chunksize, autosplit); split chunks larger than the chunk size at the points their
+ * owner's autoSplitVector gives; build the policy's snapshot per collection (catalog
+ * chunk counts, shard data sizes when the dataSize policy or a maxSize needs them) and
+ * ask bal_choose (bal_policy.c) for this round's moves, one per shard at most; run them
+ * in parallel, one thread each, through cfg_move_range (the body of _configsvrMoveRange);
+ * log the round as `balancer.round` in config.actionlog. Rounds come every
+ * --balancer-idle-ms when nothing moved (or balancing is off) and --balancer-throttle-ms
+ * after a round that moved chunks. balancerStart / balancerStop write config.settings
+ * and wake the thread; balancerStop waits for the current round to end.
+ *
+ * No lock is held across a network call: a split's commit takes the collection's DDL
+ * lock only around the catalog transaction (the chunk is re-checked there), and
+ * migrations take none (cfg_move_range's commit re-checks everything).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/bsonx.h"
+#include "common/log.h"
+#include "common/opctx.h"
+#include "configsvr/configsvr.h"
+
+/* Whether the last round of a collection moved chunks (the classic rule's "keep going
+ * while the difference is >= 2"). */
+typedef struct bal_moved {
+    char ns[MS_NS_BYTES_MAX + 1];
+    struct bal_moved *next;
+} bal_moved_t;
+
+struct cfg_balancer {
+    cfg_t *cfg;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;       /* wakes the thread (stop, wake) and waiters of a round's end */
+    bool stop, wake, in_round;
+    int64_t rounds;
+    int idle_ms, throttle_ms;
+    char last_off[64];       /* why balancing was off last round ("" = it was on) */
+    bal_moved_t *moved;      /* collections whose last round moved chunks (thread only) */
+};
+
+/* ---- settings ---------------------------------------------------------------------------- */
+
+typedef struct bal_settings {
+    bool enabled;
+    char off_reason[64];
+    bool wait_delete, throttle, autosplit;
+    bal_policy_t policy;
+    int64_t chunk_size;
+} bal_settings_t;
+
+static int hhmm(const char *s) {
+    if (!s || strlen(s) != 5 || s[2] != ':') return -1;
+    for (int i = 0; i < 5; i++)
+        if (i != 2 && (s[i] < '0' || s[i] > '9')) return -1;
+    int h = (s[0] - '0') * 10 + (s[1] - '0'), m = (s[3] - '0') * 10 + (s[4] - '0');
+    return h > 23 || m > 59 ? -1 : h * 60 + m;
+}
+
+/* Is now (local time, minutes since midnight) inside [start, stop)? Wraps midnight when
+ * stop < start (MongoDB: the config primary's local time). */
+static bool in_window(int start, int stop, int now) {
+    if (start <= stop) return now >= start && now < stop;
+    return now >= start || now < stop;
+}
+
+static void read_settings(cfg_t *cfg, bal_settings_t *s) {
+    bson_t doc;
+    bool found = false;
+    bson_iter_t it, w;
+    memset(s, 0, sizeof *s);
+    s->enabled = true;
+    s->autosplit = true;
+    s->policy = BAL_POLICY_CHUNK_COUNT;
+    if (cat_settings_get(cfg->cat, "balancer", &doc, &found, NULL) == 0 && found) {
+        if (bson_iter_init_find(&it, &doc, "mode") && BSON_ITER_HOLDS_UTF8(&it) &&
+            strcmp(bson_iter_utf8(&it, NULL), "off") == 0) {
+            s->enabled = false;
+            snprintf(s->off_reason, sizeof s->off_reason, "mode off");
+        }
+        if (bson_iter_init_find(&it, &doc, "stopped") && bsonx_truthy(&it)) {
+            s->enabled = false;
+            snprintf(s->off_reason, sizeof s->off_reason, "stopped");
+        }
+        if (bson_iter_init_find(&it, &doc, "_waitForDelete")) s->wait_delete = bsonx_truthy(&it);
+        if (bson_iter_init_find(&it, &doc, "_secondaryThrottle"))
+            s->throttle = BSON_ITER_HOLDS_DOCUMENT(&it) || bsonx_truthy(&it);
+        if (bson_iter_init_find(&it, &doc, "policy") && BSON_ITER_HOLDS_UTF8(&it) &&
+            strcmp(bson_iter_utf8(&it, NULL), "dataSize") == 0)
+            s->policy = BAL_POLICY_DATA_SIZE;
+        if (s->enabled && bson_iter_init_find(&it, &doc, "activeWindow") &&
+            BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &w)) {
+            int start = -1, stop = -1;
+            while (bson_iter_next(&w)) {
+                const char *v = BSON_ITER_HOLDS_UTF8(&w) ? bson_iter_utf8(&w, NULL) : NULL;
+                if (strcmp(bson_iter_key(&w), "start") == 0) start = hhmm(v);
+                else if (strcmp(bson_iter_key(&w), "stop") == 0) stop = hhmm(v);
+            }
+            time_t t = time(NULL);
+            struct tm tm;
+            localtime_r(&t, &tm);
+            if (start >= 0 && stop >= 0 && !in_window(start, stop, tm.tm_hour * 60 + tm.tm_min)) {
+                s->enabled = false;
+                snprintf(s->off_reason, sizeof s->off_reason, "outside activeWindow");
+            }
+        }
+        bson_destroy(&doc);
+    }
+    found = false;
+    if (cat_settings_get(cfg->cat, "autosplit", &doc, &found, NULL) == 0 && found) {
+        if (bson_iter_init_find(&it, &doc, "enabled") && BSON_ITER_HOLDS_BOOL(&it))
+            s->autosplit = bson_iter_bool(&it);
+        bson_destroy(&doc);
+    }
+    s->chunk_size = cat_chunk_size_bytes(cfg->cat);
+}
+
+/* ---- the cluster's shards and collections ------------------------------------------------- */
+
+typedef struct shard_row {
+    char name[CAT_SHARD_NAME_BYTES_MAX];
+    bool draining;
+    char **zones;
+    int nzones;
+    int64_t max_size_mb;  /* config.shards maxSize (MB), 0 = none */
+} shard_row_t;
+
+typedef struct shard_list {
+    shard_row_t *v;
+    int n;
+} shard_list_t;
+
+static int shard_scan(void *arg, const bson_t *doc) {
+    shard_list_t *l = arg;
+    bson_iter_t it, a;
+    if (l->n >= MS_BALANCER_SHARDS_MAX) return 0;
+    shard_row_t *r = &l->v[l->n];
+    memset(r, 0, sizeof *r);
+    if (!bson_iter_init_find(&it, doc, "_id") || !BSON_ITER_HOLDS_UTF8(&it)) return 0;
+    snprintf(r->name, sizeof r->name, "%s", bson_iter_utf8(&it, NULL));
+    if (bson_iter_init_find(&it, doc, "draining")) r->draining = bsonx_truthy(&it);
+    if (bson_iter_init_find(&it, doc, "maxSize")) bsonx_as_int64(&it, &r->max_size_mb);
+    if (bson_iter_init_find(&it, doc, "tags") && BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &a)) {
+        while (bson_iter_next(&a)) {
+            if (!BSON_ITER_HOLDS_UTF8(&a)) continue;
+            r->zones = realloc(r->zones, sizeof *r->zones * (size_t)(r->nzones + 1));
+            if (!r->zones) abort();
+            r->zones[r->nzones] = strdup(bson_iter_utf8(&a, NULL));
+            if (!r->zones[r->nzones]) abort();
+            r->nzones++;
+        }
+    }
+    l->n++;
+    return 0;
+}
+
+static void shards_free(shard_list_t *l) {
+    for (int i = 0; i < l->n; i++) {
+        for (int z = 0; z < l->v[i].nzones; z++) free(l->v[i].zones[z]);
+        free(l->v[i].zones);
+    }
+    free(l->v);
+}
+
+typedef struct ns_list {
+    char (*v)[MS_NS_BYTES_MAX + 1];
+    int n;
+} ns_list_t;
+
+static int coll_scan(void *arg, const bson_t *doc) {
+    ns_list_t *l = arg;
+    bson_iter_t it;
+    if (l->n >= MS_BALANCER_COLLS_MAX) return 0;
+    if (!bson_iter_init_find(&it, doc, "_id") || !BSON_ITER_HOLDS_UTF8(&it)) return 0;
+    snprintf(l->v[l->n++], MS_NS_BYTES_MAX + 1, "%s", bson_iter_utf8(&it, NULL));
+    return 0;
+}
+
+/* ---- one shard call ------------------------------------------------------------------------ */
+
+static int64_t shard_int(cfg_t *cfg, const char *shard, const bson_t *cmd, const char *field) {
+    bson_t r;
+    bson_iter_t it;
+    ms_error_t e = {0};
+    int64_t v = 0;
+    if (cfg_shard_command(cfg, shard, cmd, CFG_SHARD_CMD_TIMEOUT_MS, &r, &e) != 0) {
+        log_warn("balancer shard call failed shard=%s err=%s", log_str(shard), log_str(e.msg));
+        return 0;
+    }
+    if (bson_iter_init_find(&it, &r, field)) bsonx_as_int64(&it, &v);
+    bson_destroy(&r);
+    return v;
+}
+
+static int64_t coll_bytes_on(cfg_t *cfg, const char *shard, const char *ns) {
+    char db[CAT_DB_NAME_BYTES_MAX];
+    bson_t cmd = BSON_INITIALIZER;
+    int64_t v = 0;
+    if (cfg_ns_split(ns, db, sizeof db, NULL, NULL) == 0) {
+        BSON_APPEND_UTF8(&cmd, "dataSize", ns);
+        BSON_APPEND_UTF8(&cmd, "$db", db);
+        v = shard_int(cfg, shard, &cmd, "size");
+    }
+    bson_destroy(&cmd);
+    return v;
+}
+
+static int64_t total_bytes_on(cfg_t *cfg, const char *shard) {
+    bson_t cmd = BSON_INITIALIZER;
+    BSON_APPEND_INT32(&cmd, "listDatabases", 1);
+    BSON_APPEND_UTF8(&cmd, "$db", "admin");
+    int64_t v = shard_int(cfg, shard, &cmd, "totalSize");
+    bson_destroy(&cmd);
+    return v;
+}
+
+/* ---- auto-split ---------------------------------------------------------------------------- */
+
+/* Splits chunks of ns larger than chunk_size at their owner's autoSplitVector points.
+ * Appends {ns, min, max, shard, points} per split to splits; returns how many chunks
+ * were checked (budget). */
+static int autosplit_coll(cfg_t *cfg, const cat_coll_t *coll, int64_t chunk_size, int budget,
+                          bson_t *splits, int *nsplits) {
+    cat_bal_data_t d;
+    ms_error_t e = {0};
+    char db[CAT_DB_NAME_BYTES_MAX];
+    const char *cname = NULL;
+    int checked = 0;
+    if (cfg_ns_split(coll->ns, db, sizeof db, &cname, NULL) != 0) return 0;
+    if (cat_bal_load(cfg->cat, coll->ns, &d, &e) != 0) {
+        log_warn("balancer autosplit load failed ns=%s err=%s", log_str(coll->ns), log_str(e.msg));
+        return 0;
+    }
+    for (int i = 0; i < d.nchunks && checked < budget; i++) {
+        bal_chunk_t *ch = &d.chunks[i];
+        bson_t cmd = BSON_INITIALIZER, r, keys;
+        bson_iter_t it;
+        int np = 0;
+        if (ch->jumbo) continue;
+        checked++;
+        BSON_APPEND_UTF8(&cmd, "autoSplitVector", cname);
+        BSON_APPEND_DOCUMENT(&cmd, "keyPattern", &coll->key);
+        BSON_APPEND_DOCUMENT(&cmd, "min", ch->min);
+        BSON_APPEND_DOCUMENT(&cmd, "max", ch->max);
+        BSON_APPEND_INT64(&cmd, "maxChunkSizeBytes", chunk_size);
+        BSON_APPEND_INT32(&cmd, "limit", CAT_SPLIT_POINTS_MAX);
+        BSON_APPEND_UTF8(&cmd, "$db", db);
+        memset(&e, 0, sizeof e);
+        int rc = cfg_shard_command(cfg, d.owners[i], &cmd, CFG_SHARD_CMD_TIMEOUT_MS, &r, &e);
+        bson_destroy(&cmd);
+        if (rc) {
+            log_warn("balancer autoSplitVector failed ns=%s shard=%s err=%s", log_str(coll->ns),
+                     log_str(d.owners[i]), log_str(e.msg));
+            continue;
+        }
+        const bson_t *pts[CAT_SPLIT_POINTS_MAX];
+        bson_t views[64];
+        if (bson_iter_init_find(&it, &r, "splitKeys") && BSON_ITER_HOLDS_ARRAY(&it)) {
+            uint32_t len;
+            const uint8_t *data;
+            bson_iter_t a;
+            bson_iter_array(&it, &len, &data);
+            if (bson_init_static(&keys, data, len) && bson_iter_init(&a, &keys))
+                while (bson_iter_next(&a) && np < 64) {
+                    if (!BSON_ITER_HOLDS_DOCUMENT(&a)) continue;
+                    bson_iter_document(&a, &len, &data);
+                    if (bson_init_static(&views[np], data, len)) {
+                        pts[np] = &views[np];
+                        np++;
+                    }
+                }
+        }
+        if (np > 0) {
+            /* The commit: under the collection's DDL lock (no network call inside), and
+             * cat_chunk_split re-checks that [min, max) is still one chunk. */
+            cfg_ddl_guard_t g = {0};
+            bson_t info = BSON_INITIALIZER;
+            memset(&e, 0, sizeof e);
+            rc = cfg_ddl_lock_coll(cfg, coll->ns, "balancer auto-split", &g, &e);
+            if (rc == 0) rc = cat_chunk_split(cfg->cat, coll->ns, ch->min, ch->max, pts, np, &info, &e);
+            cfg_ddl_unlock(&g);
+            bson_destroy(&info);
+            if (rc == 0) {
+                bson_t s, arr;
+                char k[16];
+                const char *key;
+                bson_uint32_to_string((uint32_t)(*nsplits)++, &key, k, sizeof k);
+                BSON_APPEND_DOCUMENT_BEGIN(splits, key, &s);
+                BSON_APPEND_UTF8(&s, "ns", coll->ns);
+                BSON_APPEND_DOCUMENT(&s, "min", ch->min);
+                BSON_APPEND_DOCUMENT(&s, "max", ch->max);
+                BSON_APPEND_UTF8(&s, "shard", d.owners[i]);
+                BSON_APPEND_ARRAY_BEGIN(&s, "points", &arr);
+                for (int p = 0; p < np; p++) {
+                    bson_uint32_to_string((uint32_t)p, &key, k, sizeof k);
+                    BSON_APPEND_DOCUMENT(&arr, key, pts[p]);
+                }
+                bson_append_array_end(&s, &arr);
+                bson_append_document_end(splits, &s);
+                log_info("balancer autosplit ns=%s shard=%s points=%d", log_str(coll->ns),
+                         log_str(d.owners[i]), np);
+                cfg_flush_shard(cfg, d.owners[i], coll->ns);
+            } else {
+                log_warn("balancer autosplit commit failed ns=%s err=%s", log_str(coll->ns),
+                         log_str(e.msg));
+            }
+        }
+        bson_destroy(&r);
+    }
+    cat_bal_free(&d);
+    return checked;
+}
+
+/* ---- migrations in parallel ---------------------------------------------------------------- */
+
+typedef struct mig_job {
+    cfg_t *cfg;
+    char ns[MS_NS_BYTES_MAX + 1];
+    char from[CAT_SHARD_NAME_BYTES_MAX], to[CAT_SHARD_NAME_BYTES_MAX];
+    bson_t *min, *max;   /* owned; max NULL for moveRange with only min */
+    const char *reason;
+    bool wait_delete, throttle;
+    int rc;
+    ms_error_t err;
+    long long ms;
+    pthread_t th;
+    bool started;
+} mig_job_t;
+
+static void *mig_main(void *arg) {
+    mig_job_t *j = arg;
+    cfg_move_req_t r;
+    long long t0 = time_mono_ms();
+    memset(&r, 0, sizeof r);
+    r.ns = j->ns;
+    r.to = j->to;
+    r.min = j->min;
+    r.max = j->max;
+    r.wait_delete = j->wait_delete;
+    r.throttle = j->throttle;
+    j->rc = cfg_move_range(j->cfg, &r, NULL, &j->err);
+    j->ms = time_mono_ms() - t0;
+    return NULL;
+}
+
+static bool moved_last(cfg_balancer_t *b, const char *ns) {
+    for (bal_moved_t *m = b->moved; m; m = m->next)
+        if (strcmp(m->ns, ns) == 0) return true;
+    return false;
+}
+
+static void set_moved(cfg_balancer_t *b, const char *ns, bool moved) {
+    bal_moved_t **pp = &b->moved;
+    for (; *pp; pp = &(*pp)->next)
+        if (strcmp((*pp)->ns, ns) == 0) break;
+    if (*pp && !moved) {
+        bal_moved_t *dead = *pp;
+        *pp = dead->next;
+        free(dead);
+    } else if (!*pp && moved) {
+        bal_moved_t *m = calloc(1, sizeof *m);
+        if (!m) abort();
+        snprintf(m->ns, sizeof m->ns, "%s", ns);
+        m->next = b->moved;
+        b->moved = m;
+    }
+}
+
+/* ---- one round ----------------------------------------------------------------------------- */
+
+/* Runs one round; returns how many chunks moved. */
+static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
+    cfg_t *cfg = b->cfg;
+    long long t0 = time_mono_ms();
+    shard_list_t sl = {0};
+    ns_list_t nl = {0};
+    ms_error_t e = {0};
+    bson_t details = BSON_INITIALIZER, splits, moves;
+    int nsplits = 0, njobs = 0, moved = 0, failed = 0, budget = MS_BALANCER_AUTOSPLIT_CHUNKS_MAX;
+    mig_job_t *jobs = NULL;
+    bool error = false;
+    char why[MS_ERRMSG_BYTES + 32] = "";
+
+    sl.v = calloc(MS_BALANCER_SHARDS_MAX, sizeof *sl.v);
+    nl.v = calloc(MS_BALANCER_COLLS_MAX, sizeof *nl.v);
+    if (!sl.v || !nl.v) abort();
+    if (cat_config_scan(cfg->cat, "shards", shard_scan, &sl, &e) != 0 ||
+        cat_config_scan(cfg->cat, "collections", coll_scan, &nl, &e) != 0) {
+        error = true;
+        snprintf(why, sizeof why, "catalog read failed: %s", e.msg);
+    }
+    bal_shard_t shards[sl.n > 0 ? sl.n : 1];
+    const char *const *zones[sl.n > 0 ? sl.n : 1];
+    memset(shards, 0, sizeof shards);
+    bool need_total = false;
+    for (int s = 0; s < sl.n; s++) {
+        shards[s].name = sl.v[s].name;
+        shards[s].draining = sl.v[s].draining;
+        zones[s] = (const char *const *)sl.v[s].zones;
+        shards[s].zones = zones[s];
+        shards[s].nzones = sl.v[s].nzones;
+        shards[s].max_size_bytes = sl.v[s].max_size_mb * 1024 * 1024;
+        need_total |= shards[s].max_size_bytes > 0;
+    }
+    for (int s = 0; s < sl.n && need_total; s++)
+        if (shards[s].max_size_bytes > 0) shards[s].total_bytes = total_bytes_on(cfg, shards[s].name);
+
+    BSON_APPEND_ARRAY_BEGIN(&details, "splits", &splits);
+    int cap = sl.n / 2 > 0 ? sl.n / 2 : 1;
+    jobs = calloc((size_t)cap, sizeof *jobs);
+    if (!jobs) abort();
+    for (int c = 0; c < nl.n && !error && sl.n >= 2; c++) {
+        cat_coll_t coll;
+        memset(&e, 0, sizeof e);
+        if (cat_coll_get(cfg->cat, nl.v[c], &coll, &e) != 0) continue;  /* dropped meanwhile */
+        if (coll.no_balance || !coll.allow_migrations) {
+            cat_coll_free(&coll);
+            continue;
+        }
+        int64_t csize = coll.max_chunk_size_bytes > 0 ? coll.max_chunk_size_bytes : st->chunk_size;
+        if (st->autosplit && budget > 0)
+            budget -= autosplit_coll(cfg, &coll, csize, budget, &splits, &nsplits);
+        cat_bal_data_t d;
+        if (cat_bal_load(cfg->cat, coll.ns, &d, &e) != 0) {
+            log_warn("balancer load failed ns=%s err=%s", log_str(coll.ns), log_str(e.msg));
+            cat_coll_free(&coll);
+            continue;
+        }
+        for (int i = 0; i < d.nchunks; i++)
+            for (int s = 0; s < sl.n; s++)
+                if (strcmp(d.owners[i], sl.v[s].name) == 0) d.chunks[i].owner = s;
+        for (int s = 0; s < sl.n; s++)
+            shards[s].coll_bytes = st->policy == BAL_POLICY_DATA_SIZE
+                                       ? coll_bytes_on(cfg, shards[s].name, coll.ns) : 0;
+        bal_coll_t bc = {.ns = coll.ns, .chunks = d.chunks, .nchunks = d.nchunks,
+                         .zones = d.zones, .nzones = d.nzones, .no_balance = coll.no_balance,
+                         .moved_last_round = moved_last(b, coll.ns), .chunk_size_bytes = csize};
+        bal_move_t mv[cap];
+        int n = bal_choose(&bc, shards, sl.n, st->policy, mv, cap - njobs);
+        set_moved(b, coll.ns, n > 0);
+        for (int m = 0; m < n; m++) {
+            mig_job_t *j = &jobs[njobs++];
+            const bal_chunk_t *ch = &d.chunks[mv[m].chunk];
+            j->cfg = cfg;
+            snprintf(j->ns, sizeof j->ns, "%s", coll.ns);
+            snprintf(j->from, sizeof j->from, "%s", shards[mv[m].from].name);
+            snprintf(j->to, sizeof j->to, "%s", shards[mv[m].to].name);
+            j->min = bson_copy(ch->min);
+            j->max = mv[m].min_only ? NULL : bson_copy(ch->max);
+            j->reason = mv[m].reason;
+            j->wait_delete = st->wait_delete;
+            j->throttle = st->throttle;
+        }
+        cat_bal_free(&d);
+        cat_coll_free(&coll);
+        if (njobs >= cap) break;
+    }
+    bson_append_array_end(&details, &splits);
+
+    /* The migrations of the round, all at once: each shard is in one at most. */
+    for (int i = 0; i < njobs; i++)
+        jobs[i].started = pthread_create(&jobs[i].th, NULL, mig_main, &jobs[i]) == 0;
+    for (int i = 0; i < njobs; i++) {
+        if (jobs[i].started) pthread_join(jobs[i].th, NULL);
+        else {
+            jobs[i].rc = MS_ERR_INTERNAL;
+            snprintf(jobs[i].err.msg, sizeof jobs[i].err.msg, "could not start a thread");
+        }
+    }
+    BSON_APPEND_ARRAY_BEGIN(&details, "migrations", &moves);
+    for (int i = 0; i < njobs; i++) {
+        mig_job_t *j = &jobs[i];
+        bson_t m;
+        char k[16];
+        const char *key;
+        bson_uint32_to_string((uint32_t)i, &key, k, sizeof k);
+        BSON_APPEND_DOCUMENT_BEGIN(&moves, key, &m);
+        BSON_APPEND_UTF8(&m, "ns", j->ns);
+        BSON_APPEND_DOCUMENT(&m, "min", j->min);
+        if (j->max) BSON_APPEND_DOCUMENT(&m, "max", j->max);
+        BSON_APPEND_UTF8(&m, "from", j->from);
+        BSON_APPEND_UTF8(&m, "to", j->to);
+        BSON_APPEND_UTF8(&m, "reason", j->reason);
+        BSON_APPEND_BOOL(&m, "ok", j->rc == 0);
+        if (j->rc) {
+            BSON_APPEND_INT32(&m, "code", j->rc);
+            BSON_APPEND_UTF8(&m, "errmsg", j->err.msg);
+        }
+        BSON_APPEND_INT64(&m, "durationMillis", j->ms);
+        bson_append_document_end(&moves, &m);
+        if (j->rc == 0) moved++;
+        else failed++;
+        log_info("balancer move ns=%s from=%s to=%s reason=%s code=%d ms=%lld", log_str(j->ns),
+                 log_str(j->from), log_str(j->to), j->reason, j->rc, j->ms);
+        bson_destroy(j->min);
+        if (j->max) bson_destroy(j->max);
+    }
+    bson_append_array_end(&details, &moves);
+    if (!why[0] && njobs == 0)
+        snprintf(why, sizeof why, sl.n < 2 ? "fewer than two shards"
+                                            : "nothing to move: every collection within the rule");
+    BSON_APPEND_INT64(&details, "executionTimeMillis", time_mono_ms() - t0);
+    BSON_APPEND_BOOL(&details, "errorOccurred", error || failed > 0);
+    BSON_APPEND_INT32(&details, "candidateChunks", njobs);
+    BSON_APPEND_INT32(&details, "chunksMoved", moved);
+    BSON_APPEND_INT32(&details, "chunksSplit", nsplits);
+    BSON_APPEND_UTF8(&details, "policy", st->policy == BAL_POLICY_DATA_SIZE ? "dataSize" : "chunkCount");
+    if (why[0]) BSON_APPEND_UTF8(&details, "why", why);
+    memset(&e, 0, sizeof e);
+    if (cat_actionlog(cfg->cat, "balancer.round", "", &details, &e) != 0)
+        log_warn("balancer.round not logged err=%s", log_str(e.msg));
+    bson_destroy(&details);
+    free(jobs);
+    shards_free(&sl);
+    free(nl.v);
+    return moved;
+}
+
+/* ---- the thread ---------------------------------------------------------------------------- */
+
+/* Sleeps up to ms unless woken or stopped. Called with b->mu held. */
+static void nap(cfg_balancer_t *b, int ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    while (!b->stop && !b->wake)
+        if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) != 0) break;
+    b->wake = false;
+}
+
+static void *bal_main(void *arg) {
+    cfg_balancer_t *b = arg;
+    pthread_mutex_lock(&b->mu);
+    /* The first round one idle interval after start-up (or at balancerStart): a restarted
+     * config server lets recovery and routers settle before it moves anything. */
+    nap(b, b->idle_ms);
+    while (!b->stop) {
+        bal_settings_t st;
+        int moved = 0;
+        b->in_round = true;  /* before reading settings: balancerStop waits for this round */
+        pthread_mutex_unlock(&b->mu);
+        read_settings(b->cfg, &st);
+        if (st.enabled) {
+            b->last_off[0] = '\0';
+            moved = round_run(b, &st);
+        } else if (strcmp(b->last_off, st.off_reason) != 0) {
+            /* Off: logged once per reason, not every idle interval. */
+            bson_t d = BSON_INITIALIZER;
+            ms_error_t e = {0};
+            BSON_APPEND_BOOL(&d, "errorOccurred", false);
+            BSON_APPEND_INT32(&d, "candidateChunks", 0);
+            BSON_APPEND_INT32(&d, "chunksMoved", 0);
+            BSON_APPEND_UTF8(&d, "why", st.off_reason);
+            if (cat_actionlog(b->cfg->cat, "balancer.round", "", &d, &e) != 0)
+                log_warn("balancer.round not logged err=%s", log_str(e.msg));
+            bson_destroy(&d);
+            log_info("balancer off reason=%s", log_str(st.off_reason));
+            snprintf(b->last_off, sizeof b->last_off, "%s", st.off_reason);
+        }
+        pthread_mutex_lock(&b->mu);
+        b->in_round = false;
+        if (st.enabled) b->rounds++;
+        pthread_cond_broadcast(&b->cv);
+        nap(b, moved > 0 ? b->throttle_ms : b->idle_ms);
+    }
+    pthread_mutex_unlock(&b->mu);
+    return NULL;
+}
+
+int cfg_balancer_start(cfg_t *cfg, int idle_ms, int throttle_ms, ms_error_t *err) {
+    cfg_balancer_t *b = calloc(1, sizeof *b);
+    bson_t lock = BSON_INITIALIZER;
+    char who[MS_URL_BYTES_MAX + 16];
+    if (!b) return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "balancer: out of memory");
+    b->cfg = cfg;
+    b->idle_ms = idle_ms;
+    b->throttle_ms = throttle_ms;
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    /* The balancer lock as MongoDB 3.4 kept it: taken by the config server at start-up and
+     * never released. The dbpath's lock file already guarantees that only this process
+     * holds it; the document says who does. */
+    snprintf(who, sizeof who, "%s:Balancer", cfg->url);
+    BSON_APPEND_UTF8(&lock, "_id", "balancer");
+    BSON_APPEND_INT32(&lock, "state", 2);
+    BSON_APPEND_UTF8(&lock, "process", cfg->url);
+    BSON_APPEND_DATE_TIME(&lock, "when", time_now_ms());
+    BSON_APPEND_UTF8(&lock, "who", who);
+    BSON_APPEND_UTF8(&lock, "why", "CSRS Balancer");
+    int rc = cat_lock_doc_put(cfg->cat, "balancer", &lock, err);
+    bson_destroy(&lock);
+    if (rc == 0 && pthread_create(&b->th, NULL, bal_main, b) != 0)
+        rc = err_set(err, MS_ERR_INTERNAL, "balancer: cannot start its thread");
+    if (rc) {
+        pthread_cond_destroy(&b->cv);
+        pthread_mutex_destroy(&b->mu);
+        free(b);
+        return rc;
+    }
+    cfg->bal = b;
+    log_info("balancer started idle_ms=%d throttle_ms=%d", idle_ms, throttle_ms);
+    return 0;
+}
+
+void cfg_balancer_shutdown(cfg_t *cfg) {
+    cfg_balancer_t *b = cfg ? cfg->bal : NULL;
+    if (!b) return;
+    pthread_mutex_lock(&b->mu);
+    b->stop = true;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    pthread_join(b->th, NULL);
+    while (b->moved) {
+        bal_moved_t *m = b->moved;
+        b->moved = m->next;
+        free(m);
+    }
+    pthread_cond_destroy(&b->cv);
+    pthread_mutex_destroy(&b->mu);
+    free(b);
+    cfg->bal = NULL;
+}
+
+void cfg_balancer_wake(cfg_t *cfg) {
+    cfg_balancer_t *b = cfg->bal;
+    if (!b) return;
+    pthread_mutex_lock(&b->mu);
+    b->wake = true;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+}
+
+void cfg_balancer_counters(cfg_t *cfg, bool *in_round, int64_t *rounds) {
+    cfg_balancer_t *b = cfg->bal;
+    *in_round = false;
+    *rounds = 0;
+    if (!b) return;
+    pthread_mutex_lock(&b->mu);
+    *in_round = b->in_round;
+    *rounds = b->rounds;
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* ---- balancerStart / balancerStop --------------------------------------------------------- */
+
+/* Upserts config.settings {_id: "balancer"} with {$set: {stopped, mode}} (what
+ * sh.startBalancer / sh.stopBalancer write). */
+static int set_mode(cfg_t *cfg, bool stopped, ms_error_t *err) {
+    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, set, id;
+    int64_t n = 0, nmod = 0;
+    bool upserted = false;
+    BSON_APPEND_UTF8(&q, "_id", "balancer");
+    BSON_APPEND_DOCUMENT_BEGIN(&u, "$set", &set);
+    BSON_APPEND_BOOL(&set, "stopped", stopped);
+    BSON_APPEND_UTF8(&set, "mode", stopped ? "off" : "full");
+    bson_append_document_end(&u, &set);
+    int rc = cat_settings_update(cfg->cat, &q, &u, true, false, &n, &nmod, &upserted, &id, err);
+    if (rc == 0 && upserted) bson_destroy(&id);
+    bson_destroy(&q);
+    bson_destroy(&u);
+    return rc;
+}
+
+int cfg_cmd_balancer_start(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    cfg_t *cfg = ctx->app;
+    (void)reply;
+    int rc = set_mode(cfg, false, err);
+    if (rc == 0) cfg_balancer_wake(cfg);
+    return rc;
+}
+
+int cfg_cmd_balancer_stop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    cfg_t *cfg = ctx->app;
+    cfg_balancer_t *b = cfg->bal;
+    (void)reply;
+    int rc = set_mode(cfg, true, err);
+    if (rc || !b) return rc;
+    /* Wait for the round in progress (it read the settings before our write): once it
+     * ends, no round moves anything until balancerStart. */
+    long long left = op_time_left_ms(MS_BALANCER_STOP_WAIT_MS);
+    long long until = time_mono_ms() + (left > 0 ? left : 1);
+    pthread_mutex_lock(&b->mu);
+    while (b->in_round) {
+        long long now = time_mono_ms();
+        if (now >= until) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        long long ms = until - now < 100 ? until - now : 100;
+        ts.tv_nsec += (long)ms * 1000000L;
+        while (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+    }
+    bool still = b->in_round;
+    pthread_mutex_unlock(&b->mu);
+    if (still)
+        return err_set(err, MS_ERR_EXCEEDED_TIME_LIMIT, "the balancer is stopped but its current "
+                       "round (a migration) has not ended yet");
+    return 0;
+}

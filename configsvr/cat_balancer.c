@@ -1,0 +1,134 @@
+/*
+ * cat_balancer.c — what the balancer reads from and writes to the config server's
+ * catalog (bin/configsvr, the balancer thread of balancer.c): one collection's chunks
+ * and zone ranges as the policy's snapshot (encoded bounds, owners, jumbo, estimated
+ * sizes), config.actionlog entries (balancer.round) and config.locks documents (the
+ * balancer lock). Part of the catalog module (prefix cat_), beside catalog.c.
+ */
+#include "configsvr/cat_priv.h"
+
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint8_t *blob_copy(sqlite3_stmt *st, int i, size_t *len) {
+    const void *p = sqlite3_column_blob(st, i);
+    int n = sqlite3_column_bytes(st, i);
+    uint8_t *out = malloc(n > 0 ? (size_t)n : 1);
+    if (!out) abort();
+    if (n > 0) memcpy(out, p, (size_t)n);
+    *len = (size_t)(n > 0 ? n : 0);
+    return out;
+}
+
+static bson_t *bson_col_copy(sqlite3_stmt *st, int i) {
+    bson_t v;
+    cat_col_view(st, i, &v);
+    return bson_copy(&v);
+}
+
+void cat_bal_free(cat_bal_data_t *d) {
+    if (!d) return;
+    for (int i = 0; i < d->nchunks; i++) {
+        free((void *)d->chunks[i].min_enc);
+        free((void *)d->chunks[i].max_enc);
+        bson_destroy((bson_t *)d->chunks[i].min);
+        bson_destroy((bson_t *)d->chunks[i].max);
+    }
+    for (int i = 0; i < d->nzones; i++) {
+        free((void *)d->zones[i].min_enc);
+        free((void *)d->zones[i].max_enc);
+        free((void *)d->zones[i].zone);
+    }
+    free(d->chunks);
+    free(d->owners);
+    free(d->zones);
+    memset(d, 0, sizeof *d);
+}
+
+int cat_bal_load(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err) {
+    sqlite3_stmt *st = NULL;
+    int rc, s, cap = 0;
+    memset(out, 0, sizeof *out);
+    cat_lock(c);
+    rc = cat_sql_prep(c, "SELECT min, max, min_enc, max_enc, shard, jumbo, est_size FROM chunks "
+                         "WHERE ns = ? ORDER BY min_enc", &st, err);
+    if (rc) goto out;
+    cat_bind_text(st, 1, ns);
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        if (out->nchunks == cap) {
+            cap = cap ? cap * 2 : 64;
+            out->chunks = realloc(out->chunks, sizeof *out->chunks * (size_t)cap);
+            out->owners = realloc(out->owners, sizeof *out->owners * (size_t)cap);
+            if (!out->chunks || !out->owners) abort();
+        }
+        bal_chunk_t *ch = &out->chunks[out->nchunks];
+        memset(ch, 0, sizeof *ch);
+        ch->min = bson_col_copy(st, 0);
+        ch->max = bson_col_copy(st, 1);
+        ch->min_enc = blob_copy(st, 2, &ch->min_len);
+        ch->max_enc = blob_copy(st, 3, &ch->max_len);
+        cat_copy_str(out->owners[out->nchunks], CAT_SHARD_NAME_BYTES_MAX, cat_col_text(st, 4));
+        ch->owner = -1;  /* the caller maps owners[] to its shard array */
+        ch->jumbo = sqlite3_column_int(st, 5) != 0;
+        ch->est_bytes = sqlite3_column_type(st, 6) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 6);
+        out->nchunks++;
+    }
+    if (s != SQLITE_DONE) {
+        rc = err_from_sqlite(err, s, "read chunks", cat_db_handle(c));
+        goto out;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    rc = cat_sql_prep(c, "SELECT min_enc, max_enc, tag FROM tags WHERE ns = ? ORDER BY min_enc", &st, err);
+    if (rc) goto out;
+    cat_bind_text(st, 1, ns);
+    cap = 0;
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        if (out->nzones == cap) {
+            cap = cap ? cap * 2 : 8;
+            out->zones = realloc(out->zones, sizeof *out->zones * (size_t)cap);
+            if (!out->zones) abort();
+        }
+        bal_zone_range_t *z = &out->zones[out->nzones++];
+        z->min_enc = blob_copy(st, 0, &z->min_len);
+        z->max_enc = blob_copy(st, 1, &z->max_len);
+        z->zone = strdup(cat_col_text(st, 2));
+        if (!z->zone) abort();
+    }
+    if (s != SQLITE_DONE) rc = err_from_sqlite(err, s, "read tags", cat_db_handle(c));
+out:
+    sqlite3_finalize(st);
+    cat_unlock(c);
+    if (rc) cat_bal_free(out);
+    return rc;
+}
+
+int cat_actionlog(cat_t *c, const char *what, const char *ns, const bson_t *details,
+                  ms_error_t *err) {
+    int rc;
+    cat_lock(c);
+    rc = cat_sql_exec(c, "BEGIN IMMEDIATE", err);
+    if (rc == 0) {
+        rc = cat_log_change_locked(c, "actionlog", what, ns, details, err);
+        if (rc == 0) rc = cat_sql_exec(c, "COMMIT", err);
+        if (rc) cat_sql_exec(c, "ROLLBACK", NULL);
+    }
+    cat_unlock(c);
+    return rc;
+}
+
+int cat_lock_doc_put(cat_t *c, const char *id, const bson_t *doc, ms_error_t *err) {
+    sqlite3_stmt *st = NULL;
+    int rc;
+    cat_lock(c);
+    rc = cat_sql_prep(c, "INSERT OR REPLACE INTO locks (id, doc) VALUES (?, ?)", &st, err);
+    if (rc == 0) {
+        cat_bind_text(st, 1, id);
+        cat_bind_bson(st, 2, doc);
+        rc = cat_sql_done(c, st, "write config.locks", err);
+    }
+    sqlite3_finalize(st);
+    cat_unlock(c);
+    return rc;
+}
