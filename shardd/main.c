@@ -181,6 +181,7 @@ int main(int argc, char **argv) {
 out_reaper:
     daemon_stop_serving(&d);  /* in-flight commands finish before their state is closed */
     mig_close(app.mig);
+    app.mig = NULL;
     pthread_mutex_lock(&reaper.mu);
     reaper.stop = true;
     pthread_cond_signal(&reaper.cv);

@@ -70,9 +70,15 @@ void mig_close(mig_t *m) {
         }
         pthread_cond_timedwait(&m->cv, &m->mu, &ts);
     }
+    bool idle = !m->donor && !m->recv && m->recoveries == 0;
     pthread_mutex_unlock(&m->mu);
-    /* Anything still running is left to the process exit: its persisted documents are
-     * what the next start recovers from. */
+    /* Anything still running keeps the registry and is left to the process exit: its
+     * persisted documents are what the next start recovers from. */
+    if (idle) {
+        pthread_mutex_destroy(&m->mu);
+        pthread_cond_destroy(&m->cv);
+        free(m);
+    }
 }
 
 void mig_append_status(mig_t *m, bson_t *out) {

@@ -49,7 +49,9 @@ int mig_open(shardd_t *app, mig_t **out, ms_error_t *err);
 /* Starts the recovery of every migration a crash left unfinished (persisted coordinator
  * documents): each ends committed or aborted as the config server's chunk table says. */
 void mig_recover(mig_t *m);
-void mig_close(mig_t *m);   /* NULL-safe; waits for the migration threads */
+/* NULL-safe; waits (bounded) for the migration threads, then frees the registry unless
+ * one is still running (it then lives until the process exits). */
+void mig_close(mig_t *m);
 
 /* serverStatus / currentOp: the migration running now with its phase and progress. */
 void mig_append_status(mig_t *m, bson_t *out);
