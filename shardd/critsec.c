@@ -11,8 +11,13 @@
  * retries — on the recipient once the commit went through. During the config commit
  * itself (blockReads) versioned reads wait too.
  *
- * The state is kept here rather than in shv_t: a short list of (shard, namespace) entries
- * under one mutex, with one condition variable every leave broadcasts on.
+ * The same file keeps movePrimary's critical section of a whole database (MongoDB's
+ * MovePrimaryCoordinator "enterCriticalSection"): writes that carry databaseVersion to the
+ * database's unsharded collections are refused the same way and answer StaleDbVersion;
+ * it is persisted so a restart keeps it (see the section's own comment below).
+ *
+ * The state is kept here rather than in shv_t: a short list of (shard, namespace or
+ * database) entries under one mutex, with one condition variable every leave broadcasts on.
  */
 #include <pthread.h>
 #include <stdlib.h>
