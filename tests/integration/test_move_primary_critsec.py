@@ -7,8 +7,9 @@ collections wait there and are retried on the new primary (StaleDbVersion) inste
 landing on a copy that is about to be dropped; reads go on meanwhile. The config server's
 failpoint hangBeforeMovePrimarySwitch holds movePrimary between the clone and the switch
 so writes surely arrive during the section. Also: the section survives a restart of the
-shard (persisted), DDL waits too, and movePrimary to the current primary leaves a section
-a cut-short movePrimary left behind.
+shard (persisted), DDL waits too, movePrimary to the current primary leaves a section a
+cut-short movePrimary left behind, and after a config server crash between the clone and
+the switch the section stays held until movePrimary is run again.
 """
 import os
 import sys
@@ -172,6 +173,33 @@ def test_db_critical_section_persists_and_blocks_ddl(t):
     c.ok({"insert": "a", "$db": "mr", "documents": [{"_id": 4}]})
     assert sorted(ids_of(s0.find_all("a", "mr"))) == [1, 2, 3, 4]
     s0.ok(adm({"_shardsvrMovePrimaryExitCriticalSection": "mr"}))   # not held: ok
+
+
+@test
+def test_move_primary_config_crash_then_retry(t):
+    # The config server dies between the clone and the switch: the old primary keeps the
+    # section (writes refused, nothing lands on a copy that may be dropped); running
+    # movePrimary again completes the move and leaves it.
+    cl = t.cluster(shards=2, routers=1)
+    c = cl.client(0)
+    cfg = cl.config.client()
+    c.ok(adm({"enableSharding": "mc", "primaryShard": "shard1"}))
+    c.ok({"insert": "u", "$db": "mc", "documents": [{"_id": i} for i in range(500)]})
+    fp(cfg, "hangBeforeMovePrimarySwitch", mode={"times": 1}, action="crash")
+    cfg.close()
+    r = c.cmd(adm({"movePrimary": "mc", "to": "shard0"}))
+    assert r.get("ok") == 0, r
+    assert cl.config.proc.wait(30) == -9
+    cl.config.restart()
+    assert db_entry(c, "mc")["primary"] == "shard1"
+    r = c.cmd({"insert": "u", "$db": "mc", "documents": [{"_id": 1000}], "maxTimeMS": 300})
+    assert r.get("ok") == 0 and r.get("code") in (249, 50), r
+    assert len(c.find_all("u", "mc")) == 500                 # reads go on
+    c.ok(adm({"movePrimary": "mc", "to": "shard0"}))
+    c.ok({"insert": "u", "$db": "mc", "documents": [{"_id": 1000}]})
+    assert sorted(ids_of(cl.shards[0].client().find_all("u", "mc"))) == list(range(500)) + [1000]
+    colls = cl.shards[1].client().ok({"listCollections": 1, "$db": "mc"})["cursor"]["firstBatch"]
+    assert colls == [], colls
 
 
 if __name__ == "__main__":
