@@ -10,14 +10,18 @@
  * shard with the old version meets StaleDbVersion and refreshes; (3) clean up — the old
  * copies are dropped on the old primary. Sharded collections are not touched. The
  * database's DDL lock is held throughout (no create/drop/shardCollection in the
- * database meanwhile); unlike MongoDB there is no critical section blocking writes to
- * the old primary during the clone, so writes sent to the database while it moves may
- * be lost (docs/protocol.md says so).
+ * database meanwhile). As MongoDB's coordinator ("enterCriticalSection"), the old
+ * primary holds the database's critical section from before listCollections until after
+ * the switch (_shardsvrMovePrimaryEnterCriticalSection / ExitCriticalSection, shardd
+ * critsec.c): writes to the unsharded collections wait there and then get
+ * StaleDbVersion, so the router retries them on the new primary; the clone sees a
+ * frozen database and no acknowledged write is lost. Every error path leaves the section.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "common/bsonx.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "configsvr/configsvr.h"
 
@@ -209,6 +213,28 @@ static void flush_db(cfg_t *cfg, const char *shard, const char *db) {
     bson_destroy(&cmd);
 }
 
+/* Enters or leaves the database critical section on shard. */
+static int db_crit(cfg_t *cfg, const char *shard, const char *db, bool enter, ms_error_t *err) {
+    bson_t cmd = BSON_INITIALIZER, rep;
+    BSON_APPEND_UTF8(&cmd, enter ? "_shardsvrMovePrimaryEnterCriticalSection"
+                                 : "_shardsvrMovePrimaryExitCriticalSection", db);
+    BSON_APPEND_UTF8(&cmd, "$db", "admin");
+    int rc = cfg_shard_command(cfg, shard, &cmd, CFG_SHARD_CMD_TIMEOUT_MS, &rep, err);
+    if (rc == 0) bson_destroy(&rep);
+    bson_destroy(&cmd);
+    return rc;
+}
+
+/* Leaving on an error path or for a leftover: logged, never the command's error. A shard
+ * that misses it keeps refusing the database's writes (StaleDbVersion, which the router
+ * retries) until the next movePrimary of the database leaves it. */
+static void db_crit_leave(cfg_t *cfg, const char *shard, const char *db) {
+    ms_error_t e = {0};
+    if (db_crit(cfg, shard, db, false, &e) != 0)
+        log_warn("movePrimary critical section exit failed db=%s shard=%s code=%d errmsg=%s",
+                 log_str(db), log_str(shard), e.code, log_str(e.msg));
+}
+
 int cfg_cmd_move_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
     const char *db = cfg_arg_str(ctx), *to = NULL;
@@ -216,7 +242,7 @@ int cfg_cmd_move_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     char **sharded = NULL, **moved = NULL;
     int nsharded = 0, nmoved = 0, rc;
     int64_t docs = 0;
-    bool draining = false;
+    bool draining = false, in_crit = false;
     bson_t cmd = BSON_INITIALIZER, rep, batch;
     bool have_rep = false;
     bson_iter_t it;
@@ -235,6 +261,9 @@ int cfg_cmd_move_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     rc = cat_shard_host(cfg->cat, to, NULL, 0, &draining, err);
     if (rc) goto out;
     if (strcmp(from, to) == 0) {  /* MongoDB: already the primary → ok, nothing done */
+        /* ...but a section left held by a movePrimary cut short (config server crash) on
+         * the primary would refuse its writes for good: leave it. */
+        db_crit_leave(cfg, from, db);
         BSON_APPEND_UTF8(reply, "primary", to);
         goto out;
     }
@@ -244,6 +273,14 @@ int cfg_cmd_move_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     }
     rc = cat_db_collections(cfg->cat, db, &sharded, &nsharded, err);
     if (rc) goto out;
+
+    /* (0) the target may hold a section left by an earlier movePrimary cut short (it was
+     * the old primary then): it must not refuse the writes it is about to take. Then
+     * freeze the database on the old primary, before listing its collections (entered
+     * after the listing, a collection an insert creates meanwhile would not be copied). */
+    if ((rc = db_crit(cfg, to, db, false, err)) != 0) goto out;
+    if ((rc = db_crit(cfg, from, db, true, err)) != 0) goto out;
+    in_crit = true;
 
     /* (1) clone every unsharded collection of the old primary */
     BSON_APPEND_INT32(&cmd, "listCollections", 1);
@@ -296,12 +333,17 @@ int cfg_cmd_move_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
             }
         }
     if (rc) goto out;
+    if ((rc = fp_eval(CFG_FP_HANG_BEFORE_MOVE_PRIMARY_SWITCH, err)) != 0) goto out;
 
-    /* (2) commit: new primary, lastMod + 1; both shards forget the old version */
+    /* (2) commit: new primary, lastMod + 1; both shards forget the old version. The old
+     * primary then leaves the section (refreshing its database entry first): the writes
+     * waiting there get StaleDbVersion and the router sends them to the new primary. */
     rc = cat_db_set_primary(cfg->cat, db, from, to, err);
     if (rc) goto out;
     flush_db(cfg, from, db);
     flush_db(cfg, to, db);
+    in_crit = false;
+    db_crit_leave(cfg, from, db);
 
     /* (3) the old copies go (a failure here leaves orphaned copies on the old primary,
      * invisible to routers, which now read the new primary; logged, not an error). */
@@ -321,6 +363,7 @@ int cfg_cmd_move_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
              log_str(from), log_str(to), nmoved, (long long)docs);
     BSON_APPEND_UTF8(reply, "primary", to);
 out:
+    if (in_crit) db_crit_leave(cfg, from, db);
     cfg_ddl_unlock(&g);
     if (have_rep) bson_destroy(&rep);
     bson_destroy(&cmd);

@@ -483,6 +483,9 @@ void cat_settings_allow_test_fields(bool on);
 #define CFG_FP_SETTINGS_BEFORE_COMMIT "settingsUpdateBeforeCommit"
 /* Inside the migration commit's transaction, before COMMIT (cat_migrate.c). */
 #define CFG_FP_HANG_BEFORE_COMMIT_MIGRATION "hangBeforeCommitMigration"
+/* movePrimary, after the clone and before the primary switch, the old primary's database
+ * critical section held (cmd_moveprimary.c). */
+#define CFG_FP_HANG_BEFORE_MOVE_PRIMARY_SWITCH "hangBeforeMovePrimarySwitch"
 
 /* Declares every point above (fp_register); main calls it before serving. */
 void cfg_register_failpoints(void);

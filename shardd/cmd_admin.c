@@ -56,7 +56,6 @@ static int create_coll_fn(store_txn_t *t, void *arg, ms_error_t *err) {
 }
 
 int cmd_create(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
-    shardd_t *app = ctx->app;
     char ns[MS_NS_BYTES_MAX + 8];
     ci_arg_t a;
     int rc;
@@ -64,7 +63,7 @@ int cmd_create(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     memset(&a, 0, sizeof a);
     if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, NULL, err)) != 0) return rc;
     a.ns = ns;
-    return store_ddl(app->st, create_coll_fn, &a, err);
+    return shardd_ddl_guarded(ctx, ns, create_coll_fn, &a, err);
 }
 
 static void pattern_text(const bson_t *p, char *dst, size_t cap) {
@@ -133,7 +132,14 @@ static int create_indexes_commit_fn(store_txn_t *t, void *arg, ms_error_t *err) 
  * indexes too), then mark them ready (catalog exclusive, a moment). A command asking for
  * an index another command is building joins it: waits, then answers as for an existing
  * index. Any failure drops what this command registered: all its indexes or none. */
-int shardd_build_indexes(shardd_t *app, const char *ns, const uint8_t *uuid,
+/* Runs a catalog step of the build: under the command's critical-section checks when
+ * there is a command (guard), as is for the migration recipient's own build. */
+static int build_step(shardd_t *app, cmd_ctx_t *guard, const char *ns, store_txn_fn fn,
+                      void *arg, ms_error_t *err) {
+    return guard ? shardd_ddl_guarded(guard, ns, fn, arg, err) : store_ddl(app->st, fn, arg, err);
+}
+
+int shardd_build_indexes(shardd_t *app, cmd_ctx_t *guard, const char *ns, const uint8_t *uuid,
                          const bson_iter_t *specs, shardd_index_result_t *res, ms_error_t *err) {
     ci_arg_t a;
     int rc;
@@ -141,7 +147,7 @@ int shardd_build_indexes(shardd_t *app, const char *ns, const uint8_t *uuid,
     a.ns = ns;
     a.uuid = uuid;
     a.specs = *specs;
-    while ((rc = store_ddl(app->st, create_indexes_begin_fn, &a, err)) ==
+    while ((rc = build_step(app, guard, ns, create_indexes_begin_fn, &a, err)) ==
            MS_ERR_INDEX_BUILD_ALREADY_IN_PROGRESS) {
         /* Bounded by the command's maxTimeMS (MaxTimeMSExpired), as MongoDB's join. */
         if ((rc = op_check(err)) != 0) return rc;
@@ -150,7 +156,7 @@ int shardd_build_indexes(shardd_t *app, const char *ns, const uint8_t *uuid,
     if (rc != 0) return rc;
     if (a.nids > 0) {
         if ((rc = store_index_build_scan(app->st, ns, a.ids, a.nids, err)) == 0)
-            rc = store_ddl(app->st, create_indexes_commit_fn, &a, err);
+            rc = build_step(app, guard, ns, create_indexes_commit_fn, &a, err);
         if (rc != 0) {
             store_index_build_abort(app->st, ns, a.ids, a.nids);
             return rc;
@@ -175,7 +181,7 @@ int cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, NULL, err)) != 0) return rc;
     if (!cmd_field(ctx, "indexes", &it) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &specs))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'createIndexes.indexes' is missing");
-    if ((rc = shardd_build_indexes(app, ns, NULL, &specs, &res, err)) != 0) return rc;
+    if ((rc = shardd_build_indexes(app, ctx, ns, NULL, &specs, &res, err)) != 0) return rc;
     if ((rc = fp_eval(FP_AFTER_INDEX_BUILD_COMMIT, err)) != 0) return rc;
     BSON_APPEND_INT32(reply, "numIndexesBefore", res.before);
     BSON_APPEND_INT32(reply, "numIndexesAfter", res.after);
@@ -281,7 +287,6 @@ static int drop_indexes_fn(store_txn_t *t, void *arg, ms_error_t *err) {
 }
 
 int cmd_drop_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
-    shardd_t *app = ctx->app;
     char ns[MS_NS_BYTES_MAX + 8];
     di_arg_t a;
     int rc;
@@ -290,7 +295,7 @@ int cmd_drop_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (!cmd_field(ctx, "index", &a.index))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'dropIndexes.index' is missing");
     a.ns = ns;
-    if ((rc = store_ddl(app->st, drop_indexes_fn, &a, err)) != 0) return rc;
+    if ((rc = shardd_ddl_guarded(ctx, ns, drop_indexes_fn, &a, err)) != 0) return rc;
     BSON_APPEND_INT32(reply, "nIndexesWas", a.was);
     return 0;
 }
@@ -325,7 +330,7 @@ int cmd_drop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (!a) return err_set(err, MS_ERR_INTERNAL, "out of memory");
     if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) goto out;
     a->ns = ns;
-    if ((rc = store_ddl(app->st, drop_fn, a, err)) != 0) goto out;
+    if ((rc = shardd_ddl_guarded(ctx, ns, drop_fn, a, err)) != 0) goto out;
     if (app->shv) shv_invalidate(app->shv, ns);
     /* MongoDB 7.0: dropping a missing collection succeeds. */
     BSON_APPEND_UTF8(reply, "ns", ns);

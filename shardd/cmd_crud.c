@@ -73,9 +73,40 @@ static int crit_check_write(cmd_ctx_t *ctx, const char *ns, bson_t *err_info, bo
 /* A write the critical section refused has rolled back; it waits, no lock held, for the
  * section to be left (bounded), then its StaleConfig goes to the router, which refreshes
  * and retries (on the recipient when the migration committed). */
-static void crit_wait_after_refusal(cmd_ctx_t *ctx, const char *ns) {
+static void crit_wait_after_refusal(cmd_ctx_t *ctx, const char *ns, int code) {
     shardd_t *app = ctx->app;
-    shv_crit_wait(app->shv, ns, false, shv_crit_wait_bound_ms());
+    /* StaleDbVersion: movePrimary's database section (or the database moved: not held,
+     * no wait); the router then refreshes the database entry and retries. */
+    if (code == MS_ERR_STALE_DB_VERSION)
+        shv_dbcrit_wait(app->shv, ns, shv_crit_wait_bound_ms());
+    else
+        shv_crit_wait(app->shv, ns, false, shv_crit_wait_bound_ms());
+}
+
+/* A catalog change of a command on ns (create, drop, createIndexes, dropIndexes, implicit
+ * creation) under the same critical-section checks as a write, inside its transaction. */
+typedef struct guard_arg {
+    cmd_ctx_t *ctx;
+    const char *ns;
+    store_txn_fn fn;
+    void *arg;
+    bool refused;
+} guard_arg_t;
+
+static int guard_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    guard_arg_t *g = arg;
+    if (crit_check_write(g->ctx, g->ns, &g->ctx->err_info, &g->refused, err) != 0)
+        return err->code;
+    return g->fn(t, g->arg, err);
+}
+
+int shardd_ddl_guarded(cmd_ctx_t *ctx, const char *ns, store_txn_fn fn, void *arg,
+                       ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    guard_arg_t g = {ctx, ns, fn, arg, false};
+    int rc = store_ddl(app->st, guard_fn, &g, err);
+    if (rc && g.refused) crit_wait_after_refusal(ctx, ns, rc);
+    return rc;
 }
 
 int shardd_ns_versioned(cmd_ctx_t *ctx, char *ns, size_t nssz, shv_filter_t **own,
@@ -126,21 +157,26 @@ static int create_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     return store_coll_create(t, a->ns, NULL, NULL, NULL, err);
 }
 
-static int ensure_coll(shardd_t *app, const char *ns, ms_error_t *err) {
+static int ensure_coll(cmd_ctx_t *ctx, const char *ns, bool *refused, ms_error_t *err) {
+    shardd_t *app = ctx->app;
     create_arg_t a = {ns};
-    return store_ddl(app->st, create_fn, &a, err);
+    guard_arg_t g = {ctx, ns, create_fn, &a, false};
+    int rc = store_ddl(app->st, guard_fn, &g, err);
+    if (g.refused) *refused = true;
+    return rc;
 }
 
 /* Runs fn in a write transaction; when fn stopped because the collection is missing
  * (*need_create, set before it wrote anything), creates the collection in its own
  * transaction (MongoDB's implicit creation by insert and upsert) and runs fn again. fn
  * resets its own results at entry. Bounded: a concurrent drop may win every round. */
-static int write_creating(shardd_t *app, const char *ns, store_txn_fn fn, void *arg,
-                          const bool *need_create, ms_error_t *err) {
+static int write_creating(cmd_ctx_t *ctx, const char *ns, store_txn_fn fn, void *arg,
+                          const bool *need_create, bool *refused, ms_error_t *err) {
+    shardd_t *app = ctx->app;
     int rc = 0;
     for (int tries = 0; tries < 3; tries++) {
         if ((rc = store_write(app->st, fn, arg, err)) != 0 || !*need_create) break;
-        if ((rc = ensure_coll(app, ns, err)) != 0) break;
+        if ((rc = ensure_coll(ctx, ns, refused, err)) != 0) break;
     }
     return rc;
 }
@@ -287,8 +323,9 @@ static int wbatch_command(cmd_ctx_t *ctx, const wbatch_kind_t *kind, bson_t *rep
         goto out;
     }
     b.ordered = cmd_flag(ctx, "ordered", true);
-    if ((rc = write_creating(ctx->app, b.ns, wbatch_txn, &b, &b.need_create, err)) != 0) {
-        if (b.crit_refused) crit_wait_after_refusal(ctx, b.ns);
+    if ((rc = write_creating(ctx, b.ns, wbatch_txn, &b, &b.need_create, &b.crit_refused,
+                             err)) != 0) {
+        if (b.crit_refused) crit_wait_after_refusal(ctx, b.ns, rc);
         goto out;
     }
     if ((rc = fp_eval(FP_AFTER_WRITE_COMMIT, err)) != 0) goto out;
@@ -963,7 +1000,6 @@ out:
 }
 
 int cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
-    shardd_t *app = ctx->app;
     char ns[MS_NS_BYTES_MAX + 8];
     fam_arg_t a;
     bson_iter_t it;
@@ -1024,11 +1060,11 @@ int cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         (rc = projection_compile(&d, &a.proj, err)) != 0)
         goto out;
     a.reply = &partial;
-    if ((rc = write_creating(app, ns, fam_fn, &a, &a.need_create, err)) == 0 &&
+    if ((rc = write_creating(ctx, ns, fam_fn, &a, &a.need_create, &a.crit_refused, err)) == 0 &&
         (rc = fp_eval(FP_AFTER_WRITE_COMMIT, err)) == 0 && !a.need_create)
         bson_concat(reply, &partial);
     if (rc != 0 && !bson_empty(&a.err_info)) bson_concat(&ctx->err_info, &a.err_info);
-    if (rc != 0 && a.crit_refused) crit_wait_after_refusal(ctx, ns);
+    if (rc != 0 && a.crit_refused) crit_wait_after_refusal(ctx, ns, rc);
 out:
     bson_destroy(&partial);
     bson_destroy(&a.query);

@@ -121,7 +121,8 @@ int main(int argc, char **argv) {
     app.name = name ? name : "";
     rc = 1;
     if (store_open(dbpath, &so, &app.st, &err) != 0) return daemon_fail("store", &err);
-    if (shv_open(&app.shv, &err) != 0 || shardd_load_identity(&app, &err) != 0) {
+    if (shv_open(&app.shv, &err) != 0 || shardd_load_identity(&app, &err) != 0 ||
+        shv_dbcrit_load(app.shv, app.st, &err) != 0) {
         daemon_fail("sharding", &err);
         goto out_store;
     }

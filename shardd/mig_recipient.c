@@ -350,7 +350,7 @@ static int create_collection_and_indexes(mig_recv_t *r, ms_error_t *err) {
         return err_set(err, MS_ERR_INTERNAL, "index list");
     }
     shardd_index_result_t res;
-    rc = shardd_build_indexes(r->m->app, r->ns, r->coll_uuid, &cur, &res, err);
+    rc = shardd_build_indexes(r->m->app, NULL, r->ns, r->coll_uuid, &cur, &res, err);
     bson_destroy(&wrap);
     if (rc == MS_ERR_BAD_VALUE) rc = 0;   /* no index at all besides _id_: nothing to build */
     if (rc != 0) return rc;

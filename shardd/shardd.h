@@ -538,6 +538,12 @@ int shardd_ns(const cmd_ctx_t *ctx, char *ns, size_t nssz, ms_error_t *err);
  * otherwise *own is the filter to apply (caller releases; NULL = none). */
 int shardd_ns_versioned(cmd_ctx_t *ctx, char *ns, size_t nssz, shv_filter_t **own,
                         ms_error_t *err);
+/* store_ddl(fn) for a command on ns, with the write's critical-section checks inside the
+ * transaction (shv_crit_check_write: migration section, movePrimary's database section,
+ * database version recheck); a refused change waits outside the lock (bounded) before
+ * its StaleConfig / StaleDbVersion is returned. */
+int shardd_ddl_guarded(cmd_ctx_t *ctx, const char *ns, store_txn_fn fn, void *arg,
+                       ms_error_t *err);
 /* Re-creates this shard's identity from the meta table at start-up. */
 int shardd_load_identity(shardd_t *app, ms_error_t *err);
 void shardd_status(void *app, bson_t *reply);
@@ -558,6 +564,9 @@ int cmd_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* critsec.c: {_testCriticalSection: "db.coll", action: "enter"|"blockReads"|"leave"}
  * (test-only, --enable-test-commands) */
 int cmd_test_critical_section(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+/* critsec.c: {_shardsvrMovePrimaryEnterCriticalSection: db} and
+ * {_shardsvrMovePrimaryExitCriticalSection: db} (config server → old primary, movePrimary) */
+int cmd_move_primary_crit(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 
 /* cmd_admin.c */
 /* createIndexes' work, shared with the migration recipient: the collection created when
@@ -567,7 +576,9 @@ typedef struct shardd_index_result {
     int before, after, existed, n;
     bool created;
 } shardd_index_result_t;
-int shardd_build_indexes(shardd_t *app, const char *ns, const uint8_t *uuid,
+/* guard: the command whose critical-section checks the catalog steps run under (NULL:
+ * none, the migration recipient). */
+int shardd_build_indexes(shardd_t *app, cmd_ctx_t *guard, const char *ns, const uint8_t *uuid,
                          const bson_iter_t *specs, shardd_index_result_t *res, ms_error_t *err);
 /* The migration recipient: ns (existing) gets the shard key pat when it has none. */
 int shardd_set_shard_key(shardd_t *app, const char *ns, const keys_pattern_t *pat, ms_error_t *err);

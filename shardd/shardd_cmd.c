@@ -146,6 +146,14 @@ const cmd_spec_t shardd_cmd_table[] = {
      .fields = {F("syncFromConfig", CT_BOOL)},
      .help = "forget this shard's cached version and primary of a database (movePrimary)"},
 
+    {.name = "_shardsvrMovePrimaryEnterCriticalSection", .handler = cmd_move_primary_crit,
+     .flags = CMD_STRICT_FIELDS | CMD_WRITE | CMD_INTERNAL, .arg_types = CT_STR,
+     .help = "movePrimary: refuse writes to the database's unsharded collections "
+             "(StaleDbVersion after a bounded wait) until the exit; persisted"},
+    {.name = "_shardsvrMovePrimaryExitCriticalSection", .handler = cmd_move_primary_crit,
+     .flags = CMD_STRICT_FIELDS | CMD_WRITE | CMD_INTERNAL, .arg_types = CT_STR,
+     .help = "movePrimary: refresh the database's entry, then let writes go on"},
+
     /* chunk migration (mig_donor.c, mig_recipient.c; docs/how-a-migration-works.md) */
     {.name = "_shardsvrMoveRange", .handler = cmd_shardsvr_move_range,
      .flags = CMD_WRITE | CMD_INTERNAL | CMD_FULL_NS_ARG, .arg_types = CT_STR,

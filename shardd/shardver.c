@@ -78,6 +78,9 @@ typedef struct shv_db {
     enum shv_db_state state;
     shv_dbv_t v;
     char primary[128];
+    /* v and primary hold what the last successful refresh found, whatever state says
+     * since (shv_db_recheck compares a write against it under the writer lock). */
+    bool fetched;
     uint64_t invalidations;       /* a refresh started before an invalidation is discarded */
     struct shv_db *next;
 } shv_db_t;
@@ -590,6 +593,7 @@ static int refresh_db(shv_t *s, const char *db, ms_error_t *err) {
         if (found) {
             d->v = v;
             memcpy(d->primary, primary, sizeof d->primary);
+            d->fetched = true;
         }
     }
     s->db_refreshes++;
@@ -650,6 +654,60 @@ static int check_db_version(shv_t *s, const char *ns, const bson_iter_t *it, bso
     log_info("stale db version db=%s received=%d wanted=%d reason=%s", log_str(db), recv.last_mod,
              state == SHV_DB_KNOWN ? ours.last_mod : 0, log_str(why));
     return err_set(err, MS_ERR_STALE_DB_VERSION, "database version mismatch for %s: %s", db, why);
+}
+
+int shv_db_refresh_now(shv_t *s, const char *db, ms_error_t *err) {
+    /* An invalidation racing the refresh discards its result: try again, bounded. */
+    for (int i = 0; i < 3; i++) {
+        int rc = refresh_db(s, db, err);
+        if (rc) return rc;
+        pthread_mutex_lock(&s->mu);
+        enum shv_db_state st = db_get(s, db, strlen(db))->state;
+        pthread_mutex_unlock(&s->mu);
+        if (st != SHV_DB_UNKNOWN) return 0;
+    }
+    return err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                   "database %s: invalidated during every refresh", db);
+}
+
+int shv_db_recheck(shv_t *s, const char *ns, const bson_t *req, bson_t *err_info,
+                   ms_error_t *err) {
+    bson_iter_t it;
+    shv_dbv_t recv, ours;
+    const char *dot = strchr(ns, '.');
+    size_t n = dot ? (size_t)(dot - ns) : strlen(ns);
+    if (!bson_iter_init_find(&it, req, "databaseVersion")) return 0;
+    if (rtable_dbv_parse(&it, &recv, NULL) != 0) return 0;   /* shv_check refused it already */
+    pthread_mutex_lock(&s->mu);
+    shv_db_t *d = db_get(s, ns, n);
+    bool fetched = d->fetched;
+    bool primary = strcmp(d->primary, s->shard_name) == 0;
+    ours = d->v;
+    char me[sizeof s->shard_name];
+    memcpy(me, s->shard_name, sizeof me);
+    pthread_mutex_unlock(&s->mu);
+    /* Nothing fetched, or a request newer than what we fetched: the check before the lock
+     * decided (it refreshes for a newer request). Refused: a request older than our last
+     * refresh, or as recent while we are not the primary — the database moved after the
+     * request passed shv_check (movePrimary's exit refreshed us before leaving). */
+    if (!fetched || rtable_dbv_newer(&recv, &ours)) return 0;
+    if (rtable_dbv_equal(&recv, &ours) && primary) return 0;
+    if (err_info) {
+        char db[MS_NS_BYTES_MAX + 1];
+        snprintf(db, sizeof db, "%.*s", (int)n, ns);
+        BSON_APPEND_UTF8(err_info, "db", db);
+        rtable_dbv_append(err_info, "vReceived", &recv);
+        rtable_dbv_append(err_info, "vWanted", &ours);
+        BSON_APPEND_UTF8(err_info, "shardId", me);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->stale_db_replies++;
+    pthread_mutex_unlock(&s->mu);
+    log_info("write refused by the database version recheck ns=%s received=%d wanted=%d primary=%d",
+             log_str(ns), recv.last_mod, ours.last_mod, primary);
+    return err_set(err, MS_ERR_STALE_DB_VERSION,
+                   "database version mismatch for %.*s: the database moved while the write "
+                   "waited", (int)n, ns);
 }
 
 int shv_check(shv_t *s, const char *ns, const bson_t *req, shv_filter_t **filter,

@@ -75,6 +75,17 @@ int shv_refresh(shv_t *s, const char *ns, ms_error_t *err);
 /* Appends {ns: {version, chunks owned}} for serverStatus.sharding. */
 void shv_append_status(shv_t *s, bson_t *reply);
 
+/* Refreshes the database entry of db from the config server now, until a refresh is
+ * not discarded by a racing invalidation (bounded): movePrimary's exit of the database
+ * critical section, so the shard knows it is no longer the primary before writes go on. */
+int shv_db_refresh_now(shv_t *s, const char *db, ms_error_t *err);
+/* Under the writer lock (no network): a request with databaseVersion is compared with
+ * what this shard's last database refresh found. StaleDbVersion (249) when the request is
+ * older, or as recent and this shard is not the primary; 0 otherwise (also without
+ * databaseVersion, or when nothing was fetched yet). */
+int shv_db_recheck(shv_t *s, const char *ns, const bson_t *req, bson_t *err_info,
+                   ms_error_t *err);
+
 /* ---- critical section (critsec.c) ---- */
 
 typedef struct store store_t;
@@ -91,7 +102,10 @@ bool shv_crit_held(shv_t *s, const char *ns);
 /* Called by every write inside its store_write callback (under the writer lock): 0 (also
  * for a request without shardVersion), or StaleConfig (13388) with err_info {ns,
  * vReceived, shardId, criticalSection: true} (vWanted absent, as MongoDB while the section
- * is held). The caller rolls back, then waits with shv_crit_wait outside every lock. */
+ * is held). The caller rolls back, then waits with shv_crit_wait outside every lock. A
+ * request with databaseVersion is checked against its database's section first
+ * (StaleDbVersion 249, criticalSection: true; wait with shv_dbcrit_wait) and then by
+ * shv_db_recheck. */
 int shv_crit_check_write(shv_t *s, const char *ns, const bson_t *req, bson_t *err_info,
                          ms_error_t *err);
 /* For a versioned read before its version check (no lock held): while reads are blocked,
@@ -104,6 +118,23 @@ bool shv_crit_wait(shv_t *s, const char *ns, bool reads, long long wait_ms);
 /* How long a refused operation waits: the op's remaining maxTimeMS, at most
  * MS_CRITSEC_WAIT_MS. */
 long long shv_crit_wait_bound_ms(void);
+
+/* ---- movePrimary's database critical section (critsec.c) ---- */
+/* Enters the section of database db: from now every write that carries databaseVersion
+ * (the router's writes and DDL to the database's unsharded collections) to a collection
+ * of db is refused under the writer lock with StaleDbVersion (errInfo criticalSection:
+ * true) after waiting for the exit (bounded). The held set is persisted in the meta table
+ * by a write that is also the fence: it returns once every write past its checks has
+ * committed. Entering a held section again is a no-op (0). */
+int shv_dbcrit_enter(shv_t *s, store_t *st, const char *db, ms_error_t *err);
+/* Leaves it: refreshes the database entry from the config server first (so writes that
+ * passed the check against the old entry are refused by shv_db_recheck), then clears and
+ * persists. Not held: 0. On an error the section stays held. */
+int shv_dbcrit_exit(shv_t *s, store_t *st, const char *db, ms_error_t *err);
+/* At start-up: the sections held when the process stopped are held again. */
+int shv_dbcrit_load(shv_t *s, store_t *st, ms_error_t *err);
+/* Waits up to wait_ms until the section of ns's database is left; true when it is. */
+bool shv_dbcrit_wait(shv_t *s, const char *ns, long long wait_ms);
 
 /* ---- live ownership snapshots (shardver.c) ---- */
 /* A snapshot is live from shv_check handing it out until its last holder releases it
