@@ -388,7 +388,7 @@ int shv_crit_check_write(shv_t *s, const char *ns, const bson_t *req, bson_t *er
         if ((rc = shv_db_recheck(s, ns, req, err_info, err)) != 0) return rc;
     }
     if (!bson_iter_init_find(&it, req, "shardVersion")) return 0;  /* unversioned */
-    if (!shv_crit_held(s, ns)) return 0;
+    if (!shv_crit_held(s, ns)) return shv_recheck(s, ns, req, err_info, err);
     log_info("write refused by the critical section ns=%s", ns);
     return crit_stale(s, ns, req, err_info, "the write", err);
 }

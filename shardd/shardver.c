@@ -710,6 +710,48 @@ int shv_db_recheck(shv_t *s, const char *ns, const bson_t *req, bson_t *err_info
                    "waited", (int)n, ns);
 }
 
+int shv_recheck(shv_t *s, const char *ns, const bson_t *req, bson_t *err_info,
+                ms_error_t *err) {
+    bson_iter_t it;
+    shv_recv_t r;
+    const char *why = NULL;
+    char me[128];
+    if (!bson_iter_init_find(&it, req, "shardVersion")) return 0;
+    if (parse_version(&it, &r, NULL) != 0 || r.unsharded) return 0;  /* shv_check decided */
+    shv_identity(s, me, sizeof me, NULL, 0);
+    pthread_mutex_lock(&s->mu);
+    shv_entry_t *e = entry_get(s, ns);
+    shv_filter_t *snap = e->state == SHV_SHARDED ? snap_ref(e->snap) : NULL;
+    enum shv_state state = e->state;
+    pthread_mutex_unlock(&s->mu);
+    /* What shv_check accepted may have moved while the write waited for the writer lock
+     * (a migration committed, the donor refreshed and left its critical section): the
+     * cached metadata, read again under the lock, must still accept it. No network here. */
+    if (state == SHV_UNKNOWN)
+        why = "the metadata was cleared while the write waited";
+    else if (state == SHV_SHARDED && !snap_same_generation(snap, &r.v))
+        why = "timestamp mismatch while the write waited";
+    else if (state == SHV_SHARDED && r.v.major != snap->shard_major)
+        why = "placement version changed while the write waited";
+    if (!why) {
+        snap_unref(snap);
+        return 0;
+    }
+    if (err_info) {
+        BSON_APPEND_UTF8(err_info, "ns", ns);
+        rtable_version_append(err_info, "vReceived", &r.v);
+        if (snap) append_snap_version(err_info, "vWanted", snap, false);
+        BSON_APPEND_UTF8(err_info, "shardId", me);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->stale_replies++;
+    pthread_mutex_unlock(&s->mu);
+    log_info("write refused by the shard version recheck ns=%s received=%u|%u reason=%s",
+             log_str(ns), r.v.major, r.v.minor, log_str(why));
+    snap_unref(snap);
+    return err_set(err, MS_ERR_STALE_CONFIG, "version mismatch detected for %s: %s", ns, why);
+}
+
 int shv_check(shv_t *s, const char *ns, const bson_t *req, shv_filter_t **filter,
               bson_t *err_info, ms_error_t *err) {
     bson_iter_t it;

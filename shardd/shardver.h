@@ -59,6 +59,12 @@ void shv_identity(shv_t *s, char *name, size_t name_cap, char *url, size_t url_c
 int shv_check(shv_t *s, const char *ns, const bson_t *req, shv_filter_t **filter,
               bson_t *err_info, ms_error_t *err);
 
+/* Under the writer lock, for a write shv_check accepted: StaleConfig when the cached
+ * metadata no longer accepts its shardVersion (cleared, another generation or another
+ * major: a migration committed while the write waited for the lock). No network. */
+int shv_recheck(shv_t *s, const char *ns, const bson_t *req, bson_t *err_info,
+                ms_error_t *err);
+
 /* True when the encoded shard key (keys_extract's output) lies in an owned chunk. */
 bool shv_filter_owns(const shv_filter_t *f, const uint8_t *key, size_t len);
 /* The collection's shard-key pattern (borrowed from the snapshot). */
