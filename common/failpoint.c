@@ -134,7 +134,7 @@ bool fp_active(const char *name) {
 int fp_eval_data(const char *name, bson_t *data_out, bool *fired, ms_error_t *err) {
     fp_t *p = fp_find(name);
     enum fp_action action;
-    char errmsg[sizeof err->msg];
+    char errmsg[MS_ERRMSG_BYTES];
     int code;
     bson_iter_t it;
 
