@@ -13,6 +13,8 @@
 #ifndef MS_LOG_H
 #define MS_LOG_H
 
+#include <pthread.h>
+
 enum log_level { LOG_DEBUG = 0, LOG_INFO = 1, LOG_WARN = 2, LOG_ERROR = 3 };
 
 /* Sets the process name printed on every line (copied) and the lowest level printed.
@@ -45,5 +47,9 @@ void log_assert_fail(const char *cond, const char *file, int line, const char *f
 long long time_now_ms(void);
 long long time_mono_ms(void);
 long long time_mono_us(void);
+
+/* pthread_cond_timedwait for at most ms milliseconds from now (the condition's clock is
+ * CLOCK_REALTIME); returns its result (ETIMEDOUT when the time passed). */
+int time_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, long long ms);
 
 #endif

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/rtable.h"
 #include "configsvr/configsvr.h"
 
 int bal_threshold(int nchunks) {
@@ -19,20 +20,14 @@ int bal_threshold(int nchunks) {
     return 8;
 }
 
-/* SQLite's BLOB order: memcmp over the common length, then the shorter first. */
-static int enc_cmp(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen) {
-    int r = memcmp(a, b, alen < blen ? alen : blen);
-    if (r) return r;
-    return alen < blen ? -1 : alen > blen;
-}
 
 const char *bal_chunk_zone(const bal_coll_t *c, int i) {
     const bal_chunk_t *ch = &c->chunks[i];
     /* In a zone only when a range contains the chunk whole (partial overlap = no zone). */
     for (int z = 0; z < c->nzones; z++) {
         const bal_zone_range_t *r = &c->zones[z];
-        if (enc_cmp(r->min_enc, r->min_len, ch->min_enc, ch->min_len) <= 0 &&
-            enc_cmp(ch->max_enc, ch->max_len, r->max_enc, r->max_len) <= 0)
+        if (rtable_bytes_cmp(r->min_enc, r->min_len, ch->min_enc, ch->min_len) <= 0 &&
+            rtable_bytes_cmp(ch->max_enc, ch->max_len, r->max_enc, r->max_len) <= 0)
             return r->zone;
     }
     return "";

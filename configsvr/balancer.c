@@ -528,16 +528,9 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
 
 /* Sleeps up to ms unless woken or stopped. Called with b->mu held. */
 static void nap(cfg_balancer_t *b, int ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    while (!b->stop && !b->wake)
-        if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) != 0) break;
+    long long until = time_mono_ms() + ms;
+    while (!b->stop && !b->wake && time_mono_ms() < until)
+        if (time_cond_wait_ms(&b->cv, &b->mu, until - time_mono_ms()) != 0) break;
     b->wake = false;
 }
 
@@ -696,15 +689,7 @@ int cfg_cmd_balancer_stop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     while (b->in_round) {
         long long now = time_mono_ms();
         if (now >= until) break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        long long ms = until - now < 100 ? until - now : 100;
-        ts.tv_nsec += (long)ms * 1000000L;
-        while (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+        time_cond_wait_ms(&b->cv, &b->mu, until - now < 100 ? until - now : 100);
     }
     bool still = b->in_round;
     pthread_mutex_unlock(&b->mu);

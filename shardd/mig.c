@@ -16,6 +16,7 @@
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "common/rpc.h"
+#include "common/rtable.h"
 #include "shardd/mig.h"
 
 const char *const mig_donor_step_fps[6] = {
@@ -61,14 +62,7 @@ void mig_close(mig_t *m) {
      * deadlines (every call they make has one). */
     long long until = time_mono_ms() + MS_MIG_STOP_WAIT_MS;
     while ((m->donor || m->recv || m->recoveries > 0) && time_mono_ms() < until) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+        time_cond_wait_ms(&m->cv, &m->mu, 50);
     }
     bool idle = !m->donor && !m->recv && m->recoveries == 0;
     pthread_mutex_unlock(&m->mu);
@@ -182,33 +176,18 @@ static sqlite3_stmt *range_stmt(store_txn_t *t, store_coll_t *c, const char *wha
     return s;
 }
 
-int mig_range_rowids(store_txn_t *t, store_coll_t *c, const buf_t *min, const buf_t *max,
-                     size_t cap, int64_t **rids, size_t *n, ms_error_t *err) {
-    sqlite3_stmt *s = range_stmt(t, c, "rid", min, max, err);
-    size_t vcap = 0;
-    int rc;
-    *rids = NULL;
-    *n = 0;
+int mig_range_docs(store_txn_t *t, store_coll_t *c, const buf_t *min, const buf_t *max,
+                   int (*fn)(void *arg, const uint8_t *doc, size_t len, ms_error_t *err), void *arg,
+                   ms_error_t *err) {
+    sqlite3_stmt *s = range_stmt(t, c, "doc", min, max, err);
+    int rc, frc = 0;
     if (!s) return err->code;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (*n >= cap) {
-            /* One more than the cap tells the caller "too many". */
-            (*n)++;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+        if ((frc = fn(arg, sqlite3_column_blob(s, 0), (size_t)sqlite3_column_bytes(s, 0), err)) != 0)
             break;
-        }
-        if (*n == vcap) {
-            vcap = vcap ? vcap * 2 : 1024;
-            *rids = xrealloc(*rids, vcap * sizeof **rids);
-        }
-        (*rids)[(*n)++] = sqlite3_column_int64(s, 0);
-    }
     sqlite3_reset(s);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-        free(*rids);
-        *rids = NULL;
-        *n = 0;
-        return err_set(err, MS_ERR_INTERNAL, "range scan failed: %s", sqlite3_errstr(rc));
-    }
+    if (frc) return frc;
+    if (rc != SQLITE_DONE) return err_set(err, MS_ERR_INTERNAL, "range scan: %s", sqlite3_errstr(rc));
     return 0;
 }
 
@@ -233,23 +212,19 @@ int mig_range_digest_txn(store_txn_t *t, const char *ns, const buf_t *min, const
     return rc;
 }
 
+static int digest_doc(void *arg, const uint8_t *p, size_t n, ms_error_t *err) {
+    digest_arg_t *a = arg;
+    (void)err;
+    a->count++;
+    a->bytes += (int64_t)n;
+    a->sum += xfer_doc_hash(p, n);
+    return 0;
+}
+
 static int digest_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     digest_arg_t *a = arg;
     store_coll_t *c = store_coll_get(t, a->ns);
-    sqlite3_stmt *s;
-    int rc;
-    if (!c) return 0;
-    if (!(s = range_stmt(t, c, "doc", a->min, a->max, err))) return err->code;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        const uint8_t *p = sqlite3_column_blob(s, 0);
-        size_t n = (size_t)sqlite3_column_bytes(s, 0);
-        a->count++;
-        a->bytes += (int64_t)n;
-        a->sum += xfer_doc_hash(p, n);
-    }
-    sqlite3_reset(s);
-    if (rc != SQLITE_DONE) return err_set(err, MS_ERR_INTERNAL, "digest scan: %s", sqlite3_errstr(rc));
-    return 0;
+    return c ? mig_range_docs(t, c, a->min, a->max, digest_doc, a, err) : 0;
 }
 
 int mig_range_digest(store_t *st, const char *ns, const buf_t *min, const buf_t *max,
@@ -307,10 +282,7 @@ bool mig_key_in_range(const buf_t *k, const buf_t *min, const buf_t *max) {
 }
 
 int mig_key_cmp(const buf_t *a, const buf_t *b) {
-    size_t n = a->len < b->len ? a->len : b->len;
-    int c = n ? memcmp(a->data, b->data, n) : 0;
-    if (c) return c;
-    return a->len < b->len ? -1 : a->len > b->len;
+    return rtable_bytes_cmp(a->data, a->len, b->data, b->len);
 }
 
 int mig_task_add_orphans(store_txn_t *t, const char *id, int64_t n, bool set, ms_error_t *err) {

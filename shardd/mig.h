@@ -77,12 +77,13 @@ int mig_call(const char *url, const bson_t *cmd, int timeout_ms, bson_t *reply, 
  * failures are logged, never fatal. */
 void mig_log_change(mig_t *m, const char *what, const char *ns, const bson_t *details);
 
-/* Range reads inside a store transaction (mig.c). Record ids of the documents of c whose
- * shard key lies in [min, max), in key order; more than cap → *n = cap + 1 (too many). */
-int mig_range_rowids(store_txn_t *t, store_coll_t *c, const buf_t *min, const buf_t *max,
-                     size_t cap, int64_t **rids, size_t *n, ms_error_t *err);
-/* mig_range_rowids plus the range's digest (document count, sum of xfer_doc_hash) in the
- * same scan. */
+/* Range reads inside a store transaction (mig.c). fn gets each document's bytes of c
+ * whose shard key lies in [min, max), in key order; non-zero stops and is returned. */
+int mig_range_docs(store_txn_t *t, store_coll_t *c, const buf_t *min, const buf_t *max,
+                   int (*fn)(void *arg, const uint8_t *doc, size_t len, ms_error_t *err), void *arg,
+                   ms_error_t *err);
+/* The record ids of those documents in key order (more than cap → *n = cap + 1: too
+ * many) and the range's digest (document count, sum of xfer_doc_hash), in one scan. */
 int mig_range_rowids_digest(store_txn_t *t, store_coll_t *c, const buf_t *min, const buf_t *max,
                             size_t cap, int64_t **rids, size_t *n, int64_t *count, uint64_t *sum,
                             ms_error_t *err);

@@ -98,6 +98,7 @@ struct mig_donor {
     int64_t recv_cloned, recv_catchup, recv_steady;
     char recv_state[16];
     bool capture_on, crit_held;
+    bson_t from_version;             /* this shard's version when the migration started */
     int64_t digest_count;            /* the range at the clone-list snapshot */
     uint64_t digest_sum;
 };
@@ -586,6 +587,8 @@ static int step_checks(mig_donor_t *d, ms_error_t *err) {
         }
     }
     memcpy(d->co.coll_uuid, uuid, 16);
+    bson_reinit(&d->from_version);
+    bson_concat(&d->from_version, &sv);
     bson_reinit(&d->co.chunk_min);
     bson_concat(&d->co.chunk_min, &cmin);
     bson_reinit(&d->co.chunk_max);
@@ -610,11 +613,10 @@ static int step_checks(mig_donor_t *d, ms_error_t *err) {
         rc = split_compute(m->app->st, &sa, &arr, &cont, err);
         bson_reinit(&d->req_max);
         if (rc == 0) {
-            bson_iter_t it, first;
+            bson_iter_t it;
             bson_t k;
             if (bson_iter_init(&it, &arr) && bson_iter_next(&it) &&
                 bsonx_view_container(&it, &k)) {
-                (void)first;
                 bson_concat(&d->req_max, &k);
             } else {
                 bson_concat(&d->req_max, &cmax);
@@ -882,7 +884,7 @@ static int step_commit_recipient(mig_donor_t *d, ms_error_t *err) {
 static int step_commit_config(mig_donor_t *d, bool *sent, ms_error_t *err) {
     mig_t *m = d->m;
     char url[MS_URL_BYTES_MAX];
-    bson_t cmd, reply, chunk, fv;
+    bson_t cmd, reply, chunk;
     int rc;
     *sent = false;
     shv_crit_block_reads(m->app->shv, d->ns);
@@ -904,9 +906,7 @@ static int step_commit_config(mig_donor_t *d, bool *sent, ms_error_t *err) {
         if (bson_iter_init_find(&it, &d->co.pre_version, "v")) bsonx_append_iter(&chunk, "lastmod", &it);
     }
     bson_append_document_end(&cmd, &chunk);
-    bson_init(&fv);
-    BSON_APPEND_DOCUMENT(&cmd, "fromShardCollectionVersion", &d->co.pre_version);
-    bson_destroy(&fv);
+    BSON_APPEND_DOCUMENT(&cmd, "fromShardCollectionVersion", &d->from_version);
     BSON_APPEND_TIMESTAMP(&cmd, "validAfter", (uint32_t)(time_now_ms() / 1000), 0);
     *sent = true;
     rc = mig_call(url, &cmd, MS_RPC_CONFIG_TIMEOUT_MS_DEFAULT, &reply, err);
@@ -1129,6 +1129,7 @@ static void donor_free(mig_donor_t *d) {
     if (!d) return;
     bson_destroy(&d->req_min);
     bson_destroy(&d->req_max);
+    bson_destroy(&d->from_version);
     keys_pattern_free(&d->pat);
     buf_free(&d->min_enc);
     buf_free(&d->max_enc);
@@ -1245,6 +1246,7 @@ int cmd_shardsvr_move_range(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     pthread_mutex_init(&d->mu, NULL);
     bson_init(&d->req_min);
     bson_init(&d->req_max);
+    bson_init(&d->from_version);
     coord_init(&d->co);
     if ((rc = parse_request(ctx, d, err)) != 0) {
         donor_free(d);
@@ -1311,14 +1313,7 @@ int cmd_shardsvr_move_range(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (run) {
         long long until = time_mono_ms() + op_time_left_ms(MS_MOVE_CHUNK_TIMEOUT_MS);
         while (!run->done && time_mono_ms() < until) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 100 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+            time_cond_wait_ms(&m->cv, &m->mu, 100);
         }
         if (run->done) {
             rc = run->rc;
@@ -1559,31 +1554,23 @@ typedef struct archive_arg {
     int64_t n;
 } archive_arg_t;
 
+static int archive_doc(void *arg, const uint8_t *doc, size_t len, ms_error_t *err) {
+    archive_arg_t *a = arg;
+    if (fwrite(doc, 1, len, a->f) != len)
+        return err_set(err, MS_ERR_INTERNAL, "archive write failed: %s", strerror(errno));
+    a->n++;
+    return 0;
+}
+
 static int archive_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     archive_arg_t *a = arg;
     store_coll_t *c = store_coll_get(t, a->c->ns);
-    keys_pattern_t *p;
     buf_t min = {0}, max = {0};
-    int64_t *rids = NULL;
-    size_t n = 0;
     int rc;
     if (!c || !c->sharded) return 0;
-    p = &c->sk;
-    if ((rc = keys_encode_bound(p, &a->c->range_min, &min, err)) != 0 ||
-        (rc = keys_encode_bound(p, &a->c->range_max, &max, err)) != 0 ||
-        (rc = mig_range_rowids(t, c, &min, &max, SIZE_MAX / 2, &rids, &n, err)) != 0)
-        goto out;
-    for (size_t i = 0; i < n; i++) {
-        bson_t doc;
-        if (store_get_by_rowid(t, c, rids[i], &doc, err) != 0) continue;
-        if (fwrite(bson_get_data(&doc), 1, doc.len, a->f) != doc.len)
-            rc = err_set(err, MS_ERR_INTERNAL, "archive write failed: %s", strerror(errno));
-        bson_destroy(&doc);
-        if (rc) break;
-        a->n++;
-    }
-out:
-    free(rids);
+    if ((rc = keys_encode_bound(&c->sk, &a->c->range_min, &min, err)) == 0 &&
+        (rc = keys_encode_bound(&c->sk, &a->c->range_max, &max, err)) == 0)
+        rc = mig_range_docs(t, c, &min, &max, archive_doc, a, err);
     buf_free(&min);
     buf_free(&max);
     return rc;

@@ -277,7 +277,7 @@ static int transfer_round(mig_recv_t *r, int64_t *applied, int64_t *size, ms_err
 typedef struct task_arg {
     const char *id;
     const bson_t *task;
-    bool ready, del;
+    bool del;                    /* delete the task; neither: make it ready */
 } task_arg_t;
 static int task_fn(store_txn_t *t, void *arg, ms_error_t *err);
 
@@ -483,14 +483,7 @@ static void *recv_main(void *p) {
         pthread_mutex_lock(&r->mu);
         go = r->commit_start;
         if (!go) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 10 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+            time_cond_wait_ms(&r->cv, &r->mu, 10);
             go = r->commit_start;
         }
         pthread_mutex_unlock(&r->mu);
@@ -522,10 +515,7 @@ static void *recv_main(void *p) {
         long long until = time_mono_ms() + MS_MIG_RECV_DECISION_WAIT_MS;
         pthread_mutex_lock(&r->mu);
         while (!r->released && !r->abort_req && !m->stopping && time_mono_ms() < until) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 1;
-            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+            time_cond_wait_ms(&r->cv, &r->mu, 1000);
         }
         bool ab = r->abort_req;
         pthread_mutex_unlock(&r->mu);
@@ -544,10 +534,7 @@ failed:
         long long until = time_mono_ms() + MS_MIG_RECV_DECISION_WAIT_MS;
         pthread_mutex_lock(&r->mu);
         while (!r->abort_req && !r->released && !m->stopping && time_mono_ms() < until) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 1;
-            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+            time_cond_wait_ms(&r->cv, &r->mu, 1000);
         }
         pthread_mutex_unlock(&r->mu);
     }
@@ -631,7 +618,7 @@ static int task_fn(store_txn_t *t, void *arg, ms_error_t *err) {
 }
 
 int mig_recv_task_ready(mig_t *m, const char *id, ms_error_t *err) {
-    task_arg_t a = {.id = id, .ready = true};
+    task_arg_t a = {.id = id};
     int rc = store_write(m->app->st, task_fn, &a, err);
     if (rc == 0 && m->app->rdel) rdel_kick(m->app->rdel);
     return rc;
@@ -798,17 +785,8 @@ static bool steady_or_done(enum rstate s) {
 }
 
 static void wait_locked(mig_recv_t *r, long long until_ms) {
-    struct timespec ts;
     long long left = until_ms - time_mono_ms();
-    if (left <= 0) return;
-    if (left > 100) left = 100;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += left * 1000000L;
-    while (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    if (left > 0) time_cond_wait_ms(&r->cv, &r->mu, left > 100 ? 100 : left);
 }
 
 int cmd_recv_chunk_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {

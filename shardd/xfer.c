@@ -22,6 +22,7 @@
 
 #include "common/bsonx.h"
 #include "common/log.h"
+#include "common/rtable.h"
 #include "shardd/shardd.h"
 
 /* One captured _id: the BSON bytes of {_id: value}. */
@@ -154,11 +155,9 @@ static xid_t *xid_new(const uint8_t *p, size_t n) {
 
 /* ---- capture ------------------------------------------------------------------------ */
 
+/* Encoded keys order as the sk column does (rtable_bytes_cmp: SQLite's BLOB order). */
 static int key_cmp(const buf_t *a, const buf_t *b) {
-    size_t n = a->len < b->len ? a->len : b->len;
-    int c = n ? memcmp(a->data, b->data, n) : 0;
-    if (c) return c;
-    return a->len < b->len ? -1 : a->len > b->len ? 1 : 0;
+    return rtable_bytes_cmp(a->data, a->len, b->data, b->len);
 }
 
 static bool in_range(const xfer_t *x, const buf_t *sk) {

@@ -60,12 +60,9 @@ class Writer(threading.Thread):
 def test_soak_moves_kills_and_writers(t):
     rng = random.Random(seed())
     seconds = float(os.environ.get("SOAK_SECONDS", "180"))
-    cfg = t.configsvr()
-    ss = [t.shardd("shard%d" % i, extra=FLAGS) for i in range(3)]
-    r0 = t.router(cfg.url, "router0")
+    cl = t.cluster(3, 1, FLAGS)
+    cfg, ss, r0 = cl.config, cl.shards, cl.routers[0]
     c = r0.client()
-    for i, s in enumerate(ss):
-        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
     c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
     c.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
     c.ok({"insert": "c", "$db": DB, "documents": [{"_id": i, "k": i} for i in range(N)]})

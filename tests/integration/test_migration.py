@@ -25,14 +25,10 @@ SHARD_FLAGS = ["--orphan-cleanup-delay-ms", "0", "--range-deleter-batch-delay-ms
 def cluster(t, shards=2, routers=1, extra=None):
     """A config server, shards with `extra` flags (default SHARD_FLAGS), routers, and the
     database with shard0 as its primary."""
-    cfg = t.configsvr()
-    ss = [t.shardd("shard%d" % i, extra=SHARD_FLAGS if extra is None else extra) for i in range(shards)]
-    rs = [t.router(cfg.url, "router%d" % i) for i in range(routers)]
-    c = rs[0].client()
-    for i, s in enumerate(ss):
-        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
+    cl = t.cluster(shards, routers, SHARD_FLAGS if extra is None else extra)
+    c = cl.client()
     c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
-    return Cluster(cfg, ss, rs), c
+    return cl, c
 
 
 def chunks(c, ns=NS):

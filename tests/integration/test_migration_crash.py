@@ -38,12 +38,9 @@ ERRORS = [("donor", "failMigrationCommit"), ("donor", "migrationCommitNetworkErr
 
 
 def setup(t):
-    cfg = t.configsvr()
-    ss = [t.shardd("shard%d" % i, extra=SHARD_FLAGS) for i in range(2)]
-    r = t.router(cfg.url, "router0")
+    cl = t.cluster(2, 1, SHARD_FLAGS)
+    cfg, ss, r = cl.config, cl.shards, cl.routers[0]
     c = r.client()
-    for i, s in enumerate(ss):
-        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
     c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
     c.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
     c.ok({"createIndexes": "c", "$db": DB, "indexes": [{"key": {"v": 1}, "name": "v_1"}]})
