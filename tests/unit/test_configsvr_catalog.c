@@ -15,68 +15,7 @@
 #include "common/keys.h"
 #include "configsvr/configsvr.h"
 #include "tests/unit/t.h"
-
-static int g_seq;
-
-/* A fresh catalog file in the test's temp dir. */
-static cat_t *open_fresh(char *path_out, size_t cap) {
-    cat_t *c = NULL;
-    ms_error_t e = {0};
-    snprintf(path_out, cap, "%s/cat%d.db", t_tmpdir(), ++g_seq);
-    int rc = cat_open(path_out, &c, &e);
-    CHECK_MSG(rc == 0, "cat_open: %s", e.msg);
-    return c;
-}
-
-static bson_t *J(const char *json) {
-    bson_error_t be;
-    bson_t *b = bson_new_from_json((const uint8_t *)json, -1, &be);
-    if (!b) {
-        fprintf(stderr, "bad test json %s: %s\n", json, be.message);
-        abort();
-    }
-    return b;
-}
-
-/* Adds shards shard0..shard{n-1} with hosts tcp://127.0.0.1:1000{i}. */
-static void add_shards(cat_t *c, int n) {
-    for (int i = 0; i < n; i++) {
-        char name[64], host[64];
-        bool already = true;
-        ms_error_t e = {0};
-        snprintf(host, sizeof host, "tcp://127.0.0.1:%d", 10000 + i);
-        CHECK_INT(cat_shard_prepare(c, NULL, host, name, sizeof name, &already, &e), 0);
-        CHECK(!already);
-        CHECK_INT(cat_shard_insert(c, name, host, &e), 0);
-    }
-}
-
-/* Shards ns with a single chunk [MinKey, MaxKey) on shard0 under key json. */
-static void shard_one_chunk(cat_t *c, const char *ns, const char *key_json, const char *shard) {
-    cat_coll_t coll;
-    keys_pattern_t p;
-    bson_t *key = J(key_json), gmin = BSON_INITIALIZER, gmax = BSON_INITIALIZER;
-    ms_error_t e = {0};
-    memset(&coll, 0, sizeof coll);
-    memset(&p, 0, sizeof p);
-    CHECK_INT(keys_pattern_parse(key, &p, &e), 0);
-    keys_global_min(&p, &gmin);
-    keys_global_max(&p, &gmax);
-    snprintf(coll.ns, sizeof coll.ns, "%s", ns);
-    bson_copy_to(key, &coll.key);
-    bson_oid_init(&coll.epoch, NULL);
-    CHECK_INT(cat_next_ts(c, &coll.ts, &e), 0);
-    cat_uuid_new(coll.uuid);
-    coll.created_ms = 1000;
-    cat_chunk_plan_t plan = {&gmin, &gmax, shard};
-    int rc = cat_coll_create(c, &coll, &plan, 1, &e);
-    CHECK_MSG(rc == 0, "create: %s", e.msg);
-    cat_coll_free(&coll);
-    keys_pattern_free(&p);
-    bson_destroy(&gmin);
-    bson_destroy(&gmax);
-    bson_destroy(key);
-}
+#include "tests/unit/t_cat.h"
 
 /* One chunk of a routing table: min/max as JSON and version. */
 typedef struct rchunk {
@@ -181,7 +120,7 @@ static void test_hashed_split_points(void) {
 
 static void test_open_reopen_cluster_id(void) {
     char path[512];
-    cat_t *c = open_fresh(path, sizeof path), *c2 = NULL;
+    cat_t *c = tcat_open("cat", path, sizeof path), *c2 = NULL;
     bson_oid_t a, b;
     cat_ts_t t1, t2;
     ms_error_t e = {0};
@@ -201,10 +140,10 @@ static void test_open_reopen_cluster_id(void) {
 
 static void test_shards_names_and_duplicates(void) {
     char path[512], name[64];
-    cat_t *c = open_fresh(path, sizeof path);
+    cat_t *c = tcat_open("cat", path, sizeof path);
     ms_error_t e = {0};
     bool already = false;
-    add_shards(c, 2);
+    tcat_add_shards(c, 2);
     /* same host again without a name: idempotent */
     CHECK_INT(cat_shard_prepare(c, NULL, "tcp://127.0.0.1:10000", name, sizeof name, &already, &e), 0);
     CHECK(already);
@@ -236,11 +175,11 @@ static void test_shards_names_and_duplicates(void) {
 
 static void test_databases_primary_choice(void) {
     char path[512], prim[64];
-    cat_t *c = open_fresh(path, sizeof path);
+    cat_t *c = tcat_open("cat", path, sizeof path);
     ms_error_t e = {0};
     bool created = false;
     CHECK_INT(cat_db_ensure(c, "app", NULL, &created, NULL, &e), MS_ERR_SHARD_NOT_FOUND);
-    add_shards(c, 2);
+    tcat_add_shards(c, 2);
     CHECK_INT(cat_db_ensure(c, "a", NULL, &created, NULL, &e), 0);
     CHECK(created);
     CHECK_INT(cat_db_primary(c, "a", prim, sizeof prim, &e), 0);
@@ -266,13 +205,13 @@ static void test_databases_primary_choice(void) {
 
 static void test_split_versions(void) {
     char path[512];
-    cat_t *c = open_fresh(path, sizeof path);
+    cat_t *c = tcat_open("cat", path, sizeof path);
     ms_error_t e = {0};
     rchunk_t ch[16];
     bool full = false;
     cat_version_t cv;
-    add_shards(c, 1);
-    shard_one_chunk(c, "app.u", "{\"x\": 1}", "shard0");
+    tcat_add_shards(c, 1);
+    tcat_shard_one_chunk(c, "app.u", "{\"x\": 1}", "shard0");
     CHECK_INT(routing(c, "app.u", NULL, ch, 16, &full, &cv), 1);
     CHECK(full && ch[0].M == 1 && ch[0].m == 0);
 
@@ -327,16 +266,15 @@ static void test_split_versions(void) {
     cat_close(c);
 }
 
-
 static void test_merge_versions(void) {
     char path[512];
-    cat_t *c = open_fresh(path, sizeof path);
+    cat_t *c = tcat_open("cat", path, sizeof path);
     ms_error_t e = {0};
     rchunk_t ch[16];
     bool full;
     cat_version_t cv;
-    add_shards(c, 1);
-    shard_one_chunk(c, "app.m", "{\"x\": 1}", "shard0");
+    tcat_add_shards(c, 1);
+    tcat_shard_one_chunk(c, "app.m", "{\"x\": 1}", "shard0");
     bson_t *mn = J("{\"x\": {\"$minKey\": 1}}"), *mx = J("{\"x\": {\"$maxKey\": 1}}");
     bson_t *p10 = J("{\"x\": 10}"), *p20 = J("{\"x\": 20}"), *p30 = J("{\"x\": 30}");
     const bson_t *pts[] = {p10, p20, p30};
@@ -376,13 +314,13 @@ static void test_merge_versions(void) {
 
 static void test_merge_refuses_two_shards(void) {
     char path[512];
-    cat_t *c = open_fresh(path, sizeof path);
+    cat_t *c = tcat_open("cat", path, sizeof path);
     ms_error_t e = {0};
     keys_pattern_t p;
     bson_t *key = J("{\"h\": \"hashed\"}");
     bson_t bounds[5];
     cat_coll_t coll;
-    add_shards(c, 2);
+    tcat_add_shards(c, 2);
     memset(&p, 0, sizeof p);
     memset(&coll, 0, sizeof coll);
     CHECK_INT(keys_pattern_parse(key, &p, &e), 0);
@@ -425,13 +363,13 @@ static void test_merge_refuses_two_shards(void) {
 
 static void test_incremental_routing(void) {
     char path[512];
-    cat_t *c = open_fresh(path, sizeof path);
+    cat_t *c = tcat_open("cat", path, sizeof path);
     ms_error_t e = {0};
     rchunk_t ch[16];
     bool full = true;
     cat_version_t cv, since;
-    add_shards(c, 1);
-    shard_one_chunk(c, "app.r", "{\"a\": 1, \"b\": 1}", "shard0");
+    tcat_add_shards(c, 1);
+    tcat_shard_one_chunk(c, "app.r", "{\"a\": 1, \"b\": 1}", "shard0");
     bson_t *mn = J("{\"a\": {\"$minKey\": 1}, \"b\": {\"$minKey\": 1}}");
     bson_t *mx = J("{\"a\": {\"$maxKey\": 1}, \"b\": {\"$maxKey\": 1}}");
     bson_t *p1 = J("{\"a\": 5, \"b\": {\"$minKey\": 1}}"), *p2 = J("{\"a\": 9, \"b\": \"z\"}");
@@ -460,7 +398,7 @@ static void test_incremental_routing(void) {
     CHECK_INT(cat_coll_drop(c, "app.r", &existed, &e), 0);
     CHECK(existed);
     CHECK_INT(cat_routing_table(c, "app.r", NULL, &(bson_t)BSON_INITIALIZER, &e), MS_ERR_NAMESPACE_NOT_SHARDED);
-    shard_one_chunk(c, "app.r", "{\"a\": 1, \"b\": 1}", "shard0");
+    tcat_shard_one_chunk(c, "app.r", "{\"a\": 1, \"b\": 1}", "shard0");
     CHECK_INT(routing(c, "app.r", &old, ch, 16, &full, &cv), 1);
     CHECK(full && !bson_oid_equal(&cv.epoch, &old.epoch));
     CHECK(cv.ts.t > old.ts.t || (cv.ts.t == old.ts.t && cv.ts.i > old.ts.i));
@@ -494,12 +432,12 @@ static bool has_type(const bson_t *d, const char *k, bson_type_t t) {
 
 static void test_config_document_shapes(void) {
     char path[512];
-    cat_t *c = open_fresh(path, sizeof path);
+    cat_t *c = tcat_open("cat", path, sizeof path);
     ms_error_t e = {0};
     bool created;
-    add_shards(c, 1);
+    tcat_add_shards(c, 1);
     CHECK_INT(cat_db_ensure(c, "app", NULL, &created, NULL, &e), 0);
-    shard_one_chunk(c, "app.s", "{\"x\": 1}", "shard0");
+    tcat_shard_one_chunk(c, "app.s", "{\"x\": 1}", "shard0");
     first_doc_t f = {.have = false};
     CHECK_INT(cat_config_scan(c, "chunks", first_fn, &f, &e), 0);
     CHECK(f.have);
@@ -581,13 +519,13 @@ static void test_settings_validation(void) {
 
 static void test_remove_shard_and_drops(void) {
     char path[512];
-    cat_t *c = open_fresh(path, sizeof path);
+    cat_t *c = tcat_open("cat", path, sizeof path);
     ms_error_t e = {0};
     bool created, existed;
     bson_iter_t it;
-    add_shards(c, 2);
+    tcat_add_shards(c, 2);
     CHECK_INT(cat_db_ensure(c, "app", "shard1", &created, NULL, &e), 0);
-    shard_one_chunk(c, "app.d", "{\"x\": 1}", "shard1");
+    tcat_shard_one_chunk(c, "app.d", "{\"x\": 1}", "shard1");
     bson_t r = BSON_INITIALIZER;
     CHECK_INT(cat_shard_remove_step(c, "shard1", &r, &e), 0);
     CHECK(bson_iter_init_find(&it, &r, "state") && strcmp(bson_iter_utf8(&it, NULL), "started") == 0);
@@ -631,12 +569,12 @@ static void test_remove_shard_and_drops(void) {
  * version only grows, and the tiling holds. */
 static void test_random_split_merge_walk(void) {
     char path[512];
-    cat_t *c = open_fresh(path, sizeof path);
+    cat_t *c = tcat_open("cat", path, sizeof path);
     ms_error_t e = {0};
     uint64_t seed = t_seed("random_split_merge_walk");
     srand((unsigned)seed);
-    add_shards(c, 1);
-    shard_one_chunk(c, "app.w", "{\"k\": 1}", "shard0");
+    tcat_add_shards(c, 1);
+    tcat_shard_one_chunk(c, "app.w", "{\"k\": 1}", "shard0");
     /* model: boundaries as ints; -1 = MinKey, 1000000 = MaxKey */
     enum { MAXB = 64, KMAX = 1000000 };
     int b[MAXB + 1] = {-1, KMAX}, nb = 2;
@@ -718,15 +656,15 @@ static void fp_error_once(const char *name) {
  * usable, and the same operation must then succeed. */
 static void test_failpoints_before_commit(void) {
     char path[512];
-    cat_t *c = open_fresh(path, sizeof path);
+    cat_t *c = tcat_open("cat", path, sizeof path);
     ms_error_t e = {0};
     rchunk_t ch[16];
     bool full = false, upserted = false;
     cat_version_t cv;
     int64_t n = 0, nmod = 0;
     cfg_register_failpoints();
-    add_shards(c, 2);
-    shard_one_chunk(c, "app.f", "{\"x\": 1}", "shard0");
+    tcat_add_shards(c, 2);
+    tcat_shard_one_chunk(c, "app.f", "{\"x\": 1}", "shard0");
     bson_t *mn = J("{\"x\": {\"$minKey\": 1}}"), *mx = J("{\"x\": {\"$maxKey\": 1}}");
     bson_t *p10 = J("{\"x\": 10}");
     const bson_t *pts[] = {p10};

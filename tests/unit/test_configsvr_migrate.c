@@ -15,39 +15,7 @@
 #include "common/keys.h"
 #include "configsvr/configsvr.h"
 #include "tests/unit/t.h"
-
-static int g_seq;
-
-static cat_t *open_fresh(void) {
-    cat_t *c = NULL;
-    ms_error_t e = {0};
-    char path[512];
-    snprintf(path, sizeof path, "%s/mig%d.db", t_tmpdir(), ++g_seq);
-    int rc = cat_open(path, &c, &e);
-    CHECK_MSG(rc == 0, "cat_open: %s", e.msg);
-    return c;
-}
-
-static bson_t *J(const char *json) {
-    bson_error_t be;
-    bson_t *b = bson_new_from_json((const uint8_t *)json, -1, &be);
-    if (!b) {
-        fprintf(stderr, "bad test json %s: %s\n", json, be.message);
-        abort();
-    }
-    return b;
-}
-
-static void add_shards(cat_t *c, int n) {
-    for (int i = 0; i < n; i++) {
-        char name[64], host[64];
-        bool already = true;
-        ms_error_t e = {0};
-        snprintf(host, sizeof host, "tcp://127.0.0.1:%d", 11000 + i);
-        CHECK_INT(cat_shard_prepare(c, NULL, host, name, sizeof name, &already, &e), 0);
-        CHECK_INT(cat_shard_insert(c, name, host, &e), 0);
-    }
-}
+#include "tests/unit/t_cat.h"
 
 /* Shards ns by {x: 1} with one chunk on shard0, then splits it at the given x values. */
 static void make_coll(cat_t *c, const char *ns, const int *splits, int n) {
@@ -169,12 +137,12 @@ static int commit(cat_t *c, const char *ns, const char *from, const char *to, in
 #define MAX INT32_MAX
 
 static void test_move_whole_chunks(void) {
-    cat_t *c = open_fresh();
+    cat_t *c = tcat_open("mig", NULL, 0);
     ms_error_t e = {0};
     cat_version_t d;
     scan_t s;
     const int sp[] = {10, 20};
-    add_shards(c, 2);
+    tcat_add_shards(c, 2);
     make_coll(c, "app.m", sp, 2);   /* [MinKey,10) 1|1, [10,20) 1|2, [20,MaxKey) 1|3 */
     CHECK_INT(chunks(c, "app.m", &s), 3);
     CHECK(chunk_is(&s.v[1], 10, "shard0", 1, 2));
@@ -217,12 +185,12 @@ static void test_move_whole_chunks(void) {
 }
 
 static void test_move_sub_range(void) {
-    cat_t *c = open_fresh();
+    cat_t *c = tcat_open("mig", NULL, 0);
     ms_error_t e = {0};
     cat_version_t d;
     scan_t s;
     const int sp[] = {100};
-    add_shards(c, 2);
+    tcat_add_shards(c, 2);
     make_coll(c, "app.r", sp, 1);   /* [MinKey,100) 1|1, [100,MaxKey) 1|2 */
 
     /* moveRange [10,20) out of [MinKey,100): left (2,1), moved (2,0), right (2,2), and
@@ -255,12 +223,12 @@ static void test_move_sub_range(void) {
 }
 
 static void test_commit_refusals(void) {
-    cat_t *c = open_fresh();
+    cat_t *c = tcat_open("mig", NULL, 0);
     ms_error_t e = {0};
     cat_version_t d, cv;
     scan_t s;
     const int sp[] = {10, 20};
-    add_shards(c, 3);
+    tcat_add_shards(c, 3);
     make_coll(c, "app.x", sp, 2);
 
     /* unknown namespace and another generation: StaleEpoch */
@@ -303,7 +271,7 @@ static void test_commit_refusals(void) {
 }
 
 static void test_ensure_version_fence(void) {
-    cat_t *c = open_fresh();
+    cat_t *c = tcat_open("mig", NULL, 0);
     ms_error_t e = {0};
     cat_version_t d, v;
     cat_coll_t coll;
@@ -311,7 +279,7 @@ static void test_ensure_version_fence(void) {
     bool bumped = false;
     const int sp[] = {10, 20};
     bson_t *mn = bound(10), *mx = bound(20), *other = bound(30);
-    add_shards(c, 2);
+    tcat_add_shards(c, 2);
     make_coll(c, "app.f", sp, 2);
     CHECK_INT(cat_coll_get(c, "app.f", &coll, &e), 0);
     bson_oid_copy(&coll.epoch, &v.epoch);
@@ -351,13 +319,13 @@ static void test_ensure_version_fence(void) {
 }
 
 static void test_chunk_for_range(void) {
-    cat_t *c = open_fresh();
+    cat_t *c = tcat_open("mig", NULL, 0);
     ms_error_t e = {0};
     cat_chunk_info_t ch;
     const int sp[] = {10, 20};
     bson_t *b5 = bound(5), *b10 = bound(10), *b15 = bound(15), *b20 = bound(20);
     bson_t *bad = J("{\"y\": 1}");
-    add_shards(c, 1);
+    tcat_add_shards(c, 1);
     make_coll(c, "app.c", sp, 2);
     CHECK_INT(cat_chunk_for_range(c, "app.c", b10, b20, &ch, &e), 0);
     CHECK(ch.major == 1 && ch.minor == 2);
@@ -400,7 +368,7 @@ static int server_fn(void *arg, const bson_t *doc) {
 }
 
 static void test_migrations_and_changelog(void) {
-    cat_t *c = open_fresh();
+    cat_t *c = tcat_open("mig", NULL, 0);
     ms_error_t e = {0};
     bool joined = true;
     int n = 0;
@@ -450,13 +418,13 @@ static void fp_error_once(const char *name) {
 /* The point fires with every row of the commit written: an error there rolls it all back
  * and the same commit then succeeds. */
 static void test_failpoint_before_commit(void) {
-    cat_t *c = open_fresh();
+    cat_t *c = tcat_open("mig", NULL, 0);
     ms_error_t e = {0};
     cat_version_t d, cv;
     scan_t s;
     const int sp[] = {10};
     cfg_register_failpoints();
-    add_shards(c, 2);
+    tcat_add_shards(c, 2);
     make_coll(c, "app.p", sp, 1);
     fp_error_once(CFG_FP_HANG_BEFORE_COMMIT_MIGRATION);
     CHECK_INT(commit(c, "app.p", "shard0", "shard1", 5, 8, 1, 1, &d, &e), MS_ERR_FAIL_POINT_ENABLED);

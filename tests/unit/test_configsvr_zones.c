@@ -12,56 +12,12 @@
 #include "common/keys.h"
 #include "configsvr/configsvr.h"
 #include "tests/unit/t.h"
+#include "tests/unit/t_cat.h"
 
 static cat_t *fresh(void) {
-    static int seq;
-    char path[512];
-    cat_t *c = NULL;
-    ms_error_t e = {0};
-    snprintf(path, sizeof path, "%s/zones%d.db", t_tmpdir(), ++seq);
-    CHECK_INT(cat_open(path, &c, &e), 0);
-    for (int i = 0; i < 2; i++) {
-        char name[64], host[64];
-        bool already = true;
-        snprintf(host, sizeof host, "tcp://127.0.0.1:%d", 10000 + i);
-        CHECK_INT(cat_shard_prepare(c, NULL, host, name, sizeof name, &already, &e), 0);
-        CHECK_INT(cat_shard_insert(c, name, host, &e), 0);
-    }
+    cat_t *c = tcat_open("zones", NULL, 0);
+    tcat_add_shards(c, 2);
     return c;
-}
-
-static bson_t *J(const char *json) {
-    bson_error_t be;
-    bson_t *b = bson_new_from_json((const uint8_t *)json, -1, &be);
-    if (!b) {
-        fprintf(stderr, "bad test json %s: %s\n", json, be.message);
-        abort();
-    }
-    return b;
-}
-
-/* Shards ns with one chunk on shard0 under key json. */
-static void shard_coll(cat_t *c, const char *ns, const char *key_json) {
-    cat_coll_t coll;
-    keys_pattern_t p;
-    bson_t *key = J(key_json), gmin = BSON_INITIALIZER, gmax = BSON_INITIALIZER;
-    ms_error_t e = {0};
-    memset(&coll, 0, sizeof coll);
-    CHECK_INT(keys_pattern_parse(key, &p, &e), 0);
-    keys_global_min(&p, &gmin);
-    keys_global_max(&p, &gmax);
-    snprintf(coll.ns, sizeof coll.ns, "%s", ns);
-    bson_copy_to(key, &coll.key);
-    bson_oid_init(&coll.epoch, NULL);
-    CHECK_INT(cat_next_ts(c, &coll.ts, &e), 0);
-    cat_uuid_new(coll.uuid);
-    cat_chunk_plan_t plan = {&gmin, &gmax, "shard0"};
-    CHECK_INT(cat_coll_create(c, &coll, &plan, 1, &e), 0);
-    cat_coll_free(&coll);
-    keys_pattern_free(&p);
-    bson_destroy(&gmin);
-    bson_destroy(&gmax);
-    bson_destroy(key);
 }
 
 static int range(cat_t *c, const char *ns, const char *min, const char *max, const char *zone) {
@@ -88,7 +44,7 @@ static bool json_is(const bson_t *doc, const char *want) {
 static void test_ranges_in_key_order(void) {
     cat_t *c = fresh();
     ms_error_t e = {0};
-    shard_coll(c, "d.c", "{\"a\": 1, \"b\": 1}");
+    tcat_shard_one_chunk(c, "d.c", "{\"a\": 1, \"b\": 1}", "shard0");
     CHECK_INT(cat_zone_add_shard(c, "shard0", "A", &e), 0);
     CHECK_INT(cat_zone_add_shard(c, "shard1", "B", &e), 0);
     CHECK_INT(cat_zone_add_shard(c, "shard1", "A", &e), 0);
@@ -138,7 +94,7 @@ static void test_shard_zones_and_still_in_use(void) {
     char **z = NULL;
     int n = 0;
     bson_t reply = BSON_INITIALIZER;
-    shard_coll(c, "d.c", "{\"a\": 1}");
+    tcat_shard_one_chunk(c, "d.c", "{\"a\": 1}", "shard0");
     CHECK_INT(cat_zone_add_shard(c, "shard1", "X", &e), 0);
     CHECK_INT(cat_zone_add_shard(c, "shard1", "Y", &e), 0);
     CHECK_INT(cat_zone_add_shard(c, "shard1", "X", &e), 0);
