@@ -112,12 +112,14 @@ void shv_crit_block_reads(shv_t *s, const char *ns) {
     if (c) log_info("critical section blocks reads ns=%s", ns);
 }
 
-void shv_crit_leave(shv_t *s, const char *ns) {
+/* Removes the section of a collection (db false) or of a database (db true); its age in
+ * ms, or -1 when it was not held. Wakes every waiter either way. */
+static long long crit_remove(shv_t *s, const char *name, bool db) {
     long long held_ms = -1;
     pthread_once(&crit_once, crit_init);
     pthread_mutex_lock(&crit_mu);
     for (crit_t **pp = &crits; *pp; pp = &(*pp)->next)
-        if ((*pp)->s == s && !(*pp)->db && strcmp((*pp)->ns, ns) == 0) {
+        if ((*pp)->s == s && (*pp)->db == db && strcmp((*pp)->ns, name) == 0) {
             crit_t *c = *pp;
             *pp = c->next;
             held_ms = mono_ms() - c->since_ms;
@@ -126,6 +128,11 @@ void shv_crit_leave(shv_t *s, const char *ns) {
         }
     pthread_cond_broadcast(&crit_cv);
     pthread_mutex_unlock(&crit_mu);
+    return held_ms;
+}
+
+void shv_crit_leave(shv_t *s, const char *ns) {
+    long long held_ms = crit_remove(s, ns, false);
     if (held_ms >= 0) log_info("critical section left ns=%s ms=%lld", ns, held_ms);
 }
 
@@ -253,23 +260,6 @@ static bool dbcrit_add(shv_t *s, const char *db) {
     return added;
 }
 
-/* Removes the entry; its age in ms, or -1 when it was not there. */
-static long long dbcrit_remove(shv_t *s, const char *db) {
-    long long held_ms = -1;
-    pthread_once(&crit_once, crit_init);
-    pthread_mutex_lock(&crit_mu);
-    for (crit_t **pp = &crits; *pp; pp = &(*pp)->next)
-        if ((*pp)->s == s && (*pp)->db && strcmp((*pp)->ns, db) == 0) {
-            crit_t *c = *pp;
-            *pp = c->next;
-            held_ms = mono_ms() - c->since_ms;
-            free(c);
-            break;
-        }
-    pthread_cond_broadcast(&crit_cv);
-    pthread_mutex_unlock(&crit_mu);
-    return held_ms;
-}
 
 static int dbname_check(const char *db, ms_error_t *err) {
     if (!*db || strchr(db, '.') || strlen(db) > MS_NS_BYTES_MAX)
@@ -286,7 +276,7 @@ int shv_dbcrit_enter(shv_t *s, store_t *st, const char *db, ms_error_t *err) {
      * waits for the writer lock; once we had it, such writes committed or will see the
      * flag under the lock). */
     rc = dbcrit_persist(s, st, err);
-    if (rc && added) dbcrit_remove(s, db);
+    if (rc && added) crit_remove(s, db, true);
     pthread_mutex_unlock(&dbcrit_persist_mu);
     if (rc) {
         err_prefix(err, "entering the critical section of database %s", db);
@@ -307,7 +297,7 @@ int shv_dbcrit_exit(shv_t *s, store_t *st, const char *db, ms_error_t *err) {
         return rc;
     }
     pthread_mutex_lock(&dbcrit_persist_mu);
-    long long held_ms = dbcrit_remove(s, db);
+    long long held_ms = crit_remove(s, db, true);
     rc = dbcrit_persist(s, st, err);
     if (rc && held_ms >= 0) dbcrit_add(s, db);   /* still persisted: stay held */
     pthread_mutex_unlock(&dbcrit_persist_mu);

@@ -166,14 +166,7 @@ void mig_log_change(mig_t *m, const char *what, const char *ns, const bson_t *de
 
 static sqlite3_stmt *range_stmt(store_txn_t *t, store_coll_t *c, const char *what,
                                 const buf_t *min, const buf_t *max, ms_error_t *err) {
-    char sql[160];
-    sqlite3_stmt *s;
-    snprintf(sql, sizeof sql, "SELECT %s FROM c%lld WHERE sk >= ?1 AND sk < ?2 ORDER BY sk", what,
-             (long long)c->id);
-    if (!(s = store_stmt(t, sql, err))) return NULL;
-    sqlite3_bind_blob(s, 1, min->data, (int)min->len, SQLITE_STATIC);
-    sqlite3_bind_blob(s, 2, max->data, (int)max->len, SQLITE_STATIC);
-    return s;
+    return store_sk_range_stmt(t, c, what, "ORDER BY sk", min, max, err);
 }
 
 int mig_range_docs(store_txn_t *t, store_coll_t *c, const buf_t *min, const buf_t *max,

@@ -283,17 +283,12 @@ static int batch_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     }
     if ((rc = task_bounds(&tk, &c->sk, &min, &max, err)) != 0) goto out;
     {
-        char sql[128];
-        snprintf(sql, sizeof sql,
-                 "SELECT rid, doc FROM c%lld WHERE sk >= ? AND sk < ? ORDER BY sk LIMIT ?",
-                 (long long)c->id);
-        sqlite3_stmt *s = store_stmt(t, sql, err);
+        sqlite3_stmt *s = store_sk_range_stmt(t, c, "rid, doc", "ORDER BY sk LIMIT ?3", &min,
+                                              &max, err);
         if (!s) {
             rc = err->code;
             goto out;
         }
-        sqlite3_bind_blob(s, 1, min.data, (int)min.len, SQLITE_STATIC);
-        sqlite3_bind_blob(s, 2, max.data, (int)max.len, SQLITE_STATIC);
         sqlite3_bind_int(s, 3, b->limit);
         rids = calloc((size_t)b->limit, sizeof *rids);
         docs = calloc((size_t)b->limit, sizeof *docs);
@@ -780,16 +775,11 @@ static int tins_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         (rc = keys_encode_bound(&c->sk, &a->max, &max, err)) != 0)
         goto out;
     {
-        char sql[128];
-        snprintf(sql, sizeof sql, "SELECT count(*) FROM c%lld WHERE sk >= ? AND sk < ?",
-                 (long long)c->id);
-        sqlite3_stmt *s = store_stmt(t, sql, err);
+        sqlite3_stmt *s = store_sk_range_stmt(t, c, "count(*)", NULL, &min, &max, err);
         if (!s) {
             rc = err->code;
             goto out;
         }
-        sqlite3_bind_blob(s, 1, min.data, (int)min.len, SQLITE_STATIC);
-        sqlite3_bind_blob(s, 2, max.data, (int)max.len, SQLITE_STATIC);
         if (sqlite3_step(s) == SQLITE_ROW) n = sqlite3_column_int64(s, 0);
         sqlite3_reset(s);
     }

@@ -243,6 +243,12 @@ void store_path_values(const bson_t *doc, const char *path, store_path_fn fn, vo
 
 /* Prepared-statement cache of the transaction's connection (borrowed; reset by caller). */
 void *store_stmt(store_txn_t *t, const char *sql, ms_error_t *err);
+/* "SELECT cols FROM <c's table> WHERE sk >= ?1 AND sk < ?2 tail" from the cache, with min
+ * and max (encoded shard keys) bound without a copy: they must outlive the statement's
+ * use. tail may add "ORDER BY sk", "LIMIT ?3"... The range reads of migration and the
+ * range deleter. */
+void *store_sk_range_stmt(store_txn_t *t, const store_coll_t *c, const char *cols,
+                          const char *tail, const buf_t *min, const buf_t *max, ms_error_t *err);
 
 /* ---- write capture (xfer.c) ---- */
 

@@ -124,6 +124,18 @@ void *store_stmt(store_txn_t *t, const char *sql, ms_error_t *err) {
     return cache_add(c, sql, h, 0, 0, err);
 }
 
+void *store_sk_range_stmt(store_txn_t *t, const store_coll_t *c, const char *cols,
+                          const char *tail, const buf_t *min, const buf_t *max, ms_error_t *err) {
+    char sql[256];
+    sqlite3_stmt *s;
+    snprintf(sql, sizeof sql, "SELECT %s FROM c%lld WHERE sk >= ?1 AND sk < ?2%s%s", cols,
+             (long long)c->id, tail && tail[0] ? " " : "", tail ? tail : "");
+    if (!(s = store_stmt(t, sql, err))) return NULL;
+    sqlite3_bind_blob(s, 1, min->data, (int)min->len, SQLITE_STATIC);
+    sqlite3_bind_blob(s, 2, max->data, (int)max->len, SQLITE_STATIC);
+    return s;
+}
+
 const char *const store_tstmt_sql[TS_KINDS] = {
     [TS_DOC_INSERT] = "INSERT INTO c%lld(id, sk, doc) VALUES(?,?,?)",
     [TS_DOC_UPDATE] = "UPDATE c%lld SET sk = ?, doc = ? WHERE rid = ?",
