@@ -15,7 +15,8 @@
 
 #include "common/log.h"
 
-/* config.shards document from a row (id, host, draining, state, topo_t, topo_i, tags). */
+/* config.shards document from a row (id, host, draining, state, topo_t, topo_i, tags,
+ * max_size): maxSize (MB) only when addShard gave one (MongoDB 6.0's field). */
 void cat_shard_doc(sqlite3_stmt *st, bson_t *doc) {
     bson_t tags;
     BSON_APPEND_UTF8(doc, "_id", cat_col_text(st, 0));
@@ -26,6 +27,7 @@ void cat_shard_doc(sqlite3_stmt *st, bson_t *doc) {
     BSON_APPEND_ARRAY(doc, "tags", &tags);
     cat_append_ts(doc, "topologyTime",
               (cat_ts_t){(uint32_t)sqlite3_column_int64(st, 4), (uint32_t)sqlite3_column_int64(st, 5)});
+    if (sqlite3_column_type(st, 7) != SQLITE_NULL) BSON_APPEND_INT64(doc, "maxSize", sqlite3_column_int64(st, 7));
 }
 
 /* config.collections document from a row (COLL_COLS order). */

@@ -26,7 +26,7 @@ struct cat {
 
 /* Column lists of the tables that are read as documents, and the index of each column
  * of CHUNK_COLS. */
-#define SHARD_COLS "id, host, draining, state, topo_t, topo_i, tags"
+#define SHARD_COLS "id, host, draining, state, topo_t, topo_i, tags, max_size"
 #define COLL_COLS                                                                  \
     "ns, key, unique_key, epoch, ts_t, ts_i, uuid, created_ms, no_balance,"       \
     " max_chunk_size_bytes, allow_migrations, enable_auto_merge, defragment, defrag_phase"

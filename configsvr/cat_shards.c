@@ -77,7 +77,8 @@ int cat_shard_prepare(cat_t *c, const char *name, const char *host, char *name_o
     return rc;
 }
 
-int cat_shard_insert(cat_t *c, const char *name, const char *host, ms_error_t *err) {
+int cat_shard_insert(cat_t *c, const char *name, const char *host, int64_t max_size_mb,
+                     ms_error_t *err) {
     sqlite3_stmt *st = NULL;
     char check[CAT_SHARD_NAME_BYTES_MAX];
     bool already = false;
@@ -91,19 +92,22 @@ int cat_shard_insert(cat_t *c, const char *name, const char *host, ms_error_t *e
     if (rc == 0 && already) rc = err_set(err, MS_ERR_ILLEGAL_OPERATION, "shard '%s' already added", name);
     if (rc == 0) rc = cat_next_ts_locked(c, &ts, err);
     if (rc == 0)
-        rc = cat_sql_prep(c, "INSERT INTO shards (id, host, draining, state, topo_t, topo_i, tags)"
-                        " VALUES (?, ?, 0, 1, ?, ?, ?)", &st, err);
+        rc = cat_sql_prep(c, "INSERT INTO shards (id, host, draining, state, topo_t, topo_i, tags,"
+                        " max_size) VALUES (?, ?, 0, 1, ?, ?, ?, ?)", &st, err);
     if (rc == 0) {
         cat_bind_text(st, 1, name);
         cat_bind_text(st, 2, host);
         sqlite3_bind_int64(st, 3, ts.t);
         sqlite3_bind_int64(st, 4, ts.i);
         cat_bind_bson(st, 5, &tags);
+        if (max_size_mb > 0) sqlite3_bind_int64(st, 6, max_size_mb);
+        else sqlite3_bind_null(st, 6);
         rc = cat_sql_done(c, st, "insert shard", err);
     }
     if (rc == 0) {
         BSON_APPEND_UTF8(&details, "name", name);
         BSON_APPEND_UTF8(&details, "host", host);
+        if (max_size_mb > 0) BSON_APPEND_INT64(&details, "maxSize", max_size_mb);
         rc = cat_log_change_locked(c, "changelog", "addShard", "", &details, err);
     }
     if (rc == 0) rc = cat_sql_exec(c, "COMMIT", err);

@@ -119,7 +119,7 @@ static const char *const SCHEMA =
     "CREATE TABLE IF NOT EXISTS shards ("
     "  id TEXT PRIMARY KEY, host TEXT NOT NULL UNIQUE, draining INTEGER NOT NULL DEFAULT 0,"
     "  state INTEGER NOT NULL DEFAULT 1, topo_t INTEGER NOT NULL, topo_i INTEGER NOT NULL,"
-    "  tags BLOB NOT NULL);"
+    "  tags BLOB NOT NULL, max_size INTEGER);"
     "CREATE TABLE IF NOT EXISTS databases ("
     "  name TEXT PRIMARY KEY, primary_shard TEXT NOT NULL, uuid BLOB NOT NULL,"
     "  ts_t INTEGER NOT NULL, ts_i INTEGER NOT NULL, last_mod INTEGER NOT NULL);"

@@ -61,6 +61,7 @@ int cfg_cmd_add_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bson_iter_t it;
     char url[MS_URL_BYTES_MAX], name[CAT_SHARD_NAME_BYTES_MAX];
     const char *want_name = NULL;
+    int64_t max_size_mb = 0;
     bool already = false;
     rpc_client_t *cl = NULL;
     bson_t hello = BSON_INITIALIZER, add = BSON_INITIALIZER, r;
@@ -69,6 +70,21 @@ int cfg_cmd_add_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 
     rc = host_to_url(cfg_arg_str(ctx), url, sizeof url, err);
     if (rc) goto out_nolock;
+    /* maxSize (MB, MongoDB 6.0; 0 = no cap): a whole non-negative number, as 6.0's
+     * bsonExtractIntegerField and AddShardRequest::validate took it. */
+    if (cmd_field(ctx, "maxSize", &it)) {
+        double d = bson_iter_as_double(&it);
+        if (d != (double)(int64_t)d) {
+            rc = err_set(err, MS_ERR_BAD_VALUE, "maxSize must be a whole number of megabytes");
+            goto out_nolock;
+        }
+        if (d < 0) {
+            rc = err_set(err, MS_ERR_BAD_VALUE, "maxSize (%lld) must be greater than or equal to 0",
+                         (long long)d);
+            goto out_nolock;
+        }
+        max_size_mb = (int64_t)d;
+    }
     if (cmd_field(ctx, "name", &it)) {
         want_name = bson_iter_utf8(&it, NULL);
         rc = name_check(want_name, err);
@@ -142,9 +158,10 @@ int cfg_cmd_add_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     rc = fp_eval(CFG_FP_ADD_SHARD_BEFORE_INSERT, err);
     if (rc) goto out;
     /* Step 3: the catalog row (one transaction, duplicates re-checked). */
-    rc = cat_shard_insert(cfg->cat, name, url, err);
+    rc = cat_shard_insert(cfg->cat, name, url, max_size_mb, err);
     if (rc) goto out;
-    log_info("shard added name=%s host=%s", log_str(name), log_str(url));
+    log_info("shard added name=%s host=%s max_size_mb=%lld", log_str(name), log_str(url),
+             (long long)max_size_mb);
     BSON_APPEND_UTF8(reply, "shardAdded", name);
 out:
     cfg_ddl_unlock(&g);

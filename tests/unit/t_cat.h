@@ -47,7 +47,7 @@ static inline void tcat_add_shards(cat_t *c, int n) {
         snprintf(host, sizeof host, "tcp://127.0.0.1:%d", 10000 + i);
         CHECK_INT(cat_shard_prepare(c, NULL, host, name, sizeof name, &already, &e), 0);
         CHECK(!already);
-        CHECK_INT(cat_shard_insert(c, name, host, &e), 0);
+        CHECK_INT(cat_shard_insert(c, name, host, 0, &e), 0);
     }
 }
 

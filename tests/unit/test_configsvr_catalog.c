@@ -157,7 +157,7 @@ static void test_shards_names_and_duplicates(void) {
               MS_ERR_ILLEGAL_OPERATION);
     /* explicit name ok; next default is one past the highest shardN */
     CHECK_INT(cat_shard_prepare(c, "alpha", "tcp://127.0.0.1:19998", name, sizeof name, &already, &e), 0);
-    CHECK_INT(cat_shard_insert(c, "alpha", "tcp://127.0.0.1:19998", &e), 0);
+    CHECK_INT(cat_shard_insert(c, "alpha", "tcp://127.0.0.1:19998", 0, &e), 0);
     CHECK_INT(cat_shard_prepare(c, NULL, "tcp://127.0.0.1:19997", name, sizeof name, &already, &e), 0);
     CHECK_STR(name, "shard2");
     /* listShards shape */
