@@ -426,6 +426,7 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
             continue;
         }
         int64_t csize = coll.max_chunk_size_bytes > 0 ? coll.max_chunk_size_bytes : st->chunk_size;
+        bal_zone_split_coll(cfg, coll.ns, &splits, &nsplits);  /* bal_jumbo.c */
         if (st->autosplit && budget > 0)
             budget -= autosplit_coll(cfg, &coll, csize, budget, &splits, &nsplits);
         cat_bal_data_t d;
@@ -494,6 +495,8 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
             BSON_APPEND_INT32(&m, "code", j->rc);
             BSON_APPEND_UTF8(&m, "errmsg", j->err.msg);
         }
+        if (j->rc == MS_ERR_CHUNK_TOO_BIG || j->rc == MS_ERR_EXCEEDED_MEMORY_LIMIT)
+            bal_split_or_mark_jumbo(cfg, j->ns, j->min, j->max, j->from, &m);  /* bal_jumbo.c */
         BSON_APPEND_INT64(&m, "durationMillis", j->ms);
         bson_append_document_end(&moves, &m);
         if (j->rc == 0) moved++;

@@ -39,6 +39,8 @@ void cat_bal_free(cat_bal_data_t *d) {
         free((void *)d->zones[i].min_enc);
         free((void *)d->zones[i].max_enc);
         free((void *)d->zones[i].zone);
+        if (d->zones[i].min) bson_destroy((bson_t *)d->zones[i].min);
+        if (d->zones[i].max) bson_destroy((bson_t *)d->zones[i].max);
     }
     free(d->chunks);
     free(d->owners);
@@ -80,7 +82,8 @@ int cat_bal_load(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err)
     }
     sqlite3_finalize(st);
     st = NULL;
-    rc = cat_sql_prep(c, "SELECT min_enc, max_enc, tag FROM tags WHERE ns = ? ORDER BY min_enc", &st, err);
+    rc = cat_sql_prep(c, "SELECT min_enc, max_enc, tag, min, max FROM tags WHERE ns = ? ORDER BY min_enc",
+                     &st, err);
     if (rc) goto out;
     cat_bind_text(st, 1, ns);
     cap = 0;
@@ -95,6 +98,8 @@ int cat_bal_load(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err)
         z->max_enc = blob_copy(st, 1, &z->max_len);
         z->zone = strdup(cat_col_text(st, 2));
         if (!z->zone) abort();
+        z->min = bson_col_copy(st, 3);
+        z->max = bson_col_copy(st, 4);
     }
     if (s != SQLITE_DONE) rc = err_from_sqlite(err, s, "read tags", cat_db_handle(c));
 out:
@@ -129,6 +134,87 @@ int cat_lock_doc_put(cat_t *c, const char *id, const bson_t *doc, ms_error_t *er
         rc = cat_sql_done(c, st, "write config.locks", err);
     }
     sqlite3_finalize(st);
+    cat_unlock(c);
+    return rc;
+}
+
+/* The jumbo flag of the chunk of ns exactly [min, max) (notes §4.6). set = true is the
+ * balancer's markJumbo: the flag only, no version change (routers need not refresh for a
+ * flag only the balancer reads); a chunk no longer there (split or moved meanwhile) is
+ * left alone. set = false is clearJumboFlag as MongoDB 7.0's config server does it: a
+ * chunk that is not jumbo is left as it is; a jumbo one loses the flag and takes the
+ * collection's next major version (M+1, 0), so every router and the owner refresh. */
+int cat_chunk_jumbo(cat_t *c, const char *ns, const bson_t *min, const bson_t *max, bool set,
+                    bool *changed, char *shard_out, size_t shard_cap, ms_error_t *err) {
+    cat_coll_t coll;
+    keys_pattern_t p;
+    buf_t mn = {0}, mx = {0};
+    sqlite3_stmt *st = NULL, *up = NULL;
+    uint32_t M = 0, mm = 0;
+    int rc;
+    *changed = false;
+    cat_lock(c);
+    rc = cat_sql_exec(c, "BEGIN IMMEDIATE", err);
+    if (rc) {
+        cat_unlock(c);
+        return rc;
+    }
+    rc = cat_coll_pattern_locked(c, ns, &coll, &p, err);
+    if (rc) goto done;
+    rc = keys_encode_bound(&p, min, &mn, err);
+    if (rc == 0) rc = keys_encode_bound(&p, max, &mx, err);
+    if (rc == 0) rc = cat_sql_prep(c, "SELECT id, jumbo, shard, max_enc FROM chunks WHERE ns = ? AND min_enc = ?",
+                                   &st, err);
+    if (rc) goto out;
+    cat_bind_text(st, 1, ns);
+    cat_bind_buf(st, 2, &mn);
+    int s = sqlite3_step(st);
+    if (s != SQLITE_ROW || cat_blob_cmp(sqlite3_column_blob(st, 3), (size_t)sqlite3_column_bytes(st, 3),
+                                        mx.data, mx.len) != 0) {
+        if (s != SQLITE_ROW && s != SQLITE_DONE) rc = err_from_sqlite(err, s, "find chunk", cat_db_handle(c));
+        else if (!set) {
+            char *a = bson_as_relaxed_extended_json(min, NULL), *b = bson_as_relaxed_extended_json(max, NULL);
+            rc = err_set(err, MS_ERR_LOC_CHUNK_NOT_FOUND, "Unable to locate chunk [%s, %s) from ns: %s",
+                         a ? a : "?", b ? b : "?", ns);
+            bson_free(a);
+            bson_free(b);
+        }
+        goto out;
+    }
+    bool jumbo = sqlite3_column_int(st, 1) != 0;
+    if (shard_out) cat_copy_str(shard_out, shard_cap, cat_col_text(st, 2));
+    bson_oid_t id;
+    cat_col_oid(st, 0, &id);
+    sqlite3_finalize(st);
+    st = NULL;
+    if (jumbo == set) goto out;  /* nothing to write */
+    if (set) {
+        rc = cat_sql_prep(c, "UPDATE chunks SET jumbo = 1 WHERE id = ?", &up, err);
+        if (rc == 0) sqlite3_bind_blob(up, 1, id.bytes, 12, SQLITE_TRANSIENT);
+    } else {
+        rc = cat_coll_version_locked(c, ns, NULL, &M, &mm, err);
+        if (rc == 0 && M == UINT32_MAX) rc = err_set(err, MS_ERR_OVERFLOW, "major version of %s would overflow", ns);
+        if (rc == 0) rc = cat_sql_prep(c, "UPDATE chunks SET jumbo = 0, major = ?, minor = 0 WHERE id = ?", &up, err);
+        if (rc == 0) {
+            sqlite3_bind_int64(up, 1, (int64_t)M + 1);
+            sqlite3_bind_blob(up, 2, id.bytes, 12, SQLITE_TRANSIENT);
+        }
+    }
+    if (rc == 0) rc = cat_sql_done(c, up, set ? "mark chunk jumbo" : "clear jumbo flag", err);
+    if (rc == 0) *changed = true;
+out:
+    sqlite3_finalize(st);
+    sqlite3_finalize(up);
+    buf_free(&mn);
+    buf_free(&mx);
+    keys_pattern_free(&p);
+    cat_coll_free(&coll);
+done:
+    if (rc == 0) rc = cat_sql_exec(c, "COMMIT", err);
+    if (rc) {
+        cat_sql_exec(c, "ROLLBACK", NULL);
+        *changed = false;
+    }
     cat_unlock(c);
     return rc;
 }

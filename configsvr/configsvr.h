@@ -145,9 +145,11 @@ int cat_next_ts(cat_t *c, cat_ts_t *out, ms_error_t *err);
  * (IllegalOperation). */
 int cat_shard_prepare(cat_t *c, const char *name, const char *host, char *name_out,
                       size_t name_cap, bool *already, ms_error_t *err);
-/* Inserts config.shards {_id: name, host, state: 1, topologyTime} and a changelog
- * `addShard` entry, in one transaction (re-checking duplicates). */
-int cat_shard_insert(cat_t *c, const char *name, const char *host, ms_error_t *err);
+/* Inserts config.shards {_id: name, host, state: 1, topologyTime, maxSize (MB) when
+ * max_size_mb > 0} and a changelog `addShard` entry, in one transaction (re-checking
+ * duplicates). */
+int cat_shard_insert(cat_t *c, const char *name, const char *host, int64_t max_size_mb,
+                     ms_error_t *err);
 /* Host of a shard into host_out; ShardNotFound when unknown. draining may be NULL. */
 int cat_shard_host(cat_t *c, const char *name, char *host_out, size_t host_cap,
                    bool *draining, ms_error_t *err);
@@ -389,6 +391,7 @@ typedef struct bal_zone_range {
     const uint8_t *min_enc, *max_enc;
     size_t min_len, max_len;
     const char *zone;
+    const bson_t *min, *max;   /* the bounds as documents (zone-boundary splits); may be NULL */
 } bal_zone_range_t;
 
 typedef struct bal_shard {
@@ -454,6 +457,13 @@ typedef struct cat_bal_data {
 } cat_bal_data_t;
 int cat_bal_load(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err);
 void cat_bal_free(cat_bal_data_t *d);
+/* The jumbo flag of the chunk exactly [min, max) of ns (cat_balancer.c). set: the
+ * balancer's markJumbo, no version change; a chunk no longer there → 0, *changed false.
+ * !set: clearJumboFlag (MongoDB 7.0): not jumbo → 0, nothing written; jumbo → flag
+ * cleared and the chunk at (collM+1, 0); no such chunk → Location51262. *changed says
+ * whether a row was written; its owner into shard_out when non-NULL. */
+int cat_chunk_jumbo(cat_t *c, const char *ns, const bson_t *min, const bson_t *max, bool set,
+                    bool *changed, char *shard_out, size_t shard_cap, ms_error_t *err);
 /* One config.actionlog entry (MongoDB's changelog shape) in its own transaction. */
 int cat_actionlog(cat_t *c, const char *what, const char *ns, const bson_t *details,
                   ms_error_t *err);
@@ -631,5 +641,25 @@ int cfg_cmd_balancer_stop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* cmd_status.c */
 int cfg_cmd_router_ping(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_balancer_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+
+/* bal_jumbo.c: the balancer's zone-boundary splits and splitOrMarkJumbo (notes §4.3, §4.6). */
+/* The zone bounds strictly inside chunk ch (pure): cuts[k] = 2 * zone index + (0 for
+ * its min, 1 for its max), in key order, a bound shared by two neighbouring ranges once;
+ * returns how many (at most cap). zones in key order, not overlapping. */
+int bal_zone_cuts(const bal_chunk_t *ch, const bal_zone_range_t *zones, int nzones, int *cuts,
+                  int cap);
+/* Splits every chunk of ns that a zone range bound cuts strictly inside, at those bounds;
+ * appends a splits[] entry {ns, min, max, shard, points, reason: "zoneBoundary"} per
+ * split to the round's splits array; returns how many chunks were split. */
+int bal_zone_split_coll(cfg_t *cfg, const char *ns, bson_t *splits, int *nsplits);
+/* After a balancer migration of [min, max) (max NULL: the chunk starting at min) from
+ * owner failed with ChunkTooBig / ExceededMemoryLimit: one autoSplitVector point (limit
+ * 1, the collection's chunk size) → split there, `splitAfterTooBig: point` appended to
+ * entry (the round's migration document being built); none → jumbo:true with no version
+ * bump, `markedJumbo: true` appended. Failures are logged, entry left as it is. */
+void bal_split_or_mark_jumbo(cfg_t *cfg, const char *ns, const bson_t *min, const bson_t *max,
+                             const char *owner, bson_t *entry);
+/* cmd_jumbo.c: clearJumboFlag {clearJumboFlag: ns, find | bounds} (MongoDB 7.0). */
+int cfg_cmd_clear_jumbo_flag(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 
 #endif

@@ -109,6 +109,10 @@ const cmd_spec_t cfg_cmd_table[] = {
      .arg_types = CT_STR,
      .fields = {{"bounds", CT_ARR, true}},
      .help = "merge contiguous chunks of one shard exactly covering bounds [min, max]"},
+    {.name = "clearJumboFlag", .handler = cfg_cmd_clear_jumbo_flag, .flags = CMD_WRITE | CMD_FULL_NS_ARG,
+     .arg_types = CT_STR,
+     .fields = {{"find", CT_DOC, false}, {"bounds", CT_ARR, false}, {"writeConcern", CT_DOC, false}},
+     .help = "clear the jumbo flag of the chunk holding find (or exactly bounds); bumps its version"},
 
     /* migration (cmd_migrate.c) */
     {.name = "_configsvrMoveRange", .handler = cfg_cmd_move_range,

@@ -133,6 +133,7 @@ const cmd_spec_t router_table[] = {
     CFG("addShard"), CFG("removeShard"), CFG_RO("listShards"),
     CFG_NAMED("enableSharding", CMD_DB_ARG), CFG_NAMED("shardCollection", CMD_FULL_NS_ARG),
     CFG_NAMED("split", CMD_FULL_NS_ARG), CFG_NAMED("mergeChunks", CMD_FULL_NS_ARG),
+    CFG_NAMED("clearJumboFlag", CMD_FULL_NS_ARG),
     {.name = "currentOp", .handler = rt_cmd_current_op,
      .help = "every shard's operations in progress (migrations), tagged with the shard"},
     CFG_RO("balancerStatus"),
