@@ -616,6 +616,52 @@ void cfg_migrations_recover(cfg_t *cfg);
 /* The shard-key document of a `find` query (every key field an equality value; hashed
  * fields hashed) into *key (initialised on success). cmd_chunks.c. */
 int cfg_key_of_query(const keys_pattern_t *p, const bson_t *find, bson_t *key, ms_error_t *err);
+/* ---- the balancer's snapshot (bal_snapshot.c) ---- */
+/* What a balancer round, balancerExplain and balancerCollectionStatus read before they
+ * ask the policy: one code path, so that the explain shows what a round would see. */
+typedef struct bal_settings {
+    bool enabled;              /* false: stopped, mode off or outside the activeWindow */
+    char off_reason[64];       /* "stopped", "mode off", "outside activeWindow" */
+    bool wait_delete, throttle, autosplit;
+    bal_policy_t policy;
+    int64_t chunk_size;        /* cluster default (config.settings chunksize) */
+    bool has_window, in_window; /* activeWindow set (valid HH:MM both ends); now inside it */
+    char window_start[16], window_stop[16];  /* "HH:MM" */
+} bal_settings_t;
+/* config.settings balancer / autosplit / chunksize as the balancer reads them. */
+void bal_settings_read(cfg_t *cfg, bal_settings_t *s);
+
+/* One config.shards row, owning what shards[i] borrows. */
+typedef struct bal_snap_shard {
+    char name[CAT_SHARD_NAME_BYTES_MAX];
+    bool draining;
+    char **zones;
+    int nzones;
+    int64_t max_size_mb;       /* config.shards maxSize (MB), 0 = none */
+} bal_snap_shard_t;
+/* The shards in name order: rows[i] owns, shards[i] (the policy's view) borrows from it. */
+typedef struct bal_snap {
+    bal_snap_shard_t *rows;
+    bal_shard_t *shards;
+    int nshards;
+} bal_snap_t;
+/* Reads config.shards (at most MS_BALANCER_SHARDS_MAX) and, for a shard with a maxSize,
+ * its total data size (listDatabases; 0 when the shard does not answer). *sn is set even on
+ * error (release with bal_snap_free). */
+int bal_snap_shards(cfg_t *cfg, bal_snap_t *sn, ms_error_t *err);
+void bal_snap_free(bal_snap_t *sn);  /* NULL-safe */
+/* Index of the shard called name, or -1. */
+int bal_snap_index(const bal_snap_t *sn, const char *name);
+/* One collection: cat_bal_load into *d (release with cat_bal_free) with chunk owners
+ * mapped to sn's indexes, and each shard's coll_bytes set (the collection's data size
+ * there from dataSize under the dataSize policy, else 0). */
+int bal_snap_coll(cfg_t *cfg, bal_snap_t *sn, const char *ns, bal_policy_t policy,
+                  cat_bal_data_t *d, ms_error_t *err);
+/* Marks busy the shards donor or recipient of a config.migrations entry (a migration
+ * running now); appends {ns, fromShard, toShard} per entry to list (may be NULL) and
+ * their number to *n (may be NULL). */
+int bal_snap_busy(cfg_t *cfg, bal_snap_t *sn, bson_t *list, int *n, ms_error_t *err);
+
 /* ---- the balancer thread (balancer.c) ---- */
 /* Starts the thread: takes config.locks {_id: "balancer"} and runs rounds every idle_ms
  * (throttle_ms after a round that moved chunks). */
