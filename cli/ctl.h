@@ -36,5 +36,6 @@ int ctl_command(ctl_t *c, const bson_t *cmd, bson_t *reply, ms_error_t *err);
 int ctl_status(ctl_t *c, int argc, char **argv);   /* like sh.status() */
 int ctl_watch(ctl_t *c, int argc, char **argv);    /* status, redrawn every second */
 int ctl_load(ctl_t *c, int argc, char **argv);     /* generate N documents */
+int ctl_explain_balance(ctl_t *c, int argc, char **argv); /* balancerExplain, readable */
 
 #endif

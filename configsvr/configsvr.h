@@ -442,6 +442,15 @@ int bal_choose(const bal_coll_t *c, bal_shard_t *shards, int nshards, bal_policy
 void bal_explain(const bal_coll_t *c, const bal_shard_t *shards, int nshards,
                  bal_policy_t policy, bson_t *out);
 
+/* True when a zone bound falls strictly inside a chunk of c (a split is due there). */
+bool bal_chunk_straddles_zone(const bal_coll_t *c);
+/* balancerCollectionStatus's firstComplianceViolation of c: "zoneViolation" (a chunk
+ * across a zone bound, or on a shard outside its zone), "draining", "chunksImbalance"
+ * (also the dataSize rule's imbalance), or NULL when compliant. Ignores noBalance, busy
+ * and moved_last_round; shards is not changed. */
+const char *bal_compliance(const bal_coll_t *c, const bal_shard_t *shards, int nshards,
+                           bal_policy_t policy);
+
 /* The balancer's reads and writes of the catalog (cat_balancer.c). cat_bal_load: the
  * chunks of ns in key order (owner = -1; owners[i] names the shard) and its zone ranges,
  * all owned by *out until cat_bal_free (NULL-safe, safe on a zeroed struct). */
@@ -454,6 +463,10 @@ typedef struct cat_bal_data {
 } cat_bal_data_t;
 int cat_bal_load(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err);
 void cat_bal_free(cat_bal_data_t *d);
+/* config.collections noBalance of ns set (on) or cleared: *n = 1 when ns is a sharded
+ * collection, *nmod = 1 when the flag changed. */
+int cat_coll_set_no_balance(cat_t *c, const char *ns, bool on, int64_t *n, int64_t *nmod,
+                            ms_error_t *err);
 /* One config.actionlog entry (MongoDB's changelog shape) in its own transaction. */
 int cat_actionlog(cat_t *c, const char *what, const char *ns, const bson_t *details,
                   ms_error_t *err);
@@ -662,6 +675,13 @@ int bal_snap_coll(cfg_t *cfg, bal_snap_t *sn, const char *ns, bal_policy_t polic
  * their number to *n (may be NULL). */
 int bal_snap_busy(cfg_t *cfg, bal_snap_t *sn, bson_t *list, int *n, ms_error_t *err);
 
+/* cmd_bal.c: balancerCollectionStatus, balancerExplain, and the update of
+ * config.collections noBalance (one statement of cfg_cmd_update: q {_id: ns}, u $set or
+ * $unset of noBalance only; n / nModified as MongoDB counts them). */
+int cfg_cmd_balancer_collection_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_balancer_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_coll_update_no_balance(cfg_t *cfg, const bson_t *q, const bson_t *u, bool upsert,
+                               int64_t *n, int64_t *nmod, ms_error_t *err);
 /* ---- the balancer thread (balancer.c) ---- */
 /* Starts the thread: takes config.locks {_id: "balancer"} and runs rounds every idle_ms
  * (throttle_ms after a round that moved chunks). */
