@@ -197,11 +197,12 @@ int cfg_coll_update_no_balance(cfg_t *cfg, const bson_t *q, const bson_t *u, boo
     if (upsert)
         return err_set(err, MS_ERR_ILLEGAL_OPERATION, "config.collections: upsert is not allowed; "
                        "shardCollection creates a collection's entry");
-    if (!bson_iter_init(&it, q) || !bson_iter_next(&it) || strcmp(bson_iter_key(&it), "_id") != 0 ||
-        !BSON_ITER_HOLDS_UTF8(&it) || bson_iter_next(&it))
+    if (bson_iter_init(&it, q) && bson_iter_next(&it) && strcmp(bson_iter_key(&it), "_id") == 0 &&
+        BSON_ITER_HOLDS_UTF8(&it))
+        ns = bson_iter_utf8(&it, NULL);
+    if (!ns || bson_iter_next(&it))
         return err_set(err, MS_ERR_ILLEGAL_OPERATION,
                        "config.collections updates must select one collection: q {_id: \"db.coll\"}");
-    ns = bson_iter_utf8(&it, NULL);
     bson_iter_init(&it, u);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
