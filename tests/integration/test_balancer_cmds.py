@@ -10,10 +10,11 @@ written there; `shardctl explain-balance` prints the verdict, the table and the 
 import os
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lib import BIN, main, test, wait_until  # noqa: E402
+from lib import BIN, Client, fp, fp_wait, main, test, wait_until  # noqa: E402
 
 DB = "app"
 NS = "app.c"
@@ -198,6 +199,40 @@ def test_no_balance_update_stops_and_resumes_a_running_balancer(t):
                what="balanced after noBalance unset")
     wait_until(lambda: status(c)["balancerCompliant"] is True, what="compliant")
     assert explain(c)["verdict"] == "balanced"
+
+
+@test
+def test_explain_marks_the_shards_of_a_running_migration_busy(t):
+    cl = t.cluster(shards=2)
+    c = cl.client()
+    c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+    shard_split(c, NS, range(10, 60, 10))
+    c.ok({"insert": "c", "$db": DB, "documents": [{"k": k} for k in range(0, 60, 5)]})
+    e = explain(c)
+    assert e["verdict"] == "move" and e["migrationsInProgress"] == [], e
+    donor = cl.shards[0].client()
+    n0 = fp(donor, "moveChunkHangAtStep3")
+    res = {}
+
+    def move():
+        res["r"] = Client(cl.routers[0].url, timeout_ms=60000).cmd(
+            {"moveChunk": NS, "find": {"k": 0}, "to": "shard1", "$db": "admin"})
+    th = threading.Thread(target=move, daemon=True)
+    th.start()
+    try:
+        fp_wait(donor, "moveChunkHangAtStep3", n0 + 1)
+        e = explain(c)
+        assert [(m["fromShard"], m["toShard"]) for m in e["migrationsInProgress"]] == [("shard0", "shard1")], e
+        assert all(s["busy"] for s in e["policy"]["shards"]), e
+        assert e["policy"]["next"] == [] and e["verdict"] == "shardBusy", e
+        p = shardctl(cl.routers[0], "explain-balance", NS)
+        assert "migrating now: app.c shard0 -> shard1" in p.stdout, p.stdout
+    finally:
+        fp(donor, "moveChunkHangAtStep3", "off")
+        th.join(60)
+    assert res["r"].get("ok") == 1, res
+    e = explain(c)
+    assert e["migrationsInProgress"] == [] and e["verdict"] == "move", e
 
 
 if __name__ == "__main__":
