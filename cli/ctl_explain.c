@@ -3,6 +3,7 @@
  * (configsvr/cmd_bal.c) and prints it as a few lines a learner can read: the verdict
  * and why, the policy with its threshold, one row per shard (chunks, jumbo, data,
  * draining, maxSize, busy), and the next moves. --json prints the raw reply instead.
+ * Also status's per-collection "balancerCompliant" line (balancerCollectionStatus).
  */
 #include <stdio.h>
 #include <string.h>
@@ -166,4 +167,17 @@ int ctl_explain_balance(ctl_t *c, int argc, char **argv) {
     }
     bson_destroy(&reply);
     return 0;
+}
+
+void ctl_print_compliance(ctl_t *c, const char *ns) {
+    bson_t cmd = BSON_INITIALIZER, reply;
+    ms_error_t err = {0};
+    BSON_APPEND_UTF8(&cmd, "balancerCollectionStatus", ns);
+    BSON_APPEND_UTF8(&cmd, "$db", "admin");
+    if (ctl_command(c, &cmd, &reply, &err) == 0) {
+        if (b_of(&reply, "balancerCompliant")) printf("        balancerCompliant: true\n");
+        else printf("        balancerCompliant: false (%s)\n", s_of(&reply, "firstComplianceViolation"));
+        bson_destroy(&reply);
+    }
+    bson_destroy(&cmd);
 }

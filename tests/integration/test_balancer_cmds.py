@@ -97,6 +97,8 @@ def test_status_and_explain_follow_the_distribution_and_the_settings(t):
     assert any(line.split()[:3] == ["shard0", "9", "0"] for line in out.splitlines()), out
     p = shardctl(cl.routers[0], "explain-balance", "--json", NS)
     assert p.returncode == 0 and '"verdict" : "move"' in p.stdout, p.stdout
+    p = shardctl(cl.routers[0], "status")
+    assert "balancerCompliant: false (chunksImbalance)" in p.stdout, p.stdout
     p = shardctl(cl.routers[0], "explain-balance", "app.nosuch")
     assert p.returncode == 1 and "118" in p.stderr, (p.returncode, p.stderr)
 
