@@ -4,8 +4,9 @@
  * "balancer"}) for the life of the process and runs rounds: read config.settings
  * (balancer mode / stopped / activeWindow / policy / _waitForDelete / _secondaryThrottle,
  * chunksize, autosplit); split chunks larger than the chunk size at the points their
- * owner's autoSplitVector gives; build the policy's snapshot per collection (catalog
- * chunk counts, shard data sizes when the dataSize policy or a maxSize needs them) and
+ * owner's autoSplitVector gives; build the policy's snapshot per collection
+ * (bal_snapshot.c, shared with balancerExplain / balancerCollectionStatus: catalog chunk
+ * counts, shard data sizes when the dataSize policy or a maxSize needs them) and
  * ask bal_choose (bal_policy.c) for this round's moves, one per shard at most; run them
  * in parallel, one thread each, through cfg_move_range (the body of _configsvrMoveRange);
  * log the round as `balancer.round` in config.actionlog. Rounds come every
