@@ -36,5 +36,8 @@ int ctl_command(ctl_t *c, const bson_t *cmd, bson_t *reply, ms_error_t *err);
 int ctl_status(ctl_t *c, int argc, char **argv);   /* like sh.status() */
 int ctl_watch(ctl_t *c, int argc, char **argv);    /* status, redrawn every second */
 int ctl_load(ctl_t *c, int argc, char **argv);     /* generate N documents */
+int ctl_explain_balance(ctl_t *c, int argc, char **argv); /* balancerExplain, readable */
+/* status's "balancerCompliant: ..." line of a collection (nothing when the call fails). */
+void ctl_print_compliance(ctl_t *c, const char *ns);
 
 #endif

@@ -156,6 +156,7 @@ static void print_collection(ctl_t *c, const bson_t *coll, bool verbose) {
     print_json_field(coll, "key");
     printf("\n        unique: %s\n        balancing: %s\n", bool_field(coll, "unique") ? "true" : "false",
            bool_field(coll, "noBalance") ? "false" : "true");
+    ctl_print_compliance(c, ns);
     bson_init(&filter);
     if (bson_iter_init_find(&it, coll, "uuid")) bsonx_append_iter(&filter, "uuid", &it);
     else BSON_APPEND_UTF8(&filter, "ns", ns);

@@ -3,7 +3,7 @@
  *
  *   shardctl [--host URL] [--timeout MS] '<command as extended JSON>'
  *   shardctl [--host URL] -            one command per line on stdin, one reply per line
- *   shardctl [--host URL] status | watch | load ...
+ *   shardctl [--host URL] status | watch | load | explain-balance ...
  *
  * Prints each reply as relaxed extended JSON on one line; exits 0 when every reply
  * had ok: 1, else 1 (2 for usage errors).
@@ -26,6 +26,8 @@ static const char usage[] =
     "       shardctl [--host URL] watch [--interval-ms N] [--count N]\n"
     "       shardctl [--host URL] load --ns DB.COLL --count N [--batch N] [--size BYTES]\n"
     "                                  [--key FIELD] [--quiet]\n"
+    "       shardctl [--host URL] explain-balance DB.COLL [--json]\n"
+    "                                  (why the balancer would or would not move it now)\n"
     "The host defaults to the local router (" CTL_HOST_DEFAULT ") or $MS_HOST.\n"
     "moveChunk / moveRange wait for the whole migration (their maxTimeMS, else 30 minutes)\n"
     "unless --timeout is given.\n"
@@ -178,6 +180,8 @@ int main(int argc, char **argv) {
         rc = ctl_watch(&c, argc - first, argv + first);
     else if (strcmp(argv[first], "load") == 0)
         rc = ctl_load(&c, argc - first, argv + first);
+    else if (strcmp(argv[first], "explain-balance") == 0)
+        rc = ctl_explain_balance(&c, argc - first, argv + first);
     else if (argv[first][0] == '{') {
         rc = run_one(&c, argv[first]);
     } else {

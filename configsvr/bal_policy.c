@@ -313,3 +313,41 @@ void bal_explain(const bal_coll_t *c, const bal_shard_t *shards, int nshards,
     BSON_APPEND_UTF8(out, "why", why);
     BSON_APPEND_UTF8(out, "message", msg);
 }
+
+/* ---- compliance (balancerCollectionStatus) -------------------------------------------- */
+
+bool bal_chunk_straddles_zone(const bal_coll_t *c) {
+    /* A zone bound strictly inside a chunk: the chunk must be split there before the
+     * balancer can place either side (MongoDB's selectChunksToSplit → zoneViolation). */
+    for (int z = 0; z < c->nzones; z++) {
+        const bal_zone_range_t *r = &c->zones[z];
+        for (int i = 0; i < c->nchunks; i++) {
+            const bal_chunk_t *ch = &c->chunks[i];
+            if ((rtable_bytes_cmp(ch->min_enc, ch->min_len, r->min_enc, r->min_len) < 0 &&
+                 rtable_bytes_cmp(r->min_enc, r->min_len, ch->max_enc, ch->max_len) < 0) ||
+                (rtable_bytes_cmp(ch->min_enc, ch->min_len, r->max_enc, r->max_len) < 0 &&
+                 rtable_bytes_cmp(r->max_enc, r->max_len, ch->max_enc, ch->max_len) < 0))
+                return true;
+        }
+    }
+    return false;
+}
+
+const char *bal_compliance(const bal_coll_t *c, const bal_shard_t *shards, int nshards,
+                           bal_policy_t policy) {
+    if (bal_chunk_straddles_zone(c)) return "zoneViolation";
+    /* The distribution alone: noBalance, the round's busy shards and "moved last round"
+     * play no part (a collection is compliant or not whether or not it may move). */
+    bal_coll_t copy = *c;
+    copy.no_balance = false;
+    copy.moved_last_round = false;
+    bal_shard_t sh[nshards > 0 ? nshards : 1];
+    bal_move_t mv[nshards > 0 ? nshards : 1];
+    memcpy(sh, shards, sizeof(bal_shard_t) * (size_t)nshards);
+    for (int s = 0; s < nshards; s++) sh[s].busy = false;
+    int n = bal_choose(&copy, sh, nshards, policy, mv, nshards);
+    if (n == 0) return NULL;
+    /* bal_choose lists draining first, then zone violations, then imbalance; the data
+     * size imbalance is MongoDB 7.0's chunksImbalance (its only policy is data size). */
+    return strcmp(mv[0].reason, "dataSizeImbalance") == 0 ? "chunksImbalance" : mv[0].reason;
+}

@@ -4,8 +4,9 @@
  * "balancer"}) for the life of the process and runs rounds: read config.settings
  * (balancer mode / stopped / activeWindow / policy / _waitForDelete / _secondaryThrottle,
  * chunksize, autosplit); split chunks larger than the chunk size at the points their
- * owner's autoSplitVector gives; build the policy's snapshot per collection (catalog
- * chunk counts, shard data sizes when the dataSize policy or a maxSize needs them) and
+ * owner's autoSplitVector gives; build the policy's snapshot per collection
+ * (bal_snapshot.c, shared with balancerExplain / balancerCollectionStatus: catalog chunk
+ * counts, shard data sizes when the dataSize policy or a maxSize needs them) and
  * ask bal_choose (bal_policy.c) for this round's moves, one per shard at most; run them
  * in parallel, one thread each, through cfg_move_range (the body of _configsvrMoveRange);
  * log the round as `balancer.round` in config.actionlog. Rounds come every
@@ -47,128 +48,7 @@ struct cfg_balancer {
     bal_moved_t *moved;      /* collections whose last round moved chunks (thread only) */
 };
 
-/* ---- settings ---------------------------------------------------------------------------- */
-
-typedef struct bal_settings {
-    bool enabled;
-    char off_reason[64];
-    bool wait_delete, throttle, autosplit;
-    bal_policy_t policy;
-    int64_t chunk_size;
-} bal_settings_t;
-
-static int hhmm(const char *s) {
-    if (!s || strlen(s) != 5 || s[2] != ':') return -1;
-    for (int i = 0; i < 5; i++)
-        if (i != 2 && (s[i] < '0' || s[i] > '9')) return -1;
-    int h = (s[0] - '0') * 10 + (s[1] - '0'), m = (s[3] - '0') * 10 + (s[4] - '0');
-    return h > 23 || m > 59 ? -1 : h * 60 + m;
-}
-
-/* Is now (local time, minutes since midnight) inside [start, stop)? Wraps midnight when
- * stop < start (MongoDB: the config primary's local time). */
-static bool in_window(int start, int stop, int now) {
-    if (start <= stop) return now >= start && now < stop;
-    return now >= start || now < stop;
-}
-
-static void read_settings(cfg_t *cfg, bal_settings_t *s) {
-    bson_t doc;
-    bool found = false;
-    bson_iter_t it, w;
-    memset(s, 0, sizeof *s);
-    s->enabled = true;
-    s->autosplit = true;
-    s->policy = BAL_POLICY_CHUNK_COUNT;
-    if (cat_settings_get(cfg->cat, "balancer", &doc, &found, NULL) == 0 && found) {
-        if (bson_iter_init_find(&it, &doc, "mode") && BSON_ITER_HOLDS_UTF8(&it) &&
-            strcmp(bson_iter_utf8(&it, NULL), "off") == 0) {
-            s->enabled = false;
-            snprintf(s->off_reason, sizeof s->off_reason, "mode off");
-        }
-        if (bson_iter_init_find(&it, &doc, "stopped") && bsonx_truthy(&it)) {
-            s->enabled = false;
-            snprintf(s->off_reason, sizeof s->off_reason, "stopped");
-        }
-        if (bson_iter_init_find(&it, &doc, "_waitForDelete")) s->wait_delete = bsonx_truthy(&it);
-        if (bson_iter_init_find(&it, &doc, "_secondaryThrottle"))
-            s->throttle = BSON_ITER_HOLDS_DOCUMENT(&it) || bsonx_truthy(&it);
-        if (bson_iter_init_find(&it, &doc, "policy") && BSON_ITER_HOLDS_UTF8(&it) &&
-            strcmp(bson_iter_utf8(&it, NULL), "dataSize") == 0)
-            s->policy = BAL_POLICY_DATA_SIZE;
-        if (s->enabled && bson_iter_init_find(&it, &doc, "activeWindow") &&
-            BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &w)) {
-            int start = -1, stop = -1;
-            while (bson_iter_next(&w)) {
-                const char *v = BSON_ITER_HOLDS_UTF8(&w) ? bson_iter_utf8(&w, NULL) : NULL;
-                if (strcmp(bson_iter_key(&w), "start") == 0) start = hhmm(v);
-                else if (strcmp(bson_iter_key(&w), "stop") == 0) stop = hhmm(v);
-            }
-            time_t t = time(NULL);
-            struct tm tm;
-            localtime_r(&t, &tm);
-            if (start >= 0 && stop >= 0 && !in_window(start, stop, tm.tm_hour * 60 + tm.tm_min)) {
-                s->enabled = false;
-                snprintf(s->off_reason, sizeof s->off_reason, "outside activeWindow");
-            }
-        }
-        bson_destroy(&doc);
-    }
-    found = false;
-    if (cat_settings_get(cfg->cat, "autosplit", &doc, &found, NULL) == 0 && found) {
-        if (bson_iter_init_find(&it, &doc, "enabled") && BSON_ITER_HOLDS_BOOL(&it))
-            s->autosplit = bson_iter_bool(&it);
-        bson_destroy(&doc);
-    }
-    s->chunk_size = cat_chunk_size_bytes(cfg->cat);
-}
-
-/* ---- the cluster's shards and collections ------------------------------------------------- */
-
-typedef struct shard_row {
-    char name[CAT_SHARD_NAME_BYTES_MAX];
-    bool draining;
-    char **zones;
-    int nzones;
-    int64_t max_size_mb;  /* config.shards maxSize (MB), 0 = none */
-} shard_row_t;
-
-typedef struct shard_list {
-    shard_row_t *v;
-    int n;
-} shard_list_t;
-
-static int shard_scan(void *arg, const bson_t *doc) {
-    shard_list_t *l = arg;
-    bson_iter_t it, a;
-    if (l->n >= MS_BALANCER_SHARDS_MAX) return 0;
-    shard_row_t *r = &l->v[l->n];
-    memset(r, 0, sizeof *r);
-    if (!bson_iter_init_find(&it, doc, "_id") || !BSON_ITER_HOLDS_UTF8(&it)) return 0;
-    snprintf(r->name, sizeof r->name, "%s", bson_iter_utf8(&it, NULL));
-    if (bson_iter_init_find(&it, doc, "draining")) r->draining = bsonx_truthy(&it);
-    if (bson_iter_init_find(&it, doc, "maxSize")) bsonx_as_int64(&it, &r->max_size_mb);
-    if (bson_iter_init_find(&it, doc, "tags") && BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &a)) {
-        while (bson_iter_next(&a)) {
-            if (!BSON_ITER_HOLDS_UTF8(&a)) continue;
-            r->zones = realloc(r->zones, sizeof *r->zones * (size_t)(r->nzones + 1));
-            if (!r->zones) abort();
-            r->zones[r->nzones] = strdup(bson_iter_utf8(&a, NULL));
-            if (!r->zones[r->nzones]) abort();
-            r->nzones++;
-        }
-    }
-    l->n++;
-    return 0;
-}
-
-static void shards_free(shard_list_t *l) {
-    for (int i = 0; i < l->n; i++) {
-        for (int z = 0; z < l->v[i].nzones; z++) free(l->v[i].zones[z]);
-        free(l->v[i].zones);
-    }
-    free(l->v);
-}
+/* ---- the cluster's collections ----------------------------------------------------------- */
 
 typedef struct ns_list {
     char (*v)[MS_NS_BYTES_MAX + 1];
@@ -182,44 +62,6 @@ static int coll_scan(void *arg, const bson_t *doc) {
     if (!bson_iter_init_find(&it, doc, "_id") || !BSON_ITER_HOLDS_UTF8(&it)) return 0;
     snprintf(l->v[l->n++], MS_NS_BYTES_MAX + 1, "%s", bson_iter_utf8(&it, NULL));
     return 0;
-}
-
-/* ---- one shard call ------------------------------------------------------------------------ */
-
-static int64_t shard_int(cfg_t *cfg, const char *shard, const bson_t *cmd, const char *field) {
-    bson_t r;
-    bson_iter_t it;
-    ms_error_t e = {0};
-    int64_t v = 0;
-    if (cfg_shard_command(cfg, shard, cmd, CFG_SHARD_CMD_TIMEOUT_MS, &r, &e) != 0) {
-        log_warn("balancer shard call failed shard=%s err=%s", log_str(shard), log_str(e.msg));
-        return 0;
-    }
-    if (bson_iter_init_find(&it, &r, field)) bsonx_as_int64(&it, &v);
-    bson_destroy(&r);
-    return v;
-}
-
-static int64_t coll_bytes_on(cfg_t *cfg, const char *shard, const char *ns) {
-    char db[CAT_DB_NAME_BYTES_MAX];
-    bson_t cmd = BSON_INITIALIZER;
-    int64_t v = 0;
-    if (cfg_ns_split(ns, db, sizeof db, NULL, NULL) == 0) {
-        BSON_APPEND_UTF8(&cmd, "dataSize", ns);
-        BSON_APPEND_UTF8(&cmd, "$db", db);
-        v = shard_int(cfg, shard, &cmd, "size");
-    }
-    bson_destroy(&cmd);
-    return v;
-}
-
-static int64_t total_bytes_on(cfg_t *cfg, const char *shard) {
-    bson_t cmd = BSON_INITIALIZER;
-    BSON_APPEND_INT32(&cmd, "listDatabases", 1);
-    BSON_APPEND_UTF8(&cmd, "$db", "admin");
-    int64_t v = shard_int(cfg, shard, &cmd, "totalSize");
-    bson_destroy(&cmd);
-    return v;
 }
 
 /* ---- auto-split ---------------------------------------------------------------------------- */
@@ -380,7 +222,7 @@ static void set_moved(cfg_balancer_t *b, const char *ns, bool moved) {
 static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
     cfg_t *cfg = b->cfg;
     long long t0 = time_mono_ms();
-    shard_list_t sl = {0};
+    bal_snap_t sn;  /* the shards (bal_snapshot.c) */
     ns_list_t nl = {0};
     ms_error_t e = {0};
     bson_t details = BSON_INITIALIZER, splits, moves;
@@ -389,35 +231,20 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
     bool error = false;
     char why[MS_ERRMSG_BYTES + 32] = "";
 
-    sl.v = calloc(MS_BALANCER_SHARDS_MAX, sizeof *sl.v);
     nl.v = calloc(MS_BALANCER_COLLS_MAX, sizeof *nl.v);
-    if (!sl.v || !nl.v) abort();
-    if (cat_config_scan(cfg->cat, "shards", shard_scan, &sl, &e) != 0 ||
+    if (!nl.v) abort();
+    if (bal_snap_shards(cfg, &sn, &e) != 0 ||
         cat_config_scan(cfg->cat, "collections", coll_scan, &nl, &e) != 0) {
         error = true;
         snprintf(why, sizeof why, "catalog read failed: %s", e.msg);
     }
-    bal_shard_t shards[sl.n > 0 ? sl.n : 1];
-    const char *const *zones[sl.n > 0 ? sl.n : 1];
-    memset(shards, 0, sizeof shards);
-    bool need_total = false;
-    for (int s = 0; s < sl.n; s++) {
-        shards[s].name = sl.v[s].name;
-        shards[s].draining = sl.v[s].draining;
-        zones[s] = (const char *const *)sl.v[s].zones;
-        shards[s].zones = zones[s];
-        shards[s].nzones = sl.v[s].nzones;
-        shards[s].max_size_bytes = sl.v[s].max_size_mb * 1024 * 1024;
-        need_total |= shards[s].max_size_bytes > 0;
-    }
-    for (int s = 0; s < sl.n && need_total; s++)
-        if (shards[s].max_size_bytes > 0) shards[s].total_bytes = total_bytes_on(cfg, shards[s].name);
+    bal_shard_t *shards = sn.shards;
 
     BSON_APPEND_ARRAY_BEGIN(&details, "splits", &splits);
-    int cap = sl.n / 2 > 0 ? sl.n / 2 : 1;
+    int cap = sn.nshards / 2 > 0 ? sn.nshards / 2 : 1;
     jobs = calloc((size_t)cap, sizeof *jobs);
     if (!jobs) abort();
-    for (int c = 0; c < nl.n && !error && sl.n >= 2; c++) {
+    for (int c = 0; c < nl.n && !error && sn.nshards >= 2; c++) {
         cat_coll_t coll;
         memset(&e, 0, sizeof e);
         if (cat_coll_get(cfg->cat, nl.v[c], &coll, &e) != 0) continue;  /* dropped meanwhile */
@@ -430,22 +257,16 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
         if (st->autosplit && budget > 0)
             budget -= autosplit_coll(cfg, &coll, csize, budget, &splits, &nsplits);
         cat_bal_data_t d;
-        if (cat_bal_load(cfg->cat, coll.ns, &d, &e) != 0) {
+        if (bal_snap_coll(cfg, &sn, coll.ns, st->policy, &d, &e) != 0) {
             log_warn("balancer load failed ns=%s err=%s", log_str(coll.ns), log_str(e.msg));
             cat_coll_free(&coll);
             continue;
         }
-        for (int i = 0; i < d.nchunks; i++)
-            for (int s = 0; s < sl.n; s++)
-                if (strcmp(d.owners[i], sl.v[s].name) == 0) d.chunks[i].owner = s;
-        for (int s = 0; s < sl.n; s++)
-            shards[s].coll_bytes = st->policy == BAL_POLICY_DATA_SIZE
-                                       ? coll_bytes_on(cfg, shards[s].name, coll.ns) : 0;
         bal_coll_t bc = {.ns = coll.ns, .chunks = d.chunks, .nchunks = d.nchunks,
                          .zones = d.zones, .nzones = d.nzones, .no_balance = coll.no_balance,
                          .moved_last_round = moved_last(b, coll.ns), .chunk_size_bytes = csize};
         bal_move_t mv[cap];
-        int n = bal_choose(&bc, shards, sl.n, st->policy, mv, cap - njobs);
+        int n = bal_choose(&bc, shards, sn.nshards, st->policy, mv, cap - njobs);
         set_moved(b, coll.ns, n > 0);
         for (int m = 0; m < n; m++) {
             mig_job_t *j = &jobs[njobs++];
@@ -508,7 +329,7 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
     }
     bson_append_array_end(&details, &moves);
     if (!why[0] && njobs == 0)
-        snprintf(why, sizeof why, sl.n < 2 ? "fewer than two shards"
+        snprintf(why, sizeof why, sn.nshards < 2 ? "fewer than two shards"
                                             : "nothing to move: every collection within the rule");
     BSON_APPEND_INT64(&details, "executionTimeMillis", time_mono_ms() - t0);
     BSON_APPEND_BOOL(&details, "errorOccurred", error || failed > 0);
@@ -522,7 +343,7 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
         log_warn("balancer.round not logged err=%s", log_str(e.msg));
     bson_destroy(&details);
     free(jobs);
-    shards_free(&sl);
+    bal_snap_free(&sn);
     free(nl.v);
     return moved;
 }
@@ -548,7 +369,7 @@ static void *bal_main(void *arg) {
         int moved = 0;
         b->in_round = true;  /* before reading settings: balancerStop waits for this round */
         pthread_mutex_unlock(&b->mu);
-        read_settings(b->cfg, &st);
+        bal_settings_read(b->cfg, &st);
         if (st.enabled) {
             b->last_off[0] = '\0';
             moved = round_run(b, &st);

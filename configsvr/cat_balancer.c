@@ -218,3 +218,37 @@ done:
     cat_unlock(c);
     return rc;
 }
+
+int cat_coll_set_no_balance(cat_t *c, const char *ns, bool on, int64_t *n, int64_t *nmod,
+                            ms_error_t *err) {
+    sqlite3_stmt *st = NULL;
+    int rc;
+    *n = *nmod = 0;
+    cat_lock(c);
+    /* Matched = the collection exists; modified = the flag changed (MongoDB's n /
+     * nModified: a $set to the value already there matches and modifies nothing). */
+    rc = cat_sql_prep(c, "SELECT no_balance FROM collections WHERE ns = ?", &st, err);
+    if (rc == 0) {
+        cat_bind_text(st, 1, ns);
+        int s = sqlite3_step(st);
+        if (s == SQLITE_ROW) {
+            *n = 1;
+            *nmod = (sqlite3_column_int(st, 0) != 0) != on;
+        } else if (s != SQLITE_DONE) {
+            rc = err_from_sqlite(err, s, "read collection", cat_db_handle(c));
+        }
+        sqlite3_finalize(st);
+        st = NULL;
+    }
+    if (rc == 0 && *nmod) {
+        rc = cat_sql_prep(c, "UPDATE collections SET no_balance = ? WHERE ns = ?", &st, err);
+        if (rc == 0) {
+            sqlite3_bind_int(st, 1, on ? 1 : 0);
+            cat_bind_text(st, 2, ns);
+            rc = cat_sql_done(c, st, "set noBalance", err);
+        }
+        sqlite3_finalize(st);
+    }
+    cat_unlock(c);
+    return rc;
+}

@@ -480,7 +480,8 @@ int cfg_cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 }
 
 /* update on config.settings: {updates: [{q, u, upsert, multi}], ordered}; MongoDB's
- * write reply {n, nModified, upserted, writeErrors}. Other collections are read-only. */
+ * write reply {n, nModified, upserted, writeErrors}. config.collections takes noBalance
+ * only (cmd_bal.c); the other collections are read-only. */
 int cfg_cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
     const char *coll = BSON_ITER_HOLDS_UTF8(&ctx->arg) ? bson_iter_utf8(&ctx->arg, NULL) : "";
@@ -491,9 +492,10 @@ int cfg_cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     int idx = 0, nup = 0, nerr = 0;
     int rc = check_config_db(ctx, err);
     if (rc) goto out;
-    if (strcmp(coll, "settings") != 0) {
-        rc = err_set(err, MS_ERR_ILLEGAL_OPERATION,
-                     "config.%s is read-only; only config.settings can be updated", coll);
+    bool colls = strcmp(coll, "collections") == 0;  /* noBalance only (cmd_bal.c) */
+    if (strcmp(coll, "settings") != 0 && !colls) {
+        rc = err_set(err, MS_ERR_ILLEGAL_OPERATION, "config.%s is read-only; only config.settings "
+                     "and config.collections noBalance can be updated", coll);
         goto out;
     }
     if (!cfg_field_doc(ctx, "updates", &updates) || !bson_iter_init(&it, &updates)) {
@@ -539,7 +541,9 @@ int cfg_cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
                 }
             }
             if (orc == 0 && !have_u) orc = err_set(&e, MS_ERR_FAILED_TO_PARSE, "an update statement needs u");
-            if (orc == 0)
+            if (orc == 0 && colls)
+                orc = cfg_coll_update_no_balance(cfg, &q, &u, upsert, &n, &nmod, &e);
+            else if (orc == 0)
                 orc = cat_settings_update(cfg->cat, &q, &u, upsert, multi, &n, &nmod, &upserted, &upid, &e);
         }
         if (orc == 0) {
@@ -566,8 +570,8 @@ int cfg_cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
             BSON_APPEND_UTF8(&d, "codeName", err_code_name(orc));
             BSON_APPEND_UTF8(&d, "errmsg", e.msg);
             bson_append_document_end(&errors, &d);
-            log_warn("config.settings update refused index=%d code=%d errmsg=%s", idx, orc,
-                     log_str(e.msg));
+            log_warn("config update refused coll=%s index=%d code=%d errmsg=%s", log_str(coll), idx,
+                     orc, log_str(e.msg));
         }
         idx++;
         if (orc && ordered) break;

@@ -445,6 +445,15 @@ int bal_choose(const bal_coll_t *c, bal_shard_t *shards, int nshards, bal_policy
 void bal_explain(const bal_coll_t *c, const bal_shard_t *shards, int nshards,
                  bal_policy_t policy, bson_t *out);
 
+/* True when a zone bound falls strictly inside a chunk of c (a split is due there). */
+bool bal_chunk_straddles_zone(const bal_coll_t *c);
+/* balancerCollectionStatus's firstComplianceViolation of c: "zoneViolation" (a chunk
+ * across a zone bound, or on a shard outside its zone), "draining", "chunksImbalance"
+ * (also the dataSize rule's imbalance), or NULL when compliant. Ignores noBalance, busy
+ * and moved_last_round; shards is not changed. */
+const char *bal_compliance(const bal_coll_t *c, const bal_shard_t *shards, int nshards,
+                           bal_policy_t policy);
+
 /* The balancer's reads and writes of the catalog (cat_balancer.c). cat_bal_load: the
  * chunks of ns in key order (owner = -1; owners[i] names the shard) and its zone ranges,
  * all owned by *out until cat_bal_free (NULL-safe, safe on a zeroed struct). */
@@ -464,6 +473,10 @@ void cat_bal_free(cat_bal_data_t *d);
  * whether a row was written; its owner into shard_out when non-NULL. */
 int cat_chunk_jumbo(cat_t *c, const char *ns, const bson_t *min, const bson_t *max, bool set,
                     bool *changed, char *shard_out, size_t shard_cap, ms_error_t *err);
+/* config.collections noBalance of ns set (on) or cleared: *n = 1 when ns is a sharded
+ * collection, *nmod = 1 when the flag changed. */
+int cat_coll_set_no_balance(cat_t *c, const char *ns, bool on, int64_t *n, int64_t *nmod,
+                            ms_error_t *err);
 /* One config.actionlog entry (MongoDB's changelog shape) in its own transaction. */
 int cat_actionlog(cat_t *c, const char *what, const char *ns, const bson_t *details,
                   ms_error_t *err);
@@ -626,6 +639,59 @@ void cfg_migrations_recover(cfg_t *cfg);
 /* The shard-key document of a `find` query (every key field an equality value; hashed
  * fields hashed) into *key (initialised on success). cmd_chunks.c. */
 int cfg_key_of_query(const keys_pattern_t *p, const bson_t *find, bson_t *key, ms_error_t *err);
+/* ---- the balancer's snapshot (bal_snapshot.c) ---- */
+/* What a balancer round, balancerExplain and balancerCollectionStatus read before they
+ * ask the policy: one code path, so that the explain shows what a round would see. */
+typedef struct bal_settings {
+    bool enabled;              /* false: stopped, mode off or outside the activeWindow */
+    char off_reason[64];       /* "stopped", "mode off", "outside activeWindow" */
+    bool wait_delete, throttle, autosplit;
+    bal_policy_t policy;
+    int64_t chunk_size;        /* cluster default (config.settings chunksize) */
+    bool has_window, in_window; /* activeWindow set (valid HH:MM both ends); now inside it */
+    char window_start[16], window_stop[16];  /* "HH:MM" */
+} bal_settings_t;
+/* config.settings balancer / autosplit / chunksize as the balancer reads them. */
+void bal_settings_read(cfg_t *cfg, bal_settings_t *s);
+
+/* One config.shards row, owning what shards[i] borrows. */
+typedef struct bal_snap_shard {
+    char name[CAT_SHARD_NAME_BYTES_MAX];
+    bool draining;
+    char **zones;
+    int nzones;
+    int64_t max_size_mb;       /* config.shards maxSize (MB), 0 = none */
+} bal_snap_shard_t;
+/* The shards in name order: rows[i] owns, shards[i] (the policy's view) borrows from it. */
+typedef struct bal_snap {
+    bal_snap_shard_t *rows;
+    bal_shard_t *shards;
+    int nshards;
+} bal_snap_t;
+/* Reads config.shards (at most MS_BALANCER_SHARDS_MAX) and, for a shard with a maxSize,
+ * its total data size (listDatabases; 0 when the shard does not answer). *sn is set even on
+ * error (release with bal_snap_free). */
+int bal_snap_shards(cfg_t *cfg, bal_snap_t *sn, ms_error_t *err);
+void bal_snap_free(bal_snap_t *sn);  /* NULL-safe */
+/* Index of the shard called name, or -1. */
+int bal_snap_index(const bal_snap_t *sn, const char *name);
+/* One collection: cat_bal_load into *d (release with cat_bal_free) with chunk owners
+ * mapped to sn's indexes, and each shard's coll_bytes set (the collection's data size
+ * there from dataSize under the dataSize policy, else 0). */
+int bal_snap_coll(cfg_t *cfg, bal_snap_t *sn, const char *ns, bal_policy_t policy,
+                  cat_bal_data_t *d, ms_error_t *err);
+/* Marks busy the shards donor or recipient of a config.migrations entry (a migration
+ * running now); appends {ns, fromShard, toShard} per entry to list (may be NULL) and
+ * their number to *n (may be NULL). */
+int bal_snap_busy(cfg_t *cfg, bal_snap_t *sn, bson_t *list, int *n, ms_error_t *err);
+
+/* cmd_bal.c: balancerCollectionStatus, balancerExplain, and the update of
+ * config.collections noBalance (one statement of cfg_cmd_update: q {_id: ns}, u $set or
+ * $unset of noBalance only; n / nModified as MongoDB counts them). */
+int cfg_cmd_balancer_collection_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_balancer_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_coll_update_no_balance(cfg_t *cfg, const bson_t *q, const bson_t *u, bool upsert,
+                               int64_t *n, int64_t *nmod, ms_error_t *err);
 /* ---- the balancer thread (balancer.c) ---- */
 /* Starts the thread: takes config.locks {_id: "balancer"} and runs rounds every idle_ms
  * (throttle_ms after a round that moved chunks). */

@@ -170,11 +170,19 @@ const cmd_spec_t cfg_cmd_table[] = {
      .flags = CMD_WRITE | CMD_NS_ARG | CMD_STRICT_FIELDS, .arg_types = CT_STR,
      .fields = {{"updates", CT_ARR, true}, {"ordered", CT_FLAG, false}, CMD_UPDATE_MORE_FIELDS},
      .stmts = "updates", .stmt_fields = cmd_update_stmt_fields,
-     .help = "update config.settings (balancer, chunksize, automerge); validated"},
+     .help = "update config.settings (balancer, chunksize, automerge) or config.collections "
+             "noBalance; validated"},
 
     /* status (cmd_status.c) */
     {.name = "balancerStatus", .handler = cfg_cmd_balancer_status,
      .help = "balancer mode (config.settings), inBalancerRound, numBalancerRounds"},
+    /* balancer questions (cmd_bal.c) */
+    {.name = "balancerCollectionStatus", .handler = cfg_cmd_balancer_collection_status,
+     .flags = CMD_FULL_NS_ARG, .arg_types = CT_STR,
+     .help = "is a collection's chunk distribution compliant (draining, zones, imbalance, defrag)"},
+    {.name = "balancerExplain", .handler = cfg_cmd_balancer_explain,
+     .flags = CMD_FULL_NS_ARG, .arg_types = CT_STR,
+     .help = "why the balancer would or would not move a collection's chunks now"},
     /* the balancer (balancer.c) */
     {.name = "balancerStart", .handler = cfg_cmd_balancer_start, .flags = CMD_WRITE,
      .help = "balancer on: config.settings {stopped: false, mode: full}; a round starts now"},
