@@ -608,7 +608,6 @@ static int step_checks(mig_donor_t *d, ms_error_t *err) {
         sa.max_chunk_bytes = d->max_chunk_bytes;
         sa.limit = 1;
         sa.auto_mode = true;
-        sa.force = true;
         bson_init(&arr);
         rc = split_compute(m->app->st, &sa, &arr, &cont, err);
         bson_reinit(&d->req_max);
