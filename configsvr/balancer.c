@@ -234,7 +234,10 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
     nl.v = calloc(MS_BALANCER_COLLS_MAX, sizeof *nl.v);
     if (!nl.v) abort();
     if (bal_snap_shards(cfg, &sn, &e) != 0 ||
-        cat_config_scan(cfg->cat, "collections", coll_scan, &nl, &e) != 0) {
+        cat_config_scan(cfg->cat, "collections", coll_scan, &nl, &e) != 0 ||
+        /* A shard in a migration started by hand (config.migrations) is busy for this
+         * round too: a move chosen for it would only fail with 117. */
+        bal_snap_busy(cfg, &sn, NULL, NULL, &e) != 0) {
         error = true;
         snprintf(why, sizeof why, "catalog read failed: %s", e.msg);
     }
