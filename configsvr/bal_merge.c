@@ -13,10 +13,10 @@
  * The thread wakes every --auto-merger-interval-ms (MongoDB's autoMergerIntervalSecs)
  * and, when the balancer may act (mode full, not stopped, in its window) and settings
  * {_id: "automerge"} is not {enabled: false}, runs mergeAllChunksOnShard for every
- * shard of every collection with enableAutoMerge not false, noBalance not set and no
- * defragmentation running; two merges of one collection are --auto-merger-throttle-ms
- * apart (autoMergerThrottlingMS). Each pass is logged as `autoMerger.round` in
- * config.actionlog.
+ * shard of every collection with enableAutoMerge not false and no defragmentation
+ * running (noBalance does not stop it: merging moves no data); two merges of one
+ * collection are --auto-merger-throttle-ms apart (autoMergerThrottlingMS). A pass that
+ * merged is logged as `autoMerger.round` in config.actionlog.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -173,7 +173,7 @@ static int pass(cfg_merger_t *m, bson_t *details) {
         long long last_merge = 0;
         int merged_here = 0;
         if (cat_coll_get(cfg->cat, cl.v[c], &coll, &e) != 0) continue;
-        bool skip = !coll.enable_auto_merge || coll.defragment || coll.no_balance;
+        bool skip = !coll.enable_auto_merge || coll.defragment;
         cat_coll_free(&coll);
         if (skip || cat_bal_load(cfg->cat, cl.v[c], &d, &e) != 0) continue;
         /* The distinct owners, in the order their first chunk comes. */
