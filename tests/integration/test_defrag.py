@@ -45,6 +45,13 @@ def changelog(c, what, ns=NS):
     return c.ok({"count": "changelog", "$db": "config", "query": {"what": what, "ns": ns}})["n"]
 
 
+def defrag_steps(c):
+    """The defragmentation steps logged in balancer.round entries, oldest first."""
+    rs = c.ok({"find": "actionlog", "$db": "config", "filter": {"what": "balancer.round",
+               "details.defragmentation": {"$exists": True}}, "batchSize": 10000})["cursor"]["firstBatch"]
+    return [x for rr in sorted(rs, key=lambda r: r["_id"]) for x in rr["details"]["defragmentation"]]
+
+
 def digest(c):
     docs = c.find_all("c", DB, {}, batchSize=5000)
     h = hashlib.sha256()
@@ -127,8 +134,22 @@ def test_defragmentation_cuts_chunks_without_loss(t):
     wait_until(lambda: coll_doc(c)["defragmentationPhase"] == "mergeAndMeasureChunks", 15,
                "phase kept across a restart")
     c.ok({"balancerStart": 1, "$db": "admin"})
+    # stopped and restarted in phase 2, it goes on with its phase (not from phase 1)
+    wait_until(lambda: coll_doc(c).get("defragmentationPhase") == "moveAndMergeChunks", 30,
+               "phase 2", interval=0.02)
+    c.ok({"balancerStop": 1, "$db": "admin"})
+    phase = coll_doc(c).get("defragmentationPhase")   # phase 2 unless it ended meanwhile
+    print("  stopped in %s with %d chunks" % (phase, len(chunks(c))), flush=True)
+    assert phase in ("moveAndMergeChunks", "mergeChunks"), phase
+    cfg.restart()
+    wait_until(lambda: coll_doc(c)["defragmentationPhase"] == phase, 15, "phase kept across a restart")
+    steps_before = defrag_steps(c)
+    c.ok({"balancerStart": 1, "$db": "admin"})
     wait_until(lambda: "defragmentCollection" not in coll_doc(c), 60, "defragmentation finished",
                interval=0.3)
+    steps = defrag_steps(c)
+    assert steps[:len(steps_before)] == steps_before
+    assert steps[len(steps_before)]["phase"] == phase, steps[len(steps_before):]
     after = chunks(c)
     print("  chunks %d -> %d" % (len(before), len(after)), flush=True)
     assert len(after) <= 9, [(x["min"], x["shard"]) for x in after]
@@ -140,12 +161,10 @@ def test_defragmentation_cuts_chunks_without_loss(t):
         assert a["shard"] != b["shard"], (a, b)
     assert (n0, h0) == digest(c), "documents lost or changed"
     # every phase is in the balancer's rounds
-    rs = c.ok({"find": "actionlog", "$db": "config", "filter": {"what": "balancer.round",
-               "details.defragmentation": {"$exists": True}}, "batchSize": 10000})["cursor"]["firstBatch"]
-    phases = [x["phase"] for rr in rs for x in rr["details"]["defragmentation"]]
+    phases = [x["phase"] for x in steps]
     for p in ("mergeAndMeasureChunks", "moveAndMergeChunks", "mergeChunks"):
         assert p in phases, phases
-    steps = [x for rr in rs for x in rr["details"]["defragmentation"]]
+    assert steps[-1]["next"] == "finished", steps[-1]
     assert sum(x["measured"] for x in steps) >= 18, steps[:3]
     assert sum(x["moved"] for x in steps) >= 1, steps
     assert changelog(c, "merge") >= 1
