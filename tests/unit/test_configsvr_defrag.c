@@ -3,13 +3,16 @@
  * auto-merger (configsvr/bal_defrag.c) on plain snapshots: phase names and transitions
  * (retry stays, restart of phase 2 goes back to phase 1), merge runs (same shard, same
  * zone, never jumbo or ineligible chunks), phase 2's neighbour scoring in MongoDB's order
- * of weight, and one migration per shard per round.
+ * of weight, and one migration per shard per round; and the catalog's part
+ * (configsvr/cat_defrag.c): configureCollectionBalancing's write, the stored phase and
+ * its end, chunk estimates, onCurrentShardSince.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "configsvr/configsvr.h"
 #include "tests/unit/t.h"
+#include "tests/unit/t_cat.h"
 
 #define NCH 32
 #define NSH 4
@@ -186,4 +189,83 @@ static void test_moves_one_per_shard(void) {
     CHECK_INT(waiting, 0);
 }
 
-T_MAIN(T_CASE(test_phases), T_CASE(test_runs), T_CASE(test_scoring), T_CASE(test_moves_one_per_shard))
+/* The config.collections document of one namespace, as find on config shows it. */
+typedef struct coll_find {
+    const char *ns;
+    bson_t *doc;
+} coll_find_t;
+
+static int coll_scan(void *arg, const bson_t *doc) {
+    coll_find_t *a = arg;
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, doc, "_id") && BSON_ITER_HOLDS_UTF8(&it) &&
+        strcmp(bson_iter_utf8(&it, NULL), a->ns) == 0)
+        bson_concat(a->doc, doc);
+    return 0;
+}
+
+/* Finds field in the document of ns (copied into *keep, initialised here). */
+static bool coll_field(cat_t *c, const char *ns, const char *field, bson_iter_t *out, bson_t *keep) {
+    coll_find_t a = {ns, keep};
+    ms_error_t e = {0};
+    bson_init(keep);
+    CHECK_INT(cat_config_scan(c, "collections", coll_scan, &a, &e), 0);
+    return bson_iter_init_find(out, keep, field);
+}
+
+static void test_catalog(void) {
+    cat_t *c = tcat_open("defrag", NULL, 0);
+    ms_error_t e = {0};
+    cat_coll_t coll;
+    bson_iter_t it;
+    bson_t doc;
+    tcat_add_shards(c, 1);
+    tcat_shard_one_chunk(c, "db.c", "{\"k\": 1}", "shard0");
+    CHECK_INT(cat_coll_configure_balancing(c, "db.nope", 1, -1, -1, &e), MS_ERR_NAMESPACE_NOT_SHARDED);
+    /* chunk size and auto-merge */
+    CHECK_INT(cat_coll_configure_balancing(c, "db.c", 3, -1, 0, &e), 0);
+    CHECK_INT(cat_coll_get(c, "db.c", &coll, &e), 0);
+    CHECK(coll.max_chunk_size_bytes == 3LL * 1024 * 1024 && !coll.enable_auto_merge && !coll.defragment);
+    cat_coll_free(&coll);
+    CHECK_INT(cat_coll_configure_balancing(c, "db.c", 0, 1, 1, &e), 0);
+    CHECK_INT(cat_coll_get(c, "db.c", &coll, &e), 0);
+    CHECK(coll.max_chunk_size_bytes == 0 && coll.enable_auto_merge && coll.defragment);
+    CHECK_STR(coll.defrag_phase, "mergeAndMeasureChunks");
+    cat_coll_free(&coll);
+    CHECK(!coll_field(c, "db.c", "maxChunkSizeBytes", &it, &doc));
+    bson_destroy(&doc);
+    /* the phase moves on; a second start does not reset it */
+    CHECK_INT(cat_coll_set_defrag_phase(c, "db.c", "mergeChunks", &e), 0);
+    CHECK_INT(cat_coll_configure_balancing(c, "db.c", -1, 1, -1, &e), 0);
+    CHECK(coll_field(c, "db.c", "defragmentationPhase", &it, &doc) &&
+          strcmp(bson_iter_utf8(&it, NULL), "mergeChunks") == 0);
+    bson_destroy(&doc);
+    /* estimates: set on the exact chunk; the end of defragmentation clears them */
+    cat_bal_data_t d;
+    CHECK_INT(cat_bal_load(c, "db.c", &d, &e), 0);
+    CHECK_INT(d.nchunks, 1);
+    CHECK_INT(cat_chunk_set_est(c, "db.c", d.chunks[0].min_enc, d.chunks[0].min_len,
+                                d.chunks[0].max_enc, d.chunks[0].max_len, 4242, &e), 0);
+    int64_t since = 0;
+    CHECK_INT(cat_chunks_since(c, "db.c", d.chunks, 1, &since, &e), 0);
+    CHECK(since > 1000000000 && since != INT64_MAX);
+    cat_bal_free(&d);
+    CHECK_INT(cat_bal_load(c, "db.c", &d, &e), 0);
+    CHECK(d.chunks[0].est_bytes == 4242);
+    cat_bal_free(&d);
+    CHECK_INT(cat_coll_set_defrag_phase(c, "db.c", NULL, &e), 0);
+    CHECK_INT(cat_bal_load(c, "db.c", &d, &e), 0);
+    CHECK(d.chunks[0].est_bytes == -1);
+    cat_bal_free(&d);
+    CHECK(!coll_field(c, "db.c", "defragmentCollection", &it, &doc));
+    bson_destroy(&doc);
+    CHECK(!coll_field(c, "db.c", "defragmentationPhase", &it, &doc));
+    bson_destroy(&doc);
+    /* not defragmenting: a phase is not stored (an abort during a step wins) */
+    CHECK_INT(cat_coll_set_defrag_phase(c, "db.c", "mergeChunks", &e), 0);
+    CHECK(!coll_field(c, "db.c", "defragmentationPhase", &it, &doc));
+    bson_destroy(&doc);
+    cat_close(c);
+}
+
+T_MAIN(T_CASE(test_catalog), T_CASE(test_phases), T_CASE(test_runs), T_CASE(test_scoring), T_CASE(test_moves_one_per_shard))
