@@ -36,10 +36,6 @@ struct cfg_merger {
     int interval_ms, throttle_ms, horizon_ms;
 };
 
-/* The horizon of mergeAllChunksOnShard commands (the thread's when started, else the
- * default). */
-static int64_t g_horizon_ms = MS_AUTOMERGER_HORIZON_MS_DEFAULT;
-
 int cfg_merge_all_on_shard(cfg_t *cfg, const char *ns, const char *shard, int max_chunks,
                            int64_t horizon_ms, int *runs_out, int *chunks_out, ms_error_t *err) {
     cat_coll_t coll;
@@ -105,7 +101,9 @@ int cfg_cmd_merge_all_chunks_on_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t 
             return err_set(err, MS_ERR_BAD_VALUE, "maxNumberOfChunksToMerge must be 2..%d",
                            MS_MERGE_ALL_CHUNKS_MAX);
     }
-    int rc = cfg_merge_all_on_shard(cfg, ns, shard, (int)max, g_horizon_ms, &runs, &chunks, err);
+    /* The command uses the auto-merger's horizon (set before the thread starts). */
+    int64_t horizon = cfg->merger ? cfg->merger->horizon_ms : MS_AUTOMERGER_HORIZON_MS_DEFAULT;
+    int rc = cfg_merge_all_on_shard(cfg, ns, shard, (int)max, horizon, &runs, &chunks, err);
     if (rc == 0) {
         BSON_APPEND_INT32(reply, "numMerges", runs);
         BSON_APPEND_INT32(reply, "numMergedChunks", chunks);
@@ -261,7 +259,6 @@ int cfg_merger_start(cfg_t *cfg, int interval_ms, int throttle_ms, int horizon_m
     m->interval_ms = interval_ms;
     m->throttle_ms = throttle_ms;
     m->horizon_ms = horizon_ms;
-    g_horizon_ms = horizon_ms;
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->cv, NULL);
     if (pthread_create(&m->th, NULL, merger_main, m) != 0) {

@@ -34,9 +34,10 @@ int cfg_cmd_configure_collection_balancing(cmd_ctx_t *ctx, bson_t *reply, ms_err
     cfg_t *cfg = ctx->app;
     const char *ns = cfg_arg_str(ctx);
     bson_iter_t it;
+    char db[CAT_DB_NAME_BYTES_MAX];
     int chunk_mb = -1, defrag = -1, auto_merge = -1;
     (void)reply;
-    if (cfg_ns_split(ns, (char[CAT_DB_NAME_BYTES_MAX]){0}, CAT_DB_NAME_BYTES_MAX, NULL, err) != 0)
+    if (cfg_ns_split(ns, db, sizeof db, NULL, NULL) != 0)
         return err_set(err, MS_ERR_INVALID_NAMESPACE, "Invalid namespace specified '%s'", ns);
     if (cmd_field(ctx, "chunkSize", &it)) {
         int64_t v = 0;
