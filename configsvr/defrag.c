@@ -19,8 +19,10 @@
  * whose actions hit retriable errors stays in its phase (reissued next round); a
  * non-retriable one restarts the phase, phase 2 from phase 1 (bal_defrag_next).
  * Merges and measures run in the round's thread (MongoDB's secondary thread does them
- * asynchronously; here a round is short enough), migrations through cfg_move_range.
+ * asynchronously; here a round is short enough); a round's migrations run in parallel,
+ * one thread each, through cfg_move_range.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -167,6 +169,23 @@ static void measure(step_t *s, const bal_shard_t *shards, int nshards) {
     cat_bal_free(&d);
 }
 
+/* One phase-2 migration, run in a thread of its own so that the round's moves (each on
+ * two shards no other move of the round uses) go in parallel, as the balancer's own. */
+typedef struct move_job {
+    cfg_t *cfg;
+    cfg_move_req_t req;
+    int rc;
+    ms_error_t err;
+    pthread_t th;
+    bool started;
+} move_job_t;
+
+static void *move_main(void *arg) {
+    move_job_t *j = arg;
+    j->rc = cfg_move_range(j->cfg, &j->req, NULL, &j->err);
+    return NULL;
+}
+
 /* Phase 2: small chunks moved to (or merged into) their best neighbour. */
 static void move_and_merge(step_t *s, bal_shard_t *shards, int nshards, int64_t small,
                            bool wait_delete, bool throttle) {
@@ -175,8 +194,25 @@ static void move_and_merge(step_t *s, bal_shard_t *shards, int nshards, int64_t 
     int waiting = 0;
     if (load(s, shards, nshards, &d, &bc) != 0) return;
     bal_defrag_act_t acts[d.nchunks > 0 ? d.nchunks : 1];
+    move_job_t jobs[d.nchunks > 0 ? d.nchunks : 1];
     int n = bal_defrag_moves(&bc, shards, nshards, small, acts, d.nchunks, &waiting);
     s->pending += waiting;
+    memset(jobs, 0, sizeof jobs);
+    for (int a = 0; a < n; a++) {
+        if (!acts[a].move) continue;
+        const bal_chunk_t *ch = &d.chunks[acts[a].chunk];
+        move_job_t *j = &jobs[a];
+        j->cfg = s->cfg;
+        j->req = (cfg_move_req_t){.ns = s->coll->ns, .to = shards[acts[a].to].name, .min = ch->min,
+                                  .max = ch->max, .wait_delete = wait_delete, .throttle = throttle};
+        j->started = pthread_create(&j->th, NULL, move_main, j) == 0;
+        if (!j->started) {
+            j->rc = MS_ERR_INTERNAL;
+            snprintf(j->err.msg, sizeof j->err.msg, "could not start a thread");
+        }
+    }
+    for (int a = 0; a < n; a++)
+        if (jobs[a].started) pthread_join(jobs[a].th, NULL);
     for (int a = 0; a < n; a++) {
         const bal_chunk_t *ch = &d.chunks[acts[a].chunk], *nb = &d.chunks[acts[a].into];
         const bal_chunk_t *lo = acts[a].chunk < acts[a].into ? ch : nb;
@@ -184,13 +220,10 @@ static void move_and_merge(step_t *s, bal_shard_t *shards, int nshards, int64_t 
         ms_error_t e = {0};
         int rc = 0;
         if (acts[a].move) {
-            cfg_move_req_t r = {.ns = s->coll->ns, .to = shards[acts[a].to].name, .min = ch->min,
-                                .max = ch->max, .wait_delete = wait_delete, .throttle = throttle};
-            rc = cfg_move_range(s->cfg, &r, NULL, &e);
             log_info("defragmentation move ns=%s from=%s to=%s code=%d", log_str(s->coll->ns),
-                     log_str(shards[acts[a].from].name), log_str(shards[acts[a].to].name), rc);
-            if (rc) {
-                step_error(s, "moveRange", &e, rc);
+                     log_str(shards[acts[a].from].name), log_str(shards[acts[a].to].name), jobs[a].rc);
+            if (jobs[a].rc) {
+                step_error(s, "moveRange", &jobs[a].err, jobs[a].rc);
                 continue;
             }
             s->moved++;

@@ -168,6 +168,12 @@ def test_defragmentation_cuts_chunks_without_loss(t):
     assert sum(x["measured"] for x in steps) >= 18, steps[:3]
     assert sum(x["moved"] for x in steps) >= 1, steps
     assert changelog(c, "merge") >= 1
+    # no balancing migration of the collection while it was defragmented (nor after: 3
+    # chunks on 3 shards)
+    rs = c.ok({"find": "actionlog", "$db": "config", "filter": {"what": "balancer.round"},
+               "batchSize": 10000})["cursor"]["firstBatch"]
+    moves = [m for rr in rs for m in rr["details"].get("migrations", []) if m["ns"] == NS]
+    assert len(rs) > len(steps) and not moves, moves
 
 
 @test
