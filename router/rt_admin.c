@@ -38,6 +38,7 @@ static void invalidate_after(router_t *r, cmd_ctx_t *ctx) {
     const char *n = ctx->name;
     if (BSON_ITER_HOLDS_UTF8(&ctx->arg) &&
         (!strcmp(n, "shardCollection") || !strcmp(n, "split") || !strcmp(n, "mergeChunks") ||
+         !strcmp(n, "mergeAllChunksOnShard") ||
          !strcmp(n, "moveChunk") || !strcmp(n, "moveRange") ||
          !strcmp(n, "refineCollectionShardKey")))
         rt_table_invalidate(r, bson_iter_utf8(&ctx->arg, NULL));
