@@ -391,4 +391,28 @@
 #define MS_CHUNKSIZE_VALUE_BYTES_MIN 1024
 #define MS_CHUNKSIZE_VALUE_BYTES_MAX (1024LL * 1024 * 1024)
 
+/* ---- defragmentation and the auto-merger (configsvr/defrag.c, bal_merge.c) ---- */
+/* configureCollectionBalancing chunkSize (MB): MongoDB's [1 MB, 1 GB]; 0 = unset. */
+#define MS_COLL_CHUNK_SIZE_MB_MAX 1024
+/* Failed actions one defragmentation step lists in its balancer.round entry (the rest
+ * only counted): keeps an actionlog entry small when a shard is down. */
+#define MS_DEFRAG_LOGGED_ERRORS_MAX 8
+/* The auto-merger's pass interval (MongoDB's autoMergerIntervalSecs, 3600 s) and its
+ * pause between two merges of one collection (autoMergerThrottlingMS, 15 s); tests lower
+ * both. At most a day: an auto-merger that never runs is one turned off (settings
+ * automerge). */
+#define MS_AUTOMERGER_INTERVAL_MS_DEFAULT 3600000
+#define MS_AUTOMERGER_THROTTLE_MS_DEFAULT 15000
+#define MS_AUTOMERGER_MS_MAX 86400000
+/* Chunks that arrived on their shard less than this long ago are not merged by the
+ * auto-merger or mergeAllChunksOnShard: minishard's stand-in for MongoDB's
+ * minSnapshotHistoryWindowInSeconds / transactionLifetimeLimitSeconds horizon (a chunk
+ * just moved may still be read at an older placement). minishard keeps no snapshot
+ * history, so one transaction lifetime (60 s) is enough. */
+#define MS_AUTOMERGER_HORIZON_MS_DEFAULT 60000
+/* mergeAllChunksOnShard without maxNumberOfChunksToMerge: what MongoDB's auto-merger
+ * asks for (1000); the command accepts at most MS_MERGE_ALL_CHUNKS_MAX. */
+#define MS_MERGE_ALL_CHUNKS_DEFAULT 1000
+#define MS_MERGE_ALL_CHUNKS_MAX 1000000
+
 #endif

@@ -226,6 +226,8 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
     ns_list_t nl = {0};
     ms_error_t e = {0};
     bson_t details = BSON_INITIALIZER, splits, moves;
+    bson_t defrags = BSON_INITIALIZER;  /* defragmentation steps (defrag.c), an array */
+    int ndefrag = 0, defrag_acts = 0;
     int nsplits = 0, njobs = 0, moved = 0, failed = 0, budget = MS_BALANCER_AUTOSPLIT_CHUNKS_MAX;
     mig_job_t *jobs = NULL;
     bool error = false;
@@ -257,6 +259,12 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
         }
         int64_t csize = coll.max_chunk_size_bytes > 0 ? coll.max_chunk_size_bytes : st->chunk_size;
         bal_zone_split_coll(cfg, coll.ns, &splits, &nsplits);  /* bal_jumbo.c */
+        if (coll.defragment) {  /* defragmentation instead of balancing (defrag.c) */
+            defrag_acts += cfg_defrag_step(cfg, &coll, shards, sn.nshards, csize, st->wait_delete,
+                                           st->throttle, &defrags, &ndefrag);
+            cat_coll_free(&coll);
+            continue;
+        }
         if (st->autosplit && budget > 0)
             budget -= autosplit_coll(cfg, &coll, csize, budget, &splits, &nsplits);
         cat_bal_data_t d;
@@ -341,6 +349,8 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
     BSON_APPEND_INT32(&details, "chunksSplit", nsplits);
     BSON_APPEND_UTF8(&details, "policy", st->policy == BAL_POLICY_DATA_SIZE ? "dataSize" : "chunkCount");
     if (why[0]) BSON_APPEND_UTF8(&details, "why", why);
+    if (ndefrag > 0) BSON_APPEND_ARRAY(&details, "defragmentation", &defrags);
+    bson_destroy(&defrags);
     memset(&e, 0, sizeof e);
     if (cat_actionlog(cfg->cat, "balancer.round", "", &details, &e) != 0)
         log_warn("balancer.round not logged err=%s", log_str(e.msg));
@@ -348,7 +358,7 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
     free(jobs);
     bal_snap_free(&sn);
     free(nl.v);
-    return moved;
+    return moved + defrag_acts;
 }
 
 /* ---- the thread ---------------------------------------------------------------------------- */
@@ -524,4 +534,13 @@ int cfg_cmd_balancer_stop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         return err_set(err, MS_ERR_EXCEEDED_TIME_LIMIT, "the balancer is stopped but its current "
                        "round (a migration) has not ended yet");
     return 0;
+}
+
+/* ---- for the auto-merger (bal_merge.c) ------------------------------------------------------ */
+
+bool cfg_balancer_may_act(cfg_t *cfg, char *why, size_t cap) {
+    bal_settings_t st;
+    read_settings(cfg, &st);
+    if (!st.enabled) snprintf(why, cap, "%s", st.off_reason);
+    return st.enabled;
 }

@@ -486,6 +486,80 @@ int cat_lock_doc_put(cat_t *c, const char *id, const bson_t *doc, ms_error_t *er
  * (cat_chunk_size_bytes) only after this was called with true: --enable-test-commands. */
 void cat_settings_allow_test_fields(bool on);
 
+/* ---- defragmentation and the auto-merger (bal_defrag.c: pure; cat_defrag.c: catalog;
+ * defrag.c: the balancer's step and configureCollectionBalancing; bal_merge.c: the
+ * auto-merger thread and mergeAllChunksOnShard) ------------------------------------- */
+
+/* config.collections defragmentationPhase (notes §5.1). NONE = "" (not defragmenting). */
+typedef enum {
+    BAL_DEFRAG_NONE = 0,
+    BAL_DEFRAG_MERGE_MEASURE,  /* "mergeAndMeasureChunks" */
+    BAL_DEFRAG_MOVE_MERGE,     /* "moveAndMergeChunks" */
+    BAL_DEFRAG_MERGE,          /* "mergeChunks" */
+    BAL_DEFRAG_FINISHED,       /* "finished" */
+} bal_defrag_phase_t;
+const char *bal_defrag_phase_name(bal_defrag_phase_t p);  /* static string */
+/* "" / NULL → NONE; an unknown name (6.0's splitChunks) → MERGE_MEASURE (start over). */
+bal_defrag_phase_t bal_defrag_phase_parse(const char *s);
+/* The phase after one step of p that left `pending` actions undone (retriable errors,
+ * work waiting for a free shard) and hit a non-retriable error (restart): the same phase
+ * while work is pending, the phase itself again on restart except phase 2, which restarts
+ * from phase 1; else the next phase. */
+bal_defrag_phase_t bal_defrag_next(bal_defrag_phase_t p, int pending, bool restart);
+/* Errors after which a defragmentation action is simply reissued (network, locks,
+ * conflicting operations, stale routing). */
+bool bal_defrag_retriable(int code);
+/* Chunks [first, last] (last > first) to merge into one. */
+typedef struct bal_run {
+    int first, last;
+} bal_run_t;
+/* The maximal runs of >= 2 contiguous chunks of c on one shard and in one zone, none
+ * jumbo, all eligible[i] (eligible NULL = all; chunks with owner < 0 never are), into out
+ * (capacity cap) in key order; returns how many. */
+int bal_merge_runs(const bal_coll_t *c, const bool *eligible, bal_run_t *out, int cap);
+/* Small = measured below small_bytes (25 % of the chunk size) and not jumbo. */
+bool bal_defrag_is_small(const bal_chunk_t *ch, int64_t small_bytes);
+/* Estimated bytes of c per shard (sum of the known chunk estimates) into out[nshards]. */
+void bal_defrag_shard_bytes(const bal_coll_t *c, int nshards, int64_t *out);
+/* The neighbour (i-1 or i+1, same zone, not jumbo, not on another draining shard) that
+ * small chunk i should be merged into, by MongoDB's score in decreasing weight: on i's own
+ * shard; i smaller than it; the merged chunk no longer small; its shard holding less data
+ * (shard_bytes); ties → the smaller shard name. -1 when none. */
+int bal_defrag_pick(const bal_coll_t *c, const bal_shard_t *shards, int nshards,
+                    const int64_t *shard_bytes, int i, int64_t small_bytes);
+/* One phase-2 action: merge chunk into its neighbour `into`, after migrating it from
+ * shard `from` to `to` when move. */
+typedef struct bal_defrag_act {
+    int chunk, into;
+    bool move;
+    int from, to;
+} bal_defrag_act_t;
+/* Phase 2's actions this round, smallest chunk first, each chunk in one action at most;
+ * a move marks both shards busy and is skipped when either already is (one migration per
+ * shard per round). *waiting = small chunks left for a later round (busy shard, neighbour
+ * taken, cap reached). */
+int bal_defrag_moves(const bal_coll_t *c, bal_shard_t *shards, int nshards, int64_t small_bytes,
+                     bal_defrag_act_t *out, int cap, int *waiting);
+
+/* configureCollectionBalancing's write (one transaction, changelog
+ * configureCollectionBalancing {chunkSizeMB, defragmentCollection}): chunk_mb -1 = absent,
+ * 0 = unset maxChunkSizeBytes, else MB; defrag / auto_merge -1 = absent, 0/1. defrag 1
+ * starts defragmentation (phase mergeAndMeasureChunks) unless it runs; 0 ends it (flag,
+ * phase and chunk estimates cleared). NamespaceNotSharded when ns is not sharded. */
+int cat_coll_configure_balancing(cat_t *c, const char *ns, int chunk_mb, int defrag,
+                                 int auto_merge, ms_error_t *err);
+/* Stores defragmentationPhase of a collection still defragmenting; NULL ends
+ * defragmentation: defragmentCollection and the phase removed, estimates cleared. */
+int cat_coll_set_defrag_phase(cat_t *c, const char *ns, const char *phase, ms_error_t *err);
+/* config.chunks estimatedDataSizeBytes of the chunk exactly [min_enc, max_enc) of ns
+ * (absent: no-op). */
+int cat_chunk_set_est(cat_t *c, const char *ns, const uint8_t *min_enc, size_t min_len,
+                      const uint8_t *max_enc, size_t max_len, int64_t bytes, ms_error_t *err);
+/* onCurrentShardSince (seconds) of chunks[0..n) of ns into since_s[]; a chunk no longer
+ * in the catalog as it is in the array gets INT64_MAX (never old enough to merge). */
+int cat_chunks_since(cat_t *c, const char *ns, const bal_chunk_t *chunks, int n,
+                     int64_t *since_s, ms_error_t *err);
+
 /* ---- failpoints (registered by cfg_register_failpoints, configsvr_cmd.c) ---------- */
 /* One named point at each step of a multi-step metadata operation where a crash or an
  * error must leave the catalog either without the change or with all of it, and a retry
@@ -518,6 +592,7 @@ void cfg_register_failpoints(void);
 typedef struct cfg_cursors cfg_cursors_t;
 typedef struct cfg_ddl cfg_ddl_t;
 typedef struct cfg_balancer cfg_balancer_t;
+typedef struct cfg_merger cfg_merger_t;
 
 typedef struct cfg {
     cat_t *cat;
@@ -526,6 +601,7 @@ typedef struct cfg {
     cfg_ddl_t *ddl;               /* DDL locks of read-ask-commit metadata commands */
     long long started_ms;
     cfg_balancer_t *bal;          /* the balancer thread (balancer.c); NULL until started */
+    cfg_merger_t *merger;         /* the auto-merger thread (bal_merge.c); NULL until started */
     int dbpath_lock_fd;           /* flock'ed dbpath/mongod.lock: one config server per dbpath */
 } cfg_t;
 
@@ -727,5 +803,29 @@ void bal_split_or_mark_jumbo(cfg_t *cfg, const char *ns, const bson_t *min, cons
                              const char *owner, bson_t *entry);
 /* cmd_jumbo.c: clearJumboFlag {clearJumboFlag: ns, find | bounds} (MongoDB 7.0). */
 int cfg_cmd_clear_jumbo_flag(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+
+/* ---- defragmentation and the auto-merger (defrag.c, bal_merge.c) ---- */
+/* May the balancer act now (mode full, not stopped, inside the activeWindow)? why gets
+ * the reason when not (balancer.c). */
+bool cfg_balancer_may_act(cfg_t *cfg, char *why, size_t cap);
+/* One defragmentation step of coll (defragmentCollection set) in the balancer's round
+ * instead of balancing it: the phase's merges, dataSize measures or migrations (shards
+ * of a migration marked busy in shards), then the phase stored. Appends one document
+ * {ns, phase, next, merged, measured, moved, pending, errors} to arr at index *n.
+ * Returns the number of actions that succeeded. */
+int cfg_defrag_step(cfg_t *cfg, const cat_coll_t *coll, bal_shard_t *shards, int nshards,
+                    int64_t chunk_size, bool wait_delete, bool throttle, bson_t *arr, int *n);
+int cfg_cmd_configure_collection_balancing(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+/* Merges every run of contiguous chunks of ns on shard that are not jumbo and arrived
+ * there more than horizon_ms ago (at most max_chunks chunks in all), one `merge`
+ * changelog entry per run; *runs / *chunks = merges done and chunks they joined. */
+int cfg_merge_all_on_shard(cfg_t *cfg, const char *ns, const char *shard, int max_chunks,
+                           int64_t horizon_ms, int *runs, int *chunks, ms_error_t *err);
+int cfg_cmd_merge_all_chunks_on_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+/* The auto-merger thread: every interval_ms (throttle_ms between two merges of one
+ * collection) while the balancer may act and settings automerge is not disabled. */
+int cfg_merger_start(cfg_t *cfg, int interval_ms, int throttle_ms, int horizon_ms,
+                     ms_error_t *err);
+void cfg_merger_shutdown(cfg_t *cfg);  /* NULL-safe on a cfg without one */
 
 #endif

@@ -23,6 +23,8 @@
 static const char cfg_usage[] =
     "usage: configsvr --dbpath DIR [--port N] [--bind ADDR] [--url URL] [--workers N]\n"
     "                 [--enable-test-commands] [--balancer-idle-ms N] [--balancer-throttle-ms N]\n"
+    "                 [--auto-merger-interval-ms N] [--auto-merger-throttle-ms N]\n"
+    "                 [--auto-merger-horizon-ms N]\n"
     "The config server of a minishard cluster: the sharding catalog and the balancer.";
 
 /* Creates dir when missing (one level, as the parent is the caller's); it must be a
@@ -88,12 +90,21 @@ static void cfg_close(cfg_t *cfg) {
 int main(int argc, char **argv) {
     const char *dbpath = NULL;
     int idle_ms = MS_BALANCER_IDLE_MS_DEFAULT, throttle_ms = MS_BALANCER_THROTTLE_MS_DEFAULT;
+    int am_interval_ms = MS_AUTOMERGER_INTERVAL_MS_DEFAULT;
+    int am_throttle_ms = MS_AUTOMERGER_THROTTLE_MS_DEFAULT;
+    int am_horizon_ms = MS_AUTOMERGER_HORIZON_MS_DEFAULT;
     const flag_spec_t own[] = {
         {"dbpath", FLAG_STR, &dbpath, "directory of the catalog (required)"},
         {"balancer-idle-ms", FLAG_INT, &idle_ms,
          "pause between balancer rounds that moved nothing (default 10000)"},
         {"balancer-throttle-ms", FLAG_INT, &throttle_ms,
          "pause after a balancer round that moved chunks (default 1000)"},
+        {"auto-merger-interval-ms", FLAG_INT, &am_interval_ms,
+         "pause between auto-merger passes (default 3600000, MongoDB's autoMergerIntervalSecs)"},
+        {"auto-merger-throttle-ms", FLAG_INT, &am_throttle_ms,
+         "pause between two auto-merges of one collection (default 15000)"},
+        {"auto-merger-horizon-ms", FLAG_INT, &am_horizon_ms,
+         "chunks moved less than this long ago are not auto-merged (default 60000)"},
         {NULL, FLAG_BOOL, NULL, NULL},
     };
     daemon_t d;
@@ -109,6 +120,13 @@ int main(int argc, char **argv) {
         throttle_ms > MS_BALANCER_INTERVAL_MS_MAX) {
         fprintf(stderr, "configsvr: --balancer-idle-ms must be 1..%d and --balancer-throttle-ms "
                 "0..%d\n", MS_BALANCER_INTERVAL_MS_MAX, MS_BALANCER_INTERVAL_MS_MAX);
+        return 2;
+    }
+    if (am_interval_ms < 1 || am_interval_ms > MS_AUTOMERGER_MS_MAX || am_throttle_ms < 0 ||
+        am_throttle_ms > MS_AUTOMERGER_MS_MAX || am_horizon_ms < 0 ||
+        am_horizon_ms > MS_AUTOMERGER_MS_MAX) {
+        fprintf(stderr, "configsvr: --auto-merger-interval-ms must be 1..%d, --auto-merger-throttle-ms "
+                "and --auto-merger-horizon-ms 0..%d\n", MS_AUTOMERGER_MS_MAX, MS_AUTOMERGER_MS_MAX);
         return 2;
     }
     log_init("configsvr", LOG_INFO);
@@ -138,11 +156,19 @@ int main(int argc, char **argv) {
         cfg_close(&cfg);
         return rc;
     }
+    if (cfg_merger_start(&cfg, am_interval_ms, am_throttle_ms, am_horizon_ms, &err) != 0) {
+        rc = daemon_fail("auto-merger", &err);
+        cfg_balancer_shutdown(&cfg);
+        daemon_stop_serving(&d);
+        cfg_close(&cfg);
+        return rc;
+    }
     daemon_ready(&d, "dbpath", dbpath);
 
     daemon_wait(&d);
     /* The balancer first (its round ends, migrations included, while donors can still
      * reach us to commit), then the handlers. */
+    cfg_merger_shutdown(&cfg);
     cfg_balancer_shutdown(&cfg);
     daemon_stop_serving(&d);  /* first: no handler may still use cfg */
     cfg_close(&cfg);

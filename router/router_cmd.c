@@ -145,5 +145,7 @@ const cmd_spec_t router_table[] = {
     CFG_RO("getRoutingTable"),
     CFG("addShardToZone"), CFG("removeShardFromZone"),
     CFG_NAMED("updateZoneKeyRange", CMD_FULL_NS_ARG), CFG_NAMED("movePrimary", CMD_DB_ARG),
+    CFG_NAMED("configureCollectionBalancing", CMD_FULL_NS_ARG),
+    CFG_NAMED("mergeAllChunksOnShard", CMD_FULL_NS_ARG),
 };
 const int router_table_len = (int)(sizeof router_table / sizeof router_table[0]);

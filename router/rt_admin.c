@@ -39,6 +39,7 @@ static void invalidate_after(router_t *r, cmd_ctx_t *ctx) {
     if (BSON_ITER_HOLDS_UTF8(&ctx->arg) &&
         (!strcmp(n, "shardCollection") || !strcmp(n, "split") || !strcmp(n, "mergeChunks") ||
          !strcmp(n, "moveChunk") || !strcmp(n, "moveRange") || !strcmp(n, "clearJumboFlag") ||
+         !strcmp(n, "mergeAllChunksOnShard") ||
          !strcmp(n, "refineCollectionShardKey")))
         rt_table_invalidate(r, bson_iter_utf8(&ctx->arg, NULL));
     if (BSON_ITER_HOLDS_UTF8(&ctx->arg) && (!strcmp(n, "enableSharding") || !strcmp(n, "movePrimary")))

@@ -1,0 +1,288 @@
+/*
+ * bal_merge.c — the auto-merger of the config server (bin/configsvr): the command
+ * mergeAllChunksOnShard {mergeAllChunksOnShard: ns, shard, maxNumberOfChunksToMerge}
+ * and a thread of its own beside the balancer's that issues it (MongoDB 7.0's
+ * AutoMergerPolicy, notes §5.2).
+ *
+ * Mergeable = contiguous, on the one shard, in one zone, not jumbo, and on that shard
+ * since longer than the horizon (--auto-merger-horizon-ms: minishard's stand-in for
+ * minSnapshotHistoryWindowInSeconds). Each maximal run becomes one chunk through
+ * cat_chunk_merge (versions as mergeChunks: the next minor of the collection version;
+ * one `merge` changelog entry per run).
+ *
+ * The thread wakes every --auto-merger-interval-ms (MongoDB's autoMergerIntervalSecs)
+ * and, when the balancer may act (mode full, not stopped, in its window) and settings
+ * {_id: "automerge"} is not {enabled: false}, runs mergeAllChunksOnShard for every
+ * shard of every collection with enableAutoMerge not false and no defragmentation
+ * running (noBalance does not stop it: merging moves no data); two merges of one
+ * collection are --auto-merger-throttle-ms apart (autoMergerThrottlingMS). A pass that
+ * merged is logged as `autoMerger.round` in config.actionlog.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bsonx.h"
+#include "common/log.h"
+#include "configsvr/configsvr.h"
+
+struct cfg_merger {
+    cfg_t *cfg;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop;
+    int interval_ms, throttle_ms, horizon_ms;
+};
+
+int cfg_merge_all_on_shard(cfg_t *cfg, const char *ns, const char *shard, int max_chunks,
+                           int64_t horizon_ms, int *runs_out, int *chunks_out, ms_error_t *err) {
+    cat_coll_t coll;
+    cat_bal_data_t d;
+    char host[MS_URL_BYTES_MAX];
+    int rc;
+    *runs_out = *chunks_out = 0;
+    if ((rc = cat_coll_get(cfg->cat, ns, &coll, err)) != 0) return rc;  /* NamespaceNotSharded */
+    cat_coll_free(&coll);
+    if ((rc = cat_shard_host(cfg->cat, shard, host, sizeof host, NULL, err)) != 0) return rc;
+    if ((rc = cat_bal_load(cfg->cat, ns, &d, err)) != 0) return rc;
+    int n = d.nchunks;
+    int64_t *since = calloc((size_t)(n > 0 ? n : 1), sizeof *since);
+    bool *ok = calloc((size_t)(n > 0 ? n : 1), sizeof *ok);
+    bal_run_t *runs = calloc((size_t)(n > 0 ? n : 1), sizeof *runs);
+    if (!since || !ok || !runs) abort();
+    rc = cat_chunks_since(cfg->cat, ns, d.chunks, n, since, err);
+    int64_t now_ms = time_now_ms();
+    for (int i = 0; i < n; i++) {
+        /* Only this shard's chunks take part: every other chunk is owner -1. */
+        d.chunks[i].owner = strcmp(d.owners[i], shard) == 0 ? 0 : -1;
+        ok[i] = d.chunks[i].owner == 0 && since[i] != INT64_MAX &&
+                since[i] * 1000 + horizon_ms <= now_ms;
+    }
+    bal_coll_t bc = {.ns = ns, .chunks = d.chunks, .nchunks = n, .zones = d.zones,
+                     .nzones = d.nzones};
+    int nr = rc == 0 ? bal_merge_runs(&bc, ok, runs, n) : 0;
+    for (int r = 0; r < nr && rc == 0; r++) {
+        int first = runs[r].first, last = runs[r].last;
+        int left = max_chunks - *chunks_out;
+        if (left < 2) break;
+        if (last - first + 1 > left) last = first + left - 1;  /* a prefix of the run */
+        cfg_ddl_guard_t g = {0};
+        rc = cfg_ddl_lock_coll(cfg, ns, "mergeAllChunksOnShard", &g, err);
+        if (rc == 0) rc = cat_chunk_merge(cfg->cat, ns, d.chunks[first].min, d.chunks[last].max, NULL, err);
+        cfg_ddl_unlock(&g);
+        if (rc == 0) {
+            (*runs_out)++;
+            *chunks_out += last - first + 1;
+        }
+    }
+    if (*runs_out > 0) cfg_flush_shard(cfg, shard, ns);
+    log_info("mergeAllChunksOnShard ns=%s shard=%s runs=%d chunks=%d code=%d", log_str(ns),
+             log_str(shard), *runs_out, *chunks_out, rc);
+    free(since);
+    free(ok);
+    free(runs);
+    cat_bal_free(&d);
+    return rc;
+}
+
+int cfg_cmd_merge_all_chunks_on_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    cfg_t *cfg = ctx->app;
+    const char *ns = cfg_arg_str(ctx);
+    bson_iter_t it;
+    const char *shard = NULL;
+    int64_t max = MS_MERGE_ALL_CHUNKS_DEFAULT;
+    int runs = 0, chunks = 0;
+    if (cmd_field(ctx, "shard", &it) && BSON_ITER_HOLDS_UTF8(&it)) shard = bson_iter_utf8(&it, NULL);
+    if (!shard || !shard[0]) return err_set(err, MS_ERR_BAD_VALUE, "mergeAllChunksOnShard needs a shard");
+    if (cmd_field(ctx, "maxNumberOfChunksToMerge", &it)) {
+        if (!bsonx_as_int64_exact(&it, &max) || max < 2 || max > MS_MERGE_ALL_CHUNKS_MAX)
+            return err_set(err, MS_ERR_BAD_VALUE, "maxNumberOfChunksToMerge must be 2..%d",
+                           MS_MERGE_ALL_CHUNKS_MAX);
+    }
+    /* The command uses the auto-merger's horizon (set before the thread starts). */
+    int64_t horizon = cfg->merger ? cfg->merger->horizon_ms : MS_AUTOMERGER_HORIZON_MS_DEFAULT;
+    int rc = cfg_merge_all_on_shard(cfg, ns, shard, (int)max, horizon, &runs, &chunks, err);
+    if (rc == 0) {
+        BSON_APPEND_INT32(reply, "numMerges", runs);
+        BSON_APPEND_INT32(reply, "numMergedChunks", chunks);
+    }
+    return rc;
+}
+
+/* ---- the thread -------------------------------------------------------------------------- */
+
+typedef struct names {
+    char (*v)[MS_NS_BYTES_MAX + 1];
+    int n, cap;
+} names_t;
+
+static int name_scan(void *arg, const bson_t *doc) {
+    names_t *l = arg;
+    bson_iter_t it;
+    if (l->n >= l->cap) return 0;
+    if (bson_iter_init_find(&it, doc, "_id") && BSON_ITER_HOLDS_UTF8(&it))
+        snprintf(l->v[l->n++], MS_NS_BYTES_MAX + 1, "%s", bson_iter_utf8(&it, NULL));
+    return 0;
+}
+
+static bool automerge_enabled(cfg_t *cfg) {
+    bson_t doc;
+    bool found = false, on = true;
+    bson_iter_t it;
+    if (cat_settings_get(cfg->cat, "automerge", &doc, &found, NULL) == 0 && found) {
+        if (bson_iter_init_find(&it, &doc, "enabled") && BSON_ITER_HOLDS_BOOL(&it))
+            on = bson_iter_bool(&it);
+        bson_destroy(&doc);
+    }
+    return on;
+}
+
+/* Sleeps ms unless stopped. Called with m->mu held. */
+static void nap(cfg_merger_t *m, long long ms) {
+    long long until = time_mono_ms() + ms;
+    while (!m->stop && time_mono_ms() < until)
+        if (time_cond_wait_ms(&m->cv, &m->mu, until - time_mono_ms()) != 0) break;
+}
+
+static bool stopping(cfg_merger_t *m) {
+    pthread_mutex_lock(&m->mu);
+    bool s = m->stop;
+    pthread_mutex_unlock(&m->mu);
+    return s;
+}
+
+/* One pass over every collection; returns the merges done. */
+static int pass(cfg_merger_t *m, bson_t *details) {
+    cfg_t *cfg = m->cfg;
+    names_t cl = {.cap = MS_BALANCER_COLLS_MAX};
+    ms_error_t e = {0};
+    int total = 0, nc = 0;
+    bson_t arr;
+    cl.v = calloc((size_t)cl.cap, sizeof *cl.v);
+    if (!cl.v) abort();
+    BSON_APPEND_ARRAY_BEGIN(details, "collections", &arr);
+    if (cat_config_scan(cfg->cat, "collections", name_scan, &cl, &e) != 0)
+        log_warn("auto-merger: collections not read err=%s", log_str(e.msg));
+    for (int c = 0; c < cl.n && !stopping(m); c++) {
+        cat_coll_t coll;
+        cat_bal_data_t d;
+        long long last_merge = 0;
+        int merged_here = 0;
+        if (cat_coll_get(cfg->cat, cl.v[c], &coll, &e) != 0) continue;
+        bool skip = !coll.enable_auto_merge || coll.defragment;
+        cat_coll_free(&coll);
+        if (skip || cat_bal_load(cfg->cat, cl.v[c], &d, &e) != 0) continue;
+        /* The distinct owners, in the order their first chunk comes. */
+        char (*owners)[CAT_SHARD_NAME_BYTES_MAX] = calloc((size_t)(d.nchunks > 0 ? d.nchunks : 1),
+                                                          sizeof *owners);
+        int no = 0;
+        if (!owners) abort();
+        for (int i = 0; i < d.nchunks; i++) {
+            int k = 0;
+            while (k < no && strcmp(owners[k], d.owners[i]) != 0) k++;
+            if (k == no) snprintf(owners[no++], CAT_SHARD_NAME_BYTES_MAX, "%s", d.owners[i]);
+        }
+        cat_bal_free(&d);
+        for (int s = 0; s < no && !stopping(m); s++) {
+            int runs = 0, chunks = 0;
+            if (last_merge > 0 && m->throttle_ms > 0) {
+                long long wait = last_merge + m->throttle_ms - time_mono_ms();
+                pthread_mutex_lock(&m->mu);
+                if (wait > 0) nap(m, wait);
+                pthread_mutex_unlock(&m->mu);
+            }
+            memset(&e, 0, sizeof e);
+            if (cfg_merge_all_on_shard(cfg, cl.v[c], owners[s], MS_MERGE_ALL_CHUNKS_DEFAULT,
+                                       m->horizon_ms, &runs, &chunks, &e) != 0)
+                log_warn("auto-merger merge failed ns=%s shard=%s err=%s", log_str(cl.v[c]),
+                         log_str(owners[s]), log_str(e.msg));
+            if (runs > 0) {
+                bson_t x;
+                char k[16];
+                const char *key;
+                last_merge = time_mono_ms();
+                merged_here += runs;
+                bson_uint32_to_string((uint32_t)nc++, &key, k, sizeof k);
+                BSON_APPEND_DOCUMENT_BEGIN(&arr, key, &x);
+                BSON_APPEND_UTF8(&x, "ns", cl.v[c]);
+                BSON_APPEND_UTF8(&x, "shard", owners[s]);
+                BSON_APPEND_INT32(&x, "numMerges", runs);
+                BSON_APPEND_INT32(&x, "numMergedChunks", chunks);
+                bson_append_document_end(&arr, &x);
+            }
+        }
+        total += merged_here;
+        free(owners);
+    }
+    bson_append_array_end(details, &arr);
+    free(cl.v);
+    return total;
+}
+
+static void *merger_main(void *arg) {
+    cfg_merger_t *m = arg;
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        nap(m, m->interval_ms);
+        if (m->stop) break;
+        pthread_mutex_unlock(&m->mu);
+        char why[64] = "";
+        if (!cfg_balancer_may_act(m->cfg, why, sizeof why)) {
+            log_info("auto-merger skipped reason=%s", log_str(why));
+        } else if (!automerge_enabled(m->cfg)) {
+            log_info("auto-merger skipped reason=%s", "automerge disabled");
+        } else {
+            bson_t details = BSON_INITIALIZER;
+            ms_error_t e = {0};
+            long long t0 = time_mono_ms();
+            int n = pass(m, &details);
+            BSON_APPEND_INT32(&details, "numMerges", n);
+            BSON_APPEND_INT64(&details, "executionTimeMillis", time_mono_ms() - t0);
+            /* Only passes that merged: an idle auto-merger must not fill the actionlog. */
+            if (n > 0 && cat_actionlog(m->cfg->cat, "autoMerger.round", "", &details, &e) != 0)
+                log_warn("autoMerger.round not logged err=%s", log_str(e.msg));
+            bson_destroy(&details);
+        }
+        pthread_mutex_lock(&m->mu);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+int cfg_merger_start(cfg_t *cfg, int interval_ms, int throttle_ms, int horizon_ms,
+                     ms_error_t *err) {
+    cfg_merger_t *m = calloc(1, sizeof *m);
+    if (!m) return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "auto-merger: out of memory");
+    m->cfg = cfg;
+    m->interval_ms = interval_ms;
+    m->throttle_ms = throttle_ms;
+    m->horizon_ms = horizon_ms;
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, NULL);
+    if (pthread_create(&m->th, NULL, merger_main, m) != 0) {
+        pthread_cond_destroy(&m->cv);
+        pthread_mutex_destroy(&m->mu);
+        free(m);
+        return err_set(err, MS_ERR_INTERNAL, "auto-merger: cannot start its thread");
+    }
+    cfg->merger = m;
+    log_info("auto-merger started interval_ms=%d throttle_ms=%d horizon_ms=%d", interval_ms,
+             throttle_ms, horizon_ms);
+    return 0;
+}
+
+void cfg_merger_shutdown(cfg_t *cfg) {
+    cfg_merger_t *m = cfg ? cfg->merger : NULL;
+    if (!m) return;
+    pthread_mutex_lock(&m->mu);
+    m->stop = true;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    pthread_join(m->th, NULL);
+    pthread_cond_destroy(&m->cv);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+    cfg->merger = NULL;
+}
