@@ -540,7 +540,7 @@ int cfg_cmd_balancer_stop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 
 bool cfg_balancer_may_act(cfg_t *cfg, char *why, size_t cap) {
     bal_settings_t st;
-    read_settings(cfg, &st);
+    bal_settings_read(cfg, &st);
     if (!st.enabled) snprintf(why, cap, "%s", st.off_reason);
     return st.enabled;
 }
