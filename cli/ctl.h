@@ -36,5 +36,9 @@ int ctl_command(ctl_t *c, const bson_t *cmd, bson_t *reply, ms_error_t *err);
 int ctl_status(ctl_t *c, int argc, char **argv);   /* like sh.status() */
 int ctl_watch(ctl_t *c, int argc, char **argv);    /* status, redrawn every second */
 int ctl_load(ctl_t *c, int argc, char **argv);     /* generate N documents */
+/* ctl_bars.c: `watch --bars` (chunks per shard as bars, migrations, balancer rounds;
+ * --until-balanced) and `changelog` (entries, or --summary of the migrations). */
+int ctl_watch_bars(ctl_t *c, int argc, char **argv);
+int ctl_changelog(ctl_t *c, int argc, char **argv);
 
 #endif
