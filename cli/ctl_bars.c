@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "cli/ctl.h"
@@ -31,6 +32,10 @@
 #define CTL_BARS_ROUNDS_DEFAULT 5
 /* currentOp entries read per frame (two per migration; one migration per shard). */
 #define CTL_BARS_OPS_MAX 256
+
+/* Where the views print: stdout, or while `watch --bars` builds a frame, the frame's
+ * memory stream (so it knows the frame's height before it draws it). */
+static FILE *out_fp;
 
 typedef struct bdocs {
     bson_t **v;
@@ -156,11 +161,11 @@ static void print_key(const bson_t *d, const char *name) {
     bson_t sub;
     char *json;
     if (!doc_field(d, name, &sub)) {
-        fputs("?", stdout);
+        fputs("?", out_fp);
         return;
     }
     json = bsonx_to_json(&sub);
-    fputs(json ? json : "?", stdout);
+    fputs(json ? json : "?", out_fp);
     bson_free(json);
 }
 
@@ -168,12 +173,12 @@ static void print_clock(int64_t ms) {
     time_t s = (time_t)(ms / 1000);
     char buf[16];
     strftime(buf, sizeof buf, "%H:%M:%S", localtime(&s));
-    fputs(buf, stdout);
+    fputs(buf, out_fp);
 }
 
 /* n repetitions of a block (a full block on a terminal, '#' otherwise). */
 static void print_bar(int n, bool tty) {
-    for (int i = 0; i < n; i++) fputs(tty ? "\xe2\x96\x88" : "#", stdout);
+    for (int i = 0; i < n; i++) fputs(tty ? "\xe2\x96\x88" : "#", out_fp);
 }
 
 /* ---- one frame --------------------------------------------------------------------------- */
@@ -199,7 +204,7 @@ static void frame_collection(ctl_t *c, const bson_t *coll, const bdocs_t *shards
     if (bson_iter_init_find(&it, coll, "uuid")) bsonx_append_iter(&filter, "uuid", &it);
     else BSON_APPEND_UTF8(&filter, "ns", ns);
     if (config_find(c, "chunks", &filter, NULL, 0, &chunks, &err)) {
-        printf("  %s: (could not read config.chunks: %s)\n", ns, err.msg);
+        fprintf(out_fp, "  %s: (could not read config.chunks: %s)\n", ns, err.msg);
         goto out;
     }
     for (int i = 0; i < chunks.n; i++) {
@@ -215,19 +220,19 @@ static void frame_collection(ctl_t *c, const bson_t *coll, const bdocs_t *shards
         if (counts[k] > max) max = counts[k];
         if (!bfield(shards->v[k], "draining")) receivers++;
     }
-    printf("chunks per shard — %s, key ", ns);
+    fprintf(out_fp, "chunks per shard — %s, key ", ns);
     print_key(coll, "key");
-    printf(", %d chunks\n", chunks.n);
+    fprintf(out_fp, ", %d chunks\n", chunks.n);
     for (int k = 0; k < shards->n && k < MS_SHARDS_MAX; k++) {
         bool draining = bfield(shards->v[k], "draining");
-        printf("  %-10s ", sfield(shards->v[k], "_id"));
+        fprintf(out_fp, "  %-10s ", sfield(shards->v[k], "_id"));
         print_bar(counts[k] * CTL_BARS_WIDTH / max, tty);
-        printf("%*s %d%s\n", CTL_BARS_WIDTH - counts[k] * CTL_BARS_WIDTH / max, "", counts[k],
+        fprintf(out_fp, "%*s %d%s\n", CTL_BARS_WIDTH - counts[k] * CTL_BARS_WIDTH / max, "", counts[k],
                draining ? "  (draining)" : "");
         if (!draining && counts[k] == 0 && chunks.n >= receivers) st->every_shard_has_chunks = false;
     }
-    if (other) printf("  (%d chunks on shards not in config.shards)\n", other);
-    if (jumbo) printf("  jumbo chunks: %d\n", jumbo);
+    if (other) fprintf(out_fp, "  (%d chunks on shards not in config.shards)\n", other);
+    if (jumbo) fprintf(out_fp, "  jumbo chunks: %d\n", jumbo);
 out:
     bson_destroy(&filter);
     bdocs_free(&chunks);
@@ -237,35 +242,35 @@ out:
 static void frame_migration(const bson_t *op, const bson_t *peer, bool tty) {
     int64_t total = ifield(op, "docsToClone", -1), done = ifield(op, "docsCloned", 0);
     bool donor = strcmp(sfield(op, "role"), "donor") == 0;
-    printf("  %s -> %s  %s ", donor ? sfield(op, "from") : sfield(op, "fromShardId"), sfield(op, "to"),
+    fprintf(out_fp, "  %s -> %s  %s ", donor ? sfield(op, "from") : sfield(op, "fromShardId"), sfield(op, "to"),
            sfield(op, "ns"));
     print_key(op, "min");
-    printf(" -->> ");
+    fprintf(out_fp, " -->> ");
     print_key(op, "max");
-    printf("\n      phase: %s", sfield(op, "phase"));
-    if (peer) printf(" (%s: %s)", donor ? "recipient" : "donor", sfield(peer, "phase"));
+    fprintf(out_fp, "\n      phase: %s", sfield(op, "phase"));
+    if (peer) fprintf(out_fp, " (%s: %s)", donor ? "recipient" : "donor", sfield(peer, "phase"));
     if (total > 0) {
         int filled = (int)(done * 20 / total);
         if (filled > 20) filled = 20;
-        printf("  [");
+        fprintf(out_fp, "  [");
         print_bar(filled, tty);
-        printf("%*s] %lld / %lld docs", 20 - filled, "", (long long)done, (long long)total);
+        fprintf(out_fp, "%*s] %lld / %lld docs", 20 - filled, "", (long long)done, (long long)total);
     } else {
-        printf("  %lld docs", (long long)done);
+        fprintf(out_fp, "  %lld docs", (long long)done);
     }
-    printf("  %.1f s\n", (double)ifield(op, "elapsedMS", 0) / 1000.0);
+    fprintf(out_fp, "  %.1f s\n", (double)ifield(op, "elapsedMS", 0) / 1000.0);
 }
 
 static void frame_migrations(ctl_t *c, bool tty, frame_state_t *st) {
     bson_t cmd, reply;
     ms_error_t err = {0};
     bdocs_t ops = {0};
-    printf("migrations in flight\n");
+    fprintf(out_fp, "migrations in flight\n");
     bson_init(&cmd);
     BSON_APPEND_INT32(&cmd, "currentOp", 1);
     BSON_APPEND_UTF8(&cmd, "$db", "admin");
     if (ctl_command(c, &cmd, &reply, &err) != 0) {
-        printf("  (currentOp: %s)\n", err.msg);
+        fprintf(out_fp, "  (currentOp: %s)\n", err.msg);
         st->migrations = -1;   /* unknown: never "balanced" on a frame that could not see */
         bson_destroy(&cmd);
         return;
@@ -283,7 +288,7 @@ static void frame_migrations(ctl_t *c, bool tty, frame_state_t *st) {
         frame_migration(op, peer, tty);
         st->migrations++;
     }
-    if (st->migrations == 0) printf("  (none)\n");
+    if (st->migrations == 0) fprintf(out_fp, "  (none)\n");
     bdocs_free(&ops);
 }
 
@@ -296,9 +301,9 @@ static void frame_rounds(ctl_t *c, int n, frame_state_t *st) {
     BSON_APPEND_UTF8(&filter, "what", "balancer.round");
     bson_init(&sort);
     BSON_APPEND_INT32(&sort, "time", -1);
-    printf("balancer rounds (newest first)\n");
+    fprintf(out_fp, "balancer rounds (newest first)\n");
     if (config_find(c, "actionlog", &filter, &sort, n > 0 ? n : 1, &rs, &err)) {
-        printf("  (config.actionlog: %s)\n", err.msg);
+        fprintf(out_fp, "  (config.actionlog: %s)\n", err.msg);
         st->last_round_ms = 0;
         goto out;
     }
@@ -310,30 +315,30 @@ static void frame_rounds(ctl_t *c, int n, frame_state_t *st) {
     for (int i = 0; i < rs.n && i < n; i++) {
         bson_t details, moves;
         bson_iter_t it;
-        printf("  ");
+        fprintf(out_fp, "  ");
         print_clock(date_field(rs.v[i], "time"));
         int64_t ms = ifield(rs.v[i], "details.executionTimeMillis", -1);
-        printf("  moved %lld  split %lld", (long long)ifield(rs.v[i], "details.chunksMoved", 0),
+        fprintf(out_fp, "  moved %lld  split %lld", (long long)ifield(rs.v[i], "details.chunksMoved", 0),
                (long long)ifield(rs.v[i], "details.chunksSplit", 0));
-        if (ms >= 0) printf("  %lld ms", (long long)ms);
+        if (ms >= 0) fprintf(out_fp, "  %lld ms", (long long)ms);
         if (!doc_field(rs.v[i], "details", &details)) {
-            printf("\n");
+            fprintf(out_fp, "\n");
             continue;
         }
-        if (*sfield(&details, "why")) printf("  %s", sfield(&details, "why"));
-        printf("\n");
+        if (*sfield(&details, "why")) fprintf(out_fp, "  %s", sfield(&details, "why"));
+        fprintf(out_fp, "\n");
         if (bson_iter_init_find(&it, &details, "migrations") && BSON_ITER_HOLDS_ARRAY(&it) &&
             bsonx_view_container(&it, &moves) && bson_iter_init(&it, &moves))
             while (bson_iter_next(&it)) {
                 bson_t m;
                 if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bsonx_view_container(&it, &m)) continue;
-                printf("            %s -> %s  ", sfield(&m, "from"), sfield(&m, "to"));
+                fprintf(out_fp, "            %s -> %s  ", sfield(&m, "from"), sfield(&m, "to"));
                 print_key(&m, "min");
-                printf("  %s  %lld ms%s%s\n", sfield(&m, "reason"), (long long)ifield(&m, "durationMillis", 0),
+                fprintf(out_fp, "  %s  %lld ms%s%s\n", sfield(&m, "reason"), (long long)ifield(&m, "durationMillis", 0),
                        bfield(&m, "ok") ? "" : "  failed: ", bfield(&m, "ok") ? "" : sfield(&m, "errmsg"));
             }
     }
-    if (rs.n == 0) printf("  (none yet)\n");
+    if (rs.n == 0) fprintf(out_fp, "  (none yet)\n");
 out:
     bson_destroy(&filter);
     bson_destroy(&sort);
@@ -352,12 +357,12 @@ static void frame(ctl_t *c, const char *ns, int nrounds, bool tty, frame_state_t
     BSON_APPEND_INT32(&cmd, "balancerStatus", 1);
     BSON_APPEND_UTF8(&cmd, "$db", "admin");
     if (ctl_command(c, &cmd, &reply, &err) == 0) {
-        printf("balancer: %s, %s, rounds: %lld\n", sfield(&reply, "mode"),
+        fprintf(out_fp, "balancer: %s, %s, rounds: %lld\n", sfield(&reply, "mode"),
                bfield(&reply, "inBalancerRound") ? "in a round" : "between rounds",
                (long long)ifield(&reply, "numBalancerRounds", 0));
         bson_destroy(&reply);
     } else {
-        printf("balancer: (balancerStatus: %s)\n", err.msg);
+        fprintf(out_fp, "balancer: (balancerStatus: %s)\n", err.msg);
     }
     bson_destroy(&cmd);
 
@@ -367,20 +372,20 @@ static void frame(ctl_t *c, const char *ns, int nrounds, bool tty, frame_state_t
     if (ns) BSON_APPEND_UTF8(&filter, "_id", ns);
     if (config_find(c, "shards", NULL, &sort, 0, &shards, &err) ||
         config_find(c, "collections", &filter, &sort, 0, &colls, &err)) {
-        printf("(could not read the catalog: %s)\n", err.msg);
+        fprintf(out_fp, "(could not read the catalog: %s)\n", err.msg);
         st->every_shard_has_chunks = false;
     } else {
         for (int i = 0; i < colls.n; i++) {
             if (bfield(colls.v[i], "dropped")) continue;
-            printf("\n");
+            fprintf(out_fp, "\n");
             frame_collection(c, colls.v[i], &shards, tty, st);
             shown++;
         }
-        if (shown == 0) printf("\n(no sharded collection%s%s)\n", ns ? " " : "", ns ? ns : "");
+        if (shown == 0) fprintf(out_fp, "\n(no sharded collection%s%s)\n", ns ? " " : "", ns ? ns : "");
     }
-    printf("\n");
+    fprintf(out_fp, "\n");
     frame_migrations(c, tty, st);
-    printf("\n");
+    fprintf(out_fp, "\n");
     frame_rounds(c, nrounds, st);
     bson_destroy(&sort);
     bson_destroy(&filter);
@@ -406,6 +411,7 @@ int ctl_watch_bars(ctl_t *c, int argc, char **argv) {
     };
     bool tty = isatty(STDOUT_FILENO);
     int64_t start_ms = time_now_ms();
+    int prev_lines = 0;   /* height of the frame on screen (tty) */
     flags_parse(argc, argv, specs,
                 "usage: shardctl [--host URL] watch --bars [--ns DB.COLL] [--rounds N] [--until-balanced]\n"
                 "                [--interval-ms N] [--count N]\n");
@@ -414,21 +420,51 @@ int ctl_watch_bars(ctl_t *c, int argc, char **argv) {
     for (int i = 0; count <= 0 || i < count; i++) {
         frame_state_t st;
         time_t now = time(NULL);
-        char when[16];
+        char when[16], *buf = NULL;
+        size_t len = 0;
+        int lines = 0;
+        bool done;
         strftime(when, sizeof when, "%H:%M:%S", localtime(&now));
-        if (tty) fputs("\033[H\033[2J", stdout);
-        else if (i > 0) fputs("\n", stdout);
-        printf("shardctl watch --bars — %s — every %d ms%s\n", when, interval_ms,
-               until ? ", until balanced" : " (Ctrl-C to stop)");
+        /* The frame is built in memory first: on a terminal it then replaces the last
+         * one in place (cursor up over its lines, clear below), so what was printed
+         * before the watch stays on screen; a frame taller than the terminal is drawn
+         * from the top of a cleared screen instead. */
+        out_fp = open_memstream(&buf, &len);
+        if (!out_fp) abort();
+        fprintf(out_fp, "shardctl watch --bars — %s — every %d ms%s\n", when, interval_ms,
+                until ? ", until balanced" : " (Ctrl-C to stop)");
         frame(c, ns, nrounds, tty, &st);
-        fflush(stdout);
-        if (until && st.migrations == 0 && st.last_round_ms > start_ms && st.last_moved == 0 &&
-            st.every_shard_has_chunks) {
-            printf("\nbalanced: no migration in flight, the last round split and moved nothing, every shard has "
-                   "chunks\n");
-            fflush(stdout);
-            return 0;
+        done = until && st.migrations == 0 && st.last_round_ms > start_ms && st.last_moved == 0 &&
+               st.every_shard_has_chunks;
+        if (done)
+            fprintf(out_fp, "\nbalanced: no migration in flight, the last round split and moved nothing, every "
+                            "shard has chunks\n");
+        fclose(out_fp);
+        out_fp = stdout;
+        if (tty) {
+            struct winsize ws;
+            bool sized = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0 && ws.ws_col > 0;
+            int rows = sized ? ws.ws_row : 24, cols = sized ? ws.ws_col : 80, width = 0;
+            /* screen rows, not text lines: a line wider than the terminal wraps (width in
+             * UTF-8 characters: continuation bytes do not count) */
+            for (size_t k = 0; k < len; k++) {
+                if (buf[k] == '\n') {
+                    lines += width > cols ? (width + cols - 1) / cols : 1;
+                    width = 0;
+                } else if (((unsigned char)buf[k] & 0xC0) != 0x80) {
+                    width++;
+                }
+            }
+            if (lines >= rows || prev_lines >= rows) fputs("\033[H\033[2J", stdout);
+            else if (prev_lines > 0) printf("\033[%dA\033[J", prev_lines);
+        } else if (i > 0) {
+            fputc('\n', stdout);
         }
+        fwrite(buf, 1, len, stdout);
+        fflush(stdout);
+        free(buf);
+        prev_lines = lines;
+        if (done) return 0;
         if (count <= 0 || i + 1 < count) usleep((useconds_t)interval_ms * 1000u);
     }
     return until ? 1 : 0;
@@ -484,6 +520,7 @@ int ctl_changelog(ctl_t *c, int argc, char **argv) {
     bson_t filter, sort;
     ms_error_t err = {0};
     int rc = 0;
+    out_fp = stdout;
     flags_parse(argc, argv, specs,
                 "usage: shardctl [--host URL] changelog [--ns DB.COLL] [--what KIND] [--limit N] [--summary]\n");
     bson_init(&filter);
