@@ -66,18 +66,18 @@ ctl changelog --ns "$NS" --summary
 printf '  documents through the router: %s\n' "$(ctl '{"count": "users", "$db": "demo"}')"
 printf '  demo time: %d s\n' $((SECONDS - t0))
 
+hint() { printf '  %-46s # %s\n' "$1" "$2"; }
+printf '\nThe cluster is still running. Explore it:\n'
+hint "bin/shardctl status" "shards, balancer, migrations, chunks per shard"
+hint "bin/shardctl watch --bars" "the view above, live (plain: bin/shardctl watch)"
+hint "bin/shardctl explain-balance $NS" "why the balancer would or would not move now"
+hint "bin/shardctl changelog --ns $NS" "every split and migration step (--summary: costs)"
+hint "bin/shardctl '{\"balancerStop\": 1, \"\$db\": \"admin\"}'" "and balancerStart, balancerStatus"
+hint "scripts/cluster.sh add-shard --dir $DIR" "a 5th shard; watch it fill"
+hint "tail -f $DIR/config.log" "the balancer's log lines"
 cat <<EOT
-
-The cluster is still running. Explore it:
-  bin/shardctl status                          # shards, balancer, migrations, chunks per shard
-  bin/shardctl watch --bars                    # the view above, live (plain: bin/shardctl watch)
-  bin/shardctl explain-balance $NS             # why the balancer would or would not move a chunk now
-  bin/shardctl changelog --ns $NS              # every split and every migration step (--summary: the costs)
   bin/shardctl '{"find": "actionlog", "\$db": "config", "filter": {"what": "balancer.round"}, "sort": {"time": -1}, "limit": 5}'
-  bin/shardctl '{"balancerStop": 1, "\$db": "admin"}'          # and balancerStart, balancerStatus
   bin/shardctl '{"moveChunk": "$NS", "find": {"_id": 7}, "to": "shard3", "\$db": "admin"}'
-  scripts/cluster.sh add-shard --dir $DIR      # a 5th shard; watch it fill
-  tail -f $DIR/config.log                      # the balancer's log lines
 Stop it:
   scripts/cluster.sh stop --dir $DIR
 EOT
