@@ -39,5 +39,9 @@ int ctl_load(ctl_t *c, int argc, char **argv);     /* generate N documents */
 int ctl_explain_balance(ctl_t *c, int argc, char **argv); /* balancerExplain, readable */
 /* status's "balancerCompliant: ..." line of a collection (nothing when the call fails). */
 void ctl_print_compliance(ctl_t *c, const char *ns);
+/* ctl_bars.c: `watch --bars` (chunks per shard as bars, migrations, balancer rounds;
+ * --until-balanced) and `changelog` (entries, or --summary of the migrations). */
+int ctl_watch_bars(ctl_t *c, int argc, char **argv);
+int ctl_changelog(ctl_t *c, int argc, char **argv);
 
 #endif

@@ -367,13 +367,17 @@ int ctl_status(ctl_t *c, int argc, char **argv) {
 int ctl_watch(ctl_t *c, int argc, char **argv) {
     int interval_ms = 1000, count = 0;
     bool verbose = false;
+    for (int i = 1; i < argc; i++)   /* the balancing view: its own flags (ctl_bars.c) */
+        if (strcmp(argv[i], "--bars") == 0) return ctl_watch_bars(c, argc, argv);
     const flag_spec_t specs[] = {
         {"interval-ms", FLAG_INT, &interval_ms, "redraw period (default 1000)"},
         {"count", FLAG_INT, &count, "stop after this many redraws (default: until Ctrl-C)"},
         {"verbose", FLAG_BOOL, &verbose, "list every chunk"},
         {NULL, FLAG_BOOL, NULL, NULL},
     };
-    flags_parse(argc, argv, specs, "usage: shardctl [--host URL] watch [--interval-ms N] [--count N]\n");
+    flags_parse(argc, argv, specs,
+                "usage: shardctl [--host URL] watch [--interval-ms N] [--count N]\n"
+                "       shardctl [--host URL] watch --bars ... (shardctl watch --bars --help)\n");
     if (interval_ms < 50) interval_ms = 50;
     for (int i = 0; count <= 0 || i < count; i++) {
         time_t now = time(NULL);

@@ -3,7 +3,7 @@
  *
  *   shardctl [--host URL] [--timeout MS] '<command as extended JSON>'
  *   shardctl [--host URL] -            one command per line on stdin, one reply per line
- *   shardctl [--host URL] status | watch | load | explain-balance ...
+ *   shardctl [--host URL] status | watch [--bars] | load | changelog | explain-balance ...
  *
  * Prints each reply as relaxed extended JSON on one line; exits 0 when every reply
  * had ok: 1, else 1 (2 for usage errors).
@@ -24,6 +24,9 @@ static const char usage[] =
     "       shardctl [--host URL] -          (one command per line on stdin)\n"
     "       shardctl [--host URL] status     (shards, balancer, migrations in flight, chunks)\n"
     "       shardctl [--host URL] watch [--interval-ms N] [--count N]\n"
+    "       shardctl [--host URL] watch --bars [--ns DB.COLL] [--rounds N] [--until-balanced]\n"
+    "                                  (chunks per shard as bars, migrations, balancer rounds)\n"
+    "       shardctl [--host URL] changelog [--ns DB.COLL] [--what KIND] [--limit N] [--summary]\n"
     "       shardctl [--host URL] load --ns DB.COLL --count N [--batch N] [--size BYTES]\n"
     "                                  [--key FIELD] [--quiet]\n"
     "       shardctl [--host URL] explain-balance DB.COLL [--json]\n"
@@ -182,6 +185,8 @@ int main(int argc, char **argv) {
         rc = ctl_load(&c, argc - first, argv + first);
     else if (strcmp(argv[first], "explain-balance") == 0)
         rc = ctl_explain_balance(&c, argc - first, argv + first);
+    else if (strcmp(argv[first], "changelog") == 0)
+        rc = ctl_changelog(&c, argc - first, argv + first);
     else if (argv[first][0] == '{') {
         rc = run_one(&c, argv[first]);
     } else {

@@ -2,6 +2,7 @@
 # cluster.sh — start, stop and inspect a local minishard cluster on 127.0.0.1.
 #
 #   scripts/cluster.sh start --dir DIR [--shards N] [--routers M] [--base-port P] [--test]
+#                            [--config-flags "FLAGS"]
 #   scripts/cluster.sh stop --dir DIR
 #   scripts/cluster.sh status --dir DIR
 #   scripts/cluster.sh add-shard --dir DIR
@@ -12,7 +13,9 @@
 #   NAME URL PID
 # Ports: routerI = P+I, config = P+10, shardI = P+20+I (P defaults to 27017, so
 # router0 is on shardctl's default URL). --test adds --enable-test-commands to every
-# process. Logs and data live under DIR; DIR/cluster.pids lists exactly the processes
+# process. --config-flags passes more flags to the config server (e.g. "--balancer-idle-ms
+# 500 --balancer-throttle-ms 100"). add-shard starts the next shardI into the same DIR and
+# registers it. Logs and data live under DIR; DIR/cluster.pids lists exactly the processes
 # this script started, and stop ends exactly those PIDs (never by name).
 set -euo pipefail
 
@@ -23,12 +26,12 @@ READY_TIMEOUT_S=20
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
 cmd=${1:-}; [ -n "$cmd" ] || usage 2; shift
-dir=""; shards=3; routers=1; base=27017; test_flag=""
+dir=""; shards=3; routers=1; base=27017; test_flag=""; config_flags=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --dir) dir=$2; shift 2 ;;
@@ -36,6 +39,7 @@ while [ $# -gt 0 ]; do
         --routers) routers=$2; shift 2 ;;
         --base-port) base=$2; shift 2 ;;
         --test) test_flag="--enable-test-commands"; shift ;;
+        --config-flags) config_flags=$2; shift 2 ;;
         -h|--help) usage 0 ;;
         *) die "unknown argument '$1'" ;;
     esac
@@ -107,7 +111,8 @@ start)
     fi
     mkdir -p "$dir/config"
     echo "base=$base test=$test_flag" >"$dir/cluster.conf"
-    launch config configsvr $((base + 10)) --dbpath "$dir/config"
+    # shellcheck disable=SC2086  # config_flags is a list of flags: split on purpose
+    launch config configsvr $((base + 10)) --dbpath "$dir/config" $config_flags
     for ((r = 0; r < routers; r++)); do
         launch "router$r" router $((base + r)) --configdb "tcp://127.0.0.1:$((base + 10))"
     done

@@ -1,17 +1,38 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2016  # $db inside single quotes is JSON, not a shell variable
-# demo.sh — what `make demo` runs: a local cluster of 3 shards, a sharded collection,
-# 100,000 documents loaded with a progress display, and the data distribution shown,
-# then how to explore the cluster and stop it. The cluster keeps running afterwards.
-#   DEMO_DIR (default ./demo-cluster), DEMO_DOCS (default 100000), DEMO_PORT (27017).
+# demo.sh — what `make demo` runs: the balancer at work on a local cluster. 3 shards, a
+# collection sharded on a ranged _id and loaded on its primary shard; the balancer (fast
+# rounds, a small test-only chunk size) splits it and spreads the chunks over the 3
+# shards; then a 4th shard is added and filled. Both phases are shown live by
+# `shardctl watch --bars` (chunks per shard as bars, migrations in flight with their phase
+# and progress, the balancer's last rounds) until the cluster is balanced; then the
+# changelog's summary of the migrations and how to explore and stop the cluster, which
+# keeps running afterwards.
+#   DEMO_DIR (default ./demo-cluster), DEMO_DOCS (default 200000), DEMO_PORT (27017),
+#   DEMO_CHUNK_BYTES (chunk size, default 2 MiB: ~20 chunks of ~9,000 documents).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${DEMO_DIR:-$ROOT/demo-cluster}
-DOCS=${DEMO_DOCS:-100000}
+DOCS=${DEMO_DOCS:-200000}
 PORT=${DEMO_PORT:-27017}
+CHUNK_BYTES=${DEMO_CHUNK_BYTES:-2097152}
+NS=demo.users
 ROUTER="tcp://127.0.0.1:$PORT"
+# Rounds every 500 ms when idle, 100 ms after one that moved chunks (defaults: 10 s, 1 s).
+CONFIG_FLAGS="--balancer-idle-ms 500 --balancer-throttle-ms 100"
 ctl() { "$ROOT/bin/shardctl" --host "$ROUTER" "$@"; }
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+if [ -t 1 ]; then
+    say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+    WATCH_MS=500
+else
+    say() { printf '\n== %s\n' "$*"; }
+    WATCH_MS=1000
+fi
+# Each watch ends once balanced; 240 frames is a bound in case it never is.
+watch_balanced() {
+    ctl watch --bars --ns "$NS" --until-balanced --interval-ms "$WATCH_MS" --count 240 --rounds 4 ||
+        echo "demo: not balanced after 240 frames (see the rounds above and $DIR/config.log); going on"
+}
 
 if [ -f "$DIR/cluster.pids" ]; then
     say "stopping the previous demo cluster in $DIR"
@@ -19,50 +40,47 @@ if [ -f "$DIR/cluster.pids" ]; then
         { echo "demo: the previous cluster in $DIR could not be stopped (see above); not starting another" >&2; exit 1; }
 fi
 rm -rf "$DIR"
+t0=$SECONDS
 
-say "starting a cluster: 1 config server, 3 shards, 1 router (logs in $DIR)"
-"$ROOT/scripts/cluster.sh" start --dir "$DIR" --shards 3 --routers 1 --base-port "$PORT" --test
+say "starting a cluster: 1 config server (balancer rounds every 500 ms), 3 shards, 1 router (logs in $DIR)"
+"$ROOT/scripts/cluster.sh" start --dir "$DIR" --shards 3 --routers 1 --base-port "$PORT" --test \
+    --config-flags "$CONFIG_FLAGS"
 
-say "sharding demo.users on a hashed _id (pre-split: 2 chunks per shard)"
-ctl '{"enableSharding": "demo", "$db": "admin"}'
-ctl '{"shardCollection": "demo.users", "key": {"_id": "hashed"}, "$db": "admin"}'
+say "sharding $NS on a ranged _id (one chunk, on shard0), chunk size $CHUNK_BYTES bytes (test-only valueBytes)"
+ctl '{"balancerStop": 1, "$db": "admin"}' >/dev/null     # still while the data is loaded
+ctl "{\"update\": \"settings\", \"\$db\": \"config\", \"updates\": [{\"q\": {\"_id\": \"chunksize\"}, \"u\": {\"\$set\": {\"valueBytes\": $CHUNK_BYTES}}, \"upsert\": true}]}" >/dev/null
+ctl '{"enableSharding": "demo", "primaryShard": "shard0", "$db": "admin"}' >/dev/null
+ctl "{\"shardCollection\": \"$NS\", \"key\": {\"_id\": 1}, \"\$db\": \"admin\"}" >/dev/null
 
-say "loading $DOCS documents through the router"
-ctl load --ns demo.users --count "$DOCS" --batch 1000 --size 200
+say "loading $DOCS documents (~200 bytes) through the router: all land in shard0's one chunk"
+quiet=""; [ -t 2 ] || quiet=--quiet   # the progress line is for a terminal
+ctl load --ns "$NS" --count "$DOCS" --batch 1000 --size 200 ${quiet:+"$quiet"}
 
-say "where the documents are (count on each shard, straight to the shard)"
-while read -r name url _; do
-    case "$name" in shard*)
-        n=$("$ROOT/bin/shardctl" --host "$url" '{"count": "users", "$db": "demo"}' | sed -E 's/.*"n" ?: ?([0-9]+).*/\1/')
-        printf '  %-8s %8s documents\n' "$name" "$n" ;;
-    esac
-done <"$DIR/cluster.pids"
-printf '  through the router: %s\n' "$(ctl '{"count": "users", "$db": "demo"}')"
+say "balancer on: it splits the chunk (autoSplitVector) and spreads the chunks over 3 shards"
+ctl '{"balancerStart": 1, "$db": "admin"}' >/dev/null
+watch_balanced
 
-say "the cluster as sh.status() shows it"
-ctl status
+say "adding a 4th shard: the balancer fills it, one migration per shard at a time"
+"$ROOT/scripts/cluster.sh" add-shard --dir "$DIR"
+watch_balanced
 
-say "one targeted read (equality on the shard key goes to one shard)"
-ctl '{"find": "users", "$db": "demo", "filter": {"_id": 4242}}'
+say "what the migrations cost (config.changelog)"
+ctl changelog --ns "$NS" --summary
+printf '  documents through the router: %s\n' "$(ctl '{"count": "users", "$db": "demo"}')"
+printf '  demo time: %d s\n' $((SECONDS - t0))
 
-say "one chunk migration: shard0's first chunk moves to shard1 (docs/how-a-migration-works.md)"
-ctl '{"moveChunk": "demo.users", "bounds": [{"_id": {"$minKey": 1}}, {"_id": -6148914691236517204}], "to": "shard1", "_waitForDelete": true, "$db": "admin"}'
-echo "  the donor's steps (ms), the documents it moved and how long writes waited:"
-ctl '{"find": "changelog", "$db": "config", "filter": {"what": "moveChunk.from"}}' |
-    grep -oE '"(step [0-9] of 6|clonedDocs|writePauseMS|note)" ?: ?("[a-z]+"|[0-9]+|\{ "\$numberLong" : "[0-9]+" \})' | tr '\n' ' ' | sed 's/^/  /'
-echo
-
+hint() { printf '  %-46s # %s\n' "$1" "$2"; }
+printf '\nThe cluster is still running. Explore it:\n'
+hint "bin/shardctl status" "shards, balancer, migrations, chunks per shard"
+hint "bin/shardctl watch --bars" "the view above, live (plain: bin/shardctl watch)"
+hint "bin/shardctl explain-balance $NS" "why the balancer would or would not move now"
+hint "bin/shardctl changelog --ns $NS" "every split and migration step (--summary: costs)"
+hint "bin/shardctl '{\"balancerStop\": 1, \"\$db\": \"admin\"}'" "and balancerStart, balancerStatus"
+hint "scripts/cluster.sh add-shard --dir $DIR" "a 5th shard; watch it fill"
+hint "tail -f $DIR/config.log" "the balancer's log lines"
 cat <<EOT
-
-The cluster is still running. Explore it:
-  bin/shardctl status                                   # shards, chunks per shard
-  bin/shardctl watch                                    # the same, live
-  bin/shardctl '{"find": "chunks", "\$db": "config", "filter": {}}'
-  bin/shardctl '{"count": "users", "\$db": "demo", "query": {"x": {"\$lt": 1000}}}'
-  bin/shardctl '{"split": "demo.users", "middle": {"_id": 1000}, "\$db": "admin"}'   # a hashed-key value
-  bin/shardctl '{"moveChunk": "demo.users", "find": {"_id": 7}, "to": "shard2", "\$db": "admin"}'
-  bin/shardctl '{"find": "changelog", "\$db": "config", "filter": {}}'  # every step of every move
-  tail -f $DIR/*.log
+  bin/shardctl '{"find": "actionlog", "\$db": "config", "filter": {"what": "balancer.round"}, "sort": {"time": -1}, "limit": 5}'
+  bin/shardctl '{"moveChunk": "$NS", "find": {"_id": 7}, "to": "shard3", "\$db": "admin"}'
 Stop it:
   scripts/cluster.sh stop --dir $DIR
 EOT

@@ -2,7 +2,8 @@
 test_cluster_script.py — scripts/cluster.sh as users and tests rely on it (DESIGN §10):
 start prints exactly one `NAME URL PID` line per process with the names config,
 shard0.., router0.., every process answers, listShards shows the same URLs, status
-reports them up, add-shard adds the next shard, and stop ends exactly those PIDs.
+reports them up, add-shard adds the next shard, --config-flags reaches the config server,
+and stop ends exactly those PIDs.
 """
 import os
 import subprocess
@@ -34,7 +35,8 @@ def test_start_status_add_stop(t):
     d = os.path.join(t.dir, "c")
     lines = []
     try:
-        out = cluster_sh("start", "--dir", d, "--shards", "2", "--routers", "2", "--base-port", str(base), "--test")
+        out = cluster_sh("start", "--dir", d, "--shards", "2", "--routers", "2", "--base-port", str(base), "--test",
+                         "--config-flags", "--balancer-idle-ms 123456 --balancer-throttle-ms 77")
         lines = [l.split() for l in out.strip().splitlines()]
         names = [l[0] for l in lines]
         assert sorted(names) == ["config", "router0", "router1", "shard0", "shard1"], names
@@ -43,6 +45,13 @@ def test_start_status_add_stop(t):
             assert pid_alive(int(pid)), name
             Client(url).ok({"ping": 1})
         urls = {l[0]: l[1] for l in lines}
+        # --config-flags: split into flags for the config server only
+        cfg_pid = [int(l[2]) for l in lines if l[0] == "config"][0]
+        with open("/proc/%d/cmdline" % cfg_pid, "rb") as f:
+            argv = f.read().split(b"\0")
+        assert b"--balancer-idle-ms" in argv and b"123456" in argv and b"77" in argv, argv
+        with open(os.path.join(d, "config.log")) as f:
+            assert "balancer started idle_ms=123456 throttle_ms=77" in f.read()
         assert urls["router0"] == "tcp://127.0.0.1:%d" % base
         shards = Client(urls["router0"]).ok({"listShards": 1, "$db": "admin"})["shards"]
         assert {s["_id"]: s["host"] for s in shards} == {"shard0": urls["shard0"], "shard1": urls["shard1"]}, shards

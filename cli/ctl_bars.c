@@ -1,0 +1,557 @@
+/*
+ * ctl_bars.c — shardctl's balancing views (run by bin/shardctl): `watch --bars` redraws,
+ * every interval, the chunks per shard of each sharded collection as bars, the
+ * migrations in flight with their phase and clone progress (the router's currentOp) and
+ * the balancer's last rounds (config.actionlog balancer.round); with --until-balanced it
+ * returns once the cluster is balanced. `changelog` prints config.changelog one entry a
+ * line, or with --summary what the migrations cost (moves, documents, the donor's mean
+ * ms per step, the write pause). On a terminal a frame replaces the last one (ANSI home +
+ * clear); otherwise frames follow each other with no escape codes, so a log stays
+ * readable. Everything goes through the router, so it shows what a client sees.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "cli/ctl.h"
+#include "common/bsonx.h"
+#include "common/buf.h"
+#include "common/flags.h"
+#include "common/limits.h"
+#include "common/log.h"
+
+/* Upper bound on documents one view reads from one config collection (a frame stays
+ * bounded whatever the catalog holds). */
+#define CTL_BARS_DOCS_MAX 100000
+/* Width of the longest bar, in characters: fits an 80-column terminal with the names. */
+#define CTL_BARS_WIDTH 40
+/* balancer.round entries shown, newest first, unless --rounds says otherwise. */
+#define CTL_BARS_ROUNDS_DEFAULT 5
+/* currentOp entries read per frame (two per migration; one migration per shard). */
+#define CTL_BARS_OPS_MAX 256
+
+/* Where the views print: stdout, or while `watch --bars` builds a frame, the frame's
+ * memory stream (so it knows the frame's height before it draws it). */
+static FILE *out_fp;
+
+typedef struct bdocs {
+    bson_t **v;
+    int n, cap;
+} bdocs_t;
+
+static void bdocs_free(bdocs_t *d) {
+    for (int i = 0; i < d->n; i++) bson_destroy(d->v[i]);
+    free(d->v);
+    memset(d, 0, sizeof *d);
+}
+
+static void bdocs_add(bdocs_t *d, const uint8_t *data, uint32_t len) {
+    if (d->n == d->cap) {
+        d->cap = d->cap ? d->cap * 2 : 32;
+        d->v = xrealloc(d->v, sizeof *d->v * (size_t)d->cap);
+    }
+    d->v[d->n++] = bson_new_from_data(data, len);
+}
+
+/* Appends the documents of the array at reply.<outer>.<name> (a cursor batch, or
+ * currentOp's inprog when outer is NULL) to d, up to max. */
+static void bdocs_add_array(bdocs_t *d, const bson_t *reply, const char *outer, const char *name, int max) {
+    bson_iter_t it, arr;
+    if (outer) {
+        if (!bson_iter_init_find(&it, reply, outer) || !BSON_ITER_HOLDS_DOCUMENT(&it)) return;
+        bson_iter_recurse(&it, &arr);
+        if (!bson_iter_find(&arr, name)) return;
+    } else if (!bson_iter_init_find(&arr, reply, name)) {
+        return;
+    }
+    if (!BSON_ITER_HOLDS_ARRAY(&arr)) return;
+    bson_iter_recurse(&arr, &arr);
+    while (bson_iter_next(&arr) && d->n < max) {
+        uint32_t len;
+        const uint8_t *data;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) continue;
+        bson_iter_document(&arr, &len, &data);
+        bdocs_add(d, data, len);
+    }
+}
+
+static int64_t cursor_id(const bson_t *reply) {
+    bson_iter_t it;
+    int64_t id = 0;
+    if (bson_iter_init_find(&it, reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &it) && bson_iter_find(&it, "id"))
+        bsonx_as_int64(&it, &id);
+    return id;
+}
+
+/* find on config.<coll> with filter (may be NULL), sort (may be NULL) and limit (0 = none,
+ * bounded by CTL_BARS_DOCS_MAX), draining the cursor into out. */
+static int config_find(ctl_t *c, const char *coll, const bson_t *filter, const bson_t *sort, int limit,
+                       bdocs_t *out, ms_error_t *err) {
+    int max = limit > 0 && limit < CTL_BARS_DOCS_MAX ? limit : CTL_BARS_DOCS_MAX;
+    bson_t cmd, reply;
+    int64_t id;
+    int rc;
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "find", coll);
+    BSON_APPEND_UTF8(&cmd, "$db", "config");
+    if (filter) BSON_APPEND_DOCUMENT(&cmd, "filter", filter);
+    if (sort) BSON_APPEND_DOCUMENT(&cmd, "sort", sort);
+    if (limit > 0) BSON_APPEND_INT64(&cmd, "limit", limit);
+    BSON_APPEND_INT32(&cmd, "batchSize", 10000);
+    rc = ctl_command(c, &cmd, &reply, err);
+    bson_destroy(&cmd);
+    if (rc) return rc;
+    bdocs_add_array(out, &reply, "cursor", "firstBatch", max);
+    id = cursor_id(&reply);
+    bson_destroy(&reply);
+    while (id != 0 && out->n < max) {
+        bson_init(&cmd);
+        BSON_APPEND_INT64(&cmd, "getMore", id);
+        BSON_APPEND_UTF8(&cmd, "collection", coll);
+        BSON_APPEND_UTF8(&cmd, "$db", "config");
+        BSON_APPEND_INT32(&cmd, "batchSize", 10000);
+        rc = ctl_command(c, &cmd, &reply, err);
+        bson_destroy(&cmd);
+        if (rc) return rc;
+        bdocs_add_array(out, &reply, "cursor", "nextBatch", max);
+        id = cursor_id(&reply);
+        bson_destroy(&reply);
+    }
+    return 0;
+}
+
+static const char *sfield(const bson_t *d, const char *name) {
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, d, name) && BSON_ITER_HOLDS_UTF8(&it)) return bson_iter_utf8(&it, NULL);
+    return "";
+}
+
+static bool bfield(const bson_t *d, const char *name) {
+    bson_iter_t it;
+    return bson_iter_init_find(&it, d, name) && bsonx_truthy(&it);
+}
+
+/* An integer at a dotted path ("details.chunksMoved"), dflt when absent. */
+static int64_t ifield(const bson_t *d, const char *path, int64_t dflt) {
+    bson_iter_t it, f;
+    int64_t v;
+    if (bson_iter_init(&it, d) && bson_iter_find_descendant(&it, path, &f) && bsonx_as_int64(&f, &v)) return v;
+    return dflt;
+}
+
+/* A BSON date at d.name, as ms since the epoch (0 when absent). */
+static int64_t date_field(const bson_t *d, const char *name) {
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, d, name) && BSON_ITER_HOLDS_DATE_TIME(&it)) return bson_iter_date_time(&it);
+    return 0;
+}
+
+/* The sub-document d.name viewed in place (false when absent). */
+static bool doc_field(const bson_t *d, const char *name, bson_t *out) {
+    bson_iter_t it;
+    return bson_iter_init_find(&it, d, name) && BSON_ITER_HOLDS_DOCUMENT(&it) && bsonx_view_container(&it, out);
+}
+
+/* Prints d.name as compact JSON (a shard key bound) or "?" */
+static void print_key(const bson_t *d, const char *name) {
+    bson_t sub;
+    char *json;
+    if (!doc_field(d, name, &sub)) {
+        fputs("?", out_fp);
+        return;
+    }
+    json = bsonx_to_json(&sub);
+    fputs(json ? json : "?", out_fp);
+    bson_free(json);
+}
+
+static void print_clock(int64_t ms) {
+    time_t s = (time_t)(ms / 1000);
+    char buf[16];
+    strftime(buf, sizeof buf, "%H:%M:%S", localtime(&s));
+    fputs(buf, out_fp);
+}
+
+/* n repetitions of a block (a full block on a terminal, '#' otherwise). */
+static void print_bar(int n, bool tty) {
+    for (int i = 0; i < n; i++) fputs(tty ? "\xe2\x96\x88" : "#", out_fp);
+}
+
+/* ---- one frame --------------------------------------------------------------------------- */
+
+typedef struct frame_state {
+    int migrations;        /* in flight now */
+    int64_t last_round_ms; /* time of the newest balancer.round (0: none) */
+    int64_t last_moved;    /* its chunksMoved + candidateChunks + chunksSplit */
+    bool every_shard_has_chunks;
+} frame_state_t;
+
+/* Chunks per shard of one collection, as bars; clears st->every_shard_has_chunks when a
+ * shard that may receive (not draining) owns none while there are enough chunks. */
+static void frame_collection(ctl_t *c, const bson_t *coll, const bdocs_t *shards, bool tty, frame_state_t *st) {
+    const char *ns = sfield(coll, "_id");
+    bdocs_t chunks = {0};
+    bson_t filter;
+    bson_iter_t it;
+    ms_error_t err = {0};
+    int counts[MS_SHARDS_MAX] = {0}, other = 0, max = 1, jumbo = 0, receivers = 0;
+
+    bson_init(&filter);
+    if (bson_iter_init_find(&it, coll, "uuid")) bsonx_append_iter(&filter, "uuid", &it);
+    else BSON_APPEND_UTF8(&filter, "ns", ns);
+    if (config_find(c, "chunks", &filter, NULL, 0, &chunks, &err)) {
+        fprintf(out_fp, "  %s: (could not read config.chunks: %s)\n", ns, err.msg);
+        goto out;
+    }
+    for (int i = 0; i < chunks.n; i++) {
+        const char *sh = sfield(chunks.v[i], "shard");
+        int k;
+        if (bfield(chunks.v[i], "jumbo")) jumbo++;
+        for (k = 0; k < shards->n && k < MS_SHARDS_MAX; k++)
+            if (strcmp(sfield(shards->v[k], "_id"), sh) == 0) break;
+        if (k < shards->n && k < MS_SHARDS_MAX) counts[k]++;
+        else other++;
+    }
+    for (int k = 0; k < shards->n && k < MS_SHARDS_MAX; k++) {
+        if (counts[k] > max) max = counts[k];
+        if (!bfield(shards->v[k], "draining")) receivers++;
+    }
+    fprintf(out_fp, "chunks per shard — %s, key ", ns);
+    print_key(coll, "key");
+    fprintf(out_fp, ", %d chunks\n", chunks.n);
+    for (int k = 0; k < shards->n && k < MS_SHARDS_MAX; k++) {
+        bool draining = bfield(shards->v[k], "draining");
+        fprintf(out_fp, "  %-10s ", sfield(shards->v[k], "_id"));
+        print_bar(counts[k] * CTL_BARS_WIDTH / max, tty);
+        fprintf(out_fp, "%*s %d%s\n", CTL_BARS_WIDTH - counts[k] * CTL_BARS_WIDTH / max, "", counts[k],
+               draining ? "  (draining)" : "");
+        if (!draining && counts[k] == 0 && chunks.n >= receivers) st->every_shard_has_chunks = false;
+    }
+    if (other) fprintf(out_fp, "  (%d chunks on shards not in config.shards)\n", other);
+    if (jumbo) fprintf(out_fp, "  jumbo chunks: %d\n", jumbo);
+out:
+    bson_destroy(&filter);
+    bdocs_free(&chunks);
+}
+
+/* One migration, compact: donor -> recipient, range, phase (both sides), clone progress. */
+static void frame_migration(const bson_t *op, const bson_t *peer, bool tty) {
+    int64_t total = ifield(op, "docsToClone", -1), done = ifield(op, "docsCloned", 0);
+    bool donor = strcmp(sfield(op, "role"), "donor") == 0;
+    fprintf(out_fp, "  %s -> %s  %s ", donor ? sfield(op, "from") : sfield(op, "fromShardId"), sfield(op, "to"),
+           sfield(op, "ns"));
+    print_key(op, "min");
+    fprintf(out_fp, " -->> ");
+    print_key(op, "max");
+    fprintf(out_fp, "\n      phase: %s", sfield(op, "phase"));
+    if (peer) fprintf(out_fp, " (%s: %s)", donor ? "recipient" : "donor", sfield(peer, "phase"));
+    if (total > 0) {
+        int filled = (int)(done * 20 / total);
+        if (filled > 20) filled = 20;
+        fprintf(out_fp, "  [");
+        print_bar(filled, tty);
+        fprintf(out_fp, "%*s] %lld / %lld docs", 20 - filled, "", (long long)done, (long long)total);
+    } else {
+        fprintf(out_fp, "  %lld docs", (long long)done);
+    }
+    fprintf(out_fp, "  %.1f s\n", (double)ifield(op, "elapsedMS", 0) / 1000.0);
+}
+
+static void frame_migrations(ctl_t *c, bool tty, frame_state_t *st) {
+    bson_t cmd, reply;
+    ms_error_t err = {0};
+    bdocs_t ops = {0};
+    fprintf(out_fp, "migrations in flight\n");
+    bson_init(&cmd);
+    BSON_APPEND_INT32(&cmd, "currentOp", 1);
+    BSON_APPEND_UTF8(&cmd, "$db", "admin");
+    if (ctl_command(c, &cmd, &reply, &err) != 0) {
+        fprintf(out_fp, "  (currentOp: %s)\n", err.msg);
+        st->migrations = -1;   /* unknown: never "balanced" on a frame that could not see */
+        bson_destroy(&cmd);
+        return;
+    }
+    bson_destroy(&cmd);
+    bdocs_add_array(&ops, &reply, NULL, "inprog", CTL_BARS_OPS_MAX);
+    bson_destroy(&reply);
+    for (int i = 0; i < ops.n; i++) {
+        const bson_t *op = ops.v[i], *peer = NULL;
+        const char *role = sfield(op, "role"), *id = sfield(op, "migrationId");
+        if (strcmp(role, "donor") != 0 && strcmp(role, "recipient") != 0) continue;
+        for (int k = 0; k < ops.n && !peer; k++)
+            if (k != i && *id && strcmp(sfield(ops.v[k], "migrationId"), id) == 0) peer = ops.v[k];
+        if (strcmp(role, "recipient") == 0 && peer) continue;   /* shown with its donor */
+        frame_migration(op, peer, tty);
+        st->migrations++;
+    }
+    if (st->migrations == 0) fprintf(out_fp, "  (none)\n");
+    bdocs_free(&ops);
+}
+
+/* The last `n` balancer.round entries, newest first, one line each (moves listed). */
+static void frame_rounds(ctl_t *c, int n, frame_state_t *st) {
+    bdocs_t rs = {0};
+    bson_t filter, sort;
+    ms_error_t err = {0};
+    bson_init(&filter);
+    BSON_APPEND_UTF8(&filter, "what", "balancer.round");
+    bson_init(&sort);
+    BSON_APPEND_INT32(&sort, "time", -1);
+    fprintf(out_fp, "balancer rounds (newest first)\n");
+    if (config_find(c, "actionlog", &filter, &sort, n > 0 ? n : 1, &rs, &err)) {
+        fprintf(out_fp, "  (config.actionlog: %s)\n", err.msg);
+        st->last_round_ms = 0;
+        goto out;
+    }
+    if (rs.n > 0) {
+        st->last_round_ms = date_field(rs.v[0], "time");
+        st->last_moved = ifield(rs.v[0], "details.chunksMoved", 0) + ifield(rs.v[0], "details.candidateChunks", 0) +
+                         ifield(rs.v[0], "details.chunksSplit", 0);
+    }
+    for (int i = 0; i < rs.n && i < n; i++) {
+        bson_t details, moves;
+        bson_iter_t it;
+        fprintf(out_fp, "  ");
+        print_clock(date_field(rs.v[i], "time"));
+        int64_t ms = ifield(rs.v[i], "details.executionTimeMillis", -1);
+        fprintf(out_fp, "  moved %lld  split %lld", (long long)ifield(rs.v[i], "details.chunksMoved", 0),
+               (long long)ifield(rs.v[i], "details.chunksSplit", 0));
+        if (ms >= 0) fprintf(out_fp, "  %lld ms", (long long)ms);
+        if (!doc_field(rs.v[i], "details", &details)) {
+            fprintf(out_fp, "\n");
+            continue;
+        }
+        if (*sfield(&details, "why")) fprintf(out_fp, "  %s", sfield(&details, "why"));
+        fprintf(out_fp, "\n");
+        if (bson_iter_init_find(&it, &details, "migrations") && BSON_ITER_HOLDS_ARRAY(&it) &&
+            bsonx_view_container(&it, &moves) && bson_iter_init(&it, &moves))
+            while (bson_iter_next(&it)) {
+                bson_t m;
+                if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bsonx_view_container(&it, &m)) continue;
+                fprintf(out_fp, "            %s -> %s  ", sfield(&m, "from"), sfield(&m, "to"));
+                print_key(&m, "min");
+                fprintf(out_fp, "  %s  %lld ms%s%s\n", sfield(&m, "reason"), (long long)ifield(&m, "durationMillis", 0),
+                       bfield(&m, "ok") ? "" : "  failed: ", bfield(&m, "ok") ? "" : sfield(&m, "errmsg"));
+            }
+    }
+    if (rs.n == 0) fprintf(out_fp, "  (none yet)\n");
+out:
+    bson_destroy(&filter);
+    bson_destroy(&sort);
+    bdocs_free(&rs);
+}
+
+static void frame(ctl_t *c, const char *ns, int nrounds, bool tty, frame_state_t *st) {
+    bdocs_t shards = {0}, colls = {0};
+    bson_t sort, filter, cmd, reply;
+    ms_error_t err = {0};
+    int shown = 0;
+
+    memset(st, 0, sizeof *st);
+    st->every_shard_has_chunks = true;
+    bson_init(&cmd);
+    BSON_APPEND_INT32(&cmd, "balancerStatus", 1);
+    BSON_APPEND_UTF8(&cmd, "$db", "admin");
+    if (ctl_command(c, &cmd, &reply, &err) == 0) {
+        fprintf(out_fp, "balancer: %s, %s, rounds: %lld\n", sfield(&reply, "mode"),
+               bfield(&reply, "inBalancerRound") ? "in a round" : "between rounds",
+               (long long)ifield(&reply, "numBalancerRounds", 0));
+        bson_destroy(&reply);
+    } else {
+        fprintf(out_fp, "balancer: (balancerStatus: %s)\n", err.msg);
+    }
+    bson_destroy(&cmd);
+
+    bson_init(&sort);
+    BSON_APPEND_INT32(&sort, "_id", 1);
+    bson_init(&filter);
+    if (ns) BSON_APPEND_UTF8(&filter, "_id", ns);
+    if (config_find(c, "shards", NULL, &sort, 0, &shards, &err) ||
+        config_find(c, "collections", &filter, &sort, 0, &colls, &err)) {
+        fprintf(out_fp, "(could not read the catalog: %s)\n", err.msg);
+        st->every_shard_has_chunks = false;
+    } else {
+        for (int i = 0; i < colls.n; i++) {
+            if (bfield(colls.v[i], "dropped")) continue;
+            fprintf(out_fp, "\n");
+            frame_collection(c, colls.v[i], &shards, tty, st);
+            shown++;
+        }
+        if (shown == 0) fprintf(out_fp, "\n(no sharded collection%s%s)\n", ns ? " " : "", ns ? ns : "");
+    }
+    fprintf(out_fp, "\n");
+    frame_migrations(c, tty, st);
+    fprintf(out_fp, "\n");
+    frame_rounds(c, nrounds, st);
+    bson_destroy(&sort);
+    bson_destroy(&filter);
+    bdocs_free(&shards);
+    bdocs_free(&colls);
+}
+
+int ctl_watch_bars(ctl_t *c, int argc, char **argv) {
+    int interval_ms = 1000, count = 0, nrounds = CTL_BARS_ROUNDS_DEFAULT;
+    bool bars = false, until = false, verbose = false;
+    const char *ns = NULL;
+    const flag_spec_t specs[] = {
+        {"bars", FLAG_BOOL, &bars, "chunks per shard as bars, migrations, balancer rounds"},
+        {"ns", FLAG_STR, &ns, "only this collection (default: every sharded collection)"},
+        {"rounds", FLAG_INT, &nrounds, "balancer rounds shown (default 5)"},
+        {"until-balanced", FLAG_BOOL, &until,
+         "return once balanced: no migration in flight, the newest balancer round (after the start) "
+         "split and moved nothing, every shard owns a chunk (exit 1 when --count ends first)"},
+        {"interval-ms", FLAG_INT, &interval_ms, "redraw period (default 1000)"},
+        {"count", FLAG_INT, &count, "stop after this many frames (default: until Ctrl-C)"},
+        {"verbose", FLAG_BOOL, &verbose, "(ignored with --bars)"},
+        {NULL, FLAG_BOOL, NULL, NULL},
+    };
+    bool tty = isatty(STDOUT_FILENO);
+    int64_t start_ms = time_now_ms();
+    int prev_lines = 0;   /* height of the frame on screen (tty) */
+    flags_parse(argc, argv, specs,
+                "usage: shardctl [--host URL] watch --bars [--ns DB.COLL] [--rounds N] [--until-balanced]\n"
+                "                [--interval-ms N] [--count N]\n");
+    if (interval_ms < 50) interval_ms = 50;
+    if (nrounds < 0) nrounds = 0;
+    for (int i = 0; count <= 0 || i < count; i++) {
+        frame_state_t st;
+        time_t now = time(NULL);
+        char when[16], *buf = NULL;
+        size_t len = 0;
+        int lines = 0;
+        bool done;
+        strftime(when, sizeof when, "%H:%M:%S", localtime(&now));
+        /* The frame is built in memory first: on a terminal it then replaces the last
+         * one in place (cursor up over its lines, clear below), so what was printed
+         * before the watch stays on screen; a frame taller than the terminal is drawn
+         * from the top of a cleared screen instead. */
+        out_fp = open_memstream(&buf, &len);
+        if (!out_fp) abort();
+        fprintf(out_fp, "shardctl watch --bars — %s — every %d ms%s\n", when, interval_ms,
+                until ? ", until balanced" : " (Ctrl-C to stop)");
+        frame(c, ns, nrounds, tty, &st);
+        done = until && st.migrations == 0 && st.last_round_ms > start_ms && st.last_moved == 0 &&
+               st.every_shard_has_chunks;
+        if (done)
+            fprintf(out_fp, "\nbalanced: no migration in flight, the last round split and moved nothing, every "
+                            "shard has chunks\n");
+        fclose(out_fp);
+        out_fp = stdout;
+        if (tty) {
+            struct winsize ws;
+            bool sized = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0 && ws.ws_col > 0;
+            int rows = sized ? ws.ws_row : 24, cols = sized ? ws.ws_col : 80, width = 0;
+            /* screen rows, not text lines: a line wider than the terminal wraps (width in
+             * UTF-8 characters: continuation bytes do not count) */
+            for (size_t k = 0; k < len; k++) {
+                if (buf[k] == '\n') {
+                    lines += width > cols ? (width + cols - 1) / cols : 1;
+                    width = 0;
+                } else if (((unsigned char)buf[k] & 0xC0) != 0x80) {
+                    width++;
+                }
+            }
+            if (lines >= rows || prev_lines >= rows) fputs("\033[H\033[2J", stdout);
+            else if (prev_lines > 0) printf("\033[%dA\033[J", prev_lines);
+        } else if (i > 0) {
+            fputc('\n', stdout);
+        }
+        fwrite(buf, 1, len, stdout);
+        fflush(stdout);
+        free(buf);
+        prev_lines = lines;
+        if (done) return 0;
+        if (count <= 0 || i + 1 < count) usleep((useconds_t)interval_ms * 1000u);
+    }
+    return until ? 1 : 0;
+}
+
+/* ---- changelog ----------------------------------------------------------------------------- */
+
+static void changelog_summary(const bdocs_t *log) {
+    int64_t moves = 0, aborted = 0, docs = 0, bytes = 0, pause_sum = 0, pause_max = 0, steps[6] = {0};
+    for (int i = 0; i < log->n; i++) {
+        const bson_t *e = log->v[i];
+        if (strcmp(sfield(e, "what"), "moveChunk.from") != 0) continue;
+        bson_t d;
+        if (!doc_field(e, "details", &d) || strcmp(sfield(&d, "note"), "success") != 0) {
+            aborted++;
+            continue;
+        }
+        moves++;
+        docs += ifield(&d, "clonedDocs", 0);
+        bytes += ifield(&d, "clonedBytes", 0);
+        int64_t p = ifield(&d, "writePauseMS", 0);
+        pause_sum += p;
+        if (p > pause_max) pause_max = p;
+        for (int s = 0; s < 6; s++) {
+            char key[16];
+            snprintf(key, sizeof key, "step %d of 6", s + 1);
+            steps[s] += ifield(&d, key, 0);
+        }
+    }
+    printf("migrations (config.changelog moveChunk.from): %lld done, %lld not done\n", (long long)moves,
+           (long long)aborted);
+    if (moves == 0) return;
+    printf("  documents moved: %lld (%.1f MB), %.0f per move\n", (long long)docs, (double)bytes / 1e6,
+           (double)docs / (double)moves);
+    printf("  donor's mean ms per step (moveChunk.from step 1..6; 3 is the clone, 6 the commit):");
+    for (int s = 0; s < 6; s++) printf(" %.0f", (double)steps[s] / (double)moves);
+    printf("\n  write pause (critical section): mean %.1f ms, max %lld ms\n",
+           (double)pause_sum / (double)moves, (long long)pause_max);
+}
+
+int ctl_changelog(ctl_t *c, int argc, char **argv) {
+    const char *ns = NULL, *what = NULL;
+    bool summary = false;
+    int limit = 0;
+    const flag_spec_t specs[] = {
+        {"ns", FLAG_STR, &ns, "only entries of this namespace"},
+        {"what", FLAG_STR, &what, "only entries of this kind (moveChunk.from, split, ...)"},
+        {"summary", FLAG_BOOL, &summary, "what the migrations cost instead of the entries"},
+        {"limit", FLAG_INT, &limit, "the newest N entries only"},
+        {NULL, FLAG_BOOL, NULL, NULL},
+    };
+    bdocs_t log = {0};
+    bson_t filter, sort;
+    ms_error_t err = {0};
+    int rc = 0;
+    out_fp = stdout;
+    flags_parse(argc, argv, specs,
+                "usage: shardctl [--host URL] changelog [--ns DB.COLL] [--what KIND] [--limit N] [--summary]\n");
+    bson_init(&filter);
+    if (ns) BSON_APPEND_UTF8(&filter, "ns", ns);
+    if (what) BSON_APPEND_UTF8(&filter, "what", what);
+    else if (summary) BSON_APPEND_UTF8(&filter, "what", "moveChunk.from");
+    bson_init(&sort);
+    BSON_APPEND_INT32(&sort, "time", -1);
+    if (config_find(c, "changelog", &filter, &sort, limit, &log, &err)) {
+        fprintf(stderr, "shardctl changelog: %s\n", err.msg);
+        rc = 1;
+        goto out;
+    }
+    if (summary) {
+        changelog_summary(&log);
+        goto out;
+    }
+    for (int i = log.n - 1; i >= 0; i--) {   /* oldest first, as a log reads */
+        bson_t d;
+        int64_t ms = date_field(log.v[i], "time");
+        char *json = NULL;
+        print_clock(ms);
+        printf(".%03d  %-18s %s", (int)(ms % 1000), sfield(log.v[i], "what"), sfield(log.v[i], "ns"));
+        if (doc_field(log.v[i], "details", &d)) json = bsonx_to_json(&d);
+        printf("  %s\n", json ? json : "{}");
+        bson_free(json);
+    }
+out:
+    fflush(stdout);
+    bson_destroy(&filter);
+    bson_destroy(&sort);
+    bdocs_free(&log);
+    return rc;
+}
