@@ -10,8 +10,10 @@
  * ask bal_choose (bal_policy.c) for this round's moves, one per shard at most; run them
  * in parallel, one thread each, through cfg_move_range (the body of _configsvrMoveRange);
  * log the round as `balancer.round` in config.actionlog. Rounds come every
- * --balancer-idle-ms when nothing moved (or balancing is off) and --balancer-throttle-ms
- * after a round that moved chunks. balancerStart / balancerStop write config.settings
+ * --balancer-idle-ms when nothing moved (or balancing is off); after a round that moved
+ * chunks the next one starts at once and its batch waits until --balancer-throttle-ms
+ * has passed since the previous batch ended (MongoDB's balancerMigrationsThrottlingMs).
+ * balancerStart / balancerStop write config.settings
  * and wake the thread; balancerStop waits for the current round to end.
  *
  * No lock is held across a network call: a split's commit takes the collection's DDL
@@ -44,6 +46,7 @@ struct cfg_balancer {
     bool stop, wake, in_round;
     int64_t rounds;
     int idle_ms, throttle_ms;
+    long long last_batch_end; /* time_mono_ms() when the last batch of migrations ended */
     char last_off[64];       /* why balancing was off last round ("" = it was on) */
     bal_moved_t *moved;      /* collections whose last round moved chunks (thread only) */
 };
@@ -218,6 +221,25 @@ static void set_moved(cfg_balancer_t *b, const char *ns, bool moved) {
 
 /* ---- one round ----------------------------------------------------------------------------- */
 
+/* Waits until --balancer-throttle-ms after the previous batch ended; true when the
+ * balancer was shut down or turned off meanwhile (the batch is then dropped). */
+static bool throttle_wait(cfg_balancer_t *b) {
+    bool stopped;
+    pthread_mutex_lock(&b->mu);
+    long long until = b->last_batch_end + b->throttle_ms;
+    bool waited = b->last_batch_end > 0 && time_mono_ms() < until;
+    while (!b->stop && b->last_batch_end > 0 && time_mono_ms() < until)
+        if (time_cond_wait_ms(&b->cv, &b->mu, until - time_mono_ms()) != 0) break;
+    stopped = b->stop;
+    pthread_mutex_unlock(&b->mu);
+    if (!stopped && waited) {
+        bal_settings_t st;
+        bal_settings_read(b->cfg, &st);  /* a balancerStop during the wait wins */
+        stopped = !st.enabled;
+    }
+    return stopped;
+}
+
 /* Runs one round; returns how many chunks moved. */
 static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
     cfg_t *cfg = b->cfg;
@@ -298,6 +320,17 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
     }
     bson_append_array_end(&details, &splits);
 
+    /* MongoDB's throttle (balancerMigrationsThrottlingMs): a batch starts no sooner than
+     * --balancer-throttle-ms after the previous one ended; the choosing above already
+     * counts toward it, so a round whose choosing took longer waits for nothing. */
+    if (njobs > 0 && throttle_wait(b)) {
+        for (int i = 0; i < njobs; i++) {
+            bson_destroy(jobs[i].min);
+            if (jobs[i].max) bson_destroy(jobs[i].max);
+        }
+        njobs = 0;
+        snprintf(why, sizeof why, "balancing turned off before the migrations started");
+    }
     /* The migrations of the round, all at once: each shard is in one at most. */
     for (int i = 0; i < njobs; i++)
         jobs[i].started = pthread_create(&jobs[i].th, NULL, mig_main, &jobs[i]) == 0;
@@ -339,6 +372,11 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
         if (j->max) bson_destroy(j->max);
     }
     bson_append_array_end(&details, &moves);
+    if (njobs > 0) {
+        pthread_mutex_lock(&b->mu);
+        b->last_batch_end = time_mono_ms();
+        pthread_mutex_unlock(&b->mu);
+    }
     if (!why[0] && njobs == 0)
         snprintf(why, sizeof why, sn.nshards < 2 ? "fewer than two shards"
                                             : "nothing to move: every collection within the rule");
@@ -404,7 +442,9 @@ static void *bal_main(void *arg) {
         b->in_round = false;
         if (st.enabled) b->rounds++;
         pthread_cond_broadcast(&b->cv);
-        nap(b, moved > 0 ? b->throttle_ms : b->idle_ms);
+        /* After a round that moved: the next one at once (its batch waits for the
+         * throttle in round_run); otherwise the idle interval. */
+        nap(b, moved > 0 ? 0 : b->idle_ms);
     }
     pthread_mutex_unlock(&b->mu);
     return NULL;
