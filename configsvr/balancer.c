@@ -221,10 +221,12 @@ static void set_moved(cfg_balancer_t *b, const char *ns, bool moved) {
 
 /* ---- one round ----------------------------------------------------------------------------- */
 
-/* Waits until --balancer-throttle-ms after the previous batch ended; true when the
- * balancer was shut down or turned off meanwhile (the batch is then dropped). */
-static bool throttle_wait(cfg_balancer_t *b) {
+/* Waits until --balancer-throttle-ms after the previous batch ended (*waited_ms: how
+ * long); true when the balancer was shut down or turned off meanwhile (the batch is then
+ * dropped). */
+static bool throttle_wait(cfg_balancer_t *b, long long *waited_ms) {
     bool stopped;
+    long long t0 = time_mono_ms();
     pthread_mutex_lock(&b->mu);
     long long until = b->last_batch_end + b->throttle_ms;
     bool waited = b->last_batch_end > 0 && time_mono_ms() < until;
@@ -232,6 +234,7 @@ static bool throttle_wait(cfg_balancer_t *b) {
         if (time_cond_wait_ms(&b->cv, &b->mu, until - time_mono_ms()) != 0) break;
     stopped = b->stop;
     pthread_mutex_unlock(&b->mu);
+    *waited_ms = time_mono_ms() - t0;
     if (!stopped && waited) {
         bal_settings_t st;
         bal_settings_read(b->cfg, &st);  /* a balancerStop during the wait wins */
@@ -323,7 +326,8 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
     /* MongoDB's throttle (balancerMigrationsThrottlingMs): a batch starts no sooner than
      * --balancer-throttle-ms after the previous one ended; the choosing above already
      * counts toward it, so a round whose choosing took longer waits for nothing. */
-    if (njobs > 0 && throttle_wait(b)) {
+    long long throttle_ms = 0;
+    if (njobs > 0 && throttle_wait(b, &throttle_ms)) {
         for (int i = 0; i < njobs; i++) {
             bson_destroy(jobs[i].min);
             if (jobs[i].max) bson_destroy(jobs[i].max);
@@ -381,6 +385,7 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
         snprintf(why, sizeof why, sn.nshards < 2 ? "fewer than two shards"
                                             : "nothing to move: every collection within the rule");
     BSON_APPEND_INT64(&details, "executionTimeMillis", time_mono_ms() - t0);
+    BSON_APPEND_INT64(&details, "throttleWaitMillis", throttle_ms);
     BSON_APPEND_BOOL(&details, "errorOccurred", error || failed > 0);
     BSON_APPEND_INT32(&details, "candidateChunks", njobs);
     BSON_APPEND_INT32(&details, "chunksMoved", moved);

@@ -103,6 +103,15 @@ typedef struct store_coll {
     int nbuilding;
     store_index_t *bix[MS_INDEXES_MAX];
     uint64_t gen;            /* bumped by every DDL on it: cursors notice */
+    /* Fast counts (MongoDB's numRecords / dataSize kept by the storage engine): documents
+     * and their bytes as of the last commit, kept in table coll_counts in the same
+     * transaction as the writes, so collStats, dataSize and autoSplitVector read them
+     * instead of scanning. Read with __atomic loads: a reader gets the latest commit, not
+     * its own snapshot's figure (as MongoDB's fast counts). delta_*: the open write
+     * transaction's changes (writer only), folded in when it commits. */
+    int64_t fast_n, fast_bytes;
+    int64_t delta_n, delta_bytes;
+    bool dirty;
 } store_coll_t;
 
 /* Called by store_write_doc for every document change, inside the writing transaction

@@ -280,6 +280,40 @@ int store_bind_blob(sqlite3_stmt *s, int i, const void *p, size_t n) {
     return sqlite3_bind_blob(s, i, n ? p : "", (int)n, SQLITE_STATIC);
 }
 
+/* The fast counts of every collection: from coll_counts, or counted once (a file made
+ * before fast counts existed; the next write of the collection stores them). */
+static int counts_load(store_t *st, conn_t *cn, ms_error_t *err) {
+    for (int i = 0; i < st->ncolls; i++) {
+        store_coll_t *c = st->colls[i];
+        char sql[128];
+        sqlite3_stmt *s = NULL;
+        int src = sqlite3_prepare_v2(cn->db, "SELECT n, bytes FROM coll_counts WHERE id = ?", -1,
+                                     &s, NULL);
+        if (src != SQLITE_OK) return err_from_sqlite(err, src, "load counts", cn->db);
+        sqlite3_bind_int64(s, 1, c->id);
+        src = sqlite3_step(s);
+        if (src != SQLITE_ROW) {
+            sqlite3_finalize(s);
+            if (src != SQLITE_DONE) return err_from_sqlite(err, src, "load counts", cn->db);
+            snprintf(sql, sizeof sql, "SELECT count(*), total(length(doc)) FROM c%lld",
+                     (long long)c->id);
+            if ((src = sqlite3_prepare_v2(cn->db, sql, -1, &s, NULL)) != SQLITE_OK)
+                return err_from_sqlite(err, src, "count collection", cn->db);
+            if ((src = sqlite3_step(s)) != SQLITE_ROW) {
+                sqlite3_finalize(s);
+                return err_from_sqlite(err, src, "count collection", cn->db);
+            }
+            c->fast_n = sqlite3_column_int64(s, 0);
+            c->fast_bytes = (int64_t)sqlite3_column_double(s, 1);
+        } else {
+            c->fast_n = sqlite3_column_int64(s, 0);
+            c->fast_bytes = sqlite3_column_int64(s, 1);
+        }
+        sqlite3_finalize(s);
+    }
+    return 0;
+}
+
 static int catalog_load(store_t *st, conn_t *cn, ms_error_t *err) {
     sqlite3_stmt *s = NULL;
     int rc = 0, src;
@@ -356,6 +390,7 @@ static int catalog_load(store_t *st, conn_t *cn, ms_error_t *err) {
     if (src != SQLITE_DONE) rc = err_from_sqlite(err, src, "load indexes", cn->db);
 out:
     sqlite3_finalize(s);
+    if (rc == 0) rc = counts_load(st, cn, err);
     return rc;
 }
 
@@ -370,7 +405,10 @@ static const char *SCHEMA =
     " ready INTEGER NOT NULL DEFAULT 1, PRIMARY KEY(ns, name));"
     /* the shard's own persisted documents (store_docs.c) */
     "CREATE TABLE IF NOT EXISTS shard_docs(coll TEXT NOT NULL, id TEXT NOT NULL,"
-    " doc BLOB NOT NULL, PRIMARY KEY(coll, id));";
+    " doc BLOB NOT NULL, PRIMARY KEY(coll, id));"
+    /* fast counts of collection c<id> (store_coll_t.fast_n / fast_bytes) */
+    "CREATE TABLE IF NOT EXISTS coll_counts(id INTEGER PRIMARY KEY, n INTEGER NOT NULL,"
+    " bytes INTEGER NOT NULL);";
 
 /* A file made before index builds had a `ready` column gets it (every index there is
  * ready). Then every build a crash interrupted is removed: its side table holds an
@@ -474,6 +512,7 @@ void store_close(store_t *st) {
     if (!st) return;
     catalog_clear(st);
     free(st->colls);
+    free(st->dirty);
     for (c = st->readers; c; c = n) {
         n = c->next;
         conn_close(c);
@@ -547,6 +586,57 @@ int store_read_fenced(store_t *st, void (*fence)(void *farg), void *farg, store_
     return rc;
 }
 
+/* ---- fast counts ---------------------------------------------------------------------- */
+
+void store_counts_delta(store_txn_t *t, store_coll_t *c, int64_t dn, int64_t dbytes) {
+    store_t *st = t->st;
+    if (!c->dirty) {
+        if (st->ndirty == st->capdirty) {
+            int cap = st->capdirty ? st->capdirty * 2 : 8;
+            store_coll_t **n = realloc(st->dirty, (size_t)cap * sizeof *n);
+            ASSERT(n != NULL);
+            st->dirty = n;
+            st->capdirty = cap;
+        }
+        st->dirty[st->ndirty++] = c;
+        c->dirty = true;
+    }
+    c->delta_n += dn;
+    c->delta_bytes += dbytes;
+}
+
+/* Stores the new counts of every collection the transaction wrote (one row each). */
+static int counts_flush(store_txn_t *t, ms_error_t *err) {
+    store_t *st = t->st;
+    for (int i = 0; i < st->ndirty; i++) {
+        store_coll_t *c = st->dirty[i];
+        if (c->delta_n == 0 && c->delta_bytes == 0) continue;
+        sqlite3_stmt *s = store_stmt(t, "INSERT OR REPLACE INTO coll_counts(id, n, bytes)"
+                                        " VALUES(?,?,?)", err);
+        if (!s) return err->code;
+        sqlite3_bind_int64(s, 1, c->id);
+        sqlite3_bind_int64(s, 2, __atomic_load_n(&c->fast_n, __ATOMIC_RELAXED) + c->delta_n);
+        sqlite3_bind_int64(s, 3, __atomic_load_n(&c->fast_bytes, __ATOMIC_RELAXED) + c->delta_bytes);
+        int rc = store_step_done(t, s, "save counts", err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* The transaction ended: its deltas become the counts (committed) or are dropped. */
+static void counts_end(store_t *st, bool committed) {
+    for (int i = 0; i < st->ndirty; i++) {
+        store_coll_t *c = st->dirty[i];
+        if (committed) {
+            __atomic_add_fetch(&c->fast_n, c->delta_n, __ATOMIC_RELEASE);
+            __atomic_add_fetch(&c->fast_bytes, c->delta_bytes, __ATOMIC_RELEASE);
+        }
+        c->delta_n = c->delta_bytes = 0;
+        c->dirty = false;
+    }
+    st->ndirty = 0;
+}
+
 static int write_txn(store_t *st, bool ddl, store_txn_fn fn, void *arg, ms_error_t *err) {
     store_txn_t t = {st, st->writer, true};
     int rc;
@@ -559,11 +649,13 @@ static int write_txn(store_t *st, bool ddl, store_txn_fn fn, void *arg, ms_error
         pthread_rwlock_rdlock(&st->cat_lock);
     if ((rc = conn_exec(t.c, "BEGIN IMMEDIATE", err)) == 0) {
         rc = fn(&t, arg, err);
+        if (rc == 0) rc = counts_flush(&t, err);  /* in the transaction it counts */
         if (rc == 0) {
             if ((rc = conn_exec(t.c, "COMMIT", err)) != 0) conn_exec(t.c, "ROLLBACK", NULL);
         } else {
             conn_exec(t.c, "ROLLBACK", NULL);
         }
+        counts_end(st, rc == 0);  /* before a catalog reload frees the collections */
         /* Still under the writer lock: the observer publishes what this transaction
          * wrote exactly when it became visible, or drops it (migration's write capture
          * must never hand out an _id whose write is not committed). */
@@ -692,6 +784,11 @@ int store_coll_drop(store_txn_t *t, const char *ns_in, ms_error_t *err) {
         if ((rc = store_sql_fmt_exec(t, err, "DROP TABLE i%lld", (long long)c->bix[i]->id)) != 0)
             return rc;
     if ((rc = store_sql_fmt_exec(t, err, "DROP TABLE c%lld", (long long)c->id)) != 0) return rc;
+    if ((rc = store_sql_fmt_exec(t, err, "DELETE FROM coll_counts WHERE id = %lld",
+                                 (long long)c->id)) != 0)
+        return rc;
+    for (int i = 0; i < t->st->ndirty; i++)  /* c is freed below: out of the dirty list */
+        if (t->st->dirty[i] == c) t->st->dirty[i--] = t->st->dirty[--t->st->ndirty];
     if (!(s = store_stmt(t, "DELETE FROM indexes WHERE ns = ?", err))) return err->code;
     sqlite3_bind_text(s, 1, ns, -1, SQLITE_STATIC);
     if ((rc = store_step_done(t, s, "drop indexes", err)) != 0) return rc;
@@ -1130,18 +1227,10 @@ static int64_t dbstat_bytes(store_txn_t *t, const char *name) {
 int store_coll_stats(store_txn_t *t, store_coll_t *c, int64_t *count, int64_t *bytes,
                      int64_t *storage_bytes, int64_t *index_bytes, ms_error_t *err) {
     char sql[128];
-    sqlite3_stmt *s;
-    int rc;
-    snprintf(sql, sizeof sql, "SELECT count(*), total(length(doc)) FROM c%lld", (long long)c->id);
-    if (!(s = store_stmt(t, sql, err))) return err->code;
-    rc = sqlite3_step(s);
-    if (rc != SQLITE_ROW) {
-        sqlite3_reset(s);
-        return err_from_sqlite(err, rc, "stats", t->c->db);
-    }
-    *count = sqlite3_column_int64(s, 0);
-    *bytes = (int64_t)sqlite3_column_double(s, 1);
-    sqlite3_reset(s);
+    (void)err;
+    /* The fast counts (no scan); a write transaction sees its own changes too. */
+    *count = __atomic_load_n(&c->fast_n, __ATOMIC_ACQUIRE) + (t->write ? c->delta_n : 0);
+    *bytes = __atomic_load_n(&c->fast_bytes, __ATOMIC_ACQUIRE) + (t->write ? c->delta_bytes : 0);
     if (storage_bytes) {
         snprintf(sql, sizeof sql, "c%lld", (long long)c->id);
         *storage_bytes = dbstat_bytes(t, sql);

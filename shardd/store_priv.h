@@ -50,7 +50,12 @@ struct store {
     store_write_end_fn obs_end;
     void *obs_arg;
     struct ibuild *builds;      /* unique conflicts of builds in progress (under wmu) */
+    store_coll_t **dirty;       /* collections whose fast counts the open write changed */
+    int ndirty, capdirty;
 };
+
+/* Adds one document change to c's fast counts of the open write transaction. */
+void store_counts_delta(store_txn_t *t, store_coll_t *c, int64_t dn, int64_t dbytes);
 
 struct store_txn {
     store_t *st;

@@ -320,6 +320,9 @@ int store_write_doc(store_txn_t *t, store_coll_t *c, int64_t rowid, const bson_t
         if ((rc = savepoint_step(t, TS_RELEASE, err)) != 0) goto out;
     }
 out:
+    if (rc == 0)
+        store_counts_delta(t, c, (new_doc ? 1 : 0) - (old_doc ? 1 : 0),
+                           (int64_t)(new_doc ? new_doc->len : 0) - (int64_t)(old_doc ? old_doc->len : 0));
     if (in_sp) {
         savepoint_step(t, TS_ROLLBACK_TO, NULL);
         savepoint_step(t, TS_RELEASE, NULL);

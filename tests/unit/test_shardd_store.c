@@ -5,7 +5,7 @@
  * planner's choices, shard-key filling, persistence across reopen, and crash atomicity of
  * a write transaction (a forked child dies mid-batch), the 16 MB batch rule, pinned
  * cursors (CursorInUse), and a document failed by the hangBeforeWriteObserver failpoint
- * rolled back alone.
+ * rolled back alone, and the fast counts against a scan.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -469,6 +469,130 @@ static int batch_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     return 0;
 }
 
+/* Fast counts (store_coll_t.fast_n / fast_bytes, table coll_counts) against a scan of
+ * the collection after inserts, updates that change sizes, deletes, a failed document
+ * (duplicate _id), a transaction rolled back whole, a drop in the transaction that wrote,
+ * a reopen, and a file whose counts are missing (counted once at open). */
+typedef struct fc {
+    const char *ns;
+    int64_t fast_n, fast_bytes, scan_n, scan_bytes;
+    bool fail;  /* mutate_fn: return an error at the end (the transaction rolls back) */
+} fc_t;
+
+static int fc_stats_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    fc_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    char sql[96];
+    sqlite3_stmt *s;
+    if (!c) return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "no coll");
+    int rc = store_coll_stats(t, c, &a->fast_n, &a->fast_bytes, NULL, NULL, err);
+    if (rc) return rc;
+    snprintf(sql, sizeof sql, "SELECT count(*), total(length(doc)) FROM c%lld", (long long)c->id);
+    if (!(s = store_stmt(t, sql, err))) return err->code;
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        a->scan_n = sqlite3_column_int64(s, 0);
+        a->scan_bytes = (int64_t)sqlite3_column_double(s, 1);
+    }
+    sqlite3_reset(s);
+    return 0;
+}
+
+/* Every third document grows, every fifth goes; then one duplicate _id fails alone. */
+static int fc_mutate_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    fc_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    char sql[96];
+    sqlite3_stmt *s;
+    int64_t rids[4096];
+    int n = 0, rc = 0;
+    snprintf(sql, sizeof sql, "SELECT rid FROM c%lld ORDER BY rid", (long long)c->id);
+    if (!(s = store_stmt(t, sql, err))) return err->code;
+    while (n < 4096 && sqlite3_step(s) == SQLITE_ROW) rids[n++] = sqlite3_column_int64(s, 0);
+    sqlite3_reset(s);
+    for (int i = 0; i < n && rc == 0; i++) {
+        bson_t old, nd;
+        bson_iter_t it;
+        if (i % 3 && i % 5) continue;
+        if ((rc = store_get_by_rowid(t, c, rids[i], &old, err)) != 0) break;
+        if (i % 5 == 0) {
+            rc = store_write_doc(t, c, rids[i], &old, NULL, NULL, NULL, err);
+        } else {
+            bson_init(&nd);
+            if (bson_iter_init_find(&it, &old, "_id")) bsonx_append_iter(&nd, "_id", &it);
+            BSON_APPEND_UTF8(&nd, "pad", "a longer document than it was before the update");
+            rc = store_write_doc(t, c, rids[i], &old, &nd, NULL, NULL, err);
+            bson_destroy(&nd);
+        }
+        bson_destroy(&old);
+    }
+    if (rc == 0) {
+        bson_t dup;
+        ms_error_t e;
+        bson_init(&dup);
+        BSON_APPEND_INT32(&dup, "_id", 1);
+        CHECK_INT(store_write_doc(t, c, 0, NULL, &dup, NULL, NULL, &e), MS_ERR_DUPLICATE_KEY);
+        bson_destroy(&dup);
+    }
+    if (rc == 0 && a->fail) rc = err_set(err, MS_ERR_BAD_VALUE, "rolled back on purpose");
+    return rc;
+}
+
+static int fc_drop_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    batch_arg_t b = {5000, 10};
+    (void)arg;
+    int rc = batch_fn(t, &b, err);  /* writes db.crash, then drops it in the same txn */
+    return rc ? rc : store_coll_drop(t, "db.crash", err);
+}
+
+static void fc_check(store_t *st, const char *ns, int64_t want_n) {
+    fc_t a = {.ns = ns};
+    ms_error_t e;
+    CHECK_INT(store_read(st, fc_stats_fn, &a, &e), 0);
+    CHECK_INT(a.fast_n, a.scan_n);
+    CHECK_INT(a.fast_bytes, a.scan_bytes);
+    CHECK_INT(a.fast_n, want_n);
+}
+
+static int fc_forget_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    sqlite3_stmt *s = store_stmt(t, "DELETE FROM coll_counts", err);
+    int rc;
+    (void)arg;
+    if (!s) return err->code;
+    rc = sqlite3_step(s);
+    sqlite3_reset(s);
+    return rc == SQLITE_DONE ? 0 : err_set(err, MS_ERR_INTERNAL, "delete counts: %d", rc);
+}
+
+static void test_fast_counts(void) {
+    store_t *st = open_store("fastcounts");
+    batch_arg_t b = {0, 300};
+    fc_t m = {.ns = "db.crash"};
+    ms_error_t e;
+    create_coll(st, "db.crash");
+    fc_check(st, "db.crash", 0);
+    CHECK_INT(store_write(st, batch_fn, &b, &e), 0);
+    fc_check(st, "db.crash", 300);
+    m.fail = true;                                   /* all of it rolled back */
+    CHECK_INT(store_write(st, fc_mutate_fn, &m, &e), MS_ERR_BAD_VALUE);
+    fc_check(st, "db.crash", 300);
+    m.fail = false;
+    CHECK_INT(store_write(st, fc_mutate_fn, &m, &e), 0);
+    fc_check(st, "db.crash", 240);                   /* 60 of 300 deleted (i % 5 == 0) */
+    store_close(st);
+    CHECK_INT(store_open(fresh_dir("fastcounts"), &(store_opts_t){0}, &st, &e), 0);
+    if (!st) return;
+    fc_check(st, "db.crash", 240);                   /* persisted */
+    CHECK_INT(store_write(st, fc_forget_fn, NULL, &e), 0);
+    store_close(st);
+    CHECK_INT(store_open(fresh_dir("fastcounts"), &(store_opts_t){0}, &st, &e), 0);
+    if (!st) return;
+    fc_check(st, "db.crash", 240);                   /* no stored counts: counted at open */
+    CHECK_INT(store_ddl(st, fc_drop_fn, NULL, &e), 0);
+    create_coll(st, "db.crash");                     /* a new table: counts from zero */
+    fc_check(st, "db.crash", 0);
+    store_close(st);
+}
+
 static void test_crash_mid_batch(void) {
     pid_t pid = fork();
     int status = 0;
@@ -511,6 +635,7 @@ static void test_crash_mid_batch(void) {
         CHECK_INT(o.n, 1000);
         do_find(st, "db.crash", "{\"_id\": 1000}", NULL, &o);
         CHECK_INT(o.n, 0);
+        fc_check(st, "db.crash", 1000);  /* the fast counts died with the batch too */
         store_close(st);
     }
 }
@@ -751,4 +876,5 @@ T_MAIN(T_CASE(test_crud_and_dup_id), T_CASE(test_index_maintenance_multikey),
        T_CASE(test_unique_and_parallel_arrays), T_CASE(test_planner_and_sort),
        T_CASE(test_index_names), T_CASE(test_shard_key_fill_and_reopen),
        T_CASE(test_crash_mid_batch), T_CASE(test_index_keys), T_CASE(test_batch_bytes),
-       T_CASE(test_cursor_in_use), T_CASE(test_observer_failpoint_rolls_back_one_doc))
+       T_CASE(test_cursor_in_use), T_CASE(test_observer_failpoint_rolls_back_one_doc),
+       T_CASE(test_fast_counts))
