@@ -18,8 +18,9 @@ PORT=${DEMO_PORT:-27017}
 CHUNK_BYTES=${DEMO_CHUNK_BYTES:-2097152}
 NS=demo.users
 ROUTER="tcp://127.0.0.1:$PORT"
-# Rounds every 500 ms when idle, 100 ms after one that moved chunks (defaults: 10 s, 1 s).
-CONFIG_FLAGS="--balancer-idle-ms 500 --balancer-throttle-ms 100"
+# A round every second when idle (default 10 s); between two batches of migrations
+# MongoDB's own default pause of 1 s, slow enough to watch each move happen.
+CONFIG_FLAGS="--balancer-idle-ms 1000 --balancer-throttle-ms 1000"
 ctl() { "$ROOT/bin/shardctl" --host "$ROUTER" "$@"; }
 if [ -t 1 ]; then
     say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
@@ -42,7 +43,7 @@ fi
 rm -rf "$DIR"
 t0=$SECONDS
 
-say "starting a cluster: 1 config server (balancer rounds every 500 ms), 3 shards, 1 router (logs in $DIR)"
+say "starting a cluster: 1 config server (a balancer round every second), 3 shards, 1 router (logs in $DIR)"
 "$ROOT/scripts/cluster.sh" start --dir "$DIR" --shards 3 --routers 1 --base-port "$PORT" --test \
     --config-flags "$CONFIG_FLAGS"
 
