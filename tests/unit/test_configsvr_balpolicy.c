@@ -3,7 +3,8 @@
  * (configsvr/bal_policy.c) on plain snapshots: the classic thresholds at 19/20/79/80
  * chunks, going on while the difference is >= 2, draining first, zone violations and
  * per-zone balancing, at most one migration per shard per round (across collections),
- * jumbo chunks skipped, maxSize respected, the data-size rule, noBalance, and explain.
+ * jumbo chunks skipped, maxSize respected, the data-size rule, noBalance, and explain;
+ * and balancerCollectionStatus's compliance (bal_compliance, bal_chunk_straddles_zone).
  */
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +21,7 @@ typedef struct snap {
     bal_chunk_t ch[NCH_MAX];
     bal_zone_range_t zr[8];
     uint8_t zkeys[16];
+    uint8_t mkeys[8][2][2];  /* two-byte zone bounds (zone_mid) */
     bal_shard_t sh[NSH_MAX];
     bal_coll_t coll;
     int nsh;
@@ -307,6 +309,94 @@ static void test_no_balance_and_explain(void) {
     bson_destroy(&ex);
 }
 
+/* balancerCollectionStatus's pure part (bal_compliance, bal_chunk_straddles_zone): a zone
+ * range [lo, hi) whose bound with mid set is the two-byte key {b, 5}, strictly between the
+ * one-byte keys b and b+1, i.e. inside chunk b. */
+static void zone_mid(snap_t *t, int lo, bool lo_mid, int hi, bool hi_mid, const char *name) {
+    int z = t->coll.nzones++;
+    t->mkeys[z][0][0] = (uint8_t)lo;
+    t->mkeys[z][0][1] = 5;
+    t->mkeys[z][1][0] = (uint8_t)hi;
+    t->mkeys[z][1][1] = 5;
+    t->zr[z].min_enc = t->mkeys[z][0];
+    t->zr[z].min_len = lo_mid ? 2 : 1;
+    t->zr[z].max_enc = t->mkeys[z][1];
+    t->zr[z].max_len = hi_mid ? 2 : 1;
+    t->zr[z].zone = name;
+}
+
+static const char *viol(const snap_t *t, bal_policy_t p) {
+    const char *v = bal_compliance(&t->coll, t->sh, t->nsh, p);
+    return v ? v : "compliant";
+}
+
+static void test_compliance_balanced_and_imbalanced(void) {
+    snap_t t;
+    mk(&t, 3, (int[]){3, 3, 2});
+    CHECK_STR(viol(&t, BAL_POLICY_CHUNK_COUNT), "compliant");
+    mk(&t, 3, (int[]){9, 0, 0});
+    CHECK_STR(viol(&t, BAL_POLICY_CHUNK_COUNT), "chunksImbalance");
+    /* The distribution alone: noBalance, busy shards, the round's state play no part. */
+    t.coll.no_balance = true;
+    t.coll.moved_last_round = true;
+    t.sh[0].busy = t.sh[1].busy = t.sh[2].busy = true;
+    CHECK_STR(viol(&t, BAL_POLICY_CHUNK_COUNT), "chunksImbalance");
+    CHECK(t.sh[0].busy && t.coll.no_balance);  /* the caller's snapshot is left as it was */
+    /* moved_last_round would lower the threshold to 2; compliance uses the start one */
+    mk(&t, 2, (int[]){12, 10});
+    t.coll.moved_last_round = true;
+    CHECK_STR(viol(&t, BAL_POLICY_CHUNK_COUNT), "compliant");
+}
+
+static void test_compliance_data_size(void) {
+    snap_t t;
+    mk(&t, 2, (int[]){4, 4});
+    t.sh[0].coll_bytes = 10 << 20;
+    t.sh[1].coll_bytes = 1 << 20;
+    CHECK_STR(viol(&t, BAL_POLICY_DATA_SIZE), "chunksImbalance");
+    t.sh[0].coll_bytes = 3 << 20;
+    CHECK_STR(viol(&t, BAL_POLICY_DATA_SIZE), "compliant");
+}
+
+static void test_compliance_draining_first(void) {
+    snap_t t;
+    mk(&t, 3, (int[]){9, 0, 1});
+    t.sh[2].draining = true;
+    CHECK_STR(viol(&t, BAL_POLICY_CHUNK_COUNT), "draining");
+    mk(&t, 3, (int[]){1, 1, 0});
+    t.sh[2].draining = true;  /* draining but empty: nothing to do for it */
+    CHECK_STR(viol(&t, BAL_POLICY_CHUNK_COUNT), "compliant");
+}
+
+static void test_compliance_zones(void) {
+    snap_t t;
+    const char *z1[] = {"Z"};
+    mk(&t, 2, (int[]){2, 2});
+    zone_mid(&t, 0, false, 1, false, "Z");   /* chunk 0 (on s0) is in Z, which only s1 carries */
+    t.sh[1].zones = z1;
+    t.sh[1].nzones = 1;
+    CHECK(!bal_chunk_straddles_zone(&t.coll));
+    CHECK_STR(viol(&t, BAL_POLICY_CHUNK_COUNT), "zoneViolation");
+    /* the zone on one of s1's own chunks: compliant (zoneless chunks 2 vs 1) */
+    mk(&t, 2, (int[]){2, 2});
+    zone_mid(&t, 3, false, 4, false, "Z");
+    t.sh[1].zones = z1;
+    t.sh[1].nzones = 1;
+    CHECK_STR(viol(&t, BAL_POLICY_CHUNK_COUNT), "compliant");
+    /* a bound inside chunk 2 (min) or inside chunk 3 (max): a split is due */
+    mk(&t, 2, (int[]){2, 2});
+    zone_mid(&t, 2, true, 4, false, "Z");
+    t.sh[1].zones = z1;
+    t.sh[1].nzones = 1;
+    CHECK(bal_chunk_straddles_zone(&t.coll));
+    CHECK_STR(viol(&t, BAL_POLICY_CHUNK_COUNT), "zoneViolation");
+    mk(&t, 2, (int[]){2, 2});
+    zone_mid(&t, 2, false, 3, true, "Z");
+    CHECK(bal_chunk_straddles_zone(&t.coll));
+}
+
 T_MAIN(T_CASE(test_thresholds), T_CASE(test_go_on_until_below_two), T_CASE(test_draining_first),
        T_CASE(test_zones), T_CASE(test_one_per_shard), T_CASE(test_jumbo_skipped),
-       T_CASE(test_max_size), T_CASE(test_data_size_rule), T_CASE(test_no_balance_and_explain))
+       T_CASE(test_max_size), T_CASE(test_data_size_rule), T_CASE(test_no_balance_and_explain),
+       T_CASE(test_compliance_balanced_and_imbalanced), T_CASE(test_compliance_data_size),
+       T_CASE(test_compliance_draining_first), T_CASE(test_compliance_zones))
