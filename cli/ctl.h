@@ -8,6 +8,7 @@
 
 #include <bson/bson.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "common/errors.h"
 #include "common/rpc.h"
@@ -43,5 +44,41 @@ void ctl_print_compliance(ctl_t *c, const char *ns);
  * --until-balanced) and `changelog` (entries, or --summary of the migrations). */
 int ctl_watch_bars(ctl_t *c, int argc, char **argv);
 int ctl_changelog(ctl_t *c, int argc, char **argv);
+
+/* ctl_util.c: field readers shared by the views. A missing or mistyped field reads as
+ * the default (a view prints what it can of a reply); d is borrowed throughout. */
+/* d.name as a string borrowed from d; "" when absent or not a string. */
+const char *ctl_str(const bson_t *d, const char *name);
+/* d.name read as MongoDB reads a flag (bsonx_truthy); false when absent. */
+bool ctl_bool(const bson_t *d, const char *name);
+/* The integer at a dotted path ("details.chunksMoved"), doubles truncated; dflt when absent. */
+int64_t ctl_int(const bson_t *d, const char *path, int64_t dflt);
+/* d.name as a double when it is a number; 0 otherwise. */
+double ctl_num(const bson_t *d, const char *name);
+/* The BSON date d.name as ms since the epoch; 0 when absent. */
+int64_t ctl_date(const bson_t *d, const char *name);
+/* *out = a read-only view of the sub-document or array d.name, borrowing d's bytes (no
+ * destroy needed); false when absent or neither. */
+bool ctl_sub(const bson_t *d, const char *name, bson_t *out);
+/* Prints the sub-document or array d.name to fp as relaxed JSON, or `missing`. */
+void ctl_print_json(FILE *fp, const bson_t *d, const char *name, const char *missing);
+/* reply.cursor.id of a find / getMore reply; 0 (exhausted) when absent. */
+int64_t ctl_cursor_id(const bson_t *reply);
+
+/* A growable list of documents; each v[i] is owned by the list. Start from {0}. */
+typedef struct ctl_docs {
+    bson_t **v;
+    int n, cap;
+} ctl_docs_t;
+/* Destroys every document and empties d (usable again). */
+void ctl_docs_free(ctl_docs_t *d);
+/* Appends copies of the documents of the array reply.<outer>.<name> (a cursor batch), or
+ * reply.<name> when outer is NULL (currentOp's inprog), until d holds max; reply borrowed. */
+void ctl_docs_add_array(ctl_docs_t *d, const bson_t *reply, const char *outer, const char *name, int max);
+/* find on db.coll with filter and sort (each may be NULL; borrowed) and limit (0 = none),
+ * draining the cursor with getMore into out (caller frees, also on error) until it holds
+ * max documents (or limit, when smaller). Errors: those of ctl_command. */
+int ctl_find_all(ctl_t *c, const char *db, const char *coll, const bson_t *filter, const bson_t *sort, int limit,
+                 int max, ctl_docs_t *out, ms_error_t *err);
 
 #endif

@@ -18,7 +18,6 @@
 
 #include "cli/ctl.h"
 #include "common/bsonx.h"
-#include "common/buf.h"
 #include "common/flags.h"
 #include "common/limits.h"
 #include "common/log.h"
@@ -36,138 +35,6 @@
 /* Where the views print: stdout, or while `watch --bars` builds a frame, the frame's
  * memory stream (so it knows the frame's height before it draws it). */
 static FILE *out_fp;
-
-typedef struct bdocs {
-    bson_t **v;
-    int n, cap;
-} bdocs_t;
-
-static void bdocs_free(bdocs_t *d) {
-    for (int i = 0; i < d->n; i++) bson_destroy(d->v[i]);
-    free(d->v);
-    memset(d, 0, sizeof *d);
-}
-
-static void bdocs_add(bdocs_t *d, const uint8_t *data, uint32_t len) {
-    if (d->n == d->cap) {
-        d->cap = d->cap ? d->cap * 2 : 32;
-        d->v = xrealloc(d->v, sizeof *d->v * (size_t)d->cap);
-    }
-    d->v[d->n++] = bson_new_from_data(data, len);
-}
-
-/* Appends the documents of the array at reply.<outer>.<name> (a cursor batch, or
- * currentOp's inprog when outer is NULL) to d, up to max. */
-static void bdocs_add_array(bdocs_t *d, const bson_t *reply, const char *outer, const char *name, int max) {
-    bson_iter_t it, arr;
-    if (outer) {
-        if (!bson_iter_init_find(&it, reply, outer) || !BSON_ITER_HOLDS_DOCUMENT(&it)) return;
-        bson_iter_recurse(&it, &arr);
-        if (!bson_iter_find(&arr, name)) return;
-    } else if (!bson_iter_init_find(&arr, reply, name)) {
-        return;
-    }
-    if (!BSON_ITER_HOLDS_ARRAY(&arr)) return;
-    bson_iter_recurse(&arr, &arr);
-    while (bson_iter_next(&arr) && d->n < max) {
-        uint32_t len;
-        const uint8_t *data;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) continue;
-        bson_iter_document(&arr, &len, &data);
-        bdocs_add(d, data, len);
-    }
-}
-
-static int64_t cursor_id(const bson_t *reply) {
-    bson_iter_t it;
-    int64_t id = 0;
-    if (bson_iter_init_find(&it, reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
-        bson_iter_recurse(&it, &it) && bson_iter_find(&it, "id"))
-        bsonx_as_int64(&it, &id);
-    return id;
-}
-
-/* find on config.<coll> with filter (may be NULL), sort (may be NULL) and limit (0 = none,
- * bounded by CTL_BARS_DOCS_MAX), draining the cursor into out. */
-static int config_find(ctl_t *c, const char *coll, const bson_t *filter, const bson_t *sort, int limit,
-                       bdocs_t *out, ms_error_t *err) {
-    int max = limit > 0 && limit < CTL_BARS_DOCS_MAX ? limit : CTL_BARS_DOCS_MAX;
-    bson_t cmd, reply;
-    int64_t id;
-    int rc;
-    bson_init(&cmd);
-    BSON_APPEND_UTF8(&cmd, "find", coll);
-    BSON_APPEND_UTF8(&cmd, "$db", "config");
-    if (filter) BSON_APPEND_DOCUMENT(&cmd, "filter", filter);
-    if (sort) BSON_APPEND_DOCUMENT(&cmd, "sort", sort);
-    if (limit > 0) BSON_APPEND_INT64(&cmd, "limit", limit);
-    BSON_APPEND_INT32(&cmd, "batchSize", 10000);
-    rc = ctl_command(c, &cmd, &reply, err);
-    bson_destroy(&cmd);
-    if (rc) return rc;
-    bdocs_add_array(out, &reply, "cursor", "firstBatch", max);
-    id = cursor_id(&reply);
-    bson_destroy(&reply);
-    while (id != 0 && out->n < max) {
-        bson_init(&cmd);
-        BSON_APPEND_INT64(&cmd, "getMore", id);
-        BSON_APPEND_UTF8(&cmd, "collection", coll);
-        BSON_APPEND_UTF8(&cmd, "$db", "config");
-        BSON_APPEND_INT32(&cmd, "batchSize", 10000);
-        rc = ctl_command(c, &cmd, &reply, err);
-        bson_destroy(&cmd);
-        if (rc) return rc;
-        bdocs_add_array(out, &reply, "cursor", "nextBatch", max);
-        id = cursor_id(&reply);
-        bson_destroy(&reply);
-    }
-    return 0;
-}
-
-static const char *sfield(const bson_t *d, const char *name) {
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, d, name) && BSON_ITER_HOLDS_UTF8(&it)) return bson_iter_utf8(&it, NULL);
-    return "";
-}
-
-static bool bfield(const bson_t *d, const char *name) {
-    bson_iter_t it;
-    return bson_iter_init_find(&it, d, name) && bsonx_truthy(&it);
-}
-
-/* An integer at a dotted path ("details.chunksMoved"), dflt when absent. */
-static int64_t ifield(const bson_t *d, const char *path, int64_t dflt) {
-    bson_iter_t it, f;
-    int64_t v;
-    if (bson_iter_init(&it, d) && bson_iter_find_descendant(&it, path, &f) && bsonx_as_int64(&f, &v)) return v;
-    return dflt;
-}
-
-/* A BSON date at d.name, as ms since the epoch (0 when absent). */
-static int64_t date_field(const bson_t *d, const char *name) {
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, d, name) && BSON_ITER_HOLDS_DATE_TIME(&it)) return bson_iter_date_time(&it);
-    return 0;
-}
-
-/* The sub-document d.name viewed in place (false when absent). */
-static bool doc_field(const bson_t *d, const char *name, bson_t *out) {
-    bson_iter_t it;
-    return bson_iter_init_find(&it, d, name) && BSON_ITER_HOLDS_DOCUMENT(&it) && bsonx_view_container(&it, out);
-}
-
-/* Prints d.name as compact JSON (a shard key bound) or "?" */
-static void print_key(const bson_t *d, const char *name) {
-    bson_t sub;
-    char *json;
-    if (!doc_field(d, name, &sub)) {
-        fputs("?", out_fp);
-        return;
-    }
-    json = bsonx_to_json(&sub);
-    fputs(json ? json : "?", out_fp);
-    bson_free(json);
-}
 
 static void print_clock(int64_t ms) {
     time_t s = (time_t)(ms / 1000);
@@ -192,9 +59,9 @@ typedef struct frame_state {
 
 /* Chunks per shard of one collection, as bars; clears st->every_shard_has_chunks when a
  * shard that may receive (not draining) owns none while there are enough chunks. */
-static void frame_collection(ctl_t *c, const bson_t *coll, const bdocs_t *shards, bool tty, frame_state_t *st) {
-    const char *ns = sfield(coll, "_id");
-    bdocs_t chunks = {0};
+static void frame_collection(ctl_t *c, const bson_t *coll, const ctl_docs_t *shards, bool tty, frame_state_t *st) {
+    const char *ns = ctl_str(coll, "_id");
+    ctl_docs_t chunks = {0};
     bson_t filter;
     bson_iter_t it;
     ms_error_t err = {0};
@@ -203,29 +70,29 @@ static void frame_collection(ctl_t *c, const bson_t *coll, const bdocs_t *shards
     bson_init(&filter);
     if (bson_iter_init_find(&it, coll, "uuid")) bsonx_append_iter(&filter, "uuid", &it);
     else BSON_APPEND_UTF8(&filter, "ns", ns);
-    if (config_find(c, "chunks", &filter, NULL, 0, &chunks, &err)) {
+    if (ctl_find_all(c, "config", "chunks", &filter, NULL, 0, CTL_BARS_DOCS_MAX, &chunks, &err)) {
         fprintf(out_fp, "  %s: (could not read config.chunks: %s)\n", ns, err.msg);
         goto out;
     }
     for (int i = 0; i < chunks.n; i++) {
-        const char *sh = sfield(chunks.v[i], "shard");
+        const char *sh = ctl_str(chunks.v[i], "shard");
         int k;
-        if (bfield(chunks.v[i], "jumbo")) jumbo++;
+        if (ctl_bool(chunks.v[i], "jumbo")) jumbo++;
         for (k = 0; k < shards->n && k < MS_SHARDS_MAX; k++)
-            if (strcmp(sfield(shards->v[k], "_id"), sh) == 0) break;
+            if (strcmp(ctl_str(shards->v[k], "_id"), sh) == 0) break;
         if (k < shards->n && k < MS_SHARDS_MAX) counts[k]++;
         else other++;
     }
     for (int k = 0; k < shards->n && k < MS_SHARDS_MAX; k++) {
         if (counts[k] > max) max = counts[k];
-        if (!bfield(shards->v[k], "draining")) receivers++;
+        if (!ctl_bool(shards->v[k], "draining")) receivers++;
     }
     fprintf(out_fp, "chunks per shard — %s, key ", ns);
-    print_key(coll, "key");
+    ctl_print_json(out_fp, coll, "key", "?");
     fprintf(out_fp, ", %d chunks\n", chunks.n);
     for (int k = 0; k < shards->n && k < MS_SHARDS_MAX; k++) {
-        bool draining = bfield(shards->v[k], "draining");
-        fprintf(out_fp, "  %-10s ", sfield(shards->v[k], "_id"));
+        bool draining = ctl_bool(shards->v[k], "draining");
+        fprintf(out_fp, "  %-10s ", ctl_str(shards->v[k], "_id"));
         print_bar(counts[k] * CTL_BARS_WIDTH / max, tty);
         fprintf(out_fp, "%*s %d%s\n", CTL_BARS_WIDTH - counts[k] * CTL_BARS_WIDTH / max, "", counts[k],
                draining ? "  (draining)" : "");
@@ -235,20 +102,20 @@ static void frame_collection(ctl_t *c, const bson_t *coll, const bdocs_t *shards
     if (jumbo) fprintf(out_fp, "  jumbo chunks: %d\n", jumbo);
 out:
     bson_destroy(&filter);
-    bdocs_free(&chunks);
+    ctl_docs_free(&chunks);
 }
 
 /* One migration, compact: donor -> recipient, range, phase (both sides), clone progress. */
 static void frame_migration(const bson_t *op, const bson_t *peer, bool tty) {
-    int64_t total = ifield(op, "docsToClone", -1), done = ifield(op, "docsCloned", 0);
-    bool donor = strcmp(sfield(op, "role"), "donor") == 0;
-    fprintf(out_fp, "  %s -> %s  %s ", donor ? sfield(op, "from") : sfield(op, "fromShardId"), sfield(op, "to"),
-           sfield(op, "ns"));
-    print_key(op, "min");
+    int64_t total = ctl_int(op, "docsToClone", -1), done = ctl_int(op, "docsCloned", 0);
+    bool donor = strcmp(ctl_str(op, "role"), "donor") == 0;
+    fprintf(out_fp, "  %s -> %s  %s ", donor ? ctl_str(op, "from") : ctl_str(op, "fromShardId"), ctl_str(op, "to"),
+           ctl_str(op, "ns"));
+    ctl_print_json(out_fp, op, "min", "?");
     fprintf(out_fp, " -->> ");
-    print_key(op, "max");
-    fprintf(out_fp, "\n      phase: %s", sfield(op, "phase"));
-    if (peer) fprintf(out_fp, " (%s: %s)", donor ? "recipient" : "donor", sfield(peer, "phase"));
+    ctl_print_json(out_fp, op, "max", "?");
+    fprintf(out_fp, "\n      phase: %s", ctl_str(op, "phase"));
+    if (peer) fprintf(out_fp, " (%s: %s)", donor ? "recipient" : "donor", ctl_str(peer, "phase"));
     if (total > 0) {
         int filled = (int)(done * 20 / total);
         if (filled > 20) filled = 20;
@@ -258,13 +125,13 @@ static void frame_migration(const bson_t *op, const bson_t *peer, bool tty) {
     } else {
         fprintf(out_fp, "  %lld docs", (long long)done);
     }
-    fprintf(out_fp, "  %.1f s\n", (double)ifield(op, "elapsedMS", 0) / 1000.0);
+    fprintf(out_fp, "  %.1f s\n", (double)ctl_int(op, "elapsedMS", 0) / 1000.0);
 }
 
 static void frame_migrations(ctl_t *c, bool tty, frame_state_t *st) {
     bson_t cmd, reply;
     ms_error_t err = {0};
-    bdocs_t ops = {0};
+    ctl_docs_t ops = {0};
     fprintf(out_fp, "migrations in flight\n");
     bson_init(&cmd);
     BSON_APPEND_INT32(&cmd, "currentOp", 1);
@@ -276,25 +143,25 @@ static void frame_migrations(ctl_t *c, bool tty, frame_state_t *st) {
         return;
     }
     bson_destroy(&cmd);
-    bdocs_add_array(&ops, &reply, NULL, "inprog", CTL_BARS_OPS_MAX);
+    ctl_docs_add_array(&ops, &reply, NULL, "inprog", CTL_BARS_OPS_MAX);
     bson_destroy(&reply);
     for (int i = 0; i < ops.n; i++) {
         const bson_t *op = ops.v[i], *peer = NULL;
-        const char *role = sfield(op, "role"), *id = sfield(op, "migrationId");
+        const char *role = ctl_str(op, "role"), *id = ctl_str(op, "migrationId");
         if (strcmp(role, "donor") != 0 && strcmp(role, "recipient") != 0) continue;
         for (int k = 0; k < ops.n && !peer; k++)
-            if (k != i && *id && strcmp(sfield(ops.v[k], "migrationId"), id) == 0) peer = ops.v[k];
+            if (k != i && *id && strcmp(ctl_str(ops.v[k], "migrationId"), id) == 0) peer = ops.v[k];
         if (strcmp(role, "recipient") == 0 && peer) continue;   /* shown with its donor */
         frame_migration(op, peer, tty);
         st->migrations++;
     }
     if (st->migrations == 0) fprintf(out_fp, "  (none)\n");
-    bdocs_free(&ops);
+    ctl_docs_free(&ops);
 }
 
 /* The last `n` balancer.round entries, newest first, one line each (moves listed). */
 static void frame_rounds(ctl_t *c, int n, frame_state_t *st) {
-    bdocs_t rs = {0};
+    ctl_docs_t rs = {0};
     bson_t filter, sort;
     ms_error_t err = {0};
     bson_init(&filter);
@@ -302,51 +169,52 @@ static void frame_rounds(ctl_t *c, int n, frame_state_t *st) {
     bson_init(&sort);
     BSON_APPEND_INT32(&sort, "time", -1);
     fprintf(out_fp, "balancer rounds (newest first)\n");
-    if (config_find(c, "actionlog", &filter, &sort, n > 0 ? n : 1, &rs, &err)) {
+    if (ctl_find_all(c, "config", "actionlog", &filter, &sort, n > 0 ? n : 1, CTL_BARS_DOCS_MAX, &rs, &err)) {
         fprintf(out_fp, "  (config.actionlog: %s)\n", err.msg);
         st->last_round_ms = 0;
         goto out;
     }
     if (rs.n > 0) {
-        st->last_round_ms = date_field(rs.v[0], "time");
-        st->last_moved = ifield(rs.v[0], "details.chunksMoved", 0) + ifield(rs.v[0], "details.candidateChunks", 0) +
-                         ifield(rs.v[0], "details.chunksSplit", 0);
+        st->last_round_ms = ctl_date(rs.v[0], "time");
+        st->last_moved = ctl_int(rs.v[0], "details.chunksMoved", 0) + ctl_int(rs.v[0], "details.candidateChunks", 0) +
+                         ctl_int(rs.v[0], "details.chunksSplit", 0);
     }
     for (int i = 0; i < rs.n && i < n; i++) {
         bson_t details, moves;
         bson_iter_t it;
         fprintf(out_fp, "  ");
-        print_clock(date_field(rs.v[i], "time"));
-        int64_t ms = ifield(rs.v[i], "details.executionTimeMillis", -1);
-        fprintf(out_fp, "  moved %lld  split %lld", (long long)ifield(rs.v[i], "details.chunksMoved", 0),
-               (long long)ifield(rs.v[i], "details.chunksSplit", 0));
+        print_clock(ctl_date(rs.v[i], "time"));
+        int64_t ms = ctl_int(rs.v[i], "details.executionTimeMillis", -1);
+        fprintf(out_fp, "  moved %lld  split %lld", (long long)ctl_int(rs.v[i], "details.chunksMoved", 0),
+               (long long)ctl_int(rs.v[i], "details.chunksSplit", 0));
         if (ms >= 0) fprintf(out_fp, "  %lld ms", (long long)ms);
-        if (!doc_field(rs.v[i], "details", &details)) {
+        if (!ctl_sub(rs.v[i], "details", &details)) {
             fprintf(out_fp, "\n");
             continue;
         }
-        if (*sfield(&details, "why")) fprintf(out_fp, "  %s", sfield(&details, "why"));
+        if (*ctl_str(&details, "why")) fprintf(out_fp, "  %s", ctl_str(&details, "why"));
         fprintf(out_fp, "\n");
         if (bson_iter_init_find(&it, &details, "migrations") && BSON_ITER_HOLDS_ARRAY(&it) &&
             bsonx_view_container(&it, &moves) && bson_iter_init(&it, &moves))
             while (bson_iter_next(&it)) {
                 bson_t m;
                 if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bsonx_view_container(&it, &m)) continue;
-                fprintf(out_fp, "            %s -> %s  ", sfield(&m, "from"), sfield(&m, "to"));
-                print_key(&m, "min");
-                fprintf(out_fp, "  %s  %lld ms%s%s\n", sfield(&m, "reason"), (long long)ifield(&m, "durationMillis", 0),
-                       bfield(&m, "ok") ? "" : "  failed: ", bfield(&m, "ok") ? "" : sfield(&m, "errmsg"));
+                fprintf(out_fp, "            %s -> %s  ", ctl_str(&m, "from"), ctl_str(&m, "to"));
+                ctl_print_json(out_fp, &m, "min", "?");
+                fprintf(out_fp, "  %s  %lld ms%s%s\n", ctl_str(&m, "reason"),
+                        (long long)ctl_int(&m, "durationMillis", 0), ctl_bool(&m, "ok") ? "" : "  failed: ",
+                        ctl_bool(&m, "ok") ? "" : ctl_str(&m, "errmsg"));
             }
     }
     if (rs.n == 0) fprintf(out_fp, "  (none yet)\n");
 out:
     bson_destroy(&filter);
     bson_destroy(&sort);
-    bdocs_free(&rs);
+    ctl_docs_free(&rs);
 }
 
 static void frame(ctl_t *c, const char *ns, int nrounds, bool tty, frame_state_t *st) {
-    bdocs_t shards = {0}, colls = {0};
+    ctl_docs_t shards = {0}, colls = {0};
     bson_t sort, filter, cmd, reply;
     ms_error_t err = {0};
     int shown = 0;
@@ -357,9 +225,9 @@ static void frame(ctl_t *c, const char *ns, int nrounds, bool tty, frame_state_t
     BSON_APPEND_INT32(&cmd, "balancerStatus", 1);
     BSON_APPEND_UTF8(&cmd, "$db", "admin");
     if (ctl_command(c, &cmd, &reply, &err) == 0) {
-        fprintf(out_fp, "balancer: %s, %s, rounds: %lld\n", sfield(&reply, "mode"),
-               bfield(&reply, "inBalancerRound") ? "in a round" : "between rounds",
-               (long long)ifield(&reply, "numBalancerRounds", 0));
+        fprintf(out_fp, "balancer: %s, %s, rounds: %lld\n", ctl_str(&reply, "mode"),
+               ctl_bool(&reply, "inBalancerRound") ? "in a round" : "between rounds",
+               (long long)ctl_int(&reply, "numBalancerRounds", 0));
         bson_destroy(&reply);
     } else {
         fprintf(out_fp, "balancer: (balancerStatus: %s)\n", err.msg);
@@ -370,13 +238,13 @@ static void frame(ctl_t *c, const char *ns, int nrounds, bool tty, frame_state_t
     BSON_APPEND_INT32(&sort, "_id", 1);
     bson_init(&filter);
     if (ns) BSON_APPEND_UTF8(&filter, "_id", ns);
-    if (config_find(c, "shards", NULL, &sort, 0, &shards, &err) ||
-        config_find(c, "collections", &filter, &sort, 0, &colls, &err)) {
+    if (ctl_find_all(c, "config", "shards", NULL, &sort, 0, CTL_BARS_DOCS_MAX, &shards, &err) ||
+        ctl_find_all(c, "config", "collections", &filter, &sort, 0, CTL_BARS_DOCS_MAX, &colls, &err)) {
         fprintf(out_fp, "(could not read the catalog: %s)\n", err.msg);
         st->every_shard_has_chunks = false;
     } else {
         for (int i = 0; i < colls.n; i++) {
-            if (bfield(colls.v[i], "dropped")) continue;
+            if (ctl_bool(colls.v[i], "dropped")) continue;
             fprintf(out_fp, "\n");
             frame_collection(c, colls.v[i], &shards, tty, st);
             shown++;
@@ -389,8 +257,8 @@ static void frame(ctl_t *c, const char *ns, int nrounds, bool tty, frame_state_t
     frame_rounds(c, nrounds, st);
     bson_destroy(&sort);
     bson_destroy(&filter);
-    bdocs_free(&shards);
-    bdocs_free(&colls);
+    ctl_docs_free(&shards);
+    ctl_docs_free(&colls);
 }
 
 int ctl_watch_bars(ctl_t *c, int argc, char **argv) {
@@ -472,26 +340,26 @@ int ctl_watch_bars(ctl_t *c, int argc, char **argv) {
 
 /* ---- changelog ----------------------------------------------------------------------------- */
 
-static void changelog_summary(const bdocs_t *log) {
+static void changelog_summary(const ctl_docs_t *log) {
     int64_t moves = 0, aborted = 0, docs = 0, bytes = 0, pause_sum = 0, pause_max = 0, steps[6] = {0};
     for (int i = 0; i < log->n; i++) {
         const bson_t *e = log->v[i];
-        if (strcmp(sfield(e, "what"), "moveChunk.from") != 0) continue;
+        if (strcmp(ctl_str(e, "what"), "moveChunk.from") != 0) continue;
         bson_t d;
-        if (!doc_field(e, "details", &d) || strcmp(sfield(&d, "note"), "success") != 0) {
+        if (!ctl_sub(e, "details", &d) || strcmp(ctl_str(&d, "note"), "success") != 0) {
             aborted++;
             continue;
         }
         moves++;
-        docs += ifield(&d, "clonedDocs", 0);
-        bytes += ifield(&d, "clonedBytes", 0);
-        int64_t p = ifield(&d, "writePauseMS", 0);
+        docs += ctl_int(&d, "clonedDocs", 0);
+        bytes += ctl_int(&d, "clonedBytes", 0);
+        int64_t p = ctl_int(&d, "writePauseMS", 0);
         pause_sum += p;
         if (p > pause_max) pause_max = p;
         for (int s = 0; s < 6; s++) {
             char key[16];
             snprintf(key, sizeof key, "step %d of 6", s + 1);
-            steps[s] += ifield(&d, key, 0);
+            steps[s] += ctl_int(&d, key, 0);
         }
     }
     printf("migrations (config.changelog moveChunk.from): %lld done, %lld not done\n", (long long)moves,
@@ -516,7 +384,7 @@ int ctl_changelog(ctl_t *c, int argc, char **argv) {
         {"limit", FLAG_INT, &limit, "the newest N entries only"},
         {NULL, FLAG_BOOL, NULL, NULL},
     };
-    bdocs_t log = {0};
+    ctl_docs_t log = {0};
     bson_t filter, sort;
     ms_error_t err = {0};
     int rc = 0;
@@ -529,7 +397,7 @@ int ctl_changelog(ctl_t *c, int argc, char **argv) {
     else if (summary) BSON_APPEND_UTF8(&filter, "what", "moveChunk.from");
     bson_init(&sort);
     BSON_APPEND_INT32(&sort, "time", -1);
-    if (config_find(c, "changelog", &filter, &sort, limit, &log, &err)) {
+    if (ctl_find_all(c, "config", "changelog", &filter, &sort, limit, CTL_BARS_DOCS_MAX, &log, &err)) {
         fprintf(stderr, "shardctl changelog: %s\n", err.msg);
         rc = 1;
         goto out;
@@ -540,11 +408,11 @@ int ctl_changelog(ctl_t *c, int argc, char **argv) {
     }
     for (int i = log.n - 1; i >= 0; i--) {   /* oldest first, as a log reads */
         bson_t d;
-        int64_t ms = date_field(log.v[i], "time");
+        int64_t ms = ctl_date(log.v[i], "time");
         char *json = NULL;
         print_clock(ms);
-        printf(".%03d  %-18s %s", (int)(ms % 1000), sfield(log.v[i], "what"), sfield(log.v[i], "ns"));
-        if (doc_field(log.v[i], "details", &d)) json = bsonx_to_json(&d);
+        printf(".%03d  %-18s %s", (int)(ms % 1000), ctl_str(log.v[i], "what"), ctl_str(log.v[i], "ns"));
+        if (ctl_sub(log.v[i], "details", &d)) json = bsonx_to_json(&d);
         printf("  %s\n", json ? json : "{}");
         bson_free(json);
     }
@@ -552,6 +420,6 @@ out:
     fflush(stdout);
     bson_destroy(&filter);
     bson_destroy(&sort);
-    bdocs_free(&log);
+    ctl_docs_free(&log);
     return rc;
 }

@@ -14,43 +14,6 @@
 
 static const char usage_text[] = "usage: shardctl [--host URL] explain-balance DB.COLL [--json]\n";
 
-static const char *s_of(const bson_t *d, const char *k) {
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, d, k) && BSON_ITER_HOLDS_UTF8(&it)) return bson_iter_utf8(&it, NULL);
-    return "";
-}
-
-static int64_t i_of(const bson_t *d, const char *k) {
-    bson_iter_t it;
-    int64_t v = 0;
-    if (bson_iter_init_find(&it, d, k)) bsonx_as_int64(&it, &v);
-    return v;
-}
-
-static bool b_of(const bson_t *d, const char *k) {
-    bson_iter_t it;
-    return bson_iter_init_find(&it, d, k) && bsonx_truthy(&it);
-}
-
-/* A sub-document (or array) of d as a static view; false when absent. */
-static bool sub(const bson_t *d, const char *k, bson_t *out) {
-    bson_iter_t it;
-    uint32_t len;
-    const uint8_t *data;
-    if (!bson_iter_init_find(&it, d, k)) return false;
-    if (BSON_ITER_HOLDS_DOCUMENT(&it)) bson_iter_document(&it, &len, &data);
-    else if (BSON_ITER_HOLDS_ARRAY(&it)) bson_iter_array(&it, &len, &data);
-    else return false;
-    return bson_init_static(out, data, len);
-}
-
-static void print_doc(const bson_t *d, const char *k) {
-    bson_t v;
-    char *json = sub(d, k, &v) ? bsonx_to_json(&v) : NULL;
-    fputs(json ? json : "-", stdout);
-    bson_free(json);
-}
-
 static double mb(int64_t bytes) {
     return (double)bytes / (1024.0 * 1024.0);
 }
@@ -58,34 +21,34 @@ static double mb(int64_t bytes) {
 static void print_explain(const char *ns, const bson_t *r) {
     bson_t pol, bal, coll, arr, row;
     bson_iter_t it;
-    if (!sub(r, "policy", &pol)) bson_init(&pol);
-    printf("%s: %s — %s\n", ns, s_of(r, "verdict"), s_of(r, "verdictMessage"));
-    if (sub(r, "balancer", &bal)) {
-        printf("balancer: %s", b_of(&bal, "enabled") ? "enabled" : "off");
-        if (!b_of(&bal, "enabled")) printf(" (%s)", s_of(&bal, "offReason"));
+    if (!ctl_sub(r, "policy", &pol)) bson_init(&pol);
+    printf("%s: %s — %s\n", ns, ctl_str(r, "verdict"), ctl_str(r, "verdictMessage"));
+    if (ctl_sub(r, "balancer", &bal)) {
+        printf("balancer: %s", ctl_bool(&bal, "enabled") ? "enabled" : "off");
+        if (!ctl_bool(&bal, "enabled")) printf(" (%s)", ctl_str(&bal, "offReason"));
         bson_t w;
-        if (sub(&bal, "activeWindow", &w))
-            printf(", activeWindow %s-%s (%s)", s_of(&w, "start"), s_of(&w, "stop"),
-                   b_of(&bal, "inWindow") ? "inside now" : "outside now");
+        if (ctl_sub(&bal, "activeWindow", &w))
+            printf(", activeWindow %s-%s (%s)", ctl_str(&w, "start"), ctl_str(&w, "stop"),
+                   ctl_bool(&bal, "inWindow") ? "inside now" : "outside now");
         printf("\n");
     }
-    if (sub(r, "collection", &coll))
+    if (ctl_sub(r, "collection", &coll))
         printf("collection: noBalance %s, allowMigrations %s, defragmenting %s\n",
-               b_of(&coll, "noBalance") ? "true" : "false",
-               b_of(&coll, "allowMigrations") ? "true" : "false",
-               b_of(&coll, "defragmentCollection") ? "true" : "false");
-    bool data = strcmp(s_of(&pol, "policy"), "dataSize") == 0;
-    printf("policy %s: %lld chunks, chunk size %.1f MB, ", s_of(&pol, "policy"),
-           (long long)i_of(&pol, "nChunks"), mb(i_of(&pol, "chunkSizeBytes")));
+               ctl_bool(&coll, "noBalance") ? "true" : "false",
+               ctl_bool(&coll, "allowMigrations") ? "true" : "false",
+               ctl_bool(&coll, "defragmentCollection") ? "true" : "false");
+    bool data = strcmp(ctl_str(&pol, "policy"), "dataSize") == 0;
+    printf("policy %s: %lld chunks, chunk size %.1f MB, ", ctl_str(&pol, "policy"),
+           (long long)ctl_int(&pol, "nChunks", 0), mb(ctl_int(&pol, "chunkSizeBytes", 0)));
     if (data)
         printf("data size difference %.1f MB (moves from %.1f MB)\n",
-               mb(i_of(&pol, "dataSizeDifference")), mb(i_of(&pol, "dataSizeThreshold")));
+               mb(ctl_int(&pol, "dataSizeDifference", 0)), mb(ctl_int(&pol, "dataSizeThreshold", 0)));
     else
         printf("chunk count difference %lld (moves from %lld)\n",
-               (long long)i_of(&pol, "chunkCountDifference"), (long long)i_of(&pol, "threshold"));
+               (long long)ctl_int(&pol, "chunkCountDifference", 0), (long long)ctl_int(&pol, "threshold", 0));
     printf("  %-16s %7s %6s %10s %9s %12s %5s\n", "shard", "chunks", "jumbo", "data(MB)", "draining",
            "maxSize(MB)", "busy");
-    if (sub(&pol, "shards", &arr) && bson_iter_init(&it, &arr)) {
+    if (ctl_sub(&pol, "shards", &arr) && bson_iter_init(&it, &arr)) {
         while (bson_iter_next(&it)) {
             uint32_t len;
             const uint8_t *d;
@@ -93,16 +56,16 @@ static void print_explain(const char *ns, const bson_t *r) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&it)) continue;
             bson_iter_document(&it, &len, &d);
             bson_init_static(&row, d, len);
-            if (i_of(&row, "maxSizeBytes") > 0)
-                snprintf(cap, sizeof cap, "%.0f%s", mb(i_of(&row, "maxSizeBytes")),
-                         b_of(&row, "atMaxSize") ? " FULL" : "");
-            printf("  %-16s %7lld %6lld %10.1f %9s %12s %5s\n", s_of(&row, "shard"),
-                   (long long)i_of(&row, "chunks"), (long long)i_of(&row, "jumboChunks"),
-                   mb(i_of(&row, "dataBytes")), b_of(&row, "draining") ? "yes" : "no", cap,
-                   b_of(&row, "busy") ? "yes" : "no");
+            if (ctl_int(&row, "maxSizeBytes", 0) > 0)
+                snprintf(cap, sizeof cap, "%.0f%s", mb(ctl_int(&row, "maxSizeBytes", 0)),
+                         ctl_bool(&row, "atMaxSize") ? " FULL" : "");
+            printf("  %-16s %7lld %6lld %10.1f %9s %12s %5s\n", ctl_str(&row, "shard"),
+                   (long long)ctl_int(&row, "chunks", 0), (long long)ctl_int(&row, "jumboChunks", 0),
+                   mb(ctl_int(&row, "dataBytes", 0)), ctl_bool(&row, "draining") ? "yes" : "no", cap,
+                   ctl_bool(&row, "busy") ? "yes" : "no");
         }
     }
-    if (sub(&pol, "next", &arr) && bson_iter_init(&it, &arr) && bson_iter_next(&it)) {
+    if (ctl_sub(&pol, "next", &arr) && bson_iter_init(&it, &arr) && bson_iter_next(&it)) {
         printf("next moves:\n");
         do {
             uint32_t len;
@@ -111,23 +74,23 @@ static void print_explain(const char *ns, const bson_t *r) {
             bson_iter_document(&it, &len, &d);
             bson_init_static(&row, d, len);
             printf("  ");
-            print_doc(&row, "min");
+            ctl_print_json(stdout, &row, "min", "-");
             printf(" .. ");
-            print_doc(&row, "max");
-            printf("  %s -> %s  (%s)\n", s_of(&row, "from"), s_of(&row, "to"), s_of(&row, "reason"));
+            ctl_print_json(stdout, &row, "max", "-");
+            printf("  %s -> %s  (%s)\n", ctl_str(&row, "from"), ctl_str(&row, "to"), ctl_str(&row, "reason"));
         } while (bson_iter_next(&it));
     } else {
-        printf("next moves: none (%s)\n", s_of(&pol, "message"));
+        printf("next moves: none (%s)\n", ctl_str(&pol, "message"));
     }
-    if (sub(r, "migrationsInProgress", &arr) && bson_iter_init(&it, &arr))
+    if (ctl_sub(r, "migrationsInProgress", &arr) && bson_iter_init(&it, &arr))
         while (bson_iter_next(&it)) {
             uint32_t len;
             const uint8_t *d;
             if (!BSON_ITER_HOLDS_DOCUMENT(&it)) continue;
             bson_iter_document(&it, &len, &d);
             bson_init_static(&row, d, len);
-            printf("migrating now: %s %s -> %s\n", s_of(&row, "ns"), s_of(&row, "fromShard"),
-                   s_of(&row, "toShard"));
+            printf("migrating now: %s %s -> %s\n", ctl_str(&row, "ns"), ctl_str(&row, "fromShard"),
+                   ctl_str(&row, "toShard"));
         }
 }
 
@@ -175,8 +138,8 @@ void ctl_print_compliance(ctl_t *c, const char *ns) {
     BSON_APPEND_UTF8(&cmd, "balancerCollectionStatus", ns);
     BSON_APPEND_UTF8(&cmd, "$db", "admin");
     if (ctl_command(c, &cmd, &reply, &err) == 0) {
-        if (b_of(&reply, "balancerCompliant")) printf("        balancerCompliant: true\n");
-        else printf("        balancerCompliant: false (%s)\n", s_of(&reply, "firstComplianceViolation"));
+        if (ctl_bool(&reply, "balancerCompliant")) printf("        balancerCompliant: true\n");
+        else printf("        balancerCompliant: false (%s)\n", ctl_str(&reply, "firstComplianceViolation"));
         bson_destroy(&reply);
     }
     bson_destroy(&cmd);

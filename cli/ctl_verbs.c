@@ -14,7 +14,6 @@
 
 #include "cli/ctl.h"
 #include "common/bsonx.h"
-#include "common/buf.h"
 #include "common/flags.h"
 #include "common/limits.h"
 #include "common/log.h"
@@ -27,114 +26,6 @@
  * entries per migration), so this is far more than any cluster of MS_SHARDS_MAX shows. */
 #define CTL_STATUS_OPS_MAX 256
 
-typedef struct docs {
-    bson_t **v;
-    int n, cap;
-} docs_t;
-
-static void docs_free(docs_t *d) {
-    for (int i = 0; i < d->n; i++) bson_destroy(d->v[i]);
-    free(d->v);
-    memset(d, 0, sizeof *d);
-}
-
-static void docs_add_batch(docs_t *d, const bson_t *reply, const char *batch_name) {
-    bson_iter_t it, arr;
-    if (!bson_iter_init_find(&it, reply, "cursor") || !BSON_ITER_HOLDS_DOCUMENT(&it)) return;
-    bson_iter_recurse(&it, &arr);
-    if (!bson_iter_find(&arr, batch_name) || !BSON_ITER_HOLDS_ARRAY(&arr)) return;
-    bson_iter_recurse(&arr, &arr);
-    while (bson_iter_next(&arr) && d->n < CTL_STATUS_DOCS_MAX) {
-        uint32_t len;
-        const uint8_t *data;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) continue;
-        bson_iter_document(&arr, &len, &data);
-        if (d->n == d->cap) {
-            d->cap = d->cap ? d->cap * 2 : 64;
-            d->v = xrealloc(d->v, sizeof *d->v * (size_t)d->cap);
-        }
-        d->v[d->n++] = bson_new_from_data(data, len);
-    }
-}
-
-static int64_t cursor_id(const bson_t *reply) {
-    bson_iter_t it;
-    int64_t id = 0;
-    if (bson_iter_init_find(&it, reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
-        bson_iter_recurse(&it, &it) && bson_iter_find(&it, "id"))
-        bsonx_as_int64(&it, &id);
-    return id;
-}
-
-/* find on db.coll with filter/sort, draining the cursor (bounded). */
-static int find_all(ctl_t *c, const char *db, const char *coll, const bson_t *filter,
-                    const bson_t *sort, docs_t *out, ms_error_t *err) {
-    bson_t cmd, reply;
-    int64_t id;
-    int rc;
-    bson_init(&cmd);
-    BSON_APPEND_UTF8(&cmd, "find", coll);
-    BSON_APPEND_UTF8(&cmd, "$db", db);
-    if (filter) BSON_APPEND_DOCUMENT(&cmd, "filter", filter);
-    if (sort) BSON_APPEND_DOCUMENT(&cmd, "sort", sort);
-    BSON_APPEND_INT32(&cmd, "batchSize", 10000);
-    rc = ctl_command(c, &cmd, &reply, err);
-    bson_destroy(&cmd);
-    if (rc) return rc;
-    docs_add_batch(out, &reply, "firstBatch");
-    id = cursor_id(&reply);
-    bson_destroy(&reply);
-    while (id != 0 && out->n < CTL_STATUS_DOCS_MAX) {
-        bson_init(&cmd);
-        BSON_APPEND_INT64(&cmd, "getMore", id);
-        BSON_APPEND_UTF8(&cmd, "collection", coll);
-        BSON_APPEND_UTF8(&cmd, "$db", db);
-        BSON_APPEND_INT32(&cmd, "batchSize", 10000);
-        rc = ctl_command(c, &cmd, &reply, err);
-        bson_destroy(&cmd);
-        if (rc) return rc;
-        docs_add_batch(out, &reply, "nextBatch");
-        id = cursor_id(&reply);
-        bson_destroy(&reply);
-    }
-    return 0;
-}
-
-static const char *str_field(const bson_t *d, const char *name) {
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, d, name) && BSON_ITER_HOLDS_UTF8(&it)) return bson_iter_utf8(&it, NULL);
-    return "";
-}
-
-static bool bool_field(const bson_t *d, const char *name) {
-    bson_iter_t it;
-    return bson_iter_init_find(&it, d, name) && bsonx_truthy(&it);
-}
-
-static void print_json_field(const bson_t *d, const char *name) {
-    bson_iter_t it;
-    bson_t tmp;
-    char *json;
-    if (!bson_iter_init_find(&it, d, name)) {
-        fputs("?", stdout);
-        return;
-    }
-    if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
-        uint32_t len;
-        const uint8_t *data;
-        bson_iter_document(&it, &len, &data);
-        bson_init_static(&tmp, data, len);
-        json = bsonx_to_json(&tmp);
-    } else {
-        bson_init(&tmp);
-        bsonx_append_iter(&tmp, "v", &it);
-        json = bsonx_to_json(&tmp);
-        bson_destroy(&tmp);
-    }
-    fputs(json ? json : "?", stdout);
-    bson_free(json);
-}
-
 static void print_version(const bson_t *chunk) {
     bson_iter_t it;
     uint32_t t = 0, i = 0;
@@ -144,8 +35,8 @@ static void print_version(const bson_t *chunk) {
 }
 
 static void print_collection(ctl_t *c, const bson_t *coll, bool verbose) {
-    const char *ns = str_field(coll, "_id");
-    docs_t chunks = {0};
+    const char *ns = ctl_str(coll, "_id");
+    ctl_docs_t chunks = {0};
     bson_t filter, sort;
     ms_error_t err = {0};
     bson_iter_t it;
@@ -153,23 +44,23 @@ static void print_collection(ctl_t *c, const bson_t *coll, bool verbose) {
     int counts[MS_SHARDS_MAX], nshards = 0, jumbo = 0;
 
     printf("      %s\n        shard key: ", ns);
-    print_json_field(coll, "key");
-    printf("\n        unique: %s\n        balancing: %s\n", bool_field(coll, "unique") ? "true" : "false",
-           bool_field(coll, "noBalance") ? "false" : "true");
+    ctl_print_json(stdout, coll, "key", "?");
+    printf("\n        unique: %s\n        balancing: %s\n", ctl_bool(coll, "unique") ? "true" : "false",
+           ctl_bool(coll, "noBalance") ? "false" : "true");
     ctl_print_compliance(c, ns);
     bson_init(&filter);
     if (bson_iter_init_find(&it, coll, "uuid")) bsonx_append_iter(&filter, "uuid", &it);
     else BSON_APPEND_UTF8(&filter, "ns", ns);
     bson_init(&sort);
     BSON_APPEND_INT32(&sort, "min", 1);
-    if (find_all(c, "config", "chunks", &filter, &sort, &chunks, &err)) {
+    if (ctl_find_all(c, "config", "chunks", &filter, &sort, 0, CTL_STATUS_DOCS_MAX, &chunks, &err)) {
         printf("        chunks: (could not read: %s)\n", err.msg);
         goto out;
     }
     for (int i = 0; i < chunks.n; i++) {
-        const char *sh = str_field(chunks.v[i], "shard");
+        const char *sh = ctl_str(chunks.v[i], "shard");
         int k;
-        if (bool_field(chunks.v[i], "jumbo")) jumbo++;
+        if (ctl_bool(chunks.v[i], "jumbo")) jumbo++;
         for (k = 0; k < nshards; k++)
             if (strcmp(shards[k], sh) == 0) break;
         if (k == nshards && nshards < MS_SHARDS_MAX) {
@@ -184,12 +75,12 @@ static void print_collection(ctl_t *c, const bson_t *coll, bool verbose) {
     if (chunks.n <= CTL_STATUS_CHUNKS_LISTED_MAX || verbose) {
         for (int i = 0; i < chunks.n; i++) {
             printf("        ");
-            print_json_field(chunks.v[i], "min");
+            ctl_print_json(stdout, chunks.v[i], "min", "?");
             printf(" -->> ");
-            print_json_field(chunks.v[i], "max");
-            printf(" on: %s ", str_field(chunks.v[i], "shard"));
+            ctl_print_json(stdout, chunks.v[i], "max", "?");
+            printf(" on: %s ", ctl_str(chunks.v[i], "shard"));
             print_version(chunks.v[i]);
-            printf("%s\n", bool_field(chunks.v[i], "jumbo") ? " jumbo" : "");
+            printf("%s\n", ctl_bool(chunks.v[i], "jumbo") ? " jumbo" : "");
         }
     } else {
         printf("        too many chunks to print, use --verbose if you want to force print\n");
@@ -197,43 +88,30 @@ static void print_collection(ctl_t *c, const bson_t *coll, bool verbose) {
 out:
     bson_destroy(&filter);
     bson_destroy(&sort);
-    docs_free(&chunks);
-}
-
-static int64_t int_field(const bson_t *d, const char *name, int64_t dflt) {
-    bson_iter_t it;
-    int64_t v;
-    if (bson_iter_init_find(&it, d, name) && bsonx_as_int64(&it, &v)) return v;
-    return dflt;
-}
-
-static double num_field(const bson_t *d, const char *name) {
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, d, name) && BSON_ITER_HOLDS_NUMBER(&it)) return bson_iter_as_double(&it);
-    return 0;
+    ctl_docs_free(&chunks);
 }
 
 /* One migration on one line. The donor's entry knows the whole story (documents to clone,
  * mods pending, estimate); `peer` is the other side's entry when the router has it. */
 static void print_migration(const bson_t *op, const bson_t *peer) {
-    bool donor = strcmp(str_field(op, "role"), "donor") == 0;
-    int64_t total = int_field(op, "docsToClone", -1), left_ms = int_field(op, "estimatedMSLeft", -1);
-    printf("    %s ", str_field(op, "ns"));
-    print_json_field(op, "min");
+    bool donor = strcmp(ctl_str(op, "role"), "donor") == 0;
+    int64_t total = ctl_int(op, "docsToClone", -1), left_ms = ctl_int(op, "estimatedMSLeft", -1);
+    printf("    %s ", ctl_str(op, "ns"));
+    ctl_print_json(stdout, op, "min", "?");
     printf(" -->> ");
-    print_json_field(op, "max");
-    if (donor) printf("  %s -> %s", str_field(op, "from"), str_field(op, "to"));
-    else printf("  %s -> %s", str_field(op, "fromShardId"), str_field(op, "to"));
-    printf("  phase: %s", str_field(op, "phase"));
-    if (peer) printf(" (%s: %s)", donor ? "recipient" : "donor", str_field(peer, "phase"));
+    ctl_print_json(stdout, op, "max", "?");
+    if (donor) printf("  %s -> %s", ctl_str(op, "from"), ctl_str(op, "to"));
+    else printf("  %s -> %s", ctl_str(op, "fromShardId"), ctl_str(op, "to"));
+    printf("  phase: %s", ctl_str(op, "phase"));
+    if (peer) printf(" (%s: %s)", donor ? "recipient" : "donor", ctl_str(peer, "phase"));
     else if (!donor) printf(" (recipient; donor not answering)");
-    printf("  docs: %lld", (long long)int_field(op, "docsCloned", 0));
+    printf("  docs: %lld", (long long)ctl_int(op, "docsCloned", 0));
     if (total >= 0) printf(" / %lld", (long long)total);
-    printf("  %.1f MB", (double)int_field(op, "bytesCloned", 0) / (1024.0 * 1024.0));
-    if (donor) printf("  mods pending: %lld", (long long)int_field(op, "modsPending", 0));
-    else printf("  mods applied: %lld", (long long)int_field(op, "modsApplied", 0));
-    printf("  %.0f docs/s  elapsed: %.1f s", num_field(op, "docsPerSec"),
-           (double)int_field(op, "elapsedMS", 0) / 1000.0);
+    printf("  %.1f MB", (double)ctl_int(op, "bytesCloned", 0) / (1024.0 * 1024.0));
+    if (donor) printf("  mods pending: %lld", (long long)ctl_int(op, "modsPending", 0));
+    else printf("  mods applied: %lld", (long long)ctl_int(op, "modsApplied", 0));
+    printf("  %.0f docs/s  elapsed: %.1f s", ctl_num(op, "docsPerSec"),
+           (double)ctl_int(op, "elapsedMS", 0) / 1000.0);
     if (left_ms >= 0) printf("  left: ~%.1f s\n", (double)left_ms / 1000.0);
     else printf("  left: ?\n");
 }
@@ -244,7 +122,7 @@ static void print_migrations(ctl_t *c) {
     bson_t cmd, reply;
     bson_iter_t it, arr;
     ms_error_t err = {0};
-    docs_t ops = {0};
+    ctl_docs_t ops = {0};
     int shown = 0;
     printf("  migrations in flight:\n");
     bson_init(&cmd);
@@ -256,24 +134,13 @@ static void print_migrations(ctl_t *c) {
         return;
     }
     bson_destroy(&cmd);
-    if (bson_iter_init_find(&it, &reply, "inprog") && bson_iter_recurse(&it, &arr))
-        while (bson_iter_next(&arr) && ops.n < CTL_STATUS_OPS_MAX) {
-            uint32_t len;
-            const uint8_t *data;
-            if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) continue;
-            bson_iter_document(&arr, &len, &data);
-            if (ops.n == ops.cap) {
-                ops.cap = ops.cap ? ops.cap * 2 : 8;
-                ops.v = xrealloc(ops.v, sizeof *ops.v * (size_t)ops.cap);
-            }
-            ops.v[ops.n++] = bson_new_from_data(data, len);
-        }
+    ctl_docs_add_array(&ops, &reply, NULL, "inprog", CTL_STATUS_OPS_MAX);
     for (int i = 0; i < ops.n; i++) {
         const bson_t *op = ops.v[i], *peer = NULL;
-        const char *role = str_field(op, "role"), *id = str_field(op, "migrationId");
+        const char *role = ctl_str(op, "role"), *id = ctl_str(op, "migrationId");
         if (strcmp(role, "donor") != 0 && strcmp(role, "recipient") != 0) continue;
         for (int k = 0; k < ops.n && !peer; k++)
-            if (k != i && *id && strcmp(str_field(ops.v[k], "migrationId"), id) == 0) peer = ops.v[k];
+            if (k != i && *id && strcmp(ctl_str(ops.v[k], "migrationId"), id) == 0) peer = ops.v[k];
         if (strcmp(role, "recipient") == 0 && peer) continue;   /* shown with its donor */
         print_migration(op, peer);
         shown++;
@@ -283,14 +150,14 @@ static void print_migrations(ctl_t *c) {
         while (bson_iter_next(&arr)) {
             bson_t e;
             if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bsonx_view_container(&arr, &e)) continue;
-            printf("    (shard %s did not answer: %s)\n", str_field(&e, "shard"), str_field(&e, "errmsg"));
+            printf("    (shard %s did not answer: %s)\n", ctl_str(&e, "shard"), ctl_str(&e, "errmsg"));
         }
     bson_destroy(&reply);
-    docs_free(&ops);
+    ctl_docs_free(&ops);
 }
 
 static int status_once(ctl_t *c, bool verbose) {
-    docs_t shards = {0}, dbs = {0}, colls = {0};
+    ctl_docs_t shards = {0}, dbs = {0}, colls = {0};
     bson_t cmd, reply, sort;
     ms_error_t err = {0};
     int rc = 1;
@@ -298,13 +165,13 @@ static int status_once(ctl_t *c, bool verbose) {
     printf("--- Sharding Status ---\n  shards:\n");
     bson_init(&sort);
     BSON_APPEND_INT32(&sort, "_id", 1);
-    if (find_all(c, "config", "shards", NULL, &sort, &shards, &err)) {
+    if (ctl_find_all(c, "config", "shards", NULL, &sort, 0, CTL_STATUS_DOCS_MAX, &shards, &err)) {
         printf("    (could not read config.shards: %s)\n", err.msg);
         goto out;
     }
     for (int i = 0; i < shards.n; i++)
-        printf("    { _id: '%s', host: '%s', state: 1%s }\n", str_field(shards.v[i], "_id"),
-               str_field(shards.v[i], "host"), bool_field(shards.v[i], "draining") ? ", draining: true" : "");
+        printf("    { _id: '%s', host: '%s', state: 1%s }\n", ctl_str(shards.v[i], "_id"),
+               ctl_str(shards.v[i], "host"), ctl_bool(shards.v[i], "draining") ? ", draining: true" : "");
     if (shards.n == 0) printf("    (none)\n");
 
     printf("  balancer:\n");
@@ -313,8 +180,8 @@ static int status_once(ctl_t *c, bool verbose) {
     BSON_APPEND_UTF8(&cmd, "$db", "admin");
     if (ctl_command(c, &cmd, &reply, &err) == 0) {
         bson_iter_t it;
-        printf("    mode: %s\n", str_field(&reply, "mode"));
-        printf("    in balancer round: %s\n", bool_field(&reply, "inBalancerRound") ? "yes" : "no");
+        printf("    mode: %s\n", ctl_str(&reply, "mode"));
+        printf("    in balancer round: %s\n", ctl_bool(&reply, "inBalancerRound") ? "yes" : "no");
         if (bson_iter_init_find(&it, &reply, "numBalancerRounds")) {
             int64_t n = 0;
             bsonx_as_int64(&it, &n);
@@ -328,18 +195,18 @@ static int status_once(ctl_t *c, bool verbose) {
     print_migrations(c);
 
     printf("  databases:\n");
-    if (find_all(c, "config", "databases", NULL, &sort, &dbs, &err) ||
-        find_all(c, "config", "collections", NULL, &sort, &colls, &err)) {
+    if (ctl_find_all(c, "config", "databases", NULL, &sort, 0, CTL_STATUS_DOCS_MAX, &dbs, &err) ||
+        ctl_find_all(c, "config", "collections", NULL, &sort, 0, CTL_STATUS_DOCS_MAX, &colls, &err)) {
         printf("    (could not read the catalog: %s)\n", err.msg);
         goto out;
     }
     for (int i = 0; i < dbs.n; i++) {
-        const char *db = str_field(dbs.v[i], "_id");
+        const char *db = ctl_str(dbs.v[i], "_id");
         size_t dblen = strlen(db);
-        printf("    { _id: '%s', primary: '%s' }\n", db, str_field(dbs.v[i], "primary"));
+        printf("    { _id: '%s', primary: '%s' }\n", db, ctl_str(dbs.v[i], "primary"));
         for (int k = 0; k < colls.n; k++) {
-            const char *ns = str_field(colls.v[k], "_id");
-            if (strncmp(ns, db, dblen) == 0 && ns[dblen] == '.' && !bool_field(colls.v[k], "dropped"))
+            const char *ns = ctl_str(colls.v[k], "_id");
+            if (strncmp(ns, db, dblen) == 0 && ns[dblen] == '.' && !ctl_bool(colls.v[k], "dropped"))
                 print_collection(c, colls.v[k], verbose);
         }
     }
@@ -348,9 +215,9 @@ static int status_once(ctl_t *c, bool verbose) {
 out:
     fflush(stdout);
     bson_destroy(&sort);
-    docs_free(&shards);
-    docs_free(&dbs);
-    docs_free(&colls);
+    ctl_docs_free(&shards);
+    ctl_docs_free(&dbs);
+    ctl_docs_free(&colls);
     return rc;
 }
 

@@ -1,0 +1,135 @@
+/*
+ * ctl_util.c — the small readers every shardctl view shares (run by bin/shardctl):
+ * field getters that answer a default instead of failing (a view prints what it can of
+ * a reply, a missing field is not an error), the JSON print of a field, and the one
+ * "find every document of a collection" that drains a find cursor with getMore into a
+ * growable list. status, watch, watch --bars, changelog and explain-balance read through
+ * these, so a field reads the same way in every view.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/ctl.h"
+#include "common/bsonx.h"
+#include "common/buf.h"
+
+/* Documents asked for per find / getMore: a config collection of a small cluster comes
+ * back in one or two round trips. */
+#define CTL_FIND_BATCH_DOCS 10000
+
+const char *ctl_str(const bson_t *d, const char *name) {
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, d, name) && BSON_ITER_HOLDS_UTF8(&it)) return bson_iter_utf8(&it, NULL);
+    return "";
+}
+
+bool ctl_bool(const bson_t *d, const char *name) {
+    bson_iter_t it;
+    return bson_iter_init_find(&it, d, name) && bsonx_truthy(&it);
+}
+
+int64_t ctl_int(const bson_t *d, const char *path, int64_t dflt) {
+    bson_iter_t it, f;
+    int64_t v;
+    if (bson_iter_init(&it, d) && bson_iter_find_descendant(&it, path, &f) && bsonx_as_int64(&f, &v)) return v;
+    return dflt;
+}
+
+double ctl_num(const bson_t *d, const char *name) {
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, d, name) && BSON_ITER_HOLDS_NUMBER(&it)) return bson_iter_as_double(&it);
+    return 0;
+}
+
+int64_t ctl_date(const bson_t *d, const char *name) {
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, d, name) && BSON_ITER_HOLDS_DATE_TIME(&it)) return bson_iter_date_time(&it);
+    return 0;
+}
+
+bool ctl_sub(const bson_t *d, const char *name, bson_t *out) {
+    bson_iter_t it;
+    return bson_iter_init_find(&it, d, name) && bsonx_view_container(&it, out);
+}
+
+void ctl_print_json(FILE *fp, const bson_t *d, const char *name, const char *missing) {
+    bson_t sub;
+    char *json = ctl_sub(d, name, &sub) ? bsonx_to_json(&sub) : NULL;
+    fputs(json ? json : missing, fp);
+    bson_free(json);
+}
+
+int64_t ctl_cursor_id(const bson_t *reply) {
+    bson_iter_t it;
+    int64_t id = 0;
+    if (bson_iter_init_find(&it, reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &it) && bson_iter_find(&it, "id"))
+        bsonx_as_int64(&it, &id);
+    return id;
+}
+
+void ctl_docs_free(ctl_docs_t *d) {
+    for (int i = 0; i < d->n; i++) bson_destroy(d->v[i]);
+    free(d->v);
+    memset(d, 0, sizeof *d);
+}
+
+void ctl_docs_add_array(ctl_docs_t *d, const bson_t *reply, const char *outer, const char *name, int max) {
+    bson_iter_t it, arr;
+    if (outer) {
+        if (!bson_iter_init_find(&it, reply, outer) || !BSON_ITER_HOLDS_DOCUMENT(&it)) return;
+        bson_iter_recurse(&it, &arr);
+        if (!bson_iter_find(&arr, name)) return;
+    } else if (!bson_iter_init_find(&arr, reply, name)) {
+        return;
+    }
+    if (!BSON_ITER_HOLDS_ARRAY(&arr)) return;
+    bson_iter_recurse(&arr, &arr);
+    while (bson_iter_next(&arr) && d->n < max) {
+        uint32_t len;
+        const uint8_t *data;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) continue;
+        bson_iter_document(&arr, &len, &data);
+        if (d->n == d->cap) {
+            d->cap = d->cap ? d->cap * 2 : 32;
+            d->v = xrealloc(d->v, sizeof *d->v * (size_t)d->cap);
+        }
+        d->v[d->n++] = bson_new_from_data(data, len);
+    }
+}
+
+int ctl_find_all(ctl_t *c, const char *db, const char *coll, const bson_t *filter, const bson_t *sort, int limit,
+                 int max, ctl_docs_t *out, ms_error_t *err) {
+    bson_t cmd, reply;
+    int64_t id;
+    int rc;
+    if (limit > 0 && limit < max) max = limit;
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "find", coll);
+    BSON_APPEND_UTF8(&cmd, "$db", db);
+    if (filter) BSON_APPEND_DOCUMENT(&cmd, "filter", filter);
+    if (sort) BSON_APPEND_DOCUMENT(&cmd, "sort", sort);
+    if (limit > 0) BSON_APPEND_INT64(&cmd, "limit", limit);
+    BSON_APPEND_INT32(&cmd, "batchSize", CTL_FIND_BATCH_DOCS);
+    rc = ctl_command(c, &cmd, &reply, err);
+    bson_destroy(&cmd);
+    if (rc) return rc;
+    ctl_docs_add_array(out, &reply, "cursor", "firstBatch", max);
+    id = ctl_cursor_id(&reply);
+    bson_destroy(&reply);
+    while (id != 0 && out->n < max) {
+        bson_init(&cmd);
+        BSON_APPEND_INT64(&cmd, "getMore", id);
+        BSON_APPEND_UTF8(&cmd, "collection", coll);
+        BSON_APPEND_UTF8(&cmd, "$db", db);
+        BSON_APPEND_INT32(&cmd, "batchSize", CTL_FIND_BATCH_DOCS);
+        rc = ctl_command(c, &cmd, &reply, err);
+        bson_destroy(&cmd);
+        if (rc) return rc;
+        ctl_docs_add_array(out, &reply, "cursor", "nextBatch", max);
+        id = ctl_cursor_id(&reply);
+        bson_destroy(&reply);
+    }
+    return 0;
+}
