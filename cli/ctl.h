@@ -80,5 +80,9 @@ void ctl_docs_add_array(ctl_docs_t *d, const bson_t *reply, const char *outer, c
  * max documents (or limit, when smaller). Errors: those of ctl_command. */
 int ctl_find_all(ctl_t *c, const char *db, const char *coll, const bson_t *filter, const bson_t *sort, int limit,
                  int max, ctl_docs_t *out, ms_error_t *err);
+/* Whether currentOp entry ops->v[i] is a migration to print on its own line: a donor, or a
+ * recipient whose donor is not in ops. *peer = the other side's entry (borrowed from ops)
+ * or NULL, set in every case. */
+bool ctl_migration_shown(const ctl_docs_t *ops, int i, const bson_t **peer);
 
 #endif

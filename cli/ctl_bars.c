@@ -146,13 +146,9 @@ static void frame_migrations(ctl_t *c, bool tty, frame_state_t *st) {
     ctl_docs_add_array(&ops, &reply, NULL, "inprog", CTL_BARS_OPS_MAX);
     bson_destroy(&reply);
     for (int i = 0; i < ops.n; i++) {
-        const bson_t *op = ops.v[i], *peer = NULL;
-        const char *role = ctl_str(op, "role"), *id = ctl_str(op, "migrationId");
-        if (strcmp(role, "donor") != 0 && strcmp(role, "recipient") != 0) continue;
-        for (int k = 0; k < ops.n && !peer; k++)
-            if (k != i && *id && strcmp(ctl_str(ops.v[k], "migrationId"), id) == 0) peer = ops.v[k];
-        if (strcmp(role, "recipient") == 0 && peer) continue;   /* shown with its donor */
-        frame_migration(op, peer, tty);
+        const bson_t *peer;
+        if (!ctl_migration_shown(&ops, i, &peer)) continue;
+        frame_migration(ops.v[i], peer, tty);
         st->migrations++;
     }
     if (st->migrations == 0) fprintf(out_fp, "  (none)\n");

@@ -102,34 +102,42 @@ void ctl_docs_add_array(ctl_docs_t *d, const bson_t *reply, const char *outer, c
 int ctl_find_all(ctl_t *c, const char *db, const char *coll, const bson_t *filter, const bson_t *sort, int limit,
                  int max, ctl_docs_t *out, ms_error_t *err) {
     bson_t cmd, reply;
-    int64_t id;
+    int64_t id = 0;
+    bool first = true;
     int rc;
     if (limit > 0 && limit < max) max = limit;
-    bson_init(&cmd);
-    BSON_APPEND_UTF8(&cmd, "find", coll);
-    BSON_APPEND_UTF8(&cmd, "$db", db);
-    if (filter) BSON_APPEND_DOCUMENT(&cmd, "filter", filter);
-    if (sort) BSON_APPEND_DOCUMENT(&cmd, "sort", sort);
-    if (limit > 0) BSON_APPEND_INT64(&cmd, "limit", limit);
-    BSON_APPEND_INT32(&cmd, "batchSize", CTL_FIND_BATCH_DOCS);
-    rc = ctl_command(c, &cmd, &reply, err);
-    bson_destroy(&cmd);
-    if (rc) return rc;
-    ctl_docs_add_array(out, &reply, "cursor", "firstBatch", max);
-    id = ctl_cursor_id(&reply);
-    bson_destroy(&reply);
-    while (id != 0 && out->n < max) {
+    /* find, then getMore while the cursor lives and the list has room */
+    while (first || (id != 0 && out->n < max)) {
         bson_init(&cmd);
-        BSON_APPEND_INT64(&cmd, "getMore", id);
-        BSON_APPEND_UTF8(&cmd, "collection", coll);
-        BSON_APPEND_UTF8(&cmd, "$db", db);
+        if (first) {
+            BSON_APPEND_UTF8(&cmd, "find", coll);
+            BSON_APPEND_UTF8(&cmd, "$db", db);
+            if (filter) BSON_APPEND_DOCUMENT(&cmd, "filter", filter);
+            if (sort) BSON_APPEND_DOCUMENT(&cmd, "sort", sort);
+            if (limit > 0) BSON_APPEND_INT64(&cmd, "limit", limit);
+        } else {
+            BSON_APPEND_INT64(&cmd, "getMore", id);
+            BSON_APPEND_UTF8(&cmd, "collection", coll);
+            BSON_APPEND_UTF8(&cmd, "$db", db);
+        }
         BSON_APPEND_INT32(&cmd, "batchSize", CTL_FIND_BATCH_DOCS);
         rc = ctl_command(c, &cmd, &reply, err);
         bson_destroy(&cmd);
         if (rc) return rc;
-        ctl_docs_add_array(out, &reply, "cursor", "nextBatch", max);
+        ctl_docs_add_array(out, &reply, "cursor", first ? "firstBatch" : "nextBatch", max);
         id = ctl_cursor_id(&reply);
         bson_destroy(&reply);
+        first = false;
     }
     return 0;
+}
+
+bool ctl_migration_shown(const ctl_docs_t *ops, int i, const bson_t **peer) {
+    const bson_t *op = ops->v[i];
+    const char *role = ctl_str(op, "role"), *id = ctl_str(op, "migrationId");
+    *peer = NULL;
+    if (strcmp(role, "donor") != 0 && strcmp(role, "recipient") != 0) return false;
+    for (int k = 0; k < ops->n && !*peer; k++)
+        if (k != i && *id && strcmp(ctl_str(ops->v[k], "migrationId"), id) == 0) *peer = ops->v[k];
+    return strcmp(role, "donor") == 0 || !*peer;   /* a recipient with its donor is shown with it */
 }

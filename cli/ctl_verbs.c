@@ -136,13 +136,9 @@ static void print_migrations(ctl_t *c) {
     bson_destroy(&cmd);
     ctl_docs_add_array(&ops, &reply, NULL, "inprog", CTL_STATUS_OPS_MAX);
     for (int i = 0; i < ops.n; i++) {
-        const bson_t *op = ops.v[i], *peer = NULL;
-        const char *role = ctl_str(op, "role"), *id = ctl_str(op, "migrationId");
-        if (strcmp(role, "donor") != 0 && strcmp(role, "recipient") != 0) continue;
-        for (int k = 0; k < ops.n && !peer; k++)
-            if (k != i && *id && strcmp(ctl_str(ops.v[k], "migrationId"), id) == 0) peer = ops.v[k];
-        if (strcmp(role, "recipient") == 0 && peer) continue;   /* shown with its donor */
-        print_migration(op, peer);
+        const bson_t *peer;
+        if (!ctl_migration_shown(&ops, i, &peer)) continue;
+        print_migration(ops.v[i], peer);
         shown++;
     }
     if (shown == 0) printf("    (none)\n");
