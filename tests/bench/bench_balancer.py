@@ -43,7 +43,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-from lib import Ctx, SHARDCTL, wait_until  # noqa: E402
+from lib import Ctx, SHARDCTL, num, wait_until  # noqa: E402
 
 DB = "bench"
 COLL = "b"
@@ -66,14 +66,6 @@ def when_s(v):
     if isinstance(v, str) and not v.lstrip("-").isdigit():
         return datetime.datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
     return int(v) / 1000.0
-
-
-def num(v):
-    if isinstance(v, dict):
-        for k in ("$numberLong", "$numberInt", "$numberDouble"):
-            if k in v:
-                return float(v[k])
-    return float(v)
 
 
 def rounds_since(c, t0):

@@ -47,7 +47,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-from lib import Ctx, SHARDCTL, free_ports, wait_until  # noqa: E402
+from lib import Ctx, SHARDCTL, free_ports, num, wait_until  # noqa: E402
 from hostile import RawReq  # noqa: E402
 
 DB = "bench"
@@ -80,14 +80,6 @@ def changelog_last(c, what, ns):
     r = c.ok({"find": "changelog", "$db": "config", "filter": {"what": what, "ns": ns}, "batchSize": 10000})
     docs = r["cursor"]["firstBatch"]
     return docs[-1]["details"] if docs else {}
-
-
-def num(v):
-    if isinstance(v, dict):
-        for k in ("$numberLong", "$numberInt", "$numberDouble"):
-            if k in v:
-                return float(v[k])
-    return float(v)
 
 
 def steps(details, n):

@@ -47,6 +47,15 @@ MAXKEY = {"$maxKey": 1}
 def long(n):
     return {"$numberLong": str(n)}
 
+def num(v):
+    """A number from relaxed extended JSON: 5, 5.0 or {"$numberLong": "5"} -> 5.0."""
+    if isinstance(v, dict):
+        for k in ("$numberLong", "$numberInt", "$numberDouble"):
+            if k in v:
+                return float(v[k])
+    return float(v)
+
+
 def ts(t, i):
     return {"$timestamp": {"t": t, "i": i}}
 
