@@ -507,7 +507,8 @@ bal_defrag_phase_t bal_defrag_phase_parse(const char *s);
  * from phase 1; else the next phase. */
 bal_defrag_phase_t bal_defrag_next(bal_defrag_phase_t p, int pending, bool restart);
 /* Errors after which a defragmentation action is simply reissued (network, locks,
- * conflicting operations, stale routing). */
+ * conflicting operations, stale routing, and a merge's precondition failing because the
+ * chunks changed since the snapshot: a lost race with a migration). */
 bool bal_defrag_retriable(int code);
 /* Chunks [first, last] (last > first) to merge into one. */
 typedef struct bal_run {
@@ -527,6 +528,10 @@ void bal_defrag_shard_bytes(const bal_coll_t *c, int nshards, int64_t *out);
  * (shard_bytes); ties → the smaller shard name. -1 when none. */
 int bal_defrag_pick(const bal_coll_t *c, const bal_shard_t *shards, int nshards,
                     const int64_t *shard_bytes, int i, int64_t small_bytes);
+/* Phase 2's work left in c: the small chunks that have a neighbour to be merged into
+ * (bal_defrag_pick >= 0). 0 = phase 2 is done. */
+int bal_defrag_small_left(const bal_coll_t *c, const bal_shard_t *shards, int nshards,
+                          int64_t small_bytes);
 /* One phase-2 action: merge chunk into its neighbour `into`, after migrating it from
  * shard `from` to `to` when move. */
 typedef struct bal_defrag_act {
