@@ -219,9 +219,11 @@ bool cfg_defrag_secondary_step(cfg_t *cfg, const cat_coll_t *coll, const bal_sha
     long long t0 = time_mono_ms();
     ms_error_t e = {0};
     bson_init(&s.errors);
-    if (restart) note_error(&s.errors, &s.nerrors, "moveRange", 0,
-                            "a phase-2 migration of the balancer round failed", false);
-    /* A restart reported by the round is acted on before any work of the phase. */
+    /* A restart reported by the round (a phase-2 migration failed for good, its error is
+     * in that round's migrations) is acted on before any work of the phase; reported
+     * while this thread had already left phase 2, it no longer applies. */
+    restart = restart && ph == BAL_DEFRAG_MOVE_MERGE;
+    s.restart = restart;
     if (!restart) {
         switch (ph) {
         case BAL_DEFRAG_MERGE_MEASURE:
@@ -265,6 +267,7 @@ bool cfg_defrag_secondary_step(cfg_t *cfg, const cat_coll_t *coll, const bal_sha
         BSON_APPEND_INT32(&doc, "merged", s.merged);
         BSON_APPEND_INT32(&doc, "measured", s.measured);
         BSON_APPEND_INT32(&doc, "pending", s.pending);
+        if (restart) BSON_APPEND_BOOL(&doc, "restartedAfterMigrationError", true);
         BSON_APPEND_ARRAY(&doc, "errors", &s.errors);
         BSON_APPEND_INT64(&doc, "executionTimeMillis", time_mono_ms() - t0);
         memset(&e, 0, sizeof e);

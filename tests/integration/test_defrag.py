@@ -7,6 +7,8 @@ config server restart) to far fewer chunks with no document lost, and the flag, 
 and the estimates are gone at the end — phase 2's migrations run in the balancer's rounds
 (balancer.round), every merge, measure and phase change on its secondary thread
 (balancer.defragmentation entries; the merge changelog counts no other merge);
+a phase-2 migration failing with a non-retriable error sends the collection back to phase 1
+(the round reports it, the secondary thread restarts the phase) and it still finishes;
 mergeAllChunksOnShard by hand (runs, maxNumberOfChunksToMerge, the horizon, errors); the
 auto-merger thread merges contiguous chunks, and not while settings automerge or the
 collection's enableAutoMerge say no."""
@@ -16,7 +18,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lib import main, test, wait_until  # noqa: E402
+from lib import fp, main, test, wait_until  # noqa: E402
 
 DB = "app"
 NS = "app.c"
@@ -170,9 +172,14 @@ def test_defragmentation_cuts_chunks_without_loss(t):
     assert all("estimatedDataSizeBytes" not in x for x in after), after
     d = coll_doc(c)
     assert "defragmentationPhase" not in d, d
-    # adjacent chunks on one shard were all merged by phase 3
-    for a, b in zip(after, after[1:]):
-        assert a["shard"] != b["shard"], (a, b)
+    # once finished the collection is balanced again: a round may already have moved one of
+    # its few chunks (legitimately) — only then can two neighbours share a shard
+    rs = rounds(c)
+    balancing = [m for rr in rs for m in rr["details"].get("migrations", [])
+                 if m["ns"] == NS and m["reason"] != "defragmentation"]
+    if not balancing:   # adjacent chunks on one shard were all merged by phase 3
+        for a, b in zip(after, after[1:]):
+            assert a["shard"] != b["shard"], (a, b)
     assert (n0, h0) == digest(c), "documents lost or changed"
     # every phase went through the secondary thread's steps
     phases = [x["phase"] for x in steps]
@@ -183,9 +190,13 @@ def test_defragmentation_cuts_chunks_without_loss(t):
     # the split of MongoDB's balancer: the rounds (main thread) did phase 2's migrations and
     # nothing else for the collection; every merge of the defragmentation is one of the
     # secondary thread's (the merge changelog counts no other merge of the collection)
-    rs = rounds(c)
-    mig = [m for rr in rs for m in rr["details"].get("migrations", []) if m["ns"] == NS]
-    assert mig and all(m["reason"] == "defragmentation" for m in mig), mig
+    for rr in rs:   # a round that defragmented the collection did not balance it
+        if any(x["ns"] == NS for x in rr["details"].get("defragmentation", [])):
+            assert all(m["reason"] == "defragmentation" for m in rr["details"].get("migrations", [])
+                       if m["ns"] == NS), rr
+    mig = [m for rr in rs for m in rr["details"].get("migrations", [])
+           if m["ns"] == NS and m["reason"] == "defragmentation"]
+    assert mig, rs
     assert sum(1 for m in mig if m["ok"]) >= 1, mig
     entries = [x for rr in rs for x in rr["details"].get("defragmentation", [])]
     assert entries and all(set(x) == {"ns", "phase", "migrations", "waiting"} for x in entries), entries[:3]
@@ -196,6 +207,47 @@ def test_defragmentation_cuts_chunks_without_loss(t):
     assert merged >= 1 and changelog(c, "merge") == merged, (merged, changelog(c, "merge"))
     # a moved chunk was merged into its neighbour by the secondary thread in phase 2
     assert sum(x["merged"] for x in steps if x["phase"] == "moveAndMergeChunks") >= 1, steps
+
+
+@test
+def test_failed_phase2_migration_restarts_from_phase_1(t):
+    cfg = t.configsvr(extra=["--balancer-idle-ms", "200", "--balancer-throttle-ms", "50",
+                             "--defrag-throttle-ms", "20"])
+    ss = [t.shardd("shard%d" % i, extra=SHARD_FLAGS) for i in range(2)]
+    r = t.router(cfg.url)
+    c = r.client()
+    for i, s in enumerate(ss):
+        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
+    c.ok({"balancerStop": 1, "$db": "admin"})
+    settings(c, "autosplit", {"$set": {"enabled": False}})
+    settings(c, "chunksize", {"$set": {"valueBytes": 256 * 1024}})
+    c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+    c.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
+    load(c, 800)
+    split_at(c, range(100, 800, 100))
+    for i in range(1, 8, 2):
+        c.ok({"moveChunk": NS, "find": {"k": i * 100}, "to": "shard1", "$db": "admin"})
+    n0, h0 = digest(c)
+    # the donor of the first phase-2 migration fails it with UnknownError (8): not retriable
+    for s in ss:
+        fp(s.client(), "failCommand", {"times": 1}, failCommands=["_shardsvrMoveRange"], errorCode=8)
+    c.ok({"configureCollectionBalancing": NS, "defragmentCollection": True, "$db": "admin"})
+    c.ok({"balancerStart": 1, "$db": "admin"})
+    wait_until(lambda: "defragmentCollection" not in coll_doc(c), 60, "defragmentation finished",
+               interval=0.2)
+    failed = [m for rr in rounds(c) for m in rr["details"].get("migrations", [])
+              if m["reason"] == "defragmentation" and not m["ok"]]
+    assert failed and failed[0]["code"] == 8, failed
+    steps = defrag_steps(c)
+    back = [x for x in steps if x.get("restartedAfterMigrationError")]
+    assert back and back[0]["phase"] == "moveAndMergeChunks" and back[0]["next"] == "mergeAndMeasureChunks", steps
+    # after the restart it went through phases 1, 2 and 3 again to the end
+    later = [x["phase"] for x in steps[steps.index(back[0]) + 1:]]
+    for p in ("mergeAndMeasureChunks", "moveAndMergeChunks", "mergeChunks"):
+        assert p in later, later
+    assert steps[-1]["next"] == "finished", steps[-1]
+    assert len(chunks(c)) < 8
+    assert (n0, h0) == digest(c), "documents lost or changed"
 
 
 @test
