@@ -200,7 +200,8 @@ def test_defragmentation_cuts_chunks_without_loss(t):
     assert sum(1 for m in mig if m["ok"]) >= 1, mig
     entries = [x for rr in rs for x in rr["details"].get("defragmentation", [])]
     assert entries and all(set(x) == {"ns", "phase", "migrations", "waiting"} for x in entries), entries[:3]
-    assert sum(x["migrations"] for x in entries) == len(mig), (entries, mig)
+    # chosen = run, but for a batch dropped by the balancerStop above (during its throttle wait)
+    assert sum(x["migrations"] for x in entries) >= len(mig), (entries, mig)
     merged = sum(x["merged"] for x in steps)
     print("  secondary steps %d (merges %d), round migrations %d" % (len(steps), merged, len(mig)),
           flush=True)
