@@ -281,7 +281,8 @@ static bool defrag_pass(cfg_merger_t *m) {
     for (int c = 0; c < cl.n && !stopping(m); c++) {
         cat_coll_t coll;
         if (cat_coll_get(cfg->cat, cl.v[c], &coll, &e) != 0) continue;  /* dropped meanwhile */
-        if (coll.defragment) {
+        /* As the round: noBalance or migrations not allowed → its defragmentation waits. */
+        if (coll.defragment && !coll.no_balance && coll.allow_migrations) {
             int64_t csize = coll.max_chunk_size_bytes > 0 ? coll.max_chunk_size_bytes : st.chunk_size;
             bool restart = take_restart(m, coll.ns);
             if (cfg_defrag_secondary_step(cfg, &coll, sn.shards, sn.nshards, csize, restart))
