@@ -15,8 +15,11 @@
  * while a step did something (or hit retriable errors) the next comes
  * --defrag-throttle-ms later (MongoDB's chunkDefragmentationThrottlingMS) unless woken
  * sooner; a step with nothing to do (phase 2 waiting for migrations) waits for a wake.
- * It acts only when the balancer may act (mode full, not stopped, in its window). Each
+ * It acts only when the balancer may act (mode full, not stopped, in its window) and
+ * skips collections with noBalance or migrations not allowed, as the round does. Each
  * step that did something is logged as `balancer.defragmentation` in config.actionlog.
+ * No lock is held across a network call; a long auto-merger pass (its throttle) delays
+ * the defragmentation steps.
  *
  * Mergeable = contiguous, on the one shard, in one zone, not jumbo, and on that shard
  * since longer than the horizon (--auto-merger-horizon-ms: minishard's stand-in for
@@ -25,9 +28,9 @@
  * one `merge` changelog entry per run).
  *
  * The auto-merger's pass comes every --auto-merger-interval-ms (MongoDB's
- * autoMergerIntervalSecs) and, when the balancer may act (mode full, not stopped, in its window) and settings
- * {_id: "automerge"} is not {enabled: false}, runs mergeAllChunksOnShard for every
- * shard of every collection with enableAutoMerge not false and no defragmentation
+ * autoMergerIntervalSecs) and, when the balancer may act (mode full, not stopped, in its
+ * window) and settings {_id: "automerge"} is not {enabled: false}, runs
+ * mergeAllChunksOnShard for every shard of every collection with enableAutoMerge not false and no defragmentation
  * running (noBalance does not stop it: merging moves no data); two merges of one
  * collection are --auto-merger-throttle-ms apart (autoMergerThrottlingMS). A pass that
  * merged is logged as `autoMerger.round` in config.actionlog.

@@ -601,7 +601,7 @@ int cfg_cmd_balancer_stop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return 0;
 }
 
-/* ---- for the secondary thread (bal_merge.c) ------------------------------------------------------ */
+/* ---- for the secondary thread (bal_merge.c) ------------------------------------------------ */
 
 bool cfg_balancer_may_act(cfg_t *cfg, char *why, size_t cap) {
     bal_settings_t st;

@@ -82,7 +82,8 @@ typedef struct step {
     int nerrors;
 } step_t;
 
-static void note_error(bson_t *arr, int *n, const char *action, int rc, const char *msg, bool retry) {
+static void note_error(bson_t *arr, int *n, const char *action, int rc, const char *msg,
+                       bool retry) {
     if (*n >= MS_DEFRAG_LOGGED_ERRORS_MAX) return;
     bson_t d;
     char k[16];
@@ -297,7 +298,8 @@ int cfg_defrag_round_moves(cfg_t *cfg, const cat_coll_t *coll, bal_shard_t *shar
             log_warn("defragmentation load failed ns=%s err=%s", log_str(coll->ns), log_str(e.msg));
         } else {
             bal_defrag_act_t acts[d.nchunks > 0 ? d.nchunks : 1];
-            int na = bal_defrag_moves(&bc, shards, nshards, chunk_size / 4, acts, d.nchunks, &waiting);
+            int na = bal_defrag_moves(&bc, shards, nshards, chunk_size / 4, acts, d.nchunks,
+                                      &waiting);
             for (int a = 0; a < na; a++) {
                 const bal_chunk_t *ch = &d.chunks[acts[a].chunk];
                 /* Merges on the chunk's own shard are the secondary thread's. The round's

@@ -155,18 +155,20 @@ int main(int argc, char **argv) {
         cfg_close(&cfg);
         return daemon_exit(&d, 1);
     }
-    /* After serving starts: a migration's donor calls us back to commit. */
-    if (cfg_balancer_start(&cfg, idle_ms, throttle_ms, &err) != 0) {
-        rc = daemon_fail("balancer", &err);
+    /* After serving starts: a migration's donor calls us back to commit. The secondary
+     * thread first: the balancer's round wakes it (cfg->merger set before any round). */
+    if (cfg_merger_start(&cfg, am_interval_ms, am_throttle_ms, am_horizon_ms, defrag_throttle_ms,
+                         &err) != 0) {
+        rc = daemon_fail("balancer secondary thread", &err);
         daemon_stop_serving(&d);
         cfg_close(&cfg);
         return rc;
     }
-    if (cfg_merger_start(&cfg, am_interval_ms, am_throttle_ms, am_horizon_ms, defrag_throttle_ms,
-                         &err) != 0) {
-        rc = daemon_fail("balancer secondary thread", &err);
-        cfg_balancer_shutdown(&cfg);
+    if (cfg_balancer_start(&cfg, idle_ms, throttle_ms, &err) != 0) {
+        rc = daemon_fail("balancer", &err);
+        cfg_merger_shutdown(&cfg);
         daemon_stop_serving(&d);
+        cfg_merger_free(&cfg);
         cfg_close(&cfg);
         return rc;
     }
@@ -174,13 +176,14 @@ int main(int argc, char **argv) {
 
     daemon_wait(&d);
     /* The balancer's two threads first (its round ends, migrations included, while donors
-     * can still reach us to commit), then the handlers. The secondary thread is stopped
-     * first but freed last: the round wakes it (a no-op once stopped) until it ends, and
-     * the secondary thread wakes the round while it runs. */
+     * can still reach us to commit), then the handlers, then the catalog. The secondary
+     * thread is stopped first but freed last: the round wakes it (a no-op once stopped)
+     * until it ends, the secondary thread wakes the round while it runs, and a
+     * mergeAllChunksOnShard handler reads its horizon until serving stops. */
     cfg_merger_shutdown(&cfg);
     cfg_balancer_shutdown(&cfg);
-    cfg_merger_free(&cfg);
     daemon_stop_serving(&d);  /* first: no handler may still use cfg */
+    cfg_merger_free(&cfg);
     cfg_close(&cfg);
     return daemon_exit(&d, 0);
 }
