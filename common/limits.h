@@ -415,4 +415,9 @@
 #define MS_MERGE_ALL_CHUNKS_DEFAULT 1000
 #define MS_MERGE_ALL_CHUNKS_MAX 1000000
 
+/* balancer secondary thread (issue 13 item 7): the pause between two defragmentation
+ * steps of one collection (MongoDB's chunkDefragmentationThrottlingMS, 1000 ms in 6.x;
+ * tests lower it). At most MS_AUTOMERGER_MS_MAX, like the auto-merger's pauses. */
+#define MS_DEFRAG_THROTTLE_MS_DEFAULT 1000
+
 #endif

@@ -59,6 +59,11 @@ bool bal_defrag_retriable(int code) {
     case MS_ERR_EXCEEDED_TIME_LIMIT:
     case MS_ERR_CONFLICTING_OPERATION:
     case MS_ERR_STALE_CONFIG:
+    /* A merge whose precondition fails (the range is no longer contiguous chunks on one
+     * shard, no chunk starts or ends there): the secondary thread merged from a snapshot
+     * a moment old while a migration of the round (or another merge) changed the chunks.
+     * A lost race: the next step reloads and merges what there is then. */
+    case MS_ERR_ILLEGAL_OPERATION:
         return true;
     default:
         return false;
@@ -157,6 +162,18 @@ int bal_defrag_pick(const bal_coll_t *c, const bal_shard_t *shards, int nshards,
         if (score_cmp(&a, &b) > 0) best = cand[k];
     }
     return best;
+}
+
+int bal_defrag_small_left(const bal_coll_t *c, const bal_shard_t *shards, int nshards,
+                          int64_t small_bytes) {
+    int64_t bytes[nshards > 0 ? nshards : 1];
+    int n = 0;
+    bal_defrag_shard_bytes(c, nshards, bytes);
+    for (int i = 0; i < c->nchunks; i++)
+        if (bal_defrag_is_small(&c->chunks[i], small_bytes) &&
+            bal_defrag_pick(c, shards, nshards, bytes, i, small_bytes) >= 0)
+            n++;
+    return n;
 }
 
 int bal_defrag_moves(const bal_coll_t *c, bal_shard_t *shards, int nshards, int64_t small_bytes,

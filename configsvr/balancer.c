@@ -9,7 +9,11 @@
  * counts, shard data sizes when the dataSize policy or a maxSize needs them) and
  * ask bal_choose (bal_policy.c) for this round's moves, one per shard at most; run them
  * in parallel, one thread each, through cfg_move_range (the body of _configsvrMoveRange);
- * log the round as `balancer.round` in config.actionlog. Rounds come every
+ * log the round as `balancer.round` in config.actionlog. A collection with
+ * defragmentCollection set is not balanced: the round only adds its phase-2 migrations
+ * (defrag.c cfg_defrag_round_moves, with the same busy flags) to the batch and wakes the
+ * balancer's secondary thread (bal_merge.c), which does every other defragmentation
+ * action, the auto-merger, and the phase transitions. Rounds come every
  * --balancer-idle-ms when nothing moved (or balancing is off); after a round that moved
  * chunks the next one starts at once and its batch waits until --balancer-throttle-ms
  * has passed since the previous batch ended (MongoDB's balancerMigrationsThrottlingMs).
@@ -166,6 +170,9 @@ static int autosplit_coll(cfg_t *cfg, const cat_coll_t *coll, int64_t chunk_size
 
 /* ---- migrations in parallel ---------------------------------------------------------------- */
 
+/* The reason of a defragmentation migration (phase 2) in the round's batch. */
+static const char DEFRAG_REASON[] = "defragmentation";
+
 typedef struct mig_job {
     cfg_t *cfg;
     char ns[MS_NS_BYTES_MAX + 1];
@@ -251,8 +258,8 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
     ns_list_t nl = {0};
     ms_error_t e = {0};
     bson_t details = BSON_INITIALIZER, splits, moves;
-    bson_t defrags = BSON_INITIALIZER;  /* defragmentation steps (defrag.c), an array */
-    int ndefrag = 0, defrag_acts = 0;
+    bson_t defrags = BSON_INITIALIZER;  /* defragmenting collections (defrag.c), an array */
+    int ndefrag = 0;
     int nsplits = 0, njobs = 0, moved = 0, failed = 0, budget = MS_BALANCER_AUTOSPLIT_CHUNKS_MAX;
     mig_job_t *jobs = NULL;
     bool error = false;
@@ -284,10 +291,21 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
         }
         int64_t csize = coll.max_chunk_size_bytes > 0 ? coll.max_chunk_size_bytes : st->chunk_size;
         bal_zone_split_coll(cfg, coll.ns, &splits, &nsplits);  /* bal_jumbo.c */
-        if (coll.defragment) {  /* defragmentation instead of balancing (defrag.c) */
-            defrag_acts += cfg_defrag_step(cfg, &coll, shards, sn.nshards, csize, st->wait_delete,
-                                           st->throttle, &defrags, &ndefrag);
+        if (coll.defragment) {  /* no balancing: phase 2's migrations only (defrag.c) */
+            cfg_defrag_move_t dm[cap];
+            int k = cfg_defrag_round_moves(cfg, &coll, shards, sn.nshards, csize, dm, cap - njobs,
+                                           &defrags, &ndefrag);
+            for (int m = 0; m < k; m++) {
+                mig_job_t *j = &jobs[njobs++];
+                *j = (mig_job_t){.cfg = cfg, .min = dm[m].min, .max = dm[m].max,
+                                 .reason = DEFRAG_REASON, .wait_delete = st->wait_delete,
+                                 .throttle = st->throttle};
+                snprintf(j->ns, sizeof j->ns, "%s", coll.ns);
+                snprintf(j->from, sizeof j->from, "%s", shards[dm[m].from].name);
+                snprintf(j->to, sizeof j->to, "%s", shards[dm[m].to].name);
+            }
             cat_coll_free(&coll);
+            if (njobs >= cap) break;
             continue;
         }
         if (st->autosplit && budget > 0)
@@ -364,7 +382,9 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
             BSON_APPEND_INT32(&m, "code", j->rc);
             BSON_APPEND_UTF8(&m, "errmsg", j->err.msg);
         }
-        if (j->rc == MS_ERR_CHUNK_TOO_BIG || j->rc == MS_ERR_EXCEEDED_MEMORY_LIMIT)
+        if (j->reason == DEFRAG_REASON)  /* reported to defragmentation, not split */
+            cfg_defrag_move_done(cfg, j->ns, j->rc, &j->err);
+        else if (j->rc == MS_ERR_CHUNK_TOO_BIG || j->rc == MS_ERR_EXCEEDED_MEMORY_LIMIT)
             bal_split_or_mark_jumbo(cfg, j->ns, j->min, j->max, j->from, &m);  /* bal_jumbo.c */
         BSON_APPEND_INT64(&m, "durationMillis", j->ms);
         bson_append_document_end(&moves, &m);
@@ -401,7 +421,7 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
     free(jobs);
     bal_snap_free(&sn);
     free(nl.v);
-    return moved + defrag_acts;
+    return moved;
 }
 
 /* ---- the thread ---------------------------------------------------------------------------- */
@@ -581,7 +601,7 @@ int cfg_cmd_balancer_stop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return 0;
 }
 
-/* ---- for the auto-merger (bal_merge.c) ------------------------------------------------------ */
+/* ---- for the secondary thread (bal_merge.c) ------------------------------------------------ */
 
 bool cfg_balancer_may_act(cfg_t *cfg, char *why, size_t cap) {
     bal_settings_t st;

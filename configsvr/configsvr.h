@@ -487,8 +487,8 @@ int cat_lock_doc_put(cat_t *c, const char *id, const bson_t *doc, ms_error_t *er
 void cat_settings_allow_test_fields(bool on);
 
 /* ---- defragmentation and the auto-merger (bal_defrag.c: pure; cat_defrag.c: catalog;
- * defrag.c: the balancer's step and configureCollectionBalancing; bal_merge.c: the
- * auto-merger thread and mergeAllChunksOnShard) ------------------------------------- */
+ * defrag.c: the round's and the secondary thread's parts and configureCollectionBalancing;
+ * bal_merge.c: the secondary thread, the auto-merger and mergeAllChunksOnShard) ------------------------------------- */
 
 /* config.collections defragmentationPhase (notes §5.1). NONE = "" (not defragmenting). */
 typedef enum {
@@ -507,7 +507,8 @@ bal_defrag_phase_t bal_defrag_phase_parse(const char *s);
  * from phase 1; else the next phase. */
 bal_defrag_phase_t bal_defrag_next(bal_defrag_phase_t p, int pending, bool restart);
 /* Errors after which a defragmentation action is simply reissued (network, locks,
- * conflicting operations, stale routing). */
+ * conflicting operations, stale routing, and a merge's precondition failing because the
+ * chunks changed since the snapshot: a lost race with a migration). */
 bool bal_defrag_retriable(int code);
 /* Chunks [first, last] (last > first) to merge into one. */
 typedef struct bal_run {
@@ -527,6 +528,10 @@ void bal_defrag_shard_bytes(const bal_coll_t *c, int nshards, int64_t *out);
  * (shard_bytes); ties → the smaller shard name. -1 when none. */
 int bal_defrag_pick(const bal_coll_t *c, const bal_shard_t *shards, int nshards,
                     const int64_t *shard_bytes, int i, int64_t small_bytes);
+/* Phase 2's work left in c: the small chunks that have a neighbour to be merged into
+ * (bal_defrag_pick >= 0). 0 = phase 2 is done. */
+int bal_defrag_small_left(const bal_coll_t *c, const bal_shard_t *shards, int nshards,
+                          int64_t small_bytes);
 /* One phase-2 action: merge chunk into its neighbour `into`, after migrating it from
  * shard `from` to `to` when move. */
 typedef struct bal_defrag_act {
@@ -601,7 +606,7 @@ typedef struct cfg {
     cfg_ddl_t *ddl;               /* DDL locks of read-ask-commit metadata commands */
     long long started_ms;
     cfg_balancer_t *bal;          /* the balancer thread (balancer.c); NULL until started */
-    cfg_merger_t *merger;         /* the auto-merger thread (bal_merge.c); NULL until started */
+    cfg_merger_t *merger;         /* the balancer's secondary thread (bal_merge.c); NULL until started */
     int dbpath_lock_fd;           /* flock'ed dbpath/mongod.lock: one config server per dbpath */
 } cfg_t;
 
@@ -808,13 +813,29 @@ int cfg_cmd_clear_jumbo_flag(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* May the balancer act now (mode full, not stopped, inside the activeWindow)? why gets
  * the reason when not (balancer.c). */
 bool cfg_balancer_may_act(cfg_t *cfg, char *why, size_t cap);
-/* One defragmentation step of coll (defragmentCollection set) in the balancer's round
- * instead of balancing it: the phase's merges, dataSize measures or migrations (shards
- * of a migration marked busy in shards), then the phase stored. Appends one document
- * {ns, phase, next, merged, measured, moved, pending, errors} to arr at index *n.
- * Returns the number of actions that succeeded. */
-int cfg_defrag_step(cfg_t *cfg, const cat_coll_t *coll, bal_shard_t *shards, int nshards,
-                    int64_t chunk_size, bool wait_delete, bool throttle, bson_t *arr, int *n);
+/* defrag.c, the balancer round's part: for coll (defragmentCollection set), in phase
+ * moveAndMergeChunks, the migrations this round owes (chosen by bal_defrag_moves with the
+ * round's busy flags in shards; at most cap) into out (min / max: caller owns, bson_destroy
+ * them); wakes the secondary thread in every phase. Appends {ns, phase, migrations,
+ * waiting} to arr at index *n. Returns how many moves. */
+typedef struct cfg_defrag_move {
+    int from, to;       /* indexes into shards */
+    bson_t *min, *max;  /* the chunk; caller owns */
+} cfg_defrag_move_t;
+int cfg_defrag_round_moves(cfg_t *cfg, const cat_coll_t *coll, bal_shard_t *shards, int nshards,
+                           int64_t chunk_size, cfg_defrag_move_t *out, int cap, bson_t *arr,
+                           int *n);
+/* The outcome of one of those moves (rc 0 = moved): a non-retriable error restarts the
+ * phase (cfg_secondary_defrag_restart); either way the secondary thread is woken. */
+void cfg_defrag_move_done(cfg_t *cfg, const char *ns, int rc, const ms_error_t *err);
+/* defrag.c, the secondary thread's part: one step of coll — phase 1's merges and
+ * measures, phase 2's merges after the round's moves, phase 3's merges — then the phase
+ * transition stored (restart: a phase-2 migration failed for good, the phase restarts
+ * without other work). Logs `balancer.defragmentation` in config.actionlog when it did
+ * something or hit errors. Returns true when the collection wants another step soon (it
+ * did something or has retriable errors, and is not finished). */
+bool cfg_defrag_secondary_step(cfg_t *cfg, const cat_coll_t *coll, const bal_shard_t *shards,
+                               int nshards, int64_t chunk_size, bool restart);
 int cfg_cmd_configure_collection_balancing(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* Merges every run of contiguous chunks of ns on shard that are not jumbo and arrived
  * there more than horizon_ms ago (at most max_chunks chunks in all), one `merge`
@@ -822,10 +843,20 @@ int cfg_cmd_configure_collection_balancing(cmd_ctx_t *ctx, bson_t *reply, ms_err
 int cfg_merge_all_on_shard(cfg_t *cfg, const char *ns, const char *shard, int max_chunks,
                            int64_t horizon_ms, int *runs, int *chunks, ms_error_t *err);
 int cfg_cmd_merge_all_chunks_on_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
-/* The auto-merger thread: every interval_ms (throttle_ms between two merges of one
- * collection) while the balancer may act and settings automerge is not disabled. */
+/* The balancer's secondary thread (bal_merge.c): while the balancer may act, one
+ * defragmentation step per defragmenting collection per wake, then defrag_throttle_ms or
+ * until woken; and the auto-merger pass every interval_ms (throttle_ms between two merges
+ * of one collection) unless settings automerge is disabled. */
 int cfg_merger_start(cfg_t *cfg, int interval_ms, int throttle_ms, int horizon_ms,
-                     ms_error_t *err);
-void cfg_merger_shutdown(cfg_t *cfg);  /* NULL-safe on a cfg without one */
+                     int defrag_throttle_ms, ms_error_t *err);
+/* Stops and joins the thread (NULL-safe); its struct stays until cfg_merger_free, so that
+ * the balancer's round may still wake it (a no-op then) until the balancer is stopped. */
+void cfg_merger_shutdown(cfg_t *cfg);
+void cfg_merger_free(cfg_t *cfg);  /* after cfg_balancer_shutdown; NULL-safe */
+/* Wakes the secondary thread for a defragmentation step now (NULL-safe). */
+void cfg_secondary_wake(cfg_t *cfg);
+/* A phase-2 migration of ns failed with a non-retriable error: the secondary thread's next
+ * step of ns restarts the phase (phase 2 → phase 1). */
+void cfg_secondary_defrag_restart(cfg_t *cfg, const char *ns);
 
 #endif

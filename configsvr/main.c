@@ -24,7 +24,7 @@ static const char cfg_usage[] =
     "usage: configsvr --dbpath DIR [--port N] [--bind ADDR] [--url URL] [--workers N]\n"
     "                 [--enable-test-commands] [--balancer-idle-ms N] [--balancer-throttle-ms N]\n"
     "                 [--auto-merger-interval-ms N] [--auto-merger-throttle-ms N]\n"
-    "                 [--auto-merger-horizon-ms N]\n"
+    "                 [--auto-merger-horizon-ms N] [--defrag-throttle-ms N]\n"
     "The config server of a minishard cluster: the sharding catalog and the balancer.";
 
 /* Creates dir when missing (one level, as the parent is the caller's); it must be a
@@ -93,6 +93,7 @@ int main(int argc, char **argv) {
     int am_interval_ms = MS_AUTOMERGER_INTERVAL_MS_DEFAULT;
     int am_throttle_ms = MS_AUTOMERGER_THROTTLE_MS_DEFAULT;
     int am_horizon_ms = MS_AUTOMERGER_HORIZON_MS_DEFAULT;
+    int defrag_throttle_ms = MS_DEFRAG_THROTTLE_MS_DEFAULT;
     const flag_spec_t own[] = {
         {"dbpath", FLAG_STR, &dbpath, "directory of the catalog (required)"},
         {"balancer-idle-ms", FLAG_INT, &idle_ms,
@@ -105,6 +106,9 @@ int main(int argc, char **argv) {
          "pause between two auto-merges of one collection (default 15000)"},
         {"auto-merger-horizon-ms", FLAG_INT, &am_horizon_ms,
          "chunks moved less than this long ago are not auto-merged (default 60000)"},
+        {"defrag-throttle-ms", FLAG_INT, &defrag_throttle_ms,
+         "pause between two defragmentation steps of the balancer's secondary thread "
+         "(default 1000, MongoDB's chunkDefragmentationThrottlingMS)"},
         {NULL, FLAG_BOOL, NULL, NULL},
     };
     daemon_t d;
@@ -124,9 +128,11 @@ int main(int argc, char **argv) {
     }
     if (am_interval_ms < 1 || am_interval_ms > MS_AUTOMERGER_MS_MAX || am_throttle_ms < 0 ||
         am_throttle_ms > MS_AUTOMERGER_MS_MAX || am_horizon_ms < 0 ||
-        am_horizon_ms > MS_AUTOMERGER_MS_MAX) {
-        fprintf(stderr, "configsvr: --auto-merger-interval-ms must be 1..%d, --auto-merger-throttle-ms "
-                "and --auto-merger-horizon-ms 0..%d\n", MS_AUTOMERGER_MS_MAX, MS_AUTOMERGER_MS_MAX);
+        am_horizon_ms > MS_AUTOMERGER_MS_MAX || defrag_throttle_ms < 0 ||
+        defrag_throttle_ms > MS_AUTOMERGER_MS_MAX) {
+        fprintf(stderr, "configsvr: --auto-merger-interval-ms must be 1..%d, --auto-merger-throttle-ms, "
+                "--auto-merger-horizon-ms and --defrag-throttle-ms 0..%d\n", MS_AUTOMERGER_MS_MAX,
+                MS_AUTOMERGER_MS_MAX);
         return 2;
     }
     log_init("configsvr", LOG_INFO);
@@ -149,28 +155,35 @@ int main(int argc, char **argv) {
         cfg_close(&cfg);
         return daemon_exit(&d, 1);
     }
-    /* After serving starts: a migration's donor calls us back to commit. */
-    if (cfg_balancer_start(&cfg, idle_ms, throttle_ms, &err) != 0) {
-        rc = daemon_fail("balancer", &err);
+    /* After serving starts: a migration's donor calls us back to commit. The secondary
+     * thread first: the balancer's round wakes it (cfg->merger set before any round). */
+    if (cfg_merger_start(&cfg, am_interval_ms, am_throttle_ms, am_horizon_ms, defrag_throttle_ms,
+                         &err) != 0) {
+        rc = daemon_fail("balancer secondary thread", &err);
         daemon_stop_serving(&d);
         cfg_close(&cfg);
         return rc;
     }
-    if (cfg_merger_start(&cfg, am_interval_ms, am_throttle_ms, am_horizon_ms, &err) != 0) {
-        rc = daemon_fail("auto-merger", &err);
-        cfg_balancer_shutdown(&cfg);
+    if (cfg_balancer_start(&cfg, idle_ms, throttle_ms, &err) != 0) {
+        rc = daemon_fail("balancer", &err);
+        cfg_merger_shutdown(&cfg);
         daemon_stop_serving(&d);
+        cfg_merger_free(&cfg);
         cfg_close(&cfg);
         return rc;
     }
     daemon_ready(&d, "dbpath", dbpath);
 
     daemon_wait(&d);
-    /* The balancer first (its round ends, migrations included, while donors can still
-     * reach us to commit), then the handlers. */
+    /* The balancer's two threads first (its round ends, migrations included, while donors
+     * can still reach us to commit), then the handlers, then the catalog. The secondary
+     * thread is stopped first but freed last: the round wakes it (a no-op once stopped)
+     * until it ends, the secondary thread wakes the round while it runs, and a
+     * mergeAllChunksOnShard handler reads its horizon until serving stops. */
     cfg_merger_shutdown(&cfg);
     cfg_balancer_shutdown(&cfg);
     daemon_stop_serving(&d);  /* first: no handler may still use cfg */
+    cfg_merger_free(&cfg);
     cfg_close(&cfg);
     return daemon_exit(&d, 0);
 }

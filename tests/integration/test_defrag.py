@@ -2,9 +2,13 @@
 """Defragmentation and the auto-merger with real processes (configsvr/defrag.c,
 bal_defrag.c, bal_merge.c, cat_defrag.c): configureCollectionBalancing's validation and
 what it stores; a collection split into many small chunks spread over 3 shards is
-defragmented through its three phases (each logged in balancer.round, the phase kept in
-config.collections across a config server restart) to far fewer chunks with no document
-lost, and the flag, the phase and the estimates are gone at the end;
+defragmented through its three phases (the phase kept in config.collections across a
+config server restart) to far fewer chunks with no document lost, and the flag, the phase
+and the estimates are gone at the end — phase 2's migrations run in the balancer's rounds
+(balancer.round), every merge, measure and phase change on its secondary thread
+(balancer.defragmentation entries; the merge changelog counts no other merge);
+a phase-2 migration failing with a non-retriable error sends the collection back to phase 1
+(the round reports it, the secondary thread restarts the phase) and it still finishes;
 mergeAllChunksOnShard by hand (runs, maxNumberOfChunksToMerge, the horizon, errors); the
 auto-merger thread merges contiguous chunks, and not while settings automerge or the
 collection's enableAutoMerge say no."""
@@ -14,7 +18,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lib import main, test, wait_until  # noqa: E402
+from lib import fp, main, test, wait_until  # noqa: E402
 
 DB = "app"
 NS = "app.c"
@@ -46,10 +50,15 @@ def changelog(c, what, ns=NS):
 
 
 def defrag_steps(c):
-    """The defragmentation steps logged in balancer.round entries, oldest first."""
-    rs = c.ok({"find": "actionlog", "$db": "config", "filter": {"what": "balancer.round",
-               "details.defragmentation": {"$exists": True}}, "batchSize": 10000})["cursor"]["firstBatch"]
-    return [x for rr in sorted(rs, key=lambda r: r["_id"]) for x in rr["details"]["defragmentation"]]
+    """The defragmentation steps of the balancer's secondary thread, oldest first."""
+    rs = c.ok({"find": "actionlog", "$db": "config", "filter": {"what": "balancer.defragmentation"},
+               "batchSize": 10000})["cursor"]["firstBatch"]
+    return [r["details"] for r in sorted(rs, key=lambda r: r["_id"])]
+
+
+def rounds(c):
+    return c.ok({"find": "actionlog", "$db": "config", "filter": {"what": "balancer.round"},
+                 "batchSize": 10000})["cursor"]["firstBatch"]
 
 
 def digest(c):
@@ -102,7 +111,8 @@ def test_configure_collection_balancing_validation(t):
 
 @test
 def test_defragmentation_cuts_chunks_without_loss(t):
-    cfg = t.configsvr(extra=["--balancer-idle-ms", "200", "--balancer-throttle-ms", "50"])
+    cfg = t.configsvr(extra=["--balancer-idle-ms", "200", "--balancer-throttle-ms", "50",
+                             "--defrag-throttle-ms", "20"])
     ss = [t.shardd("shard%d" % i, extra=SHARD_FLAGS) for i in range(3)]
     r = t.router(cfg.url)
     c = r.client()
@@ -138,17 +148,23 @@ def test_defragmentation_cuts_chunks_without_loss(t):
     wait_until(lambda: coll_doc(c).get("defragmentationPhase") == "moveAndMergeChunks", 30,
                "phase 2", interval=0.02)
     c.ok({"balancerStop": 1, "$db": "admin"})
-    phase = coll_doc(c).get("defragmentationPhase")   # phase 2 unless it ended meanwhile
-    print("  stopped in %s with %d chunks" % (phase, len(chunks(c))), flush=True)
-    assert phase in ("moveAndMergeChunks", "mergeChunks"), phase
+    # the secondary thread may end the step it is in (phase 2 -> 3) after the stop
+    stopped_in = coll_doc(c).get("defragmentationPhase")
+    print("  stopped in %s with %d chunks" % (stopped_in, len(chunks(c))), flush=True)
     cfg.restart()
-    wait_until(lambda: coll_doc(c)["defragmentationPhase"] == phase, 15, "phase kept across a restart")
+    wait_until(lambda: coll_doc(c)["defragmentationPhase"] in ("moveAndMergeChunks", "mergeChunks"),
+               15, "phase kept across a restart")
+    phase = coll_doc(c).get("defragmentationPhase")
+    assert phase == stopped_in or (stopped_in, phase) == ("moveAndMergeChunks", "mergeChunks"), \
+        (stopped_in, phase)
+    assert phase in ("moveAndMergeChunks", "mergeChunks"), phase
     steps_before = defrag_steps(c)
     c.ok({"balancerStart": 1, "$db": "admin"})
     wait_until(lambda: "defragmentCollection" not in coll_doc(c), 60, "defragmentation finished",
                interval=0.3)
     steps = defrag_steps(c)
     assert steps[:len(steps_before)] == steps_before
+    # it went on from the stored phase, not from phase 1
     assert steps[len(steps_before)]["phase"] == phase, steps[len(steps_before):]
     after = chunks(c)
     print("  chunks %d -> %d" % (len(before), len(after)), flush=True)
@@ -156,24 +172,83 @@ def test_defragmentation_cuts_chunks_without_loss(t):
     assert all("estimatedDataSizeBytes" not in x for x in after), after
     d = coll_doc(c)
     assert "defragmentationPhase" not in d, d
-    # adjacent chunks on one shard were all merged by phase 3
-    for a, b in zip(after, after[1:]):
-        assert a["shard"] != b["shard"], (a, b)
+    # once finished the collection is balanced again: a round may already have moved one of
+    # its few chunks (legitimately) — only then can two neighbours share a shard
+    rs = rounds(c)
+    balancing = [m for rr in rs for m in rr["details"].get("migrations", [])
+                 if m["ns"] == NS and m["reason"] != "defragmentation"]
+    if not balancing:   # adjacent chunks on one shard were all merged by phase 3
+        for a, b in zip(after, after[1:]):
+            assert a["shard"] != b["shard"], (a, b)
     assert (n0, h0) == digest(c), "documents lost or changed"
-    # every phase is in the balancer's rounds
+    # every phase went through the secondary thread's steps
     phases = [x["phase"] for x in steps]
     for p in ("mergeAndMeasureChunks", "moveAndMergeChunks", "mergeChunks"):
         assert p in phases, phases
     assert steps[-1]["next"] == "finished", steps[-1]
     assert sum(x["measured"] for x in steps) >= 18, steps[:3]
-    assert sum(x["moved"] for x in steps) >= 1, steps
-    assert changelog(c, "merge") >= 1
-    # no balancing migration of the collection while it was defragmented (nor after: 3
-    # chunks on 3 shards)
-    rs = c.ok({"find": "actionlog", "$db": "config", "filter": {"what": "balancer.round"},
-               "batchSize": 10000})["cursor"]["firstBatch"]
-    moves = [m for rr in rs for m in rr["details"].get("migrations", []) if m["ns"] == NS]
-    assert len(rs) > len(steps) and not moves, moves
+    # the split of MongoDB's balancer: the rounds (main thread) did phase 2's migrations and
+    # nothing else for the collection; every merge of the defragmentation is one of the
+    # secondary thread's (the merge changelog counts no other merge of the collection)
+    for rr in rs:   # a round that defragmented the collection did not balance it
+        if any(x["ns"] == NS for x in rr["details"].get("defragmentation", [])):
+            assert all(m["reason"] == "defragmentation" for m in rr["details"].get("migrations", [])
+                       if m["ns"] == NS), rr
+    mig = [m for rr in rs for m in rr["details"].get("migrations", [])
+           if m["ns"] == NS and m["reason"] == "defragmentation"]
+    assert mig, rs
+    assert sum(1 for m in mig if m["ok"]) >= 1, mig
+    entries = [x for rr in rs for x in rr["details"].get("defragmentation", [])]
+    assert entries and all(set(x) == {"ns", "phase", "migrations", "waiting"} for x in entries), entries[:3]
+    # chosen = run, but for a batch dropped by the balancerStop above (during its throttle wait)
+    assert sum(x["migrations"] for x in entries) >= len(mig), (entries, mig)
+    merged = sum(x["merged"] for x in steps)
+    print("  secondary steps %d (merges %d), round migrations %d" % (len(steps), merged, len(mig)),
+          flush=True)
+    assert merged >= 1 and changelog(c, "merge") == merged, (merged, changelog(c, "merge"))
+    # a moved chunk was merged into its neighbour by the secondary thread in phase 2
+    assert sum(x["merged"] for x in steps if x["phase"] == "moveAndMergeChunks") >= 1, steps
+
+
+@test
+def test_failed_phase2_migration_restarts_from_phase_1(t):
+    cfg = t.configsvr(extra=["--balancer-idle-ms", "200", "--balancer-throttle-ms", "50",
+                             "--defrag-throttle-ms", "20"])
+    ss = [t.shardd("shard%d" % i, extra=SHARD_FLAGS) for i in range(2)]
+    r = t.router(cfg.url)
+    c = r.client()
+    for i, s in enumerate(ss):
+        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
+    c.ok({"balancerStop": 1, "$db": "admin"})
+    settings(c, "autosplit", {"$set": {"enabled": False}})
+    settings(c, "chunksize", {"$set": {"valueBytes": 256 * 1024}})
+    c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+    c.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
+    load(c, 800)
+    split_at(c, range(100, 800, 100))
+    for i in range(1, 8, 2):
+        c.ok({"moveChunk": NS, "find": {"k": i * 100}, "to": "shard1", "$db": "admin"})
+    n0, h0 = digest(c)
+    # the donor of the first phase-2 migration fails it with UnknownError (8): not retriable
+    for s in ss:
+        fp(s.client(), "failCommand", {"times": 1}, failCommands=["_shardsvrMoveRange"], errorCode=8)
+    c.ok({"configureCollectionBalancing": NS, "defragmentCollection": True, "$db": "admin"})
+    c.ok({"balancerStart": 1, "$db": "admin"})
+    wait_until(lambda: "defragmentCollection" not in coll_doc(c), 60, "defragmentation finished",
+               interval=0.2)
+    failed = [m for rr in rounds(c) for m in rr["details"].get("migrations", [])
+              if m["reason"] == "defragmentation" and not m["ok"]]
+    assert failed and failed[0]["code"] == 8, failed
+    steps = defrag_steps(c)
+    back = [x for x in steps if x.get("restartedAfterMigrationError")]
+    assert back and back[0]["phase"] == "moveAndMergeChunks" and back[0]["next"] == "mergeAndMeasureChunks", steps
+    # after the restart it went through phases 1, 2 and 3 again to the end
+    later = [x["phase"] for x in steps[steps.index(back[0]) + 1:]]
+    for p in ("mergeAndMeasureChunks", "moveAndMergeChunks", "mergeChunks"):
+        assert p in later, later
+    assert steps[-1]["next"] == "finished", steps[-1]
+    assert len(chunks(c)) < 8
+    assert (n0, h0) == digest(c), "documents lost or changed"
 
 
 @test

@@ -80,7 +80,9 @@ static void test_phases(void) {
     CHECK(bal_defrag_retriable(MS_ERR_HOST_UNREACHABLE));
     CHECK(bal_defrag_retriable(MS_ERR_LOCK_BUSY));
     CHECK(bal_defrag_retriable(MS_ERR_CONFLICTING_OPERATION));
-    CHECK(!bal_defrag_retriable(MS_ERR_ILLEGAL_OPERATION));
+    /* a merge's precondition failing = the chunks changed under the secondary thread (a
+     * migration of the round won the race): reissued, not a restart */
+    CHECK(bal_defrag_retriable(MS_ERR_ILLEGAL_OPERATION));
     CHECK(!bal_defrag_retriable(MS_ERR_BAD_VALUE));
 }
 
@@ -189,6 +191,32 @@ static void test_moves_one_per_shard(void) {
     CHECK_INT(waiting, 0);
 }
 
+/* What the secondary thread asks after its phase-2 merges: is any small chunk left that
+ * has a neighbour to go to? */
+static void test_small_left(void) {
+    snap_t t;
+    /* s0 s1 s0, the middle one small: one left (a migration the round still owes) */
+    mk(&t, 3, (int[]){0, 1, 0}, (int64_t[]){500, 6, 500});
+    CHECK_INT(bal_defrag_small_left(&t.coll, t.sh, 2, 100), 1);
+    /* busy shards do not matter: the work is still there, for a later round */
+    t.sh[0].busy = t.sh[1].busy = true;
+    CHECK_INT(bal_defrag_small_left(&t.coll, t.sh, 2, 100), 1);
+    /* moved and merged: s0 [500+6] s0 -> nothing small */
+    mk(&t, 2, (int[]){0, 0}, (int64_t[]){506, 500});
+    CHECK_INT(bal_defrag_small_left(&t.coll, t.sh, 2, 100), 0);
+    /* unmeasured (-1) and jumbo chunks are never small; alone in its zone: no neighbour */
+    mk(&t, 3, (int[]){0, 1, 0}, (int64_t[]){-1, 6, 500});
+    t.ch[0].jumbo = true;
+    zone(&t, 1, 2, "Z");
+    CHECK_INT(bal_defrag_small_left(&t.coll, t.sh, 2, 100), 0);
+    /* a neighbour on another, draining shard is no target */
+    mk(&t, 2, (int[]){0, 1}, (int64_t[]){6, 500});
+    t.sh[1].draining = true;
+    CHECK_INT(bal_defrag_small_left(&t.coll, t.sh, 2, 100), 0);
+    t.sh[1].draining = false;
+    CHECK_INT(bal_defrag_small_left(&t.coll, t.sh, 2, 100), 1);
+}
+
 /* The config.collections document of one namespace, as find on config shows it. */
 typedef struct coll_find {
     const char *ns;
@@ -268,4 +296,5 @@ static void test_catalog(void) {
     cat_close(c);
 }
 
-T_MAIN(T_CASE(test_catalog), T_CASE(test_phases), T_CASE(test_runs), T_CASE(test_scoring), T_CASE(test_moves_one_per_shard))
+T_MAIN(T_CASE(test_catalog), T_CASE(test_phases), T_CASE(test_runs), T_CASE(test_scoring), T_CASE(test_moves_one_per_shard),
+       T_CASE(test_small_left))
