@@ -518,6 +518,11 @@ void cfg_balancer_shutdown(cfg_t *cfg) {
     pthread_cond_broadcast(&b->cv);
     pthread_mutex_unlock(&b->mu);
     pthread_join(b->th, NULL);
+}
+
+void cfg_balancer_free(cfg_t *cfg) {
+    cfg_balancer_t *b = cfg ? cfg->bal : NULL;
+    if (!b) return;
     while (b->moved) {
         bal_moved_t *m = b->moved;
         b->moved = m->next;

@@ -775,10 +775,14 @@ int cfg_coll_update_no_balance(cfg_t *cfg, const bson_t *q, const bson_t *u, boo
                                int64_t *n, int64_t *nmod, ms_error_t *err);
 /* ---- the balancer thread (balancer.c) ---- */
 /* Starts the thread: takes config.locks {_id: "balancer"} and runs rounds every idle_ms
- * (throttle_ms after a round that moved chunks). */
+ * (after a round that moved chunks, the next at once; its batch waits until throttle_ms
+ * after the previous batch ended). */
 int cfg_balancer_start(cfg_t *cfg, int idle_ms, int throttle_ms, ms_error_t *err);
-/* Ends the thread (waits for its round, whose migrations end on their own). NULL-safe. */
+/* Ends the thread (waits for its round, whose migrations end on their own); the state
+ * stays for handlers still serving (balancerStart / Stop / Status, wakes) until
+ * cfg_balancer_free, after serving stopped. Both NULL-safe. */
 void cfg_balancer_shutdown(cfg_t *cfg);
+void cfg_balancer_free(cfg_t *cfg);
 /* Wakes the thread for a round now (balancerStart, settings changes). */
 void cfg_balancer_wake(cfg_t *cfg);
 /* inBalancerRound / numBalancerRounds for balancerStatus. */

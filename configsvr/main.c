@@ -176,13 +176,14 @@ int main(int argc, char **argv) {
 
     daemon_wait(&d);
     /* The balancer's two threads first (its round ends, migrations included, while donors
-     * can still reach us to commit), then the handlers, then the catalog. The secondary
-     * thread is stopped first but freed last: the round wakes it (a no-op once stopped)
-     * until it ends, the secondary thread wakes the round while it runs, and a
-     * mergeAllChunksOnShard handler reads its horizon until serving stops. */
+     * can still reach us to commit), then the handlers, then the catalog. Both threads
+     * are stopped first but freed last: each wakes the other (a no-op once stopped), and
+     * handlers (balancerStart / Stop / Status, configureCollectionBalancing,
+     * mergeAllChunksOnShard) use them until serving stops. */
     cfg_merger_shutdown(&cfg);
     cfg_balancer_shutdown(&cfg);
     daemon_stop_serving(&d);  /* first: no handler may still use cfg */
+    cfg_balancer_free(&cfg);
     cfg_merger_free(&cfg);
     cfg_close(&cfg);
     return daemon_exit(&d, 0);
