@@ -232,6 +232,75 @@ static int cmd_check_names(const cmd_ctx_t *ctx, ms_error_t *err) {
     return 0;
 }
 
+/* ---- sessions, transactions, read and write concerns ---------------------------- */
+
+/* What a standalone mongod answers to a transaction (IllegalOperation 20); the router
+ * refuses with the same code, since no shard of minishard is a replica set. */
+#define CMD_TXN_REFUSED "Transaction numbers are only allowed on a replica set member or mongos"
+#define CMD_TXN_REFUSED_ROUTER \
+    "Transactions are not supported: minishard's shards are not replica sets"
+
+int cmd_refuse_transaction(const cmd_server_t *s, ms_error_t *err) {
+    return err_set(err, MS_ERR_ILLEGAL_OPERATION, "%s",
+                   strcmp(s->process, "router") == 0 ? CMD_TXN_REFUSED_ROUTER : CMD_TXN_REFUSED);
+}
+
+/* The generic arguments drivers put on every command (docs/protocol.md "Sessions,
+ * transactions, read and write concerns"). One node holds each piece of data and every
+ * write is durable when its SQLite transaction commits, so readConcern local, majority
+ * and available read the same committed data, and any writeConcern is met at commit.
+ * What needs a replica set (snapshot and linearizable reads, reads after a cluster time,
+ * transactions) is refused with the code a standalone mongod gives. lsid and a bare
+ * txnNumber (a retryable write) are accepted: the write runs once, no retry record. */
+static int cmd_check_session_args(const cmd_ctx_t *ctx, ms_error_t *err) {
+    bson_iter_t it, sub;
+    int rc;
+    if (bson_iter_init_find(&it, ctx->req, "startTransaction") ||
+        bson_iter_init_find(&it, ctx->req, "autocommit"))
+        return cmd_refuse_transaction(ctx->srv, err);
+    if (bson_iter_init_find(&it, ctx->req, "lsid") &&
+        (rc = cmd_check_type(ctx->name, "lsid", &it, CT_DOC, err)))
+        return rc;
+    if (bson_iter_init_find(&it, ctx->req, "txnNumber") &&
+        (rc = cmd_check_type(ctx->name, "txnNumber", &it, CT_NUM, err)))
+        return rc;
+    if (bson_iter_init_find(&it, ctx->req, "writeConcern") &&
+        (rc = cmd_check_type(ctx->name, "writeConcern", &it, CT_DOC, err)))
+        return rc;
+    if (!bson_iter_init_find(&it, ctx->req, "readConcern")) return 0;
+    if ((rc = cmd_check_type(ctx->name, "readConcern", &it, CT_DOC, err))) return rc;
+    if (!bson_iter_recurse(&it, &sub)) return 0;
+    while (bson_iter_next(&sub)) {
+        const char *k = bson_iter_key(&sub);
+        if (strcmp(k, "level") == 0) {
+            const char *lv;
+            if ((rc = cmd_check_type("readConcern", "level", &sub, CT_STR, err))) return rc;
+            lv = bson_iter_utf8(&sub, NULL);
+            if (strcmp(lv, "local") == 0 || strcmp(lv, "majority") == 0 ||
+                strcmp(lv, "available") == 0)
+                continue;
+            if (strcmp(lv, "snapshot") == 0 || strcmp(lv, "linearizable") == 0)
+                return err_set(err, MS_ERR_NOT_A_REPLICA_SET,
+                               "node needs to be a replica set member to use read concern");
+            char shown[CMD_NAME_SHOWN_MAX + 1];
+            cmd_printable(shown, sizeof shown, lv);
+            return err_set(err, MS_ERR_BAD_VALUE,
+                           "Enumeration value '%s' for field 'readConcern.level' is not a valid "
+                           "value.", shown);
+        }
+        if (strcmp(k, "afterClusterTime") == 0 || strcmp(k, "afterOpTime") == 0 ||
+            strcmp(k, "atClusterTime") == 0)
+            return err_set(err, MS_ERR_NOT_A_REPLICA_SET,
+                           "node needs to be a replica set member to use read concern");
+        if (strcmp(k, "provenance") == 0) continue;
+        char shown[CMD_NAME_SHOWN_MAX + 1];
+        cmd_printable(shown, sizeof shown, k);
+        return err_set(err, MS_ERR_IDL_UNKNOWN_FIELD,
+                       "BSON field 'readConcern.%s' is an unknown field.", shown);
+    }
+    return 0;
+}
+
 /* ---- failCommand: MongoDB's test hook that makes named commands fail ------------- */
 
 static bool cmd_fail_matches(const bson_t *data, void *arg) {
@@ -335,6 +404,7 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
         }
     }
     if ((rc = cmd_check_names(&ctx, &err)) != 0) goto out;
+    if ((rc = cmd_check_session_args(&ctx, &err)) != 0) goto out;
     /* maxTimeMS is a generic field of every command, as in MongoDB: it bounds the
      * whole operation from here on (op_check in long loops, deadlines of peer calls). */
     if (bson_iter_init_find(&it, &req, "maxTimeMS")) {
@@ -439,6 +509,7 @@ int cmd_server_start(const cmd_server_opts_t *opts, cmd_server_t **out, ms_error
     s->metrics = opts->metrics;
     s->intercept = opts->intercept;
     s->start_mono_ms = time_mono_ms();
+    bson_oid_init(&s->process_oid, NULL);
     /* calloc'd zeros are valid initial atomics on every platform we build for. */
     s->own_counts = calloc((size_t)opts->table_len + 1, sizeof *s->own_counts);
     s->common_counts = calloc((size_t)cmd_common_table_len, sizeof *s->common_counts);

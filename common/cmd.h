@@ -174,6 +174,14 @@ int cmd_check_strict_doc(const cmd_spec_t *spec, const bson_t *doc, ms_error_t *
     CMD_ANY_FIELD("includePendingDrops")
 #define CMD_LIST_DATABASES_MORE_FIELDS CMD_ANY_FIELD("authorizedDatabases")
 
+/* hello's fields (every daemon's hello row): the handshake's, in MongoDB 7.0's
+ * hello.idl; what each means here is in cmd_common.c's cmd_hello. */
+#define CMD_HELLO_FIELDS                                                               \
+    {{"helloOk", CT_FLAG, false},     {"client", CT_DOC, false},                        \
+     {"compression", CT_ARR, false},  {"saslSupportedMechs", CT_STR, false},            \
+     {"loadBalanced", CT_FLAG, false}, {"speculativeAuthenticate", CT_DOC, false},      \
+     {"topologyVersion", CT_DOC, false}, {"maxAwaitTimeMS", CT_NUM, false}}
+
 typedef struct cmd_server cmd_server_t;
 
 /* What a handler sees. Everything is borrowed for the duration of the call. */

@@ -9,31 +9,52 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/bsonx.h"
 #include "common/cmd.h"
 #include "common/cmd_priv.h"
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "common/opctx.h"
 
-/* Wire versions: mongod 6.0 reports maxWireVersion 17; drivers refuse a server whose
- * range does not overlap theirs. */
-#define CMD_MIN_WIRE_VERSION 0
-#define CMD_MAX_WIRE_VERSION 17
+/* hello's logicalSessionTimeoutMinutes: MongoDB's default (30). Drivers use sessions
+ * (and retryable writes) only when a server reports it; minishard keeps no session
+ * state, so sessions never expire here, and the figure is only what drivers expect. */
+#define CMD_SESSION_TIMEOUT_MINUTES 30
 
-/* hello / isMaster: the handshake (MongoDB's hello command). `hello` answers
- * isWritablePrimary, the legacy names answer ismaster. */
+/* hello / isMaster: the handshake (MongoDB 7.0's hello command, as a standalone mongod
+ * answers it; the router and the config server add their marks). `hello` answers
+ * isWritablePrimary, the legacy names answer ismaster. The handshake's own fields are
+ * accepted: `client` (metadata, not kept), `compression` (none offered: the reply has
+ * no `compression` field, so drivers send uncompressed), `saslSupportedMechs` and
+ * `speculativeAuthenticate` (no authentication here: nothing to answer), `loadBalanced`
+ * (refused when true, as a server without a load balancer does), `topologyVersion` /
+ * `maxAwaitTimeMS` (an awaitable hello is answered at once: the topology never changes). */
 static int cmd_hello(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
-    (void)err;
+    cmd_server_t *s = ctx->srv;
+    bson_t tv;
+    if (cmd_flag(ctx, "loadBalanced", false))
+        return err_set(err, MS_ERR_LOAD_BALANCER_SUPPORT_MISMATCH,
+                       "The server is not configured for load-balanced connections: "
+                       "connect without loadBalanced=true");
     if (strcmp(ctx->name, "hello") == 0) BSON_APPEND_BOOL(reply, "isWritablePrimary", true);
     else BSON_APPEND_BOOL(reply, "ismaster", true);
     if (cmd_flag(ctx, "helloOk", false)) BSON_APPEND_BOOL(reply, "helloOk", true);
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "topologyVersion", &tv);
+    BSON_APPEND_OID(&tv, "processId", &s->process_oid);
+    BSON_APPEND_INT64(&tv, "counter", 0);
+    bson_append_document_end(reply, &tv);
     BSON_APPEND_INT32(reply, "maxBsonObjectSize", MS_DOC_BYTES_MAX);
     BSON_APPEND_INT32(reply, "maxMessageSizeBytes", MS_MSG_BYTES_MAX);
     BSON_APPEND_INT32(reply, "maxWriteBatchSize", MS_WRITE_BATCH_OPS_MAX);
     BSON_APPEND_DATE_TIME(reply, "localTime", time_now_ms());
-    BSON_APPEND_INT32(reply, "minWireVersion", CMD_MIN_WIRE_VERSION);
-    BSON_APPEND_INT32(reply, "maxWireVersion", CMD_MAX_WIRE_VERSION);
+    BSON_APPEND_INT32(reply, "logicalSessionTimeoutMinutes", CMD_SESSION_TIMEOUT_MINUTES);
+    /* The id of the connection this request came on (op_conn: unique in the process,
+     * shared by every transport), as mongod's connectionId. */
+    BSON_APPEND_INT64(reply, "connectionId", (int64_t)op_conn());
+    BSON_APPEND_INT32(reply, "minWireVersion", MS_MIN_WIRE_VERSION);
+    BSON_APPEND_INT32(reply, "maxWireVersion", MS_MAX_WIRE_VERSION);
     BSON_APPEND_BOOL(reply, "readOnly", false);
-    BSON_APPEND_UTF8(reply, "process", cmd_server_process(ctx->srv));
+    BSON_APPEND_UTF8(reply, "process", cmd_server_process(s));
     return 0;
 }
 
@@ -125,22 +146,159 @@ static int cmd_server_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return 0;
 }
 
+/* buildInfo: the MongoDB release minishard follows (version, versionArray), so tools
+ * that choose their behaviour by version (mongosh, drivers) act as with MongoDB 7.0;
+ * minishard's own version is minishardVersion. */
 static int cmd_build_info(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    static const int va[] = MS_MONGODB_VERSION_ARRAY;
     bson_t arr;
+    char key[16];
     (void)err;
-    BSON_APPEND_UTF8(reply, "version", MS_VERSION);
+    BSON_APPEND_UTF8(reply, "version", MS_MONGODB_VERSION);
+    BSON_APPEND_UTF8(reply, "gitVersion", "minishard-" MS_VERSION);
+    BSON_APPEND_ARRAY_BEGIN(reply, "modules", &arr);
+    bson_append_array_end(reply, &arr);
+    BSON_APPEND_UTF8(reply, "allocator", "system");
+    BSON_APPEND_UTF8(reply, "javascriptEngine", "none");
+    BSON_APPEND_UTF8(reply, "sysInfo", "deprecated");
     BSON_APPEND_ARRAY_BEGIN(reply, "versionArray", &arr);
-    BSON_APPEND_INT32(&arr, "0", 0);
-    BSON_APPEND_INT32(&arr, "1", 1);
-    BSON_APPEND_INT32(&arr, "2", 0);
-    BSON_APPEND_INT32(&arr, "3", 0);
+    for (size_t i = 0; i < sizeof va / sizeof va[0]; i++) {
+        snprintf(key, sizeof key, "%zu", i);
+        BSON_APPEND_INT32(&arr, key, va[i]);
+    }
     bson_append_array_end(reply, &arr);
     BSON_APPEND_INT32(reply, "bits", (int32_t)(sizeof(void *) * 8));
     BSON_APPEND_BOOL(reply, "debug", false);
     BSON_APPEND_INT32(reply, "maxBsonObjectSize", MS_DOC_BYTES_MAX);
+    BSON_APPEND_ARRAY_BEGIN(reply, "storageEngines", &arr);
+    BSON_APPEND_UTF8(&arr, "0", "sqlite");
+    bson_append_array_end(reply, &arr);
+    BSON_APPEND_UTF8(reply, "minishardVersion", MS_VERSION);
     BSON_APPEND_UTF8(reply, "process", cmd_server_process(ctx->srv));
     BSON_APPEND_UTF8(reply, "storageEngine", "sqlite");
     return 0;
+}
+
+/* getParameter: {getParameter: 1 | "*" | {showDetails?, allParameters?}, <name>: 1, ...}.
+ * The parameters a driver or mongosh asks for; `*` (or allParameters) lists them all. */
+static void cmd_param_value(const char *name, bson_t *dst, const char *key) {
+    if (strcmp(name, "featureCompatibilityVersion") == 0) {
+        bson_t v;
+        BSON_APPEND_DOCUMENT_BEGIN(dst, key, &v);
+        BSON_APPEND_UTF8(&v, "version", MS_MONGODB_FCV);
+        bson_append_document_end(dst, &v);
+    } else if (strcmp(name, "maxBSONDepth") == 0) {
+        BSON_APPEND_INT32(dst, key, MS_DOC_DEPTH_MAX);
+    }
+}
+
+static const char *const cmd_params[] = {"featureCompatibilityVersion", "maxBSONDepth",
+                                         "enableTestCommands", NULL};
+
+static void cmd_append_param(cmd_ctx_t *ctx, const char *name, bool details, bson_t *reply) {
+    bson_t d;
+    bson_t *dst = reply;
+    const char *key = name;
+    if (details) {
+        BSON_APPEND_DOCUMENT_BEGIN(reply, name, &d);
+        dst = &d;
+        key = "value";
+    }
+    if (strcmp(name, "enableTestCommands") == 0)
+        BSON_APPEND_BOOL(dst, key, cmd_server_test_commands(ctx->srv));
+    else
+        cmd_param_value(name, dst, key);
+    if (details) {
+        BSON_APPEND_BOOL(&d, "settableAtRuntime", false);
+        BSON_APPEND_BOOL(&d, "settableAtStartup", false);
+        bson_append_document_end(reply, &d);
+    }
+}
+
+static int cmd_get_parameter(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    bool all = false, details = false;
+    int found = 0;
+    bson_iter_t it;
+    if (BSON_ITER_HOLDS_UTF8(&ctx->arg)) {
+        all = strcmp(bson_iter_utf8(&ctx->arg, NULL), "*") == 0;
+    } else if (BSON_ITER_HOLDS_DOCUMENT(&ctx->arg)) {
+        bson_iter_t o;
+        if (bson_iter_recurse(&ctx->arg, &o))
+            while (bson_iter_next(&o)) {
+                if (strcmp(bson_iter_key(&o), "showDetails") == 0) details = bsonx_truthy(&o);
+                else if (strcmp(bson_iter_key(&o), "allParameters") == 0) all = bsonx_truthy(&o);
+            }
+    }
+    for (int i = 0; cmd_params[i]; i++) {
+        if (!all && !bson_iter_init_find(&it, ctx->req, cmd_params[i])) continue;
+        cmd_append_param(ctx, cmd_params[i], details, reply);
+        found++;
+    }
+    if (found == 0)
+        return err_set(err, MS_ERR_INVALID_OPTIONS, "no option found to get");
+    return 0;
+}
+
+/* getLog: minishard logs to stderr and keeps no log in memory, so the RAM logs MongoDB
+ * names are there and empty; startupWarnings is what mongosh prints on connect. */
+static int cmd_get_log(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    const char *name = bson_iter_utf8(&ctx->arg, NULL);
+    bson_t arr;
+    if (strcmp(name, "*") == 0) {
+        BSON_APPEND_ARRAY_BEGIN(reply, "names", &arr);
+        BSON_APPEND_UTF8(&arr, "0", "global");
+        BSON_APPEND_UTF8(&arr, "1", "startupWarnings");
+        bson_append_array_end(reply, &arr);
+        return 0;
+    }
+    if (strcmp(name, "global") != 0 && strcmp(name, "startupWarnings") != 0) {
+        char shown[101];
+        size_t i = 0;
+        for (; name[i] && i + 1 < sizeof shown; i++)
+            shown[i] = (name[i] < 0x20 || name[i] == '\'') ? '?' : name[i];
+        shown[i] = '\0';
+        return err_set(err, MS_ERR_OPERATION_FAILED, "No log named '%s'", shown);
+    }
+    BSON_APPEND_INT32(reply, "totalLinesWritten", 0);
+    BSON_APPEND_ARRAY_BEGIN(reply, "log", &arr);
+    bson_append_array_end(reply, &arr);
+    return 0;
+}
+
+/* endSessions: drivers end their implicit sessions on close; minishard keeps none. */
+static int cmd_end_sessions(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    (void)ctx, (void)reply, (void)err;
+    return 0;
+}
+
+/* connectionStatus: no authentication in minishard, so nobody is authenticated. */
+static int cmd_connection_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    bson_t ai, arr;
+    (void)err;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "authInfo", &ai);
+    BSON_APPEND_ARRAY_BEGIN(&ai, "authenticatedUsers", &arr);
+    bson_append_array_end(&ai, &arr);
+    BSON_APPEND_ARRAY_BEGIN(&ai, "authenticatedUserRoles", &arr);
+    bson_append_array_end(&ai, &arr);
+    if (cmd_flag(ctx, "showPrivileges", false)) {
+        BSON_APPEND_ARRAY_BEGIN(&ai, "authenticatedUserPrivileges", &arr);
+        bson_append_array_end(&ai, &arr);
+    }
+    bson_append_document_end(reply, &ai);
+    return 0;
+}
+
+/* whatsmyuri: the peer address of this connection as the server sees it. */
+static int cmd_whatsmyuri(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    (void)ctx, (void)err;
+    BSON_APPEND_UTF8(reply, "you", op_peer());
+    return 0;
+}
+
+/* commitTransaction / abortTransaction: there is never a transaction to end. */
+static int cmd_end_transaction(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    (void)reply;
+    return cmd_refuse_transaction(ctx->srv, err);
 }
 
 static int cmd_spec_cmp(const void *a, const void *b) {
@@ -148,8 +306,10 @@ static int cmd_spec_cmp(const void *a, const void *b) {
     return strcmp((*x)->name, (*y)->name);
 }
 
-/* listCommands: {commands: {name: {help, write, internal, test}}}, sorted by name as
- * mongod's; shadowed common rows and hidden test commands left out. */
+/* listCommands: {commands: {name: {help, requiresAuth, secondaryOk, adminOnly,
+ * apiVersions, deprecatedApiVersions, write, internal, test}}}, sorted by name as
+ * mongod's (its fields first, then minishard's flags); shadowed common rows and hidden
+ * test commands left out. */
 static int cmd_list_commands(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cmd_server_t *s = ctx->srv;
     int n = 0, cap = s->table_len + cmd_common_table_len;
@@ -167,7 +327,15 @@ static int cmd_list_commands(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     for (int i = 0; i < n; i++) {
         bson_t one;
         BSON_APPEND_DOCUMENT_BEGIN(&cmds, all[i]->name, &one);
+        bson_t none;
         BSON_APPEND_UTF8(&one, "help", all[i]->help ? all[i]->help : "");
+        BSON_APPEND_BOOL(&one, "requiresAuth", false);
+        BSON_APPEND_BOOL(&one, "secondaryOk", true);
+        BSON_APPEND_BOOL(&one, "adminOnly", false);
+        BSON_APPEND_ARRAY_BEGIN(&one, "apiVersions", &none);
+        bson_append_array_end(&one, &none);
+        BSON_APPEND_ARRAY_BEGIN(&one, "deprecatedApiVersions", &none);
+        bson_append_array_end(&one, &none);
         BSON_APPEND_BOOL(&one, "write", (all[i]->flags & CMD_WRITE) != 0);
         BSON_APPEND_BOOL(&one, "internal", (all[i]->flags & CMD_INTERNAL) != 0);
         BSON_APPEND_BOOL(&one, "test", (all[i]->flags & CMD_TEST) != 0);
@@ -186,7 +354,7 @@ static int cmd_wait_for_fail_point(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *er
     return fp_wait(ctx->req, reply, err);
 }
 
-#define HELLO_FIELDS {{"helloOk", CT_FLAG, false}, {"client", CT_DOC, false}}
+#define HELLO_FIELDS CMD_HELLO_FIELDS
 
 const cmd_spec_t cmd_common_table[] = {
     {.name = "hello", .handler = cmd_hello, .flags = CMD_NO_LOG, .fields = HELLO_FIELDS,
@@ -199,7 +367,25 @@ const cmd_spec_t cmd_common_table[] = {
     {.name = "serverStatus", .handler = cmd_server_status, .flags = CMD_NO_LOG,
      .help = "process overview: uptime, connections, command counters, daemon sections"},
     {.name = "buildInfo", .handler = cmd_build_info, .flags = CMD_NO_LOG,
-     .help = "version of this build"},
+     .help = "the MongoDB version followed (7.0.0) and minishard's own"},
+    {.name = "buildinfo", .handler = cmd_build_info, .flags = CMD_NO_LOG,
+     .help = "legacy name of buildInfo"},
+    {.name = "getParameter", .handler = cmd_get_parameter, .flags = CMD_NO_LOG,
+     .arg_types = CT_NUM | CT_STR | CT_DOC | CT_BOOL,
+     .help = "server parameters: featureCompatibilityVersion, maxBSONDepth, enableTestCommands"},
+    {.name = "getLog", .handler = cmd_get_log, .flags = CMD_NO_LOG, .arg_types = CT_STR,
+     .help = "RAM logs: \"*\" names them; global and startupWarnings are empty"},
+    {.name = "endSessions", .handler = cmd_end_sessions, .flags = CMD_NO_LOG,
+     .arg_types = CT_ARR, .help = "accepted; minishard keeps no sessions"},
+    {.name = "connectionStatus", .handler = cmd_connection_status, .flags = CMD_NO_LOG,
+     .fields = {{"showPrivileges", CT_FLAG, false}},
+     .help = "no authentication: no authenticated users"},
+    {.name = "whatsmyuri", .handler = cmd_whatsmyuri, .flags = CMD_NO_LOG,
+     .help = "the client's address as this process sees it"},
+    {.name = "commitTransaction", .handler = cmd_end_transaction,
+     .help = "refused: no transactions (IllegalOperation)"},
+    {.name = "abortTransaction", .handler = cmd_end_transaction,
+     .help = "refused: no transactions (IllegalOperation)"},
     {.name = "listCommands", .handler = cmd_list_commands,
      .help = "every command this process serves, with its help and flags"},
     {.name = "configureFailPoint", .handler = cmd_configure_fail_point, .flags = CMD_TEST,

@@ -32,10 +32,25 @@ struct cmd_server {
     cmd_counter_t *common_counts;  /* one per row of cmd_common_table */
     atomic_uint_fast64_t rejected; /* requests refused before any command was found */
     atomic_int active;             /* handlers running now */
+    /* hello's topologyVersion.processId: new at every start, as mongod's, so a driver
+     * that sees it change knows the process restarted. */
+    bson_oid_t process_oid;
 };
 
-/* The version every daemon reports (buildInfo, serverStatus). */
+/* minishard's own version (buildInfo.minishardVersion, serverStatus). */
 #define MS_VERSION "0.1.0"
+/* The MongoDB release whose commands and replies minishard follows: buildInfo.version
+ * and hello's maxWireVersion agree on it (7.0 = wire version 21), since drivers and
+ * mongosh pick their behaviour from either. */
+#define MS_MONGODB_VERSION "7.0.0"
+#define MS_MONGODB_VERSION_ARRAY {7, 0, 0, 0}
+#define MS_MONGODB_FCV "7.0"
+#define MS_MIN_WIRE_VERSION 0
+#define MS_MAX_WIRE_VERSION 21
+
+/* IllegalOperation (20) for a transaction, with the text mongod or mongos would give
+ * (the router's names minishard's reason). Returns the code. */
+int cmd_refuse_transaction(const cmd_server_t *s, ms_error_t *err);
 
 /* The counters of spec (a row of the daemon's table or of the common table). */
 cmd_counter_t *cmd_counter_of(cmd_server_t *s, const cmd_spec_t *spec);

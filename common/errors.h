@@ -96,7 +96,9 @@
     X(IDL_VALUE_TOO_LOW, 51024, "Location51024")                    \
     X(LOC_NO_SHARD_KEY_IN_QUERY, 51260, "Location51260")            \
     X(LOC_NO_CHUNK_WITH_BOUNDS, 51261, "Location51261")             \
-    X(LOC_CHUNK_NOT_FOUND, 51262, "Location51262")
+    X(LOC_CHUNK_NOT_FOUND, 51262, "Location51262")                  \
+    X(NOT_A_REPLICA_SET, 123, "NotAReplicaSet")                     \
+    X(LOAD_BALANCER_SUPPORT_MISMATCH, 354, "LoadBalancerSupportMismatch")
 
 enum ms_err {
     MS_OK = 0,

@@ -18,6 +18,10 @@ static _Thread_local long long op_deadline_mono_ms;
 void op_set_conn(uint32_t conn_id) { op_conn_id = conn_id; }
 uint32_t op_conn(void) { return op_conn_id; }
 
+static _Thread_local const char *op_peer_name;
+void op_set_peer(const char *peer) { op_peer_name = peer; }
+const char *op_peer(void) { return op_peer_name ? op_peer_name : "unknown"; }
+
 void op_set_deadline_ms(long long deadline_mono_ms) { op_deadline_mono_ms = deadline_mono_ms; }
 long long op_deadline_ms(void) { return op_deadline_mono_ms; }
 

@@ -30,6 +30,11 @@
  * Set by the RPC server before a handler runs. */
 void op_set_conn(uint32_t conn_id);
 uint32_t op_conn(void);
+/* The peer address of that connection ("127.0.0.1:51234"; "-" when unknown), for
+ * whatsmyuri. Borrowed: the RPC server keeps the string alive while the request runs and
+ * sets NULL afterwards; op_peer() answers "unknown" for NULL. */
+void op_set_peer(const char *peer);
+const char *op_peer(void);
 
 /* The deadline of the current operation on the monotonic clock (time_mono_ms), or 0
  * for none. op_set_deadline_ms(0) clears it. */

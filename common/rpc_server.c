@@ -785,9 +785,11 @@ static void rpc_worker_loop(rpc_server_t *s, int k) {
         pthread_mutex_unlock(&s->mu);
 
         op_set_conn(c->id);
+        op_set_peer(c->peer);   /* c outlives the request: it holds q->active */
         bson_init(&reply);
         s->fn(s->arg, r->buf + r->env_len, r->len - r->env_len, &reply);
         op_set_conn(0);
+        op_set_peer(NULL);
         atomic_fetch_add(&s->requests, 1);
         t = rpc_reply_make(s->framing, r, &reply);
         free(r->buf);

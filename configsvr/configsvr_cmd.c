@@ -36,7 +36,7 @@ static int cfg_hello(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return err_set(err, MS_ERR_INTERNAL, "no common row for %s", ctx->name);
 }
 
-#define CFG_HELLO_FIELDS {{"helloOk", CT_FLAG, false}, {"client", CT_DOC, false}}
+#define CFG_HELLO_FIELDS CMD_HELLO_FIELDS
 
 const cmd_spec_t cfg_cmd_table[] = {
     {.name = "hello", .handler = cfg_hello, .flags = CMD_NO_LOG, .fields = CFG_HELLO_FIELDS,

@@ -58,7 +58,7 @@ static int rt_isdbgrid(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         {"remove", CT_FLAG, false}, {"sort", CT_DOC, false}, {"new", CT_FLAG, false},      \
         {"upsert", CT_FLAG, false}, {"fields", CT_DOC, false}, CMD_FAM_MORE_FIELDS
 
-#define RT_HELLO_FIELDS {{"helloOk", CT_FLAG, false}, {"client", CT_DOC, false}}
+#define RT_HELLO_FIELDS CMD_HELLO_FIELDS
 
 const cmd_spec_t router_table[] = {
     {.name = "hello", .handler = rt_hello, .flags = CMD_NO_LOG, .fields = RT_HELLO_FIELDS,
@@ -67,6 +67,10 @@ const cmd_spec_t router_table[] = {
      .help = "legacy name of hello"},
     {.name = "ismaster", .handler = rt_hello, .flags = CMD_NO_LOG, .fields = RT_HELLO_FIELDS,
      .help = "legacy name of hello"},
+    {.name = "listDatabases", .handler = rt_cmd_list_databases, .flags = CMD_STRICT_FIELDS,
+     .fields = {{"nameOnly", CT_FLAG, false}, {"filter", CT_DOC, false},
+                CMD_LIST_DATABASES_MORE_FIELDS},
+     .help = "every shard's databases merged: sizeOnDisk summed, shards: {name: bytes}"},
     {.name = "isdbgrid", .handler = rt_isdbgrid, .flags = CMD_NO_LOG,
      .help = "legacy router check: {isdbgrid: 1, hostname}"},
     CRUD("find", rt_cmd_find, CMD_STRICT_FIELDS, {"filter", CT_DOC, false},

@@ -15,6 +15,7 @@
 #include "common/limits.h"
 #include "common/log.h"
 #include "common/opctx.h"
+#include "common/query.h"
 #include "router/router.h"
 
 /* Copies a peer's reply into ours: ok:0 becomes our error (extra fields kept). */
@@ -445,4 +446,128 @@ int rt_pinger_start(router_t *r, ms_error_t *err) {
         return err_set(err, MS_ERR_INTERNAL, "cannot start the config.mongos pinger");
     r->pinger_running = true;
     return 0;
+}
+
+/* listDatabases as mongos answers it: every shard's databases merged by name, sizeOnDisk
+ * summed, `empty` only when empty on every shard, and `shards: {name: bytes}` saying
+ * where each lives. The filter applies to the merged entries (a size filter sees the
+ * cluster's size), so it is not sent to the shards. A shard that fails fails the command:
+ * a partial list would look like lost databases. */
+typedef struct ldb_ent {
+    char name[MS_NS_BYTES_MAX + 1];
+    int64_t size;
+    bool empty;
+    bson_t shards;
+} ldb_ent_t;
+
+int rt_cmd_list_databases(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    char names[MS_SHARDS_MAX][RT_NAME_BYTES_MAX];
+    rt_req_t reqs[MS_SHARDS_MAX];
+    bool name_only = cmd_flag(ctx, "nameOnly", false);
+    ldb_ent_t *ents = NULL;
+    int nents = 0, cap = 0, rc = 0, n;
+    int64_t total = 0;
+    query_t *filter = NULL;
+    bson_iter_t it;
+    bson_t f, arr;
+
+    if (cmd_field(ctx, "filter", &it) && bsonx_view_container(&it, &f) &&
+        (rc = query_compile(&f, &filter, err)) != 0)
+        return rc;
+    n = rt_all_shards(r, names, MS_SHARDS_MAX, err);
+    if (n < 0) {
+        query_free(filter);
+        return -n;
+    }
+    for (int i = 0; i < n; i++) {
+        memset(&reqs[i], 0, sizeof reqs[i]);
+        memcpy(reqs[i].shard, names[i], sizeof reqs[i].shard);
+        bson_init(&reqs[i].cmd);
+        BSON_APPEND_INT32(&reqs[i].cmd, "listDatabases", 1);
+        if (name_only) BSON_APPEND_BOOL(&reqs[i].cmd, "nameOnly", true);
+        BSON_APPEND_UTF8(&reqs[i].cmd, "$db", "admin");
+    }
+    rt_send_all(r, reqs, n);
+    for (int i = 0; i < n && !rc; i++) {
+        bson_iter_t dbs, one, x;
+        if (reqs[i].rc) {
+            *err = reqs[i].err;
+            rc = reqs[i].rc;
+            err_prefix(err, "shard %s", reqs[i].shard);
+            break;
+        }
+        if ((rc = rt_reply_status(&reqs[i].reply, err)) != 0) {
+            err_prefix(err, "shard %s", reqs[i].shard);
+            break;
+        }
+        if (!bson_iter_init_find(&dbs, &reqs[i].reply, "databases") ||
+            !BSON_ITER_HOLDS_ARRAY(&dbs) || !bson_iter_recurse(&dbs, &one))
+            continue;
+        while (bson_iter_next(&one)) {
+            const char *nm;
+            int64_t sz = 0;
+            int k;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&one) || !bson_iter_recurse(&one, &x) ||
+                !bson_iter_find(&x, "name") || !BSON_ITER_HOLDS_UTF8(&x))
+                continue;
+            nm = bson_iter_utf8(&x, NULL);
+            for (k = 0; k < nents && strcmp(ents[k].name, nm) != 0; k++) {}
+            if (k == nents) {
+                if (nents == cap) {
+                    int ncap = cap ? cap * 2 : 16;
+                    ldb_ent_t *g = realloc(ents, (size_t)ncap * sizeof *g);
+                    if (!g) {
+                        rc = err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
+                                     "listDatabases: out of memory");
+                        break;
+                    }
+                    ents = g;
+                    cap = ncap;
+                }
+                snprintf(ents[k].name, sizeof ents[k].name, "%s", nm);
+                ents[k].size = 0;
+                ents[k].empty = true;
+                bson_init(&ents[k].shards);
+                nents++;
+            }
+            if (bson_iter_recurse(&one, &x) && bson_iter_find(&x, "sizeOnDisk"))
+                sz = bson_iter_as_int64(&x);
+            if (bson_iter_recurse(&one, &x) && bson_iter_find(&x, "empty") && !bsonx_truthy(&x))
+                ents[k].empty = false;
+            ents[k].size += sz;
+            BSON_APPEND_INT64(&ents[k].shards, reqs[i].shard, sz);
+        }
+    }
+    if (!rc) {
+        char key[16];
+        int out = 0;
+        BSON_APPEND_ARRAY_BEGIN(reply, "databases", &arr);
+        for (int k = 0; k < nents; k++) {
+            bson_t e;
+            bson_init(&e);
+            BSON_APPEND_UTF8(&e, "name", ents[k].name);
+            if (!name_only) {
+                BSON_APPEND_INT64(&e, "sizeOnDisk", ents[k].size);
+                BSON_APPEND_BOOL(&e, "empty", ents[k].empty);
+                BSON_APPEND_DOCUMENT(&e, "shards", &ents[k].shards);
+            }
+            if (!filter || query_match(filter, &e)) {
+                snprintf(key, sizeof key, "%d", out++);
+                BSON_APPEND_DOCUMENT(&arr, key, &e);
+                total += ents[k].size;
+            }
+            bson_destroy(&e);
+        }
+        bson_append_array_end(reply, &arr);
+        if (!name_only) {
+            BSON_APPEND_INT64(reply, "totalSize", total);
+            BSON_APPEND_INT64(reply, "totalSizeMb", total / (1024 * 1024));
+        }
+    }
+    for (int k = 0; k < nents; k++) bson_destroy(&ents[k].shards);
+    free(ents);
+    for (int i = 0; i < n; i++) rt_req_clear(&reqs[i]);
+    query_free(filter);
+    return rc;
 }

@@ -19,9 +19,9 @@ def test_ready_and_common_commands(t):
     cl = c.client()
     h = cl.ok({"hello": 1})
     assert h["isWritablePrimary"] is True and h["configsvr"] == 2, h
-    assert h["maxMessageSizeBytes"] == 48000000 and h["maxWireVersion"] == 17, h
+    assert h["maxMessageSizeBytes"] == 48000000 and h["maxWireVersion"] == 21, h
     assert cl.ok({"ping": 1})["ok"] == 1
-    assert cl.ok({"buildInfo": 1})["version"] == "0.1.0"
+    assert cl.ok({"buildInfo": 1})["version"] == "7.0.0"
     st = cl.ok({"serverStatus": 1})
     assert st["process"] == "configsvr" and st["pid"] == c.pid, st
     assert "failpoints" in st, st

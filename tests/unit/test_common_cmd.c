@@ -182,7 +182,7 @@ static void cmd_common_commands(void) {
     CHECK_INT(get_int(&r, "maxMessageSizeBytes"), 48000000);
     CHECK_INT(get_int(&r, "maxWriteBatchSize"), 100000);
     CHECK_INT(get_int(&r, "minWireVersion"), 0);
-    CHECK_INT(get_int(&r, "maxWireVersion"), 17);
+    CHECK_INT(get_int(&r, "maxWireVersion"), 21);
     CHECK(has(&r, "localTime", &f) && BSON_ITER_HOLDS_DATE_TIME(&f));
     CHECK_STR(get_str(&r, "process"), "testd");
     bson_destroy(&r);
@@ -194,7 +194,8 @@ static void cmd_common_commands(void) {
     bson_destroy(&r);
 
     call_json(c, "{\"buildInfo\": 1}", &r);
-    CHECK_STR(get_str(&r, "version"), "0.1.0");
+    CHECK_STR(get_str(&r, "version"), "7.0.0");
+    CHECK_STR(get_str(&r, "minishardVersion"), "0.1.0");
     CHECK(ok_is(&r, 1.0));
     bson_destroy(&r);
 
