@@ -73,6 +73,15 @@ enum cmd_flags {
 
 #define CMD_FIELDS_MAX 40
 
+/* The MongoDB release whose commands and replies minishard follows: buildInfo.version
+ * and hello's maxWireVersion agree on it (7.0 = wire version 21), since drivers and
+ * mongosh pick their behaviour from either (the router's config.mongos mongoVersion too). */
+#define MS_MONGODB_VERSION "7.0.0"
+#define MS_MONGODB_VERSION_ARRAY {7, 0, 0, 0}
+#define MS_MONGODB_FCV "7.0"
+#define MS_MIN_WIRE_VERSION 0
+#define MS_MAX_WIRE_VERSION 21
+
 typedef struct cmd_field {
     const char *name;   /* NULL ends the list */
     uint32_t types;     /* allowed CT_* mask */

@@ -39,14 +39,6 @@ struct cmd_server {
 
 /* minishard's own version (buildInfo.minishardVersion, serverStatus). */
 #define MS_VERSION "0.1.0"
-/* The MongoDB release whose commands and replies minishard follows: buildInfo.version
- * and hello's maxWireVersion agree on it (7.0 = wire version 21), since drivers and
- * mongosh pick their behaviour from either. */
-#define MS_MONGODB_VERSION "7.0.0"
-#define MS_MONGODB_VERSION_ARRAY {7, 0, 0, 0}
-#define MS_MONGODB_FCV "7.0"
-#define MS_MIN_WIRE_VERSION 0
-#define MS_MAX_WIRE_VERSION 21
 
 /* IllegalOperation (20) for a transaction, with the text mongod or mongos would give
  * (the router's names minishard's reason). Returns the code. */

@@ -422,7 +422,7 @@ static void *pinger(void *p) {
         BSON_APPEND_UTF8(&cmd, "host", r->url);
         BSON_APPEND_INT64(&cmd, "up", (time_now_ms() - r->start_ms) / 1000);
         BSON_APPEND_BOOL(&cmd, "waiting", true);
-        BSON_APPEND_UTF8(&cmd, "mongoVersion", "minishard-0.1.0");
+        BSON_APPEND_UTF8(&cmd, "mongoVersion", MS_MONGODB_VERSION);
         BSON_APPEND_UTF8(&cmd, "$db", "admin");
         if (rt_config_call(r, &cmd, &rep, &e) == 0) {
             if (rt_reply_status(&rep, &e) != 0)

@@ -574,6 +574,57 @@ static void dispatch_json(cmd_server_t *s, const char *json, bson_t *r) {
     bson_destroy(&cmd);
 }
 
+/* The generic fields of sessions and concerns (cmd_check_session_args) on any command:
+ * transactions refused with IllegalOperation and mongod's text, read concerns needing a
+ * replica set refused with NotAReplicaSet, the rest accepted; and the connect-time
+ * commands without a transport (no connection: id 0, peer "unknown"). */
+static void cmd_session_args(void) {
+    cmd_server_t *s = start(t_url("cmd_session"), true);
+    bson_t r = BSON_INITIALIZER;
+    bson_iter_t f;
+    dispatch_json(s, "{\"ping\": 1, \"lsid\": {\"id\": 1}, \"txnNumber\": {\"$numberLong\": \"3\"}, "
+                     "\"writeConcern\": {\"w\": \"majority\", \"j\": true}, "
+                     "\"readConcern\": {\"level\": \"majority\"}, \"apiVersion\": \"1\"}", &r);
+    CHECK(ok_is(&r, 1.0));
+    dispatch_json(s, "{\"ping\": 1, \"startTransaction\": true, \"autocommit\": false}", &r);
+    EXPECT_ERR(r, MS_ERR_ILLEGAL_OPERATION);
+    CHECK_STR(get_str(&r, "errmsg"),
+              "Transaction numbers are only allowed on a replica set member or mongos");
+    dispatch_json(s, "{\"ping\": 1, \"autocommit\": false}", &r);
+    EXPECT_ERR(r, MS_ERR_ILLEGAL_OPERATION);
+    dispatch_json(s, "{\"commitTransaction\": 1}", &r);
+    EXPECT_ERR(r, MS_ERR_ILLEGAL_OPERATION);
+    dispatch_json(s, "{\"abortTransaction\": 1}", &r);
+    EXPECT_ERR(r, MS_ERR_ILLEGAL_OPERATION);
+    dispatch_json(s, "{\"ping\": 1, \"readConcern\": {\"level\": \"snapshot\"}}", &r);
+    EXPECT_ERR(r, MS_ERR_NOT_A_REPLICA_SET);
+    CHECK_STR(get_str(&r, "codeName"), "NotAReplicaSet");
+    dispatch_json(s, "{\"ping\": 1, \"readConcern\": {\"afterClusterTime\": "
+                     "{\"$timestamp\": {\"t\": 1, \"i\": 1}}}}", &r);
+    EXPECT_ERR(r, MS_ERR_NOT_A_REPLICA_SET);
+    dispatch_json(s, "{\"ping\": 1, \"readConcern\": {\"level\": \"bogus\"}}", &r);
+    EXPECT_ERR(r, MS_ERR_BAD_VALUE);
+    dispatch_json(s, "{\"ping\": 1, \"readConcern\": \"local\"}", &r);
+    EXPECT_ERR(r, MS_ERR_TYPE_MISMATCH);
+    dispatch_json(s, "{\"ping\": 1, \"writeConcern\": 1}", &r);
+    EXPECT_ERR(r, MS_ERR_TYPE_MISMATCH);
+    dispatch_json(s, "{\"whatsmyuri\": 1}", &r);
+    CHECK_STR(get_str(&r, "you"), "unknown");
+    dispatch_json(s, "{\"isMaster\": 1}", &r);
+    CHECK(has(&r, "connectionId", &f) && BSON_ITER_HOLDS_INT64(&f) && bson_iter_int64(&f) == 0);
+    CHECK(has(&r, "topologyVersion.processId", &f) && BSON_ITER_HOLDS_OID(&f));
+    CHECK(!has(&r, "msg", &f));
+    dispatch_json(s, "{\"isMaster\": 1, \"loadBalanced\": true}", &r);
+    EXPECT_ERR(r, MS_ERR_LOAD_BALANCER_SUPPORT_MISMATCH);
+    dispatch_json(s, "{\"getParameter\": 1, \"featureCompatibilityVersion\": 1}", &r);
+    CHECK_STR(get_str(&r, "featureCompatibilityVersion.version"), "7.0");
+    dispatch_json(s, "{\"getParameter\": 1, \"nope\": 1}", &r);
+    EXPECT_ERR(r, MS_ERR_INVALID_OPTIONS);
+    CHECK_STR(get_str(&r, "errmsg"), "no option found to get");
+    bson_destroy(&r);
+    cmd_server_stop(s);
+}
+
 /* cmd_check_strict_doc: the same check on a document dispatch never saw (explain's inner
  * command): unknown top-level or statement field 40415, generic arguments accepted,
  * a listed field of the wrong type TypeMismatch. */
@@ -763,4 +814,5 @@ static void cmd_intercept(void) {
 T_MAIN(T_CASE(cmd_common_commands), T_CASE(cmd_unknown_command), T_CASE(cmd_field_checks),
        T_CASE(cmd_test_only_hidden), T_CASE(cmd_error_fields), T_CASE(cmd_error_logged),
        T_CASE(cmd_size_limits), T_CASE(cmd_garbage), T_CASE(cmd_dispatch_direct), T_CASE(cmd_strict_fields), T_CASE(cmd_strict_doc),
-       T_CASE(cmd_fail_command), T_CASE(cmd_intercept), T_CASE(cmd_half_built_reply))
+       T_CASE(cmd_fail_command), T_CASE(cmd_intercept), T_CASE(cmd_half_built_reply),
+       T_CASE(cmd_session_args))
