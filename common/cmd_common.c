@@ -103,7 +103,8 @@ static int cmd_server_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     host[sizeof host - 1] = '\0';
     BSON_APPEND_UTF8(reply, "host", host);
     BSON_APPEND_UTF8(reply, "url", s->url);
-    BSON_APPEND_UTF8(reply, "version", MS_VERSION);
+    BSON_APPEND_UTF8(reply, "version", MS_MONGODB_VERSION);   /* as buildInfo's */
+    BSON_APPEND_UTF8(reply, "minishardVersion", MS_VERSION);
     BSON_APPEND_UTF8(reply, "process", s->process);
     BSON_APPEND_INT64(reply, "pid", (int64_t)getpid());
     BSON_APPEND_DOUBLE(reply, "uptime", (double)up_ms / 1000.0);

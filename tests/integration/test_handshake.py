@@ -180,6 +180,8 @@ def test_build_info(t):
     assert re.match(r"^\d+\.\d+\.\d+$", b["minishardVersion"]), b
     b2, _ = raw_call(rr, {"buildinfo": 1})
     assert b2["version"] == "7.0.0", b2
+    st, _ = raw_call(rr, {"serverStatus": 1})
+    assert st["version"] == b["version"] and st["minishardVersion"] == b["minishardVersion"], st
     rr.close()
 
 

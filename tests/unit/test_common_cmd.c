@@ -212,7 +212,8 @@ static void cmd_common_commands(void) {
     CHECK_INT(get_int(&r, "pid"), getpid());
     CHECK_STR(get_str(&r, "process"), "testd");
     CHECK_STR(get_str(&r, "url"), t_url("cmd_common"));
-    CHECK_STR(get_str(&r, "version"), "0.1.0");
+    CHECK_STR(get_str(&r, "version"), "7.0.0");
+    CHECK_STR(get_str(&r, "minishardVersion"), "0.1.0");
     CHECK(get_int(&r, "uptimeMillis") >= 0);
     CHECK(has(&r, "uptime", &f));
     CHECK(has(&r, "localTime", &f));
