@@ -1491,8 +1491,9 @@ static int sort_push(agg_run_t *r, int i, const bson_t *doc, ms_error_t *err) {
     sr->docs[sr->ndocs++] = bson_copy(doc);
     sr->bytes += doc->len;
     /* top-k: with a directly following $limit only the first k survive */
-    if (s->sort_limit > 0 && sr->ndocs >= 2 * (size_t)s->sort_limit + 64)
-        sort_docs(s, sr, (size_t)s->sort_limit);
+    if (s->sort_limit > 0 && (sr->ndocs >= 2 * (size_t)s->sort_limit + 64 ||
+                              sr->bytes > r->p->opts.blocking_bytes_max))
+        sort_docs(s, sr, (size_t)s->sort_limit);   /* only what the top k holds counts */
     if (sr->bytes > r->p->opts.blocking_bytes_max)
         return blocking_exceeded("Sort", r->p->opts.blocking_bytes_max, err);
     return 0;
