@@ -1015,6 +1015,11 @@ struct agg_run {
 static int push_at(agg_run_t *r, int i, const bson_t *doc, ms_error_t *err);
 
 static int blocking_exceeded(const char *what, size_t cap, ms_error_t *err) {
+    if (strcmp(what, "$group") == 0)   /* MongoDB's own wording for each stage */
+        return err_set(err, MS_ERR_QUERY_EXCEEDED_MEMORY_LIMIT,
+                       "PlanExecutor error during aggregation :: caused by :: Exceeded memory "
+                       "limit for $group (%zu bytes), but didn't allow external sort. Pass "
+                       "allowDiskUse:true to opt in.", cap);
     return err_set(err, MS_ERR_QUERY_EXCEEDED_MEMORY_LIMIT,
                    "PlanExecutor error during aggregation :: caused by :: %s exceeded memory limit "
                    "of %zu bytes, but did not opt in to external sorting.", what, cap);

@@ -264,5 +264,34 @@ def test_max_time(t):
     assert len(agg_all(c, [{"$group": {"_id": "$y"}}], maxTimeMS=60000)) == 7
 
 
+@test
+def test_ownership_filter(t):
+    """The pipeline reads through find's path: with the shard's shardVersion, documents
+    planted in a range the shard does not own (orphans) are not aggregated; without one
+    (as on a plain mongod) they are; a stale shardVersion answers StaleConfig."""
+    cl = t.cluster(shards=2, routers=1)
+    R = cl.client()
+    R.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+    R.ok({"shardCollection": DB + ".o", "key": {"k": 1}, "$db": "admin"})
+    R.ok({"split": DB + ".o", "middle": {"k": 100}, "$db": "admin"})
+    R.ok({"insert": "o", "$db": DB, "documents": [{"_id": i, "k": i, "v": 1} for i in range(200)]})
+    R.ok({"moveChunk": DB + ".o", "find": {"k": 150}, "to": "shard1", "_waitForDelete": True,
+          "$db": "admin"})
+    s0 = cl.shards[0].client()
+    s0.ok({"insert": "o", "$db": DB, "documents": [{"_id": 1000 + i, "k": 150 + i, "v": 100} for i in range(5)]})
+    sv = s0.ok({"serverStatus": 1})["sharding"][DB + ".o"]["shardVersion"]
+    pipe = [{"$group": {"_id": None, "n": {"$sum": 1}, "v": {"$sum": "$v"}}}]
+    r = s0.ok({"aggregate": "o", "pipeline": pipe, "cursor": {}, "shardVersion": sv, "$db": DB})
+    assert norm(r["cursor"]["firstBatch"]) == [{"_id": None, "n": 100, "v": 100}], r
+    r = s0.ok({"aggregate": "o", "pipeline": [{"$match": {"k": {"$gte": 140}}}] + pipe, "cursor": {},
+               "shardVersion": sv, "$db": DB})
+    assert r["cursor"]["firstBatch"] == [], r
+    r = s0.ok({"aggregate": "o", "pipeline": pipe, "cursor": {}, "$db": DB})
+    assert norm(r["cursor"]["firstBatch"]) == [{"_id": None, "n": 105, "v": 600}], r
+    sv1 = cl.shards[1].client().ok({"serverStatus": 1})["sharding"][DB + ".o"]["shardVersion"]
+    r = s0.cmd({"aggregate": "o", "pipeline": pipe, "cursor": {}, "shardVersion": sv1, "$db": DB})
+    assert r.get("code") == 13388, r
+
+
 if __name__ == "__main__":
     main()
