@@ -579,9 +579,18 @@ static int parse_group(agg_pipeline_t *p, const bson_iter_t *it, ms_error_t *err
                 bson_iter_recurse(&gi, &di);
                 while (rc == 0 && bson_iter_next(&di)) {
                     expr_t *e = NULL;
+                    expr_t **nf;
+                    char **nn;
                     if ((rc = expr_parse(&di, p->opts.vars, &e, err)) != 0) break;
-                    s->id_fields = realloc(s->id_fields, (size_t)(s->nid + 1) * sizeof(expr_t *));
-                    s->id_names = realloc(s->id_names, (size_t)(s->nid + 1) * sizeof(char *));
+                    nf = realloc(s->id_fields, (size_t)(s->nid + 1) * sizeof *nf);
+                    if (nf) s->id_fields = nf;
+                    nn = nf ? realloc(s->id_names, (size_t)(s->nid + 1) * sizeof *nn) : NULL;
+                    if (nn) s->id_names = nn;
+                    if (!nf || !nn) {
+                        expr_free(e);
+                        rc = err_set(err, MS_ERR_INTERNAL, "out of memory");
+                        break;
+                    }
                     s->id_fields[s->nid] = e;
                     s->id_names[s->nid++] = strdup(bson_iter_key(&di));
                 }
@@ -612,7 +621,11 @@ static int parse_group(agg_pipeline_t *p, const bson_iter_t *it, ms_error_t *err
         if (s->nacc >= MS_AGG_ACCUMULATORS_MAX)
             return err_set(err, MS_ERR_BAD_VALUE, "a $group has at most %d accumulators in "
                            "minishard", MS_AGG_ACCUMULATORS_MAX);
-        s->accs = realloc(s->accs, (size_t)(s->nacc + 1) * sizeof *s->accs);
+        {
+            acc_spec_t *na = realloc(s->accs, (size_t)(s->nacc + 1) * sizeof *na);
+            if (!na) return err_set(err, MS_ERR_INTERNAL, "out of memory");
+            s->accs = na;
+        }
         a = &s->accs[s->nacc++];
         memset(a, 0, sizeof *a);
         a->field = strdup(f);
