@@ -181,6 +181,11 @@ def test_cursor_batches(t):
     # a result that fits one batch closes the cursor at once
     r = c.ok({"aggregate": "c", "pipeline": [{"$limit": 3}], "cursor": {}, "$db": DB})
     assert len(r["cursor"]["firstBatch"]) == 3 and num(r["cursor"]["id"]) == 0, r
+    # the fields drivers send are accepted; hint names an index as in find
+    got = agg_all(c, [{"$match": {"_id": {"$lt": 5}}}], readConcern={"level": "local"}, comment="drv",
+                  hint={"_id": 1}, bypassDocumentValidation=False)
+    assert [d["_id"] for d in got] == [0, 1, 2, 3, 4], got
+    c.err({"aggregate": "c", "pipeline": [], "cursor": {}, "hint": "nope_1", "$db": DB})
     # a missing collection is an empty one
     r = c.ok({"aggregate": "nope", "pipeline": [{"$match": {}}], "cursor": {}, "$db": DB})
     assert r["cursor"]["firstBatch"] == [] and num(r["cursor"]["id"]) == 0, r
