@@ -98,7 +98,80 @@
     X(LOC_NO_CHUNK_WITH_BOUNDS, 51261, "Location51261")             \
     X(LOC_CHUNK_NOT_FOUND, 51262, "Location51262")                  \
     X(NOT_A_REPLICA_SET, 123, "NotAReplicaSet")                     \
-    X(LOAD_BALANCER_SUPPORT_MISMATCH, 354, "LoadBalancerSupportMismatch")
+    X(LOAD_BALANCER_SUPPORT_MISMATCH, 354, "LoadBalancerSupportMismatch") \
+    X(INVALID_PIPELINE_OPERATOR, 168, "InvalidPipelineOperator")   \
+    X(CONVERSION_FAILURE, 241, "ConversionFailure")                \
+    /* aggregation (common/expr.c, common/agg.c): MongoDB's uassert locations */ \
+    X(LOC_15947, 15947, "Location15947") \
+    X(LOC_15952, 15952, "Location15952") \
+    X(LOC_15955, 15955, "Location15955") \
+    X(LOC_15956, 15956, "Location15956") \
+    X(LOC_15957, 15957, "Location15957") \
+    X(LOC_15958, 15958, "Location15958") \
+    X(LOC_15959, 15959, "Location15959") \
+    X(LOC_15969, 15969, "Location15969") \
+    X(LOC_15972, 15972, "Location15972") \
+    X(LOC_15973, 15973, "Location15973") \
+    X(LOC_15975, 15975, "Location15975") \
+    X(LOC_15976, 15976, "Location15976") \
+    X(LOC_15981, 15981, "Location15981") \
+    X(LOC_15983, 15983, "Location15983") \
+    X(LOC_15998, 15998, "Location15998") \
+    X(LOC_16007, 16007, "Location16007") \
+    X(LOC_16020, 16020, "Location16020") \
+    X(LOC_16021, 16021, "Location16021") \
+    X(LOC_16404, 16404, "Location16404") \
+    X(LOC_16410, 16410, "Location16410") \
+    X(LOC_16412, 16412, "Location16412") \
+    X(LOC_16554, 16554, "Location16554") \
+    X(LOC_16555, 16555, "Location16555") \
+    X(LOC_16556, 16556, "Location16556") \
+    X(LOC_16609, 16609, "Location16609") \
+    X(LOC_16610, 16610, "Location16610") \
+    X(LOC_16611, 16611, "Location16611") \
+    X(LOC_16612, 16612, "Location16612") \
+    X(LOC_16702, 16702, "Location16702") \
+    X(LOC_17080, 17080, "Location17080") \
+    X(LOC_17083, 17083, "Location17083") \
+    X(LOC_17124, 17124, "Location17124") \
+    X(LOC_17276, 17276, "Location17276") \
+    X(LOC_28680, 28680, "Location28680") \
+    X(LOC_28689, 28689, "Location28689") \
+    X(LOC_28690, 28690, "Location28690") \
+    X(LOC_28691, 28691, "Location28691") \
+    X(LOC_28765, 28765, "Location28765") \
+    X(LOC_28808, 28808, "Location28808") \
+    X(LOC_28809, 28809, "Location28809") \
+    X(LOC_28810, 28810, "Location28810") \
+    X(LOC_28811, 28811, "Location28811") \
+    X(LOC_28812, 28812, "Location28812") \
+    X(LOC_28818, 28818, "Location28818") \
+    X(LOC_28822, 28822, "Location28822") \
+    X(LOC_31002, 31002, "Location31002") \
+    X(LOC_31119, 31119, "Location31119") \
+    X(LOC_31120, 31120, "Location31120") \
+    X(LOC_31250, 31250, "Location31250") \
+    X(LOC_31252, 31252, "Location31252") \
+    X(LOC_31253, 31253, "Location31253") \
+    X(LOC_31254, 31254, "Location31254") \
+    X(LOC_40081, 40081, "Location40081") \
+    X(LOC_40148, 40148, "Location40148") \
+    X(LOC_40156, 40156, "Location40156") \
+    X(LOC_40157, 40157, "Location40157") \
+    X(LOC_40158, 40158, "Location40158") \
+    X(LOC_40160, 40160, "Location40160") \
+    X(LOC_40234, 40234, "Location40234") \
+    X(LOC_40235, 40235, "Location40235") \
+    X(LOC_40236, 40236, "Location40236") \
+    X(LOC_40237, 40237, "Location40237") \
+    X(LOC_40238, 40238, "Location40238") \
+    X(LOC_40272, 40272, "Location40272") \
+    X(LOC_40323, 40323, "Location40323") \
+    X(LOC_40324, 40324, "Location40324") \
+    X(LOC_40352, 40352, "Location40352") \
+    X(LOC_51270, 51270, "Location51270") \
+    X(LOC_51272, 51272, "Location51272") \
+    X(LOC_7749501, 7749501, "Location7749501")
 
 enum ms_err {
     MS_OK = 0,

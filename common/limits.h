@@ -420,4 +420,30 @@
  * tests lower it). At most MS_AUTOMERGER_MS_MAX, like the auto-merger's pauses. */
 #define MS_DEFRAG_THROTTLE_MS_DEFAULT 1000
 
+/* ---- aggregation (common/expr.c, common/agg.c, shardd/cmd_agg.c) ---- */
+/* One component of a field path in an expression ("$a.b": each of a, b) and a whole
+ * path: longer ones are refused at parse time (a stored field name is far shorter). */
+#define MS_EXPR_FIELD_BYTES_MAX 1024
+/* Operands of one operator ($add: [...], $concat: [...]): evaluated into a stack array. */
+#define MS_EXPR_ARGS_MAX 64
+/* Nesting of an expression or a projection: bounds the parser's and evaluator's
+ * recursion (the message's own nesting is already capped by MS_MSG_DEPTH_MAX). */
+#define MS_EXPR_DEPTH_MAX 100
+/* A string an expression builds ($concat): MongoDB's BSONObjMaxUserSize. */
+#define MS_EXPR_STRING_BYTES_MAX (16 * 1024 * 1024)
+/* Stages of one pipeline: MongoDB's internalPipelineLengthLimit (1000). */
+#define MS_AGG_STAGES_MAX 1000
+/* Accumulators of one $group: each group holds one state per accumulator. */
+#define MS_AGG_ACCUMULATORS_MAX 256
+/* Memory of one $sort or $group before MongoDB's 292 QueryExceededMemoryLimitNoDiskUseAllowed
+ * (its internalQueryMaxBlockingSortMemoryUsageBytes and $group's 100 MB). */
+#define MS_AGG_BLOCKING_BYTES_MAX (100 * 1024 * 1024)
+/* The same with allowDiskUse: minishard does not spill to disk; it sorts and groups in
+ * memory up to this hard cap instead (then 292 as well), sized for the small machines it
+ * runs on. */
+#define MS_AGG_DISK_USE_BYTES_MAX (400 * 1024 * 1024)
+/* A pipeline's whole result, held by the shard's aggregate cursor between getMores (the
+ * pipeline runs to completion in the aggregate command): ExceededMemoryLimit beyond it. */
+#define MS_AGG_RESULT_BYTES_MAX (100 * 1024 * 1024)
+
 #endif

@@ -690,6 +690,8 @@ struct cursor {
     int64_t limit_left;          /* -1 = unlimited */
     bson_t *stash;               /* a result that did not fit the last batch (MongoDB's
                                   * stashResult): the next batch starts with it */
+    bool results;                /* an aggregate's: `sorted` holds its whole result, computed
+                                  * by the aggregate command; no collection is read again */
     bool timed;                  /* opened with maxTimeMS: time_left_ms bounds each getMore */
     long long time_left_ms;      /* what the find's maxTimeMS left (MongoDB's leftover) */
 };
@@ -817,6 +819,34 @@ typedef struct fill_arg {
     bool exhausted;
 } fill_arg_t;
 
+/* Emits the held results (a blocking sort's, or an aggregate's) into the batch. */
+static int emit_sorted(fill_arg_t *fl, ms_error_t *err) {
+    cursor_t *cur = fl->cur;
+    int rc;
+    while (cur->sorted_next < cur->sorted.n) {
+        rc = batch_emit(fl->b, cur->sorted.v[cur->sorted_next].doc, err);
+        cur->sorted.bytes -= cur->sorted.v[cur->sorted_next].doc->len;
+        bson_destroy(cur->sorted.v[cur->sorted_next].doc);
+        cur->sorted.v[cur->sorted_next].doc = NULL;  /* sent: release it early */
+        cur->sorted_next++;
+        if (rc == 1) break;
+        if (rc != 0) return rc;
+    }
+    fl->exhausted = (cur->sorted_next >= cur->sorted.n && !cur->stash) || cur->limit_left == 0;
+    return 0;
+}
+
+/* One batch of an aggregate's cursor: no transaction, the results are the cursor's. */
+static int fill_results(fill_arg_t *fl, ms_error_t *err) {
+    if (fl->b->max_docs == 0) return 0;
+    batch_take_stash(fl->b);
+    if (batch_full(fl->b)) {
+        fl->exhausted = fl->cur->limit_left == 0;
+        return 0;
+    }
+    return emit_sorted(fl, err);
+}
+
 static int fill_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     fill_arg_t *fl = arg;
     cursor_t *cur = fl->cur;
@@ -859,17 +889,7 @@ static int fill_fn(store_txn_t *t, void *arg, ms_error_t *err) {
                 return rc;
             cur->sorted_ready = true;
         }
-        while (cur->sorted_next < cur->sorted.n) {
-            rc = batch_emit(fl->b, cur->sorted.v[cur->sorted_next].doc, err);
-            cur->sorted.bytes -= cur->sorted.v[cur->sorted_next].doc->len;
-            bson_destroy(cur->sorted.v[cur->sorted_next].doc);
-            cur->sorted.v[cur->sorted_next].doc = NULL;  /* sent: release it early */
-            cur->sorted_next++;
-            if (rc == 1) break;
-            if (rc != 0) return rc;
-        }
-        fl->exhausted = (cur->sorted_next >= cur->sorted.n && !cur->stash) || cur->limit_left == 0;
-        return 0;
+        return emit_sorted(fl, err);
     }
     if ((rc = exec_scan(t, c, &cur->plan, &eq, &cur->pos, batch_scan_fn, fl->b, err)) != 0)
         return rc;
@@ -896,7 +916,7 @@ static int run_batch(store_t *st, cursor_t *cur, int64_t max_docs, bson_t *arr, 
     fill_arg_t fl = {cur, &b, false};
     int rc;
     bson_init(arr);
-    rc = store_read(st, fill_fn, &fl, err);
+    rc = cur->results ? fill_results(&fl, err) : store_read(st, fill_fn, &fl, err);
     *exhausted = fl.exhausted;
     return rc;
 }
@@ -942,6 +962,62 @@ int exec_find(store_t *st, cursors_t *cs, find_args_t *fa, bson_t *reply, ms_err
         if ((rc = cursors_add(cs, cur, err)) != 0) goto out;
         id = cur->reg.id;
         cur = NULL;   /* the table's now: another thread may getMore on it at once */
+    }
+    append_cursor_reply(reply, "firstBatch", &arr, id, ns);
+out:
+    bson_destroy(&arr);
+    cursor_free(cur);
+    return rc;
+}
+
+/* An aggregate's cursor (MongoDB's aggregate reply): the pipeline already ran to the end;
+ * its results (docs[0..n), heap bson_t from libbson, taken over with the array on
+ * success and failure) go out in batches of batch_size (-1 = the default first batch)
+ * now and through getMore. */
+int exec_agg_cursor(cursors_t *cs, const char *ns, bson_t **docs, size_t n, int64_t batch_size,
+                    bson_t *reply, ms_error_t *err) {
+    cursor_t *cur = mem_calloc_aligned(1, sizeof *cur);
+    int64_t first, id = 0;
+    bson_t arr = BSON_INITIALIZER;
+    bool exhausted;
+    int rc;
+    if (!cur) {
+        for (size_t i = 0; i < n; i++) bson_destroy(docs[i]);
+        free(docs);
+        return err_set(err, MS_ERR_INTERNAL, "out of memory");
+    }
+    cur->reg.conn = op_conn();
+    cur->reg.free_fn = cursor_free;
+    cur->reg.held_fn = cursor_held;
+    snprintf(cur->reg.ns, sizeof cur->reg.ns, "%s", ns);
+    cur->fa.ns = cur->reg.ns;
+    cur->results = true;
+    cur->planned = cur->sorted_ready = true;
+    cur->plan.blocking_sort = true;
+    cur->limit_left = -1;
+    cur->sorted.v = calloc(n ? n : 1, sizeof *cur->sorted.v);
+    if (!cur->sorted.v) {
+        for (size_t i = 0; i < n; i++) bson_destroy(docs[i]);
+        free(docs);
+        cursor_free(cur);
+        return err_set(err, MS_ERR_INTERNAL, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        cur->sorted.v[i].doc = docs[i];
+        cur->sorted.v[i].rid = (int64_t)i;
+        cur->sorted.bytes += docs[i]->len;
+    }
+    cur->sorted.n = cur->sorted.cap = n;
+    free(docs);
+    first = batch_size >= 0 ? batch_size : MS_FIRST_BATCH_DOCS_DEFAULT;
+    bson_destroy(&arr);
+    if ((rc = run_batch(NULL, cur, first, &arr, &exhausted, err)) != 0) goto out;
+    cur->timed = op_deadline_ms() > 0;
+    cur->time_left_ms = op_time_left_ms(0);
+    if (!exhausted) {
+        if ((rc = cursors_add(cs, cur, err)) != 0) goto out;
+        id = cur->reg.id;
+        cur = NULL;
     }
     append_cursor_reply(reply, "firstBatch", &arr, id, ns);
 out:

@@ -23,7 +23,8 @@ static const char shardd_usage[] =
     "usage: shardd --dbpath DIR [--port N] [--name NAME] [--bind ADDR] [--url URL]\n"
     "              [--workers N] [--cursor-timeout-ms N] [--sync full|normal]\n"
     "              [--range-deleter-batch-size N] [--range-deleter-batch-delay-ms N]\n"
-    "              [--orphan-cleanup-delay-ms N] [--enable-test-commands]\n"
+    "              [--orphan-cleanup-delay-ms N] [--agg-blocking-bytes-max N]\n"
+    "              [--enable-test-commands]\n"
     "A minishard shard daemon: documents in one SQLite file, MongoDB's CRUD commands.";
 
 /* The idle-cursor reaper (MongoDB's clientcursormon): wakes every second. */
@@ -53,7 +54,7 @@ static void *reaper_main(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    int cursor_timeout_ms = MS_CURSOR_IDLE_MS_MAX, rc;
+    int cursor_timeout_ms = MS_CURSOR_IDLE_MS_MAX, rc, agg_blocking = 0;
     rdel_opts_t ro = {MS_RDEL_BATCH_DOCS_DEFAULT, MS_RDEL_BATCH_DELAY_MS_DEFAULT,
                       MS_RDEL_CLEANUP_DELAY_MS_DEFAULT};
     const char *dbpath = NULL, *name = NULL, *sync = "normal";
@@ -76,6 +77,8 @@ int main(int argc, char **argv) {
          "documents per range-deletion batch (default 128, 1..10000)"},
         {"range-deleter-batch-delay-ms", FLAG_INT, &ro.batch_delay_ms,
          "pause between range-deletion batches (default 20, 0..60000)"},
+        {"agg-blocking-bytes-max", FLAG_INT, &agg_blocking,
+         "test aid: memory of one $sort / $group before error 292 (default 100 MB)"},
         {"orphan-cleanup-delay-ms", FLAG_INT, &ro.cleanup_delay_ms,
          "wait before a \"delayed\" range deletion starts (default 2000, 0..86400000)"},
         {NULL, FLAG_BOOL, NULL, NULL},
@@ -119,6 +122,7 @@ int main(int argc, char **argv) {
     shardd_register_failpoints();
     memset(&app, 0, sizeof app);
     app.name = name ? name : "";
+    app.agg_blocking_bytes_max = agg_blocking > 0 ? agg_blocking : 0;
     rc = 1;
     if (store_open(dbpath, &so, &app.st, &err) != 0) return daemon_fail("store", &err);
     if (shv_open(&app.shv, &err) != 0 || shardd_load_identity(&app, &err) != 0 ||

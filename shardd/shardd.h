@@ -452,6 +452,10 @@ typedef struct find_args {
  * always goes out; one that does not fit waits for the next batch. */
 int exec_find(store_t *st, cursors_t *cs, find_args_t *fa, bson_t *reply, ms_error_t *err);
 void find_args_free(find_args_t *fa);  /* NULL-safe; fields already taken are NULL */
+/* aggregate's cursor (cmd_agg.c): takes over docs (n heap bson_t and the array) in every
+ * case; batches as exec_find's; getMore continues it like a find's. */
+int exec_agg_cursor(cursors_t *cs, const char *ns, bson_t **docs, size_t n, int64_t batch_size,
+                    bson_t *reply, ms_error_t *err);
 int exec_get_more(store_t *st, cursors_t *cs, int64_t id, const char *ns, int64_t batch_size,
                   bson_t *reply, ms_error_t *err);
 /* Returns true when the cursor existed (and is now killed; a pinned one is freed when
@@ -541,6 +545,7 @@ typedef struct shardd {
     const char *url;             /* where this shard listens (a recipient dials it) */
     const char *name;            /* --name */
     bool no_index;               /* --no-secondary-indexes (differential tests) */
+    long long agg_blocking_bytes_max;  /* --agg-blocking-bytes-max (tests; 0 = the limit) */
 } shardd_t;
 
 extern const cmd_spec_t shardd_cmd_table[];
@@ -563,6 +568,9 @@ int shardd_ddl_guarded(cmd_ctx_t *ctx, const char *ns, store_txn_fn fn, void *ar
 int shardd_load_identity(shardd_t *app, ms_error_t *err);
 void shardd_status(void *app, bson_t *reply);
 void shardd_metrics(void *app, bson_t *metrics);   /* serverStatus metrics: cursors */
+
+/* cmd_agg.c */
+int cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 
 /* cmd_crud.c */
 int cmd_insert(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);

@@ -1,0 +1,234 @@
+/*
+ * cmd_agg.c — the shard daemon's aggregate command (bin/shardd), MongoDB's
+ * {aggregate: coll, pipeline, cursor: {batchSize}, explain, allowDiskUse, let, hint}.
+ * The documents come through the same read path as a find: the shard version check and
+ * the ownership filter (orphans never reach a pipeline), a plan from exec.c's planner
+ * with the leading $match as its filter (so an index serves it), one read transaction.
+ * The pipeline (common/agg.c) runs to completion inside the command; its results are held
+ * by a cursor that getMore drains in batches (docs/aggregation.md "Limits").
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "shardd/shardd.h"
+
+#include "common/agg.h"
+#include "common/bsonx.h"
+#include "common/expr.h"
+#include "common/limits.h"
+#include "common/opctx.h"
+#include "common/query.h"
+
+typedef struct agg_args {
+    const char *ns;
+    agg_pipeline_t *p;
+    agg_run_t *run;
+    query_t *q;                 /* the leading $match, compiled for the planner */
+    const bson_t *filter;       /* borrowed from p */
+    bson_t *hint;               /* NULL = planner; {$hint: "name"} for a name */
+    shv_filter_t *own;
+    bool no_index;
+    bool explain;
+    bson_t *reply;              /* explain: where the plan goes */
+} agg_args_t;
+
+static void agg_args_free(agg_args_t *a) {
+    agg_run_free(a->run);
+    agg_free(a->p);
+    query_free(a->q);
+    if (a->hint) bson_destroy(a->hint);
+    shv_filter_release(a->own);
+}
+
+static void eq_from_args(const agg_args_t *a, exec_query_t *eq) {
+    bson_iter_t it;
+    memset(eq, 0, sizeof *eq);
+    eq->filter = a->filter;
+    eq->q = a->q;
+    if (a->hint) {
+        if (bson_iter_init_find(&it, a->hint, "$hint") && BSON_ITER_HOLDS_UTF8(&it))
+            eq->hint_name = bson_iter_utf8(&it, NULL);
+        else
+            eq->hint = a->hint;
+    }
+    eq->own = a->own;
+    eq->no_index = a->no_index;
+}
+
+static int push_cb(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err) {
+    agg_args_t *a = arg;
+    int rc;
+    (void)rid;
+    if ((rc = agg_run_push(a->run, doc, err)) != 0) return rc;
+    return agg_run_done(a->run) ? 1 : 0;   /* a $limit is reached: the scan may stop */
+}
+
+/* The source scan (MongoDB's $cursor stage) feeding the pipeline, or its plan (explain). */
+static int agg_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    agg_args_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    exec_query_t eq;
+    plan_t p;
+    scan_pos_t pos = {0};
+    int rc;
+    eq_from_args(a, &eq);
+    if (a->explain) {
+        bson_t cur, qp, empty = BSON_INITIALIZER;
+        BSON_APPEND_DOCUMENT_BEGIN(a->reply, "$cursor", &cur);
+        BSON_APPEND_DOCUMENT_BEGIN(&cur, "queryPlanner", &qp);
+        BSON_APPEND_UTF8(&qp, "namespace", a->ns);
+        BSON_APPEND_DOCUMENT(&qp, "parsedQuery", a->filter ? a->filter : &empty);
+        if (!c) {
+            bson_t wp;
+            BSON_APPEND_DOCUMENT_BEGIN(&qp, "winningPlan", &wp);
+            BSON_APPEND_UTF8(&wp, "stage", "EOF");
+            bson_append_document_end(&qp, &wp);
+            rc = 0;
+        } else if ((rc = exec_plan(t, c, &eq, &p, err)) == 0) {
+            plan_append_explain(&p, c, &eq, &qp, "winningPlan");
+            plan_free(&p);
+        }
+        bson_append_document_end(&cur, &qp);
+        bson_append_document_end(a->reply, &cur);
+        return rc;
+    }
+    if (!c) return 0;   /* a missing collection is an empty one */
+    if ((rc = exec_plan(t, c, &eq, &p, err)) != 0) return rc;
+    rc = exec_scan(t, c, &p, &eq, &pos, push_cb, a, err);
+    plan_free(&p);
+    scan_pos_free(&pos);
+    return rc;
+}
+
+/* `collation`: only the simple one (minishard compares strings bytewise). */
+static int check_collation(const bson_iter_t *it, ms_error_t *err) {
+    bson_t d;
+    bson_iter_t li;
+    if (!BSON_ITER_HOLDS_DOCUMENT(it) || !bsonx_view_container(it, &d))
+        return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'aggregate.collation' must be an "
+                       "object");
+    if (bson_empty(&d)) return 0;
+    if (bson_iter_init_find(&li, &d, "locale") && BSON_ITER_HOLDS_UTF8(&li) &&
+        strcmp(bson_iter_utf8(&li, NULL), "simple") == 0 && bson_count_keys(&d) == 1)
+        return 0;
+    return err_set(err, MS_ERR_BAD_VALUE, "minishard supports only the simple collation "
+                   "({locale: \"simple\"})");
+}
+
+int cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    char ns[MS_NS_BYTES_MAX + 8];
+    agg_args_t a;
+    agg_opts_t o = {0};
+    expr_vars_t *vars = NULL;
+    bson_t pipeline, d;
+    bson_iter_t it;
+    int64_t batch_size = -1;
+    bool have_cursor = false;
+    int rc;
+    memset(&a, 0, sizeof a);
+    if (!cmd_field(ctx, "pipeline", &it) || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bsonx_view_container(&it, &pipeline))
+        return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'aggregate.pipeline' must be an "
+                       "array");
+    if (!BSON_ITER_HOLDS_UTF8(&ctx->arg)) {
+        /* {aggregate: 1}: collection-less stages ($currentOp, $listLocalSessions, ...) are
+         * not implemented; every stage minishard has needs a collection. */
+        bson_iter_t si;
+        const char *first = "$match";
+        if (bson_iter_init(&si, &pipeline) && bson_iter_next(&si) && BSON_ITER_HOLDS_DOCUMENT(&si)) {
+            bson_iter_t fi;
+            bson_iter_recurse(&si, &fi);
+            if (bson_iter_next(&fi)) first = bson_iter_key(&fi);
+        }
+        if (bsonx_is_number(&ctx->arg))
+            return err_set(err, MS_ERR_INVALID_NAMESPACE, "{aggregate: 1} is not valid for '%s'; "
+                           "a collection is required.", first);
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "collection name has invalid type %s",
+                       bsonx_type_name(bson_iter_type(&ctx->arg)));
+    }
+    if (cmd_field(ctx, "explain", &it)) a.explain = bsonx_truthy(&it);
+    if (cmd_field(ctx, "cursor", &it)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bsonx_view_container(&it, &d))
+            return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'aggregate.cursor' must be an "
+                           "object");
+        have_cursor = true;
+        if (bson_iter_init_find(&it, &d, "batchSize")) {
+            if (!bsonx_is_number(&it) || !bsonx_as_int64(&it, &batch_size))
+                return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'batchSize' must be a "
+                               "number");
+            if (batch_size < 0)
+                return err_set(err, MS_ERR_IDL_VALUE_TOO_LOW, "BSON field 'batchSize' value must be >= "
+                               "0, actual value '%lld'", (long long)batch_size);
+        }
+    }
+    if (!have_cursor && !a.explain)
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "The 'cursor' option is required, except "
+                       "for aggregate with the explain argument");
+    if (cmd_field(ctx, "allowDiskUse", &it)) o.allow_disk_use = bsonx_truthy(&it);
+    if (cmd_field(ctx, "collation", &it) && (rc = check_collation(&it, err)) != 0) return rc;
+    if (cmd_field(ctx, "let", &it)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bsonx_view_container(&it, &d))
+            return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'aggregate.let' must be an "
+                           "object");
+        if ((rc = expr_vars_from_let(&d, &vars, err)) != 0) return rc;
+    }
+    if (cmd_field(ctx, "hint", &it)) {
+        if (BSON_ITER_HOLDS_UTF8(&it)) {
+            a.hint = bson_new();
+            BSON_APPEND_UTF8(a.hint, "$hint", bson_iter_utf8(&it, NULL));
+        } else if (BSON_ITER_HOLDS_DOCUMENT(&it) && bsonx_view_container(&it, &d)) {
+            if (!bson_empty(&d)) a.hint = bson_copy(&d);
+        } else {
+            rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "hint must be a string or an object");
+            goto out;
+        }
+    }
+    o.vars = vars;
+    o.blocking_bytes_max = (size_t)app->agg_blocking_bytes_max;
+    if ((rc = agg_parse(&pipeline, &o, &a.p, err)) != 0) goto out;
+    if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, &a.own, err)) != 0) goto out;
+    a.ns = ns;
+    a.no_index = app->no_index;
+    if ((a.filter = agg_leading_match(a.p)) != NULL &&
+        (rc = query_compile(a.filter, &a.q, err)) != 0)
+        goto out;
+    if (a.explain) {
+        /* MongoDB's mongod explain of a pipeline: the $cursor stage with the query plan,
+         * then the other stages as they run; plus the split a router would make. */
+        bson_t stages, first, split, sp, mp;
+        int idx = 1;
+        bool msort = false;
+        BSON_APPEND_UTF8(reply, "explainVersion", "1");
+        BSON_APPEND_ARRAY_BEGIN(reply, "stages", &stages);
+        BSON_APPEND_DOCUMENT_BEGIN(&stages, "0", &first);
+        a.reply = &first;
+        rc = store_read(app->st, agg_fn, &a, err);
+        bson_append_document_end(&stages, &first);
+        agg_append_stages(a.p, a.filter ? 1 : 0, &stages, &idx);
+        bson_append_array_end(reply, &stages);
+        if (rc != 0) goto out;
+        agg_split(a.p, &sp, &mp, &msort);
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "splitPipeline", &split);
+        BSON_APPEND_ARRAY(&split, "shardsPart", &sp);
+        BSON_APPEND_ARRAY(&split, "mergerPart", &mp);
+        BSON_APPEND_BOOL(&split, "mergeSorted", msort);
+        bson_append_document_end(reply, &split);
+        bson_destroy(&sp);
+        bson_destroy(&mp);
+        goto out;
+    }
+    if ((rc = agg_run_new(a.p, a.filter ? 1 : 0, &a.run, err)) != 0) goto out;
+    if ((rc = store_read(app->st, agg_fn, &a, err)) != 0) goto out;
+    if ((rc = agg_run_finish(a.run, err)) != 0) goto out;
+    {
+        bson_t **docs = NULL;
+        size_t n = 0;
+        agg_run_take(a.run, &docs, &n);
+        rc = exec_agg_cursor(app->cursors, ns, docs, n, batch_size, reply, err);
+    }
+out:
+    agg_args_free(&a);
+    expr_vars_free(vars);
+    return rc;
+}
