@@ -416,10 +416,12 @@ int rpc_call_op(rpc_client_t *c, const bson_t *cmd, int dflt_ms, bson_t *reply,
     if (left <= 0)
         return err_set(err, MS_ERR_MAX_TIME_MS_EXPIRED,
                        "operation exceeded time limit before the call to %s", c->url);
+    /* Whether the call's timeout is what is left of the operation's maxTimeMS (not the
+     * default): then a timeout is the operation's, even when the transport's clock fired
+     * a millisecond before ours would say the deadline passed. */
+    bool op_bound = op_deadline_ms() > 0 && (dflt_ms <= 0 || left < dflt_ms);
     rc = rpc_call(c, cmd, (int)rpc_min_ll(left, INT32_MAX), reply, err);
-    /* The operation's own deadline, not the default, cut the call short. */
-    if (rc == MS_ERR_NETWORK_TIMEOUT && op_deadline_ms() > 0 &&
-        time_mono_ms() >= op_deadline_ms()) {
+    if (rc == MS_ERR_NETWORK_TIMEOUT && op_bound) {
         if (err) err->code = MS_ERR_MAX_TIME_MS_EXPIRED;
         err_prefix(err, "operation exceeded time limit");
         rc = MS_ERR_MAX_TIME_MS_EXPIRED;
