@@ -204,7 +204,9 @@ static void explain_reply(const rt_req_t *reqs, int n, const bson_t *sp, const b
         if (bson_iter_init(&it, &reqs[i].reply))
             while (bson_iter_next(&it)) {
                 const char *k = bson_iter_key(&it);
-                if (strcmp(k, "ok") == 0 || k[0] == '$') continue;
+                /* the shard's own would-be split is not what ran: the router's is above */
+                if (strcmp(k, "ok") == 0 || k[0] == '$' || strcmp(k, "splitPipeline") == 0)
+                    continue;
                 bson_append_iter(&one, k, -1, &it);
             }
         bson_append_document_end(&shards, &one);
