@@ -297,6 +297,33 @@ def test_orphans_not_counted(t):
 
 
 @test
+def test_stale_router(t):
+    """A router whose cached routing is stale (another router moved chunks) retries on the
+    shards' StaleConfig: its aggregates still count every document once, and its
+    serverStatus shows the retries."""
+    cl = t.cluster(shards=3, routers=2)
+    R, R2 = cl.client(0), cl.client(1)
+    R.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+    R.ok({"shardCollection": DB + ".s", "key": {"k": 1}, "$db": "admin"})
+    for m in (100, 200):
+        R.ok({"split": DB + ".s", "middle": {"k": m}, "$db": "admin"})
+    docs = make_docs(seed())
+    R.ok({"insert": "s", "$db": DB, "documents": docs})
+    pipe = [{"$group": {"_id": "$y", "n": {"$sum": 1}}}, {"$sort": {"_id": 1}}]
+    want = agg_all(R, "s", pipe)
+    assert sum(d["n"] for d in want) == N, want
+    before = R.ok({"serverStatus": 1, "$db": "admin"})["router"]["staleConfigRetries"]
+    R2.ok({"moveChunk": DB + ".s", "find": {"k": 150}, "to": "shard1", "_waitForDelete": True, "$db": "admin"})
+    R2.ok({"moveChunk": DB + ".s", "find": {"k": 250}, "to": "shard2", "_waitForDelete": True, "$db": "admin"})
+    assert agg_all(R, "s", pipe) == want
+    after = R.ok({"serverStatus": 1, "$db": "admin"})["router"]["staleConfigRetries"]
+    assert norm(after) > norm(before), (before, after)
+    # every shard now holds a part: the split ran over three shards
+    e = R.ok({"aggregate": "s", "pipeline": pipe, "explain": True, "$db": DB})
+    assert sorted(e["shards"]) == ["shard0", "shard1", "shard2"], e
+
+
+@test
 def test_errors(t):
     """Errors keep MongoDB's codes through the router: parse errors before anything is
     sent, a shard's runtime error relayed; a missing cursor; config-side errors."""
@@ -345,6 +372,21 @@ def test_config_aggregate(t):
             got += r["cursor"]["nextBatch"]
             cid = r["cursor"]["id"]
         assert len(got) == len(chunks), (len(got), len(chunks))
+    # the shapes mongosh's sh.status() sends: chunks per shard of one collection, recent
+    # migrations from the changelog
+    u = coll_uuid(R, DB + ".r")
+    r = R.ok({"aggregate": "chunks", "$db": "config", "cursor": {}, "pipeline": [
+        {"$match": {"uuid": u}}, {"$group": {"_id": "$shard", "cnt": {"$sum": 1}}},
+        {"$project": {"_id": 0, "shard": "$_id", "nChunks": "$cnt"}}, {"$sort": {"shard": 1}}]})
+    want = chunks_per_shard(R, DB + ".r")
+    assert norm(r["cursor"]["firstBatch"]) == [{"shard": k, "nChunks": want[k]} for k in sorted(want)], r
+    moves = R.find_all("changelog", "config", {"what": "moveChunk.from"})
+    r = R.ok({"aggregate": "changelog", "$db": "config", "cursor": {}, "pipeline": [
+        {"$match": {"what": "moveChunk.from", "details.errmsg": {"$exists": False}}},
+        {"$group": {"_id": {"msg": "$details.errmsg"}, "count": {"$sum": 1}}},
+        {"$project": {"_id": {"$ifNull": ["$_id.msg", "Success"]}, "count": "$count"}}]})
+    assert norm(r["cursor"]["firstBatch"]) == ([{"_id": "Success", "count": len(moves)}] if moves else []), (r, len(moves))
+    assert moves, "setup moved chunks: the changelog has moveChunk.from entries"
     e = R.ok({"aggregate": "chunks", "pipeline": [{"$match": {"shard": "shard0"}}, {"$count": "n"}],
               "explain": True, "$db": "config"})
     assert e["stages"][0]["$cursor"]["queryPlanner"]["namespace"] == "config.chunks", e
