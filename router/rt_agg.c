@@ -218,6 +218,19 @@ int rt_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
     /* The config database lives on the config server, which runs pipelines over it. */
     if (!strcmp(ctx->db, "config")) return rt_cfg_cursor_cmd(ctx, reply, err);
+    if (!BSON_ITER_HOLDS_UTF8(&ctx->arg)) {
+        /* {aggregate: 1}: collection-less stages ($currentOp, ...) are not implemented;
+         * every stage minishard has needs a collection (the shard's answer). */
+        const char *first = "$match";
+        bson_iter_t pi, si, fi;
+        bson_t pl;
+        if (cmd_field(ctx, "pipeline", &pi) && BSON_ITER_HOLDS_ARRAY(&pi) &&
+            bsonx_view_container(&pi, &pl) && bson_iter_init(&si, &pl) && bson_iter_next(&si) &&
+            BSON_ITER_HOLDS_DOCUMENT(&si) && bson_iter_recurse(&si, &fi) && bson_iter_next(&fi))
+            first = bson_iter_key(&fi);
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "{aggregate: 1} is not valid for '%s'; a "
+                       "collection is required.", first);
+    }
     const char *coll = bson_iter_utf8(&ctx->arg, NULL);
     bson_t pipeline, d, sp, mp, sort_spec, results;
     bson_iter_t it;

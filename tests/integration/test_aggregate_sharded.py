@@ -332,6 +332,7 @@ def test_errors(t):
     R.err({"aggregate": "r", "pipeline": [{"$project": {"a": {"$foo": 1}}}], "cursor": {}, "$db": DB}, 168)
     R.err({"aggregate": "r", "pipeline": [{"$group": {"n": {"$sum": 1}}}], "cursor": {}, "$db": DB}, 15955)
     R.err({"aggregate": "r", "pipeline": [], "$db": DB}, 9)
+    R.err({"aggregate": 1, "pipeline": [{"$match": {}}], "cursor": {}, "$db": DB}, 73)
     R.err({"aggregate": "r", "pipeline": [{"$project": {"a": {"$divide": [1, 0]}}}], "cursor": {},
            "$db": DB}, 2)
     R.err({"aggregate": "r", "pipeline": [{"$sort": {"k": 1}}], "cursor": {}, "bogus": 1, "$db": DB})
