@@ -962,8 +962,17 @@ void agg_split(const agg_pipeline_t *p, bson_t *shards_part, bson_t *merger_part
         break;
     case S_SORT:
         arr_push(shards_part, &si, &p->st[i].spec);
-        if (i + 1 < p->n && p->st[i + 1].kind == S_LIMIT)
+        if (i + 1 < p->n && p->st[i + 1].kind == S_LIMIT) {
             arr_push(shards_part, &si, &p->st[i + 1].spec);
+        } else if (i + 2 < p->n && p->st[i + 1].kind == S_SKIP && p->st[i + 2].kind == S_LIMIT &&
+                   p->st[i + 1].n <= INT64_MAX - p->st[i + 2].n) {
+            /* $sort, $skip s, $limit n: each shard's top s + n suffice (MongoDB moves the
+             * $limit before the $skip and lets the $sort absorb it) */
+            bson_t l = BSON_INITIALIZER;
+            BSON_APPEND_INT64(&l, "$limit", p->st[i + 1].n + p->st[i + 2].n);
+            arr_push(shards_part, &si, &l);
+            bson_destroy(&l);
+        }
         if (merge_sort) *merge_sort = true;
         break;
     case S_LIMIT:

@@ -446,4 +446,10 @@
  * pipeline runs to completion in the aggregate command): ExceededMemoryLimit beyond it. */
 #define MS_AGG_RESULT_BYTES_MAX (100 * 1024 * 1024)
 
+/* ---- aggregate on the router (router/rt_agg.c) ---- */
+/* What the router gathers from the shards for one aggregate before merging (the shards'
+ * partial results, then the merger's input): the shard side holds at most
+ * MS_AGG_RESULT_BYTES_MAX each, the router's merge as much in all: ExceededMemoryLimit. */
+#define MS_ROUTER_AGG_GATHER_BYTES_MAX (100LL * 1024 * 1024)
+
 #endif

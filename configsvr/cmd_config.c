@@ -1,6 +1,6 @@
 /*
  * cmd_config.c — the config database as MongoDB users know it (bin/configsvr): find and
- * count on config.<collection> (documents built from the catalog in MongoDB's shapes,
+ * count and aggregate on config.<collection> (documents built from the catalog in MongoDB's shapes,
  * then filtered, sorted, skipped, limited and projected with the query engine), cursors
  * over those results (getMore, killCursors, idle timeout), and update on
  * config.settings (balancer, chunksize, automerge, ...), validated. Every other config
@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/agg.h"
 #include "common/bsonx.h"
 #include "common/log.h"
 #include "common/opctx.h"
@@ -454,6 +455,110 @@ out:
     bson_destroy(&killed);
     bson_destroy(&notfound);
     bson_destroy(&alive);
+    return rc;
+}
+
+/* aggregate {aggregate: coll, pipeline, cursor: {batchSize}, explain, let, allowDiskUse}
+ * over config.<coll>: the leading $match is the scan's filter (as find's), the rest of
+ * the pipeline (common/agg.c) runs over the matching catalog documents; the results are
+ * held by a cursor exactly like a find's (mongosh's sh.status() and countDocuments send
+ * these). */
+int cfg_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    cfg_t *cfg = ctx->app;
+    const char *coll = BSON_ITER_HOLDS_UTF8(&ctx->arg) ? bson_iter_utf8(&ctx->arg, NULL) : "";
+    bson_t pipeline, d, cursor, batch = BSON_INITIALIZER;
+    bson_iter_t it;
+    agg_opts_t o = {0};
+    expr_vars_t *vars = NULL;
+    agg_pipeline_t *p = NULL;
+    agg_run_t *run = NULL;
+    const bson_t *filter;
+    cfg_cursor_t *k = NULL;
+    hits_t h;
+    int64_t batch_size = MS_FIRST_BATCH_DOCS_DEFAULT;
+    bool explain = false, have_cursor = false;
+    char ns[MS_NS_BYTES_MAX + 8];
+    int rc = check_config_db(ctx, err);
+    memset(&h, 0, sizeof h);
+    if (rc) return rc;
+    snprintf(ns, sizeof ns, "config.%s", coll);
+    if (!cfg_field_doc(ctx, "pipeline", &pipeline))
+        return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'aggregate.pipeline' must be an "
+                       "array");
+    if (cmd_field(ctx, "explain", &it)) explain = bsonx_truthy(&it);
+    if (cfg_field_doc(ctx, "cursor", &d)) {
+        have_cursor = true;
+        if (bson_iter_init_find(&it, &d, "batchSize") &&
+            (!bsonx_as_int64(&it, &batch_size) || batch_size < 0))
+            return err_set(err, MS_ERR_IDL_VALUE_TOO_LOW, "BSON field 'batchSize' value must be "
+                           ">= 0");
+    }
+    if (!have_cursor && !explain)
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "The 'cursor' option is required, except "
+                       "for aggregate with the explain argument");
+    if (cmd_field(ctx, "allowDiskUse", &it)) o.allow_disk_use = bsonx_truthy(&it);
+    if (cfg_field_doc(ctx, "let", &d) && (rc = expr_vars_from_let(&d, &vars, err)) != 0) return rc;
+    o.vars = vars;
+    if ((rc = agg_parse(&pipeline, &o, &p, err)) != 0) goto out;
+    filter = agg_leading_match(p);
+    if (explain) {
+        bson_t stages, first, cur, qp, wp, empty = BSON_INITIALIZER;
+        int idx = 1;
+        BSON_APPEND_UTF8(reply, "explainVersion", "1");
+        BSON_APPEND_ARRAY_BEGIN(reply, "stages", &stages);
+        BSON_APPEND_DOCUMENT_BEGIN(&stages, "0", &first);
+        BSON_APPEND_DOCUMENT_BEGIN(&first, "$cursor", &cur);
+        BSON_APPEND_DOCUMENT_BEGIN(&cur, "queryPlanner", &qp);
+        BSON_APPEND_UTF8(&qp, "namespace", ns);
+        BSON_APPEND_DOCUMENT(&qp, "parsedQuery", filter ? filter : &empty);
+        BSON_APPEND_DOCUMENT_BEGIN(&qp, "winningPlan", &wp);
+        BSON_APPEND_UTF8(&wp, "stage", "COLLSCAN");   /* the catalog is scanned whole */
+        bson_append_document_end(&qp, &wp);
+        bson_append_document_end(&cur, &qp);
+        bson_append_document_end(&first, &cur);
+        bson_append_document_end(&stages, &first);
+        agg_append_stages(p, filter ? 1 : 0, &stages, &idx);
+        bson_append_array_end(reply, &stages);
+        goto out;
+    }
+    cursors_reap(cfg->cursors);
+    if ((rc = cursor_admit(cfg->cursors, op_conn(), err)) != 0) goto out;
+    if ((rc = scan(cfg, coll, filter, &h, err)) != 0) goto out;
+    if ((rc = agg_run_new(p, filter ? 1 : 0, &run, err)) != 0) goto out;
+    for (int i = 0; i < h.n && !agg_run_done(run); i++)
+        if ((rc = agg_run_push(run, h.docs[i], err)) != 0) goto out;
+    if ((rc = agg_run_finish(run, err)) != 0) goto out;
+    k = calloc(1, sizeof *k);
+    ASSERT(k);
+    k->conn = op_conn();
+    snprintf(k->ns, sizeof k->ns, "%s", ns);
+    {
+        size_t n = agg_run_count(run);
+        k->docs = bson_malloc0(sizeof *k->docs * (n + 1));
+        for (size_t i = 0; i < n; i++) {
+            k->docs[k->n++] = bson_copy(agg_run_result(run, i));
+            k->bytes += k->docs[i]->len;
+        }
+    }
+    fill_batch(k, batch_size, &batch);
+    int64_t id = 0;
+    if (k->pos < k->n) {
+        if ((rc = cursor_register(cfg->cursors, k, err)) != 0) goto out;
+        id = k->id;
+        k = NULL;
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cursor);
+    bson_append_array(&cursor, "firstBatch", -1, &batch);
+    BSON_APPEND_INT64(&cursor, "id", id);
+    BSON_APPEND_UTF8(&cursor, "ns", ns);
+    bson_append_document_end(reply, &cursor);
+out:
+    bson_destroy(&batch);
+    cursor_free(k);
+    hits_free(&h);
+    agg_run_free(run);
+    agg_free(p);
+    expr_vars_free(vars);
     return rc;
 }
 

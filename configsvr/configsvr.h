@@ -692,6 +692,7 @@ int cfg_cursors_count(cfg_cursors_t *c);
 /* serverStatus metrics.cursor: open.total, bytesHeld, refusals, the caps. */
 void cfg_cursors_metrics(cfg_cursors_t *c, bson_t *metrics);
 int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);

@@ -151,6 +151,14 @@ const cmd_spec_t cfg_cmd_table[] = {
                 CMD_ANY_FIELD("hint"), CMD_FIND_MORE_FIELDS},
      .help = "read config.<collection> (chunks, shards, collections, databases, settings, ...); "
              "batches of 101 docs / batchSize, then getMore"},
+    {.name = "aggregate", .handler = cfg_cmd_aggregate, .flags = CMD_NS_ARG | CMD_STRICT_FIELDS,
+     .arg_types = CT_STR,
+     .fields = {{"pipeline", CT_ARR, true}, {"cursor", CT_DOC, false}, {"explain", CT_FLAG, false},
+                {"allowDiskUse", CT_FLAG, false}, {"let", CT_DOC, false},
+                {"collation", CT_DOC, false}, CMD_ANY_FIELD("hint"),
+                CMD_ANY_FIELD("bypassDocumentValidation")},
+     .help = "aggregation pipeline over config.<collection> (docs/aggregation.md); a cursor "
+             "as find's"},
     {.name = "getMore", .handler = cfg_cmd_get_more, .flags = CMD_NS_FIELD | CMD_STRICT_FIELDS,
      .arg_types = CT_NUM,
      .fields = {{"collection", CT_STR, true}, {"batchSize", CT_NUM, false, VAL_GETMORE_BATCH},

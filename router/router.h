@@ -14,6 +14,7 @@
  *                 (reads, findAndModify, primary commands, write batches)
  *   rt_find.c     find (k-way merge, skip/limit at the router), getMore, killCursors,
  *                 router cursors, count, distinct
+ *   rt_agg.c      aggregate: MongoDB's split (shards part / merger part), gather, merge
  *   rt_write.c    insert / update / delete batches split per shard (rounds of
  *                 rt_dispatch; a retry re-sends only the ops not applied), findAndModify
  *   rt_admin.c    commands forwarded to the config server, drop, the internal-command
@@ -227,6 +228,26 @@ typedef struct rt_dispatch {
  * failed (transport error in rc, or a non-stale error reply), -1 when all are ok. */
 int rt_dispatch(router_t *r, const rt_dispatch_t *d, rt_req_t *reqs, int *nreqs, int *failed,
                 ms_error_t *err);
+/* ================================ rt_find.c (shared) ================================= */
+
+/* Builds the command for shard index `shard` of t (-1: the primary of an unsharded
+ * collection); ntargets = how many shards this attempt sends to. */
+typedef void (*rt_build_fn)(void *arg, const rt_table_t *t, int shard, int ntargets,
+                            bson_t *cmd);
+/* Targets filter (NULL = every owning shard; the primary when unsharded), sends what fn
+ * builds with shard versions, retries stale ones (rt_dispatch). On 0 reqs[0..*nreqs) hold
+ * ok replies (caller clears them); on an error the cursors the others opened are killed.
+ * NamespaceNotFound = unsharded collection of a database that does not exist. */
+int rt_scatter(router_t *r, const char *db, const char *coll, const bson_t *filter,
+               rt_build_fn fn, void *arg, rt_req_t *reqs, int *nreqs, ms_error_t *err);
+/* A read on the config database relayed to the config server, its cursor counted
+ * against the client's connection (find, aggregate with $db: "config"). */
+int rt_cfg_cursor_cmd(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+/* The reply {cursor: {firstBatch, id, ns}} over results the router holds (an array,
+ * taken); a router cursor keeps the rest for getMore. batch < 0: the default first batch. */
+int rt_cursor_from_results(router_t *r, const char *db, const char *coll, bson_t *results,
+                           int64_t batch, bson_t *reply, ms_error_t *err);
+
 /* ================================ command handlers ==================================== */
 
 int rt_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);          /* rt_find.c */
@@ -234,6 +255,7 @@ int rt_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_distinct(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int rt_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);    /* rt_agg.c */
 int rt_cursors_open(rt_cursors_t **out);
 void rt_cursors_close(router_t *r, rt_cursors_t *c);
 void rt_cursors_reap(router_t *r);   /* kills cursors idle > MS_CURSOR_IDLE_MS_MAX */

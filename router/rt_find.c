@@ -26,7 +26,7 @@
 
 /* ---- versioned scatter with stale retries ---------------------------------------------- */
 
-typedef void (*build_fn)(void *arg, const rt_table_t *t, int shard, int ntargets, bson_t *cmd);
+typedef rt_build_fn build_fn;
 
 static void kill_reply_cursor(router_t *r, const char *shard, const char *db, const char *coll,
                               const bson_t *reply) {
@@ -106,8 +106,8 @@ static void scatter_discard(void *p, router_t *r, rt_req_t *q) {
  * StaleConfig / StaleDbVersion (rt_dispatch). On 0 every reqs[i] holds an ok reply; caller
  * clears them. NamespaceNotFound = unsharded collection in a database that does not exist
  * (an empty answer). */
-static int scatter(router_t *r, const char *db, const char *coll, const bson_t *filter,
-                   build_fn fn, void *arg, rt_req_t *reqs, int *nreqs, ms_error_t *err) {
+int rt_scatter(router_t *r, const char *db, const char *coll, const bson_t *filter,
+               build_fn fn, void *arg, rt_req_t *reqs, int *nreqs, ms_error_t *err) {
     char ns[MS_NS_BYTES_MAX + 1];
     snprintf(ns, sizeof ns, "%s.%s", db, coll);
     scatter_arg_t a = {db, coll, filter, fn, arg};
@@ -384,7 +384,7 @@ static void cfg_cursor_touch(rt_cursors_t *cs, int64_t id, bool gone) {
     pthread_mutex_unlock(&cs->mu);
 }
 
-static int cfg_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+int rt_cfg_cursor_cmd(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
     int rc = cfg_cursor_admit(r->cursors, op_conn(), err);
     if (rc) return rc;
@@ -882,7 +882,7 @@ static int find_run(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     }
     find_args_t a = {ctx->req, has_shard_proj ? &shard_proj : has_proj ? &proj : NULL, skip,
                      limit, batch};
-    rc = scatter(r, ctx->db, coll, has_filter ? &filter : NULL, build_find, &a, reqs, &n, err);
+    rc = rt_scatter(r, ctx->db, coll, has_filter ? &filter : NULL, build_find, &a, reqs, &n, err);
     if (rc == MS_ERR_NAMESPACE_NOT_FOUND) {
         n = 0;
         rc = 0;
@@ -935,8 +935,56 @@ out:
 
 int rt_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     /* The config database lives on the config server (as in MongoDB). */
-    if (!strcmp(ctx->db, "config")) return cfg_find(ctx, reply, err);
+    if (!strcmp(ctx->db, "config")) return rt_cfg_cursor_cmd(ctx, reply, err);
     return find_run(ctx, reply, err);
+}
+
+/* A router cursor over results the router computed itself (aggregate's merger): one
+ * stream with no shard cursor behind it, whose only "batch" is *results (an array,
+ * taken). The same getMore / killCursors / reaping / caps as a find's cursor; the held
+ * bytes count against MS_ROUTER_CURSOR_BYTES_MAX until consumed. */
+int rt_cursor_from_results(router_t *r, const char *db, const char *coll, bson_t *results,
+                           int64_t batch, bson_t *reply, ms_error_t *err) {
+    rt_cursor_t *c = mem_calloc_aligned(1, sizeof *c);   /* holds bson_t (common/mem.h) */
+    bson_t holder, cur, arr;
+    bool exhausted = false;
+    char ns[MS_NS_BYTES_MAX + 1];
+    int rc;
+    ASSERT(c);
+    c->conn = op_conn();
+    c->limit_left = -1;
+    snprintf(c->db, sizeof c->db, "%s", db);
+    snprintf(c->coll, sizeof c->coll, "%s", coll);
+    snprintf(ns, sizeof ns, "%s.%s", db, coll);
+    bson_init(&holder);
+    BSON_APPEND_DOCUMENT_BEGIN(&holder, "cursor", &cur);
+    BSON_APPEND_INT64(&cur, "id", 0);
+    BSON_APPEND_ARRAY(&cur, "firstBatch", results);
+    bson_append_document_end(&holder, &cur);
+    bson_destroy(results);
+    c->n = 1;
+    stream_take_reply(r->cursors, &c->s[0], &holder, "cursor.firstBatch");
+    bson_init(&arr);
+    rc = cursor_fill_batch(r, c, batch >= 0 ? batch : MS_FIRST_BATCH_DOCS_DEFAULT, &arr,
+                           &exhausted, err);
+    c->timed = op_deadline_ms() > 0;
+    c->time_left_ms = op_time_left_ms(0);
+    bool keep = rc == 0 && !exhausted;
+    if (keep) rc = cursor_register(r, c, err);
+    if (rc == 0) {
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
+        BSON_APPEND_ARRAY(&cur, "firstBatch", &arr);
+        BSON_APPEND_INT64(&cur, "id", keep ? c->id : 0);
+        BSON_APPEND_UTF8(&cur, "ns", ns);
+        bson_append_document_end(reply, &cur);
+        if (keep) {
+            cursor_put(r, c);
+            c = NULL;
+        }
+    }
+    bson_destroy(&arr);
+    cursor_free(r, c);
+    return rc;
 }
 
 int rt_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
@@ -1065,7 +1113,7 @@ int rt_cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     get_i64(ctx->req, "limit", &a.limit);
     if (a.limit < 0) a.limit = -a.limit;   /* MongoDB: a negative limit counts like its absolute value */
     if (a.skip < 0) return err_set(err, MS_ERR_BAD_VALUE, "skip value is negative in count query");
-    int rc = scatter(r, ctx->db, coll, has_q ? &q : NULL, build_count, &a, reqs, &n, err);
+    int rc = rt_scatter(r, ctx->db, coll, has_q ? &q : NULL, build_count, &a, reqs, &n, err);
     if (rc == MS_ERR_NAMESPACE_NOT_FOUND) {
         BSON_APPEND_INT64(reply, "n", 0);
         return 0;
@@ -1135,7 +1183,7 @@ int rt_cmd_distinct(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     int n = 0;
     dval_t *vals = NULL;
     size_t nv = 0, cap = 0, k = 0;
-    int rc = scatter(r, ctx->db, coll, has_q ? &q : NULL, build_distinct, (void *)ctx->req, reqs,
+    int rc = rt_scatter(r, ctx->db, coll, has_q ? &q : NULL, build_distinct, (void *)ctx->req, reqs,
                      &n, err);
     if (rc == MS_ERR_NAMESPACE_NOT_FOUND) n = 0, rc = 0;
     if (rc) return rc;

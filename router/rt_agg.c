@@ -1,0 +1,349 @@
+/*
+ * rt_agg.c — aggregate through the router (bin/router), as mongos runs a pipeline on a
+ * sharded collection (docs/aggregation.md "How a pipeline is split across shards"):
+ *
+ *   1. parse the pipeline (the same errors a shard gives, before anything is sent) and
+ *      split it with agg_split: the shards part up to the first stage that needs all the
+ *      data, the merger part from there on;
+ *   2. target with the leading $match exactly as a find targets its filter (rt_scatter:
+ *      equality on the shard key → one shard, ranges / $in → the overlapping chunks'
+ *      shards, anything else → every owning shard; unsharded → the database's primary);
+ *      the requests carry shard versions, so StaleConfig is retried and every shard
+ *      filters its orphans;
+ *   3. one targeted shard gets the whole pipeline (MongoDB does the same when a pipeline
+ *      targets a single shard: nothing to merge); several get the shards part;
+ *   4. gather every shard's cursor to the end (getMore), bounded by
+ *      MS_ROUTER_AGG_GATHER_BYTES_MAX;
+ *   5. merge: when the split says mergeSorted (the shards sorted) the shard streams are
+ *      merge-sorted by that $sort and the merger part runs from its second stage; else the
+ *      streams are concatenated and the whole merger part runs (common/agg.c);
+ *   6. the results go to a router cursor (rt_cursor_from_results) that getMore drains.
+ *
+ * $db: "config" goes to the config server, which runs the pipeline over its catalog.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/agg.h"
+#include "common/bsonx.h"
+#include "common/buf.h"
+#include "common/log.h"
+#include "common/opctx.h"
+#include "common/sortspec.h"
+#include "router/router.h"
+
+typedef struct agg_send {
+    const bson_t *req;
+    const bson_t *whole, *shards_part;
+    bool explain;
+} agg_send_t;
+
+/* The command one shard gets: the client's fields (not its pipeline / cursor / explain),
+ * then the whole pipeline (one target) or the shards part (several). */
+static void build_agg(void *arg, const rt_table_t *t, int shard, int ntargets, bson_t *cmd) {
+    agg_send_t *a = arg;
+    static const char *const skip[] = {"pipeline", "cursor", "explain", NULL};
+    bson_t cur;
+    (void)t, (void)shard;
+    rt_copy_cmd(cmd, a->req, skip);
+    BSON_APPEND_ARRAY(cmd, "pipeline", ntargets == 1 ? a->whole : a->shards_part);
+    if (a->explain) {
+        BSON_APPEND_BOOL(cmd, "explain", true);
+        return;
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(cmd, "cursor", &cur);
+    bson_append_document_end(cmd, &cur);
+    if (ntargets > 1) {
+        BSON_APPEND_BOOL(cmd, "fromRouter", true);
+        BSON_APPEND_BOOL(cmd, "needsMerge", true);
+    }
+}
+
+static void kill_shard_cursor(router_t *r, const char *shard, const char *db, const char *coll,
+                              int64_t id) {
+    bson_t cmd, rep, arr;
+    if (!id) return;
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "killCursors", coll);
+    BSON_APPEND_UTF8(&cmd, "$db", db);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &arr);
+    BSON_APPEND_INT64(&arr, "0", id);
+    bson_append_array_end(&cmd, &arr);
+    long long dl = op_deadline_ms();   /* cleanup outlives maxTimeMS */
+    op_set_deadline_ms(0);
+    if (rt_shard_call(r, shard, &cmd, &rep, NULL) == 0) bson_destroy(&rep);
+    op_set_deadline_ms(dl);
+    bson_destroy(&cmd);
+}
+
+/* One shard's results, gathered in its order (owned copies). */
+typedef struct stream {
+    bson_t **docs;
+    size_t n, cap, pos;
+    int64_t id;            /* the shard's cursor while open */
+} stream_t;
+
+static void stream_free(stream_t *s) {
+    for (size_t i = 0; i < s->n; i++) bson_destroy(s->docs[i]);
+    free(s->docs);
+    memset(s, 0, sizeof *s);
+}
+
+/* Appends the documents of reply's `key` array to s; counts their bytes in *bytes and
+ * refuses past MS_ROUTER_AGG_GATHER_BYTES_MAX. */
+static int take_batch(stream_t *s, const bson_t *reply, const char *key, size_t *bytes,
+                      ms_error_t *err) {
+    bson_iter_t it, arr;
+    s->id = 0;
+    if (bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "cursor.id", &it))
+        s->id = bson_iter_as_int64(&it);
+    if (!(bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, key, &it) &&
+          BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &arr)))
+        return 0;
+    while (bson_iter_next(&arr)) {
+        bson_t d;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bsonx_view_container(&arr, &d)) continue;
+        *bytes += d.len;
+        if (*bytes > (size_t)MS_ROUTER_AGG_GATHER_BYTES_MAX)
+            return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
+                           "the shards' results of this aggregate exceed the router's limit of "
+                           "%lld bytes; filter or group earlier in the pipeline",
+                           (long long)MS_ROUTER_AGG_GATHER_BYTES_MAX);
+        if (s->n == s->cap) {
+            s->cap = s->cap ? 2 * s->cap : 64;
+            s->docs = xrealloc(s->docs, s->cap * sizeof *s->docs);
+        }
+        s->docs[s->n++] = bson_copy(&d);
+    }
+    return 0;
+}
+
+/* Drains the shard cursor of s (getMore until its id is 0). */
+static int gather(router_t *r, const char *shard, const char *db, const char *coll, stream_t *s,
+                  size_t *bytes, ms_error_t *err) {
+    for (int round = 0; s->id; round++) {
+        bson_t cmd, rep;
+        int rc;
+        if ((rc = op_check(err)) != 0) return rc;
+        if (round > 100000)   /* a shard batch holds at least one document */
+            return err_set(err, MS_ERR_INTERNAL, "shard %s keeps returning batches", shard);
+        bson_init(&cmd);
+        BSON_APPEND_INT64(&cmd, "getMore", s->id);
+        BSON_APPEND_UTF8(&cmd, "collection", coll);
+        BSON_APPEND_UTF8(&cmd, "$db", db);
+        rc = rt_shard_call(r, shard, &cmd, &rep, err);
+        bson_destroy(&cmd);
+        if (rc) return rc;
+        if ((rc = rt_reply_status(&rep, err)) != 0) {
+            s->id = 0;
+            err_prefix(err, "getMore on shard %s", shard);
+        } else {
+            rc = take_batch(s, &rep, "cursor.nextBatch", bytes, err);
+        }
+        bson_destroy(&rep);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* The $sort spec of the merger part's first stage (mergeSorted), as a view into mp. */
+static bool first_sort(const bson_t *mp, bson_t *spec) {
+    bson_iter_t it, st;
+    bson_t stage;
+    if (!bson_iter_init(&it, mp) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !bsonx_view_container(&it, &stage))
+        return false;
+    if (!bson_iter_init_find(&st, &stage, "$sort") || !BSON_ITER_HOLDS_DOCUMENT(&st)) return false;
+    return bsonx_view_container(&st, spec);
+}
+
+/* Feeds the shard streams to the merger run: k-way merged by sort (NULL: one stream
+ * after the other, in shard order). */
+static int feed(agg_run_t *run, stream_t *ss, int n, const sortspec_t *sort, ms_error_t *err) {
+    int rc;
+    int64_t k = 0;
+    for (;;) {
+        int best = -1;
+        for (int i = 0; i < n; i++) {
+            if (ss[i].pos >= ss[i].n) continue;
+            if (!sort) {
+                best = i;
+                break;
+            }
+            if (best < 0 ||
+                sortspec_compare_docs(sort, ss[i].docs[ss[i].pos], ss[best].docs[ss[best].pos]) < 0)
+                best = i;
+        }
+        if (best < 0) return 0;
+        if (++k % MS_INTERRUPT_CHECK_DOCS == 0 && (rc = op_check(err)) != 0) return rc;
+        if ((rc = agg_run_push(run, ss[best].docs[ss[best].pos++], err)) != 0) return rc;
+        if (agg_run_done(run)) return 0;
+    }
+}
+
+/* explain: MongoDB's sharded shape — splitPipeline (null when one shard runs it all),
+ * each shard's own explain under shards.<name>, mergeType. */
+static void explain_reply(const rt_req_t *reqs, int n, const bson_t *sp, const bson_t *mp,
+                          bool msort, bson_t *reply) {
+    bson_t split, shards;
+    if (n > 1) {
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "splitPipeline", &split);
+        BSON_APPEND_ARRAY(&split, "shardsPart", sp);
+        BSON_APPEND_ARRAY(&split, "mergerPart", mp);
+        BSON_APPEND_BOOL(&split, "mergeSorted", msort);
+        bson_append_document_end(reply, &split);
+    } else {
+        BSON_APPEND_NULL(reply, "splitPipeline");
+    }
+    BSON_APPEND_UTF8(reply, "mergeType", n > 1 ? "router" : "none");
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "shards", &shards);
+    for (int i = 0; i < n; i++) {
+        bson_t one;
+        bson_iter_t it;
+        BSON_APPEND_DOCUMENT_BEGIN(&shards, reqs[i].shard, &one);
+        if (bson_iter_init(&it, &reqs[i].reply))
+            while (bson_iter_next(&it)) {
+                const char *k = bson_iter_key(&it);
+                /* the shard's own would-be split is not what ran: the router's is above */
+                if (strcmp(k, "ok") == 0 || k[0] == '$' || strcmp(k, "splitPipeline") == 0)
+                    continue;
+                bson_append_iter(&one, k, -1, &it);
+            }
+        bson_append_document_end(&shards, &one);
+    }
+    bson_append_document_end(reply, &shards);
+}
+
+int rt_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    /* The config database lives on the config server, which runs pipelines over it. */
+    if (!strcmp(ctx->db, "config")) return rt_cfg_cursor_cmd(ctx, reply, err);
+    if (!BSON_ITER_HOLDS_UTF8(&ctx->arg)) {
+        /* {aggregate: 1}: collection-less stages ($currentOp, ...) are not implemented;
+         * every stage minishard has needs a collection (the shard's answer). */
+        const char *first = "$match";
+        bson_iter_t pi, si, fi;
+        bson_t pl;
+        if (cmd_field(ctx, "pipeline", &pi) && BSON_ITER_HOLDS_ARRAY(&pi) &&
+            bsonx_view_container(&pi, &pl) && bson_iter_init(&si, &pl) && bson_iter_next(&si) &&
+            BSON_ITER_HOLDS_DOCUMENT(&si) && bson_iter_recurse(&si, &fi) && bson_iter_next(&fi))
+            first = bson_iter_key(&fi);
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "{aggregate: 1} is not valid for '%s'; a "
+                       "collection is required.", first);
+    }
+    const char *coll = bson_iter_utf8(&ctx->arg, NULL);
+    bson_t pipeline, d, sp, mp, sort_spec, results;
+    bson_iter_t it;
+    agg_opts_t o = {0};
+    expr_vars_t *vars = NULL;
+    agg_pipeline_t *p = NULL, *mpp = NULL;
+    agg_run_t *run = NULL;
+    sortspec_t *sort = NULL;
+    rt_req_t reqs[MS_SHARDS_MAX];
+    stream_t ss[MS_SHARDS_MAX];
+    int64_t batch = -1;
+    bool explain = false, have_cursor = false, msort = false, split = false;
+    size_t bytes = 0;
+    int n = 0, rc;
+    memset(ss, 0, sizeof ss);
+    if (!cmd_field(ctx, "pipeline", &it) || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bsonx_view_container(&it, &pipeline))
+        return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'aggregate.pipeline' must be an "
+                       "array");
+    if (cmd_field(ctx, "explain", &it)) explain = bsonx_truthy(&it);
+    if (cmd_field(ctx, "cursor", &it) && bsonx_view_container(&it, &d)) {
+        have_cursor = true;
+        if (bson_iter_init_find(&it, &d, "batchSize")) {
+            if (!bsonx_is_number(&it) || !bsonx_as_int64(&it, &batch))
+                return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'batchSize' must be a "
+                               "number");
+            if (batch < 0)
+                return err_set(err, MS_ERR_IDL_VALUE_TOO_LOW, "BSON field 'batchSize' value must "
+                               "be >= 0, actual value '%lld'", (long long)batch);
+        }
+    }
+    if (!have_cursor && !explain)
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "The 'cursor' option is required, except "
+                       "for aggregate with the explain argument");
+    if (cmd_field(ctx, "allowDiskUse", &it)) o.allow_disk_use = bsonx_truthy(&it);
+    if (cmd_field(ctx, "let", &it) && bsonx_view_container(&it, &d) &&
+        (rc = expr_vars_from_let(&d, &vars, err)) != 0)
+        return rc;
+    o.vars = vars;
+    if ((rc = agg_parse(&pipeline, &o, &p, err)) != 0) goto out;
+    agg_split(p, &sp, &mp, &msort);
+    split = true;
+    agg_send_t a = {ctx->req, &pipeline, &sp, explain};
+    rc = rt_scatter(r, ctx->db, coll, agg_leading_match(p), build_agg, &a, reqs, &n, err);
+    if (rc == MS_ERR_NAMESPACE_NOT_FOUND) {   /* no such database: an empty collection */
+        n = 0;
+        rc = 0;
+    }
+    if (rc) goto out;
+    if (explain) {
+        explain_reply(reqs, n, &sp, &mp, msort, reply);
+        goto out;
+    }
+    /* Gather: every shard's first batch, then each cursor drained (every id known first,
+     * so that a failure kills all of them). */
+    for (int i = 0; i < n; i++) {
+        bson_iter_t ci;
+        if (bson_iter_init(&ci, &reqs[i].reply) && bson_iter_find_descendant(&ci, "cursor.id", &ci))
+            ss[i].id = bson_iter_as_int64(&ci);
+    }
+    for (int i = 0; i < n; i++) {
+        if ((rc = take_batch(&ss[i], &reqs[i].reply, "cursor.firstBatch", &bytes, err)) != 0)
+            goto out;
+    }
+    for (int i = 0; i < n; i++)
+        if ((rc = gather(r, reqs[i].shard, ctx->db, coll, &ss[i], &bytes, err)) != 0) goto out;
+    /* Merge. One shard ran the whole pipeline: its results are the answer. */
+    bson_init(&results);
+    if (n > 1 && !bson_empty(&mp)) {
+        int from = 0;
+        if (msort && first_sort(&mp, &sort_spec)) {
+            if ((rc = sortspec_compile(&sort_spec, &sort, err)) != 0) goto fail;
+            from = 1;   /* the merge-sort is the merger's $sort */
+        }
+        if ((rc = agg_parse(&mp, &o, &mpp, err)) != 0) goto fail;
+        if ((rc = agg_run_new(mpp, from, &run, err)) != 0) goto fail;
+        if ((rc = feed(run, ss, n, sort, err)) != 0) goto fail;
+        if ((rc = agg_run_finish(run, err)) != 0) goto fail;
+        for (size_t i = 0; i < agg_run_count(run); i++) {
+            char idx[24];
+            snprintf(idx, sizeof idx, "%zu", i);
+            BSON_APPEND_DOCUMENT(&results, idx, agg_run_result(run, i));
+        }
+    } else {
+        size_t k = 0;
+        for (int i = 0; i < n; i++)
+            for (size_t j = 0; j < ss[i].n; j++) {
+                char idx[24];
+                snprintf(idx, sizeof idx, "%zu", k++);
+                BSON_APPEND_DOCUMENT(&results, idx, ss[i].docs[j]);
+            }
+    }
+    for (int i = 0; i < n; i++) stream_free(&ss[i]);
+    log_debug("aggregate ns=%s.%s shards=%d split=%d mergeSorted=%d", ctx->db, coll, n, n > 1,
+              msort);
+    rc = rt_cursor_from_results(r, ctx->db, coll, &results, batch, reply, err);
+    goto out;
+fail:
+    bson_destroy(&results);
+out:
+    for (int i = 0; i < n; i++) {
+        if (ss[i].id) kill_shard_cursor(r, reqs[i].shard, ctx->db, coll, ss[i].id);
+        stream_free(&ss[i]);
+        rt_req_clear(&reqs[i]);
+    }
+    if (split) {
+        bson_destroy(&sp);
+        bson_destroy(&mp);
+    }
+    sortspec_free(sort);
+    agg_run_free(run);
+    agg_free(mpp);
+    agg_free(p);
+    expr_vars_free(vars);
+    return rc;
+}
