@@ -239,6 +239,11 @@ static int check_key_update(const rt_table_t *t, const bson_t *q, const bson_t *
         if (!bson_iter_recurse(&op, &f)) continue;
         while (bson_iter_next(&f)) {
             const char *path = bson_iter_key(&f), *kf = NULL;
+            /* A positional path on the key ("k.$", "k.$[]") needs an array where a shard
+             * key can have none: the shard refuses it (BadValue 2), the router lets it. */
+            if (strstr(path, ".$") && (strstr(path, ".$.") || strstr(path, ".$[") ||
+                                       path[strlen(path) - 1] == '$'))
+                continue;
             /* $rename writes its value's path: {$rename: {x: "k"}} modifies k too. */
             if (!strcmp(name, "$rename") && BSON_ITER_HOLDS_UTF8(&f) &&
                 touches_key(&t->rt.pattern, bson_iter_utf8(&f, NULL), &kf))
