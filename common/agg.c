@@ -28,7 +28,7 @@
 /* ---- stages ------------------------------------------------------------------------- */
 
 enum stage_kind { S_MATCH, S_PROJECT, S_ADDFIELDS, S_UNSET, S_GROUP, S_SORT, S_SKIP, S_LIMIT,
-                  S_UNWIND };
+                  S_UNWIND, S_REPLACE };
 
 /* A projection tree ($project, $addFields / $set, $unset): one node per path component. */
 enum pnode_kind { P_INCLUDE, P_EXCLUDE, P_COMPUTED, P_NESTED };
@@ -76,6 +76,8 @@ typedef struct stage {
     int64_t sort_limit;        /* a directly following $limit (top-k), 0 = none */
     /* $skip / $limit */
     int64_t n;
+    /* $replaceRoot / $replaceWith */
+    expr_t *new_root;
     /* $unwind */
     char *path;
     char *index_field;
@@ -121,6 +123,7 @@ static void stage_clear(stage_t *s) {
     sortspec_free(s->sort);
     free(s->path);
     free(s->index_field);
+    expr_free(s->new_root);
 }
 
 void agg_free(agg_pipeline_t *p) {
@@ -467,7 +470,42 @@ static int parse_match(agg_pipeline_t *p, const bson_iter_t *it, ms_error_t *err
     if (!(s = stage_add(p, S_MATCH))) return err_set(err, MS_ERR_INTERNAL, "out of memory");
     s->filter = bson_copy(&f);
     BSON_APPEND_DOCUMENT(&s->spec, "$match", &f);
-    if ((rc = query_compile(&f, &s->q, err)) != 0) return rc;
+    /* $expr in the filter may name the pipeline's `let` variables. */
+    if ((rc = query_compile_vars(&f, p->opts.vars, &s->q, err)) != 0) return rc;
+    return 0;
+}
+
+/* {$replaceRoot: {newRoot: <expression>}} and its shorthand {$replaceWith: <expression>}
+ * (rewritten to the former, as MongoDB does): the document becomes the expression's
+ * value, which must be a document (40228 at run time). */
+static int parse_replace(agg_pipeline_t *p, const char *name, const bson_iter_t *it,
+                         ms_error_t *err) {
+    bson_iter_t root = *it;
+    stage_t *s;
+    bson_t in;
+    if (strcmp(name, "$replaceRoot") == 0) {
+        bson_iter_t f;
+        bool found = false;
+        if (!BSON_ITER_HOLDS_DOCUMENT(it))
+            return err_set(err, MS_ERR_LOC_40229, "expected an object as specification for "
+                           "$replaceRoot stage, got %s", bsonx_type_name(bson_iter_type(it)));
+        bson_iter_recurse(it, &f);
+        while (bson_iter_next(&f)) {
+            if (strcmp(bson_iter_key(&f), "newRoot") != 0)
+                return err_set(err, MS_ERR_IDL_UNKNOWN_FIELD, "BSON field '$replaceRoot.%s' is an "
+                               "unknown field.", bson_iter_key(&f));
+            root = f;
+            found = true;
+        }
+        if (!found)
+            return err_set(err, MS_ERR_LOC_40231, "no newRoot specified for the $replaceRoot stage");
+    }
+    if (!(s = stage_add(p, S_REPLACE))) return err_set(err, MS_ERR_INTERNAL, "out of memory");
+    int rc = expr_parse(&root, p->opts.vars, &s->new_root, err);
+    if (rc) return rc;
+    BSON_APPEND_DOCUMENT_BEGIN(&s->spec, "$replaceRoot", &in);
+    expr_append(s->new_root, &in, "newRoot");
+    bson_append_document_end(&s->spec, &in);
     return 0;
 }
 
@@ -827,6 +865,8 @@ static int parse_stage(agg_pipeline_t *p, const bson_iter_t *it, ms_error_t *err
         strcmp(name, "$set") == 0)
         return parse_projection(p, name, it, err);
     if (strcmp(name, "$unset") == 0) return parse_unset(p, it, err);
+    if (strcmp(name, "$replaceRoot") == 0 || strcmp(name, "$replaceWith") == 0)
+        return parse_replace(p, name, it, err);
     if (strcmp(name, "$group") == 0) return parse_group(p, it, err);
     if (strcmp(name, "$sort") == 0) return parse_sort(p, it, err);
     if (strcmp(name, "$skip") == 0) return parse_skip_limit(p, false, it, err);
@@ -1710,6 +1750,28 @@ static int push_at(agg_run_t *r, int i, const bson_t *doc, ms_error_t *err) {
         return sort_push(r, i, doc, err);
     case S_UNWIND:
         return unwind_push(r, i, doc, err);
+    case S_REPLACE: {
+        bson_value_t v;
+        bson_t nd;
+        if ((rc = expr_eval(s->new_root, doc, p->opts.vars, &v, err)) != 0) return rc;
+        if (v.value_type != BSON_TYPE_DOCUMENT ||
+            !bson_init_static(&nd, v.value.v_doc.data, v.value.v_doc.data_len)) {
+            bson_t h = BSON_INITIALIZER;
+            expr_value_append(&h, "v", &v);
+            char *j = bsonx_to_json(&h);
+            rc = err_set(err, MS_ERR_LOC_40228, "'newRoot' expression must evaluate to an object, "
+                         "but resulting value was: %s. Type of resulting value: '%s'. Input "
+                         "document: ...", j, v.value_type == BSON_TYPE_EOD ? "missing"
+                         : bsonx_type_name(v.value_type));
+            bson_free(j);
+            bson_destroy(&h);
+            bson_value_destroy(&v);
+            return rc;
+        }
+        rc = push_at(r, i + 1, &nd, err);
+        bson_value_destroy(&v);
+        return rc;
+    }
     }
     return err_set(err, MS_ERR_INTERNAL, "bad stage");
 }

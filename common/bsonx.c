@@ -490,8 +490,11 @@ int bsonx_view(const uint8_t *data, size_t len, bson_t *out, ms_error_t *err) {
     return 0;
 }
 
-/* Field-name rules of MongoDB's storage validation, at every level. depth bounds the
- * recursion (callers have checked the document's depth already). */
+/* Field-name rules of MongoDB's storage validation: no empty name at any level; no
+ * '$'-prefixed name at the top level (MongoDB ≥ 5.0 stores them inside embedded
+ * documents and arrays; the top level stays refused here, as drivers and the
+ * issue's rules have it). depth bounds the recursion (callers have checked the
+ * document's depth already). */
 static int check_names(bson_iter_t *it, int depth, ms_error_t *err) {
     while (bson_iter_next(it)) {
         const char *k = bson_iter_key(it);
@@ -499,12 +502,31 @@ static int check_names(bson_iter_t *it, int depth, ms_error_t *err) {
         bson_iter_t child;
         if (k[0] == '\0')
             return err_set(err, MS_ERR_EMPTY_FIELD_NAME, "An empty field name is not allowed");
-        if (k[0] == '$')
+        if (k[0] == '$' && depth == 1)
             return err_set(err, MS_ERR_DOLLAR_PREFIXED_FIELD_NAME,
                            "Document can't have $ prefixed field names: %s", k);
         if ((t == BSON_TYPE_DOCUMENT || t == BSON_TYPE_ARRAY) && depth < MS_DOC_DEPTH_MAX &&
             bson_iter_recurse(it, &child)) {
             int rc = check_names(&child, depth + 1, err);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
+/* MongoDB: an _id that is a document has no '$'-prefixed field at any depth. */
+static int check_id_names(bson_iter_t *it, int depth, ms_error_t *err) {
+    while (bson_iter_next(it)) {
+        const char *k = bson_iter_key(it);
+        bson_type_t t = bson_iter_type(it);
+        bson_iter_t child;
+        if (k[0] == '$')
+            return err_set(err, MS_ERR_DOLLAR_PREFIXED_FIELD_NAME,
+                           "_id fields may not contain '$'-prefixed fields: %s is not valid for "
+                           "storage.", k);
+        if ((t == BSON_TYPE_DOCUMENT || t == BSON_TYPE_ARRAY) && depth < MS_DOC_DEPTH_MAX &&
+            bson_iter_recurse(it, &child)) {
+            int rc = check_id_names(&child, depth + 1, err);
             if (rc) return rc;
         }
     }
@@ -526,9 +548,13 @@ int bsonx_check_storable(const bson_t *doc, ms_error_t *err) {
     if (rc) return rc;
     if (bson_iter_init_find(&it, doc, "_id")) {
         bson_type_t t = bson_iter_type(&it);
+        bson_iter_t child;
         if (t == BSON_TYPE_ARRAY || t == BSON_TYPE_REGEX || t == BSON_TYPE_UNDEFINED)
             return err_set(err, MS_ERR_INVALID_ID_FIELD, "can't use a %s for _id",
                            bsonx_type_name(t));
+        if (t == BSON_TYPE_DOCUMENT && bson_iter_recurse(&it, &child) &&
+            (rc = check_id_names(&child, 2, err)) != 0)
+            return rc;
     }
     return 0;
 }

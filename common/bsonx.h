@@ -59,9 +59,11 @@ bool bsonx_truthy(const bson_iter_t *it);
 int bsonx_view(const uint8_t *data, size_t len, bson_t *out, ms_error_t *err);
 
 /* Checks a document a user wants to store: size <= MS_DOC_BYTES_MAX, depth <=
- * MS_DOC_DEPTH_MAX (Overflow, as MongoDB's insert and update answer), no field
- * name starting with '$' or empty at any level (DollarPrefixedFieldName, EmptyFieldName),
- * `_id` not an array / regex / undefined (InvalidIdField). */
+ * MS_DOC_DEPTH_MAX (Overflow, as MongoDB's insert and update answer), no empty field
+ * name at any level (EmptyFieldName), no field name starting with '$' at the top level
+ * nor anywhere inside a document _id (DollarPrefixedFieldName; embedded documents may
+ * have them, as since MongoDB 5.0), `_id` not an array / regex / undefined
+ * (InvalidIdField). */
 int bsonx_check_storable(const bson_t *doc, ms_error_t *err);
 
 /* Nesting depth of a document as MongoDB counts it: a flat document is 1, an empty

@@ -171,7 +171,11 @@
     X(LOC_40352, 40352, "Location40352") \
     X(LOC_51270, 51270, "Location51270") \
     X(LOC_51272, 51272, "Location51272") \
-    X(LOC_7749501, 7749501, "Location7749501")
+    X(LOC_7749501, 7749501, "Location7749501") \
+    /* query: $replaceRoot, pipeline updates, arrayFilters */ \
+    X(LOC_40228, 40228, "Location40228") \
+    X(LOC_40229, 40229, "Location40229") \
+    X(LOC_40231, 40231, "Location40231")
 
 enum ms_err {
     MS_OK = 0,

@@ -5,6 +5,7 @@
  *
  *   logical nodes   $and / $or / $nor / $not          (children)
  *   leaf predicates $eq $lt $lte $gt $gte $in $exists $type $regex $size $elemMatch
+ *   $expr           an aggregation expression (common/expr.c) over the whole document
  *
  * $ne is NOT($eq), $nin is NOT($in), $all is AND($eq...), {$exists: false} is
  * NOT($exists) — MongoDB builds the same negations, and they give the array rules for
@@ -30,6 +31,7 @@
 #include <string.h>
 
 #include "common/bsonx.h"
+#include "common/expr.h"
 #include "common/log.h"
 #include "common/regex.h"
 
@@ -38,6 +40,7 @@ enum qkind {
     Q_EQ, Q_LT, Q_LTE, Q_GT, Q_GTE, Q_IN,          /* comparisons */
     Q_EXISTS, Q_TYPE, Q_REGEX, Q_SIZE,
     Q_ELEM_OBJ, Q_ELEM_VAL,
+    Q_EXPR,                                         /* {$expr: <aggregation expression>} */
 };
 
 /* One compiled regular expression with the flags it came with. */
@@ -63,12 +66,15 @@ struct qnode {
     int ntypes;
     bool type_number;    /* $type: "number" */
     query_t *sub;        /* Q_ELEM_OBJ: the filter applied to each element document */
+    expr_t *expr;        /* Q_EXPR */
+    const expr_vars_t *vars;  /* Q_EXPR: the command's `let` (borrowed from the caller) */
     qnode_t **kids;      /* logical nodes and Q_ELEM_VAL */
     int nkids;
 };
 
 struct query {
     qnode_t *root;       /* an AND of the top-level fields */
+    expr_vars_t *own_vars;  /* query_compile_let: the `let` variables $expr nodes borrow */
 };
 
 /* One evaluation of a filter against a document. The first error (a regular expression
@@ -106,6 +112,7 @@ static void node_free(qnode_t *n) {
     bson_free(n->in_rx);
     regex_free(n->rx);
     query_free(n->sub);
+    expr_free(n->expr);
     bson_destroy(n->operand);
     bson_free(n->path);
     bson_free(n);
@@ -392,6 +399,24 @@ static bool path_visit_doc(qeval_t *ev, const qnode_t *n, const bson_t *doc, con
 /* ------------------------------------------------------------------------------------ */
 /* Evaluation                                                                            */
 
+/* {$expr: e}: e evaluated with $$ROOT = the document, true when the value is truthy
+ * (MongoDB's coerceToBool). An evaluation error ($add of a string ...) fails the whole
+ * operation as in MongoDB: it sticks like a regex timeout, and query_match (which has no
+ * error to report) answers false. */
+static bool expr_match(qeval_t *ev, const qnode_t *n, const bson_t *doc) {
+    bson_value_t v;
+    ms_error_t local;
+    if (ev->rc) return false;
+    int rc = expr_eval(n->expr, doc, n->vars, &v, ev->err ? ev->err : &local);
+    if (rc) {
+        ev->rc = rc;
+        return false;
+    }
+    bool t = expr_value_truthy(&v);
+    bson_value_destroy(&v);
+    return t;
+}
+
 static bool node_match_doc(qeval_t *ev, const qnode_t *n, const bson_t *doc) {
     switch (n->kind) {
     case Q_AND:
@@ -407,6 +432,7 @@ static bool node_match_doc(qeval_t *ev, const qnode_t *n, const bson_t *doc) {
             if (node_match_doc(ev, n->kids[i], doc)) return false;
         return true;
     case Q_NOT: return !node_match_doc(ev, n->kids[0], doc);
+    case Q_EXPR: return expr_match(ev, n, doc);
     default: return path_visit_doc(ev, n, doc, n->path, leaf_expands_arrays(n));
     }
 }
@@ -431,6 +457,7 @@ bool query_is_empty(const query_t *q) {
 void query_free(query_t *q) {
     if (!q) return;
     node_free(q->root);
+    expr_vars_free(q->own_vars);
     bson_free(q);
 }
 
@@ -440,6 +467,30 @@ void query_free(query_t *q) {
 static int parse_filter(const bson_t *filter, qnode_t *and_node, ms_error_t *err);
 static int parse_field(const char *path, const bson_iter_t *value, qnode_t *and_node,
                        ms_error_t *err);
+
+/* What the parse of one filter needs besides the filter: the command's `let` variables
+ * for $expr, and whether we are inside an $elemMatch (where MongoDB refuses $expr: it
+ * only applies to the top-level document). Thread-local rather than threaded through
+ * every parse function because only $expr reads it; query_compile_vars saves and
+ * restores it, so nested compiles ($elemMatch) see their own depth. */
+static __thread struct {
+    const expr_vars_t *vars;
+    int depth;     /* query_compile calls in progress: > 1 inside $elemMatch */
+} parse_ctx;
+
+/* {$expr: <expression>} at the top level or inside $and / $or / $nor. */
+static int parse_expr(const bson_iter_t *it, qnode_t *and_node, ms_error_t *err) {
+    expr_t *e = NULL;
+    if (parse_ctx.depth > 1)
+        return err_set(err, MS_ERR_BAD_VALUE, "$expr can only be applied to the top-level document");
+    int rc = expr_parse(it, parse_ctx.vars, &e, err);
+    if (rc) return rc;
+    qnode_t *n = node_new(Q_EXPR, NULL);
+    n->expr = e;
+    n->vars = parse_ctx.vars;
+    node_add(and_node, n);
+    return 0;
+}
 
 /* True when a field's value is an operator document ({$gt: 1}), not a literal. */
 static bool is_operator_doc(const bson_iter_t *value) {
@@ -804,7 +855,8 @@ static int parse_top_level(const bson_iter_t *it, qnode_t *and_node, ms_error_t 
     if (strcmp(name, "$or") == 0) return parse_logical(Q_OR, it, and_node, err);
     if (strcmp(name, "$nor") == 0) return parse_logical(Q_NOR, it, and_node, err);
     if (strcmp(name, "$comment") == 0) return 0;   /* a note for logs; matches everything */
-    if (strcmp(name, "$where") == 0 || strcmp(name, "$expr") == 0 ||
+    if (strcmp(name, "$expr") == 0) return parse_expr(it, and_node, err);
+    if (strcmp(name, "$where") == 0 ||
         strcmp(name, "$text") == 0 || strcmp(name, "$jsonSchema") == 0)
         return err_set(err, MS_ERR_BAD_VALUE, "%s is not supported", name);
     return err_set(err, MS_ERR_BAD_VALUE, "unknown top level operator: %s", name);
@@ -823,13 +875,36 @@ static int parse_filter(const bson_t *filter, qnode_t *and_node, ms_error_t *err
 }
 
 int query_compile(const bson_t *filter, query_t **out, ms_error_t *err) {
+    /* Nested compiles ($elemMatch's sub-filter) keep the outer variables. */
+    return query_compile_vars(filter, parse_ctx.depth ? parse_ctx.vars : NULL, out, err);
+}
+
+int query_compile_vars(const bson_t *filter, const expr_vars_t *vars, query_t **out,
+                       ms_error_t *err) {
     query_t *q = bson_malloc0(sizeof *q);
     q->root = node_new(Q_AND, NULL);
+    const expr_vars_t *saved = parse_ctx.vars;
+    parse_ctx.vars = vars;
+    parse_ctx.depth++;
     int rc = parse_filter(filter, q->root, err);
+    parse_ctx.depth--;
+    parse_ctx.vars = saved;
     if (rc) {
         query_free(q);
         return rc;
     }
     *out = q;
+    return 0;
+}
+
+int query_compile_let(const bson_t *filter, const bson_t *let, query_t **out, ms_error_t *err) {
+    expr_vars_t *vars = NULL;
+    int rc;
+    if (let && (rc = expr_vars_from_let(let, &vars, err)) != 0) return rc;
+    if ((rc = query_compile_vars(filter, vars, out, err)) != 0) {
+        expr_vars_free(vars);
+        return rc;
+    }
+    (*out)->own_vars = vars;
     return 0;
 }

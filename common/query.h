@@ -13,6 +13,7 @@
 #include <stdbool.h>
 
 #include "common/errors.h"
+#include "common/expr.h"
 
 typedef struct query query_t;
 
@@ -20,6 +21,18 @@ typedef struct query query_t;
  * what it keeps). Errors: BadValue "unknown operator: $foo", "unknown top level operator:
  * $foo", malformed operands ($in needs an array, $size a whole number, ...). */
 int query_compile(const bson_t *filter, query_t **out, ms_error_t *err);
+
+/* The same with a command's `let` variables for {$expr: ...} ($$name); vars is borrowed
+ * for the life of *out (NULL = none). $expr: at the top level or inside $and / $or /
+ * $nor, not inside $elemMatch (BadValue); its expression errors are expr_parse's (168,
+ * 17276 undefined variable, ...). Evaluation errors surface from query_match_checked. */
+int query_compile_vars(const bson_t *filter, const expr_vars_t *vars, query_t **out,
+                       ms_error_t *err);
+
+/* The same from a command's `let` document (NULL = none), evaluated here once; *out owns
+ * the variables (so a find's cursor keeps them for its getMores). Errors of `let` are
+ * expr_vars_from_let's (bad names: FailedToParse; expression errors). */
+int query_compile_let(const bson_t *filter, const bson_t *let, query_t **out, ms_error_t *err);
 
 /* True when doc matches. Borrows both. MongoDB semantics incl. arrays and dotted paths.
  * Never interrupted: regular expressions run to the end (linear in the string). */

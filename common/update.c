@@ -14,7 +14,9 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "common/agg.h"
 #include "common/bsonx.h"
+#include "common/expr.h"
 #include "common/log.h"
 #include "common/sortspec.h"
 #include "common/query.h"
@@ -169,7 +171,14 @@ typedef struct upath {
     char *parts[UPATH_DEPTH_MAX];
     int n;
     char *text;
+    bool positional;     /* has a "$", "$[]" or "$[<identifier>]" component */
 } upath_t;
+
+/* "$" (the element the query matched), "$[]" (every element), "$[id]" (the elements
+ * arrayFilters' id accepts). */
+static bool part_is_positional(const char *s) {
+    return s[0] == '$' && (s[1] == '\0' || s[1] == '[');
+}
 
 static void upath_free(upath_t *p) {
     for (int i = 0; i < p->n; i++) bson_free(p->parts[i]);
@@ -188,10 +197,9 @@ static int upath_parse(const char *text, upath_t *p, ms_error_t *err) {
         if (len == 0)
             return err_set(err, MS_ERR_EMPTY_FIELD_NAME,
                            "The update path '%s' contains an empty field name, which is not allowed.", text);
-        if (s[0] == '$' && (len == 1 || s[1] == '['))
-            return err_set(err, MS_ERR_BAD_VALUE, "positional operators are not supported (path '%s')", text);
         if (p->n == UPATH_DEPTH_MAX) return err_set(err, MS_ERR_BAD_VALUE, "update path too deep: '%s'", text);
         p->parts[p->n++] = bson_strndup(s, len);
+        if (part_is_positional(p->parts[p->n - 1])) p->positional = true;
         if (!dot) return 0;
         s = dot + 1;
     }
@@ -331,13 +339,26 @@ typedef struct uitem {
     bson_t *arg;           /* {"v": argument} */
     query_t *cond;         /* $pull with a condition */
     bool cond_on_value;    /* $pull {$gte: 6}: matched as {"v": element} */
+    query_t *pos_q;        /* "$" in the path: the query's predicates on that array,
+                              rebased to match {"v": [element]} */
 } uitem_t;
+
+/* One entry of arrayFilters: {"<id>.x": cond, ...} kept as a filter over {"v": element}. */
+typedef struct afilter {
+    char *id;
+    query_t *q;
+    bool used;
+} afilter_t;
 
 struct update {
     bool replacement;
     bson_t *doc;           /* the replacement document */
     uitem_t *items;
     int n;
+    agg_pipeline_t *pipe;  /* a pipeline-style update (u: [stages]) */
+    expr_vars_t *vars;     /* its `let` variables (the pipeline borrows them) */
+    afilter_t *af;         /* arrayFilters */
+    int naf;
 };
 
 void update_free(update_t *u) {
@@ -347,9 +368,17 @@ void update_free(update_t *u) {
         upath_free(&u->items[i].to);
         bson_destroy(u->items[i].arg);
         query_free(u->items[i].cond);
+        query_free(u->items[i].pos_q);
     }
     bson_free(u->items);
     bson_destroy(u->doc);
+    agg_free(u->pipe);
+    expr_vars_free(u->vars);
+    for (int i = 0; i < u->naf; i++) {
+        bson_free(u->af[i].id);
+        query_free(u->af[i].q);
+    }
+    bson_free(u->af);
     bson_free(u);
 }
 
@@ -391,7 +420,16 @@ static int item_check(uitem_t *item, const bson_iter_t *v, ms_error_t *err) {
         if (strcmp(bson_iter_utf8(v, NULL), item->path.text) == 0)
             return err_set(err, MS_ERR_BAD_VALUE, "The source and target field for $rename must differ: %s",
                            item->path.text);
-        return upath_parse(bson_iter_utf8(v, NULL), &item->to, err);
+        if (item->path.positional)
+            return err_set(err, MS_ERR_BAD_VALUE, "The source field for $rename may not be dynamic: %s",
+                           item->path.text);
+        {
+            int rc = upath_parse(bson_iter_utf8(v, NULL), &item->to, err);
+            if (rc == 0 && item->to.positional)
+                return err_set(err, MS_ERR_BAD_VALUE, "The destination field for $rename may not "
+                               "be dynamic: %s", item->to.text);
+            return rc;
+        }
     case U_CURRENT_DATE:
         if (BSON_ITER_HOLDS_BOOL(v)) return 0;
         if (BSON_ITER_HOLDS_DOCUMENT(v)) {
@@ -501,18 +539,270 @@ static bool looks_like_pipeline(const bson_t *spec) {
            BSON_ITER_HOLDS_DOCUMENT(&it);
 }
 
+/* ---- arrayFilters and the positional "$" ------------------------------------------ */
+
+/* Copies filter f into out with the keys on prefix (prefix itself or prefix.rest) renamed
+ * "v" / "v.rest", so that the filter can be matched against {"v": element}; $and (and, when
+ * strict, $or / $nor) are followed. strict (arrayFilters): every key must be on prefix.
+ * Otherwise (the query, for "$") keys elsewhere are left out. *n counts the kept keys. */
+static int filter_rebase(const bson_t *f, const char *prefix, bool strict, bson_t *out, int *n,
+                         ms_error_t *err) {
+    bson_iter_t it;
+    size_t pl = strlen(prefix);
+    if (!bson_iter_init(&it, f)) return err_set(err, MS_ERR_BAD_VALUE, "invalid filter");
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (k[0] == '$') {
+            bool logical = strcmp(k, "$and") == 0 ||
+                           (strict && (strcmp(k, "$or") == 0 || strcmp(k, "$nor") == 0));
+            bson_iter_t el;
+            bson_t arr;
+            int i = 0;
+            if (!logical) {
+                if (strict)
+                    return err_set(err, MS_ERR_BAD_VALUE, "%s is not supported in arrayFilters", k);
+                continue;
+            }
+            if (!BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &el)) {
+                bsonx_append_iter(out, k, &it);   /* the filter compiler says what is wrong */
+                continue;
+            }
+            BSON_APPEND_ARRAY_BEGIN(out, k, &arr);
+            while (bson_iter_next(&el)) {
+                char key[16];
+                bson_t view, sub;
+                snprintf(key, sizeof key, "%d", i++);
+                if (!BSON_ITER_HOLDS_DOCUMENT(&el) || !bsonx_view_container(&el, &view)) {
+                    bsonx_append_iter(&arr, key, &el);
+                    continue;
+                }
+                BSON_APPEND_DOCUMENT_BEGIN(&arr, key, &sub);
+                int rc = filter_rebase(&view, prefix, strict, &sub, n, err);
+                bson_append_document_end(&arr, &sub);
+                if (rc) {
+                    bson_append_array_end(out, &arr);
+                    return rc;
+                }
+            }
+            bson_append_array_end(out, &arr);
+            continue;
+        }
+        if (strncmp(k, prefix, pl) == 0 && (k[pl] == '\0' || k[pl] == '.')) {
+            char *nk = bson_strdup_printf("v%s", k + pl);
+            bsonx_append_iter(out, nk, &it);
+            bson_free(nk);
+            (*n)++;
+        } else if (strict) {
+            size_t kl = strcspn(k, ".");
+            return err_set(err, MS_ERR_FAILED_TO_PARSE, "Error parsing array filter :: caused by :: "
+                           "Expected a single top-level field name, found '%s' and '%.*s'",
+                           prefix, (int)kl, k);
+        }
+    }
+    return 0;
+}
+
+/* The identifier an array filter is about: the first component of its first field
+ * ($and / $or / $nor followed). False for a filter without one ({}). */
+static bool filter_id(const bson_t *f, char *buf, size_t sz) {
+    bson_iter_t it;
+    if (!bson_iter_init(&it, f)) return false;
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (k[0] != '$') {
+            size_t kl = strcspn(k, ".");
+            snprintf(buf, sz, "%.*s", (int)kl, k);
+            return true;
+        }
+        bson_iter_t el;
+        if (BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &el))
+            while (bson_iter_next(&el)) {
+                bson_t view;
+                if (BSON_ITER_HOLDS_DOCUMENT(&el) && bsonx_view_container(&el, &view) &&
+                    filter_id(&view, buf, sz))
+                    return true;
+            }
+    }
+    return false;
+}
+
+static int compile_array_filters(update_t *u, const bson_t *afs, ms_error_t *err) {
+    bson_iter_t it;
+    int idx = 0;
+    if (!bson_iter_init(&it, afs)) return err_set(err, MS_ERR_FAILED_TO_PARSE, "bad arrayFilters");
+    while (bson_iter_next(&it)) {
+        bson_t f, rebased = BSON_INITIALIZER;
+        char id[256];
+        int n = 0, rc;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bsonx_view_container(&it, &f))
+            return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'arrayFilters.%d' is the wrong "
+                           "type '%s', expected type 'object'", idx,
+                           bsonx_type_name(bson_iter_type(&it)));
+        idx++;
+        if (!filter_id(&f, id, sizeof id))
+            return err_set(err, MS_ERR_FAILED_TO_PARSE, "Cannot use an expression without a "
+                           "top-level field name in arrayFilters");
+        {
+            bool ok = id[0] >= 'a' && id[0] <= 'z';
+            for (const char *c = id; ok && *c; c++)
+                ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9');
+            if (!ok)
+                return err_set(err, MS_ERR_BAD_VALUE, "Error parsing array filter :: caused by :: "
+                               "The top-level field name must be an alphanumeric string beginning "
+                               "with a lowercase letter, found '%s'", id);
+        }
+        for (int i = 0; i < u->naf; i++)
+            if (strcmp(u->af[i].id, id) == 0)
+                return err_set(err, MS_ERR_FAILED_TO_PARSE, "Found multiple array filters with "
+                               "the same top-level field name %s", id);
+        if ((rc = filter_rebase(&f, id, true, &rebased, &n, err)) == 0) {
+            u->af = bson_realloc(u->af, sizeof *u->af * (size_t)(u->naf + 1));
+            afilter_t *a = &u->af[u->naf++];
+            memset(a, 0, sizeof *a);
+            a->id = bson_strdup(id);
+            rc = query_compile(&rebased, &a->q, err);
+        }
+        bson_destroy(&rebased);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static afilter_t *af_find(const update_t *u, const char *id, size_t len) {
+    for (int i = 0; i < u->naf; i++)
+        if (strlen(u->af[i].id) == len && memcmp(u->af[i].id, id, len) == 0) return &u->af[i];
+    return NULL;
+}
+
+/* MongoDB's checks of a path with positional components, and "$"'s query. */
+static int check_positional(update_t *u, uitem_t *item, const bson_t *query, ms_error_t *err) {
+    const upath_t *p = &item->path;
+    int ndollar = 0, at = -1;
+    for (int i = 0; i < p->n; i++) {
+        const char *part = p->parts[i];
+        if (!part_is_positional(part)) continue;
+        if (i == 0)
+            return err_set(err, MS_ERR_BAD_VALUE, part[1] ? "Cannot have array filter identifier "
+                           "(i.e. '$[<id>]') element in the first position in path '%s'"
+                           : "Cannot have positional (i.e. '$') element in the first position "
+                           "in path '%s'", p->text);
+        if (part[1] == '\0') {
+            if (++ndollar > 1)
+                return err_set(err, MS_ERR_BAD_VALUE, "Too many positional (i.e. '$') elements "
+                               "found in path '%s'", p->text);
+            at = i;
+            continue;
+        }
+        size_t len = strlen(part);
+        if (part[len - 1] != ']')
+            return err_set(err, MS_ERR_BAD_VALUE, "Unterminated array filter identifier in path "
+                           "'%s'", p->text);
+        if (len == 3) continue;   /* "$[]" */
+        afilter_t *a = af_find(u, part + 2, len - 3);
+        if (!a)
+            return err_set(err, MS_ERR_BAD_VALUE, "No array filter found for identifier '%.*s' "
+                           "in path '%s'", (int)(len - 3), part + 2, p->text);
+        a->used = true;
+    }
+    if (at < 0 || !query) return 0;
+    /* "$": the query's predicates on the array before it ("a" for "a.$.b") say which element. */
+    {
+        bson_t rebased = BSON_INITIALIZER;
+        char prefix[1024] = "";
+        size_t off = 0;
+        int n = 0, rc;
+        for (int i = 0; i < at; i++) {
+            if (part_is_positional(p->parts[i]))   /* "a.$[].b.$": nothing to anchor "$" on */
+                return err_set(err, MS_ERR_BAD_VALUE, "The positional operator did not find the "
+                               "match needed from the query.");
+            off += (size_t)snprintf(prefix + off, off < sizeof prefix ? sizeof prefix - off : 0,
+                                    "%s%s", i ? "." : "", p->parts[i]);
+        }
+        if (off >= sizeof prefix) return err_set(err, MS_ERR_BAD_VALUE, "update path too long");
+        rc = filter_rebase(query, prefix, false, &rebased, &n, err);
+        if (rc == 0 && n > 0) rc = query_compile(&rebased, &item->pos_q, err);
+        bson_destroy(&rebased);
+        return rc;
+    }
+}
+
+/* ---- pipeline-style updates --------------------------------------------------------- */
+
+/* The stages MongoDB allows in an update pipeline. */
+static bool update_stage_ok(const char *name) {
+    static const char *const ok[] = {"$addFields", "$set", "$project", "$unset",
+                                     "$replaceRoot", "$replaceWith", NULL};
+    for (int i = 0; ok[i]; i++)
+        if (strcmp(ok[i], name) == 0) return true;
+    return false;
+}
+
+static int compile_pipeline(update_t *u, const bson_t *pipe, const bson_t *let, ms_error_t *err) {
+    bson_iter_t it, st;
+    agg_opts_t o;
+    int rc;
+    if (!bson_iter_init(&it, pipe)) return err_set(err, MS_ERR_FAILED_TO_PARSE, "bad pipeline");
+    while (bson_iter_next(&it))
+        if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &st) && bson_iter_next(&st) &&
+            !update_stage_ok(bson_iter_key(&st)))
+            return err_set(err, MS_ERR_INVALID_OPTIONS, "%s is not allowed to be used within an "
+                           "update", bson_iter_key(&st));
+    if (let && (rc = expr_vars_from_let(let, &u->vars, err)) != 0) return rc;
+    memset(&o, 0, sizeof o);
+    o.vars = u->vars;
+    return agg_parse(pipe, &o, &u->pipe, err);
+}
+
+/* The pipeline over doc: its one result, with doc's _id put back first when the pipeline
+ * dropped it (_id is kept, as for a replacement). */
+static int apply_pipeline(const update_t *u, const bson_t *doc, bson_t *res, ms_error_t *err) {
+    agg_run_t *r = NULL;
+    bson_iter_t id, nid;
+    int rc = agg_run_new(u->pipe, 0, &r, err);
+    if (rc == 0) rc = agg_run_push(r, doc, err);
+    if (rc == 0) rc = agg_run_finish(r, err);
+    if (rc == 0 && agg_run_count(r) != 1)
+        rc = err_set(err, MS_ERR_BAD_VALUE, "an update pipeline must give exactly one document");
+    bson_init(res);
+    if (rc == 0) {
+        const bson_t *d = agg_run_result(r, 0);
+        if (!bson_iter_init_find(&nid, d, "_id") && bson_iter_init_find(&id, doc, "_id"))
+            bsonx_append_iter(res, "_id", &id);
+        bson_concat(res, d);
+    }
+    agg_run_free(r);
+    return rc;
+}
+
 int update_compile(const bson_t *spec, update_t **out, ms_error_t *err) {
+    return update_compile_opts(spec, looks_like_pipeline(spec), NULL, out, err);
+}
+
+int update_compile_opts(const bson_t *spec, bool is_pipeline, const update_opts_t *o,
+                        update_t **out, ms_error_t *err) {
     update_t *u = bson_malloc0(sizeof *u);
     bson_iter_t it;
     int rc = 0;
-    if (looks_like_pipeline(spec)) {
-        rc = err_set(err, MS_ERR_BAD_VALUE, "pipeline-style (aggregation) updates are not supported");
+    const bson_t *afs = o && o->array_filters && !bson_empty(o->array_filters) ? o->array_filters
+                                                                                : NULL;
+    if (is_pipeline) {
+        if (afs) {
+            rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "arrayFilters may not be specified for "
+                         "pipeline-style updates");
+            goto out;
+        }
+        rc = compile_pipeline(u, spec, o ? o->let : NULL, err);
         goto out;
     }
     bool ops = bson_iter_init(&it, spec) && bson_iter_next(&it) && bson_iter_key(&it)[0] == '$';
     if (!ops) {
         u->replacement = true;
         u->doc = bson_copy(spec);
+        if (afs) {
+            rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "arrayFilters may not be specified for "
+                         "replacement-style updates");
+            goto out;
+        }
         bson_iter_init(&it, spec);
         while (bson_iter_next(&it))
             if (bson_iter_key(&it)[0] == '$') {
@@ -523,6 +813,7 @@ int update_compile(const bson_t *spec, update_t **out, ms_error_t *err) {
             }
         goto out;
     }
+    if (afs && (rc = compile_array_filters(u, afs, err)) != 0) goto out;
     bson_iter_init(&it, spec);
     while (rc == 0 && bson_iter_next(&it)) {
         if (bson_iter_key(&it)[0] != '$')
@@ -532,6 +823,16 @@ int update_compile(const bson_t *spec, update_t **out, ms_error_t *err) {
         else
             rc = parse_operator(u, &it, err);
     }
+    for (int i = 0; rc == 0 && i < u->n; i++)
+        if (u->items[i].path.positional)
+            rc = check_positional(u, &u->items[i], o ? o->query : NULL, err);
+    for (int i = 0; rc == 0 && i < u->naf; i++)
+        if (!u->af[i].used) {
+            char *j = bsonx_to_json(spec);
+            rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "The array filter for identifier '%s' was "
+                         "not used in the update %s", u->af[i].id, j);
+            bson_free(j);
+        }
     if (rc == 0) rc = check_conflicts(u, err);
     if (rc == 0 && u->n > 1) qsort(u->items, (size_t)u->n, sizeof *u->items, cmp_items);
 out:
@@ -549,6 +850,7 @@ typedef struct uctx {
     unode_t *root;
     const bson_t *doc;   /* the document before the update, for messages */
     bool is_insert;
+    const update_t *u;   /* for its arrayFilters */
 } uctx_t;
 
 /* "{_id: 1}" of the document, for error messages as MongoDB writes them. */
@@ -966,7 +1268,10 @@ static int apply_rename(uctx_t *c, const uitem_t *item, ms_error_t *err) {
     return 0;
 }
 
+static int apply_positional(uctx_t *c, const uitem_t *item, ms_error_t *err);
+
 static int apply_item(uctx_t *c, const uitem_t *item, ms_error_t *err) {
+    if (item->path.positional) return apply_positional(c, item, err);
     switch (item->op) {
     case U_SET: return apply_set(c, item, err);
     case U_SET_ON_INSERT: return c->is_insert ? apply_set(c, item, err) : 0;
@@ -981,6 +1286,127 @@ static int apply_item(uctx_t *c, const uitem_t *item, ms_error_t *err) {
     case U_CURRENT_DATE: return apply_current_date(c, item, err);
     }
     return err_set(err, MS_ERR_INTERNAL, "unhandled update operator");
+}
+
+/* ---- positional paths: resolved against the document into concrete ones --------- */
+
+typedef struct upaths {
+    upath_t *v;
+    int n;
+} upaths_t;
+
+static void upaths_free(upaths_t *ps) {
+    for (int i = 0; i < ps->n; i++) upath_free(&ps->v[i]);
+    bson_free(ps->v);
+    ps->v = NULL;
+    ps->n = 0;
+}
+
+/* The first n components of p joined with dots (caller frees). */
+static char *upath_join(const upath_t *p, int n) {
+    size_t len = 1;
+    for (int i = 0; i < n; i++) len += strlen(p->parts[i]) + 1;
+    char *s = bson_malloc0(len), *w = s;
+    for (int i = 0; i < n; i++) w += sprintf(w, "%s%s", i ? "." : "", p->parts[i]);
+    return s;
+}
+
+static void upaths_push(upaths_t *ps, const upath_t *acc) {
+    ps->v = bson_realloc(ps->v, sizeof *ps->v * (size_t)(ps->n + 1));
+    upath_t *p = &ps->v[ps->n++];
+    memset(p, 0, sizeof *p);
+    for (int i = 0; i < acc->n; i++) p->parts[i] = bson_strdup(acc->parts[i]);
+    p->n = acc->n;
+    p->text = upath_join(p, p->n);
+}
+
+/* Does element e pass q? wrap_array: matched as {"v": [e]} (the query's own predicates on
+ * the array, for "$"), else as {"v": e} (an array filter). */
+static bool element_matches(const query_t *q, const unode_t *e, bool wrap_array) {
+    bson_t h = BSON_INITIALIZER, arr;
+    if (wrap_array) {
+        BSON_APPEND_ARRAY_BEGIN(&h, "v", &arr);
+        unode_append_to(e, &arr, "0");
+        bson_append_array_end(&h, &arr);
+    } else {
+        unode_append_to(e, &h, "v");
+    }
+    bool m = query_match(q, &h);
+    bson_destroy(&h);
+    return m;
+}
+
+/* Follows item's path from component i at node cur (NULL: missing), with the concrete
+ * components so far in acc; every concrete path found goes to out. MongoDB's rules: the
+ * array under a positional component must exist and be an array (BadValue). */
+static int expand(const uctx_t *c, const uitem_t *item, const unode_t *cur, int i, upath_t *acc,
+                  upaths_t *out, ms_error_t *err) {
+    const upath_t *p = &item->path;
+    int base = acc->n, rc = 0;
+    for (; i < p->n && !part_is_positional(p->parts[i]); i++) {
+        int at;
+        acc->parts[acc->n++] = p->parts[i];   /* borrowed: acc only lends to upaths_push */
+        cur = cur && is_container(cur) ? child_find(cur, p->parts[i], &at) : NULL;
+    }
+    if (i == p->n) {
+        upaths_push(out, acc);
+        acc->n = base;
+        return 0;
+    }
+    const char *part = p->parts[i];
+    char *where = upath_join(acc, acc->n);
+    if (part[1] == '\0' && (c->is_insert || !item->pos_q)) {
+        rc = err_set(err, MS_ERR_BAD_VALUE, "The positional operator did not find the match "
+                     "needed from the query.");
+    } else if (!cur) {
+        rc = err_set(err, MS_ERR_BAD_VALUE, "The path '%s' must exist in the document in order "
+                     "to apply array updates.", where);
+    } else if (cur->type != BSON_TYPE_ARRAY) {
+        bson_t h = BSON_INITIALIZER;
+        unode_append_to(cur, &h, cur->key);
+        char *j = bsonx_to_json(&h);
+        rc = err_set(err, MS_ERR_BAD_VALUE, "Cannot apply array updates to non-array element %s",
+                     j);
+        bson_free(j);
+        bson_destroy(&h);
+    } else {
+        const afilter_t *af = part[1] == '[' && part[2] != ']'
+                                  ? af_find(c->u, part + 2, strlen(part) - 3) : NULL;
+        bool found = false;
+        for (int k = 0; rc == 0 && k < cur->n; k++) {
+            char idx[16];
+            if (part[1] == '\0' && (found || !element_matches(item->pos_q, cur->kids[k], true)))
+                continue;
+            if (af && !element_matches(af->q, cur->kids[k], false)) continue;
+            found = true;
+            snprintf(idx, sizeof idx, "%d", k);
+            acc->parts[acc->n++] = idx;
+            rc = expand(c, item, cur->kids[k], i + 1, acc, out, err);
+            acc->n--;
+        }
+        if (rc == 0 && part[1] == '\0' && !found)
+            rc = err_set(err, MS_ERR_BAD_VALUE, "The positional operator did not find the match "
+                         "needed from the query.");
+    }
+    bson_free(where);
+    acc->n = base;
+    return rc;
+}
+
+/* An item with positional components: applied once per concrete path it resolves to. */
+static int apply_positional(uctx_t *c, const uitem_t *item, ms_error_t *err) {
+    upaths_t ps = {0};
+    upath_t acc;
+    memset(&acc, 0, sizeof acc);
+    int rc = expand(c, item, c->root, 0, &acc, &ps, err);
+    for (int i = 0; rc == 0 && i < ps.n; i++) {
+        uitem_t one = *item;
+        one.path = ps.v[i];
+        one.path.positional = false;
+        rc = apply_item(c, &one, err);
+    }
+    upaths_free(&ps);
+    return rc;
 }
 
 /* _id may not change once a document has one (MongoDB's immutable-field check). */
@@ -1016,8 +1442,10 @@ int update_apply(const update_t *u, const bson_t *doc, bool is_insert, bson_t *o
     int rc = 0;
     if (u->replacement) {
         replace_doc(u, doc, &res);
+    } else if (u->pipe) {
+        rc = apply_pipeline(u, doc, &res, err);
     } else {
-        uctx_t c = {.root = unode_from_doc(doc), .doc = doc, .is_insert = is_insert};
+        uctx_t c = {.root = unode_from_doc(doc), .doc = doc, .is_insert = is_insert, .u = u};
         for (int i = 0; rc == 0 && i < u->n; i++) rc = apply_item(&c, &u->items[i], err);
         bson_init(&res);
         if (rc == 0) unode_children_to(c.root, &res);

@@ -15,10 +15,30 @@ typedef struct update update_t;
 
 /* Compiles spec into *out (caller owns; free with update_free). Borrows spec (copies it).
  * spec is an operator document or a replacement document; mixing the two → FailedToParse;
- * aggregation-pipeline (array) updates → BadValue "not supported". Errors found without a
- * document are reported here: unknown operator, empty operator, conflicting paths (40),
- * positional operators (BadValue "positional operators are not supported"). */
+ * a spec that looks like an array ({"0": {...}}) is compiled as a pipeline. Errors found
+ * without a document are reported here: unknown operator, empty operator, conflicting
+ * paths (40); "$[id]" with no arrayFilters → BadValue (see update_compile_opts). */
 int update_compile(const bson_t *spec, update_t **out, ms_error_t *err);
+
+/* What an update statement brings besides u (all borrowed for the compile only). */
+typedef struct update_opts {
+    const bson_t *array_filters;  /* the statement's arrayFilters (a BSON array) or NULL */
+    const bson_t *let;            /* the command's let (pipeline updates' $$vars) or NULL */
+    const bson_t *query;          /* the statement's filter: which element "$" means */
+} update_opts_t;
+
+/* As update_compile, with is_pipeline saying that spec is an array of stages ($set /
+ * $addFields, $project, $unset, $replaceRoot / $replaceWith; others InvalidOptions 72),
+ * run with common/agg.c (o->let its variables), _id kept when a stage drops it.
+ * Operator updates take paths with "$" (the first element of the array before it that
+ * the query's predicates on that array accept), "$[]" (every element) and "$[id]" (the
+ * elements o->array_filters' {"id...": cond} accepts). MongoDB's errors: an unused
+ * identifier or one with two filters → FailedToParse 9; an identifier without a filter,
+ * a bad identifier name, "$" first or twice → BadValue 2; arrayFilters with a pipeline
+ * or a replacement → FailedToParse 9; at apply time a missing or non-array element under
+ * a positional component, or "$" without a match → BadValue 2. o may be NULL. */
+int update_compile_opts(const bson_t *spec, bool is_pipeline, const update_opts_t *o,
+                        update_t **out, ms_error_t *err);
 
 /* True when u replaces the whole document (no $ operators). */
 bool update_is_replacement(const update_t *u);

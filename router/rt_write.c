@@ -37,6 +37,7 @@
 
 #include "common/bounds.h"
 #include "common/bsonx.h"
+#include "common/expr.h"
 #include "common/log.h"
 #include "common/opctx.h"
 #include "common/update.h"
@@ -238,6 +239,11 @@ static int check_key_update(const rt_table_t *t, const bson_t *q, const bson_t *
         if (!bson_iter_recurse(&op, &f)) continue;
         while (bson_iter_next(&f)) {
             const char *path = bson_iter_key(&f), *kf = NULL;
+            /* A positional path on the key ("k.$", "k.$[]") needs an array where a shard
+             * key can have none: the shard refuses it (BadValue 2), the router lets it. */
+            if (strstr(path, ".$") && (strstr(path, ".$.") || strstr(path, ".$[") ||
+                                       path[strlen(path) - 1] == '$'))
+                continue;
             /* $rename writes its value's path: {$rename: {x: "k"}} modifies k too. */
             if (!strcmp(name, "$rename") && BSON_ITER_HOLDS_UTF8(&f) &&
                 touches_key(&t->rt.pattern, bson_iter_utf8(&f, NULL), &kf))
@@ -255,6 +261,27 @@ static int check_key_update(const rt_table_t *t, const bson_t *q, const bson_t *
         }
     }
     return 0;
+}
+
+/* Compiles an operator or replacement update u as the shard will, with the arrayFilters
+ * found in holder (the statement, or findAndModify's command) and the query q ("$"), to
+ * refuse what the shard would refuse before any shard-key check. */
+static int compile_statement_update(const bson_t *u, const bson_t *holder, const bson_t *q,
+                                    ms_error_t *err) {
+    update_opts_t o = {0};
+    update_t *uc = NULL;
+    bson_iter_t it;
+    bson_t afs;
+    if (bson_iter_init_find(&it, holder, "arrayFilters")) {
+        if (!BSON_ITER_HOLDS_ARRAY(&it) || !bsonx_view_container(&it, &afs))
+            return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'arrayFilters' is the wrong "
+                           "type '%s', expected type 'array'", bsonx_type_name(bson_iter_type(&it)));
+        o.array_filters = &afs;
+    }
+    o.query = q;
+    int rc = update_compile_opts(u, false, &o, &uc, err);
+    update_free(uc);
+    return rc;
 }
 
 static bool is_replacement(const bson_t *u) {
@@ -353,15 +380,13 @@ static int target_op(const rt_table_t *t, enum wkind k, const wop_t *op, uint64_
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'update.updates.u' is missing or "
                        "not an object");
     bool upsert = flag_of(&doc, "upsert"), multi = flag_of(&doc, "multi");
-    /* What the shard refuses in the statement gets the shard's own error: a pipeline or
-     * arrayFilters goes to the shard unexamined (it refuses both), and the update is
-     * compiled by the shard's own compiler before any shard-key check of ours. */
-    bool shard_judges = BSON_ITER_HOLDS_ARRAY(&ui) || bson_has_field(&doc, "arrayFilters");
-    if (!shard_judges) {
-        update_t *uc = NULL;
-        if ((rc = update_compile(&u, &uc, err)) != 0) return rc;
-        update_free(uc);
-    }
+    /* What the shard refuses in the statement gets the shard's own error: the update is
+     * compiled by the shard's own compiler (with the statement's arrayFilters) before any
+     * shard-key check of ours. A pipeline goes to the shard unexamined: what it writes is
+     * only known per document, so the shard judges its shard-key changes as it does a
+     * replacement's (WouldChangeOwningShard when the document would leave its chunk). */
+    bool shard_judges = BSON_ITER_HOLDS_ARRAY(&ui);
+    if (!shard_judges && (rc = compile_statement_update(&u, &doc, &q, err)) != 0) return rc;
     if (upsert && !point && (rc = key_decimal_check(t, &q, err)) != 0) return rc;
     if (upsert && !point)
         return err_set(err, MS_ERR_SHARD_KEY_NOT_FOUND,
@@ -669,6 +694,21 @@ static void wb_give_up(void *p, const ms_error_t *e) {
     wb_fail_pending(p, e);
 }
 
+/* A bad `let` fails the whole command (as on the shard), not each statement the shards
+ * would answer: its names and constant expressions are checked here. */
+static int check_let(cmd_ctx_t *ctx, ms_error_t *err) {
+    bson_iter_t it;
+    bson_t d;
+    expr_vars_t *vars = NULL;
+    if (!bson_iter_init_find(&it, ctx->req, "let")) return 0;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bsonx_view_container(&it, &d))
+        return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field '%s.let' is the wrong type '%s', "
+                       "expected type 'object'", ctx->name, bsonx_type_name(bson_iter_type(&it)));
+    int rc = expr_vars_from_let(&d, &vars, err);
+    expr_vars_free(vars);
+    return rc;
+}
+
 static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
     if (!strcmp(ctx->db, "config")) return rt_cmd_to_config(ctx, reply, err);
@@ -686,6 +726,7 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
     ASSERT(b->names);
     snprintf(ns, sizeof ns, "%s.%s", ctx->db, coll);
 
+    if (kind != W_INSERT && (rc = check_let(ctx, err)) != 0) goto out;
     if (!bson_iter_init_find(&it, ctx->req, ops_field(kind)) || !BSON_ITER_HOLDS_ARRAY(&it) ||
         !bson_iter_recurse(&it, &arr)) {
         rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "%s needs a %s array", ctx->name,
@@ -817,13 +858,12 @@ static int fam_build(void *p, router_t *r, const rt_table_t *t, rt_req_t *reqs, 
         if (!rc && __builtin_popcountll(mask) != 1)
             rc = err_set(err, MS_ERR_SHARD_KEY_NOT_FOUND,
                          "Query for sharded findAndModify must contain the shard key");
-        /* A pipeline goes to the shard, which refuses it; an update the shard's
-         * compiler refuses gets its error before our shard-key checks. */
+        /* A pipeline goes to the shard, which judges its shard-key changes per document;
+         * an update the shard's compiler refuses gets its error before our shard-key
+         * checks. */
         if (!rc && bson_iter_init_find(&it, ctx->req, "update") &&
             BSON_ITER_HOLDS_DOCUMENT(&it) && bsonx_view_container(&it, &u)) {
-            update_t *uc = NULL;
-            rc = update_compile(&u, &uc, err);
-            update_free(uc);
+            rc = compile_statement_update(&u, ctx->req, q, err);
             if (!rc) rc = check_key_update(t, q, &u, err);
             if (!rc && is_replacement(&u)) {   /* the key may not change this way either */
                 buf_t rk = {0};

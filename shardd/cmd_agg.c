@@ -191,7 +191,7 @@ int cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     a.ns = ns;
     a.no_index = app->no_index;
     if ((a.filter = agg_leading_match(a.p)) != NULL &&
-        (rc = query_compile(a.filter, &a.q, err)) != 0)
+        (rc = query_compile_vars(a.filter, vars, &a.q, err)) != 0)   /* $expr: $$let */
         goto out;
     if (a.explain) {
         /* MongoDB's mongod explain of a pipeline: the $cursor stage with the query plan,

@@ -391,14 +391,36 @@ static int find_num_option(const bson_iter_t *it, const char *name, bool non_neg
     return non_negative ? val_int64_min(it, name, 0, out, err) : val_int64(it, name, out, err);
 }
 
+/* The command's `let` ({name: <constant expression>}, $$name in $expr and pipeline
+ * updates) as a view into cmd, or *out NULL when absent. A non-document is TypeMismatch;
+ * its names and expressions are checked here once (evaluated: FailedToParse for a bad
+ * name, the expression's own error) so that a bad `let` fails the whole command. */
+static int command_let(const bson_t *cmd, const char *verb, bson_t *view, const bson_t **out,
+                       ms_error_t *err) {
+    bson_iter_t it;
+    expr_vars_t *vars = NULL;
+    int rc;
+    *out = NULL;
+    if (!bson_iter_init_find(&it, cmd, "let")) return 0;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bsonx_view_container(&it, view))
+        return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field '%s.let' is the wrong type '%s', "
+                       "expected type 'object'", verb, bsonx_type_name(bson_iter_type(&it)));
+    if ((rc = expr_vars_from_let(view, &vars, err)) != 0) return rc;
+    expr_vars_free(vars);
+    *out = view;
+    return 0;
+}
+
 /* Parses a find command document (find itself, or the inner one of explain). */
 static int parse_find(const bson_t *cmd, const char *db, char *ns, size_t nssz, find_args_t *fa,
                       ms_error_t *err) {
     bson_iter_t it;
-    bson_t d;
+    bson_t d, letv;
+    const bson_t *let = NULL;
     int rc;
     memset(fa, 0, sizeof *fa);
     fa->batch_size = -1;
+    if ((rc = command_let(cmd, "find", &letv, &let, err)) != 0) return rc;
     if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it))
         return err_set(err, MS_ERR_INVALID_NAMESPACE, "find needs a collection name");
     {   /* explain's inner find was not seen by dispatch's name check */
@@ -414,7 +436,7 @@ static int parse_find(const bson_t *cmd, const char *db, char *ns, size_t nssz, 
         if (strcmp(k, "filter") == 0) {
             if ((rc = find_doc_option(&it, k, &d, err)) != 0) return rc;
             fa->filter = bson_copy(&d);
-            if ((rc = query_compile(&d, &fa->q, err)) != 0) return rc;
+            if ((rc = query_compile_let(&d, let, &fa->q, err)) != 0) return rc;
         } else if (strcmp(k, "projection") == 0) {
             if ((rc = find_doc_option(&it, k, &d, err)) != 0) return rc;
             if (!bson_empty(&d) && (rc = projection_compile(&d, &fa->proj, err)) != 0) return rc;
@@ -575,11 +597,12 @@ static int statement_rowids(store_txn_t *t, store_coll_t *c, const wbatch_t *b, 
  * multi) changed through the single write path, or the upsert's document inserted. */
 static int update_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
                      const bson_t *op, bson_t *info, ms_error_t *e) {
-    bson_t q = BSON_INITIALIZER, u;
+    bson_t q = BSON_INITIALIZER, u, afs, letv;
     bson_iter_t it;
     query_t *qc = NULL;
     update_t *uc = NULL;
-    bool multi = false, upsert = false;
+    update_opts_t uo = {0};
+    bool multi = false, upsert = false, is_pipeline;
     int64_t *rids = NULL;
     size_t nr = 0;
     int rc;
@@ -588,14 +611,20 @@ static int update_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
     if (!bson_iter_init_find(&it, op, "u") || !bsonx_view_container(&it, &u))
         return err_set(e, MS_ERR_FAILED_TO_PARSE, "BSON field 'update.updates.u' is missing or "
                        "not an object");
-    if (BSON_ITER_HOLDS_ARRAY(&it))
-        return err_set(e, MS_ERR_BAD_VALUE, "aggregation pipeline updates are not supported");
+    is_pipeline = BSON_ITER_HOLDS_ARRAY(&it);
     if (bson_iter_init_find(&it, op, "multi")) multi = bsonx_truthy(&it);
     if (bson_iter_init_find(&it, op, "upsert")) upsert = bsonx_truthy(&it);
-    if (bson_iter_init_find(&it, op, "arrayFilters"))
-        return err_set(e, MS_ERR_BAD_VALUE, "arrayFilters are not supported");
-    if ((rc = query_compile(&q, &qc, e)) != 0) goto out;
-    if ((rc = update_compile(&u, &uc, e)) != 0) goto out;
+    if (bson_iter_init_find(&it, op, "arrayFilters")) {
+        if (!BSON_ITER_HOLDS_ARRAY(&it) || !bsonx_view_container(&it, &afs))
+            return err_set(e, MS_ERR_TYPE_MISMATCH, "BSON field 'update.updates.arrayFilters' is "
+                           "the wrong type '%s', expected type 'array'",
+                           bsonx_type_name(bson_iter_type(&it)));
+        uo.array_filters = &afs;
+    }
+    (void)command_let(b->ctx->req, "update", &letv, &uo.let, e);   /* checked by cmd_update */
+    uo.query = &q;
+    if ((rc = query_compile_let(&q, uo.let, &qc, e)) != 0) goto out;
+    if ((rc = update_compile_opts(&u, is_pipeline, &uo, &uc, e)) != 0) goto out;
     if (multi && update_is_replacement(uc)) {
         rc = err_set(e, MS_ERR_FAILED_TO_PARSE,
                      "multi update is not supported for replacement-style update");
@@ -653,6 +682,10 @@ out:
 static const wbatch_kind_t WB_UPDATE = {"update", "updates", update_op, true};
 
 int cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    bson_t letv;
+    const bson_t *let;
+    int rc = command_let(ctx->req, "update", &letv, &let, err);
+    if (rc) return rc;
     return wbatch_command(ctx, &WB_UPDATE, reply, err);
 }
 
@@ -677,7 +710,12 @@ static int delete_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
     if (limit != 0 && limit != 1)
         return err_set(e, MS_ERR_FAILED_TO_PARSE, "The limit field in delete objects must be 0 or "
                        "1. Got %lld", (long long)limit);
-    if ((rc = query_compile(&q, &qc, e)) != 0) return rc;
+    {
+        bson_t letv;
+        const bson_t *let = NULL;
+        (void)command_let(b->ctx->req, "delete", &letv, &let, e);   /* checked by cmd_delete */
+        if ((rc = query_compile_let(&q, let, &qc, e)) != 0) return rc;
+    }
     if (!c) goto out;
     if ((rc = statement_rowids(t, c, b, &q, qc, limit, &rids, &nr, e)) != 0) goto out;
     for (size_t i = 0; i < nr; i++) {
@@ -699,6 +737,10 @@ out:
 static const wbatch_kind_t WB_DELETE = {"delete", "deletes", delete_op, false};
 
 int cmd_delete(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    bson_t letv;
+    const bson_t *let;
+    int rc = command_let(ctx->req, "delete", &letv, &let, err);
+    if (rc) return rc;
     return wbatch_command(ctx, &WB_DELETE, reply, err);
 }
 
@@ -1003,7 +1045,8 @@ int cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     char ns[MS_NS_BYTES_MAX + 8];
     fam_arg_t a;
     bson_iter_t it;
-    bson_t d, partial = BSON_INITIALIZER;
+    bson_t d, letv, partial = BSON_INITIALIZER;
+    const bson_t *let = NULL;
     bool has_update;
     int rc;
     memset(&a, 0, sizeof a);
@@ -1033,26 +1076,41 @@ int cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
                      "'remove' always returns the deleted document");
         goto out;
     }
-    if (has_update) {
-        if (BSON_ITER_HOLDS_ARRAY(&it)) {
-            rc = err_set(err, MS_ERR_BAD_VALUE, "aggregation pipeline updates are not supported");
-            goto out;
+    if ((rc = command_let(ctx->req, "findAndModify", &letv, &let, err)) != 0) goto out;
+    {
+        bson_iter_t qi;
+        if (cmd_field(ctx, "query", &qi) && !BSON_ITER_HOLDS_NULL(&qi)) {
+            if (!bsonx_view_container(&qi, &d)) {
+                rc = err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'query' must be an object");
+                goto out;
+            }
+            bson_destroy(&a.query);
+            bson_copy_to(&d, &a.query);
         }
+    }
+    if ((rc = query_compile_let(&a.query, let, &a.q, err)) != 0) goto out;
+    if (has_update) {
+        update_opts_t uo = {0};
+        bson_iter_t ai;
+        bson_t afs;
+        bool is_pipeline = BSON_ITER_HOLDS_ARRAY(&it);
         if (!bsonx_view_container(&it, &d)) {
             rc = err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'update' must be an object");
             goto out;
         }
-        if ((rc = update_compile(&d, &a.u, err)) != 0) goto out;
-    }
-    if (cmd_field(ctx, "query", &it) && !BSON_ITER_HOLDS_NULL(&it)) {
-        if (!bsonx_view_container(&it, &d)) {
-            rc = err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'query' must be an object");
-            goto out;
+        if (cmd_field(ctx, "arrayFilters", &ai)) {
+            if (!BSON_ITER_HOLDS_ARRAY(&ai) || !bsonx_view_container(&ai, &afs)) {
+                rc = err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'findAndModify.arrayFilters' "
+                             "is the wrong type '%s', expected type 'array'",
+                             bsonx_type_name(bson_iter_type(&ai)));
+                goto out;
+            }
+            uo.array_filters = &afs;
         }
-        bson_destroy(&a.query);
-        bson_copy_to(&d, &a.query);
+        uo.let = let;
+        uo.query = &a.query;
+        if ((rc = update_compile_opts(&d, is_pipeline, &uo, &a.u, err)) != 0) goto out;
     }
-    if ((rc = query_compile(&a.query, &a.q, err)) != 0) goto out;
     if (cmd_field(ctx, "sort", &it) && bsonx_view_container(&it, &d) && !bson_empty(&d) &&
         (rc = sortspec_compile(&d, &a.sort, err)) != 0)
         goto out;

@@ -10,8 +10,9 @@ must match.
                    the shard key does not change: it succeeds, as on a shard;
   DuplicateKey     writeErrors[i] and findAndModify's error reply keep the shard's
                    keyPattern and keyValue, sharded or not;
-  refused features a pipeline update, positional paths, unknown modifiers ... get the
-                   shard's own code, codeName and errmsg through the router.
+  refused features unknown modifiers, arrayFilters errors, pipeline stages not allowed
+                   ... get the shard's own code, codeName and errmsg through the router;
+                   pipeline updates and positional paths give the shard's own result.
 """
 import os
 import sys
@@ -121,33 +122,47 @@ def test_duplicate_key_keeps_key_pattern_and_value(t):
 def test_refused_features_same_error_as_shard(t):
     """What the shard refuses, the router refuses with the shard's code, codeName and
     errmsg — its own shard-key checks do not come first (a pipeline update was
-    ImmutableField through the router, findAndModify's pipeline a TypeMismatch)."""
+    ImmutableField through the router, findAndModify's pipeline a TypeMismatch). Pipeline
+    updates and positional paths are supported since issue 14: they give the same reply
+    and the same documents through the router as on the shard."""
     cl, R, S = setup(t)
-    stmts = [
+    supported = [
         {"q": {"_id": 1}, "u": [{"$set": {"a": 1}}]},
         {"q": {"_id": 1}, "u": [{"$set": {"k": 1}}]},
         {"q": {"_id": 1}, "u": [{"$set": {"a": 1}}], "multi": True},
         {"q": {"_id": 1, "t": 1}, "u": {"$set": {"t.$": 5}}},
-        {"q": {"_id": 1}, "u": {"$set": {"t.$[]": 5}}},
-        {"q": {"_id": 1, "k": 1}, "u": {"$set": {"k.$": 5}}},
-        {"q": {"_id": 1}, "u": {"$set": {"t.$[x]": 5}}, "arrayFilters": [{"x": 1}]},
+        {"q": {"_id": 1}, "u": {"$set": {"t.$[]": 6}}},
+        {"q": {"_id": 1}, "u": {"$set": {"t.$[x]": 7}}, "arrayFilters": [{"x": 6}]},
+    ]
+    refused = [
+        {"q": {"_id": 1, "k": 1}, "u": {"$set": {"k.$": 5}}},       # k is no array (2)
+        {"q": {"_id": 1}, "u": {"$set": {"t.$[x]": 5}}, "arrayFilters": [{"y": 1}]},
         {"q": {"_id": 1, "k": 1}, "u": {"$set": {"k": 2}, "$foo": {"a": 1}}},
         {"q": {"_id": 1, "k": 1}, "u": {"$set": {"k": 2}, "b": 1}},
         {"q": {"_id": 1, "k": 1}, "u": {"$set": {"k": 2}, "$inc": {"k": 1}}},
         {"q": {"_id": 1, "k": 1}, "u": {"k": 2}, "multi": True},
         {"q": {"_id": 1, "k": 1}, "u": {"_id": 2, "$set": {"a": 1}}},
+        {"q": {"_id": 1}, "u": [{"$match": {}}]},
         {"q": {"_id": 1}, "u": 5},
     ]
     for c in COLLS:
-        for st in stmts:
+        for st in supported:
+            r = same(R, S, {"update": c, "$db": DB, "updates": [st]})
+            assert r["n"] == 1 and "writeErrors" not in r, (c, st, r)
+        for st in refused:
             r = same(R, S, {"update": c, "$db": DB, "updates": [st]})
             assert r["n"] == 0 and r["writeErrors"][0]["code"] != 0, (c, st, r)
-        for upd in ([{"$set": {"a": 1}}], {"$set": {"t.$[]": 1}}, {"$set": {"k": 2}, "$bad": {}}):
-            q = {"_id": 1, "k": 1} if c == "k" else {"_id": 1}
-            same(R, S, {"findAndModify": c, "$db": DB, "query": q, "update": upd})
-    # nothing was changed by any of them
+        q = {"_id": 1, "k": 1} if c == "k" else {"_id": 1}
+        for upd in ([{"$set": {"a": 1}}], {"$set": {"t.$[]": 1}}):
+            r = same(R, S, {"findAndModify": c, "$db": DB, "query": q, "update": upd, "new": True})
+            assert r["ok"] == 1, r
+        for upd in ({"$set": {"k": 2}, "$bad": {}}, [{"$group": {"_id": 1}}]):
+            r = same(R, S, {"findAndModify": c, "$db": DB, "query": q, "update": upd})
+            assert r["ok"] == 0, r
+    # the same documents on both sides
     for c in COLLS:
-        assert R.find_all(c, DB, {"_id": 1}) == [{"_id": 1, "a": 1, "k": 1, "v": 0, "t": [1, 2]}], c
+        assert R.find_all(c, DB, {"_id": 1}) == S.find_all(c, DB, {"_id": 1}) == [
+            {"_id": 1, "a": 1, "k": 1, "v": 0, "t": [1, 1]}], c
 
 
 if __name__ == "__main__":

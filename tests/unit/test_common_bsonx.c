@@ -151,8 +151,12 @@ static void test_storable(void) {
         {"{\"_id\": {\"x\": 1}}", 0},
         {"{\"a.b\": 1}", 0},
         {"{\"$set\": 1}", MS_ERR_DOLLAR_PREFIXED_FIELD_NAME},
-        {"{\"a\": {\"$x\": 1}}", MS_ERR_DOLLAR_PREFIXED_FIELD_NAME},
-        {"{\"a\": [{\"$x\": 1}]}", MS_ERR_DOLLAR_PREFIXED_FIELD_NAME},
+        {"{\"a\": {\"$x\": 1}}", 0},                      /* nested: allowed since 5.0 */
+        {"{\"a\": [{\"$x\": 1}]}", 0},
+        {"{\"a\": {\"b\": {\"$ref\": 1, \"$id\": 2}}}", 0},
+        {"{\"_id\": {\"$b\": 1}}", MS_ERR_DOLLAR_PREFIXED_FIELD_NAME},   /* not inside _id */
+        {"{\"_id\": {\"a\": {\"$b\": 1}}}", MS_ERR_DOLLAR_PREFIXED_FIELD_NAME},
+        {"{\"a\": {\"_id\": {\"$b\": 1}}}", 0},
         {"{\"\": 1}", MS_ERR_EMPTY_FIELD_NAME},
         {"{\"a\": {\"\": 1}}", MS_ERR_EMPTY_FIELD_NAME},
         {"{\"_id\": [1]}", MS_ERR_INVALID_ID_FIELD},

@@ -276,6 +276,17 @@ static const mrow_t rows[] = {
     {"{\"a.b\": {\"$elemMatch\": {\"$eq\": 2}}}", "{\"a\": [{\"b\": [1]}, {\"b\": [2]}]}", true},
     {"{\"a\": {\"$elemMatch\": {\"0\": 1}}}", "{\"a\": [[1, 2]]}", true},   /* arrays read as documents */
     {"{\"a\": {\"$elemMatch\": {\"b.c\": 1}}}", "{\"a\": [{\"b\": {\"c\": 1}}]}", true},
+    /* $expr: an aggregation expression over the whole document, truthy = match */
+    {"{\"$expr\": {\"$gt\": [\"$a\", \"$b\"]}}", "{\"a\": 5, \"b\": 3}", true},   /* field to field */
+    {"{\"$expr\": {\"$gt\": [\"$a\", \"$b\"]}}", "{\"a\": 2, \"b\": 3}", false},
+    {"{\"$expr\": {\"$eq\": [\"$a\", \"$b\"]}}", "{\"a\": [1], \"b\": [1]}", true},  /* whole values, no array expansion */
+    {"{\"$expr\": {\"$eq\": [\"$a\", 1]}}", "{\"a\": [1]}", false},
+    {"{\"$expr\": \"$a\"}", "{\"a\": 0}", false},                                  /* coerceToBool */
+    {"{\"$expr\": \"$a\"}", "{\"a\": \"\"}", true},
+    {"{\"$expr\": \"$a\"}", "{}", false},
+    {"{\"$expr\": {}}", "{}", true},                                                   /* {} is truthy */
+    {"{\"b\": 1, \"$or\": [{\"$expr\": {\"$lt\": [\"$a\", 0]}}, {\"c\": 1}]}", "{\"a\": -1, \"b\": 1}", true},
+    {"{\"$nor\": [{\"$expr\": {\"$lt\": [\"$a\", 0]}}]}", "{\"a\": -1}", false},
 };
 
 
@@ -337,7 +348,9 @@ static const erow_t errors[] = {
     {"{\"a\": {\"$elemMatch\": 1}}", 2, "$elemMatch needs an Object"},
     {"{\"a\": {\"$all\": 1}}", 2, "$all needs an array"},
     {"{\"$where\": \"1\"}", 2, "$where is not supported"},
-    {"{\"$expr\": {}}", 2, "$expr is not supported"},
+    {"{\"$expr\": {\"$bogus\": 1}}", 168, "Unrecognized expression '$bogus'"},
+    {"{\"$expr\": \"$$nope\"}", 17276, "Use of undefined variable: nope"},
+    {"{\"a\": {\"$elemMatch\": {\"$expr\": true}}}", 2, "$expr can only be applied to the top-level document"},
     {"{\"a\": {\"$mod\": [2, 0]}}", 2, "$mod is not supported"},
     {"{\"a\": {\"$gt\": " RE("x", "") "}}", 2, "Can't have RegEx as arg to predicate"},
     {"{\"a\": {\"$in\": [{\"$gt\": 1}]}}", 2, "cannot nest $ under $in"},
@@ -448,5 +461,43 @@ static void test_regex_nul(void) {
     bson_destroy(&f);
 }
 
-T_MAIN(T_CASE(test_match_table), T_CASE(test_compile_errors), T_CASE(test_is_empty),
+/* $expr with a command's `let`, and an evaluation error surfacing from the checked match. */
+static void test_expr_let(void) {
+    bson_t f, let, d1, d2;
+    query_t *q = NULL;
+    ms_error_t err = {0};
+    bool m = false;
+    t_json("{\"$expr\": {\"$gte\": [\"$a\", \"$$lim\"]}}", &f);
+    t_json("{\"lim\": {\"$add\": [2, 3]}}", &let);
+    t_json("{\"a\": 5}", &d1);
+    t_json("{\"a\": 4}", &d2);
+    CHECK(query_compile_let(&f, &let, &q, &err) == 0);
+    if (q) {
+        CHECK(query_match(q, &d1));
+        CHECK(!query_match(q, &d2));
+        query_free(q);
+        q = NULL;
+    }
+    CHECK(query_compile_let(&f, NULL, &q, &err) == 17276);   /* no let: undefined */
+    bson_destroy(&let);
+    t_json("{\"Lim\": 1}", &let);
+    CHECK(query_compile_let(&f, &let, &q, &err) == 9);       /* names start lower-case */
+    bson_destroy(&let);
+    bson_destroy(&f);
+    t_json("{\"$expr\": {\"$add\": [\"$a\", 1]}}", &f);
+    CHECK(query_compile(&f, &q, &err) == 0);
+    bson_destroy(&d1);
+    t_json("{\"a\": \"x\"}", &d1);
+    if (q) {
+        CHECK(query_match_checked(q, &d1, &m, &err) == 16554);   /* $add of a string */
+        CHECK(!query_match(q, &d1));
+        CHECK(query_match_checked(q, &d2, &m, &err) == 0 && m);
+        query_free(q);
+    }
+    bson_destroy(&f);
+    bson_destroy(&d1);
+    bson_destroy(&d2);
+}
+
+T_MAIN(T_CASE(test_match_table), T_CASE(test_compile_errors), T_CASE(test_expr_let), T_CASE(test_is_empty),
        T_CASE(test_filter_copied), T_CASE(test_regex_deadline), T_CASE(test_regex_nul))

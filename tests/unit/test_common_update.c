@@ -53,9 +53,11 @@ static const urow_t rows[] = {
     {"{\"_id\": 1}", "{\"$set\": 1}", NULL, 9},
     {"{\"_id\": 1}", "{\"$foo\": {\"a\": 1}}", NULL, 9},
     {"{\"_id\": 1}", "{\"$set\": {\"a\": 1}, \"b\": 2}", NULL, 9},
-    {"{\"_id\": 1}", "{\"$set\": {\"a.$\": 1}}", NULL, 2},                     /* positional refused */
-    {"{\"_id\": 1}", "{\"$set\": {\"a.$[]\": 1}}", NULL, 2},
-    {"{\"_id\": 1}", "{\"$set\": {\"a.$[x]\": 1}}", NULL, 2},
+    {"{\"_id\": 1}", "{\"$set\": {\"a.$\": 1}}", NULL, 2},                     /* "$" without a query match */
+    {"{\"_id\": 1}", "{\"$set\": {\"a.$[]\": 1}}", NULL, 2},                   /* the array must exist */
+    {"{\"_id\": 1}", "{\"$set\": {\"a.$[x]\": 1}}", NULL, 2},                  /* no filter for x */
+    {"{\"_id\": 1, \"a\": [1, 2]}", "{\"$inc\": {\"a.$[]\": 10}}", "{\"_id\": 1, \"a\": [11, 12]}", 0},
+    {"{\"_id\": 1, \"a\": 5}", "{\"$inc\": {\"a.$[]\": 10}}", NULL, 2},       /* not an array */
     {"{\"_id\": 1}", "{\"$set\": {\"a..b\": 1}}", NULL, 56},
     {"{\"_id\": 1}", "{\"$set\": {\"a.10\": 1, \"a.9\": 1}}", "{\"_id\": 1, \"a\": {\"9\": 1, \"10\": 1}}", 0}, /* numeric order */
     {"{\"_id\": 1, \"a\": 1}", "{\"$set\": {\"a\": 1}}", "{\"_id\": 1, \"a\": 1}", 0},
@@ -165,8 +167,8 @@ static const urow_t rows[] = {
     {"{\"_id\": 1, \"z\": 1}", "{\"$set\": {\"c\": 1}, \"$inc\": {\"b\": 1}, \"$push\": {\"a\": 1}}",
      "{\"_id\": 1, \"z\": 1, \"a\": [1], \"b\": 1, \"c\": 1}", 0},
     {"{\"_id\": 1, \"a\": 1, \"b\": [1]}", "{\"$unset\": {\"a\": 1}, \"$pop\": {\"b\": 1}}", "{\"_id\": 1, \"b\": []}", 0},
-    /* --- pipeline updates refused --- */
-    {"{\"_id\": 1}", "{\"0\": {\"$set\": {\"a\": 1}}}", NULL, 2},
+    /* --- something shaped like an array is a pipeline --- */
+    {"{\"_id\": 1}", "{\"0\": {\"$set\": {\"a\": 1}}}", "{\"_id\": 1, \"a\": 1}", 0},
 };
 
 static void test_update_table(void) {
@@ -218,7 +220,9 @@ static void test_messages(void) {
          "Cannot apply $inc to a value of non-numeric type. { \"_id\" : 1 } has the field 'a' of non-numeric type string"},
         {"{\"_id\": 1}", "{\"$set\": {\"a\": 1, \"a.b\": 1}}", "Updating the path 'a.b' would create a conflict at 'a'"},
         {"{\"_id\": 1}", "{\"$set\": {}}", "'$set' is empty. You must specify a field like so: {$set: {<field>: ...}}"},
-        {"{\"_id\": 1}", "{\"$set\": {\"a.$\": 1}}", "positional operators are not supported"},
+        {"{\"_id\": 1}", "{\"$set\": {\"a.$\": 1}}", "The positional operator did not find the match needed from the query."},
+        {"{\"_id\": 1}", "{\"$set\": {\"a.$[x]\": 1}}", "No array filter found for identifier 'x' in path 'a.$[x]'"},
+        {"{\"_id\": 1}", "{\"$set\": {\"a.$[]\": 1}}", "The path 'a' must exist in the document in order to apply array updates."},
         {"{\"_id\": 1, \"a\": 5}", "{\"$set\": {\"a.b\": 1}}", "Cannot create field 'b' in element"},
         {"{\"_id\": 1}", "{\"$bad\": {\"a\": 1}}", "Unknown modifier: $bad"},
         {"{\"_id\": 1}", "{\"_id\": 2}", "After applying the update, the (immutable) field '_id' was found to have been altered"},
@@ -314,5 +318,133 @@ static void test_upsert_seed(void) {
     }
 }
 
-T_MAIN(T_CASE(test_update_table), T_CASE(test_messages), T_CASE(test_set_on_insert),
+/* update_compile_opts rows: a pipeline (array, given as {"p": [...]}) or operators, with
+ * arrayFilters / query / let. */
+typedef struct orow {
+    const char *doc, *update, *array_filters, *query, *let;
+    const char *result;
+    int code;
+} orow_t;
+
+static const orow_t orows[] = {
+    /* arrayFilters */
+    {"{\"_id\": 1, \"a\": [1, 5, 9]}", "{\"$set\": {\"a.$[x]\": 0}}", "[{\"x\": {\"$gte\": 5}}]", NULL, NULL,
+     "{\"_id\": 1, \"a\": [1, 0, 0]}", 0},
+    {"{\"_id\": 1, \"a\": [{\"b\": 1, \"c\": 1}, {\"b\": 2, \"c\": 1}]}", "{\"$inc\": {\"a.$[e].c\": 5}}",
+     "[{\"e.b\": 2}]", NULL, NULL, "{\"_id\": 1, \"a\": [{\"b\": 1, \"c\": 1}, {\"b\": 2, \"c\": 6}]}", 0},
+    {"{\"_id\": 1, \"a\": [{\"b\": [1, 7]}, {\"b\": [8]}]}", "{\"$mul\": {\"a.$[].b.$[v]\": 2}}",
+     "[{\"v\": {\"$gt\": 5}}]", NULL, NULL, "{\"_id\": 1, \"a\": [{\"b\": [1, 14]}, {\"b\": [16]}]}", 0}, /* nested */
+    {"{\"_id\": 1, \"a\": [{\"b\": 1}, {\"b\": 2}]}", "{\"$unset\": {\"a.$[e].b\": 1}}", "[{\"e.b\": 1}]", NULL, NULL,
+     "{\"_id\": 1, \"a\": [{}, {\"b\": 2}]}", 0},
+    {"{\"_id\": 1, \"a\": [{\"t\": [1]}, {\"t\": []}]}", "{\"$push\": {\"a.$[].t\": 3}}", "[]", NULL, NULL,
+     "{\"_id\": 1, \"a\": [{\"t\": [1, 3]}, {\"t\": [3]}]}", 0},
+    {"{\"_id\": 1, \"a\": [3, 8]}", "{\"$max\": {\"a.$[x]\": 5}}", "[{\"x\": {\"$lt\": 5}}]", NULL, NULL,
+     "{\"_id\": 1, \"a\": [5, 8]}", 0},
+    {"{\"_id\": 1, \"a\": [1]}", "{\"$set\": {\"a.$[x]\": 0}}", "[{\"x\": 1}, {\"y\": 1}]", NULL, NULL, NULL, 9}, /* y unused */
+    {"{\"_id\": 1, \"a\": [1]}", "{\"$set\": {\"a.$[x]\": 0}}", "[{\"x\": 1}, {\"x\": 2}]", NULL, NULL, NULL, 9}, /* twice */
+    {"{\"_id\": 1, \"a\": [1]}", "{\"$set\": {\"a.$[X]\": 0}}", "[{\"X\": 1}]", NULL, NULL, NULL, 2},  /* bad name */
+    {"{\"_id\": 1, \"a\": [1]}", "{\"$set\": {\"a.$[x]\": 0}}", "[{\"x\": 1, \"y\": 1}]", NULL, NULL, NULL, 9},
+    {"{\"_id\": 1, \"a\": [1]}", "{\"$set\": {\"a.$[x]\": 0}}", "[{}]", NULL, NULL, NULL, 9},
+    {"{\"_id\": 1, \"a\": [1]}", "{\"$set\": {\"$[x]\": 0}}", "[{\"x\": 1}]", NULL, NULL, NULL, 2},   /* first position */
+    {"{\"_id\": 1, \"a\": [1]}", "{\"b\": 1}", "[{\"x\": 1}]", NULL, NULL, NULL, 9},                  /* replacement */
+    {"{\"_id\": 1, \"a\": [1]}", "{\"$rename\": {\"a.$[]\": \"b\"}}", "[]", NULL, NULL, NULL, 2},
+    /* "$": the element the query's predicates on the array pick */
+    {"{\"_id\": 1, \"a\": [{\"b\": 1}, {\"b\": 2}, {\"b\": 2}]}", "{\"$set\": {\"a.$.c\": 1}}", NULL,
+     "{\"_id\": 1, \"a.b\": 2}", NULL, "{\"_id\": 1, \"a\": [{\"b\": 1}, {\"b\": 2, \"c\": 1}, {\"b\": 2}]}", 0},
+    {"{\"_id\": 1, \"a\": [4, 6, 8]}", "{\"$inc\": {\"a.$\": 1}}", NULL, "{\"a\": {\"$gt\": 5}}", NULL,
+     "{\"_id\": 1, \"a\": [4, 7, 8]}", 0},
+    {"{\"_id\": 1, \"a\": [{\"b\": 1, \"c\": 2}, {\"b\": 2, \"c\": 1}]}", "{\"$set\": {\"a.$.d\": 0}}", NULL,
+     "{\"a\": {\"$elemMatch\": {\"b\": 2, \"c\": 1}}}", NULL,
+     "{\"_id\": 1, \"a\": [{\"b\": 1, \"c\": 2}, {\"b\": 2, \"c\": 1, \"d\": 0}]}", 0},
+    {"{\"_id\": 1, \"a\": [1]}", "{\"$set\": {\"a.$\": 0}}", NULL, "{\"_id\": 1}", NULL, NULL, 2},  /* no predicate on a */
+    {"{\"_id\": 1, \"a\": [[1]]}", "{\"$set\": {\"a.$.$\": 0}}", NULL, "{\"a\": [1]}", NULL, NULL, 2},
+    /* pipelines */
+    {"{\"_id\": 1, \"a\": 2, \"b\": 3}", "{\"p\": [{\"$set\": {\"s\": {\"$add\": [\"$a\", \"$b\"]}}}, {\"$unset\": \"b\"}]}",
+     NULL, NULL, NULL, "{\"_id\": 1, \"a\": 2, \"s\": 5}", 0},
+    {"{\"_id\": 1, \"a\": 2}", "{\"p\": [{\"$set\": {\"m\": {\"$multiply\": [\"$a\", \"$$k\"]}}}]}", NULL, NULL,
+     "{\"k\": 10}", "{\"_id\": 1, \"a\": 2, \"m\": 20}", 0},
+    {"{\"_id\": 1, \"a\": {\"x\": 1}}", "{\"p\": [{\"$replaceWith\": \"$a\"}]}", NULL, NULL, NULL,
+     "{\"_id\": 1, \"x\": 1}", 0},                                           /* _id kept */
+    {"{\"_id\": 1, \"a\": {\"x\": 1}}", "{\"p\": [{\"$replaceRoot\": {\"newRoot\": {\"_id\": 1, \"y\": \"$a.x\"}}}]}",
+     NULL, NULL, NULL, "{\"_id\": 1, \"y\": 1}", 0},
+    {"{\"_id\": 1, \"a\": 5}", "{\"p\": [{\"$replaceWith\": \"$a\"}]}", NULL, NULL, NULL, NULL, 40228},
+    {"{\"_id\": 1, \"a\": 2}", "{\"p\": [{\"$project\": {\"a\": 0}}]}", NULL, NULL, NULL, "{\"_id\": 1}", 0},
+    {"{\"_id\": 1}", "{\"p\": [{\"$set\": {\"_id\": 2}}]}", NULL, NULL, NULL, NULL, 66},
+    {"{\"_id\": 1}", "{\"p\": [{\"$match\": {}}]}", NULL, NULL, NULL, NULL, 72},
+    {"{\"_id\": 1}", "{\"p\": [{\"$group\": {\"_id\": 1}}]}", NULL, NULL, NULL, NULL, 72},
+    {"{\"_id\": 1}", "{\"p\": [{\"$set\": {\"a\": \"$$undefinedVar\"}}]}", NULL, NULL, NULL, NULL, 17276},
+    {"{\"_id\": 1}", "{\"p\": [{\"$set\": {\"a\": 1}}]}", "[{\"x\": 1}]", NULL, NULL, NULL, 9},
+    {"{\"_id\": 1}", "{\"p\": [{\"$set\": {\"a\": 1}}]}", NULL, NULL, "{\"Bad\": 1}", NULL, 9},
+};
+
+static void test_update_opts(void) {
+    for (size_t i = 0; i < sizeof orows / sizeof orows[0]; i++) {
+        const orow_t *r = &orows[i];
+        bson_t doc, spec, q, let, out, want, pipe;
+        update_opts_t o = {0};
+        update_t *u = NULL;
+        ms_error_t err = {0};
+        bool changed, is_pipe = false;
+        bson_iter_t it;
+        t_json(r->doc, &doc);
+        t_json(r->update, &spec);
+        bson_init(&pipe);
+        if (bson_iter_init_find(&it, &spec, "p")) {
+            bson_t v;
+            uint32_t len;
+            const uint8_t *data;
+            bson_iter_array(&it, &len, &data);
+            bson_init_static(&v, data, len);
+            bson_copy_to_excluding_noinit(&v, &pipe, "", NULL);
+            is_pipe = true;
+        }
+        if (r->array_filters) {
+            bson_t w;
+            char *j = bson_strdup_printf("{\"a\": %s}", r->array_filters);
+            t_json(j, &w);
+            bson_free(j);
+            bson_iter_init_find(&it, &w, "a");
+            uint32_t len;
+            const uint8_t *data;
+            bson_iter_array(&it, &len, &data);
+            bson_t v;
+            bson_init_static(&v, data, len);
+            o.array_filters = bson_copy(&v);
+            bson_destroy(&w);
+        }
+        if (r->query) {
+            t_json(r->query, &q);
+            o.query = &q;
+        }
+        if (r->let) {
+            t_json(r->let, &let);
+            o.let = &let;
+        }
+        int rc = update_compile_opts(is_pipe ? &pipe : &spec, is_pipe, &o, &u, &err);
+        if (rc == 0) rc = update_apply(u, &doc, false, &out, &changed, &err);
+        if (!r->result) {
+            CHECK_MSG(rc == r->code, "orow %zu: rc %d expected %d (%s)", i, rc, r->code, err.msg);
+            if (rc == 0) bson_destroy(&out);
+        } else {
+            CHECK_MSG(rc == 0, "orow %zu: %s", i, err.msg);
+            if (rc == 0) {
+                t_json(r->result, &want);
+                char *g = bson_as_relaxed_extended_json(&out, NULL);
+                CHECK_MSG(bson_equal(&out, &want), "orow %zu: got %s", i, g);
+                bson_free(g);
+                bson_destroy(&want);
+                bson_destroy(&out);
+            }
+        }
+        update_free(u);
+        if (r->array_filters) bson_destroy((bson_t *)o.array_filters);
+        if (r->query) bson_destroy(&q);
+        if (r->let) bson_destroy(&let);
+        bson_destroy(&pipe);
+        bson_destroy(&spec);
+        bson_destroy(&doc);
+    }
+}
+
+T_MAIN(T_CASE(test_update_table), T_CASE(test_update_opts), T_CASE(test_messages), T_CASE(test_set_on_insert),
        T_CASE(test_current_date), T_CASE(test_upsert_seed))
