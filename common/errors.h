@@ -96,7 +96,15 @@
     X(IDL_VALUE_TOO_LOW, 51024, "Location51024")                    \
     X(LOC_NO_SHARD_KEY_IN_QUERY, 51260, "Location51260")            \
     X(LOC_NO_CHUNK_WITH_BOUNDS, 51261, "Location51261")             \
-    X(LOC_CHUNK_NOT_FOUND, 51262, "Location51262")
+    X(LOC_CHUNK_NOT_FOUND, 51262, "Location51262")                  \
+    X(ILLEGAL_OP_MSG_FLAG, 223, "IllegalOpMsgFlag")                  \
+    X(UNSUPPORTED_OP_QUERY_COMMAND, 352, "UnsupportedOpQueryCommand") \
+    X(LOC_OPMSG_MULTIPLE_BODIES, 40430, "Location40430")            \
+    X(LOC_OPMSG_DUP_SEQUENCE, 40431, "Location40431")               \
+    X(LOC_OPMSG_UNKNOWN_SECTION, 40432, "Location40432")            \
+    X(LOC_OPMSG_DUP_FIELD, 40433, "Location40433")                  \
+    X(LOC_OPMSG_NO_DB, 40571, "Location40571")                      \
+    X(LOC_OPMSG_NO_BODY, 40587, "Location40587")
 
 enum ms_err {
     MS_OK = 0,
