@@ -1043,7 +1043,11 @@ int rpc_server_start_opts(const char *url, const rpc_server_opts_t *o, rpc_serve
     s->idle_ms = o->wire ? o->idle_ms : 0;
     s->classify_arg = o->classify_arg;
     s->pool[RPC_POOL_USER].nworkers = nworkers;
-    s->pool[RPC_POOL_USER].share = rpc_share(nworkers);
+    /* A wire connection's messages run one at a time, in order, as MongoDB runs them: a
+     * driver sends an unacknowledged (moreToCome) write and then reads, on the same
+     * connection, and must see the write. (SP clients match replies by id and our own
+     * peers pipeline independent requests.) */
+    s->pool[RPC_POOL_USER].share = framing == &rpc_wire ? 1 : rpc_share(nworkers);
     s->pool[RPC_POOL_INTERNAL].nworkers = ninternal;
     s->pool[RPC_POOL_INTERNAL].share = rpc_share(ninternal);
     atomic_init(&s->requests, 0);
