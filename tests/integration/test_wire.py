@@ -21,7 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lib import *  # noqa: E402,F401,F403
-from hostile import assert_responsive, assert_rss_below, rss_mb  # noqa: E402
+from hostile import RawReq, assert_responsive, assert_rss_below, rss_mb  # noqa: E402
 from wireproto import (CHECKSUM, EXHAUST_ALLOWED, MORE_TO_COME, OP_MSG, OP_QUERY, OP_REPLY,  # noqa: E402
                        WireConn, crc32c, header, op_compressed, op_msg, op_query)
 
@@ -241,6 +241,22 @@ def test_hostile_clients_cost_their_connection(t):
     assert w.recv()["doc"]["ok"] == 0
     assert w.command({"ping": 1})["ok"] == 1
     w.close()
+    # an embedded document without its terminator (found by fuzz_wire): libbson walks it
+    # but aborts when copying it; refused as InvalidBSON over both transports (over NNG it
+    # used to kill shardd through query.c's ASSERT)
+    bad_filter = b"\x03filter\x00" + bytes([12, 0, 0, 0, 0x10, ord("x"), 0, 1, 0, 0, 0, 0x06])
+    body = b"\x02find\x00\x02\x00\x00\x00c\x00" + bad_filter + b"\x02$db\x00\x04\x00\x00\x00app\x00"
+    bad_cmd = struct.pack("<i", len(body) + 5) + body + b"\x00"
+    for proc in (r, ss[0]):
+        w = WireConn(proc.wire)
+        w.send(op_msg(bad_cmd, request_id=21))
+        assert w.recv()["doc"]["code"] == 22
+        w.close()
+        n = RawReq(proc.url)
+        n.send_raw(bad_cmd)
+        assert n.recv()[1]["code"] == 22
+        n.close()
+        still_serving(proc, "after an unterminated embedded document")
     # truncated, then vanished: announced 1 MB, sent 100 bytes, gone
     for _ in range(20):
         v = WireConn(r.wire)

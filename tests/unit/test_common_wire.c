@@ -478,6 +478,22 @@ static void wire_replies(void) {
     bson_destroy(&doc);
 }
 
-T_MAIN(T_CASE(wire_crc_vectors), T_CASE(wire_op_msg_body), T_CASE(wire_op_msg_sequences),
-       T_CASE(wire_op_msg_flags), T_CASE(wire_op_msg_refused), T_CASE(wire_op_msg_lengths),
+/* Found by the fuzzer: an embedded document without its 0 terminator passes libbson's
+ * validator but makes bson_init_static (and so BSON_ASSERTs in libbson and in query.c)
+ * fail later; dispatch's bsonx_view must refuse it, so neither transport lets it in. */
+static void wire_unterminated_embedded_doc(void) {
+    /* {a: {x: 1}} with the inner document's terminator replaced by 0x06 */
+    const uint8_t good[] = {20, 0, 0, 0, 0x03, 'a', 0, 12, 0, 0, 0, 0x10, 'x', 0, 1, 0, 0, 0, 0,
+                            0};
+    bson_t view;
+    ms_error_t err = {0};
+    uint8_t bad[sizeof good];
+    CHECK_INT(bsonx_view(good, sizeof good, &view, &err), 0);
+    memcpy(bad, good, sizeof good);
+    bad[18] = 0x06;
+    CHECK_INT(bsonx_view(bad, sizeof bad, &view, &err), MS_ERR_INVALID_BSON);
+}
+
+T_MAIN(T_CASE(wire_crc_vectors), T_CASE(wire_unterminated_embedded_doc), T_CASE(wire_op_msg_body),
+       T_CASE(wire_op_msg_sequences), T_CASE(wire_op_msg_flags), T_CASE(wire_op_msg_refused), T_CASE(wire_op_msg_lengths),
        T_CASE(wire_op_query), T_CASE(wire_other_opcodes), T_CASE(wire_replies))
