@@ -560,6 +560,13 @@ static void rpc_rx_cb(void *arg) {
     c->rx_busy = false;
     if (c->closed) goto out;
     if (rv != 0) {
+        if (rv == NNG_ETIMEDOUT && c->hello_done && !c->rx_buf && c->head_got == 0 &&
+            c->inflight > 0) {
+            /* Not idle: the client waits for a reply to a command still running (a long
+             * moveChunk) or still being sent. Keep waiting for its next message. */
+            rpc_rx_start(c);
+            goto out;
+        }
         if (rv == NNG_ETIMEDOUT && c->hello_done && !c->rx_buf && c->head_got == 0) {
             char detail[48];
             snprintf(detail, sizeof detail, "idle_ms=%d", s->idle_ms);

@@ -285,6 +285,12 @@ def test_idle_and_stalled_connections(t):
     while time.monotonic() - t0 < 2.0:
         assert busy.command({"ping": 1})["ok"] == 1
         time.sleep(0.2)
+    # a command running longer than the idle bound is not idleness: its client is waiting
+    busy.command({"configureFailPoint": "failCommand", "mode": {"times": 1},
+                  "data": {"failCommands": ["count"], "blockConnection": True, "blockTimeMS": 1500}})
+    slow = WireConn(s.wire)
+    assert slow.command({"count": "c"}, db="app")["ok"] == 1, "a 1.5 s command outlived by its connection"
+    slow.close()
     assert idle.closed_by_peer(timeout=5), "idle connection not closed"
     assert "reason=idle" in s.log_text()
     assert stalled.closed_by_peer(timeout=15), "stalled connection not closed"
