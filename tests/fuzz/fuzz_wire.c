@@ -97,6 +97,40 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
+/* Every FZ_RESET_EVERY inputs the databases the inputs created are dropped: a store that
+ * only grows makes every later input slower (the first runs fell from 9,000 to 3,500
+ * executions a second in 5 minutes) without reaching new code. */
+#define FZ_RESET_EVERY 20000
+
+static void fz_reset(void) {
+    bson_t cmd, reply;
+    bson_iter_t it, dbs, db;
+    char names[64][128];
+    int n = 0;
+    bson_init(&cmd);
+    BSON_APPEND_INT32(&cmd, "listDatabases", 1);
+    BSON_APPEND_BOOL(&cmd, "nameOnly", true);
+    BSON_APPEND_UTF8(&cmd, "$db", "admin");
+    bson_init(&reply);
+    cmd_dispatch(fz_srv, bson_get_data(&cmd), cmd.len, &reply);
+    if (bson_iter_init_find(&it, &reply, "databases") && bson_iter_recurse(&it, &dbs))
+        while (n < 64 && bson_iter_next(&dbs))
+            if (bson_iter_recurse(&dbs, &db) && bson_iter_find(&db, "name") &&
+                BSON_ITER_HOLDS_UTF8(&db))
+                snprintf(names[n++], sizeof names[0], "%s", bson_iter_utf8(&db, NULL));
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    for (int i = 0; i < n; i++) {
+        bson_init(&cmd);
+        BSON_APPEND_INT32(&cmd, "dropDatabase", 1);
+        BSON_APPEND_UTF8(&cmd, "$db", names[i]);
+        bson_init(&reply);
+        cmd_dispatch(fz_srv, bson_get_data(&cmd), cmd.len, &reply);
+        bson_destroy(&reply);
+        bson_destroy(&cmd);
+    }
+}
+
 /* The command's name (first key) may run here: see the file comment. */
 static bool fz_dispatchable(const bson_t *cmd) {
     bson_iter_t it;
@@ -114,7 +148,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t *out;
     size_t out_len = 0;
     wire_rc_t rc;
+    static unsigned long runs;
 
+    if (++runs % FZ_RESET_EVERY == 0) fz_reset();
     /* The connection layer: a header it would refuse never reaches the decoder. */
     if (size < WIRE_HEADER_BYTES) return 0;
     wire_header_read(data, &h);
