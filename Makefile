@@ -6,6 +6,7 @@
 #   make check-long long soak / chaos runs
 #   make lint       cppcheck + shellcheck
 #   make SAN=address,undefined test   the same tests under sanitizers
+#   make fuzz [FUZZ_SECONDS=N]        libFuzzer on the wire decoder + dispatch (not in test)
 # Missing Debian packages are installed by scripts/deps.sh on first use.
 
 CC       ?= cc
@@ -52,7 +53,7 @@ PROGRAMS  = $(BIN)/configsvr $(BIN)/shardd $(BIN)/router $(BIN)/shardctl
 UNIT_BINS = $(patsubst tests/unit/%.c,$(BUILD)/t/%,$(UNIT_SRC))
 BENCH_BINS= $(patsubst tests/bench/%.c,$(BUILD)/b/%,$(BENCH_SRC))
 
-.PHONY: all test unit integration demo bench check-long lint clean deps
+.PHONY: all test unit integration demo bench check-long lint clean deps fuzz
 # Keep every built object: test and bench objects are intermediates of pattern rules and
 # make would delete them after each run (and rebuild them the next time).
 .SECONDARY:
@@ -156,6 +157,30 @@ lint: | $(DEPS_OK)
 	    common configsvr shardd router cli
 	@# libbson's headers are left out on purpose: cppcheck 2.10 cannot expand their atomics macros.
 	shellcheck scripts/*.sh tests/*.sh .ci/run
+
+# ---- fuzzing (clang's libFuzzer; never part of `make test`) ---------------------------
+# tests/fuzz/fuzz_wire.c: wire messages → decoder → shardd's dispatch → reply encoder.
+# Objects are instrumented apart under build/fuzz; new inputs libFuzzer finds go to
+# build/fuzz/corpus-wire (the seeds in tests/fuzz/corpus/wire are only read); a crash is
+# written to build/fuzz/ as crash-<sha1>, to replay with build/fuzz/fuzz_wire FILE.
+FUZZ_SECONDS ?= 60
+FUZZ_CC      ?= clang
+FUZZ_BUILD    = build/fuzz
+FUZZ_SAN      = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_CFLAGS   = -std=c11 -D_GNU_SOURCE -g -O1 -I. $(PKG_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link
+FUZZ_OBJS     = $(patsubst %.c,$(FUZZ_BUILD)/%.o,$(COMMON_SRC) $(SHARDD_SRC))
+
+$(FUZZ_BUILD)/%.o: %.c | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP -c -o $@ $<
+$(FUZZ_BUILD)/fuzz_wire: $(FUZZ_BUILD)/tests/fuzz/fuzz_wire.o $(FUZZ_OBJS)
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
+fuzz:
+	@command -v $(FUZZ_CC) >/dev/null || bash scripts/deps.sh --fuzz
+	@$(MAKE) --no-print-directory $(FUZZ_BUILD)/fuzz_wire
+	@mkdir -p $(FUZZ_BUILD)/corpus-wire
+	cd $(FUZZ_BUILD) && ./fuzz_wire -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	    -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 corpus-wire ../../tests/fuzz/corpus/wire
 
 clean:
 	rm -rf build bin bench-results.json

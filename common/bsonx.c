@@ -419,7 +419,12 @@ int bsonx_depth(const bson_t *doc) {
 /* UTF-8 of every key and text value. bson_validate(BSON_VALIDATE_UTF8) in libbson 1.23
  * lets some invalid sequences through (e.g. "\xff\xfe" in a string value), and text
  * that is not UTF-8 would later make extended-JSON output fail, so the check is done
- * again here, value by value. Runs on structurally valid documents of bounded depth. */
+ * again here, value by value. Runs on structurally valid documents of bounded depth.
+ * Also every embedded document and array must end with its 0 terminator: libbson 1.23's
+ * iterator and validator walk one without it, but bson_init_static (so bson_iter_document
+ * users, bson_append_iter, bson_copy_to_excluding) refuses it, and some of those paths
+ * abort (BSON_ASSERT) — found by tests/fuzz/fuzz_wire.c; over NNG a find whose filter held
+ * such a document killed shardd (query.c's ASSERT). */
 static bool utf8_walk(bson_iter_t *it, int level) {
     while (bson_iter_next(it)) {
         const char *k = bson_iter_key(it);
@@ -455,11 +460,14 @@ static bool utf8_walk(bson_iter_t *it, int level) {
             break;
         }
         case BSON_TYPE_DOCUMENT:
-        case BSON_TYPE_ARRAY:
+        case BSON_TYPE_ARRAY: {
+            bson_t view;
+            if (!bsonx_view_container(it, &view)) return false;
             if (level < MS_MSG_DEPTH_MAX + 1 && bson_iter_recurse(it, &child) &&
                 !utf8_walk(&child, level + 1))
                 return false;
             break;
+        }
         default: break;
         }
         if (s && !bson_utf8_validate(s, n, true)) return false;
@@ -486,7 +494,9 @@ int bsonx_view(const uint8_t *data, size_t len, bson_t *out, ms_error_t *err) {
                                   &berr))
         return err_set(err, MS_ERR_INVALID_BSON, "invalid BSON: %s", berr.message);
     if (!bson_iter_init(&it, out) || !utf8_walk(&it, 1))
-        return err_set(err, MS_ERR_INVALID_BSON, "invalid BSON: text is not valid UTF-8");
+        return err_set(err, MS_ERR_INVALID_BSON,
+                       "invalid BSON: text is not valid UTF-8 or an embedded document is not "
+                       "terminated");
     return 0;
 }
 

@@ -523,9 +523,19 @@ int cmd_server_start(const cmd_server_opts_t *opts, cmd_server_t **out, ms_error
     op_register_failpoints();
 
     {
-        rpc_server_opts_t ro = {opts->workers, cmd_rpc_handler, s, opts->internal_workers,
-                                rpc_internal_by_name, NULL};
+        rpc_server_opts_t ro = {.nworkers = opts->workers, .fn = cmd_rpc_handler, .arg = s,
+                                .internal_workers = opts->internal_workers,
+                                .is_internal = rpc_internal_by_name};
         rc = rpc_server_start_opts(opts->url, &ro, &s->rpc, err);
+    }
+    if (rc == 0 && opts->wire_url) {
+        rpc_server_opts_t wo = {.nworkers = opts->workers, .fn = cmd_rpc_handler, .arg = s,
+                                .wire = true, .idle_ms = opts->wire_idle_ms};
+        snprintf(s->wire_url, sizeof s->wire_url, "%s", opts->wire_url);
+        if ((rc = rpc_server_start_opts(opts->wire_url, &wo, &s->wire, err)) != 0) {
+            rpc_server_stop(s->rpc);
+            s->rpc = NULL;
+        }
     }
     if (rc != 0) {
         cmd_server_free(s);
@@ -539,6 +549,7 @@ void cmd_server_stop(cmd_server_t *s) {
     if (!s) return;
     /* A handler hung on a failpoint would hold its worker, and the join, forever. */
     fp_release_all();
+    rpc_server_stop(s->wire);  /* NULL-safe */
     rpc_server_stop(s->rpc);
     cmd_server_free(s);
 }

@@ -228,6 +228,10 @@ typedef struct cmd_server_opts {
      * dispatch) and the request ends there. The router refuses internal commands from
      * clients this way (rt_refuse_internal). */
     bool (*intercept)(const uint8_t *data, size_t len, bson_t *reply);
+    /* May be NULL. tcp://host:port where the same commands are also served over MongoDB's
+     * wire protocol (rpc_server_opts_t.wire), through the same dispatch. */
+    const char *wire_url;
+    int wire_idle_ms;           /* the wire listener's idle bound (0 = none) */
 } cmd_server_opts_t;
 
 /* Builds a dispatcher and starts serving. *out set on success only. */

@@ -129,6 +129,21 @@ static int cmd_server_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
                                   (int64_t)rpc_server_closed(s->rpc, (rpc_close_reason_t)r));
         bson_append_document_end(&sub, &closed);
     }
+    if (s->wire) {  /* the MongoDB wire protocol listener's own connections */
+        bson_t w, closed;
+        rpc_server_connections(s->wire, &conns_now, &conns_total);
+        BSON_APPEND_DOCUMENT_BEGIN(&sub, "wire", &w);
+        BSON_APPEND_UTF8(&w, "url", s->wire_url);
+        BSON_APPEND_INT64(&w, "current", (int64_t)conns_now);
+        BSON_APPEND_INT64(&w, "totalCreated", (int64_t)conns_total);
+        BSON_APPEND_INT64(&w, "numRequests", (int64_t)rpc_server_requests(s->wire));
+        BSON_APPEND_DOCUMENT_BEGIN(&w, "closedByServer", &closed);
+        for (int r = 0; r < RPC_CLOSE_REASONS; r++)
+            BSON_APPEND_INT64(&closed, rpc_close_reason_name((rpc_close_reason_t)r),
+                              (int64_t)rpc_server_closed(s->wire, (rpc_close_reason_t)r));
+        bson_append_document_end(&w, &closed);
+        bson_append_document_end(&sub, &w);
+    }
     bson_append_document_end(reply, &sub);
 
     BSON_APPEND_DOCUMENT_BEGIN(reply, "network", &sub);

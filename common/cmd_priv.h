@@ -27,6 +27,8 @@ struct cmd_server {
     cmd_status_fn metrics;
     bool (*intercept)(const uint8_t *data, size_t len, bson_t *reply);
     rpc_server_t *rpc;
+    rpc_server_t *wire;            /* MongoDB wire protocol listener, or NULL */
+    char wire_url[MS_URL_BYTES_MAX];
     long long start_mono_ms;
     cmd_counter_t *own_counts;     /* one per row of table */
     cmd_counter_t *common_counts;  /* one per row of cmd_common_table */

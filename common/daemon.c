@@ -14,7 +14,7 @@
 
 int daemon_parse(daemon_t *d, const char *process, int port_default, int argc, char **argv,
                  const flag_spec_t *own, const char *usage) {
-    flag_spec_t specs[DAEMON_OWN_FLAGS_MAX + 6];
+    flag_spec_t specs[DAEMON_OWN_FLAGS_MAX + 9];
     int n = 0;
 
     cmd_block_signals();  /* before any thread starts: they all inherit the mask */
@@ -22,6 +22,8 @@ int daemon_parse(daemon_t *d, const char *process, int port_default, int argc, c
     d->process = process;
     d->port = port_default;
     d->bind_addr = "127.0.0.1";
+    d->wire_bind = "127.0.0.1";
+    d->wire_idle_ms = MS_WIRE_IDLE_MS_DEFAULT;
     snprintf(d->port_help, sizeof d->port_help, "TCP port to listen on (default %d)", port_default);
     for (; own && own[n].name; n++) {
         ASSERT(n < DAEMON_OWN_FLAGS_MAX);  /* the daemons' own tables, fixed at build time */
@@ -34,6 +36,13 @@ int daemon_parse(daemon_t *d, const char *process, int port_default, int argc, c
     specs[n++] = (flag_spec_t){"workers", FLAG_INT, &d->workers, "request worker threads (default 16)"};
     specs[n++] = (flag_spec_t){"enable-test-commands", FLAG_BOOL, &d->test_commands,
                                "serve configureFailPoint and other test-only commands"};
+    specs[n++] = (flag_spec_t){"wire-port", FLAG_INT, &d->wire_port,
+                               "also serve MongoDB's wire protocol on this TCP port (mongosh, "
+                               "drivers; default: off)"};
+    specs[n++] = (flag_spec_t){"wire-bind", FLAG_STR, &d->wire_bind,
+                               "address of the wire protocol listener (default 127.0.0.1)"};
+    specs[n++] = (flag_spec_t){"wire-idle-ms", FLAG_INT, &d->wire_idle_ms,
+                               "close a wire connection idle this long (default 600000)"};
     specs[n] = (flag_spec_t){NULL, FLAG_BOOL, NULL, NULL};
 
     if (flags_parse(argc, argv, specs, usage) != argc) {
@@ -44,6 +53,20 @@ int daemon_parse(daemon_t *d, const char *process, int port_default, int argc, c
         fprintf(stderr, "%s: --port must be 1..65535 and --workers 0..%d\n", process,
                 MS_RPC_WORKERS_MAX);
         return 2;
+    }
+    if (d->wire_port < 0 || d->wire_port > 65535 || d->wire_idle_ms < MS_WIRE_IDLE_MS_MIN ||
+        d->wire_idle_ms > MS_WIRE_IDLE_MS_MAX) {
+        fprintf(stderr, "%s: --wire-port must be 1..65535 and --wire-idle-ms %d..%d\n", process,
+                MS_WIRE_IDLE_MS_MIN, MS_WIRE_IDLE_MS_MAX);
+        return 2;
+    }
+    if (d->wire_port) {
+        int w = snprintf(d->wire_url, sizeof d->wire_url, "tcp://%s:%d", d->wire_bind,
+                         d->wire_port);
+        if (w < 0 || (size_t)w >= sizeof d->wire_url) {
+            fprintf(stderr, "%s: --wire-bind is too long\n", process);
+            return 2;
+        }
     }
     if (d->url_flag) {
         if (strlen(d->url_flag) >= sizeof d->url) {
@@ -67,21 +90,27 @@ int daemon_start(daemon_t *d, const cmd_server_opts_t *opts, ms_error_t *err) {
     o.url = d->url;
     o.workers = d->workers;
     o.enable_test_commands = d->test_commands;
+    o.wire_url = d->wire_url[0] ? d->wire_url : NULL;
+    o.wire_idle_ms = d->wire_idle_ms;
     /* Calls to any one peer may hold at most a share of these workers. */
     rpc_client_set_workers(d->workers);
     int rc = cmd_server_start(&o, &d->srv, err);
     if (rc)
-        log_error("startup failed step=listen url=%s code=%d errmsg=%s", log_str(d->url),
+        log_error("startup failed step=listen url=%s wire_url=%s code=%d errmsg=%s",
+                  log_str(d->url), log_str(d->wire_url[0] ? d->wire_url : "-"),
                   err ? err->code : rc, log_str(err ? err->msg : ""));
     return rc;
 }
 
 void daemon_ready(const daemon_t *d, const char *key, const char *value) {
+    char wire[MS_URL_BYTES_MAX + 24] = "";
+    /* mongodb://, as a user pastes it into mongosh (the tcp:// prefix dropped). */
+    if (d->wire_url[0]) snprintf(wire, sizeof wire, " wire=mongodb://%s", d->wire_url + 6);
     if (key)
-        log_info("ready url=%s %s=%s test_commands=%d", d->url, key, value ? value : "",
-                 d->test_commands);
+        log_info("ready url=%s %s=%s test_commands=%d%s", d->url, key, value ? value : "",
+                 d->test_commands, wire);
     else
-        log_info("ready url=%s test_commands=%d", d->url, d->test_commands);
+        log_info("ready url=%s test_commands=%d%s", d->url, d->test_commands, wire);
 }
 
 int daemon_fail(const char *step, const ms_error_t *err) {

@@ -7,7 +7,8 @@
  *   daemon_parse     block SIGINT/SIGTERM before any thread exists (every thread started
  *                    later inherits the mask, so only daemon_wait sees them), parse the
  *                    daemon's own flags plus the common ones (--port, --bind, --url,
- *                    --workers, --enable-test-commands), check them, build the URL;
+ *                    --workers, --enable-test-commands, --wire-port, --wire-bind,
+ *                    --wire-idle-ms), check them, build the URLs;
  *   (main)           log_init, open its state;
  *   daemon_start     start the command server on that URL with the daemon's table;
  *   daemon_ready     the one `ready url=...` line tests and scripts wait for;
@@ -37,6 +38,10 @@ typedef struct daemon {
     int workers;                  /* --workers (0 = MS_RPC_WORKERS_DEFAULT) */
     const char *bind_addr;        /* --bind (default 127.0.0.1); points into argv */
     const char *url_flag;         /* --url, or NULL; points into argv */
+    int wire_port;                /* --wire-port (0 = no wire listener) */
+    const char *wire_bind;        /* --wire-bind (default 127.0.0.1); points into argv */
+    int wire_idle_ms;             /* --wire-idle-ms (default MS_WIRE_IDLE_MS_DEFAULT) */
+    char wire_url[MS_URL_BYTES_MAX];  /* tcp://wire_bind:wire_port, or "" */
     bool test_commands;           /* --enable-test-commands */
     char url[MS_URL_BYTES_MAX];   /* where it listens: --url, else tcp://bind:port */
     char port_help[64];
@@ -56,7 +61,8 @@ int daemon_parse(daemon_t *d, const char *process, int port_default, int argc, c
  * step=listen` on failure. */
 int daemon_start(daemon_t *d, const cmd_server_opts_t *opts, ms_error_t *err);
 
-/* Logs `ready url=<url> <key>=<value> test_commands=<0|1>` (key NULL: no pair). */
+/* Logs `ready url=<url> <key>=<value> test_commands=<0|1>` (key NULL: no pair), then
+ * ` wire=mongodb://<bind>:<port>` when the wire protocol is served. */
 void daemon_ready(const daemon_t *d, const char *key, const char *value);
 
 /* Logs `startup failed step=<step> code errmsg` and returns 1 (the exit code). */

@@ -175,7 +175,15 @@
     /* query: $replaceRoot, pipeline updates, arrayFilters */ \
     X(LOC_40228, 40228, "Location40228") \
     X(LOC_40229, 40229, "Location40229") \
-    X(LOC_40231, 40231, "Location40231")
+    X(LOC_40231, 40231, "Location40231") \
+    X(ILLEGAL_OP_MSG_FLAG, 223, "IllegalOpMsgFlag")                  \
+    X(UNSUPPORTED_OP_QUERY_COMMAND, 352, "UnsupportedOpQueryCommand") \
+    X(LOC_OPMSG_MULTIPLE_BODIES, 40430, "Location40430")            \
+    X(LOC_OPMSG_DUP_SEQUENCE, 40431, "Location40431")               \
+    X(LOC_OPMSG_UNKNOWN_SECTION, 40432, "Location40432")            \
+    X(LOC_OPMSG_DUP_FIELD, 40433, "Location40433")                  \
+    X(LOC_OPMSG_NO_DB, 40571, "Location40571")                      \
+    X(LOC_OPMSG_NO_BODY, 40587, "Location40587")
 
 enum ms_err {
     MS_OK = 0,

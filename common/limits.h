@@ -452,4 +452,20 @@
  * MS_AGG_RESULT_BYTES_MAX each, the router's merge as much in all: ExceededMemoryLimit. */
 #define MS_ROUTER_AGG_GATHER_BYTES_MAX (100LL * 1024 * 1024)
 
+/* ---- MongoDB wire protocol (common/wire.c, rpc_server.c's wire framing; issue 14) ---- */
+/* A whole wire message, header included: MongoDB's maxMessageSizeBytes (48,000,000), the
+ * figure drivers read from hello and never exceed. A longer announced length closes the
+ * connection before anything is allocated. */
+#define MS_WIRE_MSG_BYTES_MAX 48000000
+/* OP_MSG kind-1 sections (document sequences) in one message: MongoDB accepts 2 (drivers
+ * send 1) and closes the connection past that; its merge is quadratic in them. */
+#define MS_WIRE_DOC_SEQUENCES_MAX 2
+/* A wire connection idle between messages this long is closed (--wire-idle-ms). MongoDB
+ * has no bound; drivers keep pooled connections open and notice a closed one when they
+ * check it out (pymongo, the Node driver), so 10 minutes frees abandoned connections
+ * without costing a live pool anything but a reconnect. Tests lower it. */
+#define MS_WIRE_IDLE_MS_DEFAULT 600000
+#define MS_WIRE_IDLE_MS_MIN 100
+#define MS_WIRE_IDLE_MS_MAX 86400000
+
 #endif

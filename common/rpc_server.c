@@ -16,8 +16,13 @@
  *   then each message is an 8-byte big-endian length and the payload. A REQ payload
  *   starts with its backtrace, 4-byte words up to the first with the top bit set (the
  *   request id); the reply is that backtrace followed by the reply body. SP over IPC is
- *   the same with a 1-byte message type (1) before the length. Another framing (MongoDB's
- *   wire protocol, issue 14) is another rpc_framing_t over the same connection layer.
+ *   the same with a 1-byte message type (1) before the length. MongoDB's wire protocol
+ *   (issue 14; daemons' --wire-port) is a third framing over the same connection layer:
+ *   no greeting, a 16-byte little-endian header that is part of the message, an opcode
+ *   we do not serve closing the connection at its header; its workers decode each
+ *   message with common/wire.c, run the command through the same handler and encode the
+ *   reply (none for OP_MSG moreToCome). Wire connections idle longer than the server's
+ *   idle_ms are closed (drivers' abandoned pooled connections); SP ones never are.
  * - connections: each reads its messages incrementally into a buffer that grows as bytes
  *   really arrive, charged to one server-wide budget; queues complete requests; sends its
  *   replies from its own queue, in order of completion (REQ matches them by request id),
@@ -56,6 +61,7 @@
 #include "common/limits.h"
 #include "common/log.h"
 #include "common/opctx.h"
+#include "common/wire.h"
 
 /* ---- framing ----------------------------------------------------------------------- */
 
@@ -75,8 +81,15 @@ typedef struct rpc_framing {
     void (*hello_write)(uint8_t *out);
     bool (*hello_check)(const uint8_t *in);
     size_t head_len;   /* fixed bytes in front of each message */
-    /* Reads the payload length from a message head; false when the head is malformed. */
-    bool (*head_parse)(const uint8_t *head, uint64_t *payload_len);
+    /* Reads the payload length from a message head; returns NULL, or when the head is
+     * malformed what is wrong with it ("what=..." for the close log line). */
+    const char *(*head_parse)(const uint8_t *head, uint64_t *payload_len);
+    uint64_t len_max;  /* a longer announced payload closes the connection */
+    /* The head is part of the message the worker gets (its payload length counts it). */
+    bool head_in_msg;
+    /* Requests are MongoDB wire messages: the worker decodes them (common/wire.c), runs
+     * the command and encodes the reply itself, instead of echoing an envelope. */
+    bool wire;
     /* Bytes at the start of a request payload that the reply echoes; false = malformed. */
     bool (*envelope)(const uint8_t *payload, size_t len, size_t *env_len);
     /* Writes head + envelope of a reply whose body is body_len bytes; returns their size. */
@@ -103,14 +116,14 @@ static bool sp_hello_check(const uint8_t *in) {
            in[5] == RPC_SP_REQ0 && in[6] == 0 && in[7] == 0;
 }
 
-static bool sp_tcp_head_parse(const uint8_t *head, uint64_t *len) {
+static const char *sp_tcp_head_parse(const uint8_t *head, uint64_t *len) {
     *len = get_be64(head);
-    return true;
+    return NULL;
 }
 
-static bool sp_ipc_head_parse(const uint8_t *head, uint64_t *len) {
+static const char *sp_ipc_head_parse(const uint8_t *head, uint64_t *len) {
     *len = get_be64(head + 1);
-    return head[0] == 1;  /* NNG's IPC message type: 1 = user message */
+    return head[0] == 1 ? NULL : "what=message_type";  /* NNG's IPC type: 1 = user message */
 }
 
 static bool sp_envelope(const uint8_t *payload, size_t len, size_t *env_len) {
@@ -138,12 +151,35 @@ static size_t sp_ipc_reply_head(uint8_t *out, const uint8_t *env, size_t env_len
     return 9 + env_len;
 }
 
-static const rpc_framing_t rpc_sp_tcp = {"sp-tcp", RPC_HELLO_BYTES, sp_hello_write,
-                                         sp_hello_check, 8, sp_tcp_head_parse, sp_envelope,
-                                         sp_tcp_reply_head};
-static const rpc_framing_t rpc_sp_ipc = {"sp-ipc", RPC_HELLO_BYTES, sp_hello_write,
-                                         sp_hello_check, 9, sp_ipc_head_parse, sp_envelope,
-                                         sp_ipc_reply_head};
+static const rpc_framing_t rpc_sp_tcp = {
+    "sp-tcp", RPC_HELLO_BYTES, sp_hello_write, sp_hello_check, 8, sp_tcp_head_parse,
+    MS_TRANSPORT_BYTES_MAX, false, false, sp_envelope, sp_tcp_reply_head};
+static const rpc_framing_t rpc_sp_ipc = {
+    "sp-ipc", RPC_HELLO_BYTES, sp_hello_write, sp_hello_check, 9, sp_ipc_head_parse,
+    MS_TRANSPORT_BYTES_MAX, false, false, sp_envelope, sp_ipc_reply_head};
+
+/* MongoDB's wire protocol: no greeting; the 16-byte header {messageLength, requestID,
+ * responseTo, opCode} is part of the message (messageLength counts it). An opcode we do
+ * not serve closes the connection at once, as MongoDB does, before its bytes are read. */
+static const char *wire_head_parse(const uint8_t *head, uint64_t *len) {
+    wire_header_t h;
+    wire_header_read(head, &h);
+    if (h.length < WIRE_HEADER_BYTES) return "what=message_length";
+    if (!wire_opcode_known(h.opcode)) return "what=opcode";
+    *len = (uint64_t)h.length;
+    return NULL;
+}
+
+static bool wire_envelope(const uint8_t *payload, size_t len, size_t *env_len) {
+    (void)payload;
+    (void)len;
+    *env_len = 0;  /* the worker reads the requestID from the header itself */
+    return true;
+}
+
+static const rpc_framing_t rpc_wire = {"wire", 0, NULL, NULL, WIRE_HEADER_BYTES,
+                                       wire_head_parse, MS_WIRE_MSG_BYTES_MAX, true, true,
+                                       wire_envelope, NULL};
 
 /* ---- state ------------------------------------------------------------------------- */
 
@@ -239,6 +275,8 @@ struct rpc_server {
     uint64_t nopen;          /* connections accepted and not closed */
     long long refused_log_ms;
     atomic_uint_fast64_t requests;
+    atomic_uint_fast32_t wire_next_id;  /* requestIDs of our wire replies */
+    int idle_ms;             /* wire: idle bound between messages (0 = none) */
     atomic_uint_fast64_t conns_total;
     atomic_uint_fast64_t closed_count[RPC_CLOSE_REASONS];
     char url[MS_URL_BYTES_MAX];
@@ -256,6 +294,8 @@ static const char *const rpc_reason_names[RPC_CLOSE_REASONS] = {
     [RPC_CLOSE_RECV_TIMEOUT] = "recv_timeout",
     [RPC_CLOSE_SEND_TIMEOUT] = "send_timeout",
     [RPC_CLOSE_NO_MEMORY] = "no_memory",
+    [RPC_CLOSE_IDLE] = "idle",
+    [RPC_CLOSE_BAD_MESSAGE] = "bad_message",
 };
 
 const char *rpc_close_reason_name(rpc_close_reason_t r) {
@@ -381,11 +421,14 @@ static void rpc_rx_maybe_resume(rpc_conn_t *c) {
     }
 }
 
-/* Time allowed for the next read: unbounded between messages (an idle pooled connection
- * is legitimate), otherwise the stall limit capped by the message's deadline. */
+/* Time allowed for the next read: between messages unbounded for SP (an idle pooled
+ * connection is legitimate, and our own peers keep theirs) and the idle bound for the
+ * wire (drivers' abandoned connections), otherwise the stall limit capped by the
+ * message's deadline. */
 static nng_duration rpc_rx_timeout(const rpc_conn_t *c, bool mid_message) {
     long long left;
-    if (!mid_message) return NNG_DURATION_INFINITE;
+    if (!mid_message)
+        return c->srv->idle_ms > 0 ? (nng_duration)c->srv->idle_ms : NNG_DURATION_INFINITE;
     left = c->msg_deadline_ms - time_mono_ms();
     if (left > MS_RPC_RECV_STALL_MS) left = MS_RPC_RECV_STALL_MS;
     return left < 1 ? 1 : (nng_duration)left;
@@ -449,16 +492,25 @@ static void rpc_rx_complete(rpc_conn_t *c) {
 
 /* A message head arrived: check the announced length and take the first chunk. */
 static void rpc_rx_head(rpc_conn_t *c) {
-    uint64_t len;
+    const rpc_framing_t *f = c->srv->framing;
+    uint64_t len = 0;
     size_t first;
     char detail[96];
-    if (!c->srv->framing->head_parse(c->head, &len)) {
-        rpc_conn_close(c, RPC_CLOSE_BAD_FRAME, "what=message_type");
+    const char *bad = f->head_parse(c->head, &len);
+    if (bad) {
+        if (f->wire) {
+            wire_header_t h;
+            wire_header_read(c->head, &h);
+            snprintf(detail, sizeof detail, "%s messageLength=%d opCode=%d", bad, h.length,
+                     h.opcode);
+            bad = detail;
+        }
+        rpc_conn_close(c, f->wire ? RPC_CLOSE_BAD_MESSAGE : RPC_CLOSE_BAD_FRAME, bad);
         return;
     }
-    if (len > (uint64_t)MS_TRANSPORT_BYTES_MAX) {
-        snprintf(detail, sizeof detail, "bytes=%llu limit=%d", (unsigned long long)len,
-                 MS_TRANSPORT_BYTES_MAX);
+    if (len > f->len_max) {
+        snprintf(detail, sizeof detail, "bytes=%llu limit=%llu", (unsigned long long)len,
+                 (unsigned long long)f->len_max);
         rpc_conn_close(c, RPC_CLOSE_MSG_TOO_LARGE, detail);
         return;
     }
@@ -476,6 +528,10 @@ static void rpc_rx_head(rpc_conn_t *c) {
     c->rx_len = (size_t)len;
     c->rx_cap = first;
     c->rx_got = 0;
+    if (f->head_in_msg) {  /* first >= head_len: head_parse refused shorter lengths */
+        memcpy(c->rx_buf, c->head, f->head_len);
+        c->rx_got = f->head_len;
+    }
 }
 
 /* The buffer is full but the message is not: double it (up to the announced length),
@@ -504,9 +560,23 @@ static void rpc_rx_cb(void *arg) {
     c->rx_busy = false;
     if (c->closed) goto out;
     if (rv != 0) {
-        rpc_conn_close(c, rv == NNG_ETIMEDOUT ? RPC_CLOSE_RECV_TIMEOUT : RPC_CLOSE_QUIET,
-                       rv == NNG_ETIMEDOUT ? (c->hello_done ? "what=message" : "what=handshake")
-                                           : NULL);
+        if (rv == NNG_ETIMEDOUT && c->hello_done && !c->rx_buf && c->head_got == 0 &&
+            c->inflight > 0) {
+            /* Not idle: the client waits for a reply to a command still running (a long
+             * moveChunk) or still being sent. Keep waiting for its next message. */
+            rpc_rx_start(c);
+            goto out;
+        }
+        if (rv == NNG_ETIMEDOUT && c->hello_done && !c->rx_buf && c->head_got == 0) {
+            char detail[48];
+            snprintf(detail, sizeof detail, "idle_ms=%d", s->idle_ms);
+            rpc_conn_close(c, RPC_CLOSE_IDLE, detail);
+        } else {
+            rpc_conn_close(c, rv == NNG_ETIMEDOUT ? RPC_CLOSE_RECV_TIMEOUT : RPC_CLOSE_QUIET,
+                           rv == NNG_ETIMEDOUT
+                               ? (c->hello_done ? "what=message" : "what=handshake")
+                               : NULL);
+        }
         goto out;
     }
     if (!c->hello_done) {
@@ -521,7 +591,17 @@ static void rpc_rx_cb(void *arg) {
     } else if (!c->rx_buf) {
         if (c->head_got == 0 && n > 0) c->msg_deadline_ms = time_mono_ms() + MS_RPC_RECV_MSG_MS;
         c->head_got += n;
-        if (c->head_got == f->head_len) rpc_rx_head(c);
+        if (c->head_got == f->head_len) {
+            rpc_rx_head(c);
+            /* A message that is all head (wire) is complete already. */
+            if (!c->closed && c->rx_buf && c->rx_got == c->rx_len) {
+                rpc_rx_complete(c);
+                if (!c->closed && !rpc_conn_may_read(c)) {
+                    c->rx_paused = true;
+                    goto out;
+                }
+            }
+        }
     } else {
         c->rx_got += n;
         if (c->rx_got == c->rx_len) {
@@ -754,6 +834,62 @@ static rpc_tx_t *rpc_reply_make(const rpc_framing_t *f, const rpc_req_t *r, bson
     return t;
 }
 
+/* What serving one wire message asks of the connection. */
+typedef enum rpc_wire_outcome {
+    RPC_WIRE_REPLY,     /* send the reply built */
+    RPC_WIRE_NO_REPLY,  /* moreToCome: the client expects nothing */
+    RPC_WIRE_CLOSE,     /* a connection-fatal message */
+    RPC_WIRE_NO_MEMORY,
+} rpc_wire_outcome_t;
+
+/* Serves one wire message r (the whole message, header included): decodes it, runs the
+ * command through the handler (cmd_dispatch: the same as over SP), encodes the reply.
+ * Runs on a worker without the lock. *out: the reply to send (RPC_WIRE_REPLY only). */
+static rpc_wire_outcome_t rpc_wire_serve(rpc_server_t *s, const rpc_conn_t *c,
+                                         const rpc_req_t *r, rpc_tx_t **out) {
+    wire_request_t req;
+    ms_error_t err = {0};
+    bson_t reply;
+    rpc_tx_t *t;
+    size_t len = 0;
+    wire_rc_t rc = wire_request_decode(r->buf, r->len, &req, &err);
+
+    *out = NULL;
+    if (rc == WIRE_CLOSE) {
+        log_warn("wire message refused conn=%u peer=%s code=%d codeName=%s errmsg=%s", c->id,
+                 c->peer, err.code, err_code_name(err.code), log_str(err.msg));
+        wire_request_free(&req);
+        return RPC_WIRE_CLOSE;
+    }
+    bson_init(&reply);
+    if (rc == WIRE_OK) {
+        s->fn(s->arg, bson_get_data(&req.cmd), req.cmd.len, &reply);
+    } else {
+        log_warn("wire message refused conn=%u peer=%s code=%d codeName=%s errmsg=%s", c->id,
+                 c->peer, err.code, err_code_name(err.code), log_str(err.msg));
+        wire_error_doc(&req, &err, &reply);
+    }
+    if (req.more_to_come) {
+        bson_destroy(&reply);
+        wire_request_free(&req);
+        return RPC_WIRE_NO_REPLY;
+    }
+    t = calloc(1, sizeof *t);
+    if (t)
+        t->body = wire_reply_encode(&req, (int32_t)(atomic_fetch_add(&s->wire_next_id, 1) + 1),
+                                    &reply, &len);
+    bson_destroy(&reply);
+    wire_request_free(&req);
+    if (!t || !t->body) {
+        free(t);
+        return RPC_WIRE_NO_MEMORY;
+    }
+    t->body_len = len;
+    t->is_reply = true;
+    *out = t;
+    return RPC_WIRE_REPLY;
+}
+
 /* A worker of pool k: serves only the requests queued for that pool. */
 static void rpc_worker_loop(rpc_server_t *s, int k) {
     rpc_pool_t *p = &s->pool[k];
@@ -765,6 +901,7 @@ static void rpc_worker_loop(rpc_server_t *s, int k) {
         rpc_tx_t *t;
         bson_t reply;
         size_t charged;
+        rpc_wire_outcome_t outcome;
 
         while (!s->stopping && !p->ready_head) pthread_cond_wait(&p->cv, &s->mu);
         if (s->stopping) break;
@@ -786,12 +923,17 @@ static void rpc_worker_loop(rpc_server_t *s, int k) {
 
         op_set_conn(c->id);
         op_set_peer(c->peer);   /* c outlives the request: it holds q->active */
-        bson_init(&reply);
-        s->fn(s->arg, r->buf + r->env_len, r->len - r->env_len, &reply);
+        if (s->framing->wire) {
+            outcome = rpc_wire_serve(s, c, r, &t);
+        } else {
+            bson_init(&reply);
+            s->fn(s->arg, r->buf + r->env_len, r->len - r->env_len, &reply);
+            t = rpc_reply_make(s->framing, r, &reply);
+            outcome = t ? RPC_WIRE_REPLY : RPC_WIRE_NO_MEMORY;
+        }
         op_set_conn(0);
         op_set_peer(NULL);
         atomic_fetch_add(&s->requests, 1);
-        t = rpc_reply_make(s->framing, r, &reply);
         free(r->buf);
 
         pthread_mutex_lock(&s->mu);
@@ -801,7 +943,8 @@ static void rpc_worker_loop(rpc_server_t *s, int k) {
         q->active--;
         if (c->closed || !t) {
             c->inflight--;
-            if (!t) rpc_conn_close(c, RPC_CLOSE_NO_MEMORY, "what=reply");
+            if (outcome == RPC_WIRE_NO_MEMORY) rpc_conn_close(c, RPC_CLOSE_NO_MEMORY, "what=reply");
+            if (outcome == RPC_WIRE_CLOSE) rpc_conn_close(c, RPC_CLOSE_BAD_MESSAGE, "what=message");
             rpc_tx_free(t);
             rpc_rx_maybe_resume(c);
         } else {
@@ -856,7 +999,7 @@ static const rpc_framing_t *rpc_framing_for(const char *url) {
 
 int rpc_server_start(const char *url, int nworkers, rpc_handler_fn fn, void *arg,
                      rpc_server_t **out, ms_error_t *err) {
-    rpc_server_opts_t o = {nworkers, fn, arg, 0, NULL, NULL};
+    rpc_server_opts_t o = {.nworkers = nworkers, .fn = fn, .arg = arg};
     return rpc_server_start_opts(url, &o, out, err);
 }
 
@@ -879,6 +1022,15 @@ int rpc_server_start_opts(const char *url, const rpc_server_opts_t *o, rpc_serve
     if (!(framing = rpc_framing_for(url)))
         return err_set(err, MS_ERR_BAD_VALUE, "%s: a server listens on tcp:// or ipc:// only",
                        url);
+    if (o->wire) {
+        if (framing != &rpc_sp_tcp)
+            return err_set(err, MS_ERR_BAD_VALUE, "%s: the wire protocol listens on tcp:// only",
+                           url);
+        if (o->idle_ms < 0)
+            return err_set(err, MS_ERR_BAD_VALUE, "idle_ms %d is negative", o->idle_ms);
+        framing = &rpc_wire;
+        ninternal = 0;  /* one pool: clients' commands only */
+    }
     if (nworkers <= 0) nworkers = MS_RPC_WORKERS_DEFAULT;
     if (nworkers > MS_RPC_WORKERS_MAX)
         return err_set(err, MS_ERR_BAD_VALUE, "workers %d over the limit %d", nworkers,
@@ -897,12 +1049,18 @@ int rpc_server_start_opts(const char *url, const rpc_server_opts_t *o, rpc_serve
     s->fn = o->fn;
     s->arg = o->arg;
     s->is_internal = ninternal > 0 ? o->is_internal : NULL;
+    s->idle_ms = o->wire ? o->idle_ms : 0;
     s->classify_arg = o->classify_arg;
     s->pool[RPC_POOL_USER].nworkers = nworkers;
-    s->pool[RPC_POOL_USER].share = rpc_share(nworkers);
+    /* A wire connection's messages run one at a time, in order, as MongoDB runs them: a
+     * driver sends an unacknowledged (moreToCome) write and then reads, on the same
+     * connection, and must see the write. (SP clients match replies by id and our own
+     * peers pipeline independent requests.) */
+    s->pool[RPC_POOL_USER].share = framing == &rpc_wire ? 1 : rpc_share(nworkers);
     s->pool[RPC_POOL_INTERNAL].nworkers = ninternal;
     s->pool[RPC_POOL_INTERNAL].share = rpc_share(ninternal);
     atomic_init(&s->requests, 0);
+    atomic_init(&s->wire_next_id, 0);
     atomic_init(&s->conns_total, 0);
     for (int i = 0; i < RPC_CLOSE_REASONS; i++) atomic_init(&s->closed_count[i], 0);
 
@@ -929,7 +1087,8 @@ int rpc_server_start_opts(const char *url, const rpc_server_opts_t *o, rpc_serve
         goto out;
     }
     s->reaper_started = true;
-    if ((rv = nng_stream_listener_alloc(&s->listener, url)) == 0 && framing == &rpc_sp_tcp)
+    if ((rv = nng_stream_listener_alloc(&s->listener, url)) == 0 &&
+        (framing == &rpc_sp_tcp || framing == &rpc_wire))
         (void)nng_stream_listener_set_bool(s->listener, NNG_OPT_TCP_NODELAY, true);  /* as NNG */
     if (rv != 0 || (rv = nng_stream_listener_listen(s->listener)) != 0) {
         rc = err_from_nng(err, rv, "listen");

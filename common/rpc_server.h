@@ -32,6 +32,9 @@ typedef enum rpc_close_reason {
     RPC_CLOSE_RECV_TIMEOUT,          /* stalled mid-message or too slow overall */
     RPC_CLOSE_SEND_TIMEOUT,          /* the peer stopped reading its replies */
     RPC_CLOSE_NO_MEMORY,             /* an allocation failed */
+    RPC_CLOSE_IDLE,                  /* wire: no message for the idle bound (idle_ms) */
+    RPC_CLOSE_BAD_MESSAGE,           /* wire: a connection-fatal message (unknown opcode,
+                                      * illegal flag, checksum mismatch...) */
     RPC_CLOSE_REASONS
 } rpc_close_reason_t;
 
@@ -55,6 +58,12 @@ typedef struct rpc_server_opts {
     int internal_workers;
     rpc_classify_fn is_internal;
     void *classify_arg;
+    /* Speak MongoDB's wire protocol (common/wire.h) instead of SP on a tcp:// url: fn
+     * gets the command decoded from each message and its reply is encoded back;
+     * internal_workers and is_internal are ignored (one pool). */
+    bool wire;
+    /* wire only: a connection with no message for this long is closed (0 = never). */
+    int idle_ms;
 } rpc_server_opts_t;
 
 /* rpc_server_start with the options above. */

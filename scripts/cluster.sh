@@ -10,9 +10,12 @@
 # start launches one config server, N shards (default 3) and M routers (default 1),
 # waits until each prints its `ready url=...` line, registers the shards (shard0,
 # shard1, ...) through the first router, and prints one line per process:
-#   NAME URL PID
-# Ports: routerI = P+I, config = P+10, shardI = P+20+I (P defaults to 27017, so
-# router0 is on shardctl's default URL). --test adds --enable-test-commands to every
+#   NAME URL PID WIRE
+# WIRE is the mongodb:// URL where a router or shard serves MongoDB's wire protocol
+# (mongosh, drivers), "-" for the config server. Ports: routerI = P+I, config = P+10,
+# shardI = P+20+I; wire: routerI = P+100+I, shardI = P+200+I (P defaults to 27017, so
+# router0 is on shardctl's default URL and mongodb://127.0.0.1:27117). All listen on
+# 127.0.0.1 only. --test adds --enable-test-commands to every
 # process. --config-flags passes more flags to the config server (e.g. "--balancer-idle-ms
 # 500 --balancer-throttle-ms 100"). add-shard starts the next shardI into the same DIR and
 # registers it. Logs and data live under DIR; DIR/cluster.pids lists exactly the processes
@@ -26,7 +29,7 @@ READY_TIMEOUT_S=20
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -73,16 +76,20 @@ wait_ready() {  # NAME LOG PID
     die "$1 not ready after ${READY_TIMEOUT_S}s (log: $2)"
 }
 
-launch() {  # NAME BINARY PORT ARGS...
-    local name=$1 binary=$2 port=$3; shift 3
-    local url="tcp://127.0.0.1:$port" log="$dir/$name.log" pid
+launch() {  # NAME BINARY PORT WIRE_PORT(0: none) ARGS...
+    local name=$1 binary=$2 port=$3 wport=$4; shift 4
+    local url="tcp://127.0.0.1:$port" log="$dir/$name.log" pid wire=- wflags=()
+    if [ "$wport" -gt 0 ]; then
+        wflags=(--wire-port "$wport")
+        wire="mongodb://127.0.0.1:$wport"
+    fi
     : >"$log"
     # setsid: the daemons outlive this script and a Ctrl-C in the terminal that ran it.
-    setsid "$BIN/$binary" --port "$port" "$@" $test_flag >>"$log" 2>&1 </dev/null &
+    setsid "$BIN/$binary" --port "$port" "${wflags[@]}" "$@" $test_flag >>"$log" 2>&1 </dev/null &
     pid=$!
     echo "$name $url $pid $BIN/$binary" >>"$pids"
     wait_ready "$name" "$log" "$pid"
-    echo "$name $url $pid"
+    echo "$name $url $pid $wire"
 }
 
 ctl() {  # URL JSON
@@ -96,7 +103,7 @@ admin_url() {  # the first router, or the config server when there is none
 start_shard() {  # INDEX
     local i=$1 name="shard$1"
     mkdir -p "$dir/$name"
-    launch "$name" shardd $((base + 20 + i)) --dbpath "$dir/$name" --name "$name"
+    launch "$name" shardd $((base + 20 + i)) $((base + 200 + i)) --dbpath "$dir/$name" --name "$name"
     ctl "$(admin_url)" "{\"addShard\": \"tcp://127.0.0.1:$((base + 20 + i))\", \"name\": \"$name\", \"\$db\": \"admin\"}"
 }
 
@@ -112,9 +119,9 @@ start)
     mkdir -p "$dir/config"
     echo "base=$base test=$test_flag" >"$dir/cluster.conf"
     # shellcheck disable=SC2086  # config_flags is a list of flags: split on purpose
-    launch config configsvr $((base + 10)) --dbpath "$dir/config" $config_flags
+    launch config configsvr $((base + 10)) 0 --dbpath "$dir/config" $config_flags
     for ((r = 0; r < routers; r++)); do
-        launch "router$r" router $((base + r)) --configdb "tcp://127.0.0.1:$((base + 10))"
+        launch "router$r" router $((base + r)) $((base + 100 + r)) --configdb "tcp://127.0.0.1:$((base + 10))"
     done
     for ((s = 0; s < shards; s++)); do start_shard "$s"; done
     ;;

@@ -4,9 +4,13 @@
 # work on a fresh Debian 12 machine. Everything comes from Debian's archive.
 set -euo pipefail
 
-pkgs=(libnng-dev libbson-dev libsqlite3-dev pkg-config build-essential python3)
+# python3-pymongo: the wire protocol's driver smoke test (tests/integration/test_wire.py).
+pkgs=(libnng-dev libbson-dev libsqlite3-dev pkg-config build-essential python3 python3-pymongo)
 if [ "${1:-}" = "--lint" ]; then
     pkgs+=(cppcheck shellcheck)
+fi
+if [ "${1:-}" = "--fuzz" ]; then
+    pkgs+=(clang)  # libFuzzer ships with Debian's clang (make fuzz)
 fi
 
 missing=()

@@ -1,7 +1,8 @@
 """
 test_cluster_script.py — scripts/cluster.sh as users and tests rely on it (DESIGN §10):
-start prints exactly one `NAME URL PID` line per process with the names config,
-shard0.., router0.., every process answers, listShards shows the same URLs, status
+start prints exactly one `NAME URL PID WIRE` line per process with the names config,
+shard0.., router0.., every process answers, routers and shards also over MongoDB's wire
+protocol at the printed mongodb:// URL (base+100+i, base+200+i), listShards shows the same URLs, status
 reports them up, add-shard adds the next shard, --config-flags reaches the config server,
 and stop ends exactly those PIDs.
 """
@@ -9,6 +10,7 @@ import os
 import subprocess
 
 from lib import *
+from wireproto import WireConn, hostport
 
 SCRIPT = os.path.join(ROOT, "scripts", "cluster.sh")
 
@@ -31,7 +33,7 @@ def pid_alive(pid):
 
 @test
 def test_start_status_add_stop(t):
-    base = free_ports(40)[0]
+    base = free_ports(270)[0]  # the wire ports too: up to base+200+shards
     d = os.path.join(t.dir, "c")
     lines = []
     try:
@@ -40,10 +42,18 @@ def test_start_status_add_stop(t):
         lines = [l.split() for l in out.strip().splitlines()]
         names = [l[0] for l in lines]
         assert sorted(names) == ["config", "router0", "router1", "shard0", "shard1"], names
-        for name, url, pid in lines:
+        for name, url, pid, wire in lines:
             assert url.startswith("tcp://127.0.0.1:"), url
             assert pid_alive(int(pid)), name
             Client(url).ok({"ping": 1})
+            if name == "config":
+                assert wire == "-", wire
+                continue
+            i = int(name[-1])
+            assert wire == "mongodb://127.0.0.1:%d" % (base + (100 if name.startswith("router") else 200) + i), wire
+            w = WireConn(hostport(wire))
+            assert w.command({"ping": 1})["ok"] == 1, name
+            w.close()
         urls = {l[0]: l[1] for l in lines}
         # --config-flags: split into flags for the config server only
         cfg_pid = [int(l[2]) for l in lines if l[0] == "config"][0]
@@ -60,9 +70,10 @@ def test_start_status_add_stop(t):
         assert status.count(" up") == 5, status
 
         out = cluster_sh("add-shard", "--dir", d)
-        name, url, pid = out.strip().split()
-        lines.append([name, url, pid])
+        name, url, pid, wire = out.strip().split()
+        lines.append([name, url, pid, wire])
         assert name == "shard2", out
+        assert wire == "mongodb://127.0.0.1:%d" % (base + 202), wire
         shards = Client(urls["router1"]).ok({"listShards": 1, "$db": "admin"})["shards"]
         assert [s["_id"] for s in sorted(shards, key=lambda s: s["_id"])] == ["shard0", "shard1", "shard2"]
     finally:

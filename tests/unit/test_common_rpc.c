@@ -697,7 +697,7 @@ static void rpc_internal_classifier(void) {
  * turn, ordinary requests are served again once the gate opens; nothing is lost. */
 static void rpc_internal_workers(void) {
     rpc_server_t *s = NULL;
-    rpc_server_opts_t o = {2, gate_handler, NULL, 2, rpc_internal_by_name, NULL};
+    rpc_server_opts_t o = {2, gate_handler, NULL, 2, rpc_internal_by_name, NULL, false, 0};
     ms_error_t err = {0};
     char url[64];
     bson_t hang = BSON_INITIALIZER, ping = BSON_INITIALIZER, mods = BSON_INITIALIZER;
