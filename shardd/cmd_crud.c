@@ -431,19 +431,30 @@ static int parse_find(const bson_t *cmd, const char *db, char *ns, size_t nssz, 
     if ((size_t)snprintf(ns, nssz, "%s.%s", db, bson_iter_utf8(&it, NULL)) >= nssz)
         return err_set(err, MS_ERR_INVALID_NAMESPACE, "namespace too long");
     fa->ns = ns;
+    /* A field given twice (BSON allows it) replaces the first: what the first built is
+     * freed, or every such request leaked it (found by tests/fuzz/fuzz_wire.c). */
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         if (strcmp(k, "filter") == 0) {
             if ((rc = find_doc_option(&it, k, &d, err)) != 0) return rc;
+            if (fa->filter) bson_destroy(fa->filter);
+            query_free(fa->q);
+            fa->q = NULL;
             fa->filter = bson_copy(&d);
             if ((rc = query_compile_let(&d, let, &fa->q, err)) != 0) return rc;
         } else if (strcmp(k, "projection") == 0) {
             if ((rc = find_doc_option(&it, k, &d, err)) != 0) return rc;
+            projection_free(fa->proj);
+            fa->proj = NULL;
             if (!bson_empty(&d) && (rc = projection_compile(&d, &fa->proj, err)) != 0) return rc;
         } else if (strcmp(k, "sort") == 0) {
             if ((rc = find_doc_option(&it, k, &d, err)) != 0) return rc;
+            sortspec_free(fa->sort);
+            fa->sort = NULL;
             if (!bson_empty(&d) && (rc = sortspec_compile(&d, &fa->sort, err)) != 0) return rc;
         } else if (strcmp(k, "hint") == 0) {
+            if (fa->hint) bson_destroy(fa->hint);
+            fa->hint = NULL;
             if (BSON_ITER_HOLDS_UTF8(&it)) {
                 fa->hint = bson_new();
                 BSON_APPEND_UTF8(fa->hint, "$hint", bson_iter_utf8(&it, NULL));
