@@ -44,7 +44,7 @@ PROBE_DOCS = 10000
 ROUNDS = int(os.environ.get("BENCH_WIRE_ROUNDS", "5"))
 ITERS = int(os.environ.get("BENCH_WIRE_ITERS", "2000"))
 DOCS = int(os.environ.get("BENCH_WIRE_DOCS", "100000"))
-INSERT_ROUNDS = int(os.environ.get("BENCH_WIRE_INSERT_ROUNDS", "3"))
+INSERT_ROUNDS = int(os.environ.get("BENCH_WIRE_INSERT_ROUNDS", "5"))
 
 
 def run(argv):
