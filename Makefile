@@ -61,7 +61,8 @@ all: $(PROGRAMS)
 
 # Installs missing packages once; re-checked when the headers vanish.
 $(DEPS_OK):
-	@if [ ! -f /usr/include/nng/nng.h ] || ! pkg-config --exists libbson-1.0 || [ ! -f /usr/include/sqlite3.h ]; then \
+	@if [ ! -f /usr/include/nng/nng.h ] || ! pkg-config --exists libbson-1.0 || [ ! -f /usr/include/sqlite3.h ] || \
+	    ! pkg-config --exists libmongoc-1.0; then \
 	    bash scripts/deps.sh; fi
 	@mkdir -p $(@D) && touch $@
 deps:
@@ -124,6 +125,18 @@ $(BUILD)/b/bench_router_%: $(BUILD)/tests/bench/bench_router_%.o $(T_OBJ) $(LIB_
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# Client programs run by tests and benches (tests/clients/): nng_client always, the
+# libmongoc client when pkg-config finds libmongoc-1.0 (libmongoc-dev, scripts/deps.sh).
+MONGOC_OK  = $(shell pkg-config --exists libmongoc-1.0 2>/dev/null && echo yes)
+CLIENT_BINS = $(BUILD)/c/nng_client $(if $(MONGOC_OK),$(BUILD)/c/mongoc_client)
+$(BUILD)/c/nng_client: $(BUILD)/tests/clients/nng_client.o $(LIB_COMMON)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/c/mongoc_client: tests/clients/mongoc_client.c tests/clients/bench_docs.h | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -I. $(shell pkg-config --cflags libmongoc-1.0) \
+	    $(LDFLAGS) -o $@ $< $(shell pkg-config --libs libmongoc-1.0)
+
 # bench_migration.py's baseline (not a bench itself: run.py runs only bench_*).
 $(BUILD)/b/raw_pipe: tests/bench/raw_pipe.c | $(DEPS_OK)
 	@mkdir -p $(@D)
@@ -132,19 +145,19 @@ $(BUILD)/b/raw_pipe: tests/bench/raw_pipe.c | $(DEPS_OK)
 $(ALL_LIBS): | $(BUILD)/.empty.o
 
 # ---- tests ----------------------------------------------------------------------------
-test: all $(UNIT_BINS)
+test: all $(UNIT_BINS) $(CLIENT_BINS)
 	@$(RUN_ENV) bash tests/run.sh
 
 unit: $(UNIT_BINS)
 	@$(RUN_ENV) bash tests/run.sh --unit
 
-integration: all
+integration: all $(CLIENT_BINS)
 	@$(RUN_ENV) bash tests/run.sh --integration
 
-check-long: all $(UNIT_BINS)
+check-long: all $(UNIT_BINS) $(CLIENT_BINS)
 	@$(RUN_ENV) LONG=1 bash tests/run.sh
 
-bench: all $(BENCH_BINS) $(BUILD)/b/raw_pipe
+bench: all $(BENCH_BINS) $(BUILD)/b/raw_pipe $(CLIENT_BINS)
 	@$(RUN_ENV) python3 tests/bench/run.py
 
 demo: all

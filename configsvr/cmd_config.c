@@ -578,7 +578,8 @@ int cfg_cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (rc == 0) {
         n = h.n > skip ? h.n - skip : 0;
         if (limit > 0 && n > limit) n = limit;
-        BSON_APPEND_INT64(reply, "n", n);
+        if (n <= INT32_MAX) BSON_APPEND_INT32(reply, "n", (int32_t)n);   /* as MongoDB's appendNumber */
+        else BSON_APPEND_INT64(reply, "n", n);
     }
     hits_free(&h);
     return rc;
@@ -681,8 +682,8 @@ int cfg_cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         idx++;
         if (orc && ordered) break;
     }
-    BSON_APPEND_INT64(reply, "n", n_total);
-    BSON_APPEND_INT64(reply, "nModified", nmod_total);
+    BSON_APPEND_INT32(reply, "n", (int32_t)n_total);            /* int32, as MongoDB's write replies */
+    BSON_APPEND_INT32(reply, "nModified", (int32_t)nmod_total);
     if (nup) BSON_APPEND_ARRAY(reply, "upserted", &upserted_arr);
     if (nerr) BSON_APPEND_ARRAY(reply, "writeErrors", &errors);
 out:

@@ -807,12 +807,19 @@ static bool proj_covers(const bson_t *proj, const char *path, bool *inclusion, b
 static void adjust_projection(const bson_t *proj, const bson_t *sort, bson_t *out, rt_cursor_t *c) {
     bson_iter_t it, pi;
     bson_init(out);
-    bool inclusion = false, excl;
-    /* Decide the projection kind from its non-_id fields. */
+    bool inclusion = false, excl, other = false, id_only = false;
+    /* Decide the projection kind from its non-_id fields; {_id: 1} alone is an inclusion
+     * (pymongo's find({}, {"_id": 1}) sorted on another field lost that field's order). */
     if (bson_iter_init(&pi, proj))
-        while (bson_iter_next(&pi))
-            if (strcmp(bson_iter_key(&pi), "_id") != 0 && !BSON_ITER_HOLDS_DOCUMENT(&pi))
+        while (bson_iter_next(&pi)) {
+            if (strcmp(bson_iter_key(&pi), "_id") == 0) {
+                id_only = bsonx_truthy(&pi);
+            } else if (!BSON_ITER_HOLDS_DOCUMENT(&pi)) {
                 inclusion = bsonx_truthy(&pi);
+                other = true;
+            }
+        }
+    if (!other) inclusion = id_only;
     if (!bson_iter_init(&it, sort)) return;
     char drop[RT_STRIP_MAX][256];
     int ndrop = 0;

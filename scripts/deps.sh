@@ -4,8 +4,9 @@
 # work on a fresh Debian 12 machine. Everything comes from Debian's archive.
 set -euo pipefail
 
-# python3-pymongo: the wire protocol's driver smoke test (tests/integration/test_wire.py).
-pkgs=(libnng-dev libbson-dev libsqlite3-dev pkg-config build-essential python3 python3-pymongo)
+# python3-pymongo and libmongoc-dev: real drivers over the wire protocol
+# (tests/integration/test_wire.py, test_pymongo.py, test_mongoc.py; tests/bench/bench_wire.py).
+pkgs=(libnng-dev libbson-dev libsqlite3-dev pkg-config build-essential python3 python3-pymongo libmongoc-dev)
 if [ "${1:-}" = "--lint" ]; then
     pkgs+=(cppcheck shellcheck)
 fi

@@ -336,9 +336,11 @@ static int wbatch_command(cmd_ctx_t *ctx, const wbatch_kind_t *kind, bson_t *rep
                  (long long)b.n);
         goto out;
     }
-    BSON_APPEND_INT64(reply, "n", b.n);
+    /* int32 as MongoDB sends them: libmongoc reads a write reply's n only as int32 (an
+     * int64 n gave insertedCount 0). A batch holds at most 100,000 statements. */
+    BSON_APPEND_INT32(reply, "n", (int32_t)b.n);
     if (kind->counts_modified) {
-        BSON_APPEND_INT64(reply, "nModified", b.nmod);
+        BSON_APPEND_INT32(reply, "nModified", (int32_t)b.nmod);
         if (b.nups) BSON_APPEND_ARRAY(reply, "upserted", &b.upserted);
     }
     if (b.nerr) BSON_APPEND_ARRAY(reply, "writeErrors", &b.errs);
@@ -815,7 +817,9 @@ int cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     a.eq.filter = &q;
     a.eq.q = qc;
     if ((rc = store_read(app->st, count_fn, &a, err)) != 0) goto out;
-    BSON_APPEND_INT64(reply, "n", a.n);
+    /* int32 when it fits, as MongoDB's appendNumber: drivers read both. */
+    if (a.n <= INT32_MAX) BSON_APPEND_INT32(reply, "n", (int32_t)a.n);
+    else BSON_APPEND_INT64(reply, "n", a.n);
 out:
     query_free(qc);
     shv_filter_release(a.eq.own);
