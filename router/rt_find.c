@@ -808,11 +808,19 @@ static void adjust_projection(const bson_t *proj, const bson_t *sort, bson_t *ou
     bson_iter_t it, pi;
     bson_init(out);
     bool inclusion = false, excl;
-    /* Decide the projection kind from its non-_id fields. */
+    /* Decide the projection kind from its non-_id fields; {_id: 1} alone is an inclusion
+     * too (mongosh's find({}, {_id: 1})), {_id: 0} alone an exclusion. */
+    bool other = false, id_truthy = false;
     if (bson_iter_init(&pi, proj))
-        while (bson_iter_next(&pi))
-            if (strcmp(bson_iter_key(&pi), "_id") != 0 && !BSON_ITER_HOLDS_DOCUMENT(&pi))
+        while (bson_iter_next(&pi)) {
+            if (strcmp(bson_iter_key(&pi), "_id") == 0) {
+                id_truthy = bsonx_truthy(&pi);
+            } else if (!BSON_ITER_HOLDS_DOCUMENT(&pi)) {
                 inclusion = bsonx_truthy(&pi);
+                other = true;
+            }
+        }
+    if (!other) inclusion = id_truthy;
     if (!bson_iter_init(&it, sort)) return;
     char drop[RT_STRIP_MAX][256];
     int ndrop = 0;
