@@ -141,6 +141,9 @@ int cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
             bson_iter_recurse(&si, &fi);
             if (bson_iter_next(&fi)) first = bson_iter_key(&fi);
         }
+        if (strcmp(first, "$shardedDataDistribution") == 0)  /* the router has it */
+            return err_set(err, MS_ERR_LOC_SDD_NOT_MONGOS, "The $shardedDataDistribution stage "
+                           "can only be run on mongoS");
         if (bsonx_is_number(&ctx->arg))
             return err_set(err, MS_ERR_INVALID_NAMESPACE, "{aggregate: 1} is not valid for '%s'; "
                            "a collection is required.", first);

@@ -7,7 +7,8 @@ mongosh runs with HOME in a temp dir, --norc, telemetry off (DO_NOT_TRACK), and 
 tests/mongosh/lib.js then one script: each check prints "name => <relaxed EJSON>" (or
 "name !! <error> code=N"), and the printed lines are compared here with what MongoDB 7.0
 prints for the same calls; sh.status()'s printed text is checked for shards, balancer state,
-databases, the collection with chunks per shard and the chunk list.
+databases, the collection with chunks per shard and the chunk list, and its
+shardedDataDistribution section ($shardedDataDistribution, answered by the router).
 """
 import json
 import os
@@ -57,7 +58,7 @@ def check(res, name, want, out):
     assert res[name] == want, "%s: got %r, want %r" % (name, res[name], want)
 
 
-def check_crud(res, out, ns):
+def check_crud(res, out, ns, sdd):
     check(res, "insertMany", {"acknowledged": True, "insertedIds": {str(i): i for i in range(30)}}, out)
     check(res, "insertOne", {"acknowledged": True, "insertedId": 100}, out)
     check(res, "find", [{"_id": 28}, {"_id": 27}, {"_id": 26}], out)
@@ -82,6 +83,7 @@ def check_crud(res, out, ns):
     check(res, "sumByG", [{"_id": None, "n": 2}, {"_id": 1, "n": 10}, {"_id": 2, "n": 10}], out)
     check(res, "dupKey", ("error", "E11000 duplicate key error collection: %s index: _id_ dup key: "
                                    "{ _id: 1 } code=11000" % ns), out)
+    check(res, "sddHere", sdd, out)
     check(res, "drop", True, out)
     check(res, "countDropped", 0, out)
 
@@ -131,7 +133,15 @@ def test_mongosh_router_sharding_and_crud(t):
     assert "{ min: { k: MinKey() }, max: { k: 10 }, 'on shard': 'shard0', 'last modified': Timestamp(" in st, st
     assert "{ min: { k: 10 }, max: { k: 20 }, 'on shard': 'shard1', 'last modified': Timestamp(" in st, st
     assert "{ min: { k: 20 }, max: { k: MaxKey() }, 'on shard': 'shard2', 'last modified': Timestamp(" in st, st
-    check_crud(res, out, "test.crud")
+    check(res, "sddOwned", [{"s": "shard%d" % i, "n": 10, "sane": True} for i in range(3)], out)
+    check(res, "sddSpec", ("error", "The $shardedDataDistribution stage specification must be an empty "
+                                    "object code=6789100"), out)
+    check(res, "sddNotAdmin", ("error", "The $shardedDataDistribution stage must be run on the admin "
+                                        "database code=6789102"), out)
+    assert re.search(r"shardedDataDistribution\n\[\n  \{\n    ns: 'mshdb.people',\n    shards: \[\n      \{\n"
+                     r"        shardName: 'shard0',\n        numOrphanedDocs: \d+,\n        numOwnedDocuments: 10,",
+                     st), st
+    check_crud(res, out, "test.crud", 2)  # sddHere: mshdb.people and nodb.x
 
 
 @test
@@ -143,7 +153,8 @@ def test_mongosh_standalone_shard_crud(t):
     wp = free_ports(1)[0]
     t.shardd("shard0", extra=["--wire-port", str(wp)])
     out, res = mongosh(t, "mongodb://127.0.0.1:%d/test" % wp, ["crud.js"])
-    check_crud(res, out, "test.crud")
+    check_crud(res, out, "test.crud", ("error", "The $shardedDataDistribution stage can only be run on "
+                                                "mongoS code=6789101"))
 
 
 if __name__ == "__main__":

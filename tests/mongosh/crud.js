@@ -24,5 +24,6 @@ out("getIndexes", () => c.getIndexes().map(i => i.name).sort());
 out("countAfter", () => c.countDocuments());
 out("sumByG", () => c.aggregate([{ $group: { _id: "$g", n: { $sum: 1 } } }, { $sort: { _id: 1 } }]).toArray());
 out("dupKey", () => c.insertOne({ _id: 1 }));
+out("sddHere", () => db.getSiblingDB("admin").aggregate([{ $shardedDataDistribution: {} }]).toArray().length);
 out("drop", () => c.drop());
 out("countDropped", () => c.countDocuments());

@@ -23,6 +23,12 @@ out("noBalance", () => db.getSiblingDB("config").collections.findOne({ _id: "msh
 out("enableBalancing", () => sh.enableBalancing("mshdb.people").modifiedCount);
 out("addShardAgain", () => sh.addShard(SHARD0_URL).shardAdded);
 out("notSharded", () => sh.shardCollection("nodb.x", { k: 1 }).ok);
+const admin = db.getSiblingDB("admin");
+out("sddOwned", () => admin.aggregate([{ $shardedDataDistribution: {} }, { $match: { ns: "mshdb.people" } },
+  { $unwind: "$shards" }, { $project: { _id: 0, s: "$shards.shardName", n: "$shards.numOwnedDocuments",
+    sane: { $eq: ["$shards.orphanedSizeBytes", { $multiply: ["$shards.numOrphanedDocs", 21] }] } } }]).toArray());
+out("sddSpec", () => admin.aggregate([{ $shardedDataDistribution: { x: 1 } }]).toArray());
+out("sddNotAdmin", () => db.getSiblingDB("mshdb").aggregate([{ $shardedDataDistribution: {} }]).toArray());
 print("---- sh.status ----");
 print(sh.status());
 print("---- end ----");
