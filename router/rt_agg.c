@@ -21,7 +21,8 @@
  *
  * $db: "config" goes to the config server, which runs the pipeline over its catalog.
  * {aggregate: 1} on admin with $shardedDataDistribution first (mongosh's sh.status()) is
- * answered here from config.collections and each shard's collStats (sharded_data_distribution).
+ * answered here from config.collections and each shard's collStats (sharded_data_distribution);
+ * a leading $collStats goes to every shard holding the collection (coll_stats_stage).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -401,6 +402,120 @@ out:
     return rc;
 }
 
+/* {aggregate: "c", pipeline: [{$collStats: {...}}, ...]} through the router: the stage goes
+ * to every shard that holds the collection (sharded: each shard that answers; unsharded:
+ * the database's primary), each document gets `shard` after `ns` as mongos adds it, and
+ * the rest of the pipeline runs here over those documents. */
+static int coll_stats_stage(cmd_ctx_t *ctx, const bson_t *pipeline, int64_t batch, bson_t *reply,
+                            ms_error_t *err) {
+    router_t *r = ctx->app;
+    const char *coll = bson_iter_utf8(&ctx->arg, NULL);
+    char ns[MS_NS_BYTES_MAX + 1], shards[MS_SHARDS_MAX][RT_NAME_BYTES_MAX];
+    bson_t rest, first, results, docs;
+    bson_iter_t it;
+    rt_table_t *t = NULL;
+    agg_pipeline_t *p = NULL;
+    agg_opts_t o = {0};
+    int n = 0, k = 0, rc;
+    snprintf(ns, sizeof ns, "%s.%s", ctx->db, coll);
+    bson_init(&rest);
+    bson_init(&first);
+    bson_init(&docs);
+    if (bson_iter_init(&it, pipeline) && bson_iter_next(&it)) {
+        bson_append_iter(&first, "0", -1, &it);
+        while (bson_iter_next(&it)) {
+            char key[16];
+            snprintf(key, sizeof key, "%d", k++);
+            bson_append_iter(&rest, key, -1, &it);
+        }
+    }
+    k = 0;
+    if ((rc = agg_parse(&rest, &o, &p, err)) != 0) goto out;
+    if ((rc = rt_table_get(r, ns, &t, err)) != 0) goto out;
+    if (t->sharded) {
+        if ((n = rt_all_shards(r, shards, MS_SHARDS_MAX, err)) < 0) {
+            rc = -n;
+            goto out;
+        }
+    } else {
+        if ((rc = rt_db_primary(r, ctx->db, false, shards[0], sizeof shards[0], err)) != 0) goto out;
+        n = 1;
+    }
+    for (int i = 0; i < n; i++) {
+        bson_t cmd, rep, cur;
+        stream_t s;
+        size_t bytes = 0;
+        memset(&s, 0, sizeof s);
+        bson_init(&cmd);
+        BSON_APPEND_UTF8(&cmd, "aggregate", coll);
+        BSON_APPEND_ARRAY(&cmd, "pipeline", &first);
+        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "cursor", &cur);
+        bson_append_document_end(&cmd, &cur);
+        BSON_APPEND_UTF8(&cmd, "$db", ctx->db);
+        rc = rt_shard_call(r, shards[i], &cmd, &rep, err);
+        bson_destroy(&cmd);
+        if (rc) goto out;
+        rc = rt_reply_status(&rep, err);
+        if (rc == MS_ERR_NAMESPACE_NOT_FOUND && t->sharded) {   /* this shard lacks it */
+            bson_destroy(&rep);
+            rc = 0;
+            continue;
+        }
+        if (rc == 0) rc = take_batch(&s, &rep, "cursor.firstBatch", &bytes, err);
+        bson_destroy(&rep);
+        for (size_t j = 0; rc == 0 && j < s.n; j++) {
+            char key[16];
+            bson_t one;
+            bson_iter_t di;
+            snprintf(key, sizeof key, "%d", k++);
+            BSON_APPEND_DOCUMENT_BEGIN(&docs, key, &one);
+            if (bson_iter_init_find(&di, s.docs[j], "ns")) bson_append_iter(&one, "ns", -1, &di);
+            BSON_APPEND_UTF8(&one, "shard", shards[i]);
+            bson_iter_init(&di, s.docs[j]);
+            while (bson_iter_next(&di))
+                if (strcmp(bson_iter_key(&di), "ns") != 0) bson_append_iter(&one, NULL, 0, &di);
+            bson_append_document_end(&docs, &one);
+        }
+        if (s.id) kill_shard_cursor(r, shards[i], ctx->db, coll, s.id);  /* one doc: never */
+        stream_free(&s);
+        if (rc) {
+            err_prefix(err, "shard %s", shards[i]);
+            goto out;
+        }
+    }
+    if (k == 0) {
+        rc = err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "Unable to retrieve storageStats in "
+                     "$collStats stage :: caused by :: Collection [%s] not found.", ns);
+        goto out;
+    }
+    {
+        stream_t tmp;
+        size_t bytes = 0;
+        bson_t wrap = BSON_INITIALIZER, cur;
+        memset(&tmp, 0, sizeof tmp);
+        BSON_APPEND_DOCUMENT_BEGIN(&wrap, "cursor", &cur);
+        BSON_APPEND_ARRAY(&cur, "firstBatch", &docs);
+        bson_append_document_end(&wrap, &cur);
+        rc = take_batch(&tmp, &wrap, "cursor.firstBatch", &bytes, err);
+        bson_destroy(&wrap);
+        bson_init(&results);
+        if (rc == 0) rc = agg_run_all(p, (const bson_t *const *)tmp.docs, tmp.n, &results, err);
+        stream_free(&tmp);
+        if (rc) {
+            bson_destroy(&results);
+            goto out;
+        }
+    }
+    rc = rt_cursor_from_results(r, ctx->db, coll, &results, batch, reply, err);
+out:
+    rt_table_release(t);
+    agg_free(p);
+    bson_destroy(&docs);
+    bson_destroy(&first);
+    bson_destroy(&rest);
+    return rc;
+}
+
 /* The first stage's name of pipeline (and its value as a document, when it is one). */
 static const char *first_stage(const bson_t *pipeline, bson_t *spec, bool *spec_ok) {
     bson_iter_t si, fi;
@@ -424,13 +539,17 @@ int rt_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         if (cmd_field(ctx, "pipeline", &pi) && BSON_ITER_HOLDS_ARRAY(&pi) &&
             bsonx_view_container(&pi, &pl))
             first = first_stage(&pl, &spec, &spec_ok);
-        if (first && strcmp(first, "$shardedDataDistribution") == 0) {
+        bool sdd = first && strcmp(first, "$shardedDataDistribution") == 0;
+        bool cs = first && strcmp(first, "$collStats") == 0 && BSON_ITER_HOLDS_UTF8(&ctx->arg) &&
+                  !cmd_field(ctx, "explain", &pi);
+        if (sdd || cs) {
             int64_t batch = -1;
             bson_t cd;
             bson_iter_t bi;
             if (cmd_field(ctx, "cursor", &bi) && bsonx_view_container(&bi, &cd) &&
                 bson_iter_init_find(&bi, &cd, "batchSize") && bsonx_is_number(&bi))
                 bsonx_as_int64(&bi, &batch);
+            if (cs) return coll_stats_stage(ctx, &pl, batch, reply, err);
             return sharded_data_distribution(ctx, &pl, spec_ok ? &spec : NULL, batch, reply, err);
         }
         if (!BSON_ITER_HOLDS_UTF8(&ctx->arg))

@@ -585,6 +585,11 @@ int cmd_coll_stats(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return store_read(app->st, coll_stats_fn, &a, err);
 }
 
+int shardd_coll_stats(shardd_t *app, const char *ns, int64_t scale, bson_t *out, ms_error_t *err) {
+    cs_arg_t a = {ns, out, scale};
+    return store_read(app->st, coll_stats_fn, &a, err);
+}
+
 /* ---- cluster hooks ------------------------------------------------------------------ */
 
 #define META_IDENTITY "shardIdentity"

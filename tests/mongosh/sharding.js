@@ -23,6 +23,12 @@ out("noBalance", () => db.getSiblingDB("config").collections.findOne({ _id: "msh
 out("enableBalancing", () => sh.enableBalancing("mshdb.people").modifiedCount);
 out("addShardAgain", () => sh.addShard(SHARD0_URL).shardAdded);
 out("notSharded", () => sh.shardCollection("nodb.x", { k: 1 }).ok);
+out("statsShards", () => { const s = p.stats(); return [s.sharded, Object.keys(s.shards).sort()]; });
+out("shardDistribution", () => { const d = p.getShardDistribution().value;
+  return [d.Totals.chunks, Object.keys(d).sort()]; });
+out("collStatsShards", () => p.aggregate([{ $collStats: { count: {} } }, { $project: { _id: 0, shard: 1 } },
+  { $sort: { shard: 1 } }]).toArray());
+out("latencyStats", () => p.latencyStats().toArray());
 const admin = db.getSiblingDB("admin");
 out("sddOwned", () => admin.aggregate([{ $shardedDataDistribution: {} }, { $match: { ns: "mshdb.people" } },
   { $unwind: "$shards" }, { $project: { _id: 0, s: "$shards.shardName", n: "$shards.numOwnedDocuments",
