@@ -190,4 +190,4 @@ clean:
 	rm -rf build bin bench-results.json
 
 # (build/mongosh holds npm packages, some with .d files of their own: not ours)
--include $(shell find build -path build/mongosh -prune -o -name '*.d' -print 2>/dev/null)
+-include $(shell find build -name node_modules -prune -o -name '*.d' -print 2>/dev/null)
