@@ -219,8 +219,8 @@ static void explain_reply(const rt_req_t *reqs, int n, const bson_t *sp, const b
 
 /* ---- $shardedDataDistribution (mongosh's sh.status() runs it) -------------------------- */
 
-/* Every document of a config collection (find, then getMore to the end), appended to
- * *docs (an array being built, bounded by MS_ROUTER_AGG_GATHER_BYTES_MAX). */
+/* Every document of a config collection (find, then getMore to the end), as heap copies
+ * in s (caller frees with stream_free; bounded by MS_ROUTER_AGG_GATHER_BYTES_MAX). */
 static int config_all(router_t *r, const char *coll, stream_t *s, ms_error_t *err) {
     bson_t cmd, rep;
     size_t bytes = 0;
