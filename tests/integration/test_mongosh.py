@@ -64,6 +64,7 @@ def check_crud(res, out, ns, sdd):
     check(res, "stats", [31, 1, True, ns], out)  # $collStats: {storageStats}
     check(res, "find", [{"_id": 28}, {"_id": 27}, {"_id": 26}], out)
     check(res, "findRange", [{"_id": i, "k": i, "g": i % 3} for i in range(8, 12)], out)
+    check(res, "explainCount", "object", out)
     check(res, "findOne", {"_id": 5, "k": 5, "g": 2}, out)
     check(res, "findOneNone", None, out)
     check(res, "countDocuments", 11, out)
@@ -134,6 +135,8 @@ def test_mongosh_router_sharding_and_crud(t):
     assert "{ min: { k: MinKey() }, max: { k: 10 }, 'on shard': 'shard0', 'last modified': Timestamp(" in st, st
     assert "{ min: { k: 10 }, max: { k: 20 }, 'on shard': 'shard1', 'last modified': Timestamp(" in st, st
     assert "{ min: { k: 20 }, max: { k: MaxKey() }, 'on shard': 'shard2', 'last modified': Timestamp(" in st, st
+    check(res, "explainFind", ["SHARD_MERGE", ["shard1", "shard2"]], out)
+    check(res, "explainPoint", ["SINGLE_SHARD", 1, "shard0"], out)
     check(res, "statsShards", [True, ["shard0", "shard1", "shard2"]], out)
     check(res, "shardDistribution", [3, ["Shard shard%d at %s" % (i, ss[i].url) for i in range(3)] + ["Totals"]], out)
     check(res, "collStatsShards", [{"shard": "shard%d" % i} for i in range(3)], out)

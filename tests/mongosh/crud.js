@@ -6,6 +6,7 @@ out("insertOne", () => c.insertOne({ _id: 100, k: 100, g: 1 }));
 out("stats", () => { const s = c.stats(); return [s.count, s.nindexes, s.avgObjSize > 0, s.ns]; });
 out("find", () => c.find({}, { _id: 1 }).sort({ k: -1 }).skip(2).limit(3).toArray());
 out("findRange", () => c.find({ k: { $gte: 8, $lt: 12 } }).sort({ k: 1 }).toArray());
+out("explainCount", () => typeof c.explain().count({ g: 1 }).queryPlanner);
 out("findOne", () => c.findOne({ k: 5 }));
 out("findOneNone", () => c.findOne({ k: 555 }));
 out("countDocuments", () => c.countDocuments({ g: 1 }));

@@ -23,6 +23,10 @@ out("noBalance", () => db.getSiblingDB("config").collections.findOne({ _id: "msh
 out("enableBalancing", () => sh.enableBalancing("mshdb.people").modifiedCount);
 out("addShardAgain", () => sh.addShard(SHARD0_URL).shardAdded);
 out("notSharded", () => sh.shardCollection("nodb.x", { k: 1 }).ok);
+out("explainFind", () => { const e = p.find({ k: { $gte: 15 } }).explain();
+  return [e.queryPlanner.winningPlan.stage, e.queryPlanner.winningPlan.shards.map(s => s.shardName).sort()]; });
+out("explainPoint", () => { const e = p.find({ k: 3 }).explain("executionStats");
+  return [e.queryPlanner.winningPlan.stage, e.executionStats.nReturned, e.executionStats.executionStages.shards[0].shardName]; });
 out("statsShards", () => { const s = p.stats(); return [s.sharded, Object.keys(s.shards).sort()]; });
 out("shardDistribution", () => { const d = p.getShardDistribution().value;
   return [d.Totals.chunks, Object.keys(d).sort()]; });
