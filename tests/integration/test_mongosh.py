@@ -109,8 +109,10 @@ def test_mongosh_router_sharding_and_crud(t):
     if not have_mongosh():
         return
     ss, r, url = wire_router_cluster(t)
+    extra = t.shardd("shard3")   # started, not registered: sh.addShard registers it
     out, res = mongosh(t, url + "/test", ["sharding.js", "crud.js"],
-                       prelude="const SHARD0_URL = %s" % json.dumps(ss[0].url))
+                       prelude="const SHARD0_URL = %s, NEW_SHARD_URL = %s" % (json.dumps(ss[0].url),
+                                                                               json.dumps(extra.url)))
     for name, want in [("getBalancerState", True), ("stopBalancer", 1), ("getBalancerStateStopped", False),
                        ("isBalancerRunning", "off"), ("startBalancer", 1), ("balancerStatus", "full"),
                        ("enableSharding", 1), ("shardCollection", "mshdb.people"), ("shardedInsert", 29),
@@ -119,11 +121,12 @@ def test_mongosh_router_sharding_and_crud(t):
                        ("shardedCount", 25),
                        ("chunksPerShard", [{"_id": "shard%d" % i, "n": 1} for i in range(3)]),
                        ("disableBalancing", 1), ("noBalance", True), ("enableBalancing", 1),
-                       ("addShardAgain", "shard0"), ("notSharded", 1)]:
+                       ("addShardAgain", "shard0"), ("notSharded", 1), ("addShardNew", "shard3"),
+                       ("shardCount", 4)]:
         check(res, name, want, out)
     st = out.split("---- sh.status ----")[1].split("---- end ----")[0]
-    for i in range(3):
-        assert "_id: 'shard%d'" % i in st and "host: '%s'" % ss[i].url in st, st
+    for i, s in enumerate(ss + [extra]):
+        assert "_id: 'shard%d'" % i in st and "host: '%s'" % s.url in st, st
     assert re.search(r"active mongoses\n\[ \{ '7\.0\.0': 1 \} \]", st), st
     assert "'Currently enabled': 'no'" in st, st  # sh.stopBalancer() at the start of sharding.js
     assert "'Currently running': 'no'" in st, st

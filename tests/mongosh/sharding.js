@@ -39,6 +39,8 @@ out("sddOwned", () => admin.aggregate([{ $shardedDataDistribution: {} }, { $matc
     sane: { $eq: ["$shards.orphanedSizeBytes", { $multiply: ["$shards.numOrphanedDocs", 21] }] } } }]).toArray());
 out("sddSpec", () => admin.aggregate([{ $shardedDataDistribution: { x: 1 } }]).toArray());
 out("sddNotAdmin", () => db.getSiblingDB("mshdb").aggregate([{ $shardedDataDistribution: {} }]).toArray());
+out("addShardNew", () => sh.addShard(NEW_SHARD_URL).shardAdded);
+out("shardCount", () => db.getSiblingDB("config").shards.countDocuments());
 print("---- sh.status ----");
 print(sh.status());
 print("---- end ----");
