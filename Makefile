@@ -67,6 +67,10 @@ $(DEPS_OK):
 	@mkdir -p $(@D) && touch $@
 deps:
 	bash scripts/deps.sh
+# mongosh for test_mongosh.py and the quick start; deps.sh only warns when npm cannot fetch it.
+MONGOSH = build/mongosh/node_modules/.bin/mongosh
+$(MONGOSH):
+	-@bash scripts/deps.sh --mongosh
 
 $(BUILD)/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(@D)
@@ -145,13 +149,13 @@ $(BUILD)/b/raw_pipe: tests/bench/raw_pipe.c | $(DEPS_OK)
 $(ALL_LIBS): | $(BUILD)/.empty.o
 
 # ---- tests ----------------------------------------------------------------------------
-test: all $(UNIT_BINS) $(CLIENT_BINS)
+test: all $(UNIT_BINS) $(CLIENT_BINS) | $(MONGOSH)
 	@$(RUN_ENV) bash tests/run.sh
 
 unit: $(UNIT_BINS)
 	@$(RUN_ENV) bash tests/run.sh --unit
 
-integration: all $(CLIENT_BINS)
+integration: all $(CLIENT_BINS) | $(MONGOSH)
 	@$(RUN_ENV) bash tests/run.sh --integration
 
 check-long: all $(UNIT_BINS) $(CLIENT_BINS)
@@ -198,4 +202,5 @@ fuzz:
 clean:
 	rm -rf build bin bench-results.json
 
--include $(shell find build -name '*.d' 2>/dev/null)
+# (build/mongosh holds npm packages, some with .d files of their own: not ours)
+-include $(shell find build -name node_modules -prune -o -name '*.d' -print 2>/dev/null)

@@ -183,7 +183,11 @@
     X(LOC_OPMSG_UNKNOWN_SECTION, 40432, "Location40432")            \
     X(LOC_OPMSG_DUP_FIELD, 40433, "Location40433")                  \
     X(LOC_OPMSG_NO_DB, 40571, "Location40571")                      \
-    X(LOC_OPMSG_NO_BODY, 40587, "Location40587")
+    X(LOC_OPMSG_NO_BODY, 40587, "Location40587")                   \
+    /* mongosh: $shardedDataDistribution (sh.status()) */ \
+    X(LOC_SDD_SPEC, 6789100, "Location6789100")                     \
+    X(LOC_SDD_NOT_MONGOS, 6789101, "Location6789101")               \
+    X(LOC_SDD_NOT_ADMIN, 6789102, "Location6789102")
 
 enum ms_err {
     MS_OK = 0,

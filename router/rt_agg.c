@@ -20,6 +20,9 @@
  *   6. the results go to a router cursor (rt_cursor_from_results) that getMore drains.
  *
  * $db: "config" goes to the config server, which runs the pipeline over its catalog.
+ * {aggregate: 1} on admin with $shardedDataDistribution first (mongosh's sh.status()) is
+ * answered here from config.collections and each shard's collStats (sharded_data_distribution);
+ * a leading $collStats goes to every shard holding the collection (coll_stats_stage).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -214,22 +217,346 @@ static void explain_reply(const rt_req_t *reqs, int n, const bson_t *sp, const b
     bson_append_document_end(reply, &shards);
 }
 
+/* ---- $shardedDataDistribution (mongosh's sh.status() runs it) -------------------------- */
+
+/* Every document of a config collection (find, then getMore to the end), as heap copies
+ * in s (caller frees with stream_free; bounded by MS_ROUTER_AGG_GATHER_BYTES_MAX). */
+static int config_all(router_t *r, const char *coll, stream_t *s, ms_error_t *err) {
+    bson_t cmd, rep;
+    size_t bytes = 0;
+    int rc;
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "find", coll);
+    BSON_APPEND_UTF8(&cmd, "$db", "config");
+    rc = rt_config_call(r, &cmd, &rep, err);
+    bson_destroy(&cmd);
+    if (rc) return rc;
+    if ((rc = rt_reply_status(&rep, err)) == 0) rc = take_batch(s, &rep, "cursor.firstBatch", &bytes, err);
+    bson_destroy(&rep);
+    for (int round = 0; rc == 0 && s->id; round++) {
+        if (round > 100000)
+            return err_set(err, MS_ERR_INTERNAL, "the config server keeps returning batches");
+        bson_init(&cmd);
+        BSON_APPEND_INT64(&cmd, "getMore", s->id);
+        BSON_APPEND_UTF8(&cmd, "collection", coll);
+        BSON_APPEND_UTF8(&cmd, "$db", "config");
+        rc = rt_config_call(r, &cmd, &rep, err);
+        bson_destroy(&cmd);
+        if (rc) return rc;
+        if ((rc = rt_reply_status(&rep, err)) == 0) rc = take_batch(s, &rep, "cursor.nextBatch", &bytes, err);
+        bson_destroy(&rep);
+    }
+    return rc;
+}
+
+/* An int when it fits, else a long: MongoDB's numbers here come from collStats counts,
+ * which it appends that way (mongosh prints 10, not Long('10')). */
+static void append_number(bson_t *d, const char *key, int64_t v) {
+    if (v >= INT32_MIN && v <= INT32_MAX)
+        BSON_APPEND_INT32(d, key, (int32_t)v);
+    else
+        BSON_APPEND_INT64(d, key, v);
+}
+
+/* One shard's entry for ns, from its collStats (count, avgObjSize, numOrphanDocs), as
+ * MongoDB computes it: owned = count - orphans, sizes = avgObjSize x documents. *have =
+ * false when the shard does not hold the collection (MongoDB lists only shards that do). */
+static int sdd_shard(router_t *r, const char *shard, const char *ns, bson_t *arr, int idx,
+                     bool *have, ms_error_t *err) {
+    const char *dot = strchr(ns, '.');
+    char db[MS_NS_BYTES_MAX + 1], key[16];
+    bson_t cmd, rep, one;
+    bson_iter_t it;
+    int64_t count = 0, avg = 0, orphans = 0;
+    int rc;
+    *have = false;
+    if (!dot || (size_t)(dot - ns) >= sizeof db) return 0;
+    snprintf(db, sizeof db, "%.*s", (int)(dot - ns), ns);
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "collStats", dot + 1);
+    BSON_APPEND_UTF8(&cmd, "$db", db);
+    rc = rt_shard_call(r, shard, &cmd, &rep, err);
+    bson_destroy(&cmd);
+    if (rc) return rc;
+    rc = rt_reply_status(&rep, err);
+    if (rc == MS_ERR_NAMESPACE_NOT_FOUND) {
+        bson_destroy(&rep);
+        return 0;
+    }
+    if (rc) {
+        err_prefix(err, "collStats on shard %s", shard);
+        bson_destroy(&rep);
+        return rc;
+    }
+    if (bson_iter_init_find(&it, &rep, "count") && BSON_ITER_HOLDS_NUMBER(&it)) count = bson_iter_as_int64(&it);
+    if (bson_iter_init_find(&it, &rep, "avgObjSize") && BSON_ITER_HOLDS_NUMBER(&it)) avg = bson_iter_as_int64(&it);
+    if (bson_iter_init_find(&it, &rep, "numOrphanDocs") && BSON_ITER_HOLDS_NUMBER(&it))
+        orphans = bson_iter_as_int64(&it);
+    bson_destroy(&rep);
+    if (orphans > count) orphans = count;   /* a task counted before its range was copied */
+    snprintf(key, sizeof key, "%d", idx);
+    BSON_APPEND_DOCUMENT_BEGIN(arr, key, &one);
+    BSON_APPEND_UTF8(&one, "shardName", shard);
+    append_number(&one, "numOrphanedDocs", orphans);
+    append_number(&one, "numOwnedDocuments", count - orphans);
+    append_number(&one, "ownedSizeBytes", avg * (count - orphans));
+    append_number(&one, "orphanedSizeBytes", avg * orphans);
+    bson_append_document_end(arr, &one);
+    *have = true;
+    return 0;
+}
+
+/* {aggregate: 1, pipeline: [{$shardedDataDistribution: {}}, ...], $db: "admin"}: one
+ * document per sharded collection {ns, shards: [{shardName, numOrphanedDocs,
+ * numOwnedDocuments, ownedSizeBytes, orphanedSizeBytes}]} over the shards that hold it,
+ * in config.collections order and shard order; the stages after it run over those. */
+static int sharded_data_distribution(cmd_ctx_t *ctx, const bson_t *pipeline, const bson_t *spec,
+                                     int64_t batch, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    stream_t colls;
+    char shards[MS_SHARDS_MAX][RT_NAME_BYTES_MAX];
+    bson_t docs, rest, results;
+    bson_iter_t it;
+    agg_pipeline_t *p = NULL;
+    int nshards, rc, k = 0;
+    if (!spec || !bson_empty(spec))
+        return err_set(err, MS_ERR_LOC_SDD_SPEC, "The $shardedDataDistribution stage "
+                       "specification must be an empty object");
+    if (strcmp(ctx->db, "admin") != 0 || !bsonx_is_number(&ctx->arg))
+        return err_set(err, MS_ERR_LOC_SDD_NOT_ADMIN, "The $shardedDataDistribution stage must "
+                       "be run on the admin database");
+    /* the stages after it, renumbered, parsed before any call (their errors first) */
+    bson_init(&rest);
+    if (bson_iter_init(&it, pipeline) && bson_iter_next(&it))
+        while (bson_iter_next(&it)) {
+            char key[16];
+            snprintf(key, sizeof key, "%d", k++);
+            bson_append_iter(&rest, key, -1, &it);
+        }
+    agg_opts_t o = {0};
+    if ((rc = agg_parse(&rest, &o, &p, err)) != 0) {
+        bson_destroy(&rest);
+        return rc;
+    }
+    memset(&colls, 0, sizeof colls);
+    bson_init(&docs);
+    if ((nshards = rt_all_shards(r, shards, MS_SHARDS_MAX, err)) < 0) {
+        rc = -nshards;
+        goto out;
+    }
+    if ((rc = config_all(r, "collections", &colls, err)) != 0) goto out;
+    k = 0;
+    for (size_t i = 0; i < colls.n; i++) {
+        const char *ns;
+        bson_t arr, one;
+        char key[16];
+        int n = 0;
+        if (bson_iter_init_find(&it, colls.docs[i], "dropped") && bsonx_truthy(&it)) continue;
+        if (bson_iter_init_find(&it, colls.docs[i], "unsplittable") && bsonx_truthy(&it)) continue;
+        if (!bson_iter_init_find(&it, colls.docs[i], "_id") || !BSON_ITER_HOLDS_UTF8(&it)) continue;
+        ns = bson_iter_utf8(&it, NULL);
+        bson_init(&arr);
+        for (int s = 0; s < nshards; s++) {
+            bool have;
+            if ((rc = op_check(err)) != 0 || (rc = sdd_shard(r, shards[s], ns, &arr, n, &have, err)) != 0) {
+                bson_destroy(&arr);
+                goto out;
+            }
+            n += have;
+        }
+        if (n) {
+            snprintf(key, sizeof key, "%d", k++);
+            BSON_APPEND_DOCUMENT_BEGIN(&docs, key, &one);
+            BSON_APPEND_UTF8(&one, "ns", ns);
+            BSON_APPEND_ARRAY(&one, "shards", &arr);
+            bson_append_document_end(&docs, &one);
+        }
+        bson_destroy(&arr);
+    }
+    /* the rest of the pipeline over those documents */
+    {
+        /* heap copies (take_batch), as agg_run_all wants pointers to bson_t */
+        stream_t tmp;
+        size_t bytes = 0;
+        bson_t wrap = BSON_INITIALIZER, cur;
+        memset(&tmp, 0, sizeof tmp);
+        BSON_APPEND_DOCUMENT_BEGIN(&wrap, "cursor", &cur);
+        BSON_APPEND_ARRAY(&cur, "firstBatch", &docs);
+        bson_append_document_end(&wrap, &cur);
+        rc = take_batch(&tmp, &wrap, "cursor.firstBatch", &bytes, err);
+        bson_destroy(&wrap);
+        bson_init(&results);
+        if (rc == 0) rc = agg_run_all(p, (const bson_t *const *)tmp.docs, tmp.n, &results, err);
+        stream_free(&tmp);
+        if (rc) {
+            bson_destroy(&results);
+            goto out;
+        }
+    }
+    rc = rt_cursor_from_results(r, "admin", "$cmd.aggregate", &results, batch, reply, err);
+out:
+    stream_free(&colls);
+    bson_destroy(&docs);
+    bson_destroy(&rest);
+    agg_free(p);
+    return rc;
+}
+
+/* {aggregate: "c", pipeline: [{$collStats: {...}}, ...]} through the router: the stage goes
+ * to every shard that holds the collection (sharded: each shard that answers; unsharded:
+ * the database's primary), each document gets `shard` after `ns` as mongos adds it, and
+ * the rest of the pipeline runs here over those documents. */
+static int coll_stats_stage(cmd_ctx_t *ctx, const bson_t *pipeline, int64_t batch, bson_t *reply,
+                            ms_error_t *err) {
+    router_t *r = ctx->app;
+    const char *coll = bson_iter_utf8(&ctx->arg, NULL);
+    char ns[MS_NS_BYTES_MAX + 1], shards[MS_SHARDS_MAX][RT_NAME_BYTES_MAX];
+    bson_t rest, first, results, docs;
+    bson_iter_t it;
+    rt_table_t *t = NULL;
+    agg_pipeline_t *p = NULL;
+    agg_opts_t o = {0};
+    int n = 0, k = 0, rc;
+    snprintf(ns, sizeof ns, "%s.%s", ctx->db, coll);
+    bson_init(&rest);
+    bson_init(&first);
+    bson_init(&docs);
+    if (bson_iter_init(&it, pipeline) && bson_iter_next(&it)) {
+        bson_append_iter(&first, "0", -1, &it);
+        while (bson_iter_next(&it)) {
+            char key[16];
+            snprintf(key, sizeof key, "%d", k++);
+            bson_append_iter(&rest, key, -1, &it);
+        }
+    }
+    k = 0;
+    if ((rc = agg_parse(&rest, &o, &p, err)) != 0) goto out;
+    if ((rc = rt_table_get(r, ns, &t, err)) != 0) goto out;
+    if (t->sharded) {
+        if ((n = rt_all_shards(r, shards, MS_SHARDS_MAX, err)) < 0) {
+            rc = -n;
+            goto out;
+        }
+    } else {
+        if ((rc = rt_db_primary(r, ctx->db, false, shards[0], sizeof shards[0], err)) != 0) goto out;
+        n = 1;
+    }
+    for (int i = 0; i < n; i++) {
+        bson_t cmd, rep, cur;
+        stream_t s;
+        size_t bytes = 0;
+        memset(&s, 0, sizeof s);
+        bson_init(&cmd);
+        BSON_APPEND_UTF8(&cmd, "aggregate", coll);
+        BSON_APPEND_ARRAY(&cmd, "pipeline", &first);
+        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "cursor", &cur);
+        bson_append_document_end(&cmd, &cur);
+        BSON_APPEND_UTF8(&cmd, "$db", ctx->db);
+        rc = rt_shard_call(r, shards[i], &cmd, &rep, err);
+        bson_destroy(&cmd);
+        if (rc) goto out;
+        rc = rt_reply_status(&rep, err);
+        if (rc == MS_ERR_NAMESPACE_NOT_FOUND && t->sharded) {   /* this shard lacks it */
+            bson_destroy(&rep);
+            rc = 0;
+            continue;
+        }
+        if (rc == 0) rc = take_batch(&s, &rep, "cursor.firstBatch", &bytes, err);
+        bson_destroy(&rep);
+        for (size_t j = 0; rc == 0 && j < s.n; j++) {
+            char key[16];
+            bson_t one;
+            bson_iter_t di;
+            snprintf(key, sizeof key, "%d", k++);
+            BSON_APPEND_DOCUMENT_BEGIN(&docs, key, &one);
+            if (bson_iter_init_find(&di, s.docs[j], "ns")) bson_append_iter(&one, "ns", -1, &di);
+            BSON_APPEND_UTF8(&one, "shard", shards[i]);
+            bson_iter_init(&di, s.docs[j]);
+            while (bson_iter_next(&di))
+                if (strcmp(bson_iter_key(&di), "ns") != 0) bson_append_iter(&one, NULL, 0, &di);
+            bson_append_document_end(&docs, &one);
+        }
+        if (s.id) kill_shard_cursor(r, shards[i], ctx->db, coll, s.id);  /* one doc: never */
+        stream_free(&s);
+        if (rc) {
+            err_prefix(err, "shard %s", shards[i]);
+            goto out;
+        }
+    }
+    if (k == 0) {
+        rc = err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "Unable to retrieve storageStats in "
+                     "$collStats stage :: caused by :: Collection [%s] not found.", ns);
+        goto out;
+    }
+    {
+        stream_t tmp;
+        size_t bytes = 0;
+        bson_t wrap = BSON_INITIALIZER, cur;
+        memset(&tmp, 0, sizeof tmp);
+        BSON_APPEND_DOCUMENT_BEGIN(&wrap, "cursor", &cur);
+        BSON_APPEND_ARRAY(&cur, "firstBatch", &docs);
+        bson_append_document_end(&wrap, &cur);
+        rc = take_batch(&tmp, &wrap, "cursor.firstBatch", &bytes, err);
+        bson_destroy(&wrap);
+        bson_init(&results);
+        if (rc == 0) rc = agg_run_all(p, (const bson_t *const *)tmp.docs, tmp.n, &results, err);
+        stream_free(&tmp);
+        if (rc) {
+            bson_destroy(&results);
+            goto out;
+        }
+    }
+    rc = rt_cursor_from_results(r, ctx->db, coll, &results, batch, reply, err);
+out:
+    rt_table_release(t);
+    agg_free(p);
+    bson_destroy(&docs);
+    bson_destroy(&first);
+    bson_destroy(&rest);
+    return rc;
+}
+
+/* The first stage's name of pipeline (and its value as a document, when it is one). */
+static const char *first_stage(const bson_t *pipeline, bson_t *spec, bool *spec_ok) {
+    bson_iter_t si, fi;
+    *spec_ok = false;
+    if (!bson_iter_init(&si, pipeline) || !bson_iter_next(&si) || !BSON_ITER_HOLDS_DOCUMENT(&si) ||
+        !bson_iter_recurse(&si, &fi) || !bson_iter_next(&fi))
+        return NULL;
+    *spec_ok = BSON_ITER_HOLDS_DOCUMENT(&fi) && bsonx_view_container(&fi, spec);
+    return bson_iter_key(&fi);
+}
+
 int rt_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
     /* The config database lives on the config server, which runs pipelines over it. */
     if (!strcmp(ctx->db, "config")) return rt_cfg_cursor_cmd(ctx, reply, err);
-    if (!BSON_ITER_HOLDS_UTF8(&ctx->arg)) {
-        /* {aggregate: 1}: collection-less stages ($currentOp, ...) are not implemented;
-         * every stage minishard has needs a collection (the shard's answer). */
-        const char *first = "$match";
-        bson_iter_t pi, si, fi;
-        bson_t pl;
+    {
+        bson_iter_t pi;
+        bson_t pl, spec;
+        bool spec_ok = false;
+        const char *first = NULL;
         if (cmd_field(ctx, "pipeline", &pi) && BSON_ITER_HOLDS_ARRAY(&pi) &&
-            bsonx_view_container(&pi, &pl) && bson_iter_init(&si, &pl) && bson_iter_next(&si) &&
-            BSON_ITER_HOLDS_DOCUMENT(&si) && bson_iter_recurse(&si, &fi) && bson_iter_next(&fi))
-            first = bson_iter_key(&fi);
-        return err_set(err, MS_ERR_INVALID_NAMESPACE, "{aggregate: 1} is not valid for '%s'; a "
-                       "collection is required.", first);
+            bsonx_view_container(&pi, &pl))
+            first = first_stage(&pl, &spec, &spec_ok);
+        bool sdd = first && strcmp(first, "$shardedDataDistribution") == 0;
+        bool cs = first && strcmp(first, "$collStats") == 0 && BSON_ITER_HOLDS_UTF8(&ctx->arg) &&
+                  !cmd_field(ctx, "explain", &pi);
+        if (sdd || cs) {
+            int64_t batch = -1;
+            bson_t cd;
+            bson_iter_t bi;
+            if (cmd_field(ctx, "cursor", &bi) && bsonx_view_container(&bi, &cd) &&
+                bson_iter_init_find(&bi, &cd, "batchSize") && bsonx_is_number(&bi))
+                bsonx_as_int64(&bi, &batch);
+            if (cs) return coll_stats_stage(ctx, &pl, batch, reply, err);
+            return sharded_data_distribution(ctx, &pl, spec_ok ? &spec : NULL, batch, reply, err);
+        }
+        if (!BSON_ITER_HOLDS_UTF8(&ctx->arg))
+            /* {aggregate: 1}: the other collection-less stages ($currentOp, ...) are not
+             * implemented; every other stage minishard has needs a collection. */
+            return err_set(err, MS_ERR_INVALID_NAMESPACE, "{aggregate: 1} is not valid for '%s'; "
+                           "a collection is required.", first ? first : "$match");
     }
     const char *coll = bson_iter_utf8(&ctx->arg, NULL);
     bson_t pipeline, d, sp, mp, sort_spec, results;

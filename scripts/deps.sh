@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Debian packages minishard needs to build and test, and nothing else.
 # Run by `make` targets when a header or tool is missing, so `make demo` and `make test`
-# work on a fresh Debian 12 machine. Everything comes from Debian's archive.
+# work on a fresh Debian 12 machine. Everything comes from Debian's archive, except mongosh
+# (MongoDB's shell, not packaged by Debian): npm installs it into build/mongosh, used by
+# tests/integration/test_mongosh.py and the README's quick start.
+#   scripts/deps.sh [--lint | --fuzz | --mongosh]   (--mongosh: only node, npm and mongosh)
 set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# mongosh 2.x, pinned so the shell output the tests check does not change under them.
+MONGOSH_VERSION=2.12.0
+MONGOSH_DIR=build/mongosh
+MONGOSH_BIN=$MONGOSH_DIR/node_modules/.bin/mongosh
 
 # python3-pymongo and libmongoc-dev: real drivers over the wire protocol
 # (tests/integration/test_wire.py, test_pymongo.py, test_mongoc.py; tests/bench/bench_wire.py).
@@ -13,6 +22,31 @@ fi
 if [ "${1:-}" = "--fuzz" ]; then
     pkgs+=(clang)  # libFuzzer ships with Debian's clang (make fuzz)
 fi
+want_mongosh=0
+case "${1:-}" in
+    "") want_mongosh=1 ;;
+    --mongosh) want_mongosh=1; pkgs=() ;;
+esac
+# node and npm: Debian's nodejs (18.19 on Debian 12, what mongosh 2.12 needs) and npm, unless
+# a node and npm are already on PATH (e.g. from another repository).
+if [ $want_mongosh = 1 ] && [ ! -x "$MONGOSH_BIN" ]; then
+    command -v node >/dev/null || pkgs+=(nodejs)
+    command -v npm >/dev/null || pkgs+=(npm)
+fi
+
+# install_mongosh: npm install into build/mongosh (~150 MB, ~30-60 s, needs the npm registry).
+# A failure is a warning, not an error: the build and every other test go on without it, and
+# test_mongosh.py says it skipped and why.
+install_mongosh() {
+    [ -x "$MONGOSH_BIN" ] && return 0
+    echo "deps: installing mongosh $MONGOSH_VERSION into $MONGOSH_DIR (npm)" >&2
+    mkdir -p "$MONGOSH_DIR"
+    if ! npm install --no-audit --no-fund --loglevel=error --prefix "$MONGOSH_DIR" \
+            "mongosh@$MONGOSH_VERSION" >&2; then
+        echo "deps: WARNING: npm could not install mongosh; test_mongosh.py will be skipped" >&2
+    fi
+    return 0
+}
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -20,7 +54,10 @@ for p in "${pkgs[@]}"; do
         missing+=("$p")
     fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -eq 0 ]; then
+    [ $want_mongosh = 1 ] && install_mongosh
+    exit 0
+fi
 
 echo "deps: installing ${missing[*]}" >&2
 sudo=""
@@ -31,3 +68,5 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+[ $want_mongosh = 1 ] && install_mongosh
+exit 0

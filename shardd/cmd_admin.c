@@ -525,6 +525,22 @@ typedef struct cs_arg {
     int64_t scale;
 } cs_arg_t;
 
+typedef struct orphan_sum {
+    const char *ns;
+    int64_t n;
+} orphan_sum_t;
+
+static int orphan_task(void *arg, const char *id, const bson_t *doc) {
+    orphan_sum_t *o = arg;
+    bson_iter_t it;
+    (void)id;
+    if (bson_iter_init_find(&it, doc, "nss") && BSON_ITER_HOLDS_UTF8(&it) &&
+        strcmp(bson_iter_utf8(&it, NULL), o->ns) == 0 &&
+        bson_iter_init_find(&it, doc, "numOrphanDocs") && BSON_ITER_HOLDS_NUMBER(&it))
+        o->n += bson_iter_as_int64(&it);
+    return 0;
+}
+
 static int coll_stats_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     cs_arg_t *a = arg;
     store_coll_t *c = store_coll_get(t, a->ns);
@@ -539,6 +555,13 @@ static int coll_stats_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     BSON_APPEND_INT64(a->reply, "count", cnt);
     BSON_APPEND_INT64(a->reply, "size", bytes / a->scale);
     BSON_APPEND_INT64(a->reply, "avgObjSize", cnt ? bytes / cnt : 0);
+    if (c->sharded) {
+        /* MongoDB 6.0+: the documents this shard holds but no longer owns, as its range
+         * deletion tasks count them ($shardedDataDistribution, sh.status()). */
+        orphan_sum_t o = {a->ns, 0};
+        if ((rc = store_sdoc_scan(t, SDOC_RANGE_DELETIONS, orphan_task, &o, err)) != 0) return rc;
+        BSON_APPEND_INT64(a->reply, "numOrphanDocs", o.n);
+    }
     BSON_APPEND_INT64(a->reply, "storageSize", sb / a->scale);
     BSON_APPEND_INT32(a->reply, "nindexes", c->nindexes);
     BSON_APPEND_INT64(a->reply, "totalIndexSize", ib / a->scale);
@@ -559,6 +582,11 @@ int cmd_coll_stats(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, NULL, err)) != 0) return rc;
     if (cmd_field(ctx, "scale", &it) && (!bsonx_as_int64(&it, &a.scale) || a.scale < 1))
         return err_set(err, MS_ERR_BAD_VALUE, "scale has to be >= 1");
+    return store_read(app->st, coll_stats_fn, &a, err);
+}
+
+int shardd_coll_stats(shardd_t *app, const char *ns, int64_t scale, bson_t *out, ms_error_t *err) {
+    cs_arg_t a = {ns, out, scale};
     return store_read(app->st, coll_stats_fn, &a, err);
 }
 

@@ -7,6 +7,7 @@
  * The pipeline (common/agg.c) runs to completion inside the command; its results are held
  * by a cursor that getMore drains in batches (docs/aggregation.md "Limits").
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,7 @@
 #include "common/bsonx.h"
 #include "common/expr.h"
 #include "common/limits.h"
+#include "common/log.h"
 #include "common/opctx.h"
 #include "common/query.h"
 
@@ -115,6 +117,99 @@ static int check_collation(const bson_iter_t *it, ms_error_t *err) {
                    "({locale: \"simple\"})");
 }
 
+/* The stages of pipeline after its first, renumbered into *out (initialised). */
+static void pipeline_rest(const bson_t *pipeline, bson_t *out) {
+    bson_iter_t it;
+    int k = 0;
+    bson_init(out);
+    if (bson_iter_init(&it, pipeline) && bson_iter_next(&it))
+        while (bson_iter_next(&it)) {
+            char key[16];
+            snprintf(key, sizeof key, "%d", k++);
+            bson_append_iter(out, key, -1, &it);
+        }
+}
+
+/* {$collStats: {storageStats?: {scale?}, count?: {}}} as the first stage (mongosh's
+ * db.c.stats() and getShardDistribution()): one document {ns, localTime, storageStats?,
+ * count?}, then the rest of the pipeline over it. latencyStats / queryExecStats are not
+ * kept here: refused. */
+static int coll_stats_stage(cmd_ctx_t *ctx, const bson_t *pipeline, const bson_iter_t *spec_it,
+                            int64_t batch_size, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    char ns[MS_NS_BYTES_MAX + 8];
+    bson_t spec, doc, rest, sub;
+    bson_iter_t it;
+    bool storage = false, count = false;
+    int64_t scale = 1;
+    agg_pipeline_t *p = NULL;
+    agg_run_t *run = NULL;
+    agg_opts_t o = {0};
+    int rc;
+    if (!BSON_ITER_HOLDS_DOCUMENT(spec_it) || !bsonx_view_container(spec_it, &spec))
+        return err_set(err, MS_ERR_TYPE_MISMATCH, "$collStats must take a nested object but "
+                       "found: %s", bsonx_type_name(bson_iter_type(spec_it)));
+    bson_iter_init(&it, &spec);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "storageStats") == 0 || strcmp(k, "count") == 0) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bsonx_view_container(&it, &sub))
+                return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field '$collStats.%s' is the "
+                               "wrong type '%s', expected type 'object'", k,
+                               bsonx_type_name(bson_iter_type(&it)));
+            if (k[0] == 'c') {
+                count = true;
+                continue;
+            }
+            storage = true;
+            bson_iter_t si;
+            if (bson_iter_init_find(&si, &sub, "scale") &&
+                (!bsonx_is_number(&si) || !bsonx_as_int64(&si, &scale) || scale < 1))
+                return err_set(err, MS_ERR_IDL_VALUE_TOO_LOW, "BSON field 'scale' value must be "
+                               ">= 1");
+        } else if (strcmp(k, "latencyStats") == 0 || strcmp(k, "queryExecStats") == 0) {
+            return err_set(err, MS_ERR_BAD_VALUE, "$collStats: minishard keeps no %s", k);
+        } else {
+            return err_set(err, MS_ERR_IDL_UNKNOWN_FIELD, "BSON field '$collStats.%s' is an "
+                           "unknown field.", k);
+        }
+    }
+    if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, NULL, err)) != 0) return rc;
+    pipeline_rest(pipeline, &rest);
+    bson_init(&doc);
+    if ((rc = agg_parse(&rest, &o, &p, err)) != 0) goto out;
+    BSON_APPEND_UTF8(&doc, "ns", ns);
+    BSON_APPEND_DATE_TIME(&doc, "localTime", time_now_ms());
+    if (storage || count) {
+        bson_t st = BSON_INITIALIZER;
+        bson_iter_t ci;
+        rc = shardd_coll_stats(app, ns, scale, &st, err);
+        if (rc == 0 && storage) BSON_APPEND_DOCUMENT(&doc, "storageStats", &st);
+        if (rc == 0 && count && bson_iter_init_find(&ci, &st, "count"))
+            BSON_APPEND_INT64(&doc, "count", bson_iter_as_int64(&ci));
+        bson_destroy(&st);
+        if (rc) {
+            err_prefix(err, "Unable to retrieve %s in $collStats stage", storage ? "storageStats" : "count");
+            goto out;
+        }
+    }
+    if ((rc = agg_run_new(p, 0, &run, err)) != 0 || (rc = agg_run_push(run, &doc, err)) != 0 ||
+        (rc = agg_run_finish(run, err)) != 0)
+        goto out;
+    {
+        bson_t **docs = NULL;
+        size_t n = 0;
+        agg_run_take(run, &docs, &n);
+        rc = exec_agg_cursor(app->cursors, ns, docs, n, batch_size, reply, err);
+    }
+out:
+    agg_run_free(run);
+    agg_free(p);
+    bson_destroy(&doc);
+    bson_destroy(&rest);
+    return rc;
+}
+
 int cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     shardd_t *app = ctx->app;
     char ns[MS_NS_BYTES_MAX + 8];
@@ -141,6 +236,9 @@ int cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
             bson_iter_recurse(&si, &fi);
             if (bson_iter_next(&fi)) first = bson_iter_key(&fi);
         }
+        if (strcmp(first, "$shardedDataDistribution") == 0)  /* the router has it */
+            return err_set(err, MS_ERR_LOC_SDD_NOT_MONGOS, "The $shardedDataDistribution stage "
+                           "can only be run on mongoS");
         if (bsonx_is_number(&ctx->arg))
             return err_set(err, MS_ERR_INVALID_NAMESPACE, "{aggregate: 1} is not valid for '%s'; "
                            "a collection is required.", first);
@@ -165,6 +263,13 @@ int cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (!have_cursor && !a.explain)
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "The 'cursor' option is required, except "
                        "for aggregate with the explain argument");
+    {
+        bson_iter_t si, fi;
+        if (!a.explain && bson_iter_init(&si, &pipeline) && bson_iter_next(&si) &&
+            BSON_ITER_HOLDS_DOCUMENT(&si) && bson_iter_recurse(&si, &fi) && bson_iter_next(&fi) &&
+            strcmp(bson_iter_key(&fi), "$collStats") == 0)
+            return coll_stats_stage(ctx, &pipeline, &fi, batch_size, reply, err);
+    }
     if (cmd_field(ctx, "allowDiskUse", &it)) o.allow_disk_use = bsonx_truthy(&it);
     if (cmd_field(ctx, "collation", &it) && (rc = check_collation(&it, err)) != 0) return rc;
     if (cmd_field(ctx, "let", &it)) {
