@@ -254,13 +254,20 @@ static void rpc_peer_restarts(void) {
     CHECK_INT(rpc_client_open(url, &c, &err), 0);  /* before the server exists */
     CHECK_INT(rpc_server_start(url, 2, echo_handler, NULL, &s, &err), 0);
     BSON_APPEND_INT32(&cmd, "ping", 1);
-    CHECK_INT(rpc_call(c, &cmd, 5000, &reply, &err), 0);
-    bson_destroy(&reply);
+    int rc = rpc_call(c, &cmd, 5000, &reply, &err);
+    CHECK_INT(rc, 0);
+    if (rc == 0) bson_destroy(&reply);
     rpc_server_stop(s);
     s = NULL;
     CHECK_INT(rpc_server_start(url, 2, echo_handler, NULL, &s, &err), 0);
-    CHECK_INT(rpc_call(c, &cmd, 5000, &reply, &err), 0);
-    bson_destroy(&reply);
+    /* A call that left on the old connection just as it closed gets HostUnreachable
+     * (resends are off: the caller decides); the next ones use the redialed one. */
+    rc = MS_ERR_HOST_UNREACHABLE;
+    for (int i = 0; i < 3 && rc == MS_ERR_HOST_UNREACHABLE; i++) {
+        rc = rpc_call(c, &cmd, 5000, &reply, &err);
+        if (rc == 0) bson_destroy(&reply);
+    }
+    CHECK_INT(rc, 0);
     bson_destroy(&cmd);
     rpc_client_close(c);
     rpc_server_stop(s);
