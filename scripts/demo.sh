@@ -73,6 +73,9 @@ printf '  demo time: %d s\n' $((SECONDS - t0))
 hint() { printf '  %-46s # %s\n' "$1" "$2"; }
 printf '\nThe cluster is still running. Explore it:\n'
 hint "bin/shardctl status" "shards, balancer, migrations, chunks per shard"
+if [ -x "$ROOT/build/mongosh/node_modules/.bin/mongosh" ]; then
+    hint "build/mongosh/node_modules/.bin/mongosh mongodb://127.0.0.1:$((PORT + 100))" "MongoDB's shell: sh.status(), db.users.find()"
+fi
 hint "bin/shardctl watch --bars" "the view above, live (plain: bin/shardctl watch)"
 hint "bin/shardctl explain-balance $NS" "why the balancer would or would not move now"
 hint "bin/shardctl changelog --ns $NS" "every split and migration step (--summary: costs)"
