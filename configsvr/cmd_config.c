@@ -275,12 +275,37 @@ static void fill_batch(cfg_cursor_t *k, int64_t max_docs, bson_t *arr) {
     }
 }
 
+/* The first reply of a find or an aggregate: its first batch, and the rest behind a
+ * registered cursor (*kp then owned by the registry and set to NULL) unless single or
+ * nothing is left. The batch is built and the cursor registered before reply is
+ * touched: a refusal (the open-cursor cap) leaves reply as it was. */
+static int reply_first_batch(cfg_t *cfg, cfg_cursor_t **kp, int64_t batch_size, bool single,
+                             const char *ns, bson_t *reply, ms_error_t *err) {
+    bson_t batch = BSON_INITIALIZER, cursor;
+    int64_t id = 0;
+    int rc = 0;
+    fill_batch(*kp, batch_size, &batch);
+    if ((*kp)->pos < (*kp)->n && !single) {
+        if ((rc = cursor_register(cfg->cursors, *kp, err)) != 0) goto out;
+        id = (*kp)->id;
+        *kp = NULL;
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cursor);
+    bson_append_array(&cursor, "firstBatch", -1, &batch);
+    BSON_APPEND_INT64(&cursor, "id", id);
+    BSON_APPEND_UTF8(&cursor, "ns", ns);
+    bson_append_document_end(reply, &cursor);
+out:
+    bson_destroy(&batch);
+    return rc;
+}
+
 /* find: the result is materialised now, the first batch returned, the rest kept behind
  * a cursor id for getMore (MongoDB's ClusterCursorManager on the config server). */
 int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
     const char *coll = BSON_ITER_HOLDS_UTF8(&ctx->arg) ? bson_iter_utf8(&ctx->arg, NULL) : "";
-    bson_t filter, sort_spec, proj_spec, cursor, batch = BSON_INITIALIZER;
+    bson_t filter, sort_spec, proj_spec;
     bool has_filter = cfg_field_doc(ctx, "filter", &filter);
     sortspec_t *sort = NULL;
     projection_t *proj = NULL;
@@ -330,22 +355,8 @@ int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         k->bytes += d->len;
         k->docs[k->n++] = d;
     }
-    /* The batch is built apart and the cursor registered before reply is touched: a
-     * refusal (the open-cursor cap) leaves reply as it was, with no sub-document open. */
-    fill_batch(k, batch_size, &batch);
-    int64_t id = 0;
-    if (k->pos < k->n && !single) {
-        if ((rc = cursor_register(cfg->cursors, k, err)) != 0) goto out;
-        id = k->id;
-        k = NULL;
-    }
-    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cursor);
-    bson_append_array(&cursor, "firstBatch", -1, &batch);
-    BSON_APPEND_INT64(&cursor, "id", id);
-    BSON_APPEND_UTF8(&cursor, "ns", ns);
-    bson_append_document_end(reply, &cursor);
+    rc = reply_first_batch(cfg, &k, batch_size, single, ns, reply, err);
 out:
-    bson_destroy(&batch);
     cursor_free(k);
     hits_free(&h);
     sortspec_free(sort);
@@ -466,7 +477,7 @@ out:
 int cfg_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
     const char *coll = BSON_ITER_HOLDS_UTF8(&ctx->arg) ? bson_iter_utf8(&ctx->arg, NULL) : "";
-    bson_t pipeline, d, cursor, batch = BSON_INITIALIZER;
+    bson_t pipeline, d;
     bson_iter_t it;
     agg_opts_t o = {0};
     expr_vars_t *vars = NULL;
@@ -540,20 +551,8 @@ int cfg_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
             k->bytes += k->docs[i]->len;
         }
     }
-    fill_batch(k, batch_size, &batch);
-    int64_t id = 0;
-    if (k->pos < k->n) {
-        if ((rc = cursor_register(cfg->cursors, k, err)) != 0) goto out;
-        id = k->id;
-        k = NULL;
-    }
-    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cursor);
-    bson_append_array(&cursor, "firstBatch", -1, &batch);
-    BSON_APPEND_INT64(&cursor, "id", id);
-    BSON_APPEND_UTF8(&cursor, "ns", ns);
-    bson_append_document_end(reply, &cursor);
+    rc = reply_first_batch(cfg, &k, batch_size, false, ns, reply, err);
 out:
-    bson_destroy(&batch);
     cursor_free(k);
     hits_free(&h);
     agg_run_free(run);

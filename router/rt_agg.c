@@ -94,18 +94,11 @@ static void stream_free(stream_t *s) {
 
 /* Appends the documents of reply's `key` array to s; counts their bytes in *bytes and
  * refuses past MS_ROUTER_AGG_GATHER_BYTES_MAX. */
-static int take_batch(stream_t *s, const bson_t *reply, const char *key, size_t *bytes,
-                      ms_error_t *err) {
-    bson_iter_t it, arr;
-    s->id = 0;
-    if (bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "cursor.id", &it))
-        s->id = bson_iter_as_int64(&it);
-    if (!(bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, key, &it) &&
-          BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &arr)))
-        return 0;
-    while (bson_iter_next(&arr)) {
+/* Appends heap copies of the documents of the array arr to s, charged to *bytes. */
+static int take_array(stream_t *s, bson_iter_t *arr, size_t *bytes, ms_error_t *err) {
+    while (bson_iter_next(arr)) {
         bson_t d;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bsonx_view_container(&arr, &d)) continue;
+        if (!BSON_ITER_HOLDS_DOCUMENT(arr) || !bsonx_view_container(arr, &d)) continue;
         *bytes += d.len;
         if (*bytes > (size_t)MS_ROUTER_AGG_GATHER_BYTES_MAX)
             return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
@@ -119,6 +112,35 @@ static int take_batch(stream_t *s, const bson_t *reply, const char *key, size_t 
         s->docs[s->n++] = bson_copy(&d);
     }
     return 0;
+}
+
+static int take_batch(stream_t *s, const bson_t *reply, const char *key, size_t *bytes,
+                      ms_error_t *err) {
+    bson_iter_t it, arr;
+    s->id = 0;
+    if (bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "cursor.id", &it))
+        s->id = bson_iter_as_int64(&it);
+    if (!(bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, key, &it) &&
+          BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &arr)))
+        return 0;
+    return take_array(s, &arr, bytes, err);
+}
+
+/* Runs pipeline p over the documents of the array docs (built by the router itself)
+ * into *results (initialised here; destroyed again on error). */
+static int run_over_array(const agg_pipeline_t *p, const bson_t *docs, bson_t *results,
+                          ms_error_t *err) {
+    stream_t tmp;
+    size_t bytes = 0;
+    bson_iter_t arr;
+    int rc = 0;
+    memset(&tmp, 0, sizeof tmp);
+    if (bson_iter_init(&arr, docs)) rc = take_array(&tmp, &arr, &bytes, err);
+    bson_init(results);
+    if (rc == 0) rc = agg_run_all(p, (const bson_t *const *)tmp.docs, tmp.n, results, err);
+    stream_free(&tmp);
+    if (rc) bson_destroy(results);
+    return rc;
 }
 
 /* Drains the shard cursor of s (getMore until its id is 0). */
@@ -374,25 +396,7 @@ static int sharded_data_distribution(cmd_ctx_t *ctx, const bson_t *pipeline, con
         bson_destroy(&arr);
     }
     /* the rest of the pipeline over those documents */
-    {
-        /* heap copies (take_batch), as agg_run_all wants pointers to bson_t */
-        stream_t tmp;
-        size_t bytes = 0;
-        bson_t wrap = BSON_INITIALIZER, cur;
-        memset(&tmp, 0, sizeof tmp);
-        BSON_APPEND_DOCUMENT_BEGIN(&wrap, "cursor", &cur);
-        BSON_APPEND_ARRAY(&cur, "firstBatch", &docs);
-        bson_append_document_end(&wrap, &cur);
-        rc = take_batch(&tmp, &wrap, "cursor.firstBatch", &bytes, err);
-        bson_destroy(&wrap);
-        bson_init(&results);
-        if (rc == 0) rc = agg_run_all(p, (const bson_t *const *)tmp.docs, tmp.n, &results, err);
-        stream_free(&tmp);
-        if (rc) {
-            bson_destroy(&results);
-            goto out;
-        }
-    }
+    if ((rc = run_over_array(p, &docs, &results, err)) != 0) goto out;
     rc = rt_cursor_from_results(r, "admin", "$cmd.aggregate", &results, batch, reply, err);
 out:
     stream_free(&colls);
@@ -488,24 +492,7 @@ static int coll_stats_stage(cmd_ctx_t *ctx, const bson_t *pipeline, int64_t batc
                      "$collStats stage :: caused by :: Collection [%s] not found.", ns);
         goto out;
     }
-    {
-        stream_t tmp;
-        size_t bytes = 0;
-        bson_t wrap = BSON_INITIALIZER, cur;
-        memset(&tmp, 0, sizeof tmp);
-        BSON_APPEND_DOCUMENT_BEGIN(&wrap, "cursor", &cur);
-        BSON_APPEND_ARRAY(&cur, "firstBatch", &docs);
-        bson_append_document_end(&wrap, &cur);
-        rc = take_batch(&tmp, &wrap, "cursor.firstBatch", &bytes, err);
-        bson_destroy(&wrap);
-        bson_init(&results);
-        if (rc == 0) rc = agg_run_all(p, (const bson_t *const *)tmp.docs, tmp.n, &results, err);
-        stream_free(&tmp);
-        if (rc) {
-            bson_destroy(&results);
-            goto out;
-        }
-    }
+    if ((rc = run_over_array(p, &docs, &results, err)) != 0) goto out;
     rc = rt_cursor_from_results(r, ctx->db, coll, &results, batch, reply, err);
 out:
     rt_table_release(t);

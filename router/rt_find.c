@@ -851,6 +851,32 @@ static void adjust_projection(const bson_t *proj, const bson_t *sort, bson_t *ou
     /* An exclusion projection left empty would mean "everything": fine. */
 }
 
+/* The end of a find (or of the cursor over an aggregate's results): the first batch arr
+ * as the reply, and the cursor kept behind its id when keep — it must then fit the caps;
+ * when it does not, the command fails (and its shard cursors are killed with it) rather
+ * than answer a batch it cannot continue. What the command's maxTimeMS leaves goes on to
+ * the getMores (idle time not counted). A kept cursor is owned by the registry (*cp set
+ * to NULL). */
+static int reply_first(router_t *r, rt_cursor_t **cp, const bson_t *arr, bool keep,
+                       const char *ns, bson_t *reply, ms_error_t *err) {
+    rt_cursor_t *c = *cp;
+    bson_t cur;
+    int rc;
+    c->timed = op_deadline_ms() > 0;
+    c->time_left_ms = op_time_left_ms(0);
+    if (keep && (rc = cursor_register(r, c, err)) != 0) return rc;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
+    BSON_APPEND_ARRAY(&cur, "firstBatch", arr);
+    BSON_APPEND_INT64(&cur, "id", keep ? c->id : 0);
+    BSON_APPEND_UTF8(&cur, "ns", ns);
+    bson_append_document_end(reply, &cur);
+    if (keep) {
+        cursor_put(r, c);
+        *cp = NULL;
+    }
+    return 0;
+}
+
 static int find_run(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
     const char *coll = bson_iter_utf8(&ctx->arg, NULL);
@@ -906,32 +932,15 @@ static int find_run(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bool exhausted = false, single = false;
     bson_iter_t sb;
     if (bson_iter_init_find(&sb, ctx->req, "singleBatch")) single = bsonx_truthy(&sb);
-    bson_t cur, arr;
+    bson_t arr;
     char ns[MS_NS_BYTES_MAX + 1];
     snprintf(ns, sizeof ns, "%s.%s", ctx->db, coll);
     bson_init(&arr);
     rc = cursor_fill_batch(r, c, batch >= 0 ? batch : MS_FIRST_BATCH_DOCS_DEFAULT, &arr,
                            &exhausted, err);
-    /* What the find's maxTimeMS leaves goes on to the getMores (idle time not counted). */
-    c->timed = op_deadline_ms() > 0;
-    c->time_left_ms = op_time_left_ms(0);
-    /* A cursor that stays open must fit the caps; when it does not, the find fails (and
-     * its shard cursors are killed) rather than answer a batch it cannot continue. */
-    bool keep = rc == 0 && !exhausted && !single;
-    if (keep && (rc = cursor_register(r, c, err)) != 0)
-        log_info("find refused ns=%s.%s conn=%u errmsg=\"%s\"", ctx->db, coll, c->conn,
+    if (rc == 0 && (rc = reply_first(r, &c, &arr, !exhausted && !single, ns, reply, err)) != 0)
+        log_info("find refused ns=%s.%s conn=%u errmsg=\"%s\"", ctx->db, coll, op_conn(),
                  err->msg);
-    if (rc == 0) {
-        BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
-        BSON_APPEND_ARRAY(&cur, "firstBatch", &arr);
-        BSON_APPEND_INT64(&cur, "id", keep ? c->id : 0);
-        BSON_APPEND_UTF8(&cur, "ns", ns);
-        bson_append_document_end(reply, &cur);
-        if (keep) {
-            cursor_put(r, c);
-            c = NULL;
-        }
-    }
     bson_destroy(&arr);
 out:
     for (int i = 0; i < n; i++) rt_req_clear(&reqs[i]);
@@ -974,21 +983,7 @@ int rt_cursor_from_results(router_t *r, const char *db, const char *coll, bson_t
     bson_init(&arr);
     rc = cursor_fill_batch(r, c, batch >= 0 ? batch : MS_FIRST_BATCH_DOCS_DEFAULT, &arr,
                            &exhausted, err);
-    c->timed = op_deadline_ms() > 0;
-    c->time_left_ms = op_time_left_ms(0);
-    bool keep = rc == 0 && !exhausted;
-    if (keep) rc = cursor_register(r, c, err);
-    if (rc == 0) {
-        BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
-        BSON_APPEND_ARRAY(&cur, "firstBatch", &arr);
-        BSON_APPEND_INT64(&cur, "id", keep ? c->id : 0);
-        BSON_APPEND_UTF8(&cur, "ns", ns);
-        bson_append_document_end(reply, &cur);
-        if (keep) {
-            cursor_put(r, c);
-            c = NULL;
-        }
-    }
+    if (rc == 0) rc = reply_first(r, &c, &arr, !exhausted, ns, reply, err);
     bson_destroy(&arr);
     cursor_free(r, c);
     return rc;
