@@ -118,6 +118,21 @@ def _hostport(url):
     return host, int(port)
 
 
+def closed_by_peer(sock, timeout=5.0):
+    """True once the daemon has closed the connection of sock (reads EOF or reset)."""
+    sock.settimeout(0.2)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if sock.recv(1 << 16) == b"":
+                return True
+        except socket.timeout:
+            continue
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+    return False
+
+
 class RawReq:
     """One TCP connection speaking NNG's REQ side by hand. Nothing is hidden: a test
     decides when to send, what, and whether to ever read."""
@@ -176,18 +191,7 @@ class RawReq:
         raise AssertionError("no reply to request %d" % rid)
 
     def closed_by_peer(self, timeout=5.0):
-        """True once the daemon has closed this connection (reads EOF or reset)."""
-        self.sock.settimeout(0.2)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if self.sock.recv(1 << 16) == b"":
-                    return True
-            except socket.timeout:
-                continue
-            except (ConnectionResetError, BrokenPipeError):
-                return True
-        return False
+        return closed_by_peer(self.sock, timeout)
 
     def close(self):
         try:

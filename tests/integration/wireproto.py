@@ -13,7 +13,7 @@ import socket
 import struct
 import time
 
-from hostile import decode, encode
+from hostile import closed_by_peer, decode, encode
 
 OP_REPLY = 1
 OP_QUERY = 2004
@@ -128,17 +128,7 @@ class WireConn:
         return r["doc"]
 
     def closed_by_peer(self, timeout=5.0):
-        self.sock.settimeout(0.2)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if self.sock.recv(1 << 16) == b"":
-                    return True
-            except socket.timeout:
-                continue
-            except (ConnectionResetError, BrokenPipeError):
-                return True
-        return False
+        return closed_by_peer(self.sock, timeout)
 
     def close(self):
         try:
