@@ -109,23 +109,30 @@ def test_configure_collection_balancing_validation(t):
     assert "defragmentCollection" not in d and "defragmentationPhase" not in d, d
 
 
-@test
-def test_defragmentation_cuts_chunks_without_loss(t):
+def defrag_cluster(t, nshards, ndocs):
+    """A fast balancer (stopped for now, auto-split off) over nshards shards, a 256 KB chunk
+    size (small = below 64 KB) and NS loaded with ndocs documents split every 100 keys
+    (chunks of ~16 KB) on shard0. Returns (config server, shards, client)."""
     cfg = t.configsvr(extra=["--balancer-idle-ms", "200", "--balancer-throttle-ms", "50",
                              "--defrag-throttle-ms", "20"])
-    ss = [t.shardd("shard%d" % i, extra=SHARD_FLAGS) for i in range(3)]
+    ss = [t.shardd("shard%d" % i, extra=SHARD_FLAGS) for i in range(nshards)]
     r = t.router(cfg.url)
     c = r.client()
     for i, s in enumerate(ss):
         c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
     c.ok({"balancerStop": 1, "$db": "admin"})
     settings(c, "autosplit", {"$set": {"enabled": False}})
-    # a 256 KB chunk size: small = below 64 KB; 18 chunks of ~16 KB, neighbours on other shards
     settings(c, "chunksize", {"$set": {"valueBytes": 256 * 1024}})
     c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
     c.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
-    load(c, 1800)
-    split_at(c, range(100, 1800, 100))
+    load(c, ndocs)
+    split_at(c, range(100, ndocs, 100))
+    return cfg, ss, c
+
+
+@test
+def test_defragmentation_cuts_chunks_without_loss(t):
+    cfg, _ss, c = defrag_cluster(t, 3, 1800)
     # the horizon (60 s by default): 18 contiguous chunks just created are not merged by hand
     r0 = c.ok({"mergeAllChunksOnShard": NS, "shard": "shard0", "$db": "admin"})
     assert r0["numMergedChunks"] == 0 and len(chunks(c)) == 18, r0
@@ -212,20 +219,7 @@ def test_defragmentation_cuts_chunks_without_loss(t):
 
 @test
 def test_failed_phase2_migration_restarts_from_phase_1(t):
-    cfg = t.configsvr(extra=["--balancer-idle-ms", "200", "--balancer-throttle-ms", "50",
-                             "--defrag-throttle-ms", "20"])
-    ss = [t.shardd("shard%d" % i, extra=SHARD_FLAGS) for i in range(2)]
-    r = t.router(cfg.url)
-    c = r.client()
-    for i, s in enumerate(ss):
-        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
-    c.ok({"balancerStop": 1, "$db": "admin"})
-    settings(c, "autosplit", {"$set": {"enabled": False}})
-    settings(c, "chunksize", {"$set": {"valueBytes": 256 * 1024}})
-    c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
-    c.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
-    load(c, 800)
-    split_at(c, range(100, 800, 100))
+    _cfg, ss, c = defrag_cluster(t, 2, 800)
     for i in range(1, 8, 2):
         c.ok({"moveChunk": NS, "find": {"k": i * 100}, "to": "shard1", "$db": "admin"})
     n0, h0 = digest(c)
