@@ -290,6 +290,26 @@ typedef int (*papply_fn)(const pnode_t *n, const bson_t *doc, const bson_t *root
                          const expr_vars_t *vars, bool top, bool keep_id, bson_t *out,
                          ms_error_t *err);
 
+/* Appends key: apply(n) over sub (NULL = a missing or scalar value: a new document), as a
+ * nested projection level (never the top one). */
+static int apply_sub(papply_fn apply, const pnode_t *n, const bson_t *sub, const bson_t *root,
+                     const expr_vars_t *vars, bson_t *out, const char *key, ms_error_t *err) {
+    bson_t o;
+    BSON_APPEND_DOCUMENT_BEGIN(out, key, &o);
+    int rc = apply(n, sub, root, vars, false, false, &o, err);
+    bson_append_document_end(out, &o);
+    return rc;
+}
+
+/* apply_sub over the document the iterator holds. */
+static int apply_sub_doc(papply_fn apply, const pnode_t *n, const bson_iter_t *it,
+                         const bson_t *root, const expr_vars_t *vars, bson_t *out,
+                         const char *key, ms_error_t *err) {
+    bson_t sub;
+    bsonx_view_container(it, &sub);
+    return apply_sub(apply, n, &sub, root, vars, out, key, err);
+}
+
 /* Maps apply over the documents (and nested arrays) of an array; other elements: kept
  * when keep_scalars, else dropped (inclusion drops them, as MongoDB's does). */
 static int apply_array(papply_fn apply, const pnode_t *n, const bson_iter_t *it,
@@ -305,11 +325,7 @@ static int apply_array(papply_fn apply, const pnode_t *n, const bson_iter_t *it,
     while (rc == 0 && bson_iter_next(&ai)) {
         snprintf(k, sizeof k, "%d", i);
         if (BSON_ITER_HOLDS_DOCUMENT(&ai)) {
-            bson_t sub, o;
-            bsonx_view_container(&ai, &sub);
-            BSON_APPEND_DOCUMENT_BEGIN(&res, k, &o);
-            rc = apply(n, &sub, root, vars, false, false, &o, err);
-            bson_append_document_end(&res, &o);
+            rc = apply_sub_doc(apply, n, &ai, root, vars, &res, k, err);
             i++;
         } else if (BSON_ITER_HOLDS_ARRAY(&ai)) {
             rc = apply_array(apply, n, &ai, root, vars, keep_scalars, &res, k, err);
@@ -319,10 +335,7 @@ static int apply_array(papply_fn apply, const pnode_t *n, const bson_iter_t *it,
             i++;
         } else if (has_computed(n)) {
             /* a computed sub-field replaces a scalar element with a new document */
-            bson_t o;
-            BSON_APPEND_DOCUMENT_BEGIN(&res, k, &o);
-            rc = apply(n, NULL, root, vars, false, false, &o, err);
-            bson_append_document_end(&res, &o);
+            rc = apply_sub(apply, n, NULL, root, vars, &res, k, err);
             i++;
         }
     }
@@ -350,18 +363,11 @@ static int apply_incl(const pnode_t *n, const bson_t *doc, const bson_t *root,
                 bsonx_append_iter(out, k, &it);
             } else if (c->kind == P_NESTED) {
                 if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
-                    bson_t sub, o;
-                    bsonx_view_container(&it, &sub);
-                    BSON_APPEND_DOCUMENT_BEGIN(out, k, &o);
-                    rc = apply_incl(c, &sub, root, vars, false, false, &o, err);
-                    bson_append_document_end(out, &o);
+                    rc = apply_sub_doc(apply_incl, c, &it, root, vars, out, k, err);
                 } else if (BSON_ITER_HOLDS_ARRAY(&it)) {
                     rc = apply_array(apply_incl, c, &it, root, vars, false, out, k, err);
                 } else if (has_computed(c)) {
-                    bson_t o;
-                    BSON_APPEND_DOCUMENT_BEGIN(out, k, &o);
-                    rc = apply_incl(c, NULL, root, vars, false, false, &o, err);
-                    bson_append_document_end(out, &o);
+                    rc = apply_sub(apply_incl, c, NULL, root, vars, out, k, err);
                 }
             }
         }
@@ -372,10 +378,7 @@ static int apply_incl(const pnode_t *n, const bson_t *doc, const bson_t *root,
             rc = put_computed(c, root, vars, out, err);
         } else if (c->kind == P_NESTED && has_computed(c) &&
                    !(doc && bson_has_field(doc, c->name))) {
-            bson_t o;
-            BSON_APPEND_DOCUMENT_BEGIN(out, c->name, &o);
-            rc = apply_incl(c, NULL, root, vars, false, false, &o, err);
-            bson_append_document_end(out, &o);
+            rc = apply_sub(apply_incl, c, NULL, root, vars, out, c->name, err);
         }
     }
     return rc;
@@ -397,11 +400,7 @@ static int apply_excl(const pnode_t *n, const bson_t *doc, const bson_t *root,
             bsonx_append_iter(out, k, &it);
         } else if (c->kind == P_NESTED) {
             if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
-                bson_t sub, o;
-                bsonx_view_container(&it, &sub);
-                BSON_APPEND_DOCUMENT_BEGIN(out, k, &o);
-                rc = apply_excl(c, &sub, root, vars, false, false, &o, err);
-                bson_append_document_end(out, &o);
+                rc = apply_sub_doc(apply_excl, c, &it, root, vars, out, k, err);
             } else if (BSON_ITER_HOLDS_ARRAY(&it)) {
                 rc = apply_array(apply_excl, c, &it, root, vars, true, out, k, err);
             } else {
@@ -429,18 +428,11 @@ static int apply_add(const pnode_t *n, const bson_t *doc, const bson_t *root,
             } else if (c->kind == P_COMPUTED) {
                 rc = put_computed(c, root, vars, out, err);
             } else if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
-                bson_t sub, o;
-                bsonx_view_container(&it, &sub);
-                BSON_APPEND_DOCUMENT_BEGIN(out, k, &o);
-                rc = apply_add(c, &sub, root, vars, false, false, &o, err);
-                bson_append_document_end(out, &o);
+                rc = apply_sub_doc(apply_add, c, &it, root, vars, out, k, err);
             } else if (BSON_ITER_HOLDS_ARRAY(&it)) {
                 rc = apply_array(apply_add, c, &it, root, vars, false, out, k, err);
             } else {
-                bson_t o;
-                BSON_APPEND_DOCUMENT_BEGIN(out, k, &o);
-                rc = apply_add(c, NULL, root, vars, false, false, &o, err);
-                bson_append_document_end(out, &o);
+                rc = apply_sub(apply_add, c, NULL, root, vars, out, k, err);
             }
         }
     }
@@ -450,10 +442,7 @@ static int apply_add(const pnode_t *n, const bson_t *doc, const bson_t *root,
         if (c->kind == P_COMPUTED) {
             rc = put_computed(c, root, vars, out, err);
         } else {
-            bson_t o;
-            BSON_APPEND_DOCUMENT_BEGIN(out, c->name, &o);
-            rc = apply_add(c, NULL, root, vars, false, false, &o, err);
-            bson_append_document_end(out, &o);
+            rc = apply_sub(apply_add, c, NULL, root, vars, out, c->name, err);
         }
     }
     return rc;
