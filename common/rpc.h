@@ -3,9 +3,13 @@
  *
  * A message is one BSON document each way. The server (rpc_server.h) runs a fixed
  * pool of worker threads, so a handler may block (a failpoint hang, a migration
- * critical section, a call to another daemon) without stalling NNG's own threads. A client is one REQ socket per peer URL; each
- * call runs on its own context, so calls from many threads run at once, and each call
- * has an explicit deadline. Dialing is non-blocking and NNG redials a lost peer.
+ * critical section, a call to another daemon) without stalling NNG's own threads.
+ * A client talks to one peer URL. To a tcp:// peer each call runs on a pooled TCP
+ * connection of its own, driven by the calling thread (NNG's SP framing, no NNG threads
+ * between the caller and the reply: see rpc.c, "client transport"); to other URLs
+ * (inproc://, ipc://) through an NNG REQ socket, each call on its own context. Either
+ * way calls from many threads run at once, each call has an explicit deadline, and a
+ * peer that is down is redialed.
  *
  * Ownership (NNG's rule): on success the reply document is the caller's; on failure
  * nothing is written to it.
@@ -27,8 +31,8 @@
 
 typedef struct rpc_client rpc_client_t;
 
-/* Opens a REQ socket that dials url in the background (the peer may not be up yet).
- * *out set on success only. */
+/* Opens a client of url (the peer may not be up yet: a tcp:// client dials on its first
+ * call, others dial in the background). *out set on success only. */
 int rpc_client_open(const char *url, rpc_client_t **out, ms_error_t *err);
 void rpc_client_close(rpc_client_t *c);  /* NULL-safe */
 const char *rpc_client_url(const rpc_client_t *c);

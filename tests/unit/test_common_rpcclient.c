@@ -5,11 +5,22 @@
  * once; the peer coming up later is reached again; a connection lost mid-call is
  * HostUnreachable; the per-peer share cap refuses a call over it with ExceededTimeLimit
  * and counts it in rpc_peers_append_status; rpc_call_op takes the operation's maxTimeMS.
+ * The tcp:// transport's own rules (issue 14 item 9: calls on pooled connections driven
+ * by the calling thread): a peer that takes the connection but never greets costs a
+ * NetworkTimeout at the deadline, not HostUnreachable; a peer that is not REP v0, or
+ * answers with another request's id or an announced length over the cap, is dropped
+ * with HostUnreachable; a pooled connection whose peer restarted is dropped before use,
+ * so the first call after the restart succeeds; many threads call at once.
  * Real sockets on 127.0.0.1 (ports from t_free_port), nothing mocked.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/limits.h"
 #include "common/log.h"
@@ -221,5 +232,184 @@ out:
     rpc_server_stop(s);
 }
 
+/* ---- the tcp:// transport against raw peers ------------------------------------- */
+
+/* A raw TCP peer on 127.0.0.1: accepts one connection and behaves as `mode` says. */
+enum { RAW_SILENT, RAW_BAD_GREETING, RAW_WRONG_ID, RAW_HUGE_LEN };
+typedef struct raw_peer {
+    int lfd, mode, port;
+    pthread_t th;
+} raw_peer_t;
+
+static int raw_read(int fd, uint8_t *buf, size_t len) {
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = recv(fd, buf + got, len - got, 0);
+        if (n <= 0) return -1;
+        got += (size_t)n;
+    }
+    return 0;
+}
+
+static void *raw_peer_main(void *p) {
+    raw_peer_t *r = p;
+    uint8_t hello[8] = {0, 'S', 'P', 0, 0, 0x31, 0, 0}, in[64], head[12];
+    int fd = accept(r->lfd, NULL, NULL);
+    if (fd < 0) return NULL;
+    if (r->mode == RAW_SILENT) {
+        t_sleep_ms(1500);   /* longer than the call's deadline */
+    } else if (r->mode == RAW_BAD_GREETING) {
+        /* a PAIR v1 peer, not REP, to every dial for 1.5 s (the client redials) */
+        long long until = time_mono_ms() + 1500;
+        hello[5] = 0x21;
+        while (fd >= 0) {
+            (void)!write(fd, hello, sizeof hello);
+            close(fd);
+            fd = -1;
+            struct pollfd pf = {.fd = r->lfd, .events = POLLIN};
+            long long left = until - time_mono_ms();
+            if (left > 0 && poll(&pf, 1, (int)left) == 1) fd = accept(r->lfd, NULL, NULL);
+        }
+        return NULL;
+    } else if (raw_read(fd, in, 8) == 0 && write(fd, hello, sizeof hello) == 8 &&
+               raw_read(fd, head, sizeof head) == 0) {
+        uint64_t len = 0;
+        for (int i = 0; i < 8; i++) len = len << 8 | head[i];
+        if (len <= sizeof in + 4) (void)!raw_read(fd, in, (size_t)len - 4);
+        if (r->mode == RAW_WRONG_ID) {
+            head[11] ^= 1;                       /* another request's id */
+            memset(head, 0, 8);
+            head[7] = 4 + 5;                     /* and an empty document */
+            uint8_t doc[5] = {5, 0, 0, 0, 0};
+            (void)!write(fd, head, sizeof head);
+            (void)!write(fd, doc, sizeof doc);
+        } else {
+            memset(head, 0xff, 8);               /* 2^64 - 1 bytes announced */
+            (void)!write(fd, head, sizeof head);
+        }
+        t_sleep_ms(300);
+    }
+    close(fd);
+    return NULL;
+}
+
+static int raw_peer_start(raw_peer_t *r, int mode, char *url, size_t cap) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    r->mode = mode;
+    r->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    if (r->lfd < 0 || bind(r->lfd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        listen(r->lfd, 4) != 0 || getsockname(r->lfd, (struct sockaddr *)&a, &al) != 0)
+        return -1;
+    r->port = ntohs(a.sin_port);
+    snprintf(url, cap, "tcp://127.0.0.1:%d", r->port);
+    return pthread_create(&r->th, NULL, raw_peer_main, r);
+}
+
+static void raw_peer_stop(raw_peer_t *r) {
+    pthread_join(r->th, NULL);
+    close(r->lfd);
+}
+
+/* Connected but never greeted (a stopped process's kernel takes connections): the call
+ * waits for its deadline and says NetworkTimeout; the peer is not marked unreachable. */
+static void tcp_silent_peer_times_out(void) {
+    raw_peer_t r;
+    rpc_client_t *c = NULL;
+    ms_error_t err = {0};
+    char url[64];
+    long long t0, ms;
+    if (raw_peer_start(&r, RAW_SILENT, url, sizeof url) != 0) {
+        CHECK_MSG(0, "raw peer");
+        return;
+    }
+    CHECK_INT(rpc_client_open(url, &c, &err), 0);
+    t0 = time_mono_ms();
+    CHECK_INT(call_ping(c, 600, &err), MS_ERR_NETWORK_TIMEOUT);
+    ms = time_mono_ms() - t0;
+    printf("  silent peer: code %d after %lld ms: %s\n", err.code, ms, err.msg);
+    CHECK_MSG(ms >= 550 && ms < 1400, "deadline 600 ms, call took %lld ms", ms);
+    rpc_client_close(c);
+    raw_peer_stop(&r);
+}
+
+/* Not a REP v0 server, a reply to another request, a length over the cap: each drops the
+ * connection with HostUnreachable, at once rather than at the deadline. */
+static void tcp_bad_peers_dropped(void) {
+    const int modes[] = {RAW_BAD_GREETING, RAW_WRONG_ID, RAW_HUGE_LEN};
+    const char *names[] = {"bad greeting", "wrong request id", "huge length"};
+    for (int i = 0; i < 3; i++) {
+        raw_peer_t r;
+        rpc_client_t *c = NULL;
+        ms_error_t err = {0};
+        char url[64];
+        long long t0, ms;
+        if (raw_peer_start(&r, modes[i], url, sizeof url) != 0) {
+            CHECK_MSG(0, "raw peer");
+            return;
+        }
+        CHECK_INT(rpc_client_open(url, &c, &err), 0);
+        t0 = time_mono_ms();
+        CHECK_INT(call_ping(c, 10000, &err), MS_ERR_HOST_UNREACHABLE);
+        ms = time_mono_ms() - t0;
+        printf("  %s: code %d after %lld ms: %s\n", names[i], err.code, ms, err.msg);
+        CHECK_MSG(ms < 5000, "%s: took %lld ms of a 10 s deadline", names[i], ms);
+        rpc_client_close(c);
+        raw_peer_stop(&r);
+    }
+}
+
+/* The peer restarts between two calls: the pooled connection it closed is dropped
+ * before use, and the first call after the restart succeeds. */
+static void tcp_pooled_connection_after_restart(void) {
+    rpc_client_t *c = NULL;
+    rpc_server_t *s = NULL;
+    ms_error_t err = {0};
+    char url[64];
+    t_tcp_url(url, sizeof url, 4);
+    CHECK_INT(rpc_server_start(url, 2, sleepy_handler, NULL, &s, &err), 0);
+    CHECK_INT(rpc_client_open(url, &c, &err), 0);
+    if (!s || !c) goto out;
+    CHECK_INT(call_ping(c, 5000, &err), 0);
+    rpc_server_stop(s);
+    s = NULL;
+    CHECK_INT(rpc_server_start(url, 2, sleepy_handler, NULL, &s, &err), 0);
+    t_sleep_ms(50);   /* the old connection's close has reached us */
+    CHECK_INT(call_ping(c, 5000, &err), 0);
+    if (err.code) printf("  after restart: %s\n", err.msg);
+out:
+    rpc_client_close(c);
+    rpc_server_stop(s);
+}
+
+/* Many threads at once on one client: each call on a connection of its own, all answered. */
+static void tcp_many_threads(void) {
+    enum { N = 12 };
+    rpc_client_t *c = NULL;
+    rpc_server_t *s = NULL;
+    ms_error_t err = {0};
+    sleeper_t a[N];
+    pthread_t th[N];
+    char url[64];
+    t_tcp_url(url, sizeof url, 5);
+    CHECK_INT(rpc_server_start(url, N, sleepy_handler, NULL, &s, &err), 0);
+    CHECK_INT(rpc_client_open(url, &c, &err), 0);
+    if (!s || !c) goto out;
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < N; i++) {
+            a[i] = (sleeper_t){.c = c, .sleep_ms = 20, .timeout_ms = 10000};
+            pthread_create(&th[i], NULL, sleeper_main, &a[i]);
+        }
+        for (int i = 0; i < N; i++) {
+            pthread_join(th[i], NULL);
+            CHECK_INT(a[i].rc, 0);
+        }
+    }
+out:
+    rpc_client_close(c);
+    rpc_server_stop(s);
+}
+
 T_MAIN(T_CASE(nobody_listening_then_up), T_CASE(connection_lost_mid_call), T_CASE(share_cap),
-       T_CASE(call_op_deadline))
+       T_CASE(call_op_deadline), T_CASE(tcp_silent_peer_times_out), T_CASE(tcp_bad_peers_dropped),
+       T_CASE(tcp_pooled_connection_after_restart), T_CASE(tcp_many_threads))
