@@ -22,8 +22,12 @@ interleave the variants and rotate who goes first; medians of the rounds' p50s.
      one OP_MSG with a kind-1 document sequence), through the router over NNG (one insert
      command), straight to the database's primary shard over the wire.
 
-Ratios: wire / NNG through the router (goal ≤ 1.10), router / shard over the wire. Prints
-a table, then one line BENCH_JSON {"wire": {...}}. Asserts nothing on time.
+Ratios: wire / NNG through the router (goal ≤ 1.10), router / shard over the wire. The
+latencies compare two clients as well as two protocols (libmongoc's client does more per
+call than ours), so each latency run also reads the CPU time the serving processes spent
+(router and shards, /proc/PID/stat) and divides by the calls: server CPU per call, wire /
+NNG, is what the protocol itself costs the cluster. Prints a table, then one line
+BENCH_JSON {"wire": {...}}. Asserts nothing on time.
 """
 import json
 import os
@@ -54,6 +58,20 @@ def run(argv):
         raise RuntimeError("%s failed: %s" % (" ".join(argv), p.stdout[-2000:]))
     line = [l for l in p.stdout.splitlines() if "=" in l][-1]
     return {k: float(v) for k, v in (kv.split("=") for kv in line.split())}
+
+
+WARMUP = 200   # tests/clients/bench_docs.h BENCH_WARMUP: calls before timing
+
+
+def cpu_us(pids):
+    """CPU time (user + system) the processes have used, in µs."""
+    tck = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total * 1e6 / tck
 
 
 def wire_url(port):
@@ -101,18 +119,24 @@ def main():
         }
         p50 = {k: [] for k in variants}
         p99 = {k: [] for k in variants}
+        srv = {k: [] for k in variants}
+        servers = [r.pid] + [s.pid for s in shards]
         names = list(variants)
         for rnd in range(ROUNDS):
             order = names[rnd % len(names):] + names[:rnd % len(names)]
             for k in order:
+                c0 = cpu_us(servers)
                 got = run(variants[k])
+                srv[k].append((cpu_us(servers) - c0) / (ITERS + WARMUP))
                 p50[k].append(got["p50_us"])
                 p99[k].append(got["p99_us"])
         lat = {k: statistics.median(v) for k, v in p50.items()}
         lat99 = {k: statistics.median(v) for k, v in p99.items()}
+        cpu = {k: statistics.median(v) for k, v in srv.items()}
 
         # 3. bulk insert: each variant into its own new unsharded collection on shard0
         ins = {"insert_router_wire": [], "insert_router_nng": [], "insert_shard_wire": []}
+        ins_cpu = {k: [] for k in ins}
         primary = shards[0]
         pw = wire_url(primary.wire_port)
         for rnd in range(INSERT_ROUNDS):
@@ -126,11 +150,14 @@ def main():
                     argv = [NNGC, "bench-insert", rn, DB, coll, str(DOCS)]
                 else:
                     argv = [MONGOC, "bench-insert", pw, DB, coll, str(DOCS)]
+                c0 = cpu_us(servers)
                 ins[k].append(run(argv)["secs"])
+                ins_cpu[k].append((cpu_us(servers) - c0) / 1e6)
                 n = primary.client().ok({"count": coll, "$db": DB})["n"]
                 if n != DOCS:
                     raise RuntimeError("%s: %d documents on the primary shard, want %d" % (coll, n, DOCS))
         secs = {k: statistics.median(v) for k, v in ins.items()}
+        secs_cpu = {k: statistics.median(v) for k, v in ins_cpu.items()}
 
         res = {
             "find_router_wire_us_p50": lat["find_router_wire"],
@@ -142,6 +169,10 @@ def main():
             "find_router_wire_us_p99": lat99["find_router_wire"],
             "find_router_nng_us_p99": lat99["find_router_nng"],
             "find_shard_wire_us_p99": lat99["find_shard_wire"],
+            "find_router_wire_server_cpu_us": cpu["find_router_wire"],
+            "find_router_nng_server_cpu_us": cpu["find_router_nng"],
+            "find_shard_wire_server_cpu_us": cpu["find_shard_wire"],
+            "find_server_cpu_wire_over_nng": cpu["find_router_wire"] / cpu["find_router_nng"],
             "find_wire_over_nng": lat["find_router_wire"] / lat["find_router_nng"],
             "ping_wire_over_nng": lat["ping_router_wire"] / lat["ping_router_nng"],
             "find_router_extra_us": lat["find_router_wire"] - lat["find_shard_wire"],
@@ -152,6 +183,9 @@ def main():
             "insert_shard_wire_s": secs["insert_shard_wire"],
             "insert_router_wire_docs_per_s": DOCS / secs["insert_router_wire"],
             "insert_wire_over_nng": secs["insert_router_wire"] / secs["insert_router_nng"],
+            "insert_router_wire_server_cpu_s": secs_cpu["insert_router_wire"],
+            "insert_router_nng_server_cpu_s": secs_cpu["insert_router_nng"],
+            "insert_server_cpu_wire_over_nng": secs_cpu["insert_router_wire"] / secs_cpu["insert_router_nng"],
             "insert_router_over_shard": secs["insert_router_wire"] / secs["insert_shard_wire"],
         }
         print("bench_wire: %d rounds x %d calls per latency figure (p50 µs, median of rounds; p99 in JSON), "
@@ -161,10 +195,16 @@ def main():
                                                 lat["find_router_nng"], lat["find_shard_wire"]))
         print("  %-34s %10.1f %10.1f %10.1f" % ("ping, bare round trip (µs)", lat["ping_router_wire"],
                                                 lat["ping_router_nng"], lat["ping_shard_wire"]))
+        print("  %-34s %10.1f %10.1f %10.1f" % ("server CPU per find (µs)", cpu["find_router_wire"],
+                                                cpu["find_router_nng"], cpu["find_shard_wire"]))
         print("  %-34s %10.3f %10.3f %10.3f" % ("insert %d docs (s)" % DOCS, secs["insert_router_wire"],
                                                 secs["insert_router_nng"], secs["insert_shard_wire"]))
+        print("  %-34s %10.3f %10.3f %10.3f" % ("server CPU per insert (s)", secs_cpu["insert_router_wire"],
+                                                secs_cpu["insert_router_nng"], secs_cpu["insert_shard_wire"]))
         print("  wire / NNG through the router: find %.3f, ping %.3f, insert %.3f  (goal <= 1.10)"
               % (res["find_wire_over_nng"], res["ping_wire_over_nng"], res["insert_wire_over_nng"]))
+        print("  wire / NNG, server CPU through the router: find %.3f, insert %.3f  (the protocol's own cost)"
+              % (res["find_server_cpu_wire_over_nng"], res["insert_server_cpu_wire_over_nng"]))
         print("  router - shard, find over the wire: %+.1f µs = %.2f bare pings  (goal <= 1)"
               % (res["find_router_extra_us"], res["find_router_extra_in_pings"]))
         print("  router / shard, insert over the wire: %.3f" % res["insert_router_over_shard"])
