@@ -614,6 +614,7 @@ int cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_list_collections(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_list_databases(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_coll_stats(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_db_stats(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* collStats' fields of ns (count, size, avgObjSize, numOrphanDocs, ...) appended to out
  * (borrowed): the storageStats of the $collStats stage (cmd_agg.c). */
 int shardd_coll_stats(shardd_t *app, const char *ns, int64_t scale, bson_t *out, ms_error_t *err);
