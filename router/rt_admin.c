@@ -208,6 +208,66 @@ int rt_cmd_drop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return rc;
 }
 
+/* True when ns is a sharded collection (asked afresh: renaming by a stale notion of
+ * sharded-ness renames the wrong thing). */
+static int is_sharded(router_t *r, const char *ns, bool *out, ms_error_t *err) {
+    rt_table_t *t = NULL;
+    rt_table_invalidate(r, ns);
+    int rc = rt_table_get(r, ns, &t, err);
+    if (rc) return rc;
+    *out = t->sharded;
+    rt_table_release(t);
+    return 0;
+}
+
+/* renameCollection of an unsharded collection: to the database's primary shard, which
+ * renames it in one transaction (the same database only). A sharded source or target is
+ * refused here (IllegalOperation 20: minishard does not rename sharded collections). */
+int rt_cmd_rename_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    char db[MS_NS_BYTES_MAX + 1];
+    const char *from, *to, *dot;
+    bool sharded = false;
+    cmd_ctx_t on_db;
+    bson_iter_t it;
+    uint32_t tlen = 0;
+    bson_t rep;
+    int rc;
+    if (strcmp(ctx->db, "admin") != 0)
+        return err_set(err, MS_ERR_UNAUTHORIZED,
+                       "renameCollection may only be run against the admin database.");
+    from = bson_iter_utf8(&ctx->arg, NULL);   /* a valid "db.c": dispatch checked it */
+    if (!cmd_field(ctx, "to", &it)) return err_set(err, MS_ERR_FAILED_TO_PARSE, "missing 'to'");
+    to = bson_iter_utf8(&it, &tlen);
+    if ((rc = val_full_ns(to, tlen, true, err)) != 0) return rc;
+    if ((rc = val_rename(from, to, err)) != 0) return rc;
+    if ((rc = is_sharded(r, from, &sharded, err)) != 0) goto missing;
+    if (sharded)
+        return err_set(err, MS_ERR_ILLEGAL_OPERATION,
+                       "cannot rename sharded collection %s: minishard renames unsharded "
+                       "collections only", from);
+    if ((rc = is_sharded(r, to, &sharded, err)) != 0) goto missing;
+    if (sharded)
+        return err_set(err, MS_ERR_ILLEGAL_OPERATION,
+                       "cannot rename to %s: it is a sharded collection", to);
+    dot = strchr(from, '.');
+    snprintf(db, sizeof db, "%.*s", (int)(dot - from), from);
+    /* The primary of the collection's database (not of $db, admin), with its version. */
+    on_db = *ctx;
+    on_db.db = db;
+    rc = primary_call(&on_db, false, false, from, &rep, err);
+    rt_table_invalidate(r, from);
+    rt_table_invalidate(r, to);
+missing:
+    /* The database itself is missing (the primary's own refusals come back in rep). */
+    if (rc == MS_ERR_NAMESPACE_NOT_FOUND)
+        err_set(err, rc, "Source collection %s does not exist", from);
+    if (rc) return rc;
+    rc = relay(ctx, &rep, reply, err);
+    bson_destroy(&rep);
+    return rc;
+}
+
 /* dropDatabase: the config server drops every collection on every shard, then the
  * database entry (MongoDB's DropDatabaseCoordinator); we forget what we cached of it. */
 int rt_cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {

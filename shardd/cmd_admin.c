@@ -1,7 +1,7 @@
 /*
  * cmd_admin.c — the shard daemon's catalog and admin commands (bin/shardd): create,
  * createIndexes, listIndexes, dropIndexes, drop, dropDatabase, listCollections,
- * listDatabases, collStats, dbStats, and the cluster hooks the config server calls: _addShard
+ * listDatabases, collStats, dbStats, renameCollection, and the cluster hooks the config server calls: _addShard
  * (MongoDB's shardIdentity document), _shardsvrShardCollection (the shard's half of
  * shardCollection: shard-key index, pattern, `sk` column) and
  * _flushRoutingTableCacheUpdates. Each catalog change is one SQLite transaction, with a
@@ -590,6 +590,72 @@ int cmd_coll_stats(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 int shardd_coll_stats(shardd_t *app, const char *ns, int64_t scale, bson_t *out, ms_error_t *err) {
     cs_arg_t a = {ns, out, scale};
     return store_read(app->st, coll_stats_fn, &a, err);
+}
+
+/* ---- renameCollection ---------------------------------------------------------------- */
+
+typedef struct rename_arg {
+    const char *from, *to;
+    bool drop_target;
+} rename_arg_t;
+
+static int rename_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    rename_arg_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->from), *target;
+    int rc;
+    if (!c)
+        return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "Source collection %s does not exist",
+                       a->from);
+    if (c->sharded)
+        return err_set(err, MS_ERR_ILLEGAL_OPERATION,
+                       "cannot rename sharded collection %s: minishard renames unsharded "
+                       "collections only", a->from);
+    if ((target = store_coll_get(t, a->to)) != NULL) {
+        if (!a->drop_target) return err_set(err, MS_ERR_NAMESPACE_EXISTS, "target namespace exists");
+        if (target->sharded)
+            return err_set(err, MS_ERR_ILLEGAL_OPERATION,
+                           "cannot drop sharded collection %s as the target of a rename", a->to);
+        if ((rc = store_coll_drop(t, a->to, err)) != 0) return rc;
+    }
+    return store_coll_rename(t, a->from, a->to, err);
+}
+
+/* {renameCollection: "db.a", to: "db.b", dropTarget?} on the admin database, as a mongod
+ * answers it for an unsharded collection: same data, indexes and uuid under the new name,
+ * in one transaction (with dropTarget, the existing target is dropped in it too). Only
+ * within one database: minishard does not copy collections across databases. Versioned
+ * like a write (the router sends the database's version): a shard that is no longer the
+ * primary answers StaleDbVersion. */
+int cmd_rename_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    rename_arg_t a = {0};
+    shv_filter_t *f = NULL;
+    bson_iter_t it;
+    uint32_t tlen = 0;
+    int rc;
+    (void)reply;
+    if (strcmp(ctx->db, "admin") != 0)
+        return err_set(err, MS_ERR_UNAUTHORIZED,
+                       "renameCollection may only be run against the admin database.");
+    a.from = bson_iter_utf8(&ctx->arg, NULL);   /* a valid "db.c": dispatch checked it */
+    if (!cmd_field(ctx, "to", &it)) return err_set(err, MS_ERR_FAILED_TO_PARSE, "missing 'to'");
+    a.to = bson_iter_utf8(&it, &tlen);
+    if ((rc = val_full_ns(a.to, tlen, true, err)) != 0) return rc;
+    a.drop_target = cmd_flag(ctx, "dropTarget", false);
+    if ((rc = val_rename(a.from, a.to, err)) != 0) return rc;
+    if (app->shv) {
+        if ((rc = shv_crit_check_read(app->shv, a.from, ctx->req, &ctx->err_info, err)) != 0)
+            return rc;
+        rc = shv_check(app->shv, a.from, ctx->req, &f, &ctx->err_info, err);
+        shv_filter_release(f);
+        if (rc) return rc;
+    }
+    if ((rc = shardd_ddl_guarded(ctx, a.from, rename_fn, &a, err)) != 0) return rc;
+    if (app->shv) {
+        shv_invalidate(app->shv, a.from);
+        shv_invalidate(app->shv, a.to);
+    }
+    return 0;
 }
 
 /* ---- dbStats ------------------------------------------------------------------------ */

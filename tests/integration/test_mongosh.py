@@ -90,6 +90,7 @@ def check_crud(res, out, ns, sdd, raw=None):
     check(res, "sddHere", sdd, out)
     check(res, "drop", True, out)
     check(res, "countDropped", 0, out)
+    check(res, "renameCollection", [1, 1, 0], out)   # renameCollection on admin
 
 
 def wire_router_cluster(t, shards=3):

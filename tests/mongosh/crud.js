@@ -34,3 +34,8 @@ out("dupKey", () => c.insertOne({ _id: 1 }));
 out("sddHere", () => db.getSiblingDB("admin").aggregate([{ $shardedDataDistribution: {} }]).toArray().length);
 out("drop", () => c.drop());
 out("countDropped", () => c.countDocuments());
+out("renameCollection", () => {
+  db.rn.insertOne({ _id: 1 });
+  const r = db.rn.renameCollection("rn2");
+  return [r.ok, db.rn2.countDocuments(), db.rn.countDocuments()];
+});
