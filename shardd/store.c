@@ -825,7 +825,8 @@ int store_coll_rename(store_txn_t *t, const char *from_in, const char *to_in, ms
     sqlite3_bind_text(s, 1, to, -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 2, from, -1, SQLITE_STATIC);
     if ((rc = store_step_done(t, s, "rename collection", err)) != 0) return rc;
-    /* In memory too (a rollback rereads the catalog); cursors on it notice the gen. */
+    /* In memory too (a rollback rereads the catalog). A cursor finds its collection by
+     * name at each getMore: under the old name it is gone, as after a drop. */
     snprintf(c->ns, sizeof c->ns, "%s", to);
     c->gen++;
     log_info("collection renamed from=%s to=%s", log_str(from), log_str(to));

@@ -47,7 +47,10 @@ def test_rename_on_a_shard(t):
     c.ok({"insert": "b", "$db": "app", "documents": [{"_id": "old"}]})
     uuid = names(c, "app")["a"]["info"]["uuid"]
     errors_common(c)
+    cur = c.ok({"find": "a", "$db": "app", "batchSize": 2})["cursor"]["id"]
     c.ok(ren("app.a", "app.c"))
+    # A cursor of the old name ends, as one on a dropped collection does.
+    c.err({"getMore": cur, "collection": "a", "$db": "app"}, 96)
     got = names(c, "app")
     assert sorted(got) == ["b", "c"] and got["c"]["info"]["uuid"] == uuid, got
     assert len(c.find_all("c", "app")) == 20 and c.find_all("a", "app") == []
