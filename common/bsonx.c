@@ -577,11 +577,11 @@ char *bsonx_to_canonical_json(const bson_t *doc) {
     return bson_as_canonical_extended_json(doc, NULL);
 }
 
-/* Copies the elements at it into dst, naming array elements "0", "1", ... libbson
- * 1.23's JSON reader writes garbage keys for array elements that follow a {"$code"} or
- * {"$dbPointer"} value inside an array, which leaves arrays that libbson itself then
- * refuses; rebuilding the keys repairs them. depth is bounded by the reader's own
- * nesting limit. */
+/* Copies the elements at it into dst, naming array elements "0", "1", ... Used for
+ * commands that arrive with other keys (bsonx_renumber_arrays) and for libbson 1.23's
+ * JSON reader, which writes garbage keys for array elements that follow a {"$code"} or
+ * {"$dbPointer"} value inside an array. The recursion is bounded by the input's depth,
+ * which bsonx_view (MS_MSG_DEPTH_MAX) or the JSON reader's own limit has checked. */
 static void copy_renumbering_arrays(bson_iter_t *it, bson_t *dst, bool array) {
     uint32_t i = 0;
     while (bson_iter_next(it)) {
@@ -604,6 +604,66 @@ static void copy_renumbering_arrays(bson_iter_t *it, bson_t *dst, bool array) {
             bson_append_iter(dst, key, -1, it);
         }
     }
+}
+
+/* Length of the decimal text of i: the key bsonx_renumber_arrays gives element i. */
+static int index_len(uint32_t i) {
+    int n = 1;
+    while (i >= 10) {
+        i /= 10;
+        n++;
+    }
+    return n;
+}
+
+/* True when key is the decimal text of i with no leading zero: "0", "1", ... "10". */
+static bool key_is_index(const char *key, uint32_t i) {
+    uint64_t v = 0;
+    int n = 0;
+    if (key[0] == '0') return key[1] == '\0' && i == 0;
+    for (; key[n] >= '0' && key[n] <= '9'; n++) {
+        if (n >= 10) return false;
+        v = v * 10 + (uint64_t)(key[n] - '0');
+    }
+    return n > 0 && key[n] == '\0' && v == i;
+}
+
+/* Walks the elements at it, adding to *grow how many bytes renumbering would add (or
+ * take away, as a negative number) and setting *bad at the first array key that is not
+ * its index. level stops the walk where bsonx_depth would (the input was bounded
+ * before). */
+static void numbered_walk(bson_iter_t *it, bool array, int level, bool *bad, int64_t *grow) {
+    uint32_t i = 0;
+    while (bson_iter_next(it)) {
+        bson_iter_t child;
+        bson_type_t t = bson_iter_type(it);
+        if (array) {
+            const char *k = bson_iter_key(it);
+            if (!key_is_index(k, i)) {
+                *bad = true;
+                *grow += index_len(i) - (int64_t)bson_iter_key_len(it);
+            }
+            i++;
+        }
+        if ((t == BSON_TYPE_DOCUMENT || t == BSON_TYPE_ARRAY) && level <= MS_MSG_DEPTH_MAX &&
+            bson_iter_recurse(it, &child))
+            numbered_walk(&child, t == BSON_TYPE_ARRAY, level + 1, bad, grow);
+    }
+}
+
+bool bsonx_arrays_numbered(const bson_t *doc, int64_t *renumbered_len) {
+    bson_iter_t it;
+    bool bad = false;
+    int64_t grow = 0;
+    if (bson_iter_init(&it, doc)) numbered_walk(&it, false, 1, &bad, &grow);
+    if (renumbered_len) *renumbered_len = (int64_t)doc->len + grow;
+    return !bad;
+}
+
+void bsonx_renumber_arrays(const bson_t *doc, bson_t *out) {
+    bson_iter_t it;
+    bson_init(out);
+    if (bson_iter_init(&it, doc)) copy_renumbering_arrays(&it, out, false);
 }
 
 int bsonx_from_json(const char *json, bson_t *out, ms_error_t *err) {

@@ -71,6 +71,21 @@ int bsonx_check_storable(const bson_t *doc, ms_error_t *err);
  * MS_MSG_DEPTH_MAX + 1. */
 int bsonx_depth(const bson_t *doc);
 
+/* Array keys. MongoDB ignores the keys of a BSON array, so a client may send
+ * {"a": 1, "b": 2} as an array; libbson warns on stderr ("invalid array detected") when
+ * such an array is appended (bson_append_array / bson_append_iter / bson_append_value),
+ * and the keys would be stored and returned as sent. cmd_dispatch renumbers every
+ * command that holds one, once, before any handler sees it.
+ * bsonx_arrays_numbered: true when every array at any depth (of a document that passed
+ * bsonx_view) has the keys "0", "1", ... in order; *renumbered_len (may be NULL) = the
+ * length in bytes of the document bsonx_renumber_arrays would make of it (longer when
+ * the keys sent were shorter than the indexes: "" → "1000000"), so a caller can refuse
+ * before it allocates.
+ * bsonx_renumber_arrays: *out (initialised here; caller destroys) = doc with every
+ * array's elements renamed "0", "1", ...; values and order unchanged. */
+bool bsonx_arrays_numbered(const bson_t *doc, int64_t *renumbered_len);
+void bsonx_renumber_arrays(const bson_t *doc, bson_t *out);
+
 /* Relaxed extended JSON on one line; caller frees with bson_free. */
 char *bsonx_to_json(const bson_t *doc);
 /* Canonical extended JSON; caller frees with bson_free. */

@@ -347,7 +347,8 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
     ms_error_t err = {0};
     cmd_ctx_t ctx;
     cmd_counter_t *ctr = NULL;
-    bson_t req, body;
+    bson_t req, body, renumbered;
+    bool have_renumbered = false;
     bson_iter_t it;
     char shown[CMD_NAME_SHOWN_MAX + 1] = "-";
     long long t0_us = time_mono_us(), ms;
@@ -366,6 +367,30 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
         goto out;
     }
     if ((rc = bsonx_view(data, len, &req, &err)) != 0) goto out;
+    {
+        /* MongoDB ignores the keys of an array; libbson warns when one that is not
+         * numbered "0", "1", ... is appended, and handlers copy arrays from requests into
+         * stored documents, replies and peer commands. One renumbered copy here, and no
+         * handler on either transport ever sees such an array. */
+        int64_t new_len;
+        if (!bsonx_arrays_numbered(&req, &new_len)) {
+            if (new_len > MS_MSG_BYTES_MAX) {
+                rc = err_set(&err, MS_ERR_BSON_OBJECT_TOO_LARGE,
+                             "message of %lld bytes with its arrays renumbered is larger "
+                             "than the limit of %d bytes",
+                             (long long)new_len, MS_MSG_BYTES_MAX);
+                goto out;
+            }
+            bsonx_renumber_arrays(&req, &renumbered);
+            have_renumbered = true;
+            data = bson_get_data(&renumbered);
+            len = renumbered.len;
+            if (!bson_init_static(&req, data, len)) {
+                rc = err_set(&err, MS_ERR_INTERNAL, "renumbered command is not BSON");
+                goto out;
+            }
+        }
+    }
     ctx.req = &req;
     if (s->intercept && s->intercept(data, len, reply)) {
         bson_iter_t f;
@@ -476,6 +501,7 @@ out:
     }
 done:
     bson_destroy(&ctx.err_info);
+    if (have_renumbered) bson_destroy(&renumbered);
 }
 
 /* ---- server ---------------------------------------------------------------------- */

@@ -153,6 +153,37 @@ int val_int64_min(const bson_iter_t *it, const char *field, int64_t min, int64_t
     return 0;
 }
 
+int val_rename(const char *from, const char *to, ms_error_t *err) {
+    const char *fd = strchr(from, '.'), *td = strchr(to, '.');
+    if (!fd || !td || fd - from != td - to || strncmp(from, to, (size_t)(fd - from)) != 0)
+        return err_set(err, MS_ERR_ILLEGAL_OPERATION,
+                       "Source and destination collections must be on the same database: "
+                       "minishard does not rename across databases");
+    if (strcmp(from, to) == 0)
+        return err_set(err, MS_ERR_ILLEGAL_OPERATION, "Can't rename a collection to itself");
+    return 0;
+}
+
+int val_scale(const bson_iter_t *it, const char *field, int64_t *out, ms_error_t *err) {
+    double d;
+    if (bson_iter_type(it) == BSON_TYPE_INT32 || bson_iter_type(it) == BSON_TYPE_INT64) {
+        *out = bson_iter_as_int64(it);
+    } else {
+        if (!bsonx_as_double(it, &d))
+            return err_set(err, MS_ERR_FAILED_TO_PARSE, "Expected a number in: %s", field);
+        if (isnan(d))
+            return err_set(err, MS_ERR_FAILED_TO_PARSE,
+                           "Expected an integer, but found NaN in: %s: %g", field, d);
+        d = trunc(d);
+        *out = d >= VAL_TWO_POW_63 ? INT64_MAX : d < -VAL_TWO_POW_63 ? INT64_MIN : (int64_t)d;
+    }
+    if (*out < 1)
+        return err_set(err, MS_ERR_IDL_VALUE_TOO_LOW,
+                       "BSON field '%s' value must be >= 1, actual value '%lld'", field,
+                       (long long)*out);
+    return 0;
+}
+
 int val_num_field(const bson_iter_t *it, const char *field, int check, ms_error_t *err) {
     int64_t v;
     int rc;

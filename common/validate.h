@@ -55,6 +55,16 @@ int val_int64(const bson_iter_t *it, const char *field, int64_t *out, ms_error_t
 int val_int64_min(const bson_iter_t *it, const char *field, int64_t min, int64_t *out,
                   ms_error_t *err);
 
+/* renameCollection's two namespaces (each already a valid "db.c"): the same database
+ * (minishard does not rename across databases: IllegalOperation 20) and not the same
+ * collection (IllegalOperation 20, MongoDB's "Can't rename a collection to itself"). */
+int val_rename(const char *from, const char *to, ms_error_t *err);
+
+/* The `scale` of dbStats / collStats: a number whose integer part is used (MongoDB's
+ * docs: 1023.999 scales by 1023), >= 1 else 51024; NaN is FailedToParse. Values past
+ * INT64_MAX read as INT64_MAX (every size then scales to 0). */
+int val_scale(const bson_iter_t *it, const char *field, int64_t *out, ms_error_t *err);
+
 /* How dispatch checks a numeric field (cmd_field_t.check). */
 enum val_num_check {
     VAL_NONE = 0,

@@ -283,6 +283,8 @@ int rt_cmd_current_op(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_internal(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_flush_router_config(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_list_databases(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int rt_cmd_db_stats(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int rt_cmd_rename_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* When the request names an internal command (leading '_'), fills reply with
  * Unauthorized and returns true. Called before dispatch. */
 bool rt_refuse_internal(const uint8_t *data, size_t len, bson_t *reply);

@@ -5,7 +5,8 @@
  * unsharded → the primary shard), commands for a collection's primary shard or for every
  * shard (createIndexes on a sharded collection), the internal-command guard (MongoDB
  * refuses internal commands from clients: Unauthorized), the config.mongos pinger
- * (MongoDB's sharding uptime reporter, every 10 s) and serverStatus.router.
+ * (MongoDB's sharding uptime reporter, every 10 s), serverStatus.router, and the
+ * scatter-gather listDatabases and dbStats.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "common/log.h"
 #include "common/opctx.h"
 #include "common/query.h"
+#include "common/validate.h"
 #include "router/router.h"
 
 /* Copies a peer's reply into ours: ok:0 becomes our error (extra fields kept). */
@@ -203,6 +205,66 @@ int rt_cmd_drop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     rc = relay(ctx, &rep, reply, err);
     bson_destroy(&rep);
     if (rc == 0 && !bson_has_field(reply, "ns")) BSON_APPEND_UTF8(reply, "ns", ns);
+    return rc;
+}
+
+/* True when ns is a sharded collection (asked afresh: renaming by a stale notion of
+ * sharded-ness renames the wrong thing). */
+static int is_sharded(router_t *r, const char *ns, bool *out, ms_error_t *err) {
+    rt_table_t *t = NULL;
+    rt_table_invalidate(r, ns);
+    int rc = rt_table_get(r, ns, &t, err);
+    if (rc) return rc;
+    *out = t->sharded;
+    rt_table_release(t);
+    return 0;
+}
+
+/* renameCollection of an unsharded collection: to the database's primary shard, which
+ * renames it in one transaction (the same database only). A sharded source or target is
+ * refused here (IllegalOperation 20: minishard does not rename sharded collections). */
+int rt_cmd_rename_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    char db[MS_NS_BYTES_MAX + 1];
+    const char *from, *to, *dot;
+    bool sharded = false;
+    cmd_ctx_t on_db;
+    bson_iter_t it;
+    uint32_t tlen = 0;
+    bson_t rep;
+    int rc;
+    if (strcmp(ctx->db, "admin") != 0)
+        return err_set(err, MS_ERR_UNAUTHORIZED,
+                       "renameCollection may only be run against the admin database.");
+    from = bson_iter_utf8(&ctx->arg, NULL);   /* a valid "db.c": dispatch checked it */
+    if (!cmd_field(ctx, "to", &it)) return err_set(err, MS_ERR_FAILED_TO_PARSE, "missing 'to'");
+    to = bson_iter_utf8(&it, &tlen);
+    if ((rc = val_full_ns(to, tlen, true, err)) != 0) return rc;
+    if ((rc = val_rename(from, to, err)) != 0) return rc;
+    if ((rc = is_sharded(r, from, &sharded, err)) != 0) goto missing;
+    if (sharded)
+        return err_set(err, MS_ERR_ILLEGAL_OPERATION,
+                       "cannot rename sharded collection %s: minishard renames unsharded "
+                       "collections only", from);
+    if ((rc = is_sharded(r, to, &sharded, err)) != 0) goto missing;
+    if (sharded)
+        return err_set(err, MS_ERR_ILLEGAL_OPERATION,
+                       "cannot rename to %s: it is a sharded collection", to);
+    dot = strchr(from, '.');
+    snprintf(db, sizeof db, "%.*s", (int)(dot - from), from);
+    /* The primary of the collection's database (not of $db, admin), with its version. */
+    on_db = *ctx;
+    on_db.db = db;
+    rc = primary_call(&on_db, false, false, from, &rep, err);
+    rt_table_invalidate(r, from);
+    rt_table_invalidate(r, to);
+missing:
+    /* The database itself is missing (the primary's own refusals come back in rep). */
+    if (rc == MS_ERR_NAMESPACE_NOT_FOUND)
+        err_set(err, rc, "Source collection %s does not exist", from);
+    if (rc) return rc;
+    rc = relay(ctx, &rep, reply, err);
+    bson_destroy(&rep);
     return rc;
 }
 
@@ -569,5 +631,77 @@ int rt_cmd_list_databases(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     free(ents);
     for (int i = 0; i < n; i++) rt_req_clear(&reqs[i]);
     query_free(filter);
+    return rc;
+}
+
+/* dbStats as mongos answers it: sent to every shard (one without the database answers
+ * zeros), each shard's reply under raw.<shard name>, and the sums of objects, byte sizes,
+ * indexes, collections and views (a collection on two shards counts on each: mongos sums
+ * the shards' figures too), avgObjSize weighted by the shards' documents and not scaled
+ * (SERVER-7347). fsUsedSize / fsTotalSize are summed as mongos sums them, so shards that
+ * share a file system count it once each. A shard that fails fails the command. */
+int rt_cmd_db_stats(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    router_t *r = ctx->app;
+    static const char *const summed[] = {"collections", "views",     "objects",
+                                         "dataSize",    "storageSize", "totalSize",
+                                         "indexes",     "indexSize", "fsUsedSize",
+                                         "fsTotalSize"};
+    enum { NSUM = sizeof summed / sizeof summed[0] };
+    char names[MS_SHARDS_MAX][RT_NAME_BYTES_MAX];
+    rt_req_t reqs[MS_SHARDS_MAX];
+    int64_t scale = 1, sums[NSUM] = {0};
+    double obj_bytes = 0;
+    bson_iter_t it;
+    bson_t raw;
+    int rc = 0, n;
+
+    if (cmd_field(ctx, "scale", &it) && (rc = val_scale(&it, "scale", &scale, err)) != 0)
+        return rc;
+    n = rt_all_shards(r, names, MS_SHARDS_MAX, err);
+    if (n < 0) return -n;
+    for (int i = 0; i < n; i++) {
+        memset(&reqs[i], 0, sizeof reqs[i]);
+        memcpy(reqs[i].shard, names[i], sizeof reqs[i].shard);
+        bson_init(&reqs[i].cmd);
+        BSON_APPEND_INT32(&reqs[i].cmd, "dbStats", 1);
+        BSON_APPEND_INT64(&reqs[i].cmd, "scale", scale);
+        BSON_APPEND_UTF8(&reqs[i].cmd, "$db", ctx->db);
+    }
+    rt_send_all(r, reqs, n);
+    for (int i = 0; i < n && !rc; i++) {
+        if (reqs[i].rc) {
+            *err = reqs[i].err;
+            rc = reqs[i].rc;
+        } else {
+            rc = rt_reply_status(&reqs[i].reply, err);
+        }
+        if (rc) err_prefix(err, "shard %s", reqs[i].shard);
+    }
+    if (!rc) {
+        int64_t objects;
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "raw", &raw);
+        for (int i = 0; i < n; i++) {
+            BSON_APPEND_DOCUMENT(&raw, reqs[i].shard, &reqs[i].reply);
+            for (int k = 0; k < NSUM; k++)
+                if (bson_iter_init_find(&it, &reqs[i].reply, summed[k]) && bsonx_is_number(&it))
+                    sums[k] += bson_iter_as_int64(&it);
+            /* avgObjSize x objects: the shard's unscaled bytes behind its average. */
+            bson_iter_t a, o;
+            if (bson_iter_init_find(&a, &reqs[i].reply, "avgObjSize") && bsonx_is_number(&a) &&
+                bson_iter_init_find(&o, &reqs[i].reply, "objects") && bsonx_is_number(&o))
+                obj_bytes += bson_iter_as_double(&a) * (double)bson_iter_as_int64(&o);
+        }
+        bson_append_document_end(reply, &raw);
+        objects = sums[2];
+        BSON_APPEND_UTF8(reply, "db", ctx->db);
+        for (int k = 0; k < NSUM; k++) {
+            if (strcmp(summed[k], "dataSize") == 0)
+                BSON_APPEND_DOUBLE(reply, "avgObjSize", objects ? obj_bytes / (double)objects : 0);
+            if (strcmp(summed[k], "fsUsedSize") == 0)
+                BSON_APPEND_INT64(reply, "scaleFactor", scale);
+            BSON_APPEND_INT64(reply, summed[k], sums[k]);
+        }
+    }
+    for (int i = 0; i < n; i++) rt_req_clear(&reqs[i]);
     return rc;
 }

@@ -1,7 +1,7 @@
 /*
  * cmd_admin.c — the shard daemon's catalog and admin commands (bin/shardd): create,
  * createIndexes, listIndexes, dropIndexes, drop, dropDatabase, listCollections,
- * listDatabases, collStats, and the cluster hooks the config server calls: _addShard
+ * listDatabases, collStats, dbStats, renameCollection, and the cluster hooks the config server calls: _addShard
  * (MongoDB's shardIdentity document), _shardsvrShardCollection (the shard's half of
  * shardCollection: shard-key index, pattern, `sk` column) and
  * _flushRoutingTableCacheUpdates. Each catalog change is one SQLite transaction, with a
@@ -14,12 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #include "common/bsonx.h"
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "common/opctx.h"
+#include "common/validate.h"
 
 static void append_uuid(bson_t *d, const char *key, const uint8_t *uuid) {
     bson_append_binary(d, key, -1, BSON_SUBTYPE_UUID, uuid, 16);
@@ -588,6 +590,137 @@ int cmd_coll_stats(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 int shardd_coll_stats(shardd_t *app, const char *ns, int64_t scale, bson_t *out, ms_error_t *err) {
     cs_arg_t a = {ns, out, scale};
     return store_read(app->st, coll_stats_fn, &a, err);
+}
+
+/* ---- renameCollection ---------------------------------------------------------------- */
+
+typedef struct rename_arg {
+    const char *from, *to;
+    bool drop_target;
+} rename_arg_t;
+
+static int rename_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    rename_arg_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->from), *target;
+    int rc;
+    if (!c)
+        return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "Source collection %s does not exist",
+                       a->from);
+    if (c->sharded)
+        return err_set(err, MS_ERR_ILLEGAL_OPERATION,
+                       "cannot rename sharded collection %s: minishard renames unsharded "
+                       "collections only", a->from);
+    if ((target = store_coll_get(t, a->to)) != NULL) {
+        if (!a->drop_target) return err_set(err, MS_ERR_NAMESPACE_EXISTS, "target namespace exists");
+        if (target->sharded)
+            return err_set(err, MS_ERR_ILLEGAL_OPERATION,
+                           "cannot drop sharded collection %s as the target of a rename", a->to);
+        if ((rc = store_coll_drop(t, a->to, err)) != 0) return rc;
+    }
+    return store_coll_rename(t, a->from, a->to, err);
+}
+
+/* {renameCollection: "db.a", to: "db.b", dropTarget?} on the admin database, as a mongod
+ * answers it for an unsharded collection: same data, indexes and uuid under the new name,
+ * in one transaction (with dropTarget, the existing target is dropped in it too). Only
+ * within one database: minishard does not copy collections across databases. Versioned
+ * like a write (the router sends the database's version): a shard that is no longer the
+ * primary answers StaleDbVersion. */
+int cmd_rename_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    rename_arg_t a = {0};
+    shv_filter_t *f = NULL;
+    bson_iter_t it;
+    uint32_t tlen = 0;
+    int rc;
+    (void)reply;
+    if (strcmp(ctx->db, "admin") != 0)
+        return err_set(err, MS_ERR_UNAUTHORIZED,
+                       "renameCollection may only be run against the admin database.");
+    a.from = bson_iter_utf8(&ctx->arg, NULL);   /* a valid "db.c": dispatch checked it */
+    if (!cmd_field(ctx, "to", &it)) return err_set(err, MS_ERR_FAILED_TO_PARSE, "missing 'to'");
+    a.to = bson_iter_utf8(&it, &tlen);
+    if ((rc = val_full_ns(a.to, tlen, true, err)) != 0) return rc;
+    a.drop_target = cmd_flag(ctx, "dropTarget", false);
+    if ((rc = val_rename(a.from, a.to, err)) != 0) return rc;
+    if (app->shv) {
+        if ((rc = shv_crit_check_read(app->shv, a.from, ctx->req, &ctx->err_info, err)) != 0)
+            return rc;
+        rc = shv_check(app->shv, a.from, ctx->req, &f, &ctx->err_info, err);
+        shv_filter_release(f);
+        if (rc) return rc;
+    }
+    if ((rc = shardd_ddl_guarded(ctx, a.from, rename_fn, &a, err)) != 0) return rc;
+    if (app->shv) {
+        shv_invalidate(app->shv, a.from);
+        shv_invalidate(app->shv, a.to);
+    }
+    return 0;
+}
+
+/* ---- dbStats ------------------------------------------------------------------------ */
+
+/* One database's sums over its collections on this shard (all of its namespaces that start
+ * with "<db>."; sizes in bytes, unscaled). */
+typedef struct dbs_arg {
+    const char *db;
+    int64_t colls, objects, data, storage, indexes, index_bytes;
+} dbs_arg_t;
+
+static int db_stats_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    dbs_arg_t *a = arg;
+    size_t dl = strlen(a->db);
+    for (int i = 0; i < store_coll_count(t); i++) {
+        store_coll_t *c = store_coll_at(t, i);
+        int64_t cnt, bytes, sb, ib;
+        int rc;
+        if (strncmp(c->ns, a->db, dl) != 0 || c->ns[dl] != '.') continue;
+        if ((rc = store_coll_stats(t, c, &cnt, &bytes, &sb, &ib, err)) != 0) return rc;
+        a->colls++;
+        a->objects += cnt;
+        a->data += bytes;
+        a->storage += sb;
+        a->indexes += c->nindexes;
+        a->index_bytes += ib;
+    }
+    return 0;
+}
+
+/* {dbStats: 1, scale?, freeStorage?} as a mongod answers it: the database's collections,
+ * documents, data, storage and index bytes on this shard (storage = the SQLite pages of
+ * its collections' tables and indexes, as collStats counts them), and the file system
+ * that holds the data directory. There are no views (views: 0). freeStorage is accepted
+ * and answered with nothing more: SQLite's free pages belong to the whole file, not to
+ * one database. A database that does not exist answers zeros, as MongoDB does. */
+int cmd_db_stats(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    dbs_arg_t a = {.db = ctx->db};
+    int64_t scale = 1, fs_used = 0, fs_total = 0;
+    struct statvfs vfs;
+    bson_iter_t it;
+    int rc;
+    if (cmd_field(ctx, "scale", &it) && (rc = val_scale(&it, "scale", &scale, err)) != 0)
+        return rc;
+    if ((rc = store_read(app->st, db_stats_fn, &a, err)) != 0) return rc;
+    if (statvfs(store_path(app->st), &vfs) == 0) {
+        fs_total = (int64_t)vfs.f_blocks * (int64_t)vfs.f_frsize;
+        fs_used = ((int64_t)vfs.f_blocks - (int64_t)vfs.f_bfree) * (int64_t)vfs.f_frsize;
+    }
+    BSON_APPEND_UTF8(reply, "db", ctx->db);
+    BSON_APPEND_INT64(reply, "collections", a.colls);
+    BSON_APPEND_INT64(reply, "views", 0);
+    BSON_APPEND_INT64(reply, "objects", a.objects);
+    /* Not scaled, as MongoDB's (SERVER-7347). */
+    BSON_APPEND_DOUBLE(reply, "avgObjSize", a.objects ? (double)a.data / (double)a.objects : 0);
+    BSON_APPEND_INT64(reply, "dataSize", a.data / scale);
+    BSON_APPEND_INT64(reply, "storageSize", a.storage / scale);
+    BSON_APPEND_INT64(reply, "indexes", a.indexes);
+    BSON_APPEND_INT64(reply, "indexSize", a.index_bytes / scale);
+    BSON_APPEND_INT64(reply, "totalSize", (a.storage + a.index_bytes) / scale);
+    BSON_APPEND_INT64(reply, "scaleFactor", scale);
+    BSON_APPEND_INT64(reply, "fsUsedSize", fs_used / scale);
+    BSON_APPEND_INT64(reply, "fsTotalSize", fs_total / scale);
+    return 0;
 }
 
 /* ---- cluster hooks ------------------------------------------------------------------ */

@@ -166,6 +166,10 @@ store_index_t *store_index_by_name(store_coll_t *c, const char *name);
 int store_coll_create(store_txn_t *t, const char *ns, const uint8_t *uuid, store_coll_t **out,
                       bool *created, ms_error_t *err);
 int store_coll_drop(store_txn_t *t, const char *ns, ms_error_t *err);
+/* Renames collection from to to (same data, indexes, uuid and counts): NamespaceNotFound
+ * when from is missing, NamespaceExists when to exists (the caller drops it first for
+ * dropTarget). */
+int store_coll_rename(store_txn_t *t, const char *from, const char *to, ms_error_t *err);
 /* Builds an index over the existing documents. spec = the user's {key, name?, unique?};
  * already existing identical → *existed = true. IndexOptionsConflict / IndexKeySpecsConflict
  * / DuplicateKey / CannotIndexParallelArrays. */
@@ -614,6 +618,8 @@ int cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_list_collections(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_list_databases(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_coll_stats(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_db_stats(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_rename_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* collStats' fields of ns (count, size, avgObjSize, numOrphanDocs, ...) appended to out
  * (borrowed): the storageStats of the $collStats stage (cmd_agg.c). */
 int shardd_coll_stats(shardd_t *app, const char *ns, int64_t scale, bson_t *out, ms_error_t *err);

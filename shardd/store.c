@@ -805,6 +805,34 @@ int store_coll_drop(store_txn_t *t, const char *ns_in, ms_error_t *err) {
     return 0;
 }
 
+int store_coll_rename(store_txn_t *t, const char *from_in, const char *to_in, ms_error_t *err) {
+    char from[MS_NS_BYTES_MAX + 1], to[MS_NS_BYTES_MAX + 1];   /* from_in may be c->ns */
+    store_coll_t *c = store_coll_get(t, from_in);
+    sqlite3_stmt *s;
+    int rc;
+    if (strlen(to_in) >= sizeof to)
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "Invalid target namespace: %s", to_in);
+    snprintf(from, sizeof from, "%s", from_in);
+    snprintf(to, sizeof to, "%s", to_in);
+    if (!c) return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "Source collection %s does not exist", from);
+    if (store_coll_get(t, to)) return err_set(err, MS_ERR_NAMESPACE_EXISTS, "target namespace exists");
+    /* Tables are named by id (c<id>, i<id>): only the catalog rows name the namespace. */
+    if (!(s = store_stmt(t, "UPDATE indexes SET ns = ? WHERE ns = ?", err))) return err->code;
+    sqlite3_bind_text(s, 1, to, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, from, -1, SQLITE_STATIC);
+    if ((rc = store_step_done(t, s, "rename indexes", err)) != 0) return rc;
+    if (!(s = store_stmt(t, "UPDATE collections SET ns = ? WHERE ns = ?", err))) return err->code;
+    sqlite3_bind_text(s, 1, to, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, from, -1, SQLITE_STATIC);
+    if ((rc = store_step_done(t, s, "rename collection", err)) != 0) return rc;
+    /* In memory too (a rollback rereads the catalog). A cursor finds its collection by
+     * name at each getMore: under the old name it is gone, as after a drop. */
+    snprintf(c->ns, sizeof c->ns, "%s", to);
+    c->gen++;
+    log_info("collection renamed from=%s to=%s", log_str(from), log_str(to));
+    return 0;
+}
+
 /* ---- index keys --------------------------------------------------------------------- */
 
 /* A value found at a path: a position in the document, or a synthesized null/undefined. */

@@ -18,6 +18,7 @@ import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+from hostile import encode  # noqa: E402
 from wireproto import CHECKSUM, EXHAUST_ALLOWED, MORE_TO_COME, OP_MSG, op_compressed, op_msg, op_query  # noqa: E402
 
 OUT = os.path.join(HERE, "corpus", "wire")
@@ -25,6 +26,17 @@ OUT = os.path.join(HERE, "corpus", "wire")
 CLIENT = {"driver": {"name": "PyMongo", "version": "3.11.0"},
           "os": {"type": "Linux", "name": "Linux", "architecture": "x86_64", "version": "6.1"},
           "platform": "CPython 3.11"}
+
+
+def keyed(body, fields, request_id):
+    """OP_MSG of body with the documents under `fields` sent as arrays (keys kept as they
+    are, e.g. "k", "j": legal, MongoDB ignores array keys). Before cmd_dispatch renumbered
+    such arrays, the find, update and findAndModify below made libbson print "invalid array
+    detected" in this harness."""
+    b = encode(body)
+    for f in fields:
+        b = b.replace(b"\x03" + f.encode() + b"\x00", b"\x04" + f.encode() + b"\x00")
+    return op_msg(b, request_id=request_id)
 
 
 def hand_built():
@@ -56,6 +68,14 @@ def hand_built():
                                           "update": {"$inc": {"n": 1}}, "new": True, "$db": "app"}, request_id=12),
         "op_msg_count_distinct": op_msg({"distinct": "users", "key": "name", "query": {}, "$db": "app"},
                                         request_id=13),
+        "op_msg_keyed_array_find": keyed({"find": "users", "$db": "app",
+                                           "filter": {"_id": {"$in": {"k": 1, "j": 2}}}}, ["$in"], 15),
+        "op_msg_keyed_array_update": keyed({"update": "users", "$db": "app", "updates": [
+            {"q": {"_id": 1}, "u": {"$set": {"kk": {"k": 1, "j": {"z": 2}}}}, "upsert": True}]},
+            ["kk"], 16),
+        "op_msg_keyed_array_fam": keyed({"findAndModify": "users", "$db": "app", "query": {"_id": 1},
+                                         "update": {"$set": {"kk": {"k": 1}}}, "upsert": True},
+                                        ["kk"], 17),
         "op_compressed": op_compressed(OP_MSG, op_msg({"ping": 1, "$db": "admin"})[16:], request_id=14),
     }
 

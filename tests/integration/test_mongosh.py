@@ -58,8 +58,10 @@ def check(res, name, want, out):
     assert res[name] == want, "%s: got %r, want %r" % (name, res[name], want)
 
 
-def check_crud(res, out, ns, sdd):
+def check_crud(res, out, ns, sdd, raw=None):
     check(res, "insertMany", {"acknowledged": True, "insertedIds": {str(i): i for i in range(30)}}, out)
+    # db.stats(1024): dbStats; through a router every shard's reply is under raw.<shard>.
+    check(res, "dbStats", ["test", 1, 0, 31, True, True, 1024, True, True, raw], out)
     check(res, "insertOne", {"acknowledged": True, "insertedId": 100}, out)
     check(res, "stats", [31, 1, True, ns], out)  # $collStats: {storageStats}
     check(res, "find", [{"_id": 28}, {"_id": 27}, {"_id": 26}], out)
@@ -88,6 +90,7 @@ def check_crud(res, out, ns, sdd):
     check(res, "sddHere", sdd, out)
     check(res, "drop", True, out)
     check(res, "countDropped", 0, out)
+    check(res, "renameCollection", [1, 1, 0], out)   # renameCollection on admin
 
 
 def wire_router_cluster(t, shards=3):
@@ -152,7 +155,7 @@ def test_mongosh_router_sharding_and_crud(t):
     assert re.search(r"shardedDataDistribution\n\[\n  \{\n    ns: 'mshdb.people',\n    shards: \[\n      \{\n"
                      r"        shardName: 'shard0',\n        numOrphanedDocs: \d+,\n        numOwnedDocuments: 10,",
                      st), st
-    check_crud(res, out, "test.crud", 2)  # sddHere: mshdb.people and nodb.x
+    check_crud(res, out, "test.crud", 2, ["shard%d" % i for i in range(4)])  # sddHere: mshdb.people and nodb.x
 
 
 @test

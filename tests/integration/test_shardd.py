@@ -252,6 +252,43 @@ def test_catalog_commands(t):
     c.err({"insert": "", "$db": "db1", "documents": [{}]}, 73)
 
 
+DB_STATS_FIELDS = ["db", "collections", "views", "objects", "avgObjSize", "dataSize",
+                   "storageSize", "indexes", "indexSize", "totalSize", "scaleFactor",
+                   "fsUsedSize", "fsTotalSize", "ok"]
+
+
+@test
+def test_db_stats(t):
+    """dbStats (mongosh's db.stats()) as a mongod answers it: MongoDB 7.0's fields in its
+    order, sums of the collections' collStats, scale applied to the byte sizes only."""
+    s, c = start(t)
+    r = c.ok({"dbStats": 1, "$db": "nothing"})
+    assert list(r) == DB_STATS_FIELDS, list(r)
+    assert r["db"] == "nothing" and r["collections"] == 0 and num(r["objects"]) == 0, r
+    assert num(r["dataSize"]) == 0 and r["avgObjSize"] == 0 and r["scaleFactor"] == 1, r
+    c.ok({"insert": "a", "$db": "db1", "documents": [{"_id": i, "pad": "x" * 500} for i in range(3)]})
+    c.ok({"insert": "b", "$db": "db1", "documents": [{"_id": 1}, {"_id": 2}]})
+    c.ok({"createIndexes": "a", "$db": "db1", "indexes": [{"key": {"pad": 1}, "name": "pad_1"}]})
+    c.ok({"insert": "other", "$db": "db2", "documents": [{"_id": 1, "pad": "y" * 3000}]})
+    r = c.ok({"dbStats": 1, "$db": "db1"})
+    st = [c.ok({"collStats": x, "$db": "db1"}) for x in ("a", "b")]
+    assert r["db"] == "db1" and r["collections"] == 2 and r["views"] == 0, r
+    assert num(r["objects"]) == 5 and num(r["indexes"]) == 3, r
+    data = sum(num(x["size"]) for x in st)
+    storage = sum(num(x["storageSize"]) for x in st)
+    index = sum(num(x["totalIndexSize"]) for x in st)
+    assert num(r["dataSize"]) == data and num(r["storageSize"]) == storage, (r, st)
+    assert num(r["indexSize"]) == index and num(r["totalSize"]) == storage + index, (r, st)
+    assert abs(r["avgObjSize"] - data / 5) < 1e-9, r
+    assert 0 < num(r["fsUsedSize"]) <= num(r["fsTotalSize"]), r
+    r2 = c.ok({"dbStats": 1, "$db": "db1", "scale": 1023.9, "freeStorage": 0})
+    assert r2["scaleFactor"] == 1023 and num(r2["dataSize"]) == data // 1023, r2
+    assert num(r2["totalSize"]) == (storage + index) // 1023 and r2["avgObjSize"] == r["avgObjSize"], r2
+    c.err({"dbStats": 1, "$db": "db1", "scale": 0}, 51024)
+    c.err({"dbStats": 1, "$db": "db1", "scale": "k"}, 14)
+    c.err({"dbStats": 1, "$db": "db1", "bogus": 1}, 40415)
+
+
 @test
 def test_split_points(t):
     s, c = start(t)

@@ -4,6 +4,11 @@ const c = db.crud;
 out("insertMany", () => c.insertMany([...Array(30).keys()].map(i => ({ _id: i, k: i, g: i % 3 }))));
 out("insertOne", () => c.insertOne({ _id: 100, k: 100, g: 1 }));
 out("stats", () => { const s = c.stats(); return [s.count, s.nindexes, s.avgObjSize > 0, s.ns]; });
+out("dbStats", () => {
+  const s = db.stats(1024);
+  return [s.db, s.collections, s.views, s.objects, s.avgObjSize > 0, s.storageSize >= 1, s.scaleFactor,
+    s.totalSize >= s.storageSize, s.fsTotalSize > 0, s.raw ? Object.keys(s.raw).sort() : null];
+});
 out("find", () => c.find({}, { _id: 1 }).sort({ k: -1 }).skip(2).limit(3).toArray());
 out("findRange", () => c.find({ k: { $gte: 8, $lt: 12 } }).sort({ k: 1 }).toArray());
 out("explainCount", () => typeof c.explain().count({ g: 1 }).queryPlanner);
@@ -29,3 +34,8 @@ out("dupKey", () => c.insertOne({ _id: 1 }));
 out("sddHere", () => db.getSiblingDB("admin").aggregate([{ $shardedDataDistribution: {} }]).toArray().length);
 out("drop", () => c.drop());
 out("countDropped", () => c.countDocuments());
+out("renameCollection", () => {
+  db.rn.insertOne({ _id: 1 });
+  const r = db.rn.renameCollection("rn2");
+  return [r.ok, db.rn2.countDocuments(), db.rn.countDocuments()];
+});

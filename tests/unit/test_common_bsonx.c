@@ -381,7 +381,46 @@ static void test_append_iter(void) {
     bson_destroy(src);
 }
 
+/* Arrays keyed other than "0", "1", ... (legal on the wire): detected at any depth, with
+ * the length renumbering gives, and renumbered with values and order kept. */
+static void test_renumber_arrays(void) {
+    struct {
+        const char *keys[3];
+        int n;
+        bool numbered;
+    } cases[] = {
+        {{"0", "1", "2"}, 3, true}, {{"a", "b"}, 2, false}, {{"1"}, 1, false},
+        {{"0", "01"}, 2, false},    {{"00"}, 1, false},     {{""}, 1, false},
+        {{"0", "2"}, 2, false},     {{"0", "1x"}, 2, false},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        bson_t doc = BSON_INITIALIZER, outer, arr, out;
+        /* {d: {arr: [...], n: 7}}: the array one level down. */
+        bson_append_document_begin(&doc, "d", -1, &outer);
+        bson_append_array_begin(&outer, "arr", -1, &arr);
+        for (int i = 0; i < cases[c].n; i++) BSON_APPEND_INT32(&arr, cases[c].keys[i], 10 + i);
+        bson_append_array_end(&outer, &arr);
+        BSON_APPEND_INT32(&outer, "n", 7);
+        bson_append_document_end(&doc, &outer);
+        int64_t len = -1;
+        CHECK_MSG(bsonx_arrays_numbered(&doc, &len) == cases[c].numbered, "case %zu", c);
+        bsonx_renumber_arrays(&doc, &out);
+        CHECK_MSG(len == (int64_t)out.len, "case %zu: predicted %lld, got %u", c, (long long)len,
+                  out.len);
+        CHECK(bsonx_arrays_numbered(&out, NULL));
+        char *j = bsonx_to_json(&out);
+        const char *want[] = {"{ \"d\" : { \"arr\" : [ 10 ], \"n\" : 7 } }",
+                              "{ \"d\" : { \"arr\" : [ 10, 11 ], \"n\" : 7 } }",
+                              "{ \"d\" : { \"arr\" : [ 10, 11, 12 ], \"n\" : 7 } }"};
+        CHECK_STR(j, want[cases[c].n - 1]);
+        bson_free(j);
+        bson_destroy(&out);
+        bson_destroy(&doc);
+    }
+}
+
 T_MAIN(T_CASE(test_view_valid), T_CASE(test_view_truncated_and_garbage),
        T_CASE(test_view_depth_bomb), T_CASE(test_depth), T_CASE(test_storable), T_CASE(test_json),
        T_CASE(test_type_names), T_CASE(test_ranks), T_CASE(test_find_path), T_CASE(test_numbers),
-       T_CASE(test_compare_docs), T_CASE(test_append_iter))
+       T_CASE(test_compare_docs), T_CASE(test_append_iter),
+       T_CASE(test_renumber_arrays))
