@@ -80,6 +80,8 @@ struct cfg_http {
     bool th_started, stop;
     bson_t state;                /* the last build, under mu */
     bool have_state;
+    char *state_json;            /* /api/state of this build without ageMS, rendered once */
+    size_t state_json_len;
     long long built_ms;          /* monotonic time the last build started */
     web_pending_t pending[MS_HTTP_PENDING_MAX];
     int npending;
@@ -149,6 +151,28 @@ static void reply_from_state(cfg_http_t *h, nng_aio *aio, const web_req_t *r) {
     const char *section = web_eps[r->ep].section;
     long long age = time_mono_ms() - h->built_ms;
     if (!section) {
+        /* The page's poll: rendered once per build and shared (N pages, one rendering);
+         * ageMS goes in by replacing the closing brace. */
+        if (!h->state_json) h->state_json = bson_as_relaxed_extended_json(&h->state, &h->state_json_len);
+        if (h->state_json && h->state_json_len >= 2) {
+            char tail[64];
+            int tl = snprintf(tail, sizeof tail, ", \"ageMS\" : %lld }", age);
+            char *body = malloc(h->state_json_len + (size_t)tl);
+            if (body) {
+                size_t n = h->state_json_len;
+                while (n > 0 && h->state_json[n - 1] != '}') n--;  /* the last '}' */
+                if (n > 0) {
+                    memcpy(body, h->state_json, n - 1);
+                    memcpy(body + n - 1, tail, (size_t)tl);
+                    reply(aio, 200, "application/json", body, n - 1 + (size_t)tl, r->head, NULL);
+                    free(body);
+                    bson_destroy(&out);
+                    return;
+                }
+                free(body);
+            }
+        }
+        bson_concat(&out, &h->state);
         bson_concat(&out, &h->state);
     } else if (bson_iter_init_find(&it, &h->state, section) && bsonx_view_container(&it, &sec) &&
                bson_iter_init(&s, &sec)) {
@@ -391,6 +415,8 @@ static void *collector(void *arg) {
         cfg_web_state_build(h->cfg, &fresh);
         pthread_mutex_lock(&h->mu);
         if (h->have_state) bson_destroy(&h->state);
+        bson_free(h->state_json);
+        h->state_json = NULL;
         bson_steal(&h->state, &fresh);
         h->have_state = true;
         h->built_ms = t0;
@@ -466,6 +492,7 @@ void cfg_http_stop(cfg_http_t *h) {
         nng_http_server_release(h->srv);  /* frees the handler with the server */
     }
     if (h->have_state) bson_destroy(&h->state);
+    bson_free(h->state_json);
     log_info("http stopped requests=%lld builds=%lld", (long long)h->requests, (long long)h->builds);
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
