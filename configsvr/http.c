@@ -35,9 +35,8 @@
 #include "configsvr/configsvr.h"
 
 /* The page's three files (http_assets.c: .incbin of web/). */
-extern const char web_index_html[], web_index_html_end[];
-extern const char web_app_js[], web_app_js_end[];
-extern const char web_style_css[], web_style_css_end[];
+extern const char web_index_html[], web_app_js[], web_style_css[];
+extern const uint64_t web_index_html_len, web_app_js_len, web_style_css_len;
 
 enum web_ep { EP_STATE, EP_CLUSTER, EP_COLLECTIONS, EP_MIGRATIONS, EP_BALANCER, EP_CHANGELOG };
 
@@ -269,15 +268,15 @@ static int parse_target(const char *uri, web_req_t *r, bool *is_static, const ch
     if (!strcmp(path, "/") || !strcmp(path, "/index.html")) {
         *ctype = "text/html; charset=utf-8";
         *body = web_index_html;
-        *blen = (size_t)(web_index_html_end - web_index_html);
+        *blen = (size_t)web_index_html_len;
     } else if (!strcmp(path, "/app.js")) {
         *ctype = "text/javascript; charset=utf-8";
         *body = web_app_js;
-        *blen = (size_t)(web_app_js_end - web_app_js);
+        *blen = (size_t)web_app_js_len;
     } else if (!strcmp(path, "/style.css")) {
         *ctype = "text/css; charset=utf-8";
         *body = web_style_css;
-        *blen = (size_t)(web_style_css_end - web_style_css);
+        *blen = (size_t)web_style_css_len;
     } else {
         for (int i = 0; i < WEB_NEPS; i++)
             if (!strcmp(path, web_eps[i].path)) r->ep = i;
