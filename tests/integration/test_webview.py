@@ -263,5 +263,74 @@ def test_silent_shard_shows_unreachable_and_restart_recovers(t):
     wait_until(lambda: get(hport, "/api/state")[0] == 200, 20, "the web view back after a restart")
 
 
+class FlakyFront:
+    """A little HTTP front on its own port between chromium and the config server: passes
+    every request through, except that /api/state polls number `down_from` .. `down_to`
+    (1-based; None = for ever) find the connection dropped without an answer, as when the
+    config server is gone. The page's own reconnect logic is what is under test; the
+    headless browser's virtual time runs the polls too fast to stop the real server between
+    two of them."""
+
+    def __init__(self, backend_port, down_from, down_to):
+        import http.server
+        front = self
+        self.polls = 0
+        self.lock = threading.Lock()
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                if self.path.startswith("/api/state"):
+                    with front.lock:
+                        front.polls += 1
+                        n = front.polls
+                    if n >= down_from and (down_to is None or n <= down_to):
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        return
+                st, hd, body = get(backend_port, self.path)
+                self.send_response(st)
+                self.send_header("Content-Type", hd.get("content-type", "text/plain"))
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.port = self.srv.server_address[1]
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+@test
+def test_page_says_reconnecting_and_recovers(t):
+    exe = chromium()
+    if not exe:
+        return
+    cfg, ss, r, c, hport = cluster(t, shards=2)
+    os.makedirs(OUT, exist_ok=True)
+    # gone after two good polls, for good: the last picture stays, marked reconnecting
+    f = FlakyFront(hport, 3, None)
+    try:
+        dom = browser(exe, "http://127.0.0.1:%d/" % f.port, "--virtual-time-budget=6000", "--dump-dom")
+    finally:
+        f.close()
+    assert 'data-state="reconnecting"' in dom and "reconnecting…" in dom, dom[:2000]
+    assert 'id="shard-shard0"' in dom and 'data-chunks="3"' in dom, dom[:3000]
+    assert f.polls >= 4, f.polls
+    # gone for polls 2..4, then back: live again with the current state
+    f = FlakyFront(hport, 2, 4)
+    try:
+        dom = browser(exe, "http://127.0.0.1:%d/" % f.port, "--virtual-time-budget=8000", "--dump-dom")
+    finally:
+        f.close()
+    assert f.polls >= 6, f.polls
+    assert 'data-state="live"' in dom and 'id="shard-shard1"' in dom, dom[:2000]
+
+
 if __name__ == "__main__":
     main()
