@@ -136,6 +136,8 @@ static int chunk_row(void *arg, const bson_t *doc) {
     int ci = coll_index(b, doc);
     if (ci < 0) return 0;
     b->colls[ci].nchunks++;
+    int si = shard_index(b, doc_str(doc, "shard", ""));
+    if (si >= 0) b->shards[si].coll_chunks[ci]++;  /* every chunk, listed or not */
     if (b->nchunks >= MS_HTTP_CHUNKS_MAX) {
         b->colls[ci].truncated = true;
         b->chunks_cut = true;
@@ -144,7 +146,7 @@ static int chunk_row(void *arg, const bson_t *doc) {
     web_chunk_t *k = &b->chunks[b->nchunks];
     memset(k, 0, sizeof *k);
     k->coll = ci;
-    k->shard = shard_index(b, doc_str(doc, "shard", ""));
+    k->shard = si;
     if (bson_iter_init_find(&it, doc, "min") && bsonx_view_container(&it, &v)) bson_copy_to(&v, &k->min);
     else bson_init(&k->min);
     if (bson_iter_init_find(&it, doc, "max") && bsonx_view_container(&it, &v)) bson_copy_to(&v, &k->max);
@@ -153,7 +155,6 @@ static int chunk_row(void *arg, const bson_t *doc) {
         bson_iter_timestamp(&it, &k->major, &k->minor);
     k->jumbo = bson_iter_init_find(&it, doc, "jumbo") && bsonx_truthy(&it);
     k->est = doc_int(doc, "estimatedDataSizeBytes", -1);
-    if (k->shard >= 0) b->shards[k->shard].coll_chunks[ci]++;
     b->nchunks++;
     return 0;
 }

@@ -263,6 +263,28 @@ def test_silent_shard_shows_unreachable_and_restart_recovers(t):
     wait_until(lambda: get(hport, "/api/state")[0] == 200, 20, "the web view back after a restart")
 
 
+@test
+def test_chunk_list_is_capped_with_a_marker(t):
+    hport = free_ports(1)[0]
+    cfg = t.configsvr(extra=["--http-port", str(hport)])
+    ss = [t.shardd("shard%d" % i) for i in range(2)]
+    c = t.router(cfg.url).client()
+    for i, s in enumerate(ss):
+        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
+    c.ok({"enableSharding": "big", "$db": "admin"})
+    c.ok({"shardCollection": "big.h", "key": {"k": "hashed"}, "numInitialChunks": 2100, "$db": "admin"})
+    c.ok({"shardCollection": "big.r", "key": {"k": 1}, "$db": "admin"})
+    col = get_json(hport, "/api/collections")
+    assert col["truncated"] is True and col["chunksReturned"] == 2000 == col["chunksMax"], \
+        {k: v for k, v in col.items() if k != "collections"}
+    assert col["chunksTotal"] == 2101, col["chunksTotal"]
+    h, rr = col["collections"]
+    assert h["ns"] == "big.h" and h["chunkCount"] == 2100 and h["truncated"] and len(h["chunks"]) == 2000, h["ns"]
+    assert rr["ns"] == "big.r" and rr["chunkCount"] == 1 and rr["truncated"] and rr["chunks"] == [], rr
+    sh = {s["name"]: s["chunks"] for s in get_json(hport, "/api/cluster")["shards"]}
+    assert sum(sh.values()) == 2101, sh  # the shards' counts are of every chunk, listed or not
+
+
 class FlakyFront:
     """A little HTTP front on its own port between chromium and the config server: passes
     every request through, except that /api/state polls number `down_from` .. `down_to`
