@@ -76,6 +76,9 @@ $(BUILD)/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
+# The web view's files are compiled into the config server (.incbin): rebuild on change.
+$(BUILD)/configsvr/http_assets.o: web/index.html web/app.js web/style.css
+
 $(LIB_COMMON): $(call objs,$(COMMON_SRC))
 $(LIB_SHARDD): $(call objs,$(SHARDD_SRC))
 $(LIB_CONFIGSVR): $(call objs,$(CONFIGSVR_SRC))

@@ -468,4 +468,32 @@
 #define MS_WIRE_IDLE_MS_MIN 100
 #define MS_WIRE_IDLE_MS_MAX 86400000
 
+
+/* ---- the config server's web view (configsvr/http.c, http_api.c; issue 15) ---- */
+/* A request target (path and query) longer than this is refused with 400: the page asks
+ * for short fixed paths; a cap keeps a hostile client from making us parse megabytes. */
+#define MS_HTTP_URI_BYTES_MAX 1024
+/* Query parameters in one request target (more: 400); the endpoints take at most two. */
+#define MS_HTTP_QUERY_PARAMS_MAX 8
+/* How long an assembled cluster state is served before it is rebuilt: N open pages polling
+ * every second cost one build per this interval, like one page. A request finding an
+ * older state waits for the next build (deferred on its nng_aio, never on an NNG thread),
+ * and nothing is built while nobody asks: an idle web port costs no shard call at all. */
+#define MS_HTTP_STATE_TTL_MS 400
+/* Deadline of each shard call of a build (listDatabases, collStats, currentOp): short, so
+ * a silent shard is shown as unreachable within about a second instead of freezing the page. */
+#define MS_HTTP_SHARD_CALL_MS 700
+/* Requests waiting for a build at once (more: 503): bounds the memory slow clients pin. */
+#define MS_HTTP_PENDING_MAX 256
+/* Chunks listed over all collections in one state (the rest are counted, with truncated:
+ * true): a page of 2000 blocks is already more than a screen can show. */
+#define MS_HTTP_CHUNKS_MAX 2000
+/* Sharded collections shown (and asked about: a collStats per shard and a balancerExplain
+ * each per build); the rest are counted, with truncated: true. */
+#define MS_HTTP_COLLS_MAX 32
+/* Changelog entries in the feed (newest first) and balancer rounds from config.actionlog:
+ * ?n= may ask for fewer, never more. */
+#define MS_HTTP_CHANGELOG_MAX 100
+#define MS_HTTP_ROUNDS_MAX 20
+
 #endif

@@ -190,3 +190,31 @@ out:
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
+
+/* The newest n entries of config.changelog or config.actionlog, newest first: one indexed
+ * read of the last rows by sequence number, so the web view's feed (http_api.c) costs
+ * the same with 20 rows or with CAT_CHANGELOG_ROWS_MAX. */
+int cat_log_tail(cat_t *c, const char *coll, int n, cat_doc_fn fn, void *arg, ms_error_t *err) {
+    const char *sql;
+    sqlite3_stmt *st = NULL;
+    int rc, s;
+    if (strcmp(coll, "changelog") == 0) sql = "SELECT doc FROM changelog ORDER BY seq DESC LIMIT ?";
+    else if (strcmp(coll, "actionlog") == 0) sql = "SELECT doc FROM actionlog ORDER BY seq DESC LIMIT ?";
+    else return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "config.%s has no tail", coll);
+    pthread_mutex_lock(&c->mu);
+    rc = cat_sql_prep(c, sql, &st, err);
+    if (rc) goto out;
+    sqlite3_bind_int(st, 1, n);
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        bson_t doc = BSON_INITIALIZER;
+        stored_doc(st, &doc);
+        rc = fn(arg, &doc);
+        bson_destroy(&doc);
+        if (rc) goto out;
+    }
+    if (s != SQLITE_DONE) rc = err_from_sqlite(err, s, "tail of config log", c->db);
+out:
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}

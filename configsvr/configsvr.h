@@ -318,6 +318,9 @@ void cat_version_append(bson_t *dst, const char *key, const cat_version_t *v);
  * non-zero stops the scan with that code. NamespaceNotFound for an unknown coll. */
 typedef int (*cat_doc_fn)(void *arg, const bson_t *doc);
 int cat_config_scan(cat_t *c, const char *coll, cat_doc_fn fn, void *arg, ms_error_t *err);
+/* The newest n entries of config.changelog or config.actionlog (coll), newest first, to
+ * fn as cat_config_scan does (the web view's feed). NamespaceNotFound for another coll. */
+int cat_log_tail(cat_t *c, const char *coll, int n, cat_doc_fn fn, void *arg, ms_error_t *err);
 /* True for the names cat_config_scan serves. */
 bool cat_config_known(const char *coll);
 
@@ -633,6 +636,21 @@ int cfg_ddl_lock_coll(cfg_t *cfg, const char *ns, const char *reason, cfg_ddl_gu
 /* The shard list exclusively (addShard, removeShard). */
 int cfg_ddl_lock_shards(cfg_t *cfg, const char *reason, cfg_ddl_guard_t *g, ms_error_t *err);
 void cfg_ddl_unlock(cfg_ddl_guard_t *g);
+
+/* ---- the web view (http.c, http_api.c; --http-port) ---------------------------------- */
+typedef struct cfg_http cfg_http_t;
+/* Serves the page and the JSON endpoints on http://bind_addr:port/ (NNG's HTTP server)
+ * with its collector thread. *out set on success only; an NNG error (err_from_nng) when
+ * the port cannot be bound. */
+int cfg_http_start(cfg_t *cfg, const char *bind_addr, int port, cfg_http_t **out, ms_error_t *err);
+/* Finishes parked requests, stops the server and the collector; NULL-safe. Call before
+ * the catalog is closed. */
+void cfg_http_stop(cfg_http_t *h);
+const char *cfg_http_url(const cfg_http_t *h);  /* "http://bind:port/" */
+/* One build of the whole state the web view serves (http_api.c): sections cluster,
+ * collections, migrations, balancer, changelog, plus builtAt and buildMS, into out
+ * (initialised by the caller). Reads only; shard calls have MS_HTTP_SHARD_CALL_MS each. */
+void cfg_web_state_build(cfg_t *cfg, bson_t *out);
 
 /* The command table (configsvr_cmd.c). */
 extern const cmd_spec_t cfg_cmd_table[];

@@ -25,6 +25,7 @@ static const char cfg_usage[] =
     "                 [--enable-test-commands] [--balancer-idle-ms N] [--balancer-throttle-ms N]\n"
     "                 [--auto-merger-interval-ms N] [--auto-merger-throttle-ms N]\n"
     "                 [--auto-merger-horizon-ms N] [--defrag-throttle-ms N]\n"
+    "                 [--http-port P] [--http-bind ADDR]\n"
     "The config server of a minishard cluster: the sharding catalog and the balancer.";
 
 /* Creates dir when missing (one level, as the parent is the caller's); it must be a
@@ -94,6 +95,9 @@ int main(int argc, char **argv) {
     int am_throttle_ms = MS_AUTOMERGER_THROTTLE_MS_DEFAULT;
     int am_horizon_ms = MS_AUTOMERGER_HORIZON_MS_DEFAULT;
     int defrag_throttle_ms = MS_DEFRAG_THROTTLE_MS_DEFAULT;
+    int http_port = 0;
+    const char *http_bind = "127.0.0.1";
+    cfg_http_t *http = NULL;
     const flag_spec_t own[] = {
         {"dbpath", FLAG_STR, &dbpath, "directory of the catalog (required)"},
         {"balancer-idle-ms", FLAG_INT, &idle_ms,
@@ -109,6 +113,9 @@ int main(int argc, char **argv) {
         {"defrag-throttle-ms", FLAG_INT, &defrag_throttle_ms,
          "pause between two defragmentation steps of the balancer's secondary thread "
          "(default 1000, MongoDB's chunkDefragmentationThrottlingMS)"},
+        {"http-port", FLAG_INT, &http_port,
+         "serve the live web view (page + JSON, read-only) on this port (default: none)"},
+        {"http-bind", FLAG_STR, &http_bind, "address of the web view (default 127.0.0.1)"},
         {NULL, FLAG_BOOL, NULL, NULL},
     };
     daemon_t d;
@@ -133,6 +140,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "configsvr: --auto-merger-interval-ms must be 1..%d, --auto-merger-throttle-ms, "
                 "--auto-merger-horizon-ms and --defrag-throttle-ms 0..%d\n", MS_AUTOMERGER_MS_MAX,
                 MS_AUTOMERGER_MS_MAX);
+        return 2;
+    }
+    if (http_port < 0 || http_port > 65535) {
+        fprintf(stderr, "configsvr: --http-port must be 1..65535\n");
         return 2;
     }
     log_init("configsvr", LOG_INFO);
@@ -172,9 +183,21 @@ int main(int argc, char **argv) {
         cfg_close(&cfg);
         return rc;
     }
+    /* The web view last: it only reads what is open by now. */
+    if (http_port > 0 && cfg_http_start(&cfg, http_bind, http_port, &http, &err) != 0) {
+        rc = daemon_fail("http", &err);
+        cfg_merger_shutdown(&cfg);
+        cfg_balancer_shutdown(&cfg);
+        daemon_stop_serving(&d);
+        cfg_balancer_free(&cfg);
+        cfg_merger_free(&cfg);
+        cfg_close(&cfg);
+        return rc;
+    }
     daemon_ready(&d, "dbpath", dbpath);
 
     daemon_wait(&d);
+    cfg_http_stop(http);  /* its collector reads the catalog and calls shards */
     /* The balancer's two threads first (its round ends, migrations included, while donors
      * can still reach us to commit), then the handlers, then the catalog. Both threads
      * are stopped first but freed last: each wakes the other (a no-op once stopped), and

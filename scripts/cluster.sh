@@ -14,8 +14,10 @@
 # WIRE is the mongodb:// URL where a router or shard serves MongoDB's wire protocol
 # (mongosh, drivers), "-" for the config server. Ports: routerI = P+I, config = P+10,
 # shardI = P+20+I; wire: routerI = P+100+I, shardI = P+200+I (P defaults to 27017, so
-# router0 is on shardctl's default URL and mongodb://127.0.0.1:27117). All listen on
-# 127.0.0.1 only. --test adds --enable-test-commands to every
+# router0 is on shardctl's default URL and mongodb://127.0.0.1:27117); the config server's
+# live web view (--http-port) on P+300, http://127.0.0.1:27317/ by default, whose URL is
+# printed on stderr as `web http://127.0.0.1:PORT/` (stdout keeps one line per process,
+# which scripts parse). All listen on 127.0.0.1 only. --test adds --enable-test-commands to every
 # process. --config-flags passes more flags to the config server (e.g. "--balancer-idle-ms
 # 500 --balancer-throttle-ms 100"). add-shard starts the next shardI into the same DIR and
 # registers it. Logs and data live under DIR; DIR/cluster.pids lists exactly the processes
@@ -119,7 +121,8 @@ start)
     mkdir -p "$dir/config"
     echo "base=$base test=$test_flag" >"$dir/cluster.conf"
     # shellcheck disable=SC2086  # config_flags is a list of flags: split on purpose
-    launch config configsvr $((base + 10)) 0 --dbpath "$dir/config" $config_flags
+    launch config configsvr $((base + 10)) 0 --dbpath "$dir/config" --http-port $((base + 300)) $config_flags
+    echo "web http://127.0.0.1:$((base + 300))/" >&2
     for ((r = 0; r < routers; r++)); do
         launch "router$r" router $((base + r)) $((base + 100 + r)) --configdb "tcp://127.0.0.1:$((base + 10))"
     done

@@ -46,6 +46,7 @@ t0=$SECONDS
 say "starting a cluster: 1 config server (a balancer round every second), 3 shards, 1 router (logs in $DIR)"
 "$ROOT/scripts/cluster.sh" start --dir "$DIR" --shards 3 --routers 1 --base-port "$PORT" --test \
     --config-flags "$CONFIG_FLAGS"
+say "watch it live in a browser: http://127.0.0.1:$((PORT + 300))/ (the config server's web view)"
 
 say "sharding $NS on a ranged _id (one chunk, on shard0), chunk size $CHUNK_BYTES bytes (test-only valueBytes)"
 ctl '{"balancerStop": 1, "$db": "admin"}' >/dev/null     # still while the data is loaded
@@ -72,6 +73,7 @@ printf '  demo time: %d s\n' $((SECONDS - t0))
 
 hint() { printf '  %-46s # %s\n' "$1" "$2"; }
 printf '\nThe cluster is still running. Explore it:\n'
+hint "http://127.0.0.1:$((PORT + 300))/" "the live web view: open it in a browser"
 hint "bin/shardctl status" "shards, balancer, migrations, chunks per shard"
 if [ -x "$ROOT/build/mongosh/node_modules/.bin/mongosh" ]; then
     hint "build/mongosh/node_modules/.bin/mongosh mongodb://127.0.0.1:$((PORT + 100))" "MongoDB's shell: sh.status(), db.users.find()"

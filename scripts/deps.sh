@@ -16,6 +16,9 @@ MONGOSH_BIN=$MONGOSH_DIR/node_modules/.bin/mongosh
 # python3-pymongo and libmongoc-dev: real drivers over the wire protocol
 # (tests/integration/test_wire.py, test_pymongo.py, test_mongoc.py; tests/bench/bench_wire.py).
 pkgs=(libnng-dev libbson-dev libsqlite3-dev pkg-config build-essential python3 python3-pymongo libmongoc-dev)
+# chromium: tests/integration/test_webview.py loads the config server's web view in a real
+# (headless) browser and checks its DOM and takes the README's screenshot with it.
+pkgs+=(chromium)
 if [ "${1:-}" = "--lint" ]; then
     pkgs+=(cppcheck shellcheck)
 fi

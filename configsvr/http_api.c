@@ -1,0 +1,545 @@
+/*
+ * http_api.c — what the config server's web view shows (bin/configsvr, issue 15): one
+ * build of the whole cluster state as one BSON document, which http.c caches and serves
+ * as JSON (the page's /api/state and the per-section endpoints). Everything here only
+ * reads: the catalog (shards, collections, chunks, changelog and actionlog tails), the
+ * balancer's own answers (balancerStatus and balancerExplain, called in-process through
+ * their handlers), and three cheap commands per shard (listDatabases, currentOp,
+ * collStats per collection) with short deadlines. It runs on http.c's collector thread,
+ * never on an NNG I/O thread, since a shard call may wait up to MS_HTTP_SHARD_CALL_MS.
+ *
+ * Sizes are bounded by common/limits.h: at most MS_HTTP_COLLS_MAX collections and
+ * MS_HTTP_CHUNKS_MAX chunks (cut ones are counted and flagged `truncated`), the newest
+ * MS_HTTP_CHANGELOG_MAX changelog entries and MS_HTTP_ROUNDS_MAX balancer rounds.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bsonx.h"
+#include "common/log.h"
+#include "configsvr/configsvr.h"
+
+/* Upper bound of shards shown: the balancer's own (it cannot balance more). */
+#define WEB_SHARDS_MAX MS_BALANCER_SHARDS_MAX
+
+typedef struct web_shard {
+    char name[CAT_SHARD_NAME_BYTES_MAX];
+    bson_t doc;              /* the config.shards document (owned) */
+    bool reachable;
+    char error[sizeof(((ms_error_t *)0)->msg)];
+    int64_t data_bytes, docs;
+    int64_t *coll_bytes;     /* per collection index: collStats size there */
+    int *coll_chunks;        /* per collection index: chunks of it on this shard */
+} web_shard_t;
+
+typedef struct web_coll {
+    char ns[MS_NS_BYTES_MAX + 1];
+    uint8_t uuid[16];        /* config.chunks names its collection by uuid (MongoDB 5.0+) */
+    bson_t doc;              /* the config.collections document (owned) */
+    int64_t nchunks;         /* all of them, listed or not */
+    bool truncated;
+} web_coll_t;
+
+typedef struct web_chunk {
+    int coll, shard;         /* indexes; shard -1 when not in config.shards */
+    bson_t min, max;         /* owned copies */
+    uint32_t major, minor;
+    bool jumbo;
+    int64_t est;             /* estimatedDataSizeBytes, -1 when unknown */
+} web_chunk_t;
+
+typedef struct web_build {
+    cfg_t *cfg;
+    web_shard_t *shards;
+    int nshards;
+    web_coll_t *colls;
+    int ncolls, ncolls_total;
+    web_chunk_t *chunks;
+    int nchunks;
+    int64_t chunks_total;
+    bool chunks_cut;
+} web_build_t;
+
+static const char *doc_str(const bson_t *doc, const char *key, const char *dflt) {
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_UTF8(&it)) return bson_iter_utf8(&it, NULL);
+    return dflt;
+}
+
+static int64_t doc_int(const bson_t *doc, const char *key, int64_t dflt) {
+    bson_iter_t it;
+    int64_t v;
+    if (bson_iter_init_find(&it, doc, key) && bsonx_as_int64(&it, &v)) return v;
+    return dflt;
+}
+
+static int shard_index(const web_build_t *b, const char *name) {
+    for (int i = 0; i < b->nshards; i++)
+        if (strcmp(b->shards[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* The uuid of a document's field key (16 bytes of subtype 4), false when absent. */
+static bool doc_uuid(const bson_t *doc, const char *key, uint8_t out[16]) {
+    bson_iter_t it;
+    bson_subtype_t sub;
+    uint32_t len = 0;
+    const uint8_t *data = NULL;
+    if (!bson_iter_init_find(&it, doc, key) || !BSON_ITER_HOLDS_BINARY(&it)) return false;
+    bson_iter_binary(&it, &sub, &len, &data);
+    if (len != 16) return false;
+    memcpy(out, data, 16);
+    return true;
+}
+
+static int coll_index(const web_build_t *b, const bson_t *chunk) {
+    uint8_t u[16];
+    if (!doc_uuid(chunk, "uuid", u)) return -1;
+    for (int i = 0; i < b->ncolls; i++)
+        if (memcmp(b->colls[i].uuid, u, 16) == 0) return i;
+    return -1;
+}
+
+/* ---- catalog reads ------------------------------------------------------------------ */
+
+static int shard_row(void *arg, const bson_t *doc) {
+    web_build_t *b = arg;
+    if (b->nshards >= WEB_SHARDS_MAX) return 0;
+    web_shard_t *s = &b->shards[b->nshards];
+    snprintf(s->name, sizeof s->name, "%s", doc_str(doc, "_id", ""));
+    bson_copy_to(doc, &s->doc);
+    b->nshards++;
+    return 0;
+}
+
+static int coll_row(void *arg, const bson_t *doc) {
+    web_build_t *b = arg;
+    b->ncolls_total++;
+    if (b->ncolls >= MS_HTTP_COLLS_MAX) return 0;
+    web_coll_t *c = &b->colls[b->ncolls];
+    snprintf(c->ns, sizeof c->ns, "%s", doc_str(doc, "_id", ""));
+    if (!doc_uuid(doc, "uuid", c->uuid)) memset(c->uuid, 0, sizeof c->uuid);
+    bson_copy_to(doc, &c->doc);
+    b->ncolls++;
+    return 0;
+}
+
+/* Every chunk is counted against its collection; the first MS_HTTP_CHUNKS_MAX of the
+ * shown collections are kept. The scan reads config.chunks whole: one indexed pass,
+ * at most once per MS_HTTP_STATE_TTL_MS and only while someone is looking. */
+static int chunk_row(void *arg, const bson_t *doc) {
+    web_build_t *b = arg;
+    bson_iter_t it;
+    bson_t v;
+    b->chunks_total++;
+    int ci = coll_index(b, doc);
+    if (ci < 0) return 0;
+    b->colls[ci].nchunks++;
+    int si = shard_index(b, doc_str(doc, "shard", ""));
+    if (si >= 0) b->shards[si].coll_chunks[ci]++;  /* every chunk, listed or not */
+    if (b->nchunks >= MS_HTTP_CHUNKS_MAX) {
+        b->colls[ci].truncated = true;
+        b->chunks_cut = true;
+        return 0;
+    }
+    web_chunk_t *k = &b->chunks[b->nchunks];
+    memset(k, 0, sizeof *k);
+    k->coll = ci;
+    k->shard = si;
+    if (bson_iter_init_find(&it, doc, "min") && bsonx_view_container(&it, &v)) bson_copy_to(&v, &k->min);
+    else bson_init(&k->min);
+    if (bson_iter_init_find(&it, doc, "max") && bsonx_view_container(&it, &v)) bson_copy_to(&v, &k->max);
+    else bson_init(&k->max);
+    if (bson_iter_init_find(&it, doc, "lastmod") && BSON_ITER_HOLDS_TIMESTAMP(&it))
+        bson_iter_timestamp(&it, &k->major, &k->minor);
+    k->jumbo = bson_iter_init_find(&it, doc, "jumbo") && bsonx_truthy(&it);
+    k->est = doc_int(doc, "estimatedDataSizeBytes", -1);
+    b->nchunks++;
+    return 0;
+}
+
+typedef struct tail_arg {
+    bson_t *arr;
+    int n;
+    const char *what;        /* keep only entries of this `what` (NULL: all) */
+} tail_arg_t;
+
+static int tail_row(void *arg, const bson_t *doc) {
+    tail_arg_t *a = arg;
+    char k[16];
+    if (a->what && strcmp(doc_str(doc, "what", ""), a->what) != 0) return 0;
+    snprintf(k, sizeof k, "%d", a->n++);
+    bson_append_document(a->arr, k, -1, doc);
+    return 0;
+}
+
+/* ---- shard calls -------------------------------------------------------------------- */
+
+/* One command to shard s with the build's short deadline. A transport failure marks the
+ * shard unreachable (its other calls of this build are skipped); an {ok: 0} answer
+ * (collStats of a collection the shard never saw) is only a miss. */
+static int shard_call(web_build_t *b, web_shard_t *s, const bson_t *cmd, bson_t *reply) {
+    ms_error_t e = {0};
+    if (!s->reachable) return -1;
+    int rc = cfg_shard_command(b->cfg, s->name, cmd, MS_HTTP_SHARD_CALL_MS, reply, &e);
+    if (rc == MS_ERR_HOST_UNREACHABLE || rc == MS_ERR_NETWORK_TIMEOUT ||
+        rc == MS_ERR_EXCEEDED_TIME_LIMIT || rc == MS_ERR_MAX_TIME_MS_EXPIRED) {
+        s->reachable = false;
+        snprintf(s->error, sizeof s->error, "%s", e.msg);
+    }
+    return rc;
+}
+
+/* Size, documents and migrations of one shard; the migrations (currentOp's inprog
+ * entries of role donor or recipient) are appended to migs with the shard's name. */
+static void shard_probe(web_build_t *b, web_shard_t *s, bson_t *migs, int *nmig) {
+    bson_t cmd, reply;
+    bson_iter_t it, a;
+    s->reachable = true;
+    bson_init(&cmd);
+    BSON_APPEND_INT32(&cmd, "listDatabases", 1);
+    BSON_APPEND_UTF8(&cmd, "$db", "admin");
+    if (shard_call(b, s, &cmd, &reply) == 0) {
+        s->data_bytes = doc_int(&reply, "totalSize", 0);
+        bson_destroy(&reply);
+    }
+    bson_destroy(&cmd);
+    bson_init(&cmd);
+    BSON_APPEND_INT32(&cmd, "currentOp", 1);
+    BSON_APPEND_UTF8(&cmd, "$db", "admin");
+    if (shard_call(b, s, &cmd, &reply) == 0) {
+        if (bson_iter_init_find(&it, &reply, "inprog") && BSON_ITER_HOLDS_ARRAY(&it) &&
+            bson_iter_recurse(&it, &a)) {
+            while (bson_iter_next(&a)) {
+                bson_t op, tagged;
+                char k[16];
+                if (!bsonx_view_container(&a, &op)) continue;
+                const char *role = doc_str(&op, "role", "");
+                if (strcmp(role, "donor") != 0 && strcmp(role, "recipient") != 0) continue;
+                snprintf(k, sizeof k, "%d", (*nmig)++);
+                BSON_APPEND_DOCUMENT_BEGIN(migs, k, &tagged);
+                BSON_APPEND_UTF8(&tagged, "shard", s->name);
+                bson_concat(&tagged, &op);
+                bson_append_document_end(migs, &tagged);
+            }
+        }
+        bson_destroy(&reply);
+    }
+    bson_destroy(&cmd);
+    for (int c = 0; c < b->ncolls && s->reachable; c++) {
+        char db[CAT_DB_NAME_BYTES_MAX];
+        const char *coll = NULL;
+        if (s->coll_chunks[c] == 0 && b->colls[c].nchunks > 0 && !b->colls[c].truncated) continue;
+        if (cfg_ns_split(b->colls[c].ns, db, sizeof db, &coll, NULL) != 0) continue;
+        bson_init(&cmd);
+        BSON_APPEND_UTF8(&cmd, "collStats", coll);
+        BSON_APPEND_UTF8(&cmd, "$db", db);
+        if (shard_call(b, s, &cmd, &reply) == 0) {
+            s->coll_bytes[c] = doc_int(&reply, "size", 0);
+            s->docs += doc_int(&reply, "count", 0);
+            bson_destroy(&reply);
+        }
+        bson_destroy(&cmd);
+    }
+}
+
+/* ---- sections ------------------------------------------------------------------------ */
+
+static void append_cluster(web_build_t *b, bson_t *out) {
+    bson_t sec, arr, d, z;
+    bson_iter_t it;
+    int64_t nsh = 0, ndb = 0, nco = 0, nch = 0;
+    ms_error_t e = {0};
+    cat_counts(b->cfg->cat, &nsh, &ndb, &nco, &nch, &e);
+    BSON_APPEND_DOCUMENT_BEGIN(out, "cluster", &sec);
+    BSON_APPEND_UTF8(&sec, "configsvr", b->cfg->url);
+    BSON_APPEND_INT64(&sec, "databases", ndb);
+    BSON_APPEND_INT64(&sec, "collections", nco);
+    BSON_APPEND_INT64(&sec, "chunks", nch);
+    BSON_APPEND_ARRAY_BEGIN(&sec, "shards", &arr);
+    for (int i = 0; i < b->nshards; i++) {
+        web_shard_t *s = &b->shards[i];
+        char k[16];
+        int64_t chunks = 0;
+        for (int c = 0; c < b->ncolls; c++) chunks += s->coll_chunks[c];
+        snprintf(k, sizeof k, "%d", i);
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, k, &d);
+        BSON_APPEND_UTF8(&d, "name", s->name);
+        BSON_APPEND_UTF8(&d, "url", doc_str(&s->doc, "host", ""));
+        BSON_APPEND_INT32(&d, "state", (int32_t)doc_int(&s->doc, "state", 0));
+        BSON_APPEND_BOOL(&d, "draining", bson_iter_init_find(&it, &s->doc, "draining") && bsonx_truthy(&it));
+        BSON_APPEND_ARRAY_BEGIN(&d, "zones", &z);
+        if (bson_iter_init_find(&it, &s->doc, "tags") && BSON_ITER_HOLDS_ARRAY(&it)) {
+            bson_t tags;
+            if (bsonx_view_container(&it, &tags)) bson_concat(&z, &tags);
+        }
+        bson_append_array_end(&d, &z);
+        if (bson_iter_init_find(&it, &s->doc, "maxSize")) BSON_APPEND_INT64(&d, "maxSizeMB", doc_int(&s->doc, "maxSize", 0));
+        else BSON_APPEND_NULL(&d, "maxSizeMB");
+        BSON_APPEND_BOOL(&d, "reachable", s->reachable);
+        if (!s->reachable) BSON_APPEND_UTF8(&d, "error", s->error);
+        BSON_APPEND_INT64(&d, "dataSize", s->data_bytes);
+        BSON_APPEND_INT64(&d, "docCount", s->docs);
+        BSON_APPEND_INT64(&d, "chunks", chunks);
+        bson_append_document_end(&arr, &d);
+    }
+    bson_append_array_end(&sec, &arr);
+    bson_append_document_end(out, &sec);
+}
+
+/* A chunk's size estimate: the shard's own estimate when the catalog has one, else the
+ * collection's bytes on that shard shared evenly among its chunks there. */
+static int64_t chunk_est(const web_build_t *b, const web_chunk_t *k, bool *estimated) {
+    *estimated = true;
+    if (k->est >= 0) {
+        *estimated = false;
+        return k->est;
+    }
+    if (k->shard < 0) return 0;
+    const web_shard_t *s = &b->shards[k->shard];
+    int n = s->coll_chunks[k->coll];
+    return n > 0 ? s->coll_bytes[k->coll] / n : 0;
+}
+
+static void append_collections(web_build_t *b, bson_t *out) {
+    bson_t sec, arr, d, ch, c;
+    bson_iter_t it;
+    BSON_APPEND_DOCUMENT_BEGIN(out, "collections", &sec);
+    BSON_APPEND_INT32(&sec, "collectionsTotal", b->ncolls_total);
+    BSON_APPEND_INT32(&sec, "chunksReturned", b->nchunks);
+    BSON_APPEND_INT64(&sec, "chunksTotal", b->chunks_total);
+    BSON_APPEND_BOOL(&sec, "truncated", b->chunks_cut || b->ncolls_total > b->ncolls);
+    BSON_APPEND_INT32(&sec, "chunksMax", MS_HTTP_CHUNKS_MAX);
+    BSON_APPEND_ARRAY_BEGIN(&sec, "collections", &arr);
+    for (int i = 0; i < b->ncolls; i++) {
+        web_coll_t *co = &b->colls[i];
+        char k[16];
+        int64_t bytes = 0;
+        for (int s = 0; s < b->nshards; s++) bytes += b->shards[s].coll_bytes[i];
+        snprintf(k, sizeof k, "%d", i);
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, k, &d);
+        BSON_APPEND_UTF8(&d, "ns", co->ns);
+        if (bson_iter_init_find(&it, &co->doc, "key") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            bson_t key;
+            if (bsonx_view_container(&it, &key)) BSON_APPEND_DOCUMENT(&d, "key", &key);
+        }
+        BSON_APPEND_BOOL(&d, "noBalance", bson_iter_init_find(&it, &co->doc, "noBalance") && bsonx_truthy(&it));
+        BSON_APPEND_INT64(&d, "dataSize", bytes);
+        BSON_APPEND_INT64(&d, "chunkCount", co->nchunks);
+        BSON_APPEND_BOOL(&d, "truncated", co->truncated);
+        BSON_APPEND_ARRAY_BEGIN(&d, "chunks", &ch);
+        int n = 0;
+        for (int j = 0; j < b->nchunks; j++) {
+            web_chunk_t *kk = &b->chunks[j];
+            char key[16], ver[32];
+            bool estimated;
+            if (kk->coll != i) continue;
+            snprintf(key, sizeof key, "%d", n++);
+            snprintf(ver, sizeof ver, "%u|%u", kk->major, kk->minor);
+            BSON_APPEND_DOCUMENT_BEGIN(&ch, key, &c);
+            BSON_APPEND_DOCUMENT(&c, "min", &kk->min);
+            BSON_APPEND_DOCUMENT(&c, "max", &kk->max);
+            BSON_APPEND_UTF8(&c, "shard", kk->shard >= 0 ? b->shards[kk->shard].name : "");
+            BSON_APPEND_UTF8(&c, "version", ver);
+            BSON_APPEND_BOOL(&c, "jumbo", kk->jumbo);
+            BSON_APPEND_INT64(&c, "sizeEstimate", chunk_est(b, kk, &estimated));
+            BSON_APPEND_BOOL(&c, "sizeFromShare", estimated);
+            bson_append_document_end(&ch, &c);
+        }
+        bson_append_array_end(&d, &ch);
+        bson_append_document_end(&arr, &d);
+    }
+    bson_append_array_end(&sec, &arr);
+    bson_append_document_end(out, &sec);
+}
+
+/* The page's name for a donor phase (mig_donor.c's phase_names): the five steps of a
+ * migration as the issue names them. */
+static const char *step_of(const char *phase) {
+    if (!strcmp(phase, "checks") || !strcmp(phase, "clone")) return "clone";
+    if (!strcmp(phase, "catchup")) return "catch-up";
+    if (!strcmp(phase, "criticalSection") || !strcmp(phase, "commitOnRecipient")) return "critical section";
+    if (!strcmp(phase, "commitOnConfig")) return "commit";
+    if (!strcmp(phase, "completing") || !strcmp(phase, "done")) return "range deletion";
+    return phase;
+}
+
+/* One entry per migration: the donor's view (the progress), with the recipient's state
+ * added; a recipient seen without its donor (the donor silent) is listed on its own. */
+static void append_migrations(web_build_t *b, const bson_t *ops, bson_t *out) {
+    bson_t sec, arr, d, errs;
+    bson_iter_t it, jt;
+    int n = 0;
+    BSON_APPEND_DOCUMENT_BEGIN(out, "migrations", &sec);
+    BSON_APPEND_ARRAY_BEGIN(&sec, "inprog", &arr);
+    for (int pass = 0; pass < 2; pass++) {
+        if (!bson_iter_init(&it, ops)) break;
+        while (bson_iter_next(&it)) {
+            bson_t op, other;
+            char k[16];
+            if (!bsonx_view_container(&it, &op)) continue;
+            const char *role = doc_str(&op, "role", "");
+            const char *id = doc_str(&op, "migrationId", "");
+            bool found = false;
+            if (pass == 0 && strcmp(role, "donor") != 0) continue;
+            if (pass == 1) {
+                if (strcmp(role, "recipient") != 0) continue;
+                /* listed with its donor already? */
+                bson_iter_t kt;
+                bool dup = false;
+                if (bson_iter_init(&kt, ops))
+                    while (bson_iter_next(&kt)) {
+                        bson_t o2;
+                        if (bsonx_view_container(&kt, &o2) && !strcmp(doc_str(&o2, "role", ""), "donor") &&
+                            !strcmp(doc_str(&o2, "migrationId", ""), id))
+                            dup = true;
+                    }
+                if (dup) continue;
+            }
+            snprintf(k, sizeof k, "%d", n++);
+            BSON_APPEND_DOCUMENT_BEGIN(&arr, k, &d);
+            bson_concat(&d, &op);
+            const char *phase = doc_str(&op, "phase", "");
+            BSON_APPEND_UTF8(&d, "step", pass == 0 ? step_of(phase) : "clone");
+            if (pass == 0 && bson_iter_init(&jt, ops)) {
+                while (!found && bson_iter_next(&jt)) {
+                    if (bsonx_view_container(&jt, &other) && !strcmp(doc_str(&other, "role", ""), "recipient") &&
+                        !strcmp(doc_str(&other, "migrationId", ""), id)) {
+                        BSON_APPEND_DOCUMENT(&d, "recipient", &other);
+                        found = true;
+                    }
+                }
+            }
+            bson_append_document_end(&arr, &d);
+        }
+    }
+    bson_append_array_end(&sec, &arr);
+    BSON_APPEND_ARRAY_BEGIN(&sec, "shardErrors", &errs);
+    int ne = 0;
+    for (int i = 0; i < b->nshards; i++) {
+        if (b->shards[i].reachable) continue;
+        char k[16];
+        snprintf(k, sizeof k, "%d", ne++);
+        BSON_APPEND_DOCUMENT_BEGIN(&errs, k, &d);
+        BSON_APPEND_UTF8(&d, "shard", b->shards[i].name);
+        BSON_APPEND_UTF8(&d, "errmsg", b->shards[i].error);
+        bson_append_document_end(&errs, &d);
+    }
+    bson_append_array_end(&sec, &errs);
+    bson_append_document_end(out, &sec);
+}
+
+/* The balancer: balancerStatus, the last rounds (config.actionlog balancer.round, newest
+ * first) and balancerExplain of each shown collection. Both commands are called through
+ * their handlers (cmd_status.c, cmd_bal.c) with a context of our own: the same answers a
+ * client gets, without a trip through our own RPC server. balancerExplain under the
+ * dataSize policy asks every shard for its data size with the long default deadline, so
+ * it is skipped while a shard is silent (explainSkipped says why). */
+static void append_balancer(web_build_t *b, bool all_reachable, bson_t *out) {
+    bson_t sec, st, arr, d;
+    ms_error_t e = {0};
+    cmd_ctx_t ctx;
+    BSON_APPEND_DOCUMENT_BEGIN(out, "balancer", &sec);
+    memset(&ctx, 0, sizeof ctx);
+    ctx.app = b->cfg;
+    bson_init(&st);
+    if (cfg_cmd_balancer_status(&ctx, &st, &e) == 0) bson_concat(&sec, &st);
+    bson_destroy(&st);
+    BSON_APPEND_ARRAY_BEGIN(&sec, "rounds", &arr);
+    tail_arg_t ta = {&arr, 0, "balancer.round"};
+    memset(&e, 0, sizeof e);
+    cat_log_tail(b->cfg->cat, "actionlog", MS_HTTP_ROUNDS_MAX, tail_row, &ta, &e);
+    bson_append_array_end(&sec, &arr);
+    if (!all_reachable) BSON_APPEND_UTF8(&sec, "explainSkipped", "a shard did not answer");
+    BSON_APPEND_ARRAY_BEGIN(&sec, "explain", &arr);
+    for (int i = 0; all_reachable && i < b->ncolls; i++) {
+        bson_t req = BSON_INITIALIZER, rep = BSON_INITIALIZER;
+        char k[16];
+        BSON_APPEND_UTF8(&req, "balancerExplain", b->colls[i].ns);
+        memset(&e, 0, sizeof e);
+        if (bson_iter_init(&ctx.arg, &req) && bson_iter_next(&ctx.arg)) {
+            ctx.req = &req;
+            ctx.name = "balancerExplain";
+            snprintf(k, sizeof k, "%d", i);
+            BSON_APPEND_DOCUMENT_BEGIN(&arr, k, &d);
+            BSON_APPEND_UTF8(&d, "ns", b->colls[i].ns);
+            if (cfg_cmd_balancer_explain(&ctx, &rep, &e) == 0) {
+                bson_concat(&d, &rep);
+            } else {
+                BSON_APPEND_INT32(&d, "code", e.code);
+                BSON_APPEND_UTF8(&d, "errmsg", e.msg);
+            }
+            bson_append_document_end(&arr, &d);
+        }
+        bson_destroy(&rep);
+        bson_destroy(&req);
+    }
+    bson_append_array_end(&sec, &arr);
+    bson_append_document_end(out, &sec);
+}
+
+static void append_changelog(web_build_t *b, bson_t *out) {
+    bson_t sec, arr;
+    ms_error_t e = {0};
+    BSON_APPEND_DOCUMENT_BEGIN(out, "changelog", &sec);
+    BSON_APPEND_ARRAY_BEGIN(&sec, "entries", &arr);
+    tail_arg_t ta = {&arr, 0, NULL};
+    cat_log_tail(b->cfg->cat, "changelog", MS_HTTP_CHANGELOG_MAX, tail_row, &ta, &e);
+    bson_append_array_end(&sec, &arr);
+    bson_append_document_end(out, &sec);
+}
+
+static void build_free(web_build_t *b) {
+    for (int i = 0; i < b->nshards; i++) {
+        bson_destroy(&b->shards[i].doc);
+        free(b->shards[i].coll_bytes);
+        free(b->shards[i].coll_chunks);
+    }
+    for (int i = 0; i < b->ncolls; i++) bson_destroy(&b->colls[i].doc);
+    for (int i = 0; i < b->nchunks; i++) {
+        bson_destroy(&b->chunks[i].min);
+        bson_destroy(&b->chunks[i].max);
+    }
+    free(b->shards);
+    free(b->colls);
+    free(b->chunks);
+}
+
+void cfg_web_state_build(cfg_t *cfg, bson_t *out) {
+    web_build_t b;
+    bson_t ops = BSON_INITIALIZER;
+    ms_error_t e = {0};
+    int nmig = 0;
+    bool all_reachable = true;
+    long long t0 = time_mono_ms();
+    memset(&b, 0, sizeof b);
+    b.cfg = cfg;
+    b.shards = calloc(WEB_SHARDS_MAX, sizeof *b.shards);
+    b.colls = calloc(MS_HTTP_COLLS_MAX, sizeof *b.colls);
+    b.chunks = calloc(MS_HTTP_CHUNKS_MAX, sizeof *b.chunks);
+    if (!b.shards || !b.colls || !b.chunks) abort();
+    if (cat_config_scan(cfg->cat, "shards", shard_row, &b, &e) != 0)
+        log_warn("web state shards failed errmsg=%s", log_str(e.msg));
+    for (int i = 0; i < b.nshards; i++) {
+        b.shards[i].coll_bytes = calloc(MS_HTTP_COLLS_MAX, sizeof *b.shards[i].coll_bytes);
+        b.shards[i].coll_chunks = calloc(MS_HTTP_COLLS_MAX, sizeof *b.shards[i].coll_chunks);
+        if (!b.shards[i].coll_bytes || !b.shards[i].coll_chunks) abort();
+    }
+    if (cat_config_scan(cfg->cat, "collections", coll_row, &b, &e) != 0 ||
+        cat_config_scan(cfg->cat, "chunks", chunk_row, &b, &e) != 0)
+        log_warn("web state catalog read failed errmsg=%s", log_str(e.msg));
+    for (int i = 0; i < b.nshards; i++) {
+        shard_probe(&b, &b.shards[i], &ops, &nmig);
+        if (!b.shards[i].reachable) all_reachable = false;
+    }
+    BSON_APPEND_DATE_TIME(out, "builtAt", time_now_ms());
+    append_cluster(&b, out);
+    append_collections(&b, out);
+    append_migrations(&b, &ops, out);
+    append_balancer(&b, all_reachable, out);
+    append_changelog(&b, out);
+    BSON_APPEND_INT64(out, "buildMS", time_mono_ms() - t0);
+    bson_destroy(&ops);
+    build_free(&b);
+}
