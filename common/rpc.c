@@ -17,9 +17,10 @@
  * insert or _recvChunkCommit are not idempotent, and a slow handler must never run
  * twice because the client grew impatient. With resends off, NNG fails a call whose
  * connection drops before the reply with ECONNRESET (HostUnreachable to our callers),
- * at once instead of at the deadline. A request with no connection to go on fails
- * with HostUnreachable after MS_RPC_CONNECT_WAIT_MS (see the client section). A caller that knows a command is safe to repeat
- * retries it itself, as MongoDB's retryable reads do.
+ * at once instead of at the deadline; the tcp:// transport never resends either. A
+ * request with no connection to go on fails with HostUnreachable after
+ * MS_RPC_CONNECT_WAIT_MS (see the client section). A caller that knows a command is safe
+ * to repeat retries it itself, as MongoDB's retryable reads do.
  */
 #include "common/rpc.h"
 
@@ -44,6 +45,7 @@
 #include "common/limits.h"
 #include "common/log.h"
 #include "common/opctx.h"
+#include "common/sp.h"
 
 /* ---- client ---------------------------------------------------------------------- */
 
@@ -288,23 +290,6 @@ static nng_duration rpc_left_ms(long long deadline_ms) {
 
 static long long rpc_min_ll(long long a, long long b) { return a < b ? a : b; }
 
-static void put_be64(uint8_t *p, uint64_t v) {
-    for (int i = 7; i >= 0; i--, v >>= 8) p[i] = (uint8_t)v;
-}
-
-static uint64_t get_be64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
-    return v;
-}
-
-static void put_be32(uint8_t *p, uint32_t v) {
-    for (int i = 3; i >= 0; i--, v >>= 8) p[i] = (uint8_t)v;
-}
-
-static uint32_t get_be32(const uint8_t *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
 
 /* Takes a share slot: waits at most MS_RPC_PEER_SLOT_WAIT_MS while calls to this peer
  * are at the cap. A burst right after the client opens (before its first connection)
@@ -443,11 +428,6 @@ static int rpc_send(rpc_client_t *c, rpc_slot_t *slot, nng_msg *msg, long long d
 
 #define RPC_IDLE_CONNS_MAX 64
 #define RPC_REDIAL_MS 20
-#define RPC_SP_HELLO_BYTES 8
-#define RPC_SP_HEAD_BYTES 8
-#define RPC_SP_ID_BYTES 4
-#define RPC_SP_REQ0 0x30
-#define RPC_SP_REP0 0x31
 
 
 /* How an I/O step ended: done, the deadline passed, or the connection is gone. */
@@ -531,10 +511,11 @@ static void rpc_count(rpc_client_t *c, uint64_t *counter) {
 static int rpc_dial_once(rpc_client_t *c, long long until_ms, long long deadline_ms,
                          rpc_conn_t **out) {
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
-    uint8_t hello[RPC_SP_HELLO_BYTES] = {0, 'S', 'P', 0, 0, RPC_SP_REQ0, 0, 0};
-    uint8_t back[RPC_SP_HELLO_BYTES];
+    uint8_t hello[SP_HELLO_BYTES];
+    uint8_t back[SP_HELLO_BYTES];
     struct iovec iov = {.iov_base = hello, .iov_len = sizeof hello};
     int fd = -1, one = 1, soerr = 0, io = RPC_IO_LOST;
+    sp_hello(hello, SP_REQ0);
     bool counted = false;
     socklen_t sl = sizeof soerr;
 
@@ -556,9 +537,7 @@ static int rpc_dial_once(rpc_client_t *c, long long until_ms, long long deadline
     if ((io = rpc_io_write(fd, &iov, 1, deadline_ms)) != RPC_IO_OK) goto fail;
     if ((io = rpc_io_read(fd, back, sizeof back, deadline_ms)) != RPC_IO_OK) goto fail;
     io = RPC_IO_LOST;
-    if (back[0] != 0 || back[1] != 'S' || back[2] != 'P' || back[3] != 0 || back[4] != 0 ||
-        back[5] != RPC_SP_REP0 || back[6] != 0 || back[7] != 0)
-        goto fail;  /* not a REP v0 server: as NNG, no connection */
+    if (!sp_hello_is(back, SP_REP0)) goto fail;  /* not a REP v0 server: as NNG, no connection */
     *out = calloc(1, sizeof **out);
     if (!*out) goto fail;
     (*out)->fd = fd;
@@ -665,16 +644,16 @@ static int rpc_call_direct(rpc_client_t *c, const void *data, size_t len,
                            long long deadline_ms, int timeout_ms, bson_t *reply,
                            ms_error_t *err) {
     rpc_conn_t *k = NULL;
-    uint8_t head[RPC_SP_HEAD_BYTES + RPC_SP_ID_BYTES], *body = NULL;
+    uint8_t head[SP_TCP_HEAD_BYTES + SP_ID_BYTES], *body = NULL;
     uint64_t rlen = 0;
     uint32_t id;
     bson_t view;
     int io, rc;
 
     if ((rc = rpc_conn_get(c, deadline_ms, timeout_ms, &k, err)) != 0) return rc;
-    id = (k->next_id++) | 0x80000000u;
-    put_be64(head, (uint64_t)len + RPC_SP_ID_BYTES);
-    put_be32(head + RPC_SP_HEAD_BYTES, id);
+    id = (k->next_id++) | SP_ID_FLAG;
+    sp_put_be64(head, (uint64_t)len + SP_ID_BYTES);
+    sp_put_be32(head + SP_TCP_HEAD_BYTES, id);
     struct iovec iov[2] = {{.iov_base = head, .iov_len = sizeof head},
                            {.iov_base = (void *)data, .iov_len = len}};
     io = rpc_io_write(k->fd, iov, len ? 2 : 1, deadline_ms);
@@ -686,15 +665,15 @@ static int rpc_call_direct(rpc_client_t *c, const void *data, size_t len,
     }
     if (io == RPC_IO_OK) io = rpc_io_read(k->fd, head, sizeof head, deadline_ms);
     if (io == RPC_IO_OK) {
-        rlen = get_be64(head);
-        if (rlen < RPC_SP_ID_BYTES || rlen - RPC_SP_ID_BYTES > MS_TRANSPORT_BYTES_MAX ||
-            get_be32(head + RPC_SP_HEAD_BYTES) != id) {
+        rlen = sp_get_be64(head);
+        if (rlen < SP_ID_BYTES || rlen - SP_ID_BYTES > MS_TRANSPORT_BYTES_MAX ||
+            sp_get_be32(head + SP_TCP_HEAD_BYTES) != id) {
             rpc_count(c, &c->conn_lost);
             rc = err_set(err, MS_ERR_HOST_UNREACHABLE, "malformed reply (length %llu, or "
                          "not the request's id): connection dropped", (unsigned long long)rlen);
             goto out;
         }
-        rlen -= RPC_SP_ID_BYTES;
+        rlen -= SP_ID_BYTES;
         body = malloc(rlen ? rlen : 1);
         if (!body) {
             rc = err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "reply of %llu bytes: out of "

@@ -61,19 +61,18 @@
 #include "common/limits.h"
 #include "common/log.h"
 #include "common/opctx.h"
+#include "common/sp.h"
 #include "common/wire.h"
 
 /* ---- framing ----------------------------------------------------------------------- */
 
-#define RPC_HELLO_BYTES 8
+#define RPC_HELLO_BYTES SP_HELLO_BYTES
 #define RPC_HEAD_BYTES_MAX 16
 /* NNG's REP socket drops a request whose backtrace has more hops than its TTL (8). */
 #define RPC_SP_HOPS_MAX 8
 #define RPC_ENV_BYTES_MAX (4 * RPC_SP_HOPS_MAX)
 #define RPC_TX_HEAD_BYTES_MAX (RPC_HEAD_BYTES_MAX + RPC_ENV_BYTES_MAX)
 
-#define RPC_SP_REQ0 0x30
-#define RPC_SP_REP0 0x31
 
 typedef struct rpc_framing {
     const char *name;
@@ -96,33 +95,17 @@ typedef struct rpc_framing {
     size_t (*reply_head)(uint8_t *out, const uint8_t *env, size_t env_len, size_t body_len);
 } rpc_framing_t;
 
-static void put_be64(uint8_t *p, uint64_t v) {
-    for (int i = 7; i >= 0; i--, v >>= 8) p[i] = (uint8_t)v;
-}
+static void sp_hello_write(uint8_t *out) { sp_hello(out, SP_REP0); }
 
-static uint64_t get_be64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
-    return v;
-}
-
-static void sp_hello_write(uint8_t *out) {
-    const uint8_t hello[RPC_HELLO_BYTES] = {0, 'S', 'P', 0, 0, RPC_SP_REP0, 0, 0};
-    memcpy(out, hello, sizeof hello);
-}
-
-static bool sp_hello_check(const uint8_t *in) {
-    return in[0] == 0 && in[1] == 'S' && in[2] == 'P' && in[3] == 0 && in[4] == 0 &&
-           in[5] == RPC_SP_REQ0 && in[6] == 0 && in[7] == 0;
-}
+static bool sp_hello_check(const uint8_t *in) { return sp_hello_is(in, SP_REQ0); }
 
 static const char *sp_tcp_head_parse(const uint8_t *head, uint64_t *len) {
-    *len = get_be64(head);
+    *len = sp_get_be64(head);
     return NULL;
 }
 
 static const char *sp_ipc_head_parse(const uint8_t *head, uint64_t *len) {
-    *len = get_be64(head + 1);
+    *len = sp_get_be64(head + 1);
     return head[0] == 1 ? NULL : "what=message_type";  /* NNG's IPC type: 1 = user message */
 }
 
@@ -138,7 +121,7 @@ static bool sp_envelope(const uint8_t *payload, size_t len, size_t *env_len) {
 
 static size_t sp_tcp_reply_head(uint8_t *out, const uint8_t *env, size_t env_len,
                                 size_t body_len) {
-    put_be64(out, (uint64_t)(env_len + body_len));
+    sp_put_be64(out, (uint64_t)(env_len + body_len));
     memcpy(out + 8, env, env_len);
     return 8 + env_len;
 }
@@ -146,7 +129,7 @@ static size_t sp_tcp_reply_head(uint8_t *out, const uint8_t *env, size_t env_len
 static size_t sp_ipc_reply_head(uint8_t *out, const uint8_t *env, size_t env_len,
                                 size_t body_len) {
     out[0] = 1;
-    put_be64(out + 1, (uint64_t)(env_len + body_len));
+    sp_put_be64(out + 1, (uint64_t)(env_len + body_len));
     memcpy(out + 9, env, env_len);
     return 9 + env_len;
 }
