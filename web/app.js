@@ -126,12 +126,14 @@ function drawShards(st, moving) {
           const size = num(k.sizeEstimate);
           const h = Math.max(4, Math.round(size / fullest * 420));
           const mv = moving.has(c.ns + "|" + keyDoc(k.min));
+          // A block tall enough for a line says where its range starts (hover: all of it).
           return el("div", {
             class: "chunk" + (k.jumbo ? " jumbo" : "") + (mv ? " moving" : ""),
             style: "background:" + colour(c.ns) + ";height:" + h + "px",
             "data-ns": c.ns, "data-shard": s.name,
             title: c.ns + "  " + keyDoc(k.min) + " → " + keyDoc(k.max) + "\nversion " +
-                   k.version + " · ~" + bytes(size) + (k.jumbo ? " · jumbo" : "") });
+                   k.version + " · ~" + bytes(size) + (k.jumbo ? " · jumbo" : "") },
+            h >= 18 ? el("span", { class: "key" }, "≥ " + keyDoc(k.min)) : null);
         }));
     });
     return el("div", { class: "shard" + (s.reachable ? "" : " unreachable") + (s.draining ? " draining" : ""),
@@ -225,7 +227,9 @@ function drawBalancer(b) {
     parts.push(el("div", { class: "verdict", "data-ns": e.ns, "data-verdict": e.verdict },
       el("span", { class: "ns" }, e.ns + ": "),
       e.verdictMessage || e.errmsg || "",
-      pol.message ? el("div", { class: "kv" }, pol.message) : null));
+      pol.message ? el("div", { class: "kv" }, pol.message) : null,
+      ...(pol.next || []).slice(0, 4).map(m => el("div", { class: "kv next" },
+        "next: " + keyDoc(m.min) + " " + m.from + " → " + m.to + " (" + m.reason + ")"))));
   }
   if (b.explainSkipped) parts.push(el("p", { class: "kv" }, "explain skipped: " + b.explainSkipped));
   const r = (b.rounds || [])[0];
@@ -241,7 +245,16 @@ function drawBalancer(b) {
   $("balancer").replaceChildren(...parts);
 }
 
-// A migration's step times as one bar (each step's share of the total) and the write pause.
+// What each timed step of a migration is (docs/how-a-migration-works.md): the donor's six
+// (moveChunk.from, MigrationSourceManager) and the recipient's five (moveChunk.to).
+const STEP_NAMES = {
+  "moveChunk.from": ["checks", "start clone", "clone + catch-up", "critical section",
+                     "commit on recipient", "commit on config"],
+  "moveChunk.to": ["indexes + ready", "clone", "catch-up", "steady", "commit"],
+};
+
+// A migration's step times as one bar (each step's share of the total), each step named
+// with its colour, and the write pause.
 function drawChangelog(entries) {
   const shades = ["#4c6ef5", "#12b886", "#f59f00", "#e64980", "#7950f2", "#15aabf"];
   $("changelog").replaceChildren(...entries.map(e => {
@@ -255,8 +268,13 @@ function drawChangelog(entries) {
       steps.length ? el("div", { class: "stepbar", title: steps.map(k => k + ": " + num(d[k]) + " ms").join("\n") },
         ...steps.map((k, i) => el("i", { style: "background:" + shades[i % 6] + ";width:" +
                                    (total ? num(d[k]) * 100 / total : 0) + "%" }))) : null,
-      steps.length ? el("div", { class: "kv" }, steps.map(k => k.replace(" of ", "/") + " " +
-                                                   num(d[k]) + " ms").join(" · ")) : null,
+      steps.length ? el("div", { class: "kv steps-named" }, ...steps.map((k, i) => {
+        const names = STEP_NAMES[e.what] || [];
+        const n = parseInt(k.slice(5), 10);
+        return el("span", { class: "step", title: k },
+          el("i", { class: "sw", style: "background:" + shades[i % 6] }),
+          (names[n - 1] || k) + " " + num(d[k]) + " ms");
+      })) : null,
       "writePauseMS" in d ? el("div", { class: "kv" }, "write pause ",
                                el("span", { class: "pause" }, num(d.writePauseMS) + " ms")) : null);
   }));

@@ -152,6 +152,7 @@ def test_endpoints_and_page_show_shards_chunks_and_a_held_migration(t):
             assert 'class="mover"' in dom and 'data-from="shard0"' in dom and 'data-to="shard1"' in dom, dom[:4000]
             assert 'data-phase="catch-up"' in dom, dom[:4000]
             assert dom.count('class="chunk moving"') == 1, dom[:4000]
+            assert '<span class="key">' in dom, dom[:4000]   # blocks say where they start
             png = os.path.join(OUT, "webview.png")
             if os.path.exists(png):
                 os.unlink(png)
