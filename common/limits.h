@@ -495,5 +495,17 @@
  * ?n= may ask for fewer, never more. */
 #define MS_HTTP_CHANGELOG_MAX 100
 #define MS_HTTP_ROUNDS_MAX 20
+/* NNG 1.5's HTTP server has neither an idle timeout nor a connection cap; configsvr/http.c
+ * sweeps the port's connections itself every MS_HTTP_SWEEP_MS. One we have sent nothing
+ * for MS_HTTP_IDLE_MS_DEFAULT (--http-idle-ms) is closed: a page polls every second and is
+ * answered within one, so only an abandoned keep-alive, a client that never finishes its
+ * request or one trickling it byte by byte gets there. Beyond MS_HTTP_CONNS_MAX open
+ * connections the longest silent are closed (a browser opens at most 6 per host; 64 is
+ * ten open pages with room to spare). */
+#define MS_HTTP_SWEEP_MS 500
+#define MS_HTTP_IDLE_MS_DEFAULT 10000
+#define MS_HTTP_IDLE_MS_MIN 1000
+#define MS_HTTP_IDLE_MS_MAX 3600000
+#define MS_HTTP_CONNS_MAX 64
 
 #endif

@@ -640,9 +640,11 @@ void cfg_ddl_unlock(cfg_ddl_guard_t *g);
 /* ---- the web view (http.c, http_api.c; --http-port) ---------------------------------- */
 typedef struct cfg_http cfg_http_t;
 /* Serves the page and the JSON endpoints on http://bind_addr:port/ (NNG's HTTP server)
- * with its collector thread. *out set on success only; an NNG error (err_from_nng) when
- * the port cannot be bound. */
-int cfg_http_start(cfg_t *cfg, const char *bind_addr, int port, cfg_http_t **out, ms_error_t *err);
+ * with its collector thread, and sweeps the port's connections (idle_ms: a connection
+ * sent nothing for this long is closed). *out set on success only; an NNG error
+ * (err_from_nng) when the port cannot be bound. */
+int cfg_http_start(cfg_t *cfg, const char *bind_addr, int port, int idle_ms, cfg_http_t **out,
+                   ms_error_t *err);
 /* Finishes parked requests, stops the server and the collector; NULL-safe. Call before
  * the catalog is closed. */
 void cfg_http_stop(cfg_http_t *h);

@@ -18,14 +18,24 @@
  * 405 with Allow; a target over MS_HTTP_URI_BYTES_MAX, bad percent-encoding, too many or
  * unknown query parameters, or a non-numeric n get 400; unknown paths 404; errors are a
  * small JSON body {ok: 0, status, error}. Nothing on this port changes the cluster.
+ *
+ * Connections. NNG 1.5's HTTP server has neither an idle timeout nor a connection cap, so a
+ * sweeper thread bounds them from outside every MS_HTTP_SWEEP_MS (see "the sweeper").
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <nng/nng.h>
 #include <nng/supplemental/http/http.h>
@@ -85,6 +95,12 @@ struct cfg_http {
     web_pending_t pending[MS_HTTP_PENDING_MAX];
     int npending;
     int64_t requests, builds;
+    /* the sweeper (its own thread; stop is h->stop, woken through sweep_cv) */
+    int port, idle_ms;
+    pthread_cond_t sweep_cv;     /* monotonic clock */
+    pthread_t sweep_th;
+    bool sweep_started;
+    int64_t closed_idle, closed_over_cap;
 };
 
 /* ---- replies --------------------------------------------------------------------------- */
@@ -430,16 +446,134 @@ static void *collector(void *arg) {
     return NULL;
 }
 
+/* ---- the sweeper ----------------------------------------------------------------------------- */
+
+/* NNG owns the connections' descriptors and tells us nothing about them, so the sweeper
+ * finds them in /proc/self/fd. Each descriptor is duplicated first and everything after
+ * is asked of the duplicate: what we inspect and what we shut down are then one socket,
+ * whatever NNG does meanwhile with the number (closes it, reuses it). A connection is a
+ * connected TCP socket whose local port is ours (the listener has no peer); TCP_INFO says
+ * how long ago we last sent it data. shutdown(2) on the duplicate ends the connection
+ * for NNG too — its pending read fails and it closes its own descriptor; closing our
+ * duplicate alone would not. Bounded: one pass reads each open descriptor once, and keeps
+ * at most SWEEP_KEEP_MAX duplicates open at a time (past that, a connection is over the
+ * cap anyway and is shut at once). */
+
+#define SWEEP_KEEP_MAX (4 * MS_HTTP_CONNS_MAX)
+
+typedef struct web_conn {
+    int dup;
+    uint32_t silent_ms;  /* since we last sent it data */
+} web_conn_t;
+
+static int web_conn_cmp_silent_desc(const void *a, const void *b) {
+    uint32_t x = ((const web_conn_t *)a)->silent_ms, y = ((const web_conn_t *)b)->silent_ms;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The duplicate of fd when it is a connection of ours, with how long it has been silent;
+ * -1 otherwise (nothing left open). */
+static int web_conn_probe(int fd, int port, uint32_t *silent_ms) {
+    struct sockaddr_storage a;
+    socklen_t al = sizeof a;
+    struct tcp_info ti;
+    socklen_t tl = sizeof ti;
+    struct stat st;
+    int d = fcntl(fd, F_DUPFD_CLOEXEC, 0), lport = -1;
+    if (d < 0) return -1;
+    if (fstat(d, &st) != 0 || !S_ISSOCK(st.st_mode) || getsockname(d, (struct sockaddr *)&a, &al) != 0)
+        goto no;
+    if (a.ss_family == AF_INET) lport = ntohs(((struct sockaddr_in *)&a)->sin_port);
+    else if (a.ss_family == AF_INET6) lport = ntohs(((struct sockaddr_in6 *)&a)->sin6_port);
+    al = sizeof a;
+    if (lport != port || getpeername(d, (struct sockaddr *)&a, &al) != 0) goto no;
+    if (getsockopt(d, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0) goto no;
+    *silent_ms = ti.tcpi_last_data_sent;
+    return d;
+no:
+    close(d);
+    return -1;
+}
+
+/* One pass: shuts connections silent for idle_ms, then the longest silent beyond the cap. */
+static void web_sweep(cfg_http_t *h) {
+    web_conn_t keep[SWEEP_KEEP_MAX];
+    int nkeep = 0, open_conns = 0, idle = 0, over = 0;
+    DIR *dir = opendir("/proc/self/fd");
+    struct dirent *e;
+    if (!dir) return;
+    while ((e = readdir(dir)) != NULL) {
+        char *end;
+        long fd = strtol(e->d_name, &end, 10);
+        uint32_t silent;
+        if (*end != '\0' || end == e->d_name || fd == dirfd(dir)) continue;
+        int d = web_conn_probe((int)fd, h->port, &silent);
+        if (d < 0) continue;
+        open_conns++;
+        if (silent >= (uint32_t)h->idle_ms) {
+            shutdown(d, SHUT_RDWR);
+            close(d);
+            idle++;
+        } else if (nkeep < SWEEP_KEEP_MAX) {
+            keep[nkeep++] = (web_conn_t){d, silent};
+        } else {
+            shutdown(d, SHUT_RDWR);
+            close(d);
+            over++;
+        }
+    }
+    closedir(dir);
+    if (nkeep > MS_HTTP_CONNS_MAX) {
+        qsort(keep, (size_t)nkeep, sizeof keep[0], web_conn_cmp_silent_desc);
+        for (int i = 0; i < nkeep - MS_HTTP_CONNS_MAX; i++, over++) shutdown(keep[i].dup, SHUT_RDWR);
+    }
+    for (int i = 0; i < nkeep; i++) close(keep[i].dup);
+    if (idle || over) {
+        pthread_mutex_lock(&h->mu);
+        h->closed_idle += idle;
+        h->closed_over_cap += over;
+        pthread_mutex_unlock(&h->mu);
+        log_info("http connections closed idle=%d overCap=%d open=%d idle_ms=%d cap=%d", idle, over,
+                 open_conns - idle - over, h->idle_ms, MS_HTTP_CONNS_MAX);
+    }
+}
+
+static void *sweeper(void *arg) {
+    cfg_http_t *h = arg;
+    pthread_mutex_lock(&h->mu);
+    while (!h->stop) {
+        struct timespec ts;
+        long long until = time_mono_ms() + MS_HTTP_SWEEP_MS;
+        ts.tv_sec = (time_t)(until / 1000);
+        ts.tv_nsec = (long)(until % 1000) * 1000000L;
+        pthread_cond_timedwait(&h->sweep_cv, &h->mu, &ts);
+        if (h->stop) break;
+        pthread_mutex_unlock(&h->mu);
+        web_sweep(h);
+        pthread_mutex_lock(&h->mu);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
 /* ---- start / stop --------------------------------------------------------------------------- */
 
-int cfg_http_start(cfg_t *cfg, const char *bind_addr, int port, cfg_http_t **out, ms_error_t *err) {
+int cfg_http_start(cfg_t *cfg, const char *bind_addr, int port, int idle_ms, cfg_http_t **out,
+                   ms_error_t *err) {
     cfg_http_t *h = calloc(1, sizeof *h);
     nng_url *url = NULL;
+    pthread_condattr_t ca;
     int rv;
     if (!h) return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "http: out of memory");
     h->cfg = cfg;
+    h->port = port;
+    h->idle_ms = idle_ms;
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->cv, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&h->sweep_cv, &ca);
+    pthread_condattr_destroy(&ca);
     snprintf(h->url, sizeof h->url, "http://%s:%d/", bind_addr, port);
     if ((rv = nng_url_parse(&url, h->url)) != 0 || (rv = nng_http_server_hold(&h->srv, url)) != 0 ||
         (rv = nng_http_handler_alloc(&h->h, "/", web_handle)) != 0 ||
@@ -458,6 +592,11 @@ int cfg_http_start(cfg_t *cfg, const char *bind_addr, int port, cfg_http_t **out
     }
     h->th_started = true;
     if ((rv = nng_http_server_start(h->srv)) != 0) goto fail;
+    if (pthread_create(&h->sweep_th, NULL, sweeper, h) != 0) {
+        rv = NNG_ENOMEM;
+        goto fail;
+    }
+    h->sweep_started = true;
     nng_url_free(url);
     log_info("http serving url=%s", h->url);
     *out = h;
@@ -484,16 +623,21 @@ void cfg_http_stop(cfg_http_t *h) {
     pthread_mutex_lock(&h->mu);
     h->stop = true;
     pthread_cond_broadcast(&h->cv);
+    pthread_cond_broadcast(&h->sweep_cv);
     pthread_mutex_unlock(&h->mu);
     if (h->th_started) pthread_join(h->th, NULL);
+    if (h->sweep_started) pthread_join(h->sweep_th, NULL);
     if (h->srv) {
         nng_http_server_stop(h->srv);
         nng_http_server_release(h->srv);  /* frees the handler with the server */
     }
     if (h->have_state) bson_destroy(&h->state);
     bson_free(h->state_json);
-    log_info("http stopped requests=%lld builds=%lld", (long long)h->requests, (long long)h->builds);
+    log_info("http stopped requests=%lld builds=%lld closed_idle=%lld closed_over_cap=%lld",
+             (long long)h->requests, (long long)h->builds, (long long)h->closed_idle,
+             (long long)h->closed_over_cap);
     pthread_cond_destroy(&h->cv);
+    pthread_cond_destroy(&h->sweep_cv);
     pthread_mutex_destroy(&h->mu);
     free(h);
 }

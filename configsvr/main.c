@@ -25,7 +25,7 @@ static const char cfg_usage[] =
     "                 [--enable-test-commands] [--balancer-idle-ms N] [--balancer-throttle-ms N]\n"
     "                 [--auto-merger-interval-ms N] [--auto-merger-throttle-ms N]\n"
     "                 [--auto-merger-horizon-ms N] [--defrag-throttle-ms N]\n"
-    "                 [--http-port P] [--http-bind ADDR]\n"
+    "                 [--http-port P] [--http-bind ADDR] [--http-idle-ms N]\n"
     "The config server of a minishard cluster: the sharding catalog and the balancer.";
 
 /* Creates dir when missing (one level, as the parent is the caller's); it must be a
@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
     int am_throttle_ms = MS_AUTOMERGER_THROTTLE_MS_DEFAULT;
     int am_horizon_ms = MS_AUTOMERGER_HORIZON_MS_DEFAULT;
     int defrag_throttle_ms = MS_DEFRAG_THROTTLE_MS_DEFAULT;
-    int http_port = 0;
+    int http_port = 0, http_idle_ms = MS_HTTP_IDLE_MS_DEFAULT;
     const char *http_bind = "127.0.0.1";
     cfg_http_t *http = NULL;
     const flag_spec_t own[] = {
@@ -116,6 +116,8 @@ int main(int argc, char **argv) {
         {"http-port", FLAG_INT, &http_port,
          "serve the live web view (page + JSON, read-only) on this port (default: none)"},
         {"http-bind", FLAG_STR, &http_bind, "address of the web view (default 127.0.0.1)"},
+        {"http-idle-ms", FLAG_INT, &http_idle_ms,
+         "close a web-view connection sent nothing for this long (default 10000)"},
         {NULL, FLAG_BOOL, NULL, NULL},
     };
     daemon_t d;
@@ -144,6 +146,11 @@ int main(int argc, char **argv) {
     }
     if (http_port < 0 || http_port > 65535) {
         fprintf(stderr, "configsvr: --http-port must be 1..65535\n");
+        return 2;
+    }
+    if (http_idle_ms < MS_HTTP_IDLE_MS_MIN || http_idle_ms > MS_HTTP_IDLE_MS_MAX) {
+        fprintf(stderr, "configsvr: --http-idle-ms must be %d..%d\n", MS_HTTP_IDLE_MS_MIN,
+                MS_HTTP_IDLE_MS_MAX);
         return 2;
     }
     log_init("configsvr", LOG_INFO);
@@ -184,7 +191,7 @@ int main(int argc, char **argv) {
         return rc;
     }
     /* The web view last: it only reads what is open by now. */
-    if (http_port > 0 && cfg_http_start(&cfg, http_bind, http_port, &http, &err) != 0) {
+    if (http_port > 0 && cfg_http_start(&cfg, http_bind, http_port, http_idle_ms, &http, &err) != 0) {
         rc = daemon_fail("http", &err);
         cfg_merger_shutdown(&cfg);
         cfg_balancer_shutdown(&cfg);

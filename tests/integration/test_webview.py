@@ -355,5 +355,42 @@ def test_page_says_reconnecting_and_recovers(t):
     assert 'data-state="live"' in dom and 'id="shard-shard1"' in dom, dom[:2000]
 
 
+@test
+def test_idle_and_surplus_connections_are_closed(t):
+    """NNG's HTTP server has no idle timeout and no connection cap: the sweeper closes the
+    port's connections beyond MS_HTTP_CONNS_MAX (64), the longest silent first, and every
+    connection sent nothing for --http-idle-ms; a page polling meanwhile is served."""
+    hport = free_ports(1)[0]
+    cfg = t.configsvr(extra=["--http-port", str(hport), "--http-idle-ms", "2500"])
+    idle = [socket.create_connection(("127.0.0.1", hport)) for _ in range(80)]
+    half = socket.create_connection(("127.0.0.1", hport))
+    half.sendall(b"GET /api/state HTTP/1.1\r\nHost: x\r\n")   # never finishes its request
+
+    def closed(sk):
+        sk.setblocking(False)
+        try:
+            return sk.recv(1) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+    def n_closed():
+        return sum(closed(sk) for sk in idle)
+    wait_until(lambda: n_closed() >= 80 - 64, 10, "connections beyond the cap closed")
+    st, hd, body = get(hport, "/api/cluster")   # a client that asks is served
+    assert st == 200, st
+    early = n_closed()
+    print("  over the cap: %d of 80 idle connections closed before the idle limit" % early)
+    assert early < 80, early
+    wait_until(lambda: n_closed() == 80 and closed(half), 15, "idle connections closed")
+    assert_responsive(cfg, 1000, "after the sweeps")
+    with open(cfg.log_path) as f:
+        log = f.read()
+    assert "http connections closed" in log and "overCap=" in log, log[-2000:]
+    for sk in idle + [half]:
+        sk.close()
+
+
 if __name__ == "__main__":
     main()
