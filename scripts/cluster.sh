@@ -150,7 +150,7 @@ stop)
         if is_ours "$pid" "$binary"; then
             echo "cluster.sh: $name pid $pid ($binary) is still running; keeping $pids" >&2
             left=1
-        elif [ -n "$(tr -d '\0' <"/proc/$pid/cmdline" 2>/dev/null)" ]; then
+        elif [ -n "$(tr -d '\0' 2>/dev/null <"/proc/$pid/cmdline")" ]; then
             # (an exited process not yet reaped has an empty command line: it is gone)
             echo "$name: pid $pid now runs another program (not $binary); left alone"
         fi
