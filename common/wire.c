@@ -282,6 +282,23 @@ static wire_rc_t wire_decode_query(const uint8_t *msg, size_t len, wire_request_
     /* Validated whole before it is rewritten: a copy would stop silently at a malformed
      * element and run what came before it. */
     if (bsonx_view(p, qlen, &query, err) != 0) return WIRE_ERROR;
+    /* Arrays keyed other than "0", "1", ... are renumbered before the rewrite copies them
+     * (libbson warns when it appends one; dispatch does the same for OP_MSG bodies). */
+    int64_t renumbered_len;
+    if (!bsonx_arrays_numbered(&query, &renumbered_len)) {
+        if (renumbered_len > MS_MSG_BYTES_MAX) {
+            err_set(err, MS_ERR_BSON_OBJECT_TOO_LARGE, "OP_QUERY query of %lld bytes with its "
+                    "arrays renumbered is larger than %d bytes", (long long)renumbered_len,
+                    MS_MSG_BYTES_MAX);
+            return WIRE_ERROR;
+        }
+        bsonx_renumber_arrays(&query, &out->renumbered);
+        out->has_renumbered = true;   /* query views its bytes until wire_request_free */
+        if (!bson_init_static(&query, bson_get_data(&out->renumbered), out->renumbered.len)) {
+            err_set(err, MS_ERR_INTERNAL, "renumbered OP_QUERY query is not BSON");
+            return WIRE_ERROR;
+        }
+    }
     /* Only commands: "<db>.$cmd". MongoDB 6.0 no longer serves OP_QUERY reads. */
     if (ns_len < 6 || strcmp(ns + ns_len - 5, ".$cmd") != 0) {
         out->query_failure = true;
@@ -365,6 +382,10 @@ void wire_request_free(wire_request_t *r) {
     if (r && r->has_cmd) {
         bson_destroy(&r->cmd);
         r->has_cmd = false;
+    }
+    if (r && r->has_renumbered) {
+        bson_destroy(&r->renumbered);
+        r->has_renumbered = false;
     }
 }
 

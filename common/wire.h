@@ -70,6 +70,8 @@ typedef struct wire_request {
     bool query_failure;      /* OP_REPLY with the QueryFailure flag (error on a non-$cmd query) */
     bool has_cmd;            /* cmd is initialised (caller destroys it via wire_request_free) */
     bson_t cmd;              /* the command: body + sequences (+ $db for OP_QUERY) */
+    bool has_renumbered;     /* renumbered is initialised (wire_request_free destroys it) */
+    bson_t renumbered;       /* an OP_QUERY query with its arrays renumbered "0", "1", ... */
 } wire_request_t;
 
 /* Decodes the whole message msg/len (header included; len == the header's length, which

@@ -398,6 +398,27 @@ static void wire_op_query(void) {
     CHECK(r.query_failure);
     CHECK_INT(err.code, MS_ERR_UNSUPPORTED_OP_QUERY_COMMAND);
     wire_request_free(&r);
+    /* an array keyed other than "0", "1", ... (found by make fuzz: libbson warned when the
+     * rewrite copied it): renumbered before the copy */
+    {
+        static const uint8_t q[] = {32, 0, 0, 0, 0x04, '$', 'q', 'u', 'e', 'r', 'y', 0,
+                                    19, 0, 0, 0, 0x10, 'i', 's', 'm', 'a', 's', 't', 'e', 'r', 0,
+                                    1, 0, 0, 0, 0, 0};
+        bson_iter_t it, arr;
+        mb_header(&m, 9, WIRE_OP_QUERY);
+        mb_u32(&m, 0);
+        mb_bytes(&m, "admin.$cmd", 11);
+        mb_u32(&m, 0);
+        mb_u32(&m, (uint32_t)-1);
+        mb_bytes(&m, q, sizeof q);
+        mb_finish(&m, false);
+        CHECK_INT(decode(&m, &r, &err), WIRE_OK);
+        CHECK(bsonx_arrays_numbered(&r.cmd, NULL));
+        CHECK(bson_iter_init_find(&it, &r.cmd, "$query") && BSON_ITER_HOLDS_ARRAY(&it) &&
+              bson_iter_recurse(&it, &arr) && bson_iter_next(&arr) &&
+              strcmp(bson_iter_key(&arr), "0") == 0 && bson_iter_int32(&arr) == 1);
+        wire_request_free(&r);
+    }
     /* no terminator on the namespace */
     mb_header(&m, 9, WIRE_OP_QUERY);
     mb_u32(&m, 0);
