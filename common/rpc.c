@@ -330,6 +330,38 @@ static void rpc_share_give(rpc_client_t *c) {
     pthread_mutex_unlock(&c->mu);
 }
 
+/* Why a call found no connection to its peer, for both transports. */
+typedef enum {
+    RPC_NOCONN_SINCE,     /* marked unreachable earlier and nothing came up since */
+    RPC_NOCONN_DEADLINE,  /* the call's own deadline came before the connection wait ended */
+    RPC_NOCONN_WAITED,    /* a whole connection wait passed: mark the peer unreachable */
+} rpc_noconn_t;
+
+/* Counts the outcome and sets *err (HostUnreachable, or NetworkTimeout for the call's own
+ * deadline); RPC_NOCONN_WAITED marks the peer unreachable and wakes the calls waiting, who
+ * need not wait longer. Caller holds c->mu. Returns the error code. */
+static int rpc_noconn_locked(rpc_client_t *c, rpc_noconn_t why, int timeout_ms, ms_error_t *err) {
+    switch (why) {
+    case RPC_NOCONN_SINCE:
+        c->failed_fast++;
+        return err_set(err, MS_ERR_HOST_UNREACHABLE, "no connection to the peer (down or "
+                       "unreachable: none for %d ms and none since)", MS_RPC_CONNECT_WAIT_MS);
+    case RPC_NOCONN_DEADLINE:
+        c->timed_out++;
+        return err_set(err, MS_ERR_NETWORK_TIMEOUT,
+                       "no connection to the peer within the deadline of %d ms", timeout_ms);
+    case RPC_NOCONN_WAITED:
+    default:
+        c->failed_fast++;
+        c->unreachable = true;
+        c->last_probe_ms = time_mono_ms();
+        pthread_cond_broadcast(&c->cv);
+        return err_set(err, MS_ERR_HOST_UNREACHABLE,
+                       "no connection to the peer within %d ms (down or unreachable)",
+                       MS_RPC_CONNECT_WAIT_MS);
+    }
+}
+
 /* Waits (bounded by MS_RPC_CONNECT_WAIT_MS and the deadline) until the peer has a live
  * connection. 0 when it has one; HostUnreachable when none came in time; NetworkTimeout
  * when the call's own deadline came first. */
@@ -340,25 +372,10 @@ static int rpc_await_connection(rpc_client_t *c, long long deadline_ms, int time
     pthread_mutex_lock(&c->mu);
     while (c->pipes == 0 && !c->unreachable && time_mono_ms() < until)
         rpc_client_wait(c, until);
-    if (c->pipes == 0) {
-        if (c->unreachable) {
-            c->failed_fast++;
-            rc = err_set(err, MS_ERR_HOST_UNREACHABLE,
-                         "no connection to the peer (down or unreachable: none for %d ms "
-                         "and none since)", MS_RPC_CONNECT_WAIT_MS);
-        } else if (until >= deadline_ms) {
-            c->timed_out++;
-            rc = err_set(err, MS_ERR_NETWORK_TIMEOUT,
-                         "no connection to the peer within the deadline of %d ms", timeout_ms);
-        } else {
-            c->failed_fast++;
-            c->unreachable = true;
-            pthread_cond_broadcast(&c->cv);   /* the others waiting need not wait longer */
-            rc = err_set(err, MS_ERR_HOST_UNREACHABLE,
-                         "no connection to the peer within %d ms (down or unreachable)",
-                         MS_RPC_CONNECT_WAIT_MS);
-        }
-    }
+    if (c->pipes == 0)
+        rc = rpc_noconn_locked(c, c->unreachable ? RPC_NOCONN_SINCE
+                                  : until >= deadline_ms ? RPC_NOCONN_DEADLINE : RPC_NOCONN_WAITED,
+                               timeout_ms, err);
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -582,11 +599,9 @@ static int rpc_conn_get(rpc_client_t *c, long long deadline_ms, int timeout_ms,
     pthread_mutex_lock(&c->mu);
     probe = c->unreachable;
     if (probe && now - c->last_probe_ms < MS_RPC_CONNECT_WAIT_MS / 2) {
-        c->failed_fast++;
+        int rc = rpc_noconn_locked(c, RPC_NOCONN_SINCE, timeout_ms, err);
         pthread_mutex_unlock(&c->mu);
-        return err_set(err, MS_ERR_HOST_UNREACHABLE,
-                       "no connection to the peer (down or unreachable: none for %d ms "
-                       "and none since)", MS_RPC_CONNECT_WAIT_MS);
+        return rc;
     }
     if (probe) c->last_probe_ms = now;
     pthread_mutex_unlock(&c->mu);
@@ -611,20 +626,11 @@ static int rpc_conn_get(rpc_client_t *c, long long deadline_ms, int timeout_ms,
         *out = k;
         return 0;
     }
-    if (!probe && until >= deadline_ms) {
-        c->timed_out++;
-        pthread_mutex_unlock(&c->mu);
-        return err_set(err, MS_ERR_NETWORK_TIMEOUT,
-                       "no connection to the peer within the deadline of %d ms", timeout_ms);
-    }
-    c->failed_fast++;
-    c->unreachable = true;
-    c->last_probe_ms = time_mono_ms();
-    pthread_cond_broadcast(&c->cv);   /* calls waiting for a share slot need not wait */
+    int rc = rpc_noconn_locked(c, !probe && until >= deadline_ms ? RPC_NOCONN_DEADLINE
+                                                                 : RPC_NOCONN_WAITED,
+                               timeout_ms, err);
     pthread_mutex_unlock(&c->mu);
-    return err_set(err, MS_ERR_HOST_UNREACHABLE,
-                   "no connection to the peer within %d ms (down or unreachable)",
-                   MS_RPC_CONNECT_WAIT_MS);
+    return rc;
 }
 
 static void rpc_conn_put(rpc_client_t *c, rpc_conn_t *k) {
