@@ -261,6 +261,14 @@
  * short enough that the workers left free keep answering within a second. */
 #define MS_RPC_PEER_SLOT_WAIT_MS 250
 
+/* A tcp:// peer's idle connections kept for later calls (common/rpc.c; each call takes one
+ * of its own): more than the calls a process can have in flight to one peer (the share
+ * cap, 12 of 16 workers, plus background threads), so a busy peer's calls never dial. */
+#define MS_RPC_IDLE_CONNS_MAX 64
+/* Pause between two dials of a peer that refuses connections, within the connection wait:
+ * a daemon restarting on loopback is back within tens of ms (NNG's RECONNMINT was 20 too). */
+#define MS_RPC_REDIAL_MS 20
+
 /* ---- migration entry points (issue 12: configsvr/cmd_migrate.c, router, shardctl) ---- */
 /* Deadline of a whole migration when the request has no maxTimeMS: the config server's
  * wait on the donor's _shardsvrMoveRange. A migration copies a whole chunk (up to 1 GB)

@@ -430,7 +430,7 @@ static int rpc_send(rpc_client_t *c, rpc_slot_t *slot, nng_msg *msg, long long d
  * The bytes are NNG's own SP-over-TCP framing (rpc_server.c describes it): the 8-byte
  * greeting each way on a new connection, then an 8-byte big-endian length, the 4-byte
  * request id with its top bit set, and the body; the reply echoes the id. Servers see a
- * REQ v0 peer, as before. Connections are pooled per peer (at most RPC_IDLE_CONNS_MAX
+ * REQ v0 peer, as before. Connections are pooled per peer (at most MS_RPC_IDLE_CONNS_MAX
  * idle); a call takes one, so calls from many threads run at once, each on its own
  * connection, and the share cap bounds how many there are. A connection that failed a
  * call (timeout, loss, a reply that does not match) is closed, never reused: a late
@@ -438,13 +438,11 @@ static int rpc_send(rpc_client_t *c, rpc_slot_t *slot, nng_msg *msg, long long d
  * (it restarted) is noticed before it is used and dropped, so a restart costs no call.
  *
  * The rules are the REQ socket's (rpc.h): nothing is resent; a call with no connection
- * dials, redialling every RPC_REDIAL_MS, for at most MS_RPC_CONNECT_WAIT_MS, then fails
+ * dials, redialling every MS_RPC_REDIAL_MS, for at most MS_RPC_CONNECT_WAIT_MS, then fails
  * with HostUnreachable and marks the peer unreachable; while it is, calls fail at once,
  * except one dial attempt per MS_RPC_CONNECT_WAIT_MS / 2 (NNG's redial period here) to
  * notice the peer is back. Other URL schemes (inproc://, ipc://) keep the REQ socket. */
 
-#define RPC_IDLE_CONNS_MAX 64
-#define RPC_REDIAL_MS 20
 
 
 /* How an I/O step ended: done, the deadline passed, or the connection is gone. */
@@ -616,7 +614,7 @@ static int rpc_conn_get(rpc_client_t *c, long long deadline_ms, int timeout_ms,
         if (k || probe) break;
         now = time_mono_ms();
         if (now >= until) break;
-        struct timespec ts = {0, (long)rpc_min_ll(RPC_REDIAL_MS, until - now) * 1000000L};
+        struct timespec ts = {0, (long)rpc_min_ll(MS_RPC_REDIAL_MS, until - now) * 1000000L};
         nanosleep(&ts, NULL);
     }
     pthread_mutex_lock(&c->mu);
@@ -635,7 +633,7 @@ static int rpc_conn_get(rpc_client_t *c, long long deadline_ms, int timeout_ms,
 
 static void rpc_conn_put(rpc_client_t *c, rpc_conn_t *k) {
     pthread_mutex_lock(&c->mu);
-    if (c->nidle_conns < RPC_IDLE_CONNS_MAX) {
+    if (c->nidle_conns < MS_RPC_IDLE_CONNS_MAX) {
         k->next = c->idle_conns;
         c->idle_conns = k;
         c->nidle_conns++;
