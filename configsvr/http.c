@@ -481,7 +481,8 @@ static int web_conn_probe(int fd, int port, uint32_t *silent_ms) {
     struct stat st;
     int d = fcntl(fd, F_DUPFD_CLOEXEC, 0), lport = -1;
     if (d < 0) return -1;
-    if (fstat(d, &st) != 0 || !S_ISSOCK(st.st_mode) || getsockname(d, (struct sockaddr *)&a, &al) != 0)
+    if (fstat(d, &st) != 0 || !S_ISSOCK(st.st_mode) ||
+        getsockname(d, (struct sockaddr *)&a, &al) != 0)
         goto no;
     if (a.ss_family == AF_INET) lport = ntohs(((struct sockaddr_in *)&a)->sin_port);
     else if (a.ss_family == AF_INET6) lport = ntohs(((struct sockaddr_in6 *)&a)->sin6_port);
@@ -525,7 +526,8 @@ static void web_sweep(cfg_http_t *h) {
     closedir(dir);
     if (nkeep > MS_HTTP_CONNS_MAX) {
         qsort(keep, (size_t)nkeep, sizeof keep[0], web_conn_cmp_silent_desc);
-        for (int i = 0; i < nkeep - MS_HTTP_CONNS_MAX; i++, over++) shutdown(keep[i].dup, SHUT_RDWR);
+        for (int i = 0; i < nkeep - MS_HTTP_CONNS_MAX; i++, over++)
+            shutdown(keep[i].dup, SHUT_RDWR);
     }
     for (int i = 0; i < nkeep; i++) close(keep[i].dup);
     if (idle || over) {
