@@ -64,50 +64,68 @@ def encode(doc):
 
 def decode(data):
     """BSON bytes → dict (the types our replies use; others become None)."""
-    doc, _ = _decode_doc(data, 0)
-    return doc
+    return _decode_doc(data, 0)
 
 
 def _decode_doc(data, off):
+    return {key: _decode_value(data, t, v, e) for t, key, v, e in raw_elements(data, off)}
+
+
+def _decode_value(data, t, v, e):
+    """The value of type t held in data[v:e]."""
+    if t == 0x01:
+        return struct.unpack_from("<d", data, v)[0]
+    if t in (0x02, 0x0d, 0x0e):
+        return data[v + 4:e - 1].decode("utf-8", "replace")
+    if t in (0x03, 0x04):
+        d = _decode_doc(data, v)
+        return [d[k] for k in sorted(d, key=lambda s: int(s) if s.isdigit() else 0)] if t == 0x04 else d
+    if t == 0x05:
+        return bytes(data[v + 5:e])
+    if t == 0x07:
+        return data[v:e].hex()
+    if t == 0x08:
+        return data[v] != 0
+    if t in (0x09, 0x11, 0x12):
+        return struct.unpack_from("<q", data, v)[0]
+    if t == 0x10:
+        return struct.unpack_from("<i", data, v)[0]
+    return None   # null, undefined, minKey, maxKey, decimal128
+
+
+def raw_elements(data, off=0):
+    """(type, key, value offset, end offset) of each element of the document at off;
+    ValueError for a type not walked here."""
     (n,) = struct.unpack_from("<i", data, off)
     end = off + n - 1
     off += 4
-    out = {}
     while off < end:
         t = data[off]
-        off += 1
-        z = data.index(b"\x00", off)
-        key = data[off:z].decode("utf-8", "replace")
-        off = z + 1
-        if t == 0x01:
-            (v,) = struct.unpack_from("<d", data, off); off += 8
-        elif t in (0x02, 0x0d, 0x0e):
-            (ln,) = struct.unpack_from("<i", data, off)
-            v = data[off + 4:off + 4 + ln - 1].decode("utf-8", "replace"); off += 4 + ln
-        elif t in (0x03, 0x04):
-            v, off2 = _decode_doc(data, off)
-            if t == 0x04:
-                v = [v[k] for k in sorted(v, key=lambda s: int(s) if s.isdigit() else 0)]
-            off = off2
-        elif t == 0x05:
-            (ln,) = struct.unpack_from("<i", data, off)
-            v = bytes(data[off + 5:off + 5 + ln]); off += 5 + ln
-        elif t == 0x07:
-            v = data[off:off + 12].hex(); off += 12
-        elif t == 0x08:
-            v = data[off] != 0; off += 1
-        elif t in (0x09, 0x11, 0x12):
-            (v,) = struct.unpack_from("<q", data, off); off += 8
-        elif t in (0x0a, 0x7f, 0xff):
-            v = None
+        z = data.index(b"\x00", off + 1)
+        key = data[off + 1:z].decode("utf-8", "replace")
+        v = z + 1
+        if t in (0x01, 0x09, 0x11, 0x12):
+            size = 8
         elif t == 0x10:
-            (v,) = struct.unpack_from("<i", data, off); off += 4
+            size = 4
+        elif t == 0x08:
+            size = 1
+        elif t == 0x07:
+            size = 12
+        elif t in (0x02, 0x0d, 0x0e):
+            size = 4 + struct.unpack_from("<i", data, v)[0]
+        elif t in (0x03, 0x04):
+            size = struct.unpack_from("<i", data, v)[0]
+        elif t == 0x05:
+            size = 5 + struct.unpack_from("<i", data, v)[0]
+        elif t in (0x06, 0x0a, 0x7f, 0xff):
+            size = 0
         elif t == 0x13:
-            v = None; off += 16
+            size = 16
         else:
-            raise ValueError("bson type 0x%02x not decoded here" % t)
-        out[key] = v
-    return out, end + 1
+            raise ValueError("bson type 0x%02x not walked here" % t)
+        yield t, key, v, v + size
+        off = v + size
 
 
 # ---- raw NNG REQ client ------------------------------------------------------------------
@@ -116,6 +134,17 @@ def _hostport(url):
     assert url.startswith("tcp://"), url
     host, port = url[len("tcp://"):].rsplit(":", 1)
     return host, int(port)
+
+
+def read_exact(sock, n):
+    """n bytes from sock; ConnectionError when the peer closes first."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("peer closed")
+        buf += chunk
+    return bytes(buf)
 
 
 def closed_by_peer(sock, timeout=5.0):
@@ -145,19 +174,10 @@ class RawReq:
         self.sock.settimeout(timeout)
         self.sock.connect(_hostport(url))
         self.sock.sendall(b"\x00SP\x00\x00\x30\x00\x00")
-        hdr = self._read_exact(8)
+        hdr = read_exact(self.sock, 8)
         if hdr[:4] != b"\x00SP\x00" or hdr[4:6] != b"\x00\x31":
             raise AssertionError("unexpected SP handshake %r" % hdr)
         self.next_id = 1
-
-    def _read_exact(self, n):
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("peer closed")
-            buf += chunk
-        return bytes(buf)
 
     def send_raw(self, body, req_id=None):
         """Sends one request (body = BSON bytes or anything); returns its request id."""
@@ -175,20 +195,29 @@ class RawReq:
         """Announces a message of claimed_len bytes and sends only data of it."""
         self.sock.sendall(struct.pack(">Q", claimed_len) + data)
 
+    def recv_raw(self):
+        """Reads one reply; returns (request id, the reply document's bytes)."""
+        (n,) = struct.unpack(">Q", read_exact(self.sock, 8))
+        payload = read_exact(self.sock, n)
+        (rid,) = struct.unpack(">I", payload[:4])
+        return rid & 0x7fffffff, payload[4:]
+
     def recv(self):
         """Reads one reply; returns (request id, decoded document)."""
-        (n,) = struct.unpack(">Q", self._read_exact(8))
-        payload = self._read_exact(n)
-        (rid,) = struct.unpack(">I", payload[:4])
-        return rid & 0x7fffffff, decode(payload[4:])
+        rid, raw = self.recv_raw()
+        return rid, decode(raw)
+
+    def call_raw(self, body):
+        """Sends body (BSON bytes or anything); returns the bytes of the reply to it."""
+        rid = self.send_raw(body)
+        for _ in range(1000):  # bounded: replies to earlier pipelined requests come first
+            got, raw = self.recv_raw()
+            if got == rid:
+                return raw
+        raise AssertionError("no reply to request %d" % rid)
 
     def call(self, doc):
-        rid = self.send(doc)
-        for _ in range(1000):  # bounded: replies to earlier pipelined requests come first
-            got, reply = self.recv()
-            if got == rid:
-                return reply
-        raise AssertionError("no reply to request %d" % rid)
+        return decode(self.call_raw(encode(doc)))
 
     def closed_by_peer(self, timeout=5.0):
         return closed_by_peer(self.sock, timeout)

@@ -48,42 +48,12 @@ def bad(*values):
 
 
 def check_arrays(data, off=0, array=False, where="reply"):
-    """Walks raw BSON at off; raises when an array's keys are not 0..n-1. Returns the end."""
-    (n,) = struct.unpack_from("<i", data, off)
-    end = off + n - 1
-    off += 4
-    i = 0
-    while off < end:
-        t = data[off]
-        z = data.index(b"\x00", off + 1)
-        key = data[off + 1:z].decode()
-        off = z + 1
+    """Walks raw BSON at off; raises when an array's keys are not 0..n-1."""
+    for i, (t, key, v, _) in enumerate(hostile.raw_elements(data, off)):
         if array and key != str(i):
             raise AssertionError("%s: array element %d has key %r" % (where, i, key))
-        i += 1
         if t in (0x03, 0x04):
-            off = check_arrays(data, off, t == 0x04, where + "." + key)
-        elif t in (0x01, 0x09, 0x11, 0x12):
-            off += 8
-        elif t in (0x02, 0x0d, 0x0e):
-            (ln,) = struct.unpack_from("<i", data, off)
-            off += 4 + ln
-        elif t == 0x05:
-            (ln,) = struct.unpack_from("<i", data, off)
-            off += 5 + ln
-        elif t == 0x07:
-            off += 12
-        elif t == 0x08:
-            off += 1
-        elif t == 0x10:
-            off += 4
-        elif t == 0x13:
-            off += 16
-        elif t in (0x0a, 0x7f, 0xff, 0x06):
-            pass
-        else:
-            raise AssertionError("type 0x%02x not walked here" % t)
-    return end + 1
+            check_arrays(data, v, t == 0x04, where + "." + key)
 
 
 class Nng:
@@ -93,14 +63,9 @@ class Nng:
         self.c = RawReq(proc.url, timeout=20.0)
 
     def call(self, doc):
-        rid = self.c.send_raw(enc(doc))
-        while True:
-            (n,) = struct.unpack(">Q", self.c._read_exact(8))
-            payload = self.c._read_exact(n)
-            if struct.unpack(">I", payload[:4])[0] & 0x7fffffff == rid:
-                raw = payload[4:]
-                check_arrays(raw, where=next(iter(doc)))
-                return hostile.decode(raw)
+        raw = self.c.call_raw(enc(doc))
+        check_arrays(raw, where=next(iter(doc)))
+        return hostile.decode(raw)
 
     def close(self):
         self.c.close()

@@ -11,54 +11,19 @@ Types are read from the raw reply bytes (hostile.RawReq), since shardctl's relax
 prints int32 and int64 alike.
 """
 import re
-import struct
 
-from hostile import RawReq, Int64
+from hostile import RawReq, Int64, raw_elements
 from lib import *
 
 
 # ---- raw BSON: the type byte of an element ---------------------------------------------
-
-def _elements(data, off=0):
-    """(type, key, value offset, end offset) of each element of the document at off."""
-    (n,) = struct.unpack_from("<i", data, off)
-    end = off + n - 1
-    off += 4
-    while off < end:
-        t = data[off]
-        z = data.index(b"\x00", off + 1)
-        key = data[off + 1:z].decode()
-        v = z + 1
-        if t in (0x01, 0x09, 0x11, 0x12):
-            size = 8
-        elif t == 0x10:
-            size = 4
-        elif t == 0x08:
-            size = 1
-        elif t == 0x07:
-            size = 12
-        elif t in (0x02, 0x0d, 0x0e):
-            size = 4 + struct.unpack_from("<i", data, v)[0]
-        elif t in (0x03, 0x04):
-            size = struct.unpack_from("<i", data, v)[0]
-        elif t == 0x05:
-            size = 5 + struct.unpack_from("<i", data, v)[0]
-        elif t in (0x0a, 0x7f, 0xff):
-            size = 0
-        elif t == 0x13:
-            size = 16
-        else:
-            raise ValueError("type 0x%02x" % t)
-        yield t, key, v, v + size
-        off = v + size
-
 
 def btype(data, path):
     """The BSON type byte of the element at dotted path in the document data (None if absent)."""
     off = 0
     parts = path.split(".")
     for i, p in enumerate(parts):
-        for t, key, v, _ in _elements(data, off):
+        for t, key, v, _ in raw_elements(data, off):
             if key == p:
                 if i == len(parts) - 1:
                     return t
@@ -71,15 +36,9 @@ def btype(data, path):
 
 def raw_call(rr, doc):
     """One command over a raw REQ connection: (decoded reply, raw reply bytes)."""
-    rid = rr.send(doc)
-    for _ in range(1000):
-        (n,) = struct.unpack(">Q", rr._read_exact(8))
-        payload = rr._read_exact(n)
-        (got,) = struct.unpack(">I", payload[:4])
-        if got & 0x7fffffff == rid:
-            from hostile import decode
-            return decode(payload[4:]), payload[4:]
-    raise AssertionError("no reply")
+    from hostile import decode, encode
+    raw = rr.call_raw(encode(doc))
+    return decode(raw), raw
 
 
 T_INT32, T_INT64, T_DATE, T_OID, T_BOOL, T_STR, T_DOC, T_ARR = 0x10, 0x12, 0x09, 0x07, 0x08, 0x02, 0x03, 0x04

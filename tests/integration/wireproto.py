@@ -13,7 +13,7 @@ import socket
 import struct
 import time
 
-from hostile import closed_by_peer, decode, encode
+from hostile import closed_by_peer, decode, encode, read_exact
 
 OP_REPLY = 1
 OP_QUERY = 2004
@@ -88,21 +88,12 @@ class WireConn:
     def send(self, data):
         self.sock.sendall(data)
 
-    def _read_exact(self, n):
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("peer closed")
-            buf += chunk
-        return bytes(buf)
-
     def recv(self):
         """One reply: dict with length, request_id, response_to, opcode, flags, doc
         (and checksum for OP_MSG with checksumPresent, cursor_id etc. for OP_REPLY)."""
-        h = self._read_exact(16)
+        h = read_exact(self.sock, 16)
         n, rid, rto, op = struct.unpack("<iiii", h)
-        body = self._read_exact(n - 16)
+        body = read_exact(self.sock, n - 16)
         out = {"length": n, "request_id": rid, "response_to": rto, "opcode": op, "raw": h + body}
         if op == OP_MSG:
             (flags,) = struct.unpack_from("<I", body, 0)
