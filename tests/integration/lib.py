@@ -350,6 +350,18 @@ class Ctx:
             c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
         return Cluster(cfg, ss, rs)
 
+    def wire_cluster(self, shards=3):
+        """cluster(shards) whose router also serves MongoDB's wire protocol on a port of its
+        own: (Cluster, that port)."""
+        cfg = self.configsvr()
+        ss = [self.shardd("shard%d" % i) for i in range(shards)]
+        wp = free_ports(1)[0]
+        r = self.router(cfg.url, extra=["--wire-port", str(wp)])
+        c = r.client()
+        for i, s in enumerate(ss):
+            c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
+        return Cluster(cfg, ss, [r]), wp
+
     def close(self, keep=False):
         for p in reversed(self.procs):
             p.stop(5)

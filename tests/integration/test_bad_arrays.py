@@ -156,13 +156,8 @@ def test_shard_nng_and_wire(t):
 
 @test
 def test_router_nng_and_wire(t):
-    cfg = t.configsvr()
-    ss = [t.shardd("shard%d" % i) for i in range(2)]
-    wp = free_ports(1)[0]
-    r = t.router(cfg.url, extra=["--wire-port", str(wp)])
-    c = r.client()
-    for i, s in enumerate(ss):
-        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
+    cl, wp = t.wire_cluster(2)
+    r, c = cl.routers[0], cl.client()
     c.ok({"enableSharding": "app", "$db": "admin"})
     c.ok({"shardCollection": "app.sh", "key": {"_id": 1}, "$db": "admin"})
     c.ok({"split": "app.sh", "middle": {"_id": 2}, "$db": "admin"})
@@ -178,7 +173,7 @@ def test_router_nng_and_wire(t):
         exercise(w, "wplain")
     finally:
         w.close()
-    no_warning(r, cfg, *ss)
+    no_warning(r, cl.config, *cl.shards)
 
 
 if __name__ == "__main__":

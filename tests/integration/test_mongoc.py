@@ -38,13 +38,8 @@ def run_client(port, db, coll):
 @test
 def test_mongoc_router(t):
     """insert_many, a sorted cursor over 3 shards in batches of 50, count_documents."""
-    cfg = t.configsvr()
-    ss = [t.shardd("shard%d" % i) for i in range(3)]
-    wp = free_ports(1)[0]
-    r = t.router(cfg.url, extra=["--wire-port", str(wp)])
-    c = r.client()
-    for i, s in enumerate(ss):
-        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
+    cl, wp = t.wire_cluster(3)
+    ss, c = cl.shards, cl.client()
     c.ok({"enableSharding": "mc", "$db": "admin"})
     c.ok({"shardCollection": "mc.docs", "key": {"_id": "hashed"}, "$db": "admin"})
     run_client(wp, "mc", "docs")

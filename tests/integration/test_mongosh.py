@@ -94,14 +94,8 @@ def check_crud(res, out, ns, sdd, raw=None):
 
 
 def wire_router_cluster(t, shards=3):
-    cfg = t.configsvr()
-    ss = [t.shardd("shard%d" % i) for i in range(shards)]
-    wp = free_ports(1)[0]
-    r = t.router(cfg.url, extra=["--wire-port", str(wp)])
-    c = r.client()
-    for i, s in enumerate(ss):
-        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
-    return ss, r, "mongodb://127.0.0.1:%d" % wp
+    cl, wp = t.wire_cluster(shards)
+    return cl.shards, cl.routers[0], "mongodb://127.0.0.1:%d" % wp
 
 
 @test

@@ -40,13 +40,7 @@ def run_checks(port, mode):
 def test_pymongo_router(t):
     """pymongo_checks.py against a router of a 3-shard cluster."""
     assert have_pymongo(), "python3-pymongo is not installed (scripts/deps.sh installs it)"
-    cfg = t.configsvr()
-    ss = [t.shardd("shard%d" % i) for i in range(3)]
-    wp = free_ports(1)[0]
-    r = t.router(cfg.url, extra=["--wire-port", str(wp)])
-    c = r.client()
-    for i, s in enumerate(ss):
-        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
+    cl, wp = t.wire_cluster(3)
     run_checks(wp, "router")
 
 
