@@ -184,6 +184,11 @@ void rt_note_stale(router_t *r, const char *ns, const char *shard, const bson_t 
 int rt_shard_call(router_t *r, const char *shard, const bson_t *cmd, bson_t *reply,
                   ms_error_t *err);
 
+/* Kills the shard's cursor id (0: nothing) of db.coll, best effort; as every killCursors,
+ * outside the operation's deadline (cleanup outlives maxTimeMS). */
+void rt_kill_shard_cursor(router_t *r, const char *shard, const char *db, const char *coll,
+                          int64_t id);
+
 /* ================================ rt_retry.c ========================================= */
 
 /* What absorb reports of a reply beyond its own status (bits). */

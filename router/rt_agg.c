@@ -62,22 +62,6 @@ static void build_agg(void *arg, const rt_table_t *t, int shard, int ntargets, b
     }
 }
 
-static void kill_shard_cursor(router_t *r, const char *shard, const char *db, const char *coll,
-                              int64_t id) {
-    bson_t cmd, rep, arr;
-    if (!id) return;
-    bson_init(&cmd);
-    BSON_APPEND_UTF8(&cmd, "killCursors", coll);
-    BSON_APPEND_UTF8(&cmd, "$db", db);
-    BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &arr);
-    BSON_APPEND_INT64(&arr, "0", id);
-    bson_append_array_end(&cmd, &arr);
-    long long dl = op_deadline_ms();   /* cleanup outlives maxTimeMS */
-    op_set_deadline_ms(0);
-    if (rt_shard_call(r, shard, &cmd, &rep, NULL) == 0) bson_destroy(&rep);
-    op_set_deadline_ms(dl);
-    bson_destroy(&cmd);
-}
 
 /* One shard's results, gathered in its order (owned copies). */
 typedef struct stream {
@@ -480,7 +464,7 @@ static int coll_stats_stage(cmd_ctx_t *ctx, const bson_t *pipeline, int64_t batc
                 if (strcmp(bson_iter_key(&di), "ns") != 0) bson_append_iter(&one, NULL, 0, &di);
             bson_append_document_end(&docs, &one);
         }
-        if (s.id) kill_shard_cursor(r, shards[i], ctx->db, coll, s.id);  /* one doc: never */
+        if (s.id) rt_kill_shard_cursor(r, shards[i], ctx->db, coll, s.id);  /* one doc: never */
         stream_free(&s);
         if (rc) {
             err_prefix(err, "shard %s", shards[i]);
@@ -646,7 +630,7 @@ fail:
     bson_destroy(&results);
 out:
     for (int i = 0; i < n; i++) {
-        if (ss[i].id) kill_shard_cursor(r, reqs[i].shard, ctx->db, coll, ss[i].id);
+        if (ss[i].id) rt_kill_shard_cursor(r, reqs[i].shard, ctx->db, coll, ss[i].id);
         stream_free(&ss[i]);
         rt_req_clear(&reqs[i]);
     }

@@ -32,22 +32,9 @@ static void kill_reply_cursor(router_t *r, const char *shard, const char *db, co
                               const bson_t *reply) {
     bson_iter_t it;
     if (!bson_iter_init(&it, reply) || !bson_iter_find_descendant(&it, "cursor.id", &it)) return;
-    int64_t id = bson_iter_as_int64(&it);
-    if (!id) return;
-    bson_t cmd, rep, arr;
-    bson_init(&cmd);
-    BSON_APPEND_UTF8(&cmd, "killCursors", coll);
-    BSON_APPEND_UTF8(&cmd, "$db", db);
-    BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &arr);
-    BSON_APPEND_INT64(&arr, "0", id);
-    bson_append_array_end(&cmd, &arr);
-    /* Cleanup runs even after the operation's maxTimeMS has expired (the default
-     * deadline applies), or the shard's cursor would wait out its idle timeout. */
-    long long dl = op_deadline_ms();
-    op_set_deadline_ms(0);
-    if (rt_shard_call(r, shard, &cmd, &rep, NULL) == 0) bson_destroy(&rep);
-    op_set_deadline_ms(dl);
-    bson_destroy(&cmd);
+    /* Even after the operation's maxTimeMS has expired, or the shard's cursor would wait
+     * out its idle timeout (rt_kill_shard_cursor sends it outside the deadline). */
+    rt_kill_shard_cursor(r, shard, db, coll, bson_iter_as_int64(&it));
 }
 
 typedef struct scatter_arg {
@@ -218,20 +205,7 @@ static void cursor_free(router_t *r, rt_cursor_t *c) {
     if (!c) return;
     for (int i = 0; i < c->n; i++) {
         rt_stream_t *s = &c->s[i];
-        if (s->id && r) {
-            bson_t cmd, rep, arr;
-            bson_init(&cmd);
-            BSON_APPEND_UTF8(&cmd, "killCursors", c->coll);
-            BSON_APPEND_UTF8(&cmd, "$db", c->db);
-            BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &arr);
-            BSON_APPEND_INT64(&arr, "0", s->id);
-            bson_append_array_end(&cmd, &arr);
-            long long dl = op_deadline_ms();   /* cleanup outlives maxTimeMS, as above */
-            op_set_deadline_ms(0);
-            if (rt_shard_call(r, s->shard, &cmd, &rep, NULL) == 0) bson_destroy(&rep);
-            op_set_deadline_ms(dl);
-            bson_destroy(&cmd);
-        }
+        if (r) rt_kill_shard_cursor(r, s->shard, c->db, c->coll, s->id);
         if (r) stream_release(r->cursors, s);
         else if (s->have_reply) bson_destroy(&s->reply);
     }

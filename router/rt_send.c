@@ -121,6 +121,20 @@ int rt_shard_call(router_t *r, const char *shard, const bson_t *cmd, bson_t *rep
     return rc;
 }
 
+void rt_kill_shard_cursor(router_t *r, const char *shard, const char *db, const char *coll,
+                          int64_t id) {
+    bson_t cmd, rep, arr;
+    if (!id) return;
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "killCursors", coll);
+    BSON_APPEND_UTF8(&cmd, "$db", db);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &arr);
+    BSON_APPEND_INT64(&arr, "0", id);
+    bson_append_array_end(&cmd, &arr);
+    if (rt_shard_call(r, shard, &cmd, &rep, NULL) == 0) bson_destroy(&rep);
+    bson_destroy(&cmd);
+}
+
 typedef struct send_arg {
     router_t *r;
     rt_req_t *q;
