@@ -339,10 +339,10 @@ class Ctx:
     def router(self, configdb, name="router0", port=None, extra=(), test_commands=True):
         return self._daemon("router", name, ["--configdb", configdb] + list(extra), port, test_commands)
 
-    def cluster(self, shards=3, routers=1, shard_extra=()):
-        """A config server, `shards` shards (each started with shard_extra flags) registered
-        as shard0.., and `routers` routers."""
-        cfg = self.configsvr()
+    def cluster(self, shards=3, routers=1, shard_extra=(), config_extra=()):
+        """A config server (started with config_extra flags), `shards` shards (each started
+        with shard_extra flags) registered as shard0.., and `routers` routers."""
+        cfg = self.configsvr(extra=config_extra)
         ss = [self.shardd("shard%d" % i, extra=shard_extra) for i in range(shards)]
         rs = [self.router(cfg.url, "router%d" % i) for i in range(routers)]
         c = rs[0].client() if rs else cfg.client()

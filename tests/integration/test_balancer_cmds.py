@@ -150,12 +150,9 @@ def test_status_and_explain_follow_the_distribution_and_the_settings(t):
 
 @test
 def test_no_balance_update_stops_and_resumes_a_running_balancer(t):
-    cfg = t.configsvr(extra=["--balancer-idle-ms", "150", "--balancer-throttle-ms", "50"])
-    ss = [t.shardd("shard%d" % i, extra=["--orphan-cleanup-delay-ms", "0"]) for i in range(2)]
-    rt = t.router(cfg.url)
-    c = rt.client()
-    for i, s in enumerate(ss):
-        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
+    cl = t.cluster(2, shard_extra=["--orphan-cleanup-delay-ms", "0"],
+                   config_extra=["--balancer-idle-ms", "150", "--balancer-throttle-ms", "50"])
+    cfg, ss, rt, c = cl.config, cl.shards, cl.routers[0], cl.client()
     c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
     c.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
 

@@ -22,12 +22,8 @@ SHARD_FLAGS = ["--orphan-cleanup-delay-ms", "0"]
 
 
 def cluster(t):
-    cfg = t.configsvr()
-    ss = [t.shardd("shard%d" % i, extra=SHARD_FLAGS) for i in range(2)]
-    r = t.router(cfg.url)
-    c = r.client()
-    for i, s in enumerate(ss):
-        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
+    cl = t.cluster(2, shard_extra=SHARD_FLAGS)
+    cfg, ss, r, c = cl.config, cl.shards, cl.routers[0], cl.client()
     c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
     c.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
     for lo in range(0, N, 1000):

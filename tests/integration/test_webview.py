@@ -53,12 +53,8 @@ def get_json(port, path):
 
 def cluster(t, shards=3):
     hport = free_ports(1)[0]
-    cfg = t.configsvr(extra=["--http-port", str(hport)])
-    ss = [t.shardd("shard%d" % i, extra=SHARD_FLAGS) for i in range(shards)]
-    r = t.router(cfg.url)
-    c = r.client()
-    for i, s in enumerate(ss):
-        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
+    cl = t.cluster(shards, shard_extra=SHARD_FLAGS, config_extra=["--http-port", str(hport)])
+    cfg, ss, r, c = cl.config, cl.shards, cl.routers[0], cl.client()
     c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
     c.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
     c.ok({"insert": "c", "$db": DB, "documents": [{"_id": i, "k": i, "pad": "x" * 100} for i in range(N)]})
