@@ -344,6 +344,19 @@ bool bsonx_as_int64(const bson_iter_t *it, int64_t *out) {
     return true;
 }
 
+const char *bsonx_utf8_or(const bson_t *doc, const char *key, const char *dflt) {
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_UTF8(&it)) return bson_iter_utf8(&it, NULL);
+    return dflt;
+}
+
+int64_t bsonx_int64_or(const bson_t *doc, const char *key, int64_t dflt) {
+    bson_iter_t it;
+    int64_t v;
+    if (bson_iter_init_find(&it, doc, key) && bsonx_as_int64(&it, &v)) return v;
+    return dflt;
+}
+
 bool bsonx_as_int64_exact(const bson_iter_t *it, int64_t *out) {
     bson_type_t t = bson_iter_type(it);
     if (t == BSON_TYPE_INT32 || t == BSON_TYPE_INT64) {

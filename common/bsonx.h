@@ -49,6 +49,10 @@ bool bsonx_is_number(const bson_iter_t *it);
 /* Numeric value as int64 / double; false when not a number (or not integral, for
  * bsonx_as_int64_exact). */
 bool bsonx_as_int64(const bson_iter_t *it, int64_t *out);        /* truncates doubles */
+/* The string field key of doc (borrowed from doc), or dflt when absent or not a string. */
+const char *bsonx_utf8_or(const bson_t *doc, const char *key, const char *dflt);
+/* The numeric field key of doc as bsonx_as_int64 reads it, or dflt. */
+int64_t bsonx_int64_or(const bson_t *doc, const char *key, int64_t dflt);
 bool bsonx_as_int64_exact(const bson_iter_t *it, int64_t *out);  /* refuses 1.5, NaN */
 bool bsonx_as_double(const bson_iter_t *it, double *out);
 /* Truthiness as MongoDB reads flags: bool, numbers != 0, anything else present = true. */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bsonx.h"
 #include "common/buf.h"
 #include "common/failpoint.h"
 #include "common/log.h"
@@ -438,15 +439,9 @@ int cat_changelog_from(cat_t *c, const char *shard, const char *what, const char
 
 /* ---- config.migrations ------------------------------------------------------------------ */
 
-static const char *doc_str(const bson_t *doc, const char *key) {
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_UTF8(&it)) return bson_iter_utf8(&it, NULL);
-    return "";
-}
-
 int cat_migration_record(cat_t *c, const bson_t *doc, bool *joined, ms_error_t *err) {
     sqlite3_stmt *st = NULL;
-    const char *id = doc_str(doc, "_id");
+    const char *id = bsonx_utf8_or(doc, "_id", "");
     int rc, s;
     *joined = false;
     ASSERT(id[0]);
@@ -458,11 +453,12 @@ int cat_migration_record(cat_t *c, const bson_t *doc, bool *joined, ms_error_t *
     if (s == SQLITE_ROW) {
         bson_t old;
         cat_col_view(st, 0, &old);
-        if (strcmp(doc_str(&old, "toShard"), doc_str(doc, "toShard")) == 0) *joined = true;
+        const char *to = bsonx_utf8_or(&old, "toShard", "");
+        if (strcmp(to, bsonx_utf8_or(doc, "toShard", "")) == 0)
+            *joined = true;
         else
             rc = err_set(err, MS_ERR_CONFLICTING_OPERATION,
-                         "a migration of %s to %s is already in progress", id,
-                         doc_str(&old, "toShard"));
+                         "a migration of %s to %s is already in progress", id, to);
         goto unlock;
     }
     if (s != SQLITE_DONE) {

@@ -126,12 +126,6 @@ static const char *verdict(const bal_settings_t *st, const cat_coll_t *coll, int
     return policy_why;
 }
 
-static const char *str_of(const bson_t *doc, const char *key) {
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_UTF8(&it)) return bson_iter_utf8(&it, NULL);
-    return "";
-}
-
 int cfg_cmd_balancer_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
     const char *ns = bson_iter_utf8(&ctx->arg, NULL);
@@ -148,8 +142,8 @@ int cfg_cmd_balancer_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (rc == 0) {
         char msg[512];
         bal_explain(&v.bc, sn.shards, sn.nshards, st.policy, &pol);
-        const char *decision = str_of(&pol, "decision");
-        const char *why = str_of(&pol, "why");
+        const char *decision = bsonx_utf8_or(&pol, "decision", "");
+        const char *why = bsonx_utf8_or(&pol, "why", "");
         const char *vd = verdict(&st, &v.coll, nmig, decision, why, msg, sizeof msg);
         BSON_APPEND_UTF8(reply, "verdict", vd);
         BSON_APPEND_UTF8(reply, "verdictMessage", msg);

@@ -61,19 +61,6 @@ typedef struct web_build {
     bool chunks_cut;
 } web_build_t;
 
-static const char *doc_str(const bson_t *doc, const char *key, const char *dflt) {
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_UTF8(&it)) return bson_iter_utf8(&it, NULL);
-    return dflt;
-}
-
-static int64_t doc_int(const bson_t *doc, const char *key, int64_t dflt) {
-    bson_iter_t it;
-    int64_t v;
-    if (bson_iter_init_find(&it, doc, key) && bsonx_as_int64(&it, &v)) return v;
-    return dflt;
-}
-
 static int shard_index(const web_build_t *b, const char *name) {
     for (int i = 0; i < b->nshards; i++)
         if (strcmp(b->shards[i].name, name) == 0) return i;
@@ -107,7 +94,7 @@ static int shard_row(void *arg, const bson_t *doc) {
     web_build_t *b = arg;
     if (b->nshards >= WEB_SHARDS_MAX) return 0;
     web_shard_t *s = &b->shards[b->nshards];
-    snprintf(s->name, sizeof s->name, "%s", doc_str(doc, "_id", ""));
+    snprintf(s->name, sizeof s->name, "%s", bsonx_utf8_or(doc, "_id", ""));
     bson_copy_to(doc, &s->doc);
     b->nshards++;
     return 0;
@@ -118,7 +105,7 @@ static int coll_row(void *arg, const bson_t *doc) {
     b->ncolls_total++;
     if (b->ncolls >= MS_HTTP_COLLS_MAX) return 0;
     web_coll_t *c = &b->colls[b->ncolls];
-    snprintf(c->ns, sizeof c->ns, "%s", doc_str(doc, "_id", ""));
+    snprintf(c->ns, sizeof c->ns, "%s", bsonx_utf8_or(doc, "_id", ""));
     if (!doc_uuid(doc, "uuid", c->uuid)) memset(c->uuid, 0, sizeof c->uuid);
     bson_copy_to(doc, &c->doc);
     b->ncolls++;
@@ -136,7 +123,7 @@ static int chunk_row(void *arg, const bson_t *doc) {
     int ci = coll_index(b, doc);
     if (ci < 0) return 0;
     b->colls[ci].nchunks++;
-    int si = shard_index(b, doc_str(doc, "shard", ""));
+    int si = shard_index(b, bsonx_utf8_or(doc, "shard", ""));
     if (si >= 0) b->shards[si].coll_chunks[ci]++;  /* every chunk, listed or not */
     if (b->nchunks >= MS_HTTP_CHUNKS_MAX) {
         b->colls[ci].truncated = true;
@@ -154,7 +141,7 @@ static int chunk_row(void *arg, const bson_t *doc) {
     if (bson_iter_init_find(&it, doc, "lastmod") && BSON_ITER_HOLDS_TIMESTAMP(&it))
         bson_iter_timestamp(&it, &k->major, &k->minor);
     k->jumbo = bson_iter_init_find(&it, doc, "jumbo") && bsonx_truthy(&it);
-    k->est = doc_int(doc, "estimatedDataSizeBytes", -1);
+    k->est = bsonx_int64_or(doc, "estimatedDataSizeBytes", -1);
     b->nchunks++;
     return 0;
 }
@@ -168,7 +155,7 @@ typedef struct tail_arg {
 static int tail_row(void *arg, const bson_t *doc) {
     tail_arg_t *a = arg;
     char k[16];
-    if (a->what && strcmp(doc_str(doc, "what", ""), a->what) != 0) return 0;
+    if (a->what && strcmp(bsonx_utf8_or(doc, "what", ""), a->what) != 0) return 0;
     snprintf(k, sizeof k, "%d", a->n++);
     bson_append_document(a->arr, k, -1, doc);
     return 0;
@@ -201,7 +188,7 @@ static void shard_probe(web_build_t *b, web_shard_t *s, bson_t *migs, int *nmig)
     BSON_APPEND_INT32(&cmd, "listDatabases", 1);
     BSON_APPEND_UTF8(&cmd, "$db", "admin");
     if (shard_call(b, s, &cmd, &reply) == 0) {
-        s->data_bytes = doc_int(&reply, "totalSize", 0);
+        s->data_bytes = bsonx_int64_or(&reply, "totalSize", 0);
         bson_destroy(&reply);
     }
     bson_destroy(&cmd);
@@ -215,7 +202,7 @@ static void shard_probe(web_build_t *b, web_shard_t *s, bson_t *migs, int *nmig)
                 bson_t op, tagged;
                 char k[16];
                 if (!bsonx_view_container(&a, &op)) continue;
-                const char *role = doc_str(&op, "role", "");
+                const char *role = bsonx_utf8_or(&op, "role", "");
                 if (strcmp(role, "donor") != 0 && strcmp(role, "recipient") != 0) continue;
                 snprintf(k, sizeof k, "%d", (*nmig)++);
                 BSON_APPEND_DOCUMENT_BEGIN(migs, k, &tagged);
@@ -236,8 +223,8 @@ static void shard_probe(web_build_t *b, web_shard_t *s, bson_t *migs, int *nmig)
         BSON_APPEND_UTF8(&cmd, "collStats", coll);
         BSON_APPEND_UTF8(&cmd, "$db", db);
         if (shard_call(b, s, &cmd, &reply) == 0) {
-            s->coll_bytes[c] = doc_int(&reply, "size", 0);
-            s->docs += doc_int(&reply, "count", 0);
+            s->coll_bytes[c] = bsonx_int64_or(&reply, "size", 0);
+            s->docs += bsonx_int64_or(&reply, "count", 0);
             bson_destroy(&reply);
         }
         bson_destroy(&cmd);
@@ -266,8 +253,8 @@ static void append_cluster(web_build_t *b, bson_t *out) {
         snprintf(k, sizeof k, "%d", i);
         BSON_APPEND_DOCUMENT_BEGIN(&arr, k, &d);
         BSON_APPEND_UTF8(&d, "name", s->name);
-        BSON_APPEND_UTF8(&d, "url", doc_str(&s->doc, "host", ""));
-        BSON_APPEND_INT32(&d, "state", (int32_t)doc_int(&s->doc, "state", 0));
+        BSON_APPEND_UTF8(&d, "url", bsonx_utf8_or(&s->doc, "host", ""));
+        BSON_APPEND_INT32(&d, "state", (int32_t)bsonx_int64_or(&s->doc, "state", 0));
         BSON_APPEND_BOOL(&d, "draining", bson_iter_init_find(&it, &s->doc, "draining") && bsonx_truthy(&it));
         BSON_APPEND_ARRAY_BEGIN(&d, "zones", &z);
         if (bson_iter_init_find(&it, &s->doc, "tags") && BSON_ITER_HOLDS_ARRAY(&it)) {
@@ -275,7 +262,7 @@ static void append_cluster(web_build_t *b, bson_t *out) {
             if (bsonx_view_container(&it, &tags)) bson_concat(&z, &tags);
         }
         bson_append_array_end(&d, &z);
-        if (bson_iter_init_find(&it, &s->doc, "maxSize")) BSON_APPEND_INT64(&d, "maxSizeMB", doc_int(&s->doc, "maxSize", 0));
+        if (bson_iter_init_find(&it, &s->doc, "maxSize")) BSON_APPEND_INT64(&d, "maxSizeMB", bsonx_int64_or(&s->doc, "maxSize", 0));
         else BSON_APPEND_NULL(&d, "maxSizeMB");
         BSON_APPEND_BOOL(&d, "reachable", s->reachable);
         if (!s->reachable) BSON_APPEND_UTF8(&d, "error", s->error);
@@ -379,8 +366,8 @@ static void append_migrations(web_build_t *b, const bson_t *ops, bson_t *out) {
             bson_t op, other;
             char k[16];
             if (!bsonx_view_container(&it, &op)) continue;
-            const char *role = doc_str(&op, "role", "");
-            const char *id = doc_str(&op, "migrationId", "");
+            const char *role = bsonx_utf8_or(&op, "role", "");
+            const char *id = bsonx_utf8_or(&op, "migrationId", "");
             bool found = false;
             if (pass == 0 && strcmp(role, "donor") != 0) continue;
             if (pass == 1) {
@@ -391,8 +378,8 @@ static void append_migrations(web_build_t *b, const bson_t *ops, bson_t *out) {
                 if (bson_iter_init(&kt, ops))
                     while (bson_iter_next(&kt)) {
                         bson_t o2;
-                        if (bsonx_view_container(&kt, &o2) && !strcmp(doc_str(&o2, "role", ""), "donor") &&
-                            !strcmp(doc_str(&o2, "migrationId", ""), id))
+                        if (bsonx_view_container(&kt, &o2) && !strcmp(bsonx_utf8_or(&o2, "role", ""), "donor") &&
+                            !strcmp(bsonx_utf8_or(&o2, "migrationId", ""), id))
                             dup = true;
                     }
                 if (dup) continue;
@@ -400,12 +387,12 @@ static void append_migrations(web_build_t *b, const bson_t *ops, bson_t *out) {
             snprintf(k, sizeof k, "%d", n++);
             BSON_APPEND_DOCUMENT_BEGIN(&arr, k, &d);
             bson_concat(&d, &op);
-            const char *phase = doc_str(&op, "phase", "");
+            const char *phase = bsonx_utf8_or(&op, "phase", "");
             BSON_APPEND_UTF8(&d, "step", pass == 0 ? step_of(phase) : "clone");
             if (pass == 0 && bson_iter_init(&jt, ops)) {
                 while (!found && bson_iter_next(&jt)) {
-                    if (bsonx_view_container(&jt, &other) && !strcmp(doc_str(&other, "role", ""), "recipient") &&
-                        !strcmp(doc_str(&other, "migrationId", ""), id)) {
+                    if (bsonx_view_container(&jt, &other) && !strcmp(bsonx_utf8_or(&other, "role", ""), "recipient") &&
+                        !strcmp(bsonx_utf8_or(&other, "migrationId", ""), id)) {
                         BSON_APPEND_DOCUMENT(&d, "recipient", &other);
                         found = true;
                     }

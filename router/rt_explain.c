@@ -31,12 +31,6 @@ static void build_explain(void *arg, const rt_table_t *t, int shard, int ntarget
     rt_copy_cmd(cmd, a->req, skip);
 }
 
-static int64_t num_field(const bson_t *d, const char *key) {
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, d, key) && BSON_ITER_HOLDS_NUMBER(&it)) return bson_iter_as_int64(&it);
-    return 0;
-}
-
 int rt_cmd_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
     bson_t inner, filter, qp, wp, shards, es, stages, eshards;
@@ -95,10 +89,11 @@ int rt_cmd_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
             if (!bson_iter_init_find(&si, &reqs[i].reply, "executionStats") ||
                 !bsonx_view_container(&si, &se))
                 continue;
-            nret += num_field(&se, "nReturned");
-            keys += num_field(&se, "totalKeysExamined");
-            docs += num_field(&se, "totalDocsExamined");
-            if (num_field(&se, "executionTimeMillis") > ms) ms = num_field(&se, "executionTimeMillis");
+            nret += bsonx_int64_or(&se, "nReturned", 0);
+            keys += bsonx_int64_or(&se, "totalKeysExamined", 0);
+            docs += bsonx_int64_or(&se, "totalDocsExamined", 0);
+            int64_t shard_ms = bsonx_int64_or(&se, "executionTimeMillis", 0);
+            if (shard_ms > ms) ms = shard_ms;
         }
         BSON_APPEND_INT64(&es, "nReturned", nret);
         BSON_APPEND_INT64(&es, "executionTimeMillis", ms);
