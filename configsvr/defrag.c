@@ -156,11 +156,14 @@ static void merge_runs(step_t *s, const bal_shard_t *shards, int nshards) {
         for (int i = runs[r].first; i <= runs[r].last && sum >= 0; i++)
             sum = d.chunks[i].est_bytes < 0 ? -1 : sum + d.chunks[i].est_bytes;
         int rc = merge_range(s->cfg, s->coll->ns, a->min, b->max, d.owners[runs[r].first], &e);
-        if (rc == 0 && sum >= 0)
-            rc = cat_chunk_set_est(s->cfg->cat, s->coll->ns, a->min_enc, a->min_len, b->max_enc,
-                                   b->max_len, sum, &e);
-        if (rc) step_error(s, "merge", &e, rc);
-        else s->merged++;
+        if (rc) {
+            step_error(s, "merge", &e, rc);
+            continue;
+        }
+        s->merged++;   /* committed: counted even when its estimate is not stored */
+        if (sum >= 0 && (rc = cat_chunk_set_est(s->cfg->cat, s->coll->ns, a->min_enc, a->min_len,
+                                                b->max_enc, b->max_len, sum, &e)) != 0)
+            step_error(s, "estimate", &e, rc);
     }
     cat_bal_free(&d);
 }
