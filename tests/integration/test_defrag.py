@@ -166,6 +166,9 @@ def test_defragmentation_cuts_chunks_without_loss(t):
         (stopped_in, phase)
     assert phase in ("moveAndMergeChunks", "mergeChunks"), phase
     steps_before = defrag_steps(c)
+    # merges so far: a kill -9 (restart) between a step's merges and its actionlog entry
+    # leaves merges no step counts, so the exact count below is of what came after
+    merges_before = changelog(c, "merge")
     c.ok({"balancerStart": 1, "$db": "admin"})
     wait_until(lambda: "defragmentCollection" not in coll_doc(c), 60, "defragmentation finished",
                interval=0.3)
@@ -210,9 +213,12 @@ def test_defragmentation_cuts_chunks_without_loss(t):
     # chosen = run, but for a batch dropped by the balancerStop above (during its throttle wait)
     assert sum(x["migrations"] for x in entries) >= len(mig), (entries, mig)
     merged = sum(x["merged"] for x in steps)
+    merged_after = sum(x["merged"] for x in steps[len(steps_before):])
     print("  secondary steps %d (merges %d), round migrations %d" % (len(steps), merged, len(mig)),
           flush=True)
-    assert merged >= 1 and changelog(c, "merge") == merged, (merged, changelog(c, "merge"))
+    total = changelog(c, "merge")
+    assert merged >= 1 and merged <= total, (merged, total)
+    assert total - merges_before == merged_after, (merges_before, total, merged_after)
     # a moved chunk was merged into its neighbour by the secondary thread in phase 2
     assert sum(x["merged"] for x in steps if x["phase"] == "moveAndMergeChunks") >= 1, steps
 
