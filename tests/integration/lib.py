@@ -83,12 +83,24 @@ def wait_until(pred, timeout=20.0, what="condition", interval=0.05):
 
 # ---- ports -----------------------------------------------------------------------------
 
+def _ephemeral_low():
+    """Lowest port the kernel hands to outgoing connections (32768 by default)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_ports(n):
-    """n consecutive free TCP ports on 127.0.0.1, from a random base (per-run range).
+    """n consecutive free TCP ports on 127.0.0.1, from a random base (per-run range) below
+    the kernel's ephemeral range: a port found free there could otherwise be taken by any
+    outgoing connection (daemons dial one per concurrent call) before a daemon binds it.
     MS_TEST_PORT_BASE fixes the base."""
     fixed = os.environ.get("MS_TEST_PORT_BASE")
+    top = max(_ephemeral_low(), 12000 + n)
     for attempt in range(200):
-        base = int(fixed) + attempt * n if fixed else random.randrange(20000, 60000 - n)
+        base = int(fixed) + attempt * n if fixed else random.randrange(10000, top - n)
         ok = True
         socks = []
         try:

@@ -33,7 +33,7 @@ def pid_alive(pid):
 
 @test
 def test_start_status_add_stop(t):
-    base = free_ports(270)[0]  # the wire ports too: up to base+200+shards
+    base = free_ports(310)[0]  # every port cluster.sh derives: up to base+300 (web view)
     d = os.path.join(t.dir, "c")
     lines = []
     try:
@@ -85,7 +85,7 @@ def test_start_status_add_stop(t):
 
 @test
 def test_refuses_second_start_and_bad_args(t):
-    base = free_ports(30)[0]
+    base = free_ports(310)[0]  # every port cluster.sh derives: up to base+300 (web view)
     d = os.path.join(t.dir, "c")
     try:
         cluster_sh("start", "--dir", d, "--shards", "1", "--routers", "1", "--base-port", str(base))
@@ -103,7 +103,7 @@ def test_refuses_second_start_and_bad_args(t):
 def test_stop_finds_binaries_started_from_another_bin(t):
     """A cluster started with another MS_BIN is still stopped by a plain `stop` (the pids
     file records each binary's path); if a process cannot be stopped, the file is kept."""
-    base = free_ports(30)[0]
+    base = free_ports(310)[0]  # every port cluster.sh derives: up to base+300 (web view)
     d = os.path.join(t.dir, "c")
     alt = os.path.join(t.dir, "altbin")
     os.makedirs(alt)
