@@ -3,7 +3,7 @@
  * database (bin/configsvr): config.shards, databases, collections, chunks, tags,
  * settings, locks, changelog, actionlog, migrations, mongos and version, each row turned
  * into the document MongoDB keeps (notes §9, docs/catalog.md). find/count on config
- * collections (cmd_config.c) scan them here. Part of the catalog module (catalog.c says
+ * collections (cfg_query.c) scan them here. Part of the catalog module (catalog.c says
  * how the files divide it).
  */
 #include "configsvr/cat_priv.h"

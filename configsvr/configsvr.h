@@ -75,7 +75,7 @@
 #define CFG_HELLO_TIMEOUT_MS 5000
 /* The default when the request has no maxTimeMS: below the router's deadline toward us. */
 #define CFG_SHARD_CMD_TIMEOUT_MS MS_RPC_CONFIG_TIMEOUT_MS_DEFAULT
-/* Cursors on config collections (cmd_config.c). A find materialises its whole result
+/* Cursors on config collections (cfg_query.c). A find materialises its whole result
  * (bounded by MS_MSG_BYTES_MAX, as before) and serves it in batches: the first of
  * MS_FIRST_BATCH_DOCS_DEFAULT documents unless batchSize says otherwise, each batch
  * capped at MS_BATCH_BYTES_MAX; idle cursors die after MS_CURSOR_IDLE_MS_MAX. At most
@@ -604,7 +604,7 @@ typedef struct cfg_merger cfg_merger_t;
 
 typedef struct cfg {
     cat_t *cat;
-    cfg_cursors_t *cursors;       /* open cursors on config collections (cmd_config.c) */
+    cfg_cursors_t *cursors;       /* open cursors on config collections (cfg_query.c) */
     char url[MS_URL_BYTES_MAX];   /* this server's URL: the shards' configsvrConnectionString */
     cfg_ddl_t *ddl;               /* DDL locks of read-ask-commit metadata commands */
     long long started_ms;
@@ -705,7 +705,7 @@ int cfg_cmd_get_routing_table(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* cmd_chunks.c */
 int cfg_cmd_split(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_merge_chunks(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
-/* cmd_config.c: reads and settings writes on the config database */
+/* cfg_query.c: reads and settings writes on the config database */
 int cfg_cursors_open(cfg_cursors_t **out, ms_error_t *err);
 void cfg_cursors_close(cfg_cursors_t *c);   /* NULL-safe; frees every open cursor */
 int cfg_cursors_count(cfg_cursors_t *c);

@@ -141,7 +141,7 @@ const cmd_spec_t cfg_cmd_table[] = {
                 {"shard", CT_STR, true}},
      .help = "shard: append an entry to config.changelog (server = shard)"},
 
-    /* the config database (cmd_config.c) */
+    /* the config database (cfg_query.c) */
     {.name = "find", .handler = cfg_cmd_find, .flags = CMD_NS_ARG | CMD_STRICT_FIELDS,
      .arg_types = CT_STR,
      .fields = {{"filter", CT_DOC, false}, {"projection", CT_DOC, false}, {"sort", CT_DOC, false},

@@ -1,10 +1,10 @@
 /*
- * cmd_config.c — the config database as MongoDB users know it (bin/configsvr): find and
- * count and aggregate on config.<collection> (documents built from the catalog in MongoDB's shapes,
- * then filtered, sorted, skipped, limited and projected with the query engine), cursors
- * over those results (getMore, killCursors, idle timeout), and update on
- * config.settings (balancer, chunksize, automerge, ...), validated. Every other config
- * collection is read-only here.
+ * cfg_query.c — the query engine over the config collections (bin/configsvr): the config
+ * database as MongoDB users know it. find, count and aggregate on config.<collection>
+ * (documents built from the catalog in MongoDB's shapes, then filtered, sorted, skipped,
+ * limited and projected with the query engine), cursors over those results (getMore,
+ * killCursors, idle timeout), and update on config.settings (balancer, chunksize,
+ * automerge, ...), validated. Every other config collection is read-only here.
  *
  * A find materialises its whole result when it runs — the snapshot a cursor serves is
  * the catalog as it was at find time (MongoDB's config reads are snapshot reads too) —
