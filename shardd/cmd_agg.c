@@ -2,7 +2,7 @@
  * cmd_agg.c — the shard daemon's aggregate command (bin/shardd), MongoDB's
  * {aggregate: coll, pipeline, cursor: {batchSize}, explain, allowDiskUse, let, hint}.
  * The documents come through the same read path as a find: the shard version check and
- * the ownership filter (orphans never reach a pipeline), a plan from exec.c's planner
+ * the ownership filter (orphans never reach a pipeline), a plan from plan.c's planner
  * with the leading $match as its filter (so an index serves it), one read transaction.
  * The pipeline (common/agg.c) runs to completion inside the command; its results are held
  * by a cursor that getMore drains in batches (docs/aggregation.md "Limits").

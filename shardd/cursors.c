@@ -11,8 +11,8 @@
  * cursors open on a namespace, for work that must wait for them (the range deleter).
  *
  * The registry knows only each cursor's cursor_reg_t (id, namespace, connection, pin
- * state, bytes held); what a cursor runs is exec.c's, reached through the free/held
- * callbacks the cursor carries. One mutex guards the table; no callback into exec.c
+ * state, bytes held); what a cursor runs is plan.c's, reached through the free/held
+ * callbacks the cursor carries. One mutex guards the table; no callback into plan.c
  * (freeing a cursor) runs under it, except held_fn, which only reads the cursor.
  */
 #include "shardd/shardd.h"
@@ -46,7 +46,7 @@ static void cursor_free(cursor_reg_t *r) {
     if (r) r->free_fn(cur_of(r));
 }
 
-/* What a cursor keeps between batches (exec.c's cursor_held). */
+/* What a cursor keeps between batches (plan.c's cursor_held). */
 static size_t cursor_held(cursor_reg_t *r) {
     return r->held_fn(cur_of(r));
 }

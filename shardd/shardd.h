@@ -11,7 +11,7 @@
  *                 hooks in
  *   store_index.c index DDL and index builds beside reads and writes
  *   store_priv.h  the storage files' shared insides (nothing else includes it)
- *   exec.c        planner (index choice), scans, blocking sort, cursor batches
+ *   plan.c        planner (index choice), scans, blocking sort, cursor batches
  *   cursors.c     the cursor registry: pin, kill, reap, caps, list by namespace
  *   cmd_crud.c    insert, find, getMore, killCursors, update, delete, count, distinct,
  *                 findAndModify, explain
@@ -327,7 +327,7 @@ const char *store_sdoc_coll_of(const char *ns);
 int store_sdoc_find(store_t *st, const char *ns, const query_t *q, int64_t limit, bson_t *reply,
                     ms_error_t *err);
 
-/* ================================ exec.c ============================================= */
+/* ================================ plan.c ============================================== */
 
 enum plan_kind { PLAN_COLLSCAN = 0, PLAN_IXSCAN = 1 };
 
@@ -374,7 +374,7 @@ typedef struct scan_pos {
     int64_t rid;
     bool started, done;
     /* multikey dedupe: rowids already returned (sorted array, binary search) */
-    int64_t *seen;           /* multikey dedupe: hash set of record ids (exec.c) */
+    int64_t *seen;           /* multikey dedupe: hash set of record ids (plan.c) */
     size_t nseen, capseen;
     bool seen_zero;
     uint64_t *seen_bits;     /* ... and a bitmap of the small ones */
@@ -399,7 +399,7 @@ int exec_match_rowids(store_txn_t *t, store_coll_t *c, const exec_query_t *eq, i
                       size_t *n, ms_error_t *err);
 
 /* Cursors. The registry (cursors.c, MongoDB's CursorManager) keeps the open cursors of the
- * shard; what a cursor runs (plan, scan position, sorted results) is exec.c's. */
+ * shard; what a cursor runs (plan, scan position, sorted results) is plan.c's. */
 typedef struct cursor cursor_t;
 typedef struct cursors cursors_t;
 

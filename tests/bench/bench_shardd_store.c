@@ -1,6 +1,6 @@
 /*
  * bench_shardd_store.c — the shard daemon's storage layer against raw SQLite, in one
- * process and one run (bin/shardd's store.c + exec.c called directly):
+ * process and one run (bin/shardd's store.c + plan.c called directly):
  *   1. bulk insert of ~200 B documents in batches of 1,000 through store_write_doc (two
  *      secondary indexes) vs raw SQLite doing the same work in the same schema shape
  *      (collection table with the unique _id key blob, partial sk index and doc blob, two

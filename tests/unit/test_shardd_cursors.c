@@ -1,7 +1,7 @@
 /*
  * test_shardd_cursors.c — unit tests of the shard daemon's cursor registry
  * (shardd/cursors.c) on stand-in cursors: a struct that begins with its cursor_reg_t, as
- * exec.c's cursor_t does, and counts its frees. cursors_list_ns lists the cursors open on
+ * plan.c's cursor_t does, and counts its frees. cursors_list_ns lists the cursors open on
  * one namespace only, a pinned cursor killed meanwhile included until its getMore unpins
  * it; every cursor is freed exactly once (kill, unpin, cursors_free).
  */
@@ -12,7 +12,7 @@
 #include "tests/unit/t.h"
 
 typedef struct fake {
-    cursor_reg_t reg;            /* first, as in exec.c's cursor_t */
+    cursor_reg_t reg;            /* first, as in plan.c's cursor_t */
     int *freed;
 } fake_t;
 

@@ -1,6 +1,6 @@
 /*
  * test_shardd_store.c — unit tests of the shard daemon's storage layer (shardd/store.c,
- * shardd/exec.c) on real SQLite files in a temp directory: CRUD through the single write
+ * shardd/plan.c) on real SQLite files in a temp directory: CRUD through the single write
  * path, E11000 shapes, secondary indexes incl. multikey and unique, parallel arrays, the
  * planner's choices, shard-key filling, persistence across reopen, and crash atomicity of
  * a write transaction (a forked child dies mid-batch), the 16 MB batch rule, pinned

@@ -1,5 +1,5 @@
 /*
- * exec.c — the shard daemon's planner, scans and cursors (bin/shardd); the table of open
+ * plan.c — the shard daemon's planner, scans and cursors (bin/shardd); the table of open
  * cursors is cursors.c's.
  *
  * Planner (MongoDB's QueryPlanner + a trial by counting, in miniature): every index gets
