@@ -929,7 +929,9 @@ int cmd_flush_db_cache(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 
 void shardd_metrics(void *arg, bson_t *metrics) {
     shardd_t *app = arg;
-    cursors_metrics(app->cursors, metrics);
+    bson_t cur;
+    curs_metrics_begin(app->cursors, "bytesHeld", metrics, &cur);
+    bson_append_document_end(metrics, &cur);
 }
 
 void shardd_status(void *arg, bson_t *reply) {
@@ -938,7 +940,7 @@ void shardd_status(void *arg, bson_t *reply) {
     BSON_APPEND_DOCUMENT_BEGIN(reply, "shardd", &d);
     BSON_APPEND_UTF8(&d, "dbpath", store_path(app->st));
     BSON_APPEND_INT64(&d, "fileBytes", store_file_bytes(app->st));
-    BSON_APPEND_INT32(&d, "cursorsOpen", cursors_count(app->cursors));
+    BSON_APPEND_INT32(&d, "cursorsOpen", curs_count(app->cursors));
     bson_append_document_end(reply, &d);
     if (app->shv) {
         char name[128], url[MS_URL_BYTES_MAX];

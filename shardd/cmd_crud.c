@@ -534,7 +534,7 @@ int cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     while (bson_iter_next(&ci)) {
         int64_t id;
         if (!bsonx_as_int64(&ci, &id)) continue;
-        if (cursors_kill(app->cursors, id)) {
+        if (curs_kill(app->cursors, id)) {
             snprintf(key, sizeof key, "%d", i++);
             BSON_APPEND_INT64(&killed, key, id);
         } else {

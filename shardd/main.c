@@ -33,7 +33,7 @@ typedef struct reaper {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stop;
-    cursors_t *cs;
+    curs_reg_t *cs;
 } reaper_t;
 
 static void *reaper_main(void *arg) {
@@ -46,7 +46,7 @@ static void *reaper_main(void *arg) {
         pthread_cond_timedwait(&r->cv, &r->mu, &ts);
         if (r->stop) break;
         pthread_mutex_unlock(&r->mu);
-        cursors_reap(r->cs);
+        curs_reap(r->cs);
         pthread_mutex_lock(&r->mu);
     }
     pthread_mutex_unlock(&r->mu);
@@ -143,7 +143,7 @@ int main(int argc, char **argv) {
     app.mig->catchup_timeout_ms = catchup_ms;
     app.mig->archive = archive;
     snprintf(app.mig->dbpath, sizeof app.mig->dbpath, "%s", dbpath);
-    if (cursors_new(cursor_timeout_ms, &app.cursors) != 0) {
+    if (exec_cursors_new(cursor_timeout_ms, &app.cursors) != 0) {
         err_set(&err, MS_ERR_INTERNAL, "cannot allocate the cursor table");
         daemon_fail("cursors", &err);
         goto out_store;
@@ -194,7 +194,7 @@ out_reaper:
     pthread_join(reaper.th, NULL);
 out_store:
     rdel_close(app.rdel);   /* before the cursors and the store it reads */
-    cursors_free(app.cursors);
+    curs_reg_free(app.cursors);
     shv_close(app.shv);
     store_close(app.st);
     return daemon_exit(&d, rc);

@@ -1,6 +1,6 @@
 /*
  * plan.c — the shard daemon's planner, scans and cursors (bin/shardd); the table of open
- * cursors is cursors.c's.
+ * cursors is common/cursor.c's (exec_cursors_new opens it with this file's callbacks).
  *
  * Planner (MongoDB's QueryPlanner + a trial by counting, in miniature): every index gets
  * bounds from the filter (bounds_from_filter); an _id point wins at once (IDHACK); otherwise
@@ -676,9 +676,10 @@ int exec_match_rowids(store_txn_t *t, store_coll_t *c, const exec_query_t *eq, i
 
 /* ---- cursors ------------------------------------------------------------------------ */
 
-/* A cursor: the registry's part first (cursors.c keeps the table), then what it runs. */
+/* A cursor: the registry's part (common/cursor.c keeps the table), then what it runs. */
 struct cursor {
-    cursor_reg_t reg;            /* id, ns, connection, pin state, bytes held: cursors.c's */
+    curs_t reg;                  /* id, ns, connection, pin state, bytes held: the registry's */
+    char ns[MS_NS_BYTES_MAX + 1];   /* what fa.ns points to */
     find_args_t fa;
     plan_t plan;
     bool planned;
@@ -695,8 +696,6 @@ struct cursor {
     bool timed;                  /* opened with maxTimeMS: time_left_ms bounds each getMore */
     long long time_left_ms;      /* what the find's maxTimeMS left (MongoDB's leftover) */
 };
-_Static_assert(offsetof(struct cursor, reg) == 0,
-               "cursors.c converts cursor_t * to cursor_reg_t *");
 
 static void cursor_free(cursor_t *cur) {
     if (!cur) return;
@@ -709,9 +708,22 @@ static void cursor_free(cursor_t *cur) {
 }
 
 /* What a cursor keeps between batches: a blocking sort's unsent results and a stashed
- * result. (A scan's position is a few keys.) */
-static size_t cursor_held(const cursor_t *cur) {
+ * result. (A scan's position is a few keys.) Read under the registry's lock. */
+static size_t cursor_held(const curs_t *reg) {
+    const cursor_t *cur = curs_entry(reg, cursor_t, reg);
     return cur->sorted.bytes + (cur->stash ? cur->stash->len : 0);
+}
+
+static void cursor_destroy(void *arg, curs_t *reg) {
+    (void)arg;
+    cursor_free(curs_entry(reg, cursor_t, reg));
+}
+
+int exec_cursors_new(int idle_ms, curs_reg_t **out) {
+    curs_opts_t o = {.noun = "cursors", .place = "on this shard", .owner = "shard",
+                     .conn_max = MS_CURSORS_PER_CONN_MAX, .total_max = MS_CURSORS_MAX,
+                     .idle_ms = idle_ms, .held_fn = cursor_held, .destroy_fn = cursor_destroy};
+    return curs_reg_new(&o, out);
 }
 
 void find_args_free(find_args_t *fa) {
@@ -850,7 +862,7 @@ static int fill_results(fill_arg_t *fl, ms_error_t *err) {
 static int fill_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     fill_arg_t *fl = arg;
     cursor_t *cur = fl->cur;
-    store_coll_t *c = store_coll_get(t, cur->reg.ns);
+    store_coll_t *c = store_coll_get(t, cur->ns);
     exec_query_t eq;
     int rc;
     eq_from_fa(&cur->fa, &eq);
@@ -860,14 +872,14 @@ static int fill_fn(store_txn_t *t, void *arg, ms_error_t *err) {
             return 0;
         }
         return err_set(err, MS_ERR_OPERATION_FAILED,
-                       "query plan killed :: caused by :: collection dropped: %s", cur->reg.ns);
+                       "query plan killed :: caused by :: collection dropped: %s", cur->ns);
     }
     if (!cur->planned) {
         if ((rc = exec_plan(t, c, &eq, &cur->plan, err)) != 0) return rc;
         cur->planned = true;
     } else if (c->id != cur->plan.coll_id) {
         return err_set(err, MS_ERR_OPERATION_FAILED,
-                       "query plan killed :: caused by :: collection dropped: %s", cur->reg.ns);
+                       "query plan killed :: caused by :: collection dropped: %s", cur->ns);
     } else if (cur->plan.kind == PLAN_IXSCAN && !cur->plan.is_id) {
         bool found = false;
         for (int i = 1; i < c->nindexes; i++)
@@ -923,7 +935,7 @@ static int run_batch(store_t *st, cursor_t *cur, int64_t max_docs, bson_t *arr, 
 
 /* find's first batch (MongoDB's find command: run the plan until the first batch is full,
  * then register the cursor when results remain). Takes ownership of fa's parts. */
-int exec_find(store_t *st, cursors_t *cs, find_args_t *fa, bson_t *reply, ms_error_t *err) {
+int exec_find(store_t *st, curs_reg_t *cs, find_args_t *fa, bson_t *reply, ms_error_t *err) {
     cursor_t *cur = mem_calloc_aligned(1, sizeof *cur);
     int64_t first, id = 0;
     char ns[MS_NS_BYTES_MAX + 1];
@@ -934,13 +946,10 @@ int exec_find(store_t *st, cursors_t *cs, find_args_t *fa, bson_t *reply, ms_err
         find_args_free(fa);
         return err_set(err, MS_ERR_INTERNAL, "out of memory");
     }
-    cur->reg.conn = op_conn();
-    cur->reg.free_fn = cursor_free;
-    cur->reg.held_fn = cursor_held;
-    snprintf(cur->reg.ns, sizeof cur->reg.ns, "%s", fa->ns);
+    snprintf(cur->ns, sizeof cur->ns, "%s", fa->ns);
     snprintf(ns, sizeof ns, "%s", fa->ns);
     cur->fa = *fa;
-    cur->fa.ns = cur->reg.ns;
+    cur->fa.ns = cur->ns;
     memset(fa, 0, sizeof *fa);
     cur->skip_left = cur->fa.skip;
     cur->limit_left = cur->fa.limit == 0 ? -1 : cur->fa.limit < 0 ? -cur->fa.limit : cur->fa.limit;
@@ -959,8 +968,8 @@ int exec_find(store_t *st, cursors_t *cs, find_args_t *fa, bson_t *reply, ms_err
     cur->timed = op_deadline_ms() > 0;
     cur->time_left_ms = op_time_left_ms(0);
     if (!exhausted) {
-        if ((rc = cursors_add(cs, cur, err)) != 0) goto out;
-        id = cur->reg.id;
+        if ((rc = curs_add(cs, &cur->reg, cur->ns, op_conn(), 0, false, &id, err)) != 0)
+            goto out;
         cur = NULL;   /* the table's now: another thread may getMore on it at once */
     }
     append_cursor_reply(reply, "firstBatch", &arr, id, ns);
@@ -974,7 +983,7 @@ out:
  * its results (docs[0..n), heap bson_t from libbson, taken over with the array on
  * success and failure) go out in batches of batch_size (-1 = the default first batch)
  * now and through getMore. */
-int exec_agg_cursor(cursors_t *cs, const char *ns, bson_t **docs, size_t n, int64_t batch_size,
+int exec_agg_cursor(curs_reg_t *cs, const char *ns, bson_t **docs, size_t n, int64_t batch_size,
                     bson_t *reply, ms_error_t *err) {
     cursor_t *cur = mem_calloc_aligned(1, sizeof *cur);
     int64_t first, id = 0;
@@ -986,11 +995,8 @@ int exec_agg_cursor(cursors_t *cs, const char *ns, bson_t **docs, size_t n, int6
         free(docs);
         return err_set(err, MS_ERR_INTERNAL, "out of memory");
     }
-    cur->reg.conn = op_conn();
-    cur->reg.free_fn = cursor_free;
-    cur->reg.held_fn = cursor_held;
-    snprintf(cur->reg.ns, sizeof cur->reg.ns, "%s", ns);
-    cur->fa.ns = cur->reg.ns;
+    snprintf(cur->ns, sizeof cur->ns, "%s", ns);
+    cur->fa.ns = cur->ns;
     cur->results = true;
     cur->planned = cur->sorted_ready = true;
     cur->plan.blocking_sort = true;
@@ -1015,8 +1021,8 @@ int exec_agg_cursor(cursors_t *cs, const char *ns, bson_t **docs, size_t n, int6
     cur->timed = op_deadline_ms() > 0;
     cur->time_left_ms = op_time_left_ms(0);
     if (!exhausted) {
-        if ((rc = cursors_add(cs, cur, err)) != 0) goto out;
-        id = cur->reg.id;
+        if ((rc = curs_add(cs, &cur->reg, cur->ns, op_conn(), 0, false, &id, err)) != 0)
+            goto out;
         cur = NULL;
     }
     append_cursor_reply(reply, "firstBatch", &arr, id, ns);
@@ -1028,37 +1034,33 @@ out:
 
 /* getMore (MongoDB's getMore command: pin the cursor, check the namespace, run one batch,
  * unpin — or dispose of it when exhausted, failed or killed meanwhile). */
-int exec_get_more(store_t *st, cursors_t *cs, int64_t id, const char *ns, int64_t batch_size,
+int exec_get_more(store_t *st, curs_reg_t *cs, int64_t id, const char *ns, int64_t batch_size,
                   bson_t *reply, ms_error_t *err) {
     cursor_t *cur = NULL;
+    curs_t *reg = NULL;
     bson_t arr = BSON_INITIALIZER;
     bool exhausted = false;
     int rc;
-    if ((rc = cursors_pin(cs, id, &cur, err)) != 0) goto out_unpinned;
-    if (strcmp(cur->reg.ns, ns) != 0) {
-        rc = err_set(err, MS_ERR_UNAUTHORIZED,
-                     "Requested getMore on namespace '%s', but cursor belongs to a different "
-                     "namespace %s", ns, cur->reg.ns);
-        cursors_unpin(cs, cur, false);
-        goto out_unpinned;
-    }
+    /* CursorNotFound, CursorInUse, or Unauthorized for another namespace. */
+    if ((rc = curs_pin(cs, id, ns, &reg, err)) != 0) goto out_unpinned;
+    cur = curs_entry(reg, cursor_t, reg);
     /* MongoDB's waitAfterPinningCursorBeforeGetMoreBatch: a test holds the cursor open
      * (pinned, so neither killCursors nor the reaper frees it) at this point. */
     if ((rc = fp_eval(FP_GETMORE_AFTER_PIN, err)) != 0) {
-        cursors_unpin(cs, cur, true);
+        curs_unpin(cs, reg, true);
         goto out_unpinned;
     }
     /* This getMore runs on what the find's maxTimeMS left; expiring kills the cursor. */
     if (cur->timed) op_set_deadline_ms(time_mono_ms() + cur->time_left_ms);
     if ((rc = op_check(err)) != 0) {
-        cursors_unpin(cs, cur, true);
+        curs_unpin(cs, reg, true);
         goto out_unpinned;
     }
     bson_destroy(&arr);
     if ((rc = run_batch(st, cur, batch_size > 0 ? batch_size : -1, &arr, &exhausted, err)) == 0)
         append_cursor_reply(reply, "nextBatch", &arr, exhausted ? 0 : id, ns);
     if (cur->timed) cur->time_left_ms = op_time_left_ms(0);
-    cursors_unpin(cs, cur, rc != 0 || exhausted);
+    curs_unpin(cs, reg, rc != 0 || exhausted);
 out_unpinned:
     bson_destroy(&arr);
     return rc;

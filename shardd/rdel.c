@@ -50,7 +50,7 @@ typedef struct sched {
 struct rdel {
     store_t *st;
     shv_t *shv;
-    cursors_t *cs;               /* may be NULL: only for logging */
+    curs_reg_t *cs;               /* may be NULL: only for logging */
     rdel_opts_t o;
     pthread_t th;
     bool started;
@@ -383,7 +383,7 @@ static int wait_snapshots(rdel_t *r, const char *id, const char *ns, const buf_t
         if (r->cs) {
             char ids[256] = "";
             ids_arg_t a = {ids, sizeof ids, 0, 0};
-            int n = cursors_list_ns(r->cs, ns, cursor_id, &a);
+            int n = curs_list_ns(r->cs, ns, cursor_id, &a);
             log_info("range deletion waits for readers id=%s ns=%s openCursors=%d cursorIds=%s "
                      "why=%s", id, log_str(ns), n, ids, log_str(e.msg));
         } else {
@@ -587,7 +587,7 @@ int rdel_open(store_t *st, shv_t *shv, const rdel_opts_t *o, rdel_t **out, ms_er
     return 0;
 }
 
-void rdel_set_cursors(rdel_t *r, cursors_t *cs) {
+void rdel_set_cursors(rdel_t *r, curs_reg_t *cs) {
     if (r) r->cs = cs;
 }
 

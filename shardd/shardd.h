@@ -11,8 +11,8 @@
  *                 hooks in
  *   store_index.c index DDL and index builds beside reads and writes
  *   store_priv.h  the storage files' shared insides (nothing else includes it)
- *   plan.c        planner (index choice), scans, blocking sort, cursor batches
- *   cursors.c     the cursor registry: pin, kill, reap, caps, list by namespace
+ *   plan.c        planner (index choice), scans, blocking sort, cursor batches (the
+ *                 cursor registry itself is common/cursor.c)
  *   cmd_crud.c    insert, find, getMore, killCursors, update, delete, count, distinct,
  *                 findAndModify, explain
  *   cmd_admin.c   createIndexes, listIndexes, dropIndexes, drop, dropDatabase,
@@ -43,6 +43,7 @@
 #include "common/bounds.h"
 #include "common/buf.h"
 #include "common/cmd.h"
+#include "common/cursor.h"
 #include "common/errors.h"
 #include "common/keys.h"
 #include "common/limits.h"
@@ -398,44 +399,13 @@ int exec_count_cb(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err);
 int exec_match_rowids(store_txn_t *t, store_coll_t *c, const exec_query_t *eq, int64_t **rids,
                       size_t *n, ms_error_t *err);
 
-/* Cursors. The registry (cursors.c, MongoDB's CursorManager) keeps the open cursors of the
- * shard; what a cursor runs (plan, scan position, sorted results) is plan.c's. */
+/* Cursors. The registry is common/cursor.c's (MongoDB's CursorManager): ids, caps per
+ * connection and for the shard, pin / kill / reap, listing by namespace (the range
+ * deleter). What a cursor runs (plan, scan position, sorted results) is plan.c's. */
 typedef struct cursor cursor_t;
-typedef struct cursors cursors_t;
-
-/* The registry's part of a cursor: the first member of every cursor_t, so that cursors.c
- * converts between the two pointers. Set conn, ns and the callbacks before cursors_add;
- * the rest is the registry's. */
-typedef struct cursor_reg {
-    int64_t id;                  /* 0 until cursors_add picks a random one */
-    char ns[MS_NS_BYTES_MAX + 1];
-    uint32_t conn;               /* the connection that opened it (per-connection cap) */
-    bool in_use;                 /* a getMore holds it (pinned): another gets CursorInUse */
-    bool killed;                 /* killCursors while pinned: freed when the getMore ends */
-    long long last_used_ms;
-    size_t held;                 /* bytes it keeps between batches, counted in the registry */
-    size_t (*held_fn)(const cursor_t *cur);   /* what it keeps now (read under the lock) */
-    void (*free_fn)(cursor_t *cur);           /* frees the whole cursor */
-    struct cursor_reg *next;
-} cursor_reg_t;
-
-int cursors_new(int idle_timeout_ms, cursors_t **out);
-void cursors_free(cursors_t *cs);  /* NULL-safe; kills every cursor */
-/* Kills cursors idle for longer than the timeout; returns how many. */
-int cursors_reap(cursors_t *cs);
-int cursors_count(cursors_t *cs);
-/* serverStatus metrics.cursor: open.total, bytesHeld, refusals per cap, the caps. */
-void cursors_metrics(cursors_t *cs, bson_t *metrics);
-/* Registers cur when the caps allow: open cursors of its connection (so one client cannot
- * take them all and fail every other client's multi-batch finds) and of the shard
- * (ExceededMemoryLimit otherwise, cur still the caller's). On success the table owns cur
- * and another thread may pin it at once. */
-int cursors_add(cursors_t *cs, cursor_t *cur, ms_error_t *err);
-/* Counts the cursors open on ns (pinned ones and ones killed while pinned included: their
- * getMore may still be reading) and calls fn (when not NULL) with each one's id, under the
- * registry's lock: fn must not call back into the registry. For work that must wait until
- * no cursor reads a namespace (the range deleter). */
-int cursors_list_ns(cursors_t *cs, const char *ns, void (*fn)(void *arg, int64_t id), void *arg);
+/* The shard's registry: caps MS_CURSORS_PER_CONN_MAX / MS_CURSORS_MAX, no byte cap (bytes
+ * held are counted for serverStatus), idle cursors die after idle_ms (<= 0: 10 min). */
+int exec_cursors_new(int idle_ms, curs_reg_t **out);
 
 /* A find: plans and runs the first batch. ns, the compiled parts and own are taken over
  * by the cursor (on success and on failure). Appends the reply's `cursor` document. */
@@ -454,22 +424,14 @@ typedef struct find_args {
 } find_args_t;
 /* A batch holds at most MS_BATCH_BYTES_MAX bytes of results, except that a single result
  * always goes out; one that does not fit waits for the next batch. */
-int exec_find(store_t *st, cursors_t *cs, find_args_t *fa, bson_t *reply, ms_error_t *err);
+int exec_find(store_t *st, curs_reg_t *cs, find_args_t *fa, bson_t *reply, ms_error_t *err);
 void find_args_free(find_args_t *fa);  /* NULL-safe; fields already taken are NULL */
 /* aggregate's cursor (cmd_agg.c): takes over docs (n heap bson_t and the array) in every
  * case; batches as exec_find's; getMore continues it like a find's. */
-int exec_agg_cursor(cursors_t *cs, const char *ns, bson_t **docs, size_t n, int64_t batch_size,
+int exec_agg_cursor(curs_reg_t *cs, const char *ns, bson_t **docs, size_t n, int64_t batch_size,
                     bson_t *reply, ms_error_t *err);
-int exec_get_more(store_t *st, cursors_t *cs, int64_t id, const char *ns, int64_t batch_size,
+int exec_get_more(store_t *st, curs_reg_t *cs, int64_t id, const char *ns, int64_t batch_size,
                   bson_t *reply, ms_error_t *err);
-/* Returns true when the cursor existed (and is now killed; a pinned one is freed when
- * its getMore ends). */
-bool cursors_kill(cursors_t *cs, int64_t id);
-/* Pins a cursor for one getMore (MongoDB's ClientCursorPin): CursorNotFound when absent,
- * CursorInUse (143) while another getMore holds it. *out is borrowed until unpin. */
-int cursors_pin(cursors_t *cs, int64_t id, cursor_t **out, ms_error_t *err);
-/* Ends a pin: done = exhausted or failed → the cursor is removed and freed. NULL-safe. */
-void cursors_unpin(cursors_t *cs, cursor_t *cur, bool done);
 /* Explain of a find: queryPlanner (+ executionStats when exec_stats). */
 int exec_explain_find(store_t *st, find_args_t *fa, bool exec_stats, bson_t *reply,
                       ms_error_t *err);
@@ -512,7 +474,7 @@ typedef struct rdel_opts {
  * first). o NULL (or a negative / zero field) = the defaults of common/limits.h. */
 int rdel_open(store_t *st, shv_t *shv, const rdel_opts_t *o, rdel_t **out, ms_error_t *err);
 /* Optional: the cursor registry, to log the cursors open on a namespace while waiting. */
-void rdel_set_cursors(rdel_t *r, cursors_t *cs);
+void rdel_set_cursors(rdel_t *r, curs_reg_t *cs);
 void rdel_close(rdel_t *r);   /* NULL-safe; stops between batches */
 /* Inside the caller's write transaction: persists a task (the shape in rdel.c; _id UUID). */
 int rdel_task_insert(store_txn_t *t, const bson_t *task, ms_error_t *err);
@@ -543,7 +505,7 @@ struct mig;
 typedef struct shardd {
     store_t *st;
     shv_t *shv;
-    cursors_t *cursors;
+    curs_reg_t *cursors;
     rdel_t *rdel;                /* the range deleter (rdel.c) */
     struct mig *mig;             /* the migration registry (mig.c) */
     const char *url;             /* where this shard listens (a recipient dials it) */

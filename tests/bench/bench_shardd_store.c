@@ -300,7 +300,7 @@ static double wire_insert(const char *dir, const int64_t *ids) {
     memset(&app, 0, sizeof app);
     app.name = "bench";
     if (store_open(dir, &so, &app.st, &e) || shv_open(&app.shv, &e) ||
-        cursors_new(600000, &app.cursors)) {
+        exec_cursors_new(600000, &app.cursors)) {
         fprintf(stderr, "wire setup: %s\n", e.msg);
         exit(1);
     }
@@ -325,7 +325,7 @@ static double wire_insert(const char *dir, const int64_t *ids) {
     for (int b = 0; b < NDOCS / BATCH; b++) bson_destroy(cmds[b]);
     rpc_client_close(cl);
     cmd_server_stop(srv);
-    cursors_free(app.cursors);
+    curs_reg_free(app.cursors);
     shv_close(app.shv);
     store_close(app.st);
     return NDOCS / secs;
@@ -335,7 +335,7 @@ static double wire_insert(const char *dir, const int64_t *ids) {
 
 typedef struct pf {
     store_t *st;
-    cursors_t *cs;
+    curs_reg_t *cs;
     const char *raw_path;
     const int64_t *ids;
     int seed;
@@ -435,7 +435,7 @@ int main(void) {
     char dir[256], cmd[300], path[300], find_raw[300];
     int64_t *seq = make_ids(false), *rnd_ids = make_ids(true);
     store_t *st = NULL;
-    cursors_t *cs = NULL;
+    curs_reg_t *cs = NULL;
     double o_seq[ROUNDS], r_seq[ROUNDS], o_rnd[ROUNDS], r_rnd[ROUNDS], c_seq[ROUNDS], c_rnd[ROUNDS];
     double w_seq[ROUNDS], w_rnd[ROUNDS];
     double os, rs, orn, rrn, cs_, cr, ws, wr, o_ops, o_50, o_99, r_ops, r_50, r_99;
@@ -473,13 +473,13 @@ int main(void) {
     cr = median(c_rnd, ROUNDS);
     ws = median(w_seq, ROUNDS);
     wr = median(w_rnd, ROUNDS);
-    cursors_new(0, &cs);
+    exec_cursors_new(0, &cs);
     {
         pf_t proto = {st, cs, find_raw, seq, 0, NULL};
         run_finds(ours_finder, &proto, &o_ops, &o_50, &o_99);
         run_finds(raw_finder, &proto, &r_ops, &r_50, &r_99);
     }
-    cursors_free(cs);
+    curs_reg_free(cs);
     store_close(st);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

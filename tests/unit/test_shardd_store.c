@@ -775,7 +775,7 @@ static int batch_len(const bson_t *reply, const char *key, int64_t *id) {
     return n;
 }
 
-static int64_t first_batch(store_t *st, cursors_t *cs, const char *ns, int *n) {
+static int64_t first_batch(store_t *st, curs_reg_t *cs, const char *ns, int *n) {
     find_args_t fa;
     bson_t reply = BSON_INITIALIZER;
     ms_error_t e;
@@ -789,7 +789,7 @@ static int64_t first_batch(store_t *st, cursors_t *cs, const char *ns, int *n) {
     return id;
 }
 
-static int next_batch(store_t *st, cursors_t *cs, const char *ns, int64_t id, int *n,
+static int next_batch(store_t *st, curs_reg_t *cs, const char *ns, int64_t id, int *n,
                       int64_t *next_id) {
     bson_t reply = BSON_INITIALIZER;
     ms_error_t e;
@@ -803,12 +803,12 @@ static int next_batch(store_t *st, cursors_t *cs, const char *ns, int64_t id, in
  * document larger than the batch limit still goes out alone (MongoDB returns at least one). */
 static void test_batch_bytes(void) {
     store_t *st = open_store("batchbytes");
-    cursors_t *cs = NULL;
+    curs_reg_t *cs = NULL;
     big_arg_t six = {"db.six", 5, 6u << 20}, huge = {"db.huge", 2, (16u << 20) - 200};
     ms_error_t e;
     int n = 0;
     int64_t id, id2 = -1;
-    CHECK_INT(cursors_new(60000, &cs), 0);
+    CHECK_INT(exec_cursors_new(60000, &cs), 0);
     CHECK_INT(store_write(st, big_insert_fn, &six, &e), 0);
     CHECK_INT(store_write(st, big_insert_fn, &huge, &e), 0);
     /* 6 MB documents: 2 per batch (a third would pass 16 MB), 2, then the last one. */
@@ -828,8 +828,8 @@ static void test_batch_bytes(void) {
     CHECK_INT(next_batch(st, cs, "db.huge", id, &n, &id2), 0);
     CHECK_INT(n, 1);
     CHECK_INT(id2, 0);
-    CHECK_INT(cursors_count(cs), 0);
-    cursors_free(cs);
+    CHECK_INT(curs_count(cs), 0);
+    curs_reg_free(cs);
     store_close(st);
 }
 
@@ -837,38 +837,38 @@ static void test_batch_bytes(void) {
  * while pinned → freed when the pin ends, then CursorNotFound. */
 static void test_cursor_in_use(void) {
     store_t *st = open_store("inuse");
-    cursors_t *cs = NULL;
+    curs_reg_t *cs = NULL;
     big_arg_t small = {"db.c", 300, 10};
-    cursor_t *pinned = NULL;
+    curs_t *pinned = NULL;
     ms_error_t e;
     int n = 0;
     int64_t id, id2 = -1;
     bson_t reply = BSON_INITIALIZER;
-    CHECK_INT(cursors_new(60000, &cs), 0);
+    CHECK_INT(exec_cursors_new(60000, &cs), 0);
     CHECK_INT(store_write(st, big_insert_fn, &small, &e), 0);
     id = first_batch(st, cs, "db.c", &n);
     CHECK_INT(n, 101);
     CHECK(id > 0);
-    CHECK_INT(cursors_pin(cs, id, &pinned, &e), 0);
+    CHECK_INT(curs_pin(cs, id, NULL, &pinned, &e), 0);
     CHECK_INT(exec_get_more(st, cs, id, "db.c", 10, &reply, &e), MS_ERR_CURSOR_IN_USE);
     CHECK_INT(e.code, 143);
-    CHECK_INT(cursors_pin(cs, id, &pinned, &e), MS_ERR_CURSOR_IN_USE);
-    cursors_unpin(cs, pinned, false);
+    CHECK_INT(curs_pin(cs, id, NULL, &pinned, &e), MS_ERR_CURSOR_IN_USE);
+    curs_unpin(cs, pinned, false);
     CHECK_INT(next_batch(st, cs, "db.c", id, &n, &id2), 0);
     CHECK_INT(n, 199);
     CHECK_INT(id2, 0);
     CHECK_INT(next_batch(st, cs, "db.c", id, &n, &id2), MS_ERR_CURSOR_NOT_FOUND);
     /* killCursors while a getMore holds it */
     id = first_batch(st, cs, "db.c", &n);
-    CHECK_INT(cursors_pin(cs, id, &pinned, &e), 0);
-    CHECK(cursors_kill(cs, id));
-    CHECK_INT(cursors_count(cs), 1);
-    CHECK_INT(cursors_pin(cs, id, &pinned, &e) == 0 ? 0 : e.code, MS_ERR_CURSOR_NOT_FOUND);
-    cursors_unpin(cs, pinned, false);
-    CHECK_INT(cursors_count(cs), 0);
+    CHECK_INT(curs_pin(cs, id, NULL, &pinned, &e), 0);
+    CHECK(curs_kill(cs, id));
+    CHECK_INT(curs_count(cs), 1);
+    CHECK_INT(curs_pin(cs, id, NULL, &pinned, &e) == 0 ? 0 : e.code, MS_ERR_CURSOR_NOT_FOUND);
+    curs_unpin(cs, pinned, false);
+    CHECK_INT(curs_count(cs), 0);
     CHECK_INT(next_batch(st, cs, "db.c", id, &n, &id2), MS_ERR_CURSOR_NOT_FOUND);
     bson_destroy(&reply);
-    cursors_free(cs);
+    curs_reg_free(cs);
     store_close(st);
 }
 
