@@ -117,13 +117,18 @@
 #define MS_ROUTER_CURSOR_BYTES_MAX (512LL * 1024 * 1024)
 
 /* Config-database cursors (find on config.* through a router, or direct). The config server
- * keeps at most CFG_CURSORS_MAX (1,000, configsvr.h) in all; one connection may hold half.
+ * keeps at most MS_CFG_CURSORS_MAX (1,000) in all; one connection may hold half.
  * A router relays every client's config reads over its one connection to the config server,
  * so it caps its clients first: 100 per client connection, 400 for the whole router (below
  * the config server's 500 per connection, so the router's connection never meets it). */
 #define MS_CFG_CURSORS_PER_CONN_MAX 500
 #define MS_ROUTER_CFG_CURSORS_MAX 400
 #define MS_ROUTER_CFG_CURSORS_PER_CONN_MAX 100
+/* The config server's cursors in all, and the bytes of materialised results they hold
+ * (config readers are tools and routers, not applications; the caps bound the memory idle
+ * clients can pin). */
+#define MS_CFG_CURSORS_MAX 1000
+#define MS_CFG_CURSOR_BYTES_MAX (512LL * 1024 * 1024)
 
 /* ---- names, numbers, depth and logs (common/validate.c, log.c) ---- */
 

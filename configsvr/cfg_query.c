@@ -11,11 +11,8 @@
  * and hands it out in batches (first batch 101 documents unless batchSize says
  * otherwise, every batch at most 16 MB, getMore without batchSize fills 16 MB).
  */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "common/agg.h"
 #include "common/bsonx.h"
@@ -103,26 +100,13 @@ static bool int_field(const cmd_ctx_t *ctx, const char *name, int64_t *out, ms_e
 
 /* ---- cursors ------------------------------------------------------------------------ */
 
+/* A cursor over a materialised result; the registry (common/cursor.c) holds its curs_t. */
 typedef struct cfg_cursor {
-    int64_t id;
-    char ns[MS_NS_BYTES_MAX + 8];
+    curs_t reg;                   /* id, ns, connection, pin state: the registry's */
     bson_t **docs;                /* the materialised result (owned) */
     int n, pos;
-    size_t bytes;
-    long long last_ms;            /* monotonic: last use */
-    bool busy;                    /* a getMore is reading it */
-    uint32_t conn;                /* the connection that opened it (per-connection cap) */
-    struct cfg_cursor *next;
+    size_t bytes;                 /* of docs: counted against MS_CFG_CURSOR_BYTES_MAX */
 } cfg_cursor_t;
-
-struct cfg_cursors {
-    pthread_mutex_t mu;
-    cfg_cursor_t *list;
-    int count;
-    long long bytes;
-    uint64_t seq;                 /* splitmix64 state: ids unpredictable and unique */
-    uint64_t refused_conn;
-};
 
 static void cursor_free(cfg_cursor_t *c) {
     if (!c) return;
@@ -131,130 +115,23 @@ static void cursor_free(cfg_cursor_t *c) {
     free(c);
 }
 
-int cfg_cursors_open(cfg_cursors_t **out, ms_error_t *err) {
-    cfg_cursors_t *c = calloc(1, sizeof *c);
-    struct timespec now;
-    if (!c) return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "cursor table: out of memory");
-    pthread_mutex_init(&c->mu, NULL);
-    clock_gettime(CLOCK_REALTIME, &now);
-    c->seq = (uint64_t)now.tv_sec * 1000000007ull ^ (uint64_t)now.tv_nsec ^ (uint64_t)getpid() << 32;
-    *out = c;
-    return 0;
+static void cursor_destroy(void *arg, curs_t *reg) {
+    (void)arg;
+    cursor_free(curs_entry(reg, cfg_cursor_t, reg));
 }
 
-void cfg_cursors_close(cfg_cursors_t *c) {
-    if (!c) return;
-    for (cfg_cursor_t *k = c->list, *n; k; k = n) {
-        n = k->next;
-        cursor_free(k);
-    }
-    pthread_mutex_destroy(&c->mu);
-    free(c);
+/* What a cursor holds: its whole snapshot until it ends (read under the registry's lock). */
+static size_t cursor_held(const curs_t *reg) {
+    return curs_entry(reg, cfg_cursor_t, reg)->bytes;
 }
 
-int cfg_cursors_count(cfg_cursors_t *c) {
-    pthread_mutex_lock(&c->mu);
-    int n = c->count;
-    pthread_mutex_unlock(&c->mu);
-    return n;
-}
-
-void cfg_cursors_metrics(cfg_cursors_t *c, bson_t *metrics) {
-    cmd_cursor_metrics_t m = {.bytes_field = "bytesHeld", .refused_total = -1, .refused_bytes = -1,
-                              .limit_conn = MS_CFG_CURSORS_PER_CONN_MAX,
-                              .limit_total = CFG_CURSORS_MAX, .limit_bytes = CFG_CURSOR_BYTES_MAX};
-    bson_t cur;
-    pthread_mutex_lock(&c->mu);
-    m.open = c->count;
-    m.bytes = c->bytes;
-    m.refused_conn = (int64_t)c->refused_conn;
-    pthread_mutex_unlock(&c->mu);
-    cmd_cursor_metrics_begin(metrics, &m, &cur);
-    bson_append_document_end(metrics, &cur);
-}
-
-/* A find from a connection that already holds MS_CFG_CURSORS_PER_CONN_MAX cursors is
- * refused before any work, so one client cannot take the whole table and fail every
- * other client's multi-batch reads. Checked when the find starts: concurrent finds on
- * one connection may pass it together (at most one per worker), and the table-wide caps
- * in cursor_register stay exact. */
-static int cursor_admit(cfg_cursors_t *cs, uint32_t conn, ms_error_t *err) {
-    int mine = 0;
-    pthread_mutex_lock(&cs->mu);
-    for (cfg_cursor_t *o = cs->list; o; o = o->next) mine += o->conn == conn;
-    if (mine >= MS_CFG_CURSORS_PER_CONN_MAX) cs->refused_conn++;
-    pthread_mutex_unlock(&cs->mu);
-    if (mine >= MS_CFG_CURSORS_PER_CONN_MAX)
-        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
-                       "too many open cursors for this connection on the config server (limit "
-                       "%d); exhaust or kill cursors", MS_CFG_CURSORS_PER_CONN_MAX);
-    return 0;
-}
-
-/* Caller holds mu. Unlinks k and updates the totals (does not free). */
-static void cursor_unlink_locked(cfg_cursors_t *cs, cfg_cursor_t *k) {
-    for (cfg_cursor_t **pp = &cs->list; *pp; pp = &(*pp)->next)
-        if (*pp == k) {
-            *pp = k->next;
-            cs->count--;
-            cs->bytes -= (long long)k->bytes;
-            return;
-        }
-}
-
-/* Kills cursors idle longer than MS_CURSOR_IDLE_MS_MAX (run on every cursor command: the
- * config server has no timer thread, and an idle server holds no new cursors). */
-static void cursors_reap(cfg_cursors_t *cs) {
-    long long now = time_mono_ms();
-    cfg_cursor_t *dead = NULL;
-    pthread_mutex_lock(&cs->mu);
-    for (cfg_cursor_t *k = cs->list, *n; k; k = n) {
-        n = k->next;
-        if (k->busy || now - k->last_ms <= MS_CURSOR_IDLE_MS_MAX) continue;
-        cursor_unlink_locked(cs, k);
-        k->next = dead;
-        dead = k;
-    }
-    pthread_mutex_unlock(&cs->mu);
-    for (cfg_cursor_t *k = dead, *n; k; k = n) {
-        n = k->next;
-        log_info("cursor timed out id=%lld ns=%s", (long long)k->id, log_str(k->ns));
-        cursor_free(k);
-    }
-}
-
-static uint64_t splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Registers k (takes ownership) with a fresh id; refuses when the caps are reached. */
-static int cursor_register(cfg_cursors_t *cs, cfg_cursor_t *k, ms_error_t *err) {
-    pthread_mutex_lock(&cs->mu);
-    if (cs->count >= CFG_CURSORS_MAX || cs->bytes + (long long)k->bytes > CFG_CURSOR_BYTES_MAX) {
-        int n = cs->count;
-        pthread_mutex_unlock(&cs->mu);
-        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
-                       "too many open cursors on the config server (%d, at most %d cursors and "
-                       "%lld bytes); exhaust or kill cursors", n, CFG_CURSORS_MAX,
-                       (long long)CFG_CURSOR_BYTES_MAX);
-    }
-    for (int tries = 0; tries < 64; tries++) {   /* a clash among <= 1000 ids is rare */
-        bool clash = false;
-        k->id = (int64_t)(splitmix64(&cs->seq) & 0x3fffffffffffffffull);
-        for (cfg_cursor_t *o = cs->list; o && !clash; o = o->next) clash = o->id == k->id;
-        if (k->id != 0 && !clash) break;
-        k->id = 0;
-    }
-    ASSERT(k->id != 0);
-    k->last_ms = time_mono_ms();
-    k->next = cs->list;
-    cs->list = k;
-    cs->count++;
-    cs->bytes += (long long)k->bytes;
-    pthread_mutex_unlock(&cs->mu);
+int cfg_query_cursors_new(curs_reg_t **out, ms_error_t *err) {
+    curs_opts_t o = {.noun = "cursors", .place = "on the config server", .conn_names_place = true,
+                     .owner = "config server", .conn_max = MS_CFG_CURSORS_PER_CONN_MAX,
+                     .total_max = MS_CFG_CURSORS_MAX, .bytes_max = MS_CFG_CURSOR_BYTES_MAX,
+                     .held_fn = cursor_held, .destroy_fn = cursor_destroy};
+    if (curs_reg_new(&o, out) != 0)
+        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "cursor table: out of memory");
     return 0;
 }
 
@@ -286,8 +163,8 @@ static int reply_first_batch(cfg_t *cfg, cfg_cursor_t **kp, int64_t batch_size, 
     int rc = 0;
     fill_batch(*kp, batch_size, &batch);
     if ((*kp)->pos < (*kp)->n && !single) {
-        if ((rc = cursor_register(cfg->cursors, *kp, err)) != 0) goto out;
-        id = (*kp)->id;
+        if ((rc = curs_add(cfg->cursors, &(*kp)->reg, ns, op_conn(), 0, false, &id, err)) != 0)
+            goto out;
         *kp = NULL;
     }
     BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cursor);
@@ -322,8 +199,8 @@ int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     int_field(ctx, "limit", &limit, err, &rc);
     int_field(ctx, "batchSize", &batch_size, err, &rc);
     if (rc) return rc;
-    cursors_reap(cfg->cursors);
-    if ((rc = cursor_admit(cfg->cursors, op_conn(), err)) != 0) return rc;
+    curs_reap(cfg->cursors);   /* no timer thread here: every cursor command reaps */
+    if ((rc = curs_admit(cfg->cursors, op_conn(), err)) != 0) return rc;
     /* Separate views: a compiled spec may keep pointing at the document it was given. */
     if (cfg_field_doc(ctx, "sort", &sort_spec) && (rc = sortspec_compile(&sort_spec, &sort, err)) != 0)
         goto out;
@@ -337,8 +214,6 @@ int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     /* The snapshot: skip and limit applied, projected, owned by the cursor. */
     k = calloc(1, sizeof *k);
     ASSERT(k);
-    k->conn = op_conn();
-    snprintf(k->ns, sizeof k->ns, "%s", ns);
     int64_t first = skip < h.n ? skip : h.n, last = h.n;
     if (limit > 0 && last - first > limit) last = first + limit;
     k->docs = bson_malloc0(sizeof *k->docs * (size_t)(last - first + 1));
@@ -368,12 +243,13 @@ out:
  * absent); id 0 in the reply once the snapshot is exhausted. */
 int cfg_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
-    cfg_cursors_t *cs = cfg->cursors;
+    curs_reg_t *cs = cfg->cursors;
     bson_iter_t it;
     int64_t id = 0, batch_size = -1;
     int rc = check_config_db(ctx, err);
     char ns[MS_NS_BYTES_MAX + 8];
-    cfg_cursor_t *k = NULL;
+    curs_t *reg = NULL;
+    cfg_cursor_t *k;
     if (rc) return rc;
     if (!bsonx_as_int64_exact(&ctx->arg, &id))
         return err_set(err, MS_ERR_TYPE_MISMATCH, "getMore: cursor id must be an integer");
@@ -382,22 +258,15 @@ int cfg_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     snprintf(ns, sizeof ns, "config.%s",
              cmd_field(ctx, "collection", &it) && BSON_ITER_HOLDS_UTF8(&it)
                  ? bson_iter_utf8(&it, NULL) : "");
-    cursors_reap(cs);
-    pthread_mutex_lock(&cs->mu);
-    for (cfg_cursor_t *o = cs->list; o && !k; o = o->next)
-        if (o->id == id) k = o;
-    if (k && k->busy) rc = err_set(err, MS_ERR_CURSOR_IN_USE, "cursor id %lld is in use", (long long)id);
-    else if (k && strcmp(k->ns, ns) != 0)
-        rc = err_set(err, MS_ERR_UNAUTHORIZED,
-                     "Requested getMore on namespace '%s', but cursor belongs to a different "
-                     "namespace %s", ns, k->ns);
-    else if (k && op_deadline_ms() > 0)   /* as mongod: maxTimeMS is for awaitData cursors */
-        rc = err_set(err, MS_ERR_BAD_VALUE,
-                     "cannot set maxTimeMS on getMore command for a non-awaitData cursor");
-    else if (k) k->busy = true;
-    pthread_mutex_unlock(&cs->mu);
-    if (!k) return err_set(err, MS_ERR_CURSOR_NOT_FOUND, "cursor id %lld not found", (long long)id);
-    if (rc) return rc;
+    curs_reap(cs);
+    /* CursorNotFound, CursorInUse, or Unauthorized for another namespace. */
+    if ((rc = curs_pin(cs, id, ns, &reg, err)) != 0) return rc;
+    if (op_deadline_ms() > 0) {   /* as mongod: maxTimeMS is for awaitData cursors */
+        curs_unpin(cs, reg, false);
+        return err_set(err, MS_ERR_BAD_VALUE,
+                       "cannot set maxTimeMS on getMore command for a non-awaitData cursor");
+    }
+    k = curs_entry(reg, cfg_cursor_t, reg);
 
     bson_t cursor, batch;
     BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cursor);
@@ -406,25 +275,19 @@ int cfg_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bson_append_array_end(&cursor, &batch);
     bool done = k->pos >= k->n;
     BSON_APPEND_INT64(&cursor, "id", done ? 0 : id);
-    BSON_APPEND_UTF8(&cursor, "ns", k->ns);
+    BSON_APPEND_UTF8(&cursor, "ns", ns);
     bson_append_document_end(reply, &cursor);
-    pthread_mutex_lock(&cs->mu);
-    k->busy = false;
-    k->last_ms = time_mono_ms();
-    if (done) cursor_unlink_locked(cs, k);
-    pthread_mutex_unlock(&cs->mu);
-    if (done) cursor_free(k);
+    curs_unpin(cs, reg, done);
     return 0;
 }
 
 /* killCursors {killCursors: coll, cursors: [ids]}: MongoDB's reply lists. A cursor in
- * use by a getMore is reported alive and dies on its own when exhausted or idle. */
+ * use by a getMore is killed too: marked, and freed when that getMore ends. */
 int cfg_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
-    cfg_cursors_t *cs = cfg->cursors;
-    bson_t ids, killed = BSON_INITIALIZER, notfound = BSON_INITIALIZER, alive = BSON_INITIALIZER;
+    bson_t ids, killed = BSON_INITIALIZER, notfound = BSON_INITIALIZER, empty = BSON_INITIALIZER;
     bson_iter_t it;
-    int nk = 0, nn = 0, na = 0, rc = check_config_db(ctx, err);
+    int nk = 0, nn = 0, rc = check_config_db(ctx, err);
     if (rc) goto out;
     if (!cfg_field_doc(ctx, "cursors", &ids) || !bson_iter_init(&it, &ids)) {
         rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "killCursors needs a cursors array");
@@ -433,22 +296,10 @@ int cfg_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     for (int i = 0; i < MS_CURSORS_MAX && bson_iter_next(&it); i++) {
         int64_t id;
         char idx[16];
-        cfg_cursor_t *k = NULL;
-        bool busy = false;
         if (!bsonx_as_int64_exact(&it, &id)) continue;
-        pthread_mutex_lock(&cs->mu);
-        for (cfg_cursor_t *o = cs->list; o && !k; o = o->next)
-            if (o->id == id) k = o;
-        if (k && k->busy) busy = true;
-        else if (k) cursor_unlink_locked(cs, k);
-        pthread_mutex_unlock(&cs->mu);
-        if (k && !busy) {
-            cursor_free(k);
+        if (curs_kill(cfg->cursors, id)) {
             snprintf(idx, sizeof idx, "%d", nk++);
             BSON_APPEND_INT64(&killed, idx, id);
-        } else if (busy) {
-            snprintf(idx, sizeof idx, "%d", na++);
-            BSON_APPEND_INT64(&alive, idx, id);
         } else {
             snprintf(idx, sizeof idx, "%d", nn++);
             BSON_APPEND_INT64(&notfound, idx, id);
@@ -456,16 +307,12 @@ int cfg_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     }
     bson_append_array(reply, "cursorsKilled", -1, &killed);
     bson_append_array(reply, "cursorsNotFound", -1, &notfound);
-    bson_append_array(reply, "cursorsAlive", -1, &alive);
-    {
-        bson_t empty = BSON_INITIALIZER;
-        bson_append_array(reply, "cursorsUnknown", -1, &empty);
-        bson_destroy(&empty);
-    }
+    bson_append_array(reply, "cursorsAlive", -1, &empty);
+    bson_append_array(reply, "cursorsUnknown", -1, &empty);
 out:
     bson_destroy(&killed);
     bson_destroy(&notfound);
-    bson_destroy(&alive);
+    bson_destroy(&empty);
     return rc;
 }
 
@@ -532,8 +379,8 @@ int cfg_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         bson_append_array_end(reply, &stages);
         goto out;
     }
-    cursors_reap(cfg->cursors);
-    if ((rc = cursor_admit(cfg->cursors, op_conn(), err)) != 0) goto out;
+    curs_reap(cfg->cursors);
+    if ((rc = curs_admit(cfg->cursors, op_conn(), err)) != 0) goto out;
     if ((rc = scan(cfg, coll, filter, &h, err)) != 0) goto out;
     if ((rc = agg_run_new(p, filter ? 1 : 0, &run, err)) != 0) goto out;
     for (int i = 0; i < h.n && !agg_run_done(run); i++)
@@ -541,8 +388,6 @@ int cfg_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if ((rc = agg_run_finish(run, err)) != 0) goto out;
     k = calloc(1, sizeof *k);
     ASSERT(k);
-    k->conn = op_conn();
-    snprintf(k->ns, sizeof k->ns, "%s", ns);
     {
         size_t n = agg_run_count(run);
         k->docs = bson_malloc0(sizeof *k->docs * (n + 1));

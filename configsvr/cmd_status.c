@@ -24,13 +24,16 @@ void cfg_status(void *app, bson_t *reply) {
     BSON_APPEND_INT64(&s, "databases", dbs);
     BSON_APPEND_INT64(&s, "collections", colls);
     BSON_APPEND_INT64(&s, "chunks", chunks);
-    BSON_APPEND_INT32(&s, "openCursors", cfg->cursors ? cfg_cursors_count(cfg->cursors) : 0);
+    BSON_APPEND_INT32(&s, "openCursors", cfg->cursors ? curs_count(cfg->cursors) : 0);
     bson_append_document_end(reply, &s);
 }
 
 void cfg_metrics(void *app, bson_t *metrics) {
     cfg_t *cfg = app;
-    if (cfg->cursors) cfg_cursors_metrics(cfg->cursors, metrics);
+    bson_t cur;
+    if (!cfg->cursors) return;
+    curs_metrics_begin(cfg->cursors, "bytesHeld", metrics, &cur);
+    bson_append_document_end(metrics, &cur);
 }
 
 /* balancerStatus: the mode as config.settings says it (stopped: true forces "off") and

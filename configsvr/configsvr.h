@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "common/cmd.h"
+#include "common/cursor.h"
 #include "common/errors.h"
 #include "common/keys.h"
 #include "common/limits.h"
@@ -79,11 +80,8 @@
  * (bounded by MS_MSG_BYTES_MAX, as before) and serves it in batches: the first of
  * MS_FIRST_BATCH_DOCS_DEFAULT documents unless batchSize says otherwise, each batch
  * capped at MS_BATCH_BYTES_MAX; idle cursors die after MS_CURSOR_IDLE_MS_MAX. At most
- * CFG_CURSORS_MAX cursors holding CFG_CURSOR_BYTES_MAX bytes in all stay open (config
- * readers are tools and routers, not applications; the cap bounds the memory idle
- * clients can pin). */
-#define CFG_CURSORS_MAX 1000
-#define CFG_CURSOR_BYTES_MAX (512LL * 1024 * 1024)
+ * MS_CFG_CURSORS_MAX cursors holding MS_CFG_CURSOR_BYTES_MAX bytes in all stay open
+ * (common/limits.h); the registry is common/cursor.c's. */
 
 /* ---- the catalog (catalog.c, cat_*.c) ------------------------------------------------- */
 
@@ -597,14 +595,13 @@ void cfg_register_failpoints(void);
 
 /* ---- the daemon (main.c, configsvr_cmd.c, cmd_*.c) ------------------------------- */
 
-typedef struct cfg_cursors cfg_cursors_t;
 typedef struct cfg_ddl cfg_ddl_t;
 typedef struct cfg_balancer cfg_balancer_t;
 typedef struct cfg_merger cfg_merger_t;
 
 typedef struct cfg {
     cat_t *cat;
-    cfg_cursors_t *cursors;       /* open cursors on config collections (cfg_query.c) */
+    curs_reg_t *cursors;          /* open cursors on config collections (cfg_query.c) */
     char url[MS_URL_BYTES_MAX];   /* this server's URL: the shards' configsvrConnectionString */
     cfg_ddl_t *ddl;               /* DDL locks of read-ask-commit metadata commands */
     long long started_ms;
@@ -706,11 +703,8 @@ int cfg_cmd_get_routing_table(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_split(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_merge_chunks(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* cfg_query.c: reads and settings writes on the config database */
-int cfg_cursors_open(cfg_cursors_t **out, ms_error_t *err);
-void cfg_cursors_close(cfg_cursors_t *c);   /* NULL-safe; frees every open cursor */
-int cfg_cursors_count(cfg_cursors_t *c);
-/* serverStatus metrics.cursor: open.total, bytesHeld, refusals, the caps. */
-void cfg_cursors_metrics(cfg_cursors_t *c, bson_t *metrics);
+/* The config server's cursor registry (common/cursor.h; curs_reg_free closes it). */
+int cfg_query_cursors_new(curs_reg_t **out, ms_error_t *err);
 int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);

@@ -78,11 +78,11 @@ static int cfg_open(cfg_t *cfg, const char *dbpath, const char *url, ms_error_t 
     if (rc) return rc;
     cat_set_server(cfg->cat, url);
     cfg_migrations_recover(cfg);
-    return cfg_cursors_open(&cfg->cursors, err);
+    return cfg_query_cursors_new(&cfg->cursors, err);
 }
 
 static void cfg_close(cfg_t *cfg) {
-    cfg_cursors_close(cfg->cursors);
+    curs_reg_free(cfg->cursors);
     cat_close(cfg->cat);
     cfg_ddl_close(cfg->ddl);
     if (cfg->dbpath_lock_fd >= 0) close(cfg->dbpath_lock_fd);  /* releases the flock */
