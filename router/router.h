@@ -262,7 +262,7 @@ int rt_cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_distinct(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);    /* rt_agg.c */
 int rt_cmd_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);      /* rt_explain.c */
-int rt_cursors_open(rt_cursors_t **out);
+int rt_cursors_open(router_t *r, rt_cursors_t **out);   /* r: borrowed, for the shard kills */
 void rt_cursors_close(router_t *r, rt_cursors_t *c);
 void rt_cursors_reap(router_t *r);   /* kills cursors idle > MS_CURSOR_IDLE_MS_MAX */
 int rt_cursors_count(router_t *r);

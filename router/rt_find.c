@@ -16,6 +16,7 @@
 
 #include "common/buf.h"
 #include "common/bsonx.h"
+#include "common/cursor.h"
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/opctx.h"
@@ -136,15 +137,14 @@ typedef struct rt_stream {
     int64_t id;            /* shard cursor; 0 = exhausted after the buffered batch */
     bson_t reply;          /* the latest batch (while have_reply) */
     bool have_reply;
-    size_t held;           /* reply.len, counted in rt_cursors.bytes */
+    size_t held;           /* reply.len, counted in the find registry's bytes */
     bson_iter_t it;        /* over the batch array */
     bool head;             /* it is positioned on an unconsumed document */
     bool done;
 } rt_stream_t;
 
 typedef struct rt_cursor {
-    int64_t id;
-    uint32_t conn;         /* the client connection that opened it (per-connection cap) */
+    curs_t reg;            /* id, ns, connection, pin state: the registry's (common/cursor.c) */
     char db[RT_NAME_BYTES_MAX];
     char coll[MS_NS_BYTES_MAX + 1];
     sortspec_t *sort;
@@ -155,38 +155,52 @@ typedef struct rt_cursor {
     int64_t batch_hint;    /* documents the client last asked for: sizes look-ahead fetches */
     int nstrip;
     char strip[RT_STRIP_MAX][256];
-    long long last_ms;
-    bool busy;
     bool timed;            /* opened with maxTimeMS: time_left_ms bounds each getMore */
     long long time_left_ms;   /* what the find's maxTimeMS left (mongos's leftover) */
-    struct rt_cursor *next;
 } rt_cursor_t;
 
 /* A cursor on a config collection: it lives on the config server (which relays its
  * batches); the router only counts it against its client's connection, because every
  * client's config reads share the router's one connection to the config server. */
 typedef struct rt_cfg_cursor {
-    int64_t id;
-    uint32_t conn;
-    long long last_ms;
-    struct rt_cfg_cursor *next;
+    curs_t reg;            /* under the config server's id */
 } rt_cfg_cursor_t;
 
+/* The router's two registries (common/cursor.c), each with its own lock and caps. find's
+ * bytes are the shard batches buffered by every router cursor, registered or still being
+ * built (stream_take_reply / stream_release count them as they come and go). */
 struct rt_cursors {
-    pthread_mutex_t mu;
-    rt_cursor_t *list;
-    int count;
-    atomic_llong bytes;                /* sum of every stream's held */
-    atomic_uint_fast64_t refused_conn, refused_total, refused_bytes;
-    rt_cfg_cursor_t *cfg_list;         /* under mu */
-    int cfg_count;
-    atomic_uint_fast64_t refused_cfg_conn, refused_cfg_total;
+    curs_reg_t *find;      /* router cursors */
+    curs_reg_t *cfg;       /* relayed config cursors */
 };
 
-int rt_cursors_open(rt_cursors_t **out) {
+static void cursor_free(router_t *r, rt_cursor_t *c);
+
+static void cursor_destroy(void *arg, curs_t *reg) {
+    cursor_free(arg, curs_entry(reg, rt_cursor_t, reg));
+}
+
+static void cfg_cursor_destroy(void *arg, curs_t *reg) {
+    (void)arg;
+    free(curs_entry(reg, rt_cfg_cursor_t, reg));
+}
+
+int rt_cursors_open(router_t *r, rt_cursors_t **out) {
+    curs_opts_t fo = {.noun = "cursors", .place = "on this router", .owner = "router",
+                      .conn_max = MS_ROUTER_CURSORS_PER_CONN_MAX,
+                      .total_max = MS_ROUTER_CURSORS_MAX, .bytes_max = MS_ROUTER_CURSOR_BYTES_MAX,
+                      .destroy_fn = cursor_destroy, .arg = r};
+    /* The config server times its own cursors out after the same idle time. */
+    curs_opts_t co = {.noun = "config cursors", .place = "on this router", .owner = "router",
+                      .conn_max = MS_ROUTER_CFG_CURSORS_PER_CONN_MAX,
+                      .total_max = MS_ROUTER_CFG_CURSORS_MAX, .destroy_fn = cfg_cursor_destroy};
     rt_cursors_t *c = calloc(1, sizeof *c);
     if (!c) return MS_ERR_EXCEEDED_MEMORY_LIMIT;
-    pthread_mutex_init(&c->mu, NULL);
+    if (curs_reg_new(&fo, &c->find) != 0 || curs_reg_new(&co, &c->cfg) != 0) {
+        curs_reg_free(c->find);
+        free(c);
+        return MS_ERR_EXCEEDED_MEMORY_LIMIT;
+    }
     *out = c;
     return 0;
 }
@@ -196,11 +210,13 @@ static void stream_release(rt_cursors_t *cs, rt_stream_t *s) {
     if (!s->have_reply) return;
     bson_destroy(&s->reply);
     s->have_reply = false;
-    atomic_fetch_sub(&cs->bytes, (long long)s->held);
+    curs_bytes_add(cs->find, -(long long)s->held);
     s->held = 0;
     s->head = false;
 }
 
+/* Kills the shard cursors behind c and frees it (never under a registry lock: it calls
+ * the shards). r NULL: frees only. */
 static void cursor_free(router_t *r, rt_cursor_t *c) {
     if (!c) return;
     for (int i = 0; i < c->n; i++) {
@@ -214,111 +230,38 @@ static void cursor_free(router_t *r, rt_cursor_t *c) {
 }
 
 void rt_cursors_close(router_t *r, rt_cursors_t *cs) {
+    (void)r;   /* the registries' destroy callbacks already hold it */
     if (!cs) return;
-    for (rt_cursor_t *c = cs->list, *n; c; c = n) {
-        n = c->next;
-        cursor_free(r, c);
-    }
-    for (rt_cfg_cursor_t *k = cs->cfg_list, *n; k; k = n) {
-        n = k->next;
-        free(k);
-    }
-    pthread_mutex_destroy(&cs->mu);
+    curs_reg_free(cs->find);
+    curs_reg_free(cs->cfg);
     free(cs);
 }
 
 int rt_cursors_count(router_t *r) {
-    pthread_mutex_lock(&r->cursors->mu);
-    int n = r->cursors->count;
-    pthread_mutex_unlock(&r->cursors->mu);
-    return n;
+    return curs_count(r->cursors->find);
 }
 
 void rt_cursors_metrics(router_t *r, bson_t *metrics) {
     rt_cursors_t *cs = r->cursors;
-    cmd_cursor_metrics_t m = {
-        .open = rt_cursors_count(r), .bytes = (int64_t)atomic_load(&cs->bytes),
-        .bytes_field = "bytesBuffered",
-        .refused_conn = (int64_t)atomic_load(&cs->refused_conn),
-        .refused_total = (int64_t)atomic_load(&cs->refused_total),
-        .refused_bytes = (int64_t)atomic_load(&cs->refused_bytes),
-        .limit_conn = MS_ROUTER_CURSORS_PER_CONN_MAX, .limit_total = MS_ROUTER_CURSORS_MAX,
-        .limit_bytes = MS_ROUTER_CURSOR_BYTES_MAX};
+    curs_stats_t st;
     bson_t cur, cfg;
-    cmd_cursor_metrics_begin(metrics, &m, &cur);
-    pthread_mutex_lock(&cs->mu);
-    int ncfg = cs->cfg_count;
-    pthread_mutex_unlock(&cs->mu);
+    curs_metrics_begin(cs->find, "bytesBuffered", metrics, &cur);
+    curs_stats(cs->cfg, &st);
     /* Config-database cursors this router relays (they live on the config server). */
     BSON_APPEND_DOCUMENT_BEGIN(&cur, "config", &cfg);
-    BSON_APPEND_INT64(&cfg, "open", ncfg);
-    BSON_APPEND_INT64(&cfg, "refusedPerConnection", (int64_t)atomic_load(&cs->refused_cfg_conn));
-    BSON_APPEND_INT64(&cfg, "refusedTotal", (int64_t)atomic_load(&cs->refused_cfg_total));
+    BSON_APPEND_INT64(&cfg, "open", st.open);
+    BSON_APPEND_INT64(&cfg, "refusedPerConnection", st.refused_conn);
+    BSON_APPEND_INT64(&cfg, "refusedTotal", st.refused_total);
     bson_append_document_end(&cur, &cfg);
     bson_append_document_end(metrics, &cur);
 }
 
 void rt_cursors_reap(router_t *r) {
-    rt_cursors_t *cs = r->cursors;
-    rt_cursor_t *dead = NULL;
-    long long now = time_mono_ms();
-    pthread_mutex_lock(&cs->mu);
-    for (rt_cursor_t **pp = &cs->list; *pp;) {
-        rt_cursor_t *c = *pp;
-        if (!c->busy && now - c->last_ms > MS_CURSOR_IDLE_MS_MAX) {
-            *pp = c->next;
-            c->next = dead;
-            dead = c;
-            cs->count--;
-        } else {
-            pp = &c->next;
-        }
-    }
-    /* The config server times its own cursors out after the same idle time. */
-    for (rt_cfg_cursor_t **pp = &cs->cfg_list; *pp;) {
-        rt_cfg_cursor_t *k = *pp;
-        if (now - k->last_ms > MS_CURSOR_IDLE_MS_MAX) {
-            *pp = k->next;
-            cs->cfg_count--;
-            free(k);
-        } else {
-            pp = &k->next;
-        }
-    }
-    pthread_mutex_unlock(&cs->mu);
-    for (rt_cursor_t *c = dead, *n; c; c = n) {
-        n = c->next;
-        log_info("cursor timed out id=%lld db=%s coll=%s", (long long)c->id, log_str(c->db),
-                 log_str(c->coll));
-        cursor_free(r, c);
-    }
+    curs_reap(r->cursors->find);
+    curs_reap(r->cursors->cfg);
 }
 
 /* ---- config cursors (relayed to the config server, counted here) ------------------------ */
-
-/* Refuses a config find from a client connection at its cap, or when the router's config
- * cursors are at theirs (checked when the find starts: concurrent finds may pass together,
- * at most one per worker, which the config server's own per-connection margin absorbs). */
-static int cfg_cursor_admit(rt_cursors_t *cs, uint32_t conn, ms_error_t *err) {
-    int mine = 0, total;
-    pthread_mutex_lock(&cs->mu);
-    for (rt_cfg_cursor_t *k = cs->cfg_list; k; k = k->next) mine += k->conn == conn;
-    total = cs->cfg_count;
-    pthread_mutex_unlock(&cs->mu);
-    if (mine >= MS_ROUTER_CFG_CURSORS_PER_CONN_MAX) {
-        atomic_fetch_add(&cs->refused_cfg_conn, 1);
-        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
-                       "too many open config cursors for this connection (limit %d); exhaust "
-                       "or kill cursors", MS_ROUTER_CFG_CURSORS_PER_CONN_MAX);
-    }
-    if (total >= MS_ROUTER_CFG_CURSORS_MAX) {
-        atomic_fetch_add(&cs->refused_cfg_total, 1);
-        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
-                       "too many open config cursors on this router for all connections "
-                       "(limit %d); exhaust or kill cursors", MS_ROUTER_CFG_CURSORS_MAX);
-    }
-    return 0;
-}
 
 static int64_t reply_cursor_id(const bson_t *reply) {
     bson_iter_t it;
@@ -327,44 +270,38 @@ static int64_t reply_cursor_id(const bson_t *reply) {
     return 0;
 }
 
-static void cfg_cursor_add(rt_cursors_t *cs, int64_t id, uint32_t conn) {
+/* Counts the config server's cursor id for conn (admitted before the find ran, so past
+ * the caps now: the cursor exists on the config server either way). */
+static void cfg_cursor_add(rt_cursors_t *cs, const char *ns, int64_t id, uint32_t conn) {
     rt_cfg_cursor_t *k = calloc(1, sizeof *k);
+    ms_error_t e = {0};
+    int64_t got;
     ASSERT(k);
-    k->id = id;
-    k->conn = conn;
-    k->last_ms = time_mono_ms();
-    pthread_mutex_lock(&cs->mu);
-    k->next = cs->cfg_list;
-    cs->cfg_list = k;
-    cs->cfg_count++;
-    pthread_mutex_unlock(&cs->mu);
+    if (curs_add(cs->cfg, &k->reg, ns, conn, id, true, &got, &e) != 0) {
+        log_warn("config cursor not counted id=%lld errmsg=\"%s\"", (long long)id, e.msg);
+        free(k);
+    }
 }
 
 /* Forgets id (gone = true) or marks it used now. */
 static void cfg_cursor_touch(rt_cursors_t *cs, int64_t id, bool gone) {
-    pthread_mutex_lock(&cs->mu);
-    for (rt_cfg_cursor_t **pp = &cs->cfg_list; *pp; pp = &(*pp)->next) {
-        rt_cfg_cursor_t *k = *pp;
-        if (k->id != id) continue;
-        if (gone) {
-            *pp = k->next;
-            cs->cfg_count--;
-            free(k);
-        } else {
-            k->last_ms = time_mono_ms();
-        }
-        break;
-    }
-    pthread_mutex_unlock(&cs->mu);
+    if (gone) curs_kill(cs->cfg, id);
+    else curs_touch(cs->cfg, id);
 }
 
+/* Refuses a config find from a client connection at its cap, or when the router's config
+ * cursors are at theirs (checked when the find starts: concurrent finds may pass together,
+ * at most one per worker, which the config server's own per-connection margin absorbs). */
 int rt_cfg_cursor_cmd(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
-    int rc = cfg_cursor_admit(r->cursors, op_conn(), err);
+    char ns[RT_NAME_BYTES_MAX + MS_NS_BYTES_MAX + 2];
+    int rc = curs_admit(r->cursors->cfg, op_conn(), err);
     if (rc) return rc;
     if ((rc = rt_cmd_to_config(ctx, reply, err)) != 0) return rc;
     int64_t id = reply_cursor_id(reply);
-    if (id) cfg_cursor_add(r->cursors, id, op_conn());
+    snprintf(ns, sizeof ns, "%s.%s", ctx->db,
+             BSON_ITER_HOLDS_UTF8(&ctx->arg) ? bson_iter_utf8(&ctx->arg, NULL) : "");
+    if (id) cfg_cursor_add(r->cursors, ns, id, op_conn());
     return 0;
 }
 
@@ -422,7 +359,7 @@ static void stream_take_reply(rt_cursors_t *cs, rt_stream_t *s, bson_t *reply,
     bson_steal(&s->reply, reply);   /* reply's storage moves here */
     s->have_reply = true;
     s->held = s->reply.len;
-    atomic_fetch_add(&cs->bytes, (long long)s->held);
+    curs_bytes_add(cs->find, (long long)s->held);
     s->id = 0;
     if (bson_iter_init(&it, &s->reply) && bson_iter_find_descendant(&it, "cursor.id", &it))
         s->id = bson_iter_as_int64(&it);
@@ -433,14 +370,6 @@ static void stream_take_reply(rt_cursors_t *cs, rt_stream_t *s, bson_t *reply,
         return;
     }
     stream_next(cs, s);
-}
-
-static int refuse_bytes(rt_cursors_t *cs, ms_error_t *err) {
-    atomic_fetch_add(&cs->refused_bytes, 1);
-    return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
-                   "router cursors buffer %lld bytes, at the router's limit of %lld bytes for "
-                   "all cursors; exhaust or kill cursors",
-                   (long long)atomic_load(&cs->bytes), (long long)MS_ROUTER_CURSOR_BYTES_MAX);
 }
 
 /* Positions stream s on its next document, fetching with getMore when its batch is used
@@ -458,7 +387,8 @@ static int stream_fill(router_t *r, rt_cursor_t *c, rt_stream_t *s, int64_t need
         if (round > 1000)
             return err_set(err, MS_ERR_INTERNAL, "shard %s keeps returning empty batches",
                            s->shard);
-        if (atomic_load(&cs->bytes) >= MS_ROUTER_CURSOR_BYTES_MAX) return refuse_bytes(cs, err);
+        if (curs_bytes(cs->find) >= MS_ROUTER_CURSOR_BYTES_MAX)
+            return curs_refuse_bytes(cs->find, err);
         bson_t cmd, rep;
         bson_init(&cmd);
         BSON_APPEND_INT64(&cmd, "getMore", s->id);
@@ -624,92 +554,6 @@ stop:
     return rc;
 }
 
-/* Cursor ids: splitmix64 over a per-process sequence seeded from the clock and pid, so
- * two routers (or two runs) do not hand out the same ids, as rand() unseeded would. */
-static uint64_t cursor_id_next(void) {
-    static atomic_uint_fast64_t seq;
-    static atomic_bool seeded;
-    if (!atomic_exchange(&seeded, true))
-        atomic_fetch_add(&seq, (uint64_t)time_now_ms() * 1000003u ^ (uint64_t)getpid() << 40);
-    uint64_t z = atomic_fetch_add(&seq, 0x9e3779b97f4a7c15ull) + 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Keeps c open under a fresh id when the caps allow: open cursors of its client
- * connection, open cursors of the router, buffered bytes (c's own included). The checks
- * and the insertion share one lock, so concurrent finds cannot overshoot. */
-static int cursor_register(router_t *r, rt_cursor_t *c, ms_error_t *err) {
-    rt_cursors_t *cs = r->cursors;
-    int mine = 0;
-    pthread_mutex_lock(&cs->mu);
-    for (rt_cursor_t *o = cs->list; o; o = o->next) mine += o->conn == c->conn;
-    if (mine >= MS_ROUTER_CURSORS_PER_CONN_MAX) {
-        pthread_mutex_unlock(&cs->mu);
-        atomic_fetch_add(&cs->refused_conn, 1);
-        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
-                       "too many open cursors for this connection (limit %d); exhaust or kill "
-                       "cursors", MS_ROUTER_CURSORS_PER_CONN_MAX);
-    }
-    if (cs->count >= MS_ROUTER_CURSORS_MAX) {
-        pthread_mutex_unlock(&cs->mu);
-        atomic_fetch_add(&cs->refused_total, 1);
-        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
-                       "too many open cursors on this router for all connections (limit %d); "
-                       "exhaust or kill cursors", MS_ROUTER_CURSORS_MAX);
-    }
-    if (atomic_load(&cs->bytes) > MS_ROUTER_CURSOR_BYTES_MAX) {
-        pthread_mutex_unlock(&cs->mu);
-        return refuse_bytes(cs, err);
-    }
-    for (int tries = 0; tries < 64; tries++) {   /* bounded: a clash is ~2^-62 per try */
-        c->id = (int64_t)(cursor_id_next() & 0x3fffffffffffffffull);
-        bool clash = c->id == 0;
-        for (rt_cursor_t *o = cs->list; o && !clash; o = o->next) clash = o->id == c->id;
-        if (!clash) break;
-    }
-    c->last_ms = time_mono_ms();
-    c->next = cs->list;
-    cs->list = c;
-    cs->count++;
-    pthread_mutex_unlock(&cs->mu);
-    return 0;
-}
-
-static rt_cursor_t *cursor_take(router_t *r, int64_t id) {
-    rt_cursors_t *cs = r->cursors;
-    rt_cursor_t *found = NULL;
-    pthread_mutex_lock(&cs->mu);
-    for (rt_cursor_t *c = cs->list; c; c = c->next)
-        if (c->id == id && !c->busy) {
-            c->busy = true;
-            found = c;
-            break;
-        }
-    pthread_mutex_unlock(&cs->mu);
-    return found;
-}
-
-static void cursor_unlink(router_t *r, rt_cursor_t *c) {
-    rt_cursors_t *cs = r->cursors;
-    pthread_mutex_lock(&cs->mu);
-    for (rt_cursor_t **pp = &cs->list; *pp; pp = &(*pp)->next)
-        if (*pp == c) {
-            *pp = c->next;
-            cs->count--;
-            break;
-        }
-    pthread_mutex_unlock(&cs->mu);
-}
-
-static void cursor_put(router_t *r, rt_cursor_t *c) {
-    pthread_mutex_lock(&r->cursors->mu);
-    c->busy = false;
-    c->last_ms = time_mono_ms();
-    pthread_mutex_unlock(&r->cursors->mu);
-}
-
 /* ---- find -------------------------------------------------------------------------------- */
 
 typedef struct find_args {
@@ -838,16 +682,19 @@ static int reply_first(router_t *r, rt_cursor_t **cp, const bson_t *arr, bool ke
     int rc;
     c->timed = op_deadline_ms() > 0;
     c->time_left_ms = op_time_left_ms(0);
-    if (keep && (rc = cursor_register(r, c, err)) != 0) return rc;
+    int64_t id = 0;
+    char cns[RT_NAME_BYTES_MAX + MS_NS_BYTES_MAX + 2];
+    snprintf(cns, sizeof cns, "%s.%s", c->db, c->coll);
+    /* The caps (per connection, the router's, buffered bytes with c's own) are checked
+     * and c inserted under one lock, so concurrent finds cannot overshoot. */
+    if (keep && (rc = curs_add(r->cursors->find, &c->reg, cns, op_conn(), 0, false, &id, err)) != 0)
+        return rc;
     BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
     BSON_APPEND_ARRAY(&cur, "firstBatch", arr);
-    BSON_APPEND_INT64(&cur, "id", keep ? c->id : 0);
+    BSON_APPEND_INT64(&cur, "id", id);
     BSON_APPEND_UTF8(&cur, "ns", ns);
     bson_append_document_end(reply, &cur);
-    if (keep) {
-        cursor_put(r, c);
-        *cp = NULL;
-    }
+    if (keep) *cp = NULL;   /* the registry's: another thread may getMore on it at once */
     return 0;
 }
 
@@ -864,7 +711,6 @@ static int find_run(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     int n = 0, rc;
     rt_cursor_t *c = mem_calloc_aligned(1, sizeof *c);   /* holds bson_t (common/mem.h) */
     ASSERT(c);
-    c->conn = op_conn();
     snprintf(c->db, sizeof c->db, "%s", ctx->db);
     snprintf(c->coll, sizeof c->coll, "%s", coll);
     get_i64(ctx->req, "skip", &skip);
@@ -941,7 +787,6 @@ int rt_cursor_from_results(router_t *r, const char *db, const char *coll, bson_t
     char ns[MS_NS_BYTES_MAX + 1];
     int rc;
     ASSERT(c);
-    c->conn = op_conn();
     c->limit_left = -1;
     snprintf(c->db, sizeof c->db, "%s", db);
     snprintf(c->coll, sizeof c->coll, "%s", coll);
@@ -972,24 +817,22 @@ int rt_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         return err_set(err, MS_ERR_TYPE_MISMATCH, "getMore: cursor id must be a number");
     get_i64(ctx->req, "batchSize", &batch);
     if (batch <= 0) batch = RT_GETMORE_DOCS_DEFAULT;
-    rt_cursor_t *c = cursor_take(r, id);
-    if (!c) return err_set(err, MS_ERR_CURSOR_NOT_FOUND, "cursor id %lld not found", (long long)id);
     /* MongoDB's getMore: the cursor answers only on its own namespace ($db + collection;
-     * dispatch validated both names, CMD_NS_FIELD). */
+     * dispatch validated both names, CMD_NS_FIELD). The pin: CursorNotFound, CursorInUse
+     * (another getMore holds it), or Unauthorized for another namespace. */
     bson_iter_t cit;
-    const char *want = cmd_field(ctx, "collection", &cit) && BSON_ITER_HOLDS_UTF8(&cit)
-                           ? bson_iter_utf8(&cit, NULL) : "";
-    if (strcmp(ctx->db, c->db) != 0 || strcmp(want, c->coll) != 0) {
-        int urc = err_set(err, MS_ERR_UNAUTHORIZED,
-                          "Requested getMore on namespace '%s.%s', but cursor belongs to a "
-                          "different namespace %s.%s", ctx->db, want, c->db, c->coll);
-        cursor_put(r, c);
-        return urc;
-    }
+    char want[RT_NAME_BYTES_MAX + MS_NS_BYTES_MAX + 2];
+    curs_t *reg = NULL;
+    snprintf(want, sizeof want, "%s.%s", ctx->db,
+             cmd_field(ctx, "collection", &cit) && BSON_ITER_HOLDS_UTF8(&cit)
+                 ? bson_iter_utf8(&cit, NULL) : "");
+    int prc = curs_pin(r->cursors->find, id, want, &reg, err);
+    if (prc) return prc;
+    rt_cursor_t *c = curs_entry(reg, rt_cursor_t, reg);
     /* mongos: getMore's maxTimeMS is only the await time of a tailable awaitData cursor
      * (none here); an ordinary cursor runs on what its find's maxTimeMS left. */
     if (op_deadline_ms() > 0) {
-        cursor_put(r, c);
+        curs_unpin(r->cursors->find, reg, false);
         return err_set(err, MS_ERR_BAD_VALUE,
                        "maxTimeMS can only be used with getMore for tailable, awaitData cursors");
     }
@@ -1004,17 +847,12 @@ int rt_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (rc == 0) rc = cursor_fill_batch(r, c, batch, &arr, &exhausted, err);
     if (c->timed) c->time_left_ms = op_time_left_ms(0);
     bson_append_array_end(&cur, &arr);
-    BSON_APPEND_INT64(&cur, "id", rc == 0 && !exhausted ? c->id : 0);
+    BSON_APPEND_INT64(&cur, "id", rc == 0 && !exhausted ? id : 0);
     BSON_APPEND_UTF8(&cur, "ns", ns);
     bson_append_document_end(reply, &cur);
-    if (rc == MS_ERR_EXCEEDED_MEMORY_LIMIT) {
-        cursor_put(r, c);   /* nothing was consumed: the client may retry once memory frees */
-    } else if (rc || exhausted) {
-        cursor_unlink(r, c);
-        cursor_free(r, c);
-    } else {
-        cursor_put(r, c);
-    }
+    /* ExceededMemoryLimit consumed nothing: the client may retry once memory frees. A
+     * killCursors meanwhile disposes of the cursor here either way. */
+    curs_unpin(r->cursors->find, reg, rc != MS_ERR_EXCEEDED_MEMORY_LIMIT && (rc || exhausted));
     return rc;
 }
 
@@ -1034,10 +872,9 @@ int rt_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         int64_t id;
         char idx[16];
         if (!bsonx_as_int64(&arr, &id)) continue;
-        rt_cursor_t *c = cursor_take(r, id);
-        if (c) {
-            cursor_unlink(r, c);
-            cursor_free(r, c);
+        /* A cursor a getMore holds is killed too: freed (and its shard cursors killed)
+         * when that getMore ends, as mongos's ClusterCursorManager does. */
+        if (curs_kill(r->cursors->find, id)) {
             snprintf(idx, sizeof idx, "%d", nk++);
             BSON_APPEND_INT64(&killed, idx, id);
         } else {

@@ -175,7 +175,8 @@ static void test_metrics_without_bytes_cap(void) {
     curs_metrics_begin(r, "bytesHeld", &m, &cur);
     bson_append_document_end(&m, &cur);
     CHECK(!(bson_iter_init(&it, &m) && bson_iter_find_descendant(&it, "cursor.limits.bytes", &it)));
-    CHECK(!(bson_iter_init(&it, &m) && bson_iter_find_descendant(&it, "cursor.refused.bytes", &it)));
+    CHECK(!(bson_iter_init(&it, &m) &&
+            bson_iter_find_descendant(&it, "cursor.refused.bytes", &it)));
     CHECK(bson_iter_init(&it, &m) && bson_iter_find_descendant(&it, "cursor.limits.total", &it));
     CHECK_INT(bson_iter_as_int64(&it), 10);
     bson_destroy(&m);
