@@ -16,6 +16,7 @@
 
 #include "common/agg.h"
 #include "common/bsonx.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "common/opctx.h"
 #include "common/project.h"
@@ -265,6 +266,12 @@ int cfg_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         curs_unpin(cs, reg, false);
         return err_set(err, MS_ERR_BAD_VALUE,
                        "cannot set maxTimeMS on getMore command for a non-awaitData cursor");
+    }
+    /* A test holds the cursor pinned here (neither killCursors nor the reaper frees it);
+     * an error action fails this getMore and the cursor goes, as on a shard. */
+    if ((rc = fp_eval(CFG_FP_GETMORE_AFTER_PIN, err)) != 0) {
+        curs_unpin(cs, reg, true);
+        return rc;
     }
     k = curs_entry(reg, cfg_cursor_t, reg);
 

@@ -589,6 +589,9 @@ int cat_chunks_since(cat_t *c, const char *ns, const bal_chunk_t *chunks, int n,
 /* movePrimary, after the clone and before the primary switch, the old primary's database
  * critical section held (cmd_moveprimary.c). */
 #define CFG_FP_HANG_BEFORE_MOVE_PRIMARY_SWITCH "hangBeforeMovePrimarySwitch"
+/* getMore on a config cursor: the cursor pinned, before its batch (cfg_query.c; the
+ * shard's point of the same name, MongoDB's). */
+#define CFG_FP_GETMORE_AFTER_PIN "waitAfterPinningCursorBeforeGetMoreBatch"
 
 /* Declares every point above (fp_register); main calls it before serving. */
 void cfg_register_failpoints(void);

@@ -18,7 +18,7 @@ void cfg_register_failpoints(void) {
         CFG_FP_MERGE_AFTER_COMMIT,      CFG_FP_DROP_COLL_BEFORE_DELETE,
         CFG_FP_DROP_DB_BEFORE_DELETE,   CFG_FP_REMOVE_SHARD_BEFORE_COMMIT,
         CFG_FP_SETTINGS_BEFORE_COMMIT,  CFG_FP_HANG_BEFORE_COMMIT_MIGRATION,
-        CFG_FP_HANG_BEFORE_MOVE_PRIMARY_SWITCH,
+        CFG_FP_HANG_BEFORE_MOVE_PRIMARY_SWITCH, CFG_FP_GETMORE_AFTER_PIN,
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) fp_register(names[i]);
 }
