@@ -17,6 +17,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "common/bsonx.h"
 #include "common/cmd.h"
 #include "common/log.h"
 
@@ -230,6 +231,31 @@ bool curs_kill(curs_reg_t *r, int64_t id) {
     pthread_mutex_unlock(&r->mu);
     if (c && !pinned) r->o.destroy_fn(r->o.arg, c);
     return c != NULL;
+}
+
+void curs_kill_ids(curs_reg_t *r, bson_iter_t *ids, bool exact, bson_t *reply) {
+    bson_t killed, notfound = BSON_INITIALIZER, empty;
+    int nk = 0, nn = 0;
+    BSON_APPEND_ARRAY_BEGIN(reply, "cursorsKilled", &killed);
+    for (int i = 0; i < MS_CURSORS_MAX && bson_iter_next(ids); i++) {
+        int64_t id;
+        char idx[16];
+        if (!(exact ? bsonx_as_int64_exact(ids, &id) : bsonx_as_int64(ids, &id))) continue;
+        if (curs_kill(r, id)) {
+            snprintf(idx, sizeof idx, "%d", nk++);
+            BSON_APPEND_INT64(&killed, idx, id);
+        } else {
+            snprintf(idx, sizeof idx, "%d", nn++);
+            BSON_APPEND_INT64(&notfound, idx, id);
+        }
+    }
+    bson_append_array_end(reply, &killed);
+    BSON_APPEND_ARRAY(reply, "cursorsNotFound", &notfound);
+    bson_destroy(&notfound);
+    BSON_APPEND_ARRAY_BEGIN(reply, "cursorsAlive", &empty);
+    bson_append_array_end(reply, &empty);
+    BSON_APPEND_ARRAY_BEGIN(reply, "cursorsUnknown", &empty);
+    bson_append_array_end(reply, &empty);
 }
 
 bool curs_touch(curs_reg_t *r, int64_t id) {

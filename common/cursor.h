@@ -100,6 +100,11 @@ void curs_unpin(curs_reg_t *r, curs_t *c, bool done);
 /* killCursors for one id: true when it was open (destroyed now, or when its getMore
  * unpins it), false when unknown or already killed. */
 bool curs_kill(curs_reg_t *r, int64_t id);
+/* killCursors' work: kills each id ids iterates (the request's cursors array; at most
+ * MS_CURSORS_MAX; exact: a fractional number is no id and is skipped, else truncated) and
+ * appends MongoDB's reply lists to reply: cursorsKilled, cursorsNotFound, and cursorsAlive
+ * and cursorsUnknown, always empty (a pinned cursor is killed too). */
+void curs_kill_ids(curs_reg_t *r, bson_iter_t *ids, bool exact, bson_t *reply);
 /* Marks id used now (a relayed cursor's getMore went through); false when unknown. */
 bool curs_touch(curs_reg_t *r, int64_t id);
 /* Destroys cursors idle longer than idle_ms (never a pinned one); returns how many. */

@@ -292,35 +292,14 @@ int cfg_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
  * use by a getMore is killed too: marked, and freed when that getMore ends. */
 int cfg_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
-    bson_t ids, killed = BSON_INITIALIZER, notfound = BSON_INITIALIZER, empty = BSON_INITIALIZER;
+    bson_t ids;
     bson_iter_t it;
-    int nk = 0, nn = 0, rc = check_config_db(ctx, err);
-    if (rc) goto out;
-    if (!cfg_field_doc(ctx, "cursors", &ids) || !bson_iter_init(&it, &ids)) {
-        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "killCursors needs a cursors array");
-        goto out;
-    }
-    for (int i = 0; i < MS_CURSORS_MAX && bson_iter_next(&it); i++) {
-        int64_t id;
-        char idx[16];
-        if (!bsonx_as_int64_exact(&it, &id)) continue;
-        if (curs_kill(cfg->cursors, id)) {
-            snprintf(idx, sizeof idx, "%d", nk++);
-            BSON_APPEND_INT64(&killed, idx, id);
-        } else {
-            snprintf(idx, sizeof idx, "%d", nn++);
-            BSON_APPEND_INT64(&notfound, idx, id);
-        }
-    }
-    bson_append_array(reply, "cursorsKilled", -1, &killed);
-    bson_append_array(reply, "cursorsNotFound", -1, &notfound);
-    bson_append_array(reply, "cursorsAlive", -1, &empty);
-    bson_append_array(reply, "cursorsUnknown", -1, &empty);
-out:
-    bson_destroy(&killed);
-    bson_destroy(&notfound);
-    bson_destroy(&empty);
-    return rc;
+    int rc = check_config_db(ctx, err);
+    if (rc) return rc;
+    if (!cfg_field_doc(ctx, "cursors", &ids) || !bson_iter_init(&it, &ids))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "killCursors needs a cursors array");
+    curs_kill_ids(cfg->cursors, &it, true, reply);
+    return 0;
 }
 
 /* aggregate {aggregate: coll, pipeline, cursor: {batchSize}, explain, let, allowDiskUse}

@@ -860,36 +860,11 @@ int rt_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
     if (!strcmp(ctx->db, "config")) return cfg_kill_cursors(ctx, reply, err);
     bson_iter_t it, arr;
-    bson_t killed, notfound, empty;
-    (void)err;
     if (!bson_iter_init_find(&it, ctx->req, "cursors") || !bson_iter_recurse(&it, &arr))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "killCursors needs a cursors array");
-    BSON_APPEND_ARRAY_BEGIN(reply, "cursorsKilled", &killed);
-    int nk = 0, nn = 0;
-    bson_t nf_ids;
-    bson_init(&nf_ids);
-    for (int i = 0; i < MS_CURSORS_MAX && bson_iter_next(&arr); i++) {
-        int64_t id;
-        char idx[16];
-        if (!bsonx_as_int64(&arr, &id)) continue;
-        /* A cursor a getMore holds is killed too: freed (and its shard cursors killed)
-         * when that getMore ends, as mongos's ClusterCursorManager does. */
-        if (curs_kill(r->cursors->find, id)) {
-            snprintf(idx, sizeof idx, "%d", nk++);
-            BSON_APPEND_INT64(&killed, idx, id);
-        } else {
-            snprintf(idx, sizeof idx, "%d", nn++);
-            BSON_APPEND_INT64(&nf_ids, idx, id);
-        }
-    }
-    bson_append_array_end(reply, &killed);
-    bson_append_array(reply, "cursorsNotFound", -1, &nf_ids);
-    bson_destroy(&nf_ids);
-    (void)notfound;
-    BSON_APPEND_ARRAY_BEGIN(reply, "cursorsAlive", &empty);
-    bson_append_array_end(reply, &empty);
-    BSON_APPEND_ARRAY_BEGIN(reply, "cursorsUnknown", &empty);
-    bson_append_array_end(reply, &empty);
+    /* A cursor a getMore holds is killed too: freed (and its shard cursors killed) when
+     * that getMore ends, as mongos's ClusterCursorManager does. */
+    curs_kill_ids(r->cursors->find, &arr, false, reply);
     return 0;
 }
 

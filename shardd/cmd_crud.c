@@ -522,33 +522,11 @@ int cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 int cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     shardd_t *app = ctx->app;
     bson_iter_t it, ci;
-    bson_t killed, nf, alive, unknown;
-    int i = 0, j = 0;
-    char key[16];
     if (!BSON_ITER_HOLDS_UTF8(&ctx->arg))
         return err_set(err, MS_ERR_INVALID_NAMESPACE, "killCursors needs a collection name");
     if (!cmd_field(ctx, "cursors", &it) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &ci))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'killCursors.cursors' is missing");
-    BSON_APPEND_ARRAY_BEGIN(reply, "cursorsKilled", &killed);
-    bson_init(&nf);
-    while (bson_iter_next(&ci)) {
-        int64_t id;
-        if (!bsonx_as_int64(&ci, &id)) continue;
-        if (curs_kill(app->cursors, id)) {
-            snprintf(key, sizeof key, "%d", i++);
-            BSON_APPEND_INT64(&killed, key, id);
-        } else {
-            snprintf(key, sizeof key, "%d", j++);
-            BSON_APPEND_INT64(&nf, key, id);
-        }
-    }
-    bson_append_array_end(reply, &killed);
-    BSON_APPEND_ARRAY(reply, "cursorsNotFound", &nf);
-    bson_destroy(&nf);
-    BSON_APPEND_ARRAY_BEGIN(reply, "cursorsAlive", &alive);
-    bson_append_array_end(reply, &alive);
-    BSON_APPEND_ARRAY_BEGIN(reply, "cursorsUnknown", &unknown);
-    bson_append_array_end(reply, &unknown);
+    curs_kill_ids(app->cursors, &ci, false, reply);
     return 0;
 }
 

@@ -63,6 +63,13 @@ static int64_t add(curs_reg_t *r, const char *ns, uint32_t conn, size_t held,
     return id;
 }
 
+/* The number at a dotted path of doc; -1 when absent. */
+static int64_t at(const bson_t *doc, const char *path) {
+    bson_iter_t it;
+    if (!bson_iter_init(&it, doc) || !bson_iter_find_descendant(&it, path, &it)) return -1;
+    return bson_iter_as_int64(&it);
+}
+
 static void test_caps_per_connection_and_total(void) {
     curs_reg_t *r = reg_open(3, 5, 0, 60000);
     atomic_int destroyed = 0;
@@ -148,17 +155,12 @@ static void test_bytes_cap_counts_held_and_outside_bytes(void) {
     CHECK_INT(curs_bytes(r), 400);
     /* metrics: open, bytes, refusals and caps in common/cmd.h's shape. */
     bson_t m = BSON_INITIALIZER, cur;
-    bson_iter_t it;
     curs_metrics_begin(r, "bytesHeld", &m, &cur);
     bson_append_document_end(&m, &cur);
-    CHECK(bson_iter_init(&it, &m) && bson_iter_find_descendant(&it, "cursor.open.total", &it));
-    CHECK_INT(bson_iter_as_int64(&it), 1);
-    CHECK(bson_iter_init(&it, &m) && bson_iter_find_descendant(&it, "cursor.bytesHeld", &it));
-    CHECK_INT(bson_iter_as_int64(&it), 400);
-    CHECK(bson_iter_init(&it, &m) && bson_iter_find_descendant(&it, "cursor.refused.bytes", &it));
-    CHECK_INT(bson_iter_as_int64(&it), 2);
-    CHECK(bson_iter_init(&it, &m) && bson_iter_find_descendant(&it, "cursor.limits.bytes", &it));
-    CHECK_INT(bson_iter_as_int64(&it), 1000);
+    CHECK_INT(at(&m, "cursor.open.total"), 1);
+    CHECK_INT(at(&m, "cursor.bytesHeld"), 400);
+    CHECK_INT(at(&m, "cursor.refused.bytes"), 2);
+    CHECK_INT(at(&m, "cursor.limits.bytes"), 1000);
     bson_destroy(&m);
     curs_reg_free(r);
     CHECK_INT(destroyed, 2);
@@ -170,15 +172,13 @@ static void test_metrics_without_bytes_cap(void) {
     atomic_int destroyed = 0;
     ms_error_t e = {0};
     bson_t m = BSON_INITIALIZER, cur;
-    bson_iter_t it;
     CHECK(add(r, "db.c", 1, 1 << 30, &destroyed, &e) > 0);
     curs_metrics_begin(r, "bytesHeld", &m, &cur);
     bson_append_document_end(&m, &cur);
-    CHECK(!(bson_iter_init(&it, &m) && bson_iter_find_descendant(&it, "cursor.limits.bytes", &it)));
-    CHECK(!(bson_iter_init(&it, &m) &&
-            bson_iter_find_descendant(&it, "cursor.refused.bytes", &it)));
-    CHECK(bson_iter_init(&it, &m) && bson_iter_find_descendant(&it, "cursor.limits.total", &it));
-    CHECK_INT(bson_iter_as_int64(&it), 10);
+    CHECK_INT(at(&m, "cursor.limits.bytes"), -1);
+    CHECK_INT(at(&m, "cursor.refused.bytes"), -1);
+    CHECK_INT(at(&m, "cursor.limits.total"), 10);
+    CHECK_INT(at(&m, "cursor.bytesHeld"), 1 << 30);
     bson_destroy(&m);
     curs_reg_free(r);
     CHECK_INT(destroyed, 1);
@@ -235,6 +235,48 @@ static void test_kill_while_pinned(void) {
     CHECK(!curs_kill(r, 12345));
     curs_reg_free(r);
     CHECK_INT(destroyed, 1);
+}
+
+/* killCursors' lists: idle and pinned cursors killed, unknown ids not found; a fractional
+ * id is skipped when exact (the config server), truncated otherwise. */
+static void test_kill_ids_reply(void) {
+    curs_reg_t *r = reg_open(10, 10, 0, 60000);
+    atomic_int destroyed = 0;
+    ms_error_t e = {0};
+    curs_t *c = NULL;
+    int64_t idle = add(r, "db.c", 1, 0, &destroyed, &e);
+    int64_t pinned = add(r, "db.c", 1, 0, &destroyed, &e);
+    CHECK_INT(curs_pin(r, pinned, NULL, &c, &e), 0);
+    for (int exact = 1; exact >= 0; exact--) {
+        bson_t req = BSON_INITIALIZER, arr, reply = BSON_INITIALIZER;
+        bson_iter_t it, ids;
+        BSON_APPEND_ARRAY_BEGIN(&req, "cursors", &arr);
+        BSON_APPEND_INT64(&arr, "0", exact ? idle : 42);
+        BSON_APPEND_DOUBLE(&arr, "1", 7.5);
+        BSON_APPEND_INT64(&arr, "2", exact ? pinned : idle);
+        bson_append_array_end(&req, &arr);
+        CHECK(bson_iter_init_find(&it, &req, "cursors") && bson_iter_recurse(&it, &ids));
+        curs_kill_ids(r, &ids, exact, &reply);
+        if (exact) {
+            CHECK_INT(at(&reply, "cursorsKilled.0"), idle);
+            CHECK_INT(at(&reply, "cursorsKilled.1"), pinned);
+            CHECK_INT(at(&reply, "cursorsNotFound.0"), -1);   /* 7.5 is no id */
+        } else {
+            CHECK_INT(at(&reply, "cursorsKilled.0"), -1);
+            CHECK_INT(at(&reply, "cursorsNotFound.0"), 42);
+            CHECK_INT(at(&reply, "cursorsNotFound.1"), 7);
+            CHECK_INT(at(&reply, "cursorsNotFound.2"), idle);   /* already gone */
+        }
+        CHECK(bson_iter_init_find(&it, &reply, "cursorsAlive") && BSON_ITER_HOLDS_ARRAY(&it));
+        CHECK(bson_iter_init_find(&it, &reply, "cursorsUnknown") && BSON_ITER_HOLDS_ARRAY(&it));
+        CHECK_INT(at(&reply, "cursorsAlive.0"), -1);
+        bson_destroy(&req);
+        bson_destroy(&reply);
+    }
+    CHECK_INT(destroyed, 1);    /* the pinned one waits for its getMore */
+    curs_unpin(r, c, false);
+    CHECK_INT(destroyed, 2);
+    curs_reg_free(r);
 }
 
 static void test_idle_reap(void) {
@@ -407,5 +449,6 @@ static void test_threads_race(void) {
 
 T_MAIN(T_CASE(test_caps_per_connection_and_total), T_CASE(test_cap_messages_name_the_place),
        T_CASE(test_bytes_cap_counts_held_and_outside_bytes), T_CASE(test_metrics_without_bytes_cap),
-       T_CASE(test_pin_unpin), T_CASE(test_kill_while_pinned), T_CASE(test_idle_reap),
+       T_CASE(test_pin_unpin), T_CASE(test_kill_while_pinned), T_CASE(test_kill_ids_reply),
+       T_CASE(test_idle_reap),
        T_CASE(test_relayed_id), T_CASE(test_list_ns), T_CASE(test_threads_race))
