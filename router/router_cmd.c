@@ -121,7 +121,7 @@ const cmd_spec_t router_table[] = {
      .help = "drop the $db database: every collection on every shard, then its metadata"},
     CRUD("createIndexes", rt_cmd_create_indexes, CMD_WRITE | CMD_STRICT_FIELDS,
          {"indexes", CT_ARR, true}, CMD_CREATE_INDEXES_MORE_FIELDS),
-    CRUD("dropIndexes", rt_cmd_to_all_shards, CMD_WRITE | CMD_STRICT_FIELDS,
+    CRUD("dropIndexes", rt_cmd_drop_indexes, CMD_WRITE | CMD_STRICT_FIELDS,
          {"index", CT_ANY, false}, CMD_DROP_INDEXES_MORE_FIELDS),
     CRUD("listIndexes", rt_cmd_to_primary, CMD_STRICT_FIELDS, CMD_LIST_INDEXES_FIELDS),
     CRUD("collStats", rt_cmd_to_primary, 0, {NULL, 0, false}),
