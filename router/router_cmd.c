@@ -133,6 +133,12 @@ const cmd_spec_t router_table[] = {
      .flags = CMD_WRITE | CMD_NS_ARG | CMD_STRICT_FIELDS, .arg_types = CT_STR,
      .fields = {CMD_CREATE_MORE_FIELDS},
      .help = "created on the database's primary shard"},
+    {.name = "checkMetadataConsistency", .handler = rt_cmd_check_metadata_consistency,
+     .flags = CMD_STRICT_FIELDS, .arg_types = CT_NUM | CT_STR,
+     .fields = {{"checkIndexes", CT_FLAG, false}, {"cursor", CT_DOC, false},
+                {"dbMetadataLockMaxTimeMS", CT_NUM, false}},
+     .help = "sharding metadata inconsistencies of the cluster ($db admin), a database or a "
+             "collection, as a cursor (MongoDB 7.0)"},
     {.name = "flushRouterConfig", .handler = rt_cmd_flush_router_config,
      .help = "forget cached routing (a namespace, a database, or everything)"},
     /* Only what the config server serves today: configureCollectionBalancing and the
