@@ -123,5 +123,169 @@ def test_index_ddl_on_shard_without_chunks(t):
     assert check(A, checkIndexes=True) == []
 
 
+def of_type(found, ty):
+    return [f for f in found if f["type"] == ty]
+
+
+@test
+def test_check_metadata_consistency_shard_side(t):
+    cl, A, _ = setup(t, shards=3)
+    sh = [s.client() for s in cl.shards]
+    sharded_two_shards(A, "s")
+    A.ok({"insert": "s", "$db": DB, "documents": [{"_id": i, "x": i} for i in range(-5, 5)]})
+    A.ok({"insert": "u", "$db": DB, "documents": [{"_id": 1}]})     # unsharded, on shard0
+    A.ok({"enableSharding": "other", "primaryShard": "shard1", "$db": "admin"})
+    A.ok({"insert": "o", "$db": "other", "documents": [{"_id": 1}]})
+    # healthy: nothing at any level, with or without the index comparison
+    for ci in (False, True):
+        assert check(A, checkIndexes=ci) == []
+        assert check(A, DB, checkIndexes=ci) == []
+        assert check(A, DB, "s", checkIndexes=ci) == []
+        assert check(A, DB, "u", checkIndexes=ci) == []
+        assert check(A, "other", checkIndexes=ci) == []
+
+    # InconsistentIndex: an index built straight on shard1 only
+    sh[1].ok({"createIndexes": "s", "$db": DB, "indexes": [{"key": {"v": 1}, "name": "v_1"}]})
+    assert check(A, DB, "s") == []          # indexes are compared only with checkIndexes
+    found = check(A, DB, "s", checkIndexes=True)
+    assert types(found) == ["InconsistentIndex"], found
+    info = found[0]["details"]["info"]
+    assert found[0]["details"]["namespace"] == "app.s", found
+    assert info["indexName"] == "v_1" and info["missingFromShards"] == ["shard0"], info
+    assert info["inconsistentProperties"] == [], info
+    # the same name with another key on shard0: inconsistent properties
+    sh[0].ok({"createIndexes": "s", "$db": DB, "indexes": [{"key": {"v": -1}, "name": "v_1"}]})
+    found = check(A, DB, "s", checkIndexes=True)
+    assert types(found) == ["InconsistentIndex"], found
+    info = found[0]["details"]["info"]
+    assert info["missingFromShards"] == [], info
+    assert sorted(p["v"]["v"] for p in info["inconsistentProperties"] if p["k"] == "key") == [-1, 1], info
+    sh[0].ok({"dropIndexes": "s", "$db": DB, "index": "v_1"})
+    sh[1].ok({"dropIndexes": "s", "$db": DB, "index": "v_1"})
+    assert check(A, DB, "s", checkIndexes=True) == []
+
+    # MissingShardKeyIndex: shard1 (owns chunks) loses its shard-key index
+    sh[1].ok({"dropIndexes": "s", "$db": DB, "index": "x_1"})
+    found = check(A, DB, "s")
+    assert types(found) == ["MissingShardKeyIndex"], found
+    assert found[0]["details"] == {"namespace": "app.s", "shard": "shard1", "shardKey": {"x": 1}}, found
+    sh[1].ok({"createIndexes": "s", "$db": DB, "indexes": [{"key": {"x": 1}, "name": "x_1"}]})
+    assert check(A, DB, "s", checkIndexes=True) == []
+
+    # CollectionUUIDMismatch: shard2 owns nothing of app.s but holds one of its own
+    sh[2].ok({"create": "s", "$db": DB})
+    found = check(A, DB, "s")
+    assert types(found) == ["CollectionUUIDMismatch"], found
+    d = found[0]["details"]
+    assert d["shard"] == "shard2" and d["namespace"] == "app.s", d
+    local = sh[2].ok({"listCollections": 1, "$db": DB, "filter": {"name": "s"}})["cursor"]["firstBatch"][0]
+    assert d["localUUID"] == local["info"]["uuid"], (d, local)
+    cat = A.ok({"find": "collections", "$db": "config", "filter": {"_id": "app.s"}})["cursor"]["firstBatch"][0]
+    assert d["uuid"] == cat["uuid"] and d["uuid"] != d["localUUID"], (d, cat)
+    sh[2].ok({"drop": "s", "$db": DB})
+
+    # MisplacedCollection: an unsharded collection with data on a shard that is not primary
+    sh[2].ok({"insert": "stray", "$db": DB, "documents": [{"_id": 1}, {"_id": 2}]})
+    found = check(A, DB)
+    assert types(found) == ["MisplacedCollection"], found
+    d = found[0]["details"]
+    assert d["namespace"] == "app.stray" and d["shard"] == "shard2" and d["numDocs"] == 2, d
+    assert check(A, DB, "s") == []             # other collections are not looked at
+    assert check(A, "other") == []             # nor other databases
+    assert types(check(A)) == ["MisplacedCollection"]
+    sh[2].ok({"drop": "stray", "$db": DB})
+
+    # MissingLocalCollection: a shard that owns chunks lost its collection
+    sharded_two_shards(A, "m")
+    sh[1].ok({"drop": "m", "$db": DB})
+    found = check(A, DB, "m")
+    assert types(found) == ["MissingLocalCollection"], found
+    assert found[0]["details"]["shard"] == "shard1", found
+
+    # internal halves are refused through the router
+    A.err({"_configsvrCheckMetadataConsistency": 1, "$db": "admin"}, code=13)
+    A.err({"_shardsvrCheckMetadataConsistencyParticipant": DB, "primaryShard": "shard0",
+           "collections": [], "$db": "admin"}, code=13)
+    # bad levels
+    A.err({"checkMetadataConsistency": "s", "$db": "admin"}, code=73)
+    A.err({"checkMetadataConsistency": 1, "$db": DB, "bogus": 1})
+
+
+def bson_int_doc(field, value):
+    """{field: int32 value} as BSON bytes."""
+    body = b"\x10" + field.encode() + b"\x00" + struct.pack("<i", value)
+    return struct.pack("<i", len(body) + 5) + body + b"\x00"
+
+
+@test
+def test_check_metadata_consistency_catalog(t):
+    cl, A, _ = setup(t)
+    colls = ["g", "o", "mn", "mx", "mr", "ck", "z"]
+    for c in colls:
+        ns = DB + "." + c
+        A.ok({"shardCollection": ns, "key": {"x": 1}, "$db": "admin"})
+        A.ok({"split": ns, "middle": {"x": 0}, "$db": "admin"})
+        A.ok({"split": ns, "middle": {"x": 10}, "$db": "admin"})
+    A.ok({"addShardToZone": "shard0", "zone": "A", "$db": "admin"})
+    A.ok({"updateZoneKeyRange": DB + ".z", "min": {"x": 0}, "max": {"x": 10}, "zone": "A", "$db": "admin"})
+    A.ok({"updateZoneKeyRange": DB + ".z", "min": {"x": 20}, "max": {"x": 30}, "zone": "A", "$db": "admin"})
+    A.ok({"enableSharding": "gone", "primaryShard": "shard1", "$db": "admin"})
+    A.ok({"shardCollection": "gone.h", "key": {"x": 1}, "$db": "admin"})
+    assert check(A, checkIndexes=True) == []
+
+    # break the catalog while the config server is stopped
+    cl.config.stop()
+    db = sqlite3.connect(os.path.join(cl.config.dbpath, "config.db"))
+
+    def chunks(c):
+        return db.execute("SELECT id, min, max, min_enc, max_enc FROM chunks WHERE ns = ? ORDER BY min_enc",
+                          (DB + "." + c,)).fetchall()
+    g = chunks("g")
+    db.execute("DELETE FROM chunks WHERE id = ?", (g[1][0],))                    # gap [0, 10)
+    o = chunks("o")
+    db.execute("UPDATE chunks SET max = ?, max_enc = ? WHERE id = ?", (o[1][2], o[1][4], o[0][0]))
+    db.execute("DELETE FROM chunks WHERE id = ?", (chunks("mn")[0][0],))        # no MinKey
+    db.execute("DELETE FROM chunks WHERE id = ?", (chunks("mx")[2][0],))        # no MaxKey
+    db.execute("DELETE FROM chunks WHERE ns = ?", (DB + ".mr",))                # no routing table
+    db.execute("UPDATE chunks SET min = ? WHERE id = ?", (bson_int_doc("y", 0), chunks("ck")[1][0]))
+    z = db.execute("SELECT id, max, max_enc FROM tags WHERE ns = ? ORDER BY min_enc", (DB + ".z",)).fetchall()
+    db.execute("UPDATE tags SET max = ?, max_enc = ? WHERE id = ?", (z[1][1], z[1][2], z[0][0]))
+    db.execute("UPDATE tags SET min = ? WHERE id = ?", (bson_int_doc("y", 20), z[1][0]))
+    db.execute("DELETE FROM databases WHERE name = 'gone'")
+    db.commit()
+    db.close()
+    cl.config.start()
+
+    def one(c, ty):
+        found = check(A, DB, c)
+        assert types(found) == [ty], (c, found)
+        d = found[0]["details"]
+        assert d["namespace"] == DB + "." + c, d
+        return d
+    d = one("g", "RoutingTableRangeGap")
+    assert d["chunkA"]["max"] == {"x": 0} and d["chunkB"]["min"] == {"x": 10}, d
+    d = one("o", "RoutingTableRangeOverlap")
+    assert d["chunkA"]["max"] == {"x": 10} and d["chunkB"]["min"] == {"x": 0}, d
+    d = one("mn", "RoutingTableMissingMinKey")
+    assert d["minKeyObj"] == {"x": 0}, d
+    d = one("mx", "RoutingTableMissingMaxKey")
+    assert d["maxKeyObj"] == {"x": 10}, d
+    d = one("mr", "MissingRoutingTable")
+    assert "collectionUUID" in d, d
+    d = one("ck", "CorruptedChunkShardKey")
+    assert d["chunk"]["min"] == {"y": 0} and d["shardKeyPattern"] == {"x": 1}, d
+    found = check(A, DB, "z")
+    assert types(found) == ["CorruptedZoneShardKey", "ZonesRangeOverlap"], found
+    ov = of_type(found, "ZonesRangeOverlap")[0]["details"]
+    assert ov["zoneA"]["max"] == {"x": 30} and ov["zoneB"]["max"] == {"x": 30}, ov
+    # the database level lists all of them; the cluster level adds the hidden collection
+    assert len(check(A, DB)) == 8
+    found = check(A)
+    assert len(found) == 9, found
+    hidden = of_type(found, "HiddenShardedCollection")
+    assert len(hidden) == 1 and hidden[0]["details"]["namespace"] == "gone.h", hidden
+    assert hidden[0]["details"]["collection"]["key"] == {"x": 1}, hidden
+
+
 if __name__ == "__main__":
     main()
