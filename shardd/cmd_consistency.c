@@ -92,8 +92,10 @@ static int participant_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         for (int k = 0; k < a->ncolls && !cat; k++)
             if (strcmp(a->colls[k].ns, c->ns) == 0) cat = &a->colls[k];
         if (!cat) {
-            /* Unsharded: it belongs on the primary shard only. */
-            if (strcmp(a->me, a->primary) == 0) continue;
+            /* Unsharded: it belongs on the primary shard only (system collections are
+             * never sharded nor moved: MongoDB's isNamespaceAlwaysUnsharded). */
+            if (strcmp(a->me, a->primary) == 0 || strncmp(c->ns + strlen(a->db) + 1, "system.", 7) == 0)
+                continue;
             int64_t n = 0, bytes = 0;
             int rc = store_coll_stats(t, c, &n, &bytes, NULL, NULL, err);
             if (rc) return rc;
