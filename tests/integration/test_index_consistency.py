@@ -104,6 +104,34 @@ def test_stale_router_drop_indexes_reaches_every_owner(t):
 
 
 @test
+def test_stale_sharded_cache_index_ddl(t):
+    # B's cache says sharded, with an old placement: the donor answers StaleConfig and B
+    # re-targets to the new owner too
+    cl, A, B = setup(t, shards=3)
+    A.ok({"shardCollection": DB + ".f", "key": {"x": 1}, "$db": "admin"})
+    A.ok({"split": DB + ".f", "middle": {"x": 0}, "$db": "admin"})
+    assert B.find_all("f", DB, {}) == []          # B caches: every chunk on shard0
+    A.ok({"moveChunk": DB + ".f", "find": {"x": 0}, "to": "shard2", "_waitForDelete": True, "$db": "admin"})
+    r = B.ok({"createIndexes": "f", "$db": DB, "indexes": [{"key": {"x": 1, "u": 1}, "name": "x_u", "unique": True}]})
+    B.ok({"insert": "f", "$db": DB, "documents": [{"_id": 1, "x": 5, "u": 1}]})
+    dup_refused(B, "f", {"_id": 2, "x": 5, "u": 1})
+    assert shard_indexes(cl, 1, "f") == []        # shard1 never owned any: untouched
+    assert set(r["raw"].keys()) == {"shard0", "shard2"}, r
+    assert check(A, checkIndexes=True) == []
+    # dropped and re-created unsharded through A: B's cache still says sharded; the
+    # shards answer StaleConfig and B sends to the primary only, creating nothing on the
+    # other shards (no misplaced collections)
+    A.ok({"drop": "f", "$db": DB})
+    A.ok({"insert": "f", "$db": DB, "documents": [{"_id": 1, "x": 5, "u": 1}]})
+    B.ok({"createIndexes": "f", "$db": DB, "indexes": [{"key": {"u": 1}, "name": "u_1"}]})
+    assert "u_1" in shard_indexes(cl, 0, "f")
+    assert shard_indexes(cl, 1, "f") == [] and shard_indexes(cl, 2, "f") == []
+    assert check(A, checkIndexes=True) == []
+    B.ok({"dropIndexes": "f", "$db": DB, "index": "u_1"})
+    assert "u_1" not in shard_indexes(cl, 0, "f")
+
+
+@test
 def test_index_ddl_on_shard_without_chunks(t):
     # shard2 owns nothing and is not the primary: createIndexes does not create the
     # collection there; dropIndexes reaches a shard that gave its last chunk away.
