@@ -238,7 +238,14 @@ int cfg_cmd_check_metadata(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     int ndbs = 0, nshards = 0, nfound = 0, rc;
     bool check_indexes = cmd_flag(ctx, "checkIndexes", false);
     bson_t found = BSON_INITIALIZER;
-    if (cmd_field(ctx, "db", &it) && BSON_ITER_HOLDS_UTF8(&it)) db = bson_iter_utf8(&it, NULL);
+    if (cmd_field(ctx, "db", &it) && BSON_ITER_HOLDS_UTF8(&it)) {
+        uint32_t len = 0;
+        db = bson_iter_utf8(&it, &len);
+        if (len == 0 || len >= CAT_DB_NAME_BYTES_MAX || strlen(db) != len || strchr(db, '.')) {
+            rc = err_set(err, MS_ERR_INVALID_NAMESPACE, "checkMetadataConsistency: invalid database name");
+            goto out;
+        }
+    }
     if (cmd_field(ctx, "collection", &it) && BSON_ITER_HOLDS_UTF8(&it)) {
         only = bson_iter_utf8(&it, NULL);
         if ((rc = cfg_ns_split(only, onedb, sizeof onedb, NULL, err)) != 0) goto out;

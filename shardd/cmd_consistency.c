@@ -149,7 +149,9 @@ static int participant_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     for (int k = 0; k < a->ncolls; k++) {
         cm_coll_t *cat = &a->colls[k];
         bson_t d;
-        if (!cat->owned || cat->seen || (a->only && strcmp(cat->ns, a->only) != 0)) continue;
+        if (!cat->owned || cat->seen || !in_db(cat->ns, a->db) ||
+            (a->only && strcmp(cat->ns, a->only) != 0))
+            continue;
         bson_init(&d);
         BSON_APPEND_UTF8(&d, "namespace", cat->ns);
         append_uuid(&d, "uuid", cat->uuid);
