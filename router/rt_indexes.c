@@ -81,6 +81,11 @@ static void note_generation(idx_op_t *o, const rt_table_t *t) {
     o->gen_sharded = sharded;
     if (sharded) bson_oid_copy(&t->rt.epoch, &o->gen_epoch);
     o->ndone = 0;
+    /* what the old generation's shards answered is not this one's reply */
+    bson_reinit(&o->raw);
+    o->nraw = 0;
+    bson_reinit(&o->first);
+    o->have_first = o->first_is_primary = false;
 }
 
 /* Appends one request to shard `name` with shardVersion of shard index `idx` of t (-1:
