@@ -149,6 +149,16 @@ def test_index_ddl_on_shard_without_chunks(t):
     e = A.err({"createIndexes": "e", "$db": DB, "indexes": [{"key": {"y": 1}, "name": "y_1", "unique": True}]})
     assert e["code"] == 67, e
     assert check(A, checkIndexes=True) == []
+    # an index made while only shard0 owns chunks reaches a later owner with its first
+    # chunk (the recipient builds the donor's indexes), whether it held the collection
+    # already (shard1) or never had it (shard2)
+    A.ok({"createIndexes": "e", "$db": DB, "indexes": [{"key": {"w": 1}, "name": "w_1"}]})
+    assert "w_1" not in shard_indexes(cl, 1, "e") and shard_indexes(cl, 2, "e") == []
+    A.ok({"moveChunk": DB + ".e", "find": {"x": 0}, "to": "shard2", "_waitForDelete": True, "$db": "admin"})
+    assert "w_1" in shard_indexes(cl, 2, "e")
+    A.ok({"moveChunk": DB + ".e", "find": {"x": -1}, "to": "shard1", "_waitForDelete": True, "$db": "admin"})
+    assert "w_1" in shard_indexes(cl, 1, "e")
+    assert check(A, checkIndexes=True) == []
 
 
 def of_type(found, ty):
