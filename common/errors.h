@@ -80,6 +80,7 @@
     X(FAIL_POINT_ENABLED, 192, "FailPointEnabled")                  \
     X(CANNOT_BUILD_INDEX_KEYS, 201, "CannotBuildIndexKeys")         \
     X(INVALID_UUID, 207, "InvalidUUID")                             \
+    X(CANNOT_IMPLICITLY_CREATE_COLLECTION, 227, "CannotImplicitlyCreateCollection") \
     X(NOT_IMPLEMENTED, 238, "NotImplemented")                       \
     X(CANNOT_CREATE_COLLECTION, 242, "CannotCreateCollection")      \
     X(STALE_DB_VERSION, 249, "StaleDbVersion")                      \

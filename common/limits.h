@@ -521,4 +521,12 @@
 #define MS_HTTP_IDLE_MS_MAX 3600000
 #define MS_HTTP_CONNS_MAX 64
 
+/* checkMetadataConsistency (docs/protocol.md): the sharded collections of one database a
+ * check covers (the participant's request and its reply of index specs, up to
+ * MS_INDEXES_MAX per collection, must fit one message: 1,000 x 64 specs of ~100 bytes is
+ * ~6 MB), and the inconsistencies one reply lists (each well under 1 KB; more are counted
+ * and the reply says truncated). */
+#define MS_CHECK_METADATA_COLLS_MAX 1000
+#define MS_CHECK_METADATA_FOUND_MAX 10000
+
 #endif

@@ -566,6 +566,31 @@ int cat_chunk_set_est(cat_t *c, const char *ns, const uint8_t *min_enc, size_t m
 int cat_chunks_since(cat_t *c, const char *ns, const bal_chunk_t *chunks, int n,
                      int64_t *since_s, ms_error_t *err);
 
+/* ---- checkMetadataConsistency, the catalog's half (cat_consistency.c) ------------- */
+/* One sharded collection of the catalog as the shards' check needs it. */
+typedef struct cat_cm_coll {
+    char ns[MS_NS_BYTES_MAX + 1];
+    uint8_t uuid[16];
+    bson_t key;
+    char **owners;                /* shards that own chunks (cat_strv_free) */
+    int nowners;
+} cat_cm_coll_t;
+/* Appends {type, description, details} to the array found (counter *nfound); beyond
+ * MS_CHECK_METADATA_FOUND_MAX it only counts. Logs the type. */
+void cat_cm_add(bson_t *found, int *nfound, const char *type, const char *description,
+                const bson_t *details);
+void cat_cm_colls_free(cat_cm_coll_t *v, int n);   /* NULL-safe */
+/* Names of every database in config.databases (cat_strv_free). */
+int cat_cm_databases(cat_t *c, char ***names, int *n, ms_error_t *err);
+/* db NULL: the cluster-level catalog checks (HiddenShardedCollection). Else the sharded
+ * collections of db (only_ns: that one only): routing-table and zone checks appended to
+ * found, and the collections with their owners into *colls_out (caller frees; may be
+ * NULL). */
+int cat_cm_check(cat_t *c, const char *db, const char *only_ns, bson_t *found, int *nfound,
+                 cat_cm_coll_t **colls_out, int *ncolls_out, ms_error_t *err);
+/* _configsvrCheckMetadataConsistency (cmd_consistency.c). */
+int cfg_cmd_check_metadata(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+
 /* ---- failpoints (registered by cfg_register_failpoints, configsvr_cmd.c) ---------- */
 /* One named point at each step of a multi-step metadata operation where a crash or an
  * error must leave the catalog either without the change or with all of it, and a retry

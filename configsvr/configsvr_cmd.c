@@ -86,6 +86,11 @@ const cmd_spec_t cfg_cmd_table[] = {
     {.name = "_configsvrDropDatabase", .handler = cfg_cmd_drop_database,
      .flags = CMD_WRITE | CMD_INTERNAL, .arg_types = CT_STR,
      .help = "router: drop a database on every shard and from the catalog"},
+    {.name = "_configsvrCheckMetadataConsistency", .handler = cfg_cmd_check_metadata,
+     .flags = CMD_INTERNAL | CMD_STRICT_FIELDS, .arg_types = CT_NUM,
+     .fields = {{"db", CT_STR, false}, {"collection", CT_STR, false}, {"checkIndexes", CT_FLAG, false}},
+     .help = "router: checkMetadataConsistency of the cluster, a database or a collection "
+             "(cmd_consistency.c)"},
     {.name = "_configsvrDropCollection", .handler = cfg_cmd_drop_collection,
      .flags = CMD_WRITE | CMD_INTERNAL | CMD_FULL_NS_ARG, .arg_types = CT_STR,
      .help = "router: drop a collection on every shard, then its metadata"},

@@ -19,6 +19,8 @@
  *                 rt_dispatch; a retry re-sends only the ops not applied), findAndModify
  *   rt_admin.c    commands forwarded to the config server, drop, the internal-command
  *                 guard, config.mongos pings, serverStatus
+ *   rt_indexes.c  createIndexes / dropIndexes, versioned so every owning shard gets them
+ *   rt_consistency.c  checkMetadataConsistency
  *
  * Every request to a shard for a sharded collection carries shardVersion {e, t, v} =
  * the version of that shard's chunks in our cache; unsharded collections go to the
@@ -281,8 +283,6 @@ int rt_cmd_move(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_drop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_to_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
-int rt_cmd_to_all_shards(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
-int rt_cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* currentOp: every shard's, each entry tagged with its shard; silent shards in shardErrors. */
 int rt_cmd_current_op(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_internal(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
@@ -295,6 +295,13 @@ int rt_cmd_rename_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 bool rt_refuse_internal(const uint8_t *data, size_t len, bson_t *reply);
 void rt_status(void *app, bson_t *reply);
 int rt_pinger_start(router_t *r, ms_error_t *err);
+
+/* createIndexes / dropIndexes: versioned to every shard that owns chunks and the primary
+ * (unsharded: the primary with UNSHARDED + databaseVersion), stale retries (rt_indexes.c). */
+int rt_cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int rt_cmd_drop_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+/* checkMetadataConsistency: the config server's check, as a cursor (rt_consistency.c). */
+int rt_cmd_check_metadata_consistency(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 
 /* The table (router_cmd.c). */
 extern const cmd_spec_t router_table[];

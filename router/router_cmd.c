@@ -121,7 +121,7 @@ const cmd_spec_t router_table[] = {
      .help = "drop the $db database: every collection on every shard, then its metadata"},
     CRUD("createIndexes", rt_cmd_create_indexes, CMD_WRITE | CMD_STRICT_FIELDS,
          {"indexes", CT_ARR, true}, CMD_CREATE_INDEXES_MORE_FIELDS),
-    CRUD("dropIndexes", rt_cmd_to_all_shards, CMD_WRITE | CMD_STRICT_FIELDS,
+    CRUD("dropIndexes", rt_cmd_drop_indexes, CMD_WRITE | CMD_STRICT_FIELDS,
          {"index", CT_ANY, false}, CMD_DROP_INDEXES_MORE_FIELDS),
     CRUD("listIndexes", rt_cmd_to_primary, CMD_STRICT_FIELDS, CMD_LIST_INDEXES_FIELDS),
     CRUD("collStats", rt_cmd_to_primary, 0, {NULL, 0, false}),
@@ -133,6 +133,12 @@ const cmd_spec_t router_table[] = {
      .flags = CMD_WRITE | CMD_NS_ARG | CMD_STRICT_FIELDS, .arg_types = CT_STR,
      .fields = {CMD_CREATE_MORE_FIELDS},
      .help = "created on the database's primary shard"},
+    {.name = "checkMetadataConsistency", .handler = rt_cmd_check_metadata_consistency,
+     .flags = CMD_STRICT_FIELDS, .arg_types = CT_NUM | CT_STR,
+     .fields = {{"checkIndexes", CT_FLAG, false}, {"cursor", CT_DOC, false},
+                {"dbMetadataLockMaxTimeMS", CT_NUM, false}},
+     .help = "sharding metadata inconsistencies of the cluster ($db admin), a database or a "
+             "collection, as a cursor (MongoDB 7.0)"},
     {.name = "flushRouterConfig", .handler = rt_cmd_flush_router_config,
      .help = "forget cached routing (a namespace, a database, or everything)"},
     /* Only what the config server serves today: configureCollectionBalancing and the

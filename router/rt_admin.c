@@ -2,8 +2,8 @@
  * rt_admin.c — the router's non-CRUD commands, run by bin/router: admin and metadata
  * commands forwarded to the config server (addShard, shardCollection, split, ... as
  * mongos forwards them to the config primary), drop (sharded → _configsvrDropCollection,
- * unsharded → the primary shard), commands for a collection's primary shard or for every
- * shard (createIndexes on a sharded collection), the internal-command guard (MongoDB
+ * unsharded → the primary shard), commands for a collection's primary shard
+ * (createIndexes and dropIndexes: rt_indexes.c), the internal-command guard (MongoDB
  * refuses internal commands from clients: Unauthorized), the config.mongos pinger
  * (MongoDB's sharding uptime reporter, every 10 s), serverStatus.router, and the
  * scatter-gather listDatabases and dbStats.
@@ -296,44 +296,6 @@ int rt_cmd_to_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return rc;
 }
 
-/* Sharded collection: every shard (indexes must exist wherever chunks may go); else the
- * primary. The first shard's reply is returned; any failure fails the command. */
-int rt_cmd_to_all_shards(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
-    router_t *r = ctx->app;
-    char ns[RT_NAME_BYTES_MAX + MS_NS_BYTES_MAX + 2];
-    char names[MS_SHARDS_MAX][RT_NAME_BYTES_MAX];
-    rt_table_t *t = NULL;
-    rt_req_t reqs[MS_SHARDS_MAX];
-    ns_of(ctx, ns, sizeof ns);
-    int rc = rt_table_get(r, ns, &t, err);
-    if (rc) return rc;
-    bool sharded = t->sharded;
-    rt_table_release(t);
-    if (!sharded) return rt_cmd_to_primary(ctx, reply, err);
-    int n = rt_all_shards(r, names, MS_SHARDS_MAX, err);
-    if (n < 0) return -n;
-    for (int i = 0; i < n; i++) {
-        memset(&reqs[i], 0, sizeof reqs[i]);
-        memcpy(reqs[i].shard, names[i], sizeof reqs[i].shard);
-        bson_init(&reqs[i].cmd);
-        rt_copy_cmd(&reqs[i].cmd, ctx->req, NULL);
-    }
-    rt_send_all(r, reqs, n);
-    rc = 0;
-    for (int i = 0; i < n && !rc; i++) {
-        if (reqs[i].rc) {
-            *err = reqs[i].err;
-            rc = reqs[i].rc;
-        } else if (rt_reply_status(&reqs[i].reply, NULL) != 0) {
-            rc = relay(ctx, &reqs[i].reply, reply, err);
-            err_prefix(err, "shard %s", reqs[i].shard);
-        }
-    }
-    if (!rc && n > 0) rc = relay(ctx, &reqs[0].reply, reply, err);
-    for (int i = 0; i < n; i++) rt_req_clear(&reqs[i]);
-    return rc;
-}
-
 /* currentOp as mongos answers it: every shard's operations in progress (for minishard,
  * the migrations each takes part in), each tagged `shard: <name>`. A shard that does not
  * answer is named in shardErrors rather than failing the command: this is what people
@@ -398,29 +360,6 @@ int rt_cmd_current_op(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bson_destroy(&errs);
     for (int i = 0; i < n; i++) rt_req_clear(&reqs[i]);
     return 0;
-}
-
-/* createIndexes: on a sharded collection every unique index must be one its shard key
- * can keep unique (MongoDB 7.0, CannotCreateIndex 67). Checked here as well as on the
- * shards: a shard that owns no chunk of the collection does not know its shard key and
- * would build the index. Then as every command for all shards. */
-int rt_cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
-    router_t *r = ctx->app;
-    char ns[RT_NAME_BYTES_MAX + MS_NS_BYTES_MAX + 2];
-    rt_table_t *t = NULL;
-    bson_iter_t it, spec;
-    ns_of(ctx, ns, sizeof ns);
-    int rc = rt_table_get(r, ns, &t, err);
-    if (rc) return rc;
-    if (t->sharded && cmd_field(ctx, "indexes", &it) && BSON_ITER_HOLDS_ARRAY(&it) &&
-        bson_iter_recurse(&it, &spec))
-        while (rc == 0 && bson_iter_next(&spec)) {
-            bson_t doc;
-            if (bsonx_view_container(&spec, &doc))
-                rc = keys_unique_index_spec_check(&t->rt.pattern, &doc, err);
-        }
-    rt_table_release(t);
-    return rc ? rc : rt_cmd_to_all_shards(ctx, reply, err);
 }
 
 int rt_cmd_internal(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {

@@ -46,6 +46,7 @@ typedef struct ci_arg {
     int before, after, existed, n;
     bool exclusive_create;
     const uint8_t *uuid;           /* create the collection with this uuid (migration) */
+    bool no_create;                /* a sharded collection's: never created implicitly */
     int64_t ids[MS_INDEXES_MAX];   /* indexes this command builds */
     int nids;
 } ci_arg_t;
@@ -83,6 +84,13 @@ static int create_indexes_begin_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     bson_iter_t it = a->specs;
     int rc;
     a->n = a->existed = a->nids = 0;
+    /* A router's versioned createIndexes of a sharded collection reaches the primary shard
+     * even when it owns no chunk: without the collection here there is nothing to index,
+     * and creating it would give it a uuid of its own (MongoDB answers the same code; the
+     * router ignores it from a shard that owns no chunk). */
+    if (a->no_create && !store_coll_get(t, a->ns))
+        return err_set(err, MS_ERR_CANNOT_IMPLICITLY_CREATE_COLLECTION,
+                       "cannot implicitly create sharded collection %s on this shard", a->ns);
     if ((rc = store_coll_create(t, a->ns, a->uuid, &c, &a->created, err)) != 0) return rc;
     if (a->uuid && memcmp(c->uuid, a->uuid, 16) != 0) {
         /* An empty local collection made before this shard owned a chunk (createIndexes
@@ -141,13 +149,15 @@ static int build_step(shardd_t *app, cmd_ctx_t *guard, const char *ns, store_txn
     return guard ? shardd_ddl_guarded(guard, ns, fn, arg, err) : store_ddl(app->st, fn, arg, err);
 }
 
-int shardd_build_indexes(shardd_t *app, cmd_ctx_t *guard, const char *ns, const uint8_t *uuid,
-                         const bson_iter_t *specs, shardd_index_result_t *res, ms_error_t *err) {
+static int build_indexes(shardd_t *app, cmd_ctx_t *guard, const char *ns, const uint8_t *uuid,
+                         bool no_create, const bson_iter_t *specs, shardd_index_result_t *res,
+                         ms_error_t *err) {
     ci_arg_t a;
     int rc;
     memset(&a, 0, sizeof a);
     a.ns = ns;
     a.uuid = uuid;
+    a.no_create = no_create;
     a.specs = *specs;
     while ((rc = build_step(app, guard, ns, create_indexes_begin_fn, &a, err)) ==
            MS_ERR_INDEX_BUILD_ALREADY_IN_PROGRESS) {
@@ -174,16 +184,25 @@ int shardd_build_indexes(shardd_t *app, cmd_ctx_t *guard, const char *ns, const 
     return 0;
 }
 
+int shardd_build_indexes(shardd_t *app, cmd_ctx_t *guard, const char *ns, const uint8_t *uuid,
+                         const bson_iter_t *specs, shardd_index_result_t *res, ms_error_t *err) {
+    return build_indexes(app, guard, ns, uuid, false, specs, res, err);
+}
+
 int cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     shardd_t *app = ctx->app;
     char ns[MS_NS_BYTES_MAX + 8];
     shardd_index_result_t res;
+    shv_filter_t *own = NULL;
     bson_iter_t it, specs;
     int rc;
-    if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, NULL, err)) != 0) return rc;
+    /* A snapshot comes back only for a sharded collection's versioned request. */
+    if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, &own, err)) != 0) return rc;
+    bool sharded = own != NULL;
+    shv_filter_release(own);
     if (!cmd_field(ctx, "indexes", &it) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &specs))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'createIndexes.indexes' is missing");
-    if ((rc = shardd_build_indexes(app, ctx, ns, NULL, &specs, &res, err)) != 0) return rc;
+    if ((rc = build_indexes(app, ctx, ns, NULL, sharded, &specs, &res, err)) != 0) return rc;
     if ((rc = fp_eval(FP_AFTER_INDEX_BUILD_COMMIT, err)) != 0) return rc;
     BSON_APPEND_INT32(reply, "numIndexesBefore", res.before);
     BSON_APPEND_INT32(reply, "numIndexesAfter", res.after);

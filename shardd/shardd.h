@@ -589,6 +589,8 @@ int cmd_current_op(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_add_shard(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_shardsvr_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_flush_routing(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+/* checkMetadataConsistency's participant (cmd_consistency.c). */
+int cmd_check_metadata_participant(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* _flushDatabaseCacheUpdates {_flushDatabaseCacheUpdates: db}: forget the database's
  * cached version and primary (movePrimary's commit); the next versioned request refreshes. */
 int cmd_flush_db_cache(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);

@@ -158,6 +158,11 @@ const cmd_spec_t shardd_cmd_table[] = {
      .flags = CMD_STRICT_FIELDS | CMD_INTERNAL, .arg_types = CT_STR,
      .fields = {F("syncFromConfig", CT_BOOL)},
      .help = "refresh this shard's filtering metadata of a namespace"},
+    {.name = "_shardsvrCheckMetadataConsistencyParticipant", .handler = cmd_check_metadata_participant,
+     .flags = CMD_STRICT_FIELDS | CMD_INTERNAL | CMD_DB_ARG, .arg_types = CT_STR,
+     .fields = {REQ("primaryShard", CT_STR), REQ("collections", CT_ARR), F("collection", CT_STR)},
+     .help = "checkMetadataConsistency's shard half: this shard's catalog against the config "
+             "server's for one database (cmd_consistency.c)"},
     {.name = "_flushDatabaseCacheUpdates", .handler = cmd_flush_db_cache,
      .flags = CMD_STRICT_FIELDS | CMD_INTERNAL, .arg_types = CT_STR,
      .fields = {F("syncFromConfig", CT_BOOL)},
