@@ -425,6 +425,7 @@ int cfg_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bson_t ids, killed = BSON_INITIALIZER, notfound = BSON_INITIALIZER, alive = BSON_INITIALIZER;
     bson_iter_t it;
     int nk = 0, nn = 0, na = 0, rc = check_config_db(ctx, err);
+    if (rc == 0) rc = cmd_check_cursor_ids(ctx, err);
     if (rc) goto out;
     if (!cfg_field_doc(ctx, "cursors", &ids) || !bson_iter_init(&it, &ids)) {
         rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "killCursors needs a cursors array");

@@ -1026,6 +1026,8 @@ int rt_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     (void)err;
     if (!bson_iter_init_find(&it, ctx->req, "cursors") || !bson_iter_recurse(&it, &arr))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "killCursors needs a cursors array");
+    int rc = cmd_check_cursor_ids(ctx, err);
+    if (rc) return rc;
     BSON_APPEND_ARRAY_BEGIN(reply, "cursorsKilled", &killed);
     int nk = 0, nn = 0;
     bson_t nf_ids;
