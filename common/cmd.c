@@ -5,8 +5,9 @@
  * Dispatch mirrors what mongod/mongos do before a command's run(): the message size
  * limit (maxMessageSizeBytes), BSON validation, command lookup by the first key
  * (CommandNotFound), test-only commands hidden unless enabled (as MongoDB hides
- * configureFailPoint without enableTestCommands), then the IDL-style field checks
- * (TypeMismatch, or FailedToParse for a missing required field). The failCommand
+ * configureFailPoint without enableTestCommands), a repeated top-level key (Location40413),
+ * then the IDL-style field checks (TypeMismatch, or FailedToParse for a missing required
+ * field). The failCommand
  * failpoint is evaluated here, as in MongoDB's ServiceEntryPoint, so a test can make
  * any command fail. Every error reply is logged on one line with the command name.
  */
@@ -75,6 +76,22 @@ bool cmd_flag(const cmd_ctx_t *ctx, const char *name, bool dflt) {
     bson_iter_t it;
     if (!cmd_field(ctx, name, &it)) return dflt;
     return bsonx_truthy(&it);
+}
+
+int cmd_check_cursor_ids(const cmd_ctx_t *ctx, ms_error_t *err) {
+    bson_iter_t it, ids;
+    if (!cmd_field(ctx, "cursors", &it) || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &ids))
+        return 0;
+    for (int i = 0; bson_iter_next(&ids); i++) {
+        bson_type_t t = bson_iter_type(&ids);
+        if (t == BSON_TYPE_INT64 || t == BSON_TYPE_INT32) continue;
+        log_warn("killCursors refused: cursor id %d of type %s", i, bsonx_type_name(t));
+        return err_set(err, MS_ERR_TYPE_MISMATCH,
+                       "BSON field '%s.cursors.%d' is the wrong type '%s', expected type 'long'",
+                       ctx->spec ? ctx->spec->name : "killCursors", i, bsonx_type_name(t));
+    }
+    return 0;
 }
 
 /* ---- lookup ---------------------------------------------------------------------- */
@@ -230,6 +247,46 @@ static int cmd_check_names(const cmd_ctx_t *ctx, ms_error_t *err) {
         return val_coll_name(ctx->db, s, len, false, err);
     }
     return 0;
+}
+
+/* A command document whose top-level key repeats is refused (MongoDB's IDL parser:
+ * IDLDuplicateField 40413 "BSON field 'find.filter' is a duplicate field"), whatever the
+ * command and transport: two values for one field would leave it to each reader (a
+ * lookup takes the first, a copy keeps both and the peer takes its first) which one
+ * counts — a shard and the router it serves could act on different ones. The keys are
+ * sorted (bounded by MS_CMD_TOP_FIELDS_MAX), so a wide document costs n log n. */
+static int cmd_key_cmp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static int cmd_check_unique_keys(const char *cmd, const bson_t *req, ms_error_t *err) {
+    const char *small[64], **keys = small;
+    bson_iter_t it;
+    int n = 0, rc = 0;
+    char shown[CMD_NAME_SHOWN_MAX + 1];
+    if (!bson_iter_init(&it, req)) return 0;
+    while (bson_iter_next(&it)) n++;
+    if (n <= 1) return 0;
+    if (n > MS_CMD_TOP_FIELDS_MAX)
+        return err_set(err, MS_ERR_BAD_VALUE,
+                       "command %s has %d top-level fields; at most %d are accepted", cmd, n,
+                       MS_CMD_TOP_FIELDS_MAX);
+    if ((size_t)n > sizeof small / sizeof small[0] && !(keys = malloc((size_t)n * sizeof *keys)))
+        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "out of memory checking %s's fields",
+                       cmd);
+    n = 0;
+    bson_iter_init(&it, req);
+    while (bson_iter_next(&it)) keys[n++] = bson_iter_key(&it);
+    qsort(keys, (size_t)n, sizeof *keys, cmd_key_cmp);
+    for (int i = 1; i < n; i++)
+        if (strcmp(keys[i - 1], keys[i]) == 0) {
+            cmd_printable(shown, sizeof shown, keys[i]);
+            rc = err_set(err, MS_ERR_IDL_DUPLICATE_FIELD,
+                         "BSON field '%s.%s' is a duplicate field", cmd, shown);
+            break;
+        }
+    if (keys != small) free(keys);
+    return rc;
 }
 
 /* ---- sessions, transactions, read and write concerns ---------------------------- */
@@ -414,6 +471,7 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
     ctx.name = ctx.spec->name;
     ctr = cmd_counter_of(s, ctx.spec);
     atomic_fetch_add(&ctr->total, 1);
+    if ((rc = cmd_check_unique_keys(ctx.name, &req, &err)) != 0) goto out;
     if ((rc = cmd_check_fields(&ctx, &err)) != 0) goto out;
     if (bson_iter_init_find(&it, &req, "$db")) {
         if (!BSON_ITER_HOLDS_UTF8(&it)) {

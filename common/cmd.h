@@ -255,6 +255,11 @@ void cmd_error_reply(bson_t *reply, const ms_error_t *err);
 bool cmd_field(const cmd_ctx_t *ctx, const char *name, bson_iter_t *out);
 /* Field as bool flag (absent → dflt). */
 bool cmd_flag(const cmd_ctx_t *ctx, const char *name, bool dflt);
+/* killCursors' `cursors`: every element an int32 or int64 (MongoDB's array<long>), else
+ * TypeMismatch "BSON field 'killCursors.cursors.N' is the wrong type 'T', expected type
+ * 'long'" — an id that is not an integer cannot name a cursor, and was skipped silently.
+ * 0 when the field is absent or not an array (the handler's own checks answer that). */
+int cmd_check_cursor_ids(const cmd_ctx_t *ctx, ms_error_t *err);
 
 /* serverStatus `metrics.cursor` of a daemon: MongoDB's shape (`open: {total}`) plus what
  * minishard caps — bytes the cursors hold, refusals per cap, and the caps themselves. A

@@ -94,6 +94,7 @@
     X(DUPLICATE_KEY, 11000, "DuplicateKey")                         \
     X(STALE_CONFIG, 13388, "StaleConfig")                           \
     X(IDL_UNKNOWN_FIELD, 40415, "Location40415")                    \
+    X(IDL_DUPLICATE_FIELD, 40413, "Location40413")                  \
     X(IDL_VALUE_TOO_LOW, 51024, "Location51024")                    \
     X(LOC_NO_SHARD_KEY_IN_QUERY, 51260, "Location51260")            \
     X(LOC_NO_CHUNK_WITH_BOUNDS, 51261, "Location51261")             \

@@ -960,6 +960,45 @@ out:
     return rc;
 }
 
+/* True when the value at it is an array or a document holding one at any depth
+ * (bounded: BSON nesting is capped by the validator). */
+static bool holds_array(const bson_iter_t *it, int depth) {
+    bson_iter_t sub;
+    if (BSON_ITER_HOLDS_ARRAY(it)) return true;
+    if (!BSON_ITER_HOLDS_DOCUMENT(it) || depth > MS_MSG_DEPTH_MAX || !bson_iter_recurse(it, &sub))
+        return false;
+    while (bson_iter_next(&sub))
+        if (holds_array(&sub, depth + 1)) return true;
+    return false;
+}
+
+int keys_split_point_check(const keys_pattern_t *p, const bson_t *point, ms_error_t *err) {
+    bson_iter_t it;
+    int i = 0;
+    if (!bson_iter_init(&it, point)) return err_set(err, MS_ERR_BAD_VALUE, "bad split key document");
+    while (bson_iter_next(&it)) {
+        const char *why = NULL;
+        bson_type_t t = bson_iter_type(&it);
+        if (holds_array(&it, 0)) why = "a shard key value cannot be or contain an array";
+        else if (i < p->nfields && p->hashed[i] && t != BSON_TYPE_INT64 &&
+                 t != BSON_TYPE_MINKEY && t != BSON_TYPE_MAXKEY)
+            why = "a hashed field's split value must be a NumberLong (a hash)";
+        if (why) {
+            char *pt = bson_as_relaxed_extended_json(point, NULL);
+            char *kp = bson_as_relaxed_extended_json(&p->spec, NULL);
+            int rc = err_set(err, MS_ERR_BAD_VALUE,
+                             "new split key %.200s is not valid for shard key pattern %.200s: "
+                             "%s (field '%s')", pt ? pt : "?", kp ? kp : "?", why,
+                             bson_iter_key(&it));
+            bson_free(pt);
+            bson_free(kp);
+            return rc;
+        }
+        i++;
+    }
+    return 0;
+}
+
 void keys_global_min(const keys_pattern_t *p, bson_t *dst) {
     for (int i = 0; i < p->nfields; i++) bson_append_minkey(dst, p->fields[i], -1);
 }

@@ -94,6 +94,14 @@ int keys_extract(const keys_pattern_t *p, const bson_t *doc, bson_t *key_doc, bu
 int keys_encode_bound(const keys_pattern_t *p, const bson_t *key_doc, buf_t *enc,
                       ms_error_t *err);
 
+/* A split point given in pattern order (as keys_encode_bound takes it) that some document
+ * can fall into (MongoDB's ShardKeyPattern::isShardKey): no field's value is an array or
+ * holds one (a document's shard key never does: keys_extract refuses arrays), and a
+ * hashed field's value is a NumberLong (what keys_extract stores for it; MinKey and MaxKey
+ * pass, the callers' bound checks refuse them). BadValue "new split key ... is not valid
+ * for shard key pattern ..." otherwise. */
+int keys_split_point_check(const keys_pattern_t *p, const bson_t *point, ms_error_t *err);
+
 /* Builds {f1: MinKey, f2: MinKey...} / MaxKey bounds for a pattern (dst initialised). */
 void keys_global_min(const keys_pattern_t *p, bson_t *dst);
 void keys_global_max(const keys_pattern_t *p, bson_t *dst);

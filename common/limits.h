@@ -138,6 +138,11 @@
  * its hard limit keeps above the storage limit, so what was stored can always be read back. */
 #define MS_MSG_DEPTH_MAX (MS_DOC_DEPTH_MAX + 20)
 
+/* Top-level fields of one command document. Dispatch refuses a repeated key (common/cmd.c)
+ * by sorting the keys, which needs one slot per field; a command has a few dozen options,
+ * so 10,000 is far beyond any real one and bounds that work at ~160 KB per request. */
+#define MS_CMD_TOP_FIELDS_MAX 10000
+
 /* log_str(): per-thread buffers (values in one log call) and bytes of one logged value;
  * a longer value is cut, the line stays one line. */
 #define MS_LOG_STR_SLOTS 8

@@ -223,8 +223,12 @@ static wire_rc_t wire_decode_msg(const uint8_t *msg, size_t len, wire_request_t 
         err_set(err, MS_ERR_INVALID_BSON, "OP_MSG body has an invalid length");
         return WIRE_ERROR;
     }
-    /* bson_iter stops at the first malformed element: a lookup never reads past the body. */
+    /* bson_iter stops at the first malformed element: a lookup never reads past the body.
+     * A $db it did not reach may lie behind a corrupt element: the body is validated then,
+     * so that the answer is InvalidBSON, as on the NNG port (dispatch validates the rest). */
     if (!bson_has_field(&body_doc, "$db")) {
+        bson_t whole;
+        if (bsonx_view(body, body_len, &whole, err) != 0) return WIRE_ERROR;
         err_set(err, MS_ERR_LOC_OPMSG_NO_DB, "OP_MSG requests require a $db argument");
         return WIRE_ERROR;
     }

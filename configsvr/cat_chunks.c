@@ -345,7 +345,8 @@ static int split_locked(cat_t *c, const char *ns, const bson_t *min, const bson_
     pts = calloc((size_t)n, sizeof *pts);
     ASSERT(pts);
     for (int i = 0; i < n; i++) {
-        rc = keys_encode_bound(&p, points[i], &pts[i], err);
+        rc = keys_split_point_check(&p, points[i], err);
+        if (rc == 0) rc = keys_encode_bound(&p, points[i], &pts[i], err);
         if (rc) {
             err_prefix(err, "split key %d", i);
             goto out;

@@ -295,6 +295,7 @@ int cfg_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bson_t ids;
     bson_iter_t it;
     int rc = check_config_db(ctx, err);
+    if (rc == 0) rc = cmd_check_cursor_ids(ctx, err);
     if (rc) return rc;
     if (!cfg_field_doc(ctx, "cursors", &ids) || !bson_iter_init(&it, &ids))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "killCursors needs a cursors array");

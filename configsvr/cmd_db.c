@@ -129,6 +129,15 @@ int cfg_cmd_drop_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bool existed = false;
     int rc;
     cfg_ddl_guard_t g;
+    /* The config database's collections are the catalog itself (and were never on the
+     * shards): dropping one would send `drop` to every shard's config database and
+     * delete a collection entry that does not exist. MongoDB refuses DDL there too. */
+    if (strncmp(ns, "config.", 7) == 0) {
+        log_warn("dropCollection refused ns=%s reason=config", log_str(ns));
+        return err_set(err, MS_ERR_ILLEGAL_OPERATION,
+                       "cannot drop %s: the config database's collections hold the cluster's "
+                       "metadata", ns);
+    }
     if ((rc = cfg_ddl_lock_coll(cfg, ns, "dropCollection", &g, err)) != 0) return rc;
     rc = drop_collection(cfg, ns, &existed, err);
     cfg_ddl_unlock(&g);

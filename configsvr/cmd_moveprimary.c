@@ -15,7 +15,9 @@
  * the switch (_shardsvrMovePrimaryEnterCriticalSection / ExitCriticalSection, shardd
  * critsec.c): writes to the unsharded collections wait there and then get
  * StaleDbVersion, so the router retries them on the new primary; the clone sees a
- * frozen database and no acknowledged write is lost. Every error path leaves the section.
+ * frozen database and no acknowledged write is lost. Every error path leaves the section
+ * and, before the switch, drops what it copied to the new primary (the collection whose
+ * copy failed included): the old primary keeps the database, whole.
  */
 #include <stdio.h>
 #include <string.h>
@@ -213,6 +215,24 @@ static void flush_db(cfg_t *cfg, const char *shard, const char *db) {
     bson_destroy(&cmd);
 }
 
+/* Drops the copy of db.coll a failed movePrimary made on shard `to` (best effort: logged;
+ * a copy left behind is dropped by the next movePrimary to that shard before it copies). */
+static void drop_copy(cfg_t *cfg, const char *to, const char *db, const char *coll) {
+    bson_t cmd = BSON_INITIALIZER, rep;
+    ms_error_t e = {0};
+    BSON_APPEND_UTF8(&cmd, "drop", coll);
+    BSON_APPEND_UTF8(&cmd, "$db", db);
+    int rc = cfg_shard_command(cfg, to, &cmd, CFG_SHARD_CMD_TIMEOUT_MS, &rep, &e);
+    if (rc == 0) bson_destroy(&rep);
+    if (rc == 0 || rc == MS_ERR_NAMESPACE_NOT_FOUND)
+        log_info("movePrimary copy removed db=%s coll=%s shard=%s", log_str(db), log_str(coll),
+                 log_str(to));
+    else
+        log_warn("movePrimary copy not removed db=%s coll=%s shard=%s code=%d errmsg=%s",
+                 log_str(db), log_str(coll), log_str(to), rc, log_str(e.msg));
+    bson_destroy(&cmd);
+}
+
 /* Enters or leaves the database critical section on shard. */
 static int db_crit(cfg_t *cfg, const char *shard, const char *db, bool enter, ms_error_t *err) {
     bson_t cmd = BSON_INITIALIZER, rep;
@@ -242,7 +262,7 @@ int cfg_cmd_move_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     char **sharded = NULL, **moved = NULL;
     int nsharded = 0, nmoved = 0, rc;
     int64_t docs = 0;
-    bool draining = false, in_crit = false;
+    bool draining = false, in_crit = false, committed = false;
     bson_t cmd = BSON_INITIALIZER, rep, batch;
     bool have_rep = false;
     bson_iter_t it;
@@ -325,12 +345,11 @@ int cfg_cmd_move_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
                              MS_MOVE_PRIMARY_COLLS_MAX);
                 break;
             }
+            /* Listed before the copy: a copy cut short is removed with the others. */
+            moved[nmoved] = strdup(name);
+            ASSERT(moved[nmoved]);
+            nmoved++;
             rc = clone_coll(cfg, db, name, &entry, from, to, &docs, err);
-            if (rc == 0) {
-                moved[nmoved] = strdup(name);
-                ASSERT(moved[nmoved]);
-                nmoved++;
-            }
         }
     if (rc) goto out;
     if ((rc = fp_eval(CFG_FP_HANG_BEFORE_MOVE_PRIMARY_SWITCH, err)) != 0) goto out;
@@ -340,6 +359,7 @@ int cfg_cmd_move_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
      * waiting there get StaleDbVersion and the router sends them to the new primary. */
     rc = cat_db_set_primary(cfg->cat, db, from, to, err);
     if (rc) goto out;
+    committed = true;
     flush_db(cfg, from, db);
     flush_db(cfg, to, db);
     in_crit = false;
@@ -363,6 +383,11 @@ int cfg_cmd_move_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
              log_str(from), log_str(to), nmoved, (long long)docs);
     BSON_APPEND_UTF8(reply, "primary", to);
 out:
+    /* Failed before the switch: the old primary keeps the database, so what we copied to
+     * the target goes (MongoDB's coordinator drops the cloned collections on abort), or
+     * the target would list the database and hold documents nobody routes to. */
+    if (!committed)
+        for (int i = 0; i < nmoved; i++) drop_copy(cfg, to, db, moved[i]);
     if (in_crit) db_crit_leave(cfg, from, db);
     cfg_ddl_unlock(&g);
     if (have_rep) bson_destroy(&rep);

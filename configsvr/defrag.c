@@ -43,6 +43,21 @@
 
 /* ---- configureCollectionBalancing ---------------------------------------------------------- */
 
+/* A number as the error reply shows it ("nan", "inf", "1e+308", "0.5"). */
+static void num_text(const bson_iter_t *it, char *buf, size_t cap) {
+    double d = 0;
+    if (BSON_ITER_HOLDS_DECIMAL128(it)) {
+        bson_decimal128_t dec;
+        char s[BSON_DECIMAL128_STRING];
+        bson_iter_decimal128(it, &dec);
+        bson_decimal128_to_string(&dec, s);
+        snprintf(buf, cap, "%s", s);
+        return;
+    }
+    bsonx_as_double(it, &d);
+    snprintf(buf, cap, "%g", d);
+}
+
 int cfg_cmd_configure_collection_balancing(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
     const char *ns = cfg_arg_str(ctx);
@@ -54,7 +69,17 @@ int cfg_cmd_configure_collection_balancing(cmd_ctx_t *ctx, bson_t *reply, ms_err
         return err_set(err, MS_ERR_INVALID_NAMESPACE, "Invalid namespace specified '%s'", ns);
     if (cmd_field(ctx, "chunkSize", &it)) {
         int64_t v = 0;
-        bsonx_as_int64(&it, &v);
+        /* A whole number of MB: NaN, an infinity, 1e308 or 0.5 would truncate to 0 (back to
+         * the default) or wrap; they are refused like -1, not read as something else. */
+        if (!bsonx_as_int64_exact(&it, &v)) {
+            char shown[64];
+            num_text(&it, shown, sizeof shown);
+            log_warn("configureCollectionBalancing refused ns=%s chunkSize=%s", log_str(ns),
+                     log_str(shown));
+            return err_set(err, MS_ERR_INVALID_OPTIONS,
+                           "Chunk size '%s' out of range [1MB, 1GB]: not a whole number of MB",
+                           shown);
+        }
         /* MongoDB: 0 = back to the cluster default; else 1 MB .. 1 GB, InvalidOptions. */
         if (v < 0 || v > MS_COLL_CHUNK_SIZE_MB_MAX)
             return err_set(err, MS_ERR_INVALID_OPTIONS, "Chunk size '%lld' out of range [1MB, 1GB]",

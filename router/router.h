@@ -59,6 +59,10 @@
  * sinceVersion), as after flushRouterConfig; with data {rotateShards: true} the fresh
  * table numbers its shards differently from the one it replaces (rt_cache.c). */
 #define RT_FP_FORCE_FULL_REFRESH "forceFullRoutingRefresh"
+/* Rounds of rt_table_get (look in the cache, else refresh): a refresh of its own always
+ * yields a table, so more than one round is needed only when another thread's refresh it
+ * waited for was discarded by an invalidation; past this it answers StaleConfig. */
+#define RT_TABLE_GET_ROUNDS_MAX 8
 /* Shard names and database names (config.shards _id, config.databases _id). */
 #define RT_NAME_BYTES_MAX RTABLE_NAME_BYTES_MAX
 
@@ -93,6 +97,9 @@ typedef struct router {
     /* serverStatus.router counters */
     atomic_uint_fast64_t stale_retries, refreshes, targeted_ops, scatter_ops;
     atomic_uint_fast64_t stale_db_retries, db_refreshes;
+    /* refreshes whose table an invalidation kept out of the cache (handed to their caller
+     * only: rt_cache.c) */
+    atomic_uint_fast64_t refreshes_discarded;
     /* the config.mongos pinger */
     pthread_t pinger;
     bool pinger_running;

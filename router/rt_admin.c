@@ -403,6 +403,8 @@ void rt_status(void *app, bson_t *reply) {
     BSON_APPEND_INT64(&d, "staleDbVersionRetries", (int64_t)atomic_load(&r->stale_db_retries));
     BSON_APPEND_INT64(&d, "databaseRefreshes", (int64_t)atomic_load(&r->db_refreshes));
     BSON_APPEND_INT64(&d, "routingTableRefreshes", (int64_t)atomic_load(&r->refreshes));
+    BSON_APPEND_INT64(&d, "routingTableRefreshesDiscarded",
+                      (int64_t)atomic_load(&r->refreshes_discarded));
     BSON_APPEND_INT64(&d, "targetedOps", (int64_t)atomic_load(&r->targeted_ops));
     BSON_APPEND_INT64(&d, "scatterGatherOps", (int64_t)atomic_load(&r->scatter_ops));
     BSON_APPEND_INT32(&d, "openCursors", rt_cursors_count(r));

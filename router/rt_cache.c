@@ -16,6 +16,7 @@
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "common/mem.h"
+#include "common/opctx.h"
 #include "common/rpc.h"
 #include "router/router.h"
 
@@ -173,13 +174,23 @@ static rt_coll_entry_t *coll_entry(router_t *r, const char *ns) {
     return e;
 }
 
-/* One refresh per namespace at a time. force: refresh even when a table is cached. */
-static int refresh(router_t *r, const char *ns, const rt_table_t *seen, ms_error_t *err) {
+/* One refresh per namespace at a time. seen: the table a stale answer was built from
+ * (NULL: refresh whatever is cached). got (may be NULL): on success, a reference to a
+ * table this caller may route with (caller releases; NULL when none), which is the table
+ * installed, or — when an invalidation (a split, merge or move run through this router)
+ * discarded our result while we fetched — the table we fetched anyway: it is as recent as
+ * the config server was when we asked, and any shard it is too old for answers
+ * StaleConfig, which the caller retries. Without that, a router whose own metadata
+ * commands keep invalidating the table could never hand one out. */
+static int refresh(router_t *r, const char *ns, const rt_table_t *seen, rt_table_t **got,
+                   ms_error_t *err) {
     rt_table_t *base = NULL, *fresh = NULL;
     uint64_t inval;
+    if (got) *got = NULL;
     pthread_mutex_lock(&r->mu);
     rt_coll_entry_t *e = coll_entry(r, ns);
     if (e->table && seen && e->table != seen) {   /* someone refreshed already */
+        if (got) *got = table_ref(e->table);
         pthread_mutex_unlock(&r->mu);
         return 0;
     }
@@ -191,6 +202,8 @@ static int refresh(router_t *r, const char *ns, const rt_table_t *seen, ms_error
         while (e->refreshing && e->seq == seq)
             if (pthread_cond_timedwait(&r->cv, &r->mu, &dl) != 0) break;
         bool done = e->seq != seq;
+        /* Installed by that refresh (NULL when an invalidation discarded its result). */
+        if (done && got) *got = table_ref(e->table);
         pthread_mutex_unlock(&r->mu);
         return done ? 0 : err_set(err, MS_ERR_NETWORK_TIMEOUT,
                                   "timed out waiting for the routing table of %s", ns);
@@ -216,11 +229,14 @@ static int refresh(router_t *r, const char *ns, const rt_table_t *seen, ms_error
         }
     }
     pthread_mutex_lock(&r->mu);
-    if (rc == 0 && e->invalidations == inval) {
+    bool discarded = rc == 0 && e->invalidations != inval;
+    if (rc == 0 && !discarded) {
         rt_table_release(e->table);
         e->table = fresh;
         fresh = NULL;
     }
+    if (rc == 0 && got) *got = table_ref(discarded ? fresh : e->table);
+    if (discarded) atomic_fetch_add(&r->refreshes_discarded, 1);
     e->refreshing = false;
     e->seq++;
     pthread_cond_broadcast(&r->cv);
@@ -236,23 +252,30 @@ static int refresh(router_t *r, const char *ns, const rt_table_t *seen, ms_error
 }
 
 int rt_table_get(router_t *r, const char *ns, rt_table_t **out, ms_error_t *err) {
-    for (int tries = 0; tries < 3; tries++) {
+    /* A refresh of our own always hands us a table; only waiting for another thread's
+     * refresh that an invalidation discarded comes back empty, so a few rounds suffice.
+     * The operation's deadline bounds them too (op_check). */
+    for (int tries = 0; tries < RT_TABLE_GET_ROUNDS_MAX; tries++) {
+        rt_table_t *t = NULL;
+        int rc;
+        if (tries > 0 && (rc = op_check(err)) != 0) return rc;
         pthread_mutex_lock(&r->mu);
-        rt_coll_entry_t *e = coll_entry(r, ns);
-        rt_table_t *t = table_ref(e->table);
+        t = table_ref(coll_entry(r, ns)->table);
         pthread_mutex_unlock(&r->mu);
+        if (!t && (rc = refresh(r, ns, NULL, &t, err)) != 0) return rc;
         if (t) {
             *out = t;
             return 0;
         }
-        int rc = refresh(r, ns, NULL, err);
-        if (rc) return rc;
     }
-    return err_set(err, MS_ERR_INTERNAL, "routing table of %s keeps being invalidated", ns);
+    /* The StaleConfig family, as mongos when its retries run out: the client may retry. */
+    return err_set(err, MS_ERR_STALE_CONFIG,
+                   "routing table of %s was invalidated during each of %d refreshes", ns,
+                   RT_TABLE_GET_ROUNDS_MAX);
 }
 
 int rt_table_refresh(router_t *r, const char *ns, const rt_table_t *seen, ms_error_t *err) {
-    return refresh(r, ns, seen, err);
+    return refresh(r, ns, seen, NULL, err);
 }
 
 void rt_table_invalidate(router_t *r, const char *ns) {

@@ -864,6 +864,8 @@ int rt_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "killCursors needs a cursors array");
     /* A cursor a getMore holds is killed too: freed (and its shard cursors killed) when
      * that getMore ends, as mongos's ClusterCursorManager does. */
+    int rc = cmd_check_cursor_ids(ctx, err);
+    if (rc) return rc;
     curs_kill_ids(r->cursors->find, &arr, false, reply);
     return 0;
 }

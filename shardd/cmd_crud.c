@@ -526,6 +526,8 @@ int cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         return err_set(err, MS_ERR_INVALID_NAMESPACE, "killCursors needs a collection name");
     if (!cmd_field(ctx, "cursors", &it) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &ci))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'killCursors.cursors' is missing");
+    int rc = cmd_check_cursor_ids(ctx, err);
+    if (rc) return rc;
     curs_kill_ids(app->cursors, &ci, false, reply);
     return 0;
 }

@@ -317,12 +317,15 @@ static shv_db_t *db_get(shv_t *s, const char *db, size_t len) {
     return d;
 }
 
-/* "db.coll" forgets the collection's metadata and its database's entry (a drop or
- * dropDatabase: the database may come back with another version and primary); "db"
- * forgets only the database entry. */
+/* "db.coll" forgets the collection's metadata only; "db" forgets the database entry
+ * (dropDatabase, movePrimary's _flushDatabaseCacheUpdates: the database may come back
+ * with another version and primary). A collection's drop, rename or shardCollection
+ * changes neither the database's version nor its primary (MongoDB clears only the
+ * collection's CollectionShardingRuntime then): forgetting the entry there too made
+ * every write to the database's unsharded collections depend on reaching the config
+ * server again, so a shard cut off from it refused them all. */
 void shv_invalidate(shv_t *s, const char *ns) {
     const char *dot = strchr(ns, '.');
-    size_t dblen = dot ? (size_t)(dot - ns) : strlen(ns);
     pthread_mutex_lock(&s->mu);
     if (dot) {
         shv_entry_t *e = entry_get(s, ns);
@@ -330,10 +333,11 @@ void shv_invalidate(shv_t *s, const char *ns) {
         e->snap = NULL;
         e->state = SHV_UNKNOWN;
         e->invalidations++;
+    } else {
+        shv_db_t *d = db_get(s, ns, strlen(ns));
+        d->state = SHV_DB_UNKNOWN;
+        d->invalidations++;
     }
-    shv_db_t *d = db_get(s, ns, dblen);
-    d->state = SHV_DB_UNKNOWN;
-    d->invalidations++;
     pthread_mutex_unlock(&s->mu);
     log_info("filtering metadata invalidated ns=%s", log_str(ns));
 }
@@ -394,9 +398,10 @@ static int fetch_table(shv_t *s, const char *ns, shv_filter_t *base, shv_filter_
         bson_init(&cmd);
         BSON_APPEND_UTF8(&cmd, "getRoutingTable", ns);
         if (base && round == 0) append_snap_version(&cmd, "sinceVersion", base, true);
-        /* rpc_call, not rpc_command: the reply is ours whenever the call succeeds, so
-         * NamespaceNotSharded and other {ok: 0} answers are read without ambiguity. */
-        rc = rpc_call(cli, &cmd, SHV_REFRESH_TIMEOUT_MS, &reply, err);
+        /* rpc_call_op, not rpc_command: the reply is ours whenever the call succeeds, so
+         * NamespaceNotSharded and other {ok: 0} answers are read without ambiguity. The
+         * request's maxTimeMS bounds it when shorter (MaxTimeMSExpired). */
+        rc = rpc_call_op(cli, &cmd, SHV_REFRESH_TIMEOUT_MS, &reply, err);
         bson_destroy(&cmd);
         if (rc) {
             err_prefix(err, "refreshing filtering metadata of %s from %s", ns, url);
@@ -535,7 +540,7 @@ static int fetch_db(shv_t *s, const char *db, bool *found, shv_dbv_t *v, char *p
     pthread_mutex_unlock(&s->mu);
     if ((rc = rpc_peer(url, &cli, err)) != 0) return rc;
     rtable_db_find_cmd(&cmd, db);
-    rc = rpc_call(cli, &cmd, SHV_REFRESH_TIMEOUT_MS, &reply, err);
+    rc = rpc_call_op(cli, &cmd, SHV_REFRESH_TIMEOUT_MS, &reply, err);
     bson_destroy(&cmd);
     if (rc) {
         err_prefix(err, "refreshing database %s from %s", db, url);

@@ -72,8 +72,9 @@ const keys_pattern_t *shv_filter_pattern(const shv_filter_t *f);
 shv_filter_t *shv_filter_ref(shv_filter_t *f);   /* another reference (cursors) */
 void shv_filter_release(shv_filter_t *f);        /* NULL-safe */
 
-/* Drops the cached metadata of ns (after a drop, or _flushRoutingTableCacheUpdates);
- * the next versioned request refreshes it. */
+/* Drops the cached metadata of ns ("db.coll": after a drop, rename or shardCollection;
+ * the database entry stays) or of a database ("db": dropDatabase,
+ * _flushDatabaseCacheUpdates); the next versioned request refreshes it. */
 void shv_invalidate(shv_t *s, const char *ns);
 /* Refreshes ns from the config server now (_flushRoutingTableCacheUpdates). */
 int shv_refresh(shv_t *s, const char *ns, ms_error_t *err);

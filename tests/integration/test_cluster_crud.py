@@ -31,7 +31,7 @@ COLLS = {
     "h": {"key": {"k": "hashed"}, "fields": ["k"], "splits": []},
     "ha": {"key": {"a": "hashed", "b": 1}, "fields": ["a", "b"], "splits": []},
     "ah": {"key": {"a": 1, "b": "hashed"}, "fields": ["a", "b"],
-           "splits": [{"a": 2, "b": 0}, {"a": 4, "b": 0}]},
+           "splits": [{"a": 2, "b": {"$numberLong": "0"}}, {"a": 4, "b": {"$numberLong": "0"}}]},  # a hashed value is a NumberLong
 }
 WORDS = ["ant", "bee", "cat", "dog", "eel", "fox", "gnu", "hen", "ibis", "jay"]
 

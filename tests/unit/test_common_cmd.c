@@ -812,8 +812,49 @@ static void cmd_intercept(void) {
     cmd_server_stop(s);
 }
 
+/* A repeated top-level key is refused before the handler (Location40413); a document
+ * with more than MS_CMD_TOP_FIELDS_MAX fields is BadValue; wide documents of distinct
+ * keys pass (the sort, not a pairwise scan). */
+static void cmd_repeated_keys(void) {
+    cmd_server_t *s = start(t_url("cmd_dupkeys"), true);
+    bson_t cmd = BSON_INITIALIZER, r = BSON_INITIALIZER;
+    BSON_APPEND_INT32(&cmd, "ping", 1);
+    BSON_APPEND_INT32(&cmd, "comment", 1);
+    BSON_APPEND_INT32(&cmd, "comment", 2);
+    cmd_dispatch(s, bson_get_data(&cmd), cmd.len, &r);
+    EXPECT_ERR(r, MS_ERR_IDL_DUPLICATE_FIELD);
+    CHECK_STR(get_str(&r, "errmsg"), "BSON field 'ping.comment' is a duplicate field");
+    bson_reinit(&cmd);
+    bson_reinit(&r);
+    BSON_APPEND_INT32(&cmd, "ping", 1);
+    for (int i = 0; i < 2000; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "x%d", i);
+        BSON_APPEND_INT32(&cmd, k, i);
+    }
+    cmd_dispatch(s, bson_get_data(&cmd), cmd.len, &r);
+    CHECK(ok_is(&r, 1.0));
+    BSON_APPEND_INT32(&cmd, "x1999", 0);   /* the last key repeats one far before it */
+    bson_reinit(&r);
+    cmd_dispatch(s, bson_get_data(&cmd), cmd.len, &r);
+    EXPECT_ERR(r, MS_ERR_IDL_DUPLICATE_FIELD);
+    bson_reinit(&cmd);
+    bson_reinit(&r);
+    BSON_APPEND_INT32(&cmd, "ping", 1);
+    for (int i = 0; i < MS_CMD_TOP_FIELDS_MAX; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "y%d", i);
+        BSON_APPEND_INT32(&cmd, k, i);
+    }
+    cmd_dispatch(s, bson_get_data(&cmd), cmd.len, &r);
+    EXPECT_ERR(r, MS_ERR_BAD_VALUE);
+    bson_destroy(&r);
+    bson_destroy(&cmd);
+    cmd_server_stop(s);
+}
+
 T_MAIN(T_CASE(cmd_common_commands), T_CASE(cmd_unknown_command), T_CASE(cmd_field_checks),
        T_CASE(cmd_test_only_hidden), T_CASE(cmd_error_fields), T_CASE(cmd_error_logged),
        T_CASE(cmd_size_limits), T_CASE(cmd_garbage), T_CASE(cmd_dispatch_direct), T_CASE(cmd_strict_fields), T_CASE(cmd_strict_doc),
        T_CASE(cmd_fail_command), T_CASE(cmd_intercept), T_CASE(cmd_half_built_reply),
-       T_CASE(cmd_session_args))
+       T_CASE(cmd_session_args), T_CASE(cmd_repeated_keys))

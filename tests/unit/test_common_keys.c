@@ -1113,8 +1113,40 @@ static void test_hex(void) {
     bson_free(h);
 }
 
+/* Split points no document can fall into (MongoDB's ShardKeyPattern::isShardKey). */
+static int split_check_json(const keys_pattern_t *p, const char *json) {
+    bson_t doc;
+    bson_error_t berr;
+    ms_error_t err = {0};
+    if (!bson_init_from_json(&doc, json, -1, &berr)) {
+        t_fail(__FILE__, __LINE__, "bad json %s", json);
+        return -1;
+    }
+    int rc = keys_split_point_check(p, &doc, &err);
+    if (rc) CHECK(strstr(err.msg, "is not valid for shard key pattern") != NULL);
+    bson_destroy(&doc);
+    return rc;
+}
+
+static void test_split_point_check(void) {
+    keys_pattern_t p;
+    ms_error_t err = {0};
+    CHECK_INT(parse_json_pattern("{\"a\": 1, \"h\": \"hashed\"}", &p, &err), 0);
+    CHECK_INT(split_check_json(&p, "{\"a\": 5, \"h\": {\"$numberLong\": \"-7\"}}"), 0);
+    CHECK_INT(split_check_json(&p, "{\"a\": {\"x\": \"y\"}, \"h\": {\"$minKey\": 1}}"), 0);
+    CHECK_INT(split_check_json(&p, "{\"a\": [5], \"h\": {\"$numberLong\": \"1\"}}"), MS_ERR_BAD_VALUE);
+    CHECK_INT(split_check_json(&p, "{\"a\": {\"x\": {\"y\": []}}, \"h\": {\"$numberLong\": \"1\"}}"),
+              MS_ERR_BAD_VALUE);
+    CHECK_INT(split_check_json(&p, "{\"a\": 5, \"h\": 1}"), MS_ERR_BAD_VALUE);      /* int32 */
+    CHECK_INT(split_check_json(&p, "{\"a\": 5, \"h\": 1.0}"), MS_ERR_BAD_VALUE);    /* double */
+    CHECK_INT(split_check_json(&p, "{\"a\": 5, \"h\": \"s\"}"), MS_ERR_BAD_VALUE);
+    CHECK_INT(split_check_json(&p, "{\"a\": 5, \"h\": null}"), MS_ERR_BAD_VALUE);
+    keys_pattern_free(&p);
+}
+
 T_MAIN(T_CASE(test_order_table), T_CASE(test_strings_with_nuls), T_CASE(test_decimal_refused),
        T_CASE(test_number_layout), T_CASE(test_round_trip_table), T_CASE(test_decode_garbage),
        T_CASE(test_property_pairs), T_CASE(test_property_compound), T_CASE(test_md5_vectors),
        T_CASE(test_hash_vector), T_CASE(test_pattern_parse), T_CASE(test_extract),
-       T_CASE(test_bounds), T_CASE(test_shard_key_size_limit), T_CASE(test_hex))
+       T_CASE(test_bounds), T_CASE(test_shard_key_size_limit), T_CASE(test_hex),
+       T_CASE(test_split_point_check))

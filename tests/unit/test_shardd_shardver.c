@@ -528,9 +528,14 @@ static void test_database_versions(void) {
     CHECK(bson_iter_init_find(&it, &info, "db") && !strcmp(bson_iter_utf8(&it, NULL), "db"));
     CHECK(bson_iter_init_find(&it, &info, "vReceived"));
     CHECK(bson_iter_init_find(&it, &info, "vWanted"));
-    /* dropped and re-created elsewhere; the shard's drop forgets the entry */
-    fx_db(true, "s1", 0xB2, 60, 1);
+    /* a collection's drop (or rename, shardCollection) keeps the database entry: no
+     * refresh, so no dependence on the config server for the other collections' writes */
     shv_invalidate(s, "db.c");
+    CHECK_INT(check_db(s, 0xA1, 50, 1, &info), 0);
+    CHECK_INT(fx.db_calls, 1);
+    /* dropped and re-created elsewhere; the shard's dropDatabase forgets the entry */
+    fx_db(true, "s1", 0xB2, 60, 1);
+    shv_invalidate(s, "db");
     CHECK_INT(check_db(s, 0xA1, 50, 1, &info), MS_ERR_STALE_DB_VERSION);
     CHECK_INT(fx.db_calls, 2);
     /* the new version, but s0 is not its primary */
