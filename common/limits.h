@@ -516,4 +516,10 @@
 #define MS_HTTP_IDLE_MS_MAX 3600000
 #define MS_HTTP_CONNS_MAX 64
 
+/* Shard-key ranges one multi-write statement may name in $_shardKeyRanges (common/krange.h):
+ * the router sends at most one per chunk of the ranges it retries (adjacent ones merged),
+ * so this is reached only past 100,000 chunks in one retry; with keys of tens of bytes it
+ * keeps the field at a few MB, well inside MS_MSG_BYTES_MAX. */
+#define MS_SHARD_KEY_RANGES_MAX 100000
+
 #endif

@@ -38,6 +38,7 @@
 #include "common/bounds.h"
 #include "common/bsonx.h"
 #include "common/expr.h"
+#include "common/krange.h"
 #include "common/log.h"
 #include "common/opctx.h"
 #include "common/update.h"
@@ -63,6 +64,10 @@ typedef struct wop {
     bson_t *extra;         /* the shard's writeError fields beyond index/code/codeName/errmsg
                             * (DuplicateKey's keyPattern, keyValue): caller owns, freed with
                             * the batch; NULL when there are none */
+    bool multi;            /* update multi: true / delete limit: 0 */
+    struct mwrite *mw;     /* a multi op on a sharded collection: the key ranges it still has
+                            * to write (see mwrite_t); caller owns, freed with the batch;
+                            * NULL until it is first targeted with a sharded table */
 } wop_t;
 
 /* The shard names one command has met, in the order met; an index here never changes
@@ -419,15 +424,247 @@ static int target_op(const rt_table_t *t, enum wkind k, const wop_t *op, uint64_
     return 0;
 }
 
-/* Targets op with w's table: its name set minus the shards that applied it already. */
+/* ---- multi-writes: exactly once across a migration commit -------------------------------
+ * (docs/versioning-and-routing.md "Multi-document writes across a migration".) A multi
+ * op on a sharded collection keeps the part of the key space it still has to write, as
+ * pieces [lo, hi) of encoded shard keys (common/krange.h), each assigned to the shard that
+ * owns it in the table the op was last targeted with. At first the pieces are the chunks
+ * the filter may touch. A shard that applies its part (accepting the shardVersion sent,
+ * it owned exactly those pieces, under its writer lock) has its pieces removed; a shard
+ * that answers StaleConfig keeps them, and with the refreshed table they are cut again at
+ * the new chunk boundaries and go to their new owners. Once any part was applied, every
+ * statement sent carries $_shardKeyRanges = the pieces of the shard it goes to, so the
+ * new owner of a moved range writes that range and nothing it had written already. Until
+ * then a statement goes as the client wrote it: a shard's own ownership filter is then
+ * exactly its pieces (the pieces cover every key the filter can match). */
+
+typedef struct mpiece {
+    krange_t r;            /* encoded keys; an empty bound is unbounded */
+    int bit;               /* name bit of the shard owning it in the table of mwrite.gen */
+} mpiece_t;
+
+typedef struct mwrite {
+    mpiece_t *p;           /* sorted, disjoint; caller owns */
+    int n, cap;
+    bool applied;          /* a shard applied part of it: sends are narrowed from now on */
+    rtable_version_t genv; /* the generation (epoch, timestamp) the keys are encoded in */
+} mwrite_t;
+
+static void mw_clear(mwrite_t *mw) {
+    for (int i = 0; i < mw->n; i++) {
+        buf_free(&mw->p[i].r.lo);
+        buf_free(&mw->p[i].r.hi);
+    }
+    mw->n = 0;
+}
+
+static void mw_free(mwrite_t *mw) {
+    if (!mw) return;
+    mw_clear(mw);
+    free(mw->p);
+    free(mw);
+}
+
+/* Appends [lo, hi) for bit, merged into the last piece when that one is the same shard's
+ * and ends where this one starts. */
+static void mw_add(mwrite_t *mw, const uint8_t *lo, size_t lolen, const uint8_t *hi,
+                   size_t hilen, int bit) {
+    if (mw->n > 0) {
+        mpiece_t *l = &mw->p[mw->n - 1];
+        if (l->bit == bit && l->r.hi.len > 0 && l->r.hi.len == lolen &&
+            memcmp(l->r.hi.data, lo, lolen) == 0) {
+            buf_reset(&l->r.hi);
+            buf_put(&l->r.hi, hi, hilen);
+            return;
+        }
+    }
+    if (mw->n == mw->cap) {
+        mw->cap = mw->cap ? mw->cap * 2 : 4;
+        mw->p = xrealloc(mw->p, (size_t)mw->cap * sizeof *mw->p);
+    }
+    mpiece_t *q = &mw->p[mw->n++];
+    memset(q, 0, sizeof *q);
+    buf_put(&q->r.lo, lo, lolen);
+    buf_put(&q->r.hi, hi, hilen);
+    q->bit = bit;
+}
+
+/* The start of chunk i of t as a piece bound (the first chunk: unbounded), and its end
+ * (the next chunk's start; the last chunk: unbounded) — what rtable_find decides by. */
+static const buf_t *chunk_lo(const rtable_t *rt, int i) {
+    static const buf_t none = {0};
+    return i == 0 ? &none : &rt->chunks[i].min;
+}
+
+static const buf_t *chunk_hi(const rtable_t *rt, int i) {
+    static const buf_t none = {0};
+    return i + 1 >= rt->nchunks ? &none : &rt->chunks[i + 1].min;
+}
+
+/* The pieces of a new multi op: the chunks of w's table the filter q may touch. */
+static int mw_start(mwrite_t *mw, const wtarget_t *w, const bson_t *q, ms_error_t *err) {
+    const rtable_t *rt = &w->t->rt;
+    bool *marks = calloc((size_t)rt->nchunks + 1, sizeof *marks);
+    ASSERT(marks);
+    mw_clear(mw);
+    mw->applied = false;
+    rtable_coll_version(rt, &mw->genv);
+    int rc = rt_target_chunks(w->t, q, marks, err);
+    for (int i = 0; rc == 0 && i < rt->nchunks; i++) {
+        if (!marks[i]) continue;
+        const buf_t *lo = chunk_lo(rt, i), *hi = chunk_hi(rt, i);
+        mw_add(mw, lo->data, lo->len, hi->data, hi->len, w->bit_of[rt->chunks[i].shard]);
+    }
+    free(marks);
+    return rc;
+}
+
+/* Cuts the pieces at w's table's chunk boundaries and assigns each to its owner there. */
+static void mw_recut(mwrite_t *mw, const wtarget_t *w) {
+    const rtable_t *rt = &w->t->rt;
+    mwrite_t old = *mw;
+    mw->p = NULL;
+    mw->n = mw->cap = 0;
+    for (int k = 0; k < old.n; k++) {
+        const buf_t *plo = &old.p[k].r.lo, *phi = &old.p[k].r.hi;
+        int start = plo->len ? rtable_find(rt, plo->data, plo->len) : 0;
+        for (int i = start; i < rt->nchunks; i++) {
+            const buf_t *lo = i == start ? plo : chunk_lo(rt, i);
+            const buf_t *chi = chunk_hi(rt, i), *hi = chi;
+            bool last = chi->len == 0;
+            if (phi->len && (chi->len == 0 ||
+                             rtable_bytes_cmp(chi->data, chi->len, phi->data, phi->len) >= 0)) {
+                hi = phi;       /* the piece ends inside (or at the end of) chunk i */
+                last = true;
+            }
+            mw_add(mw, lo->data, lo->len, hi->data, hi->len, w->bit_of[rt->chunks[i].shard]);
+            if (last) break;
+        }
+    }
+    mw_clear(&old);
+    free(old.p);
+}
+
+/* rtable_same_generation on the generation fields alone. */
+static bool same_gen(const rtable_version_t *a, const rtable_t *rt) {
+    rtable_version_t v;
+    rtable_coll_version(rt, &v);
+    return rtable_same_generation(a, &v);
+}
+
+/* Targets a multi op with w's (sharded) table: its pieces cut and assigned there, *out =
+ * the name bits of their owners. A collection dropped and re-created (or resharded)
+ * after part of the op was applied cannot be finished in the same key space:
+ * ConflictingOperationInProgress for the rest (what was written stays written). */
+static int mw_target(const wtarget_t *w, wop_t *op, uint64_t *out, ms_error_t *err) {
+    bson_t doc, q;
+    op_view(op, &doc);
+    if (!get_sub(&doc, "q", &q))   /* target_op refused it first */
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "multi-write op needs a q document");
+    if (!op->mw) {
+        op->mw = calloc(1, sizeof *op->mw);
+        ASSERT(op->mw);
+    }
+    mwrite_t *mw = op->mw;
+    int rc = 0;
+    if (mw->n == 0 && !mw->applied) {
+        rc = mw_start(mw, w, &q, err);
+    } else if (!same_gen(&mw->genv, &w->t->rt)) {
+        if (mw->applied)
+            return err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                           "the collection was dropped, re-created or resharded while this "
+                           "multi-write ran; it was applied to part of the collection only");
+        rc = mw_start(mw, w, &q, err);
+    } else {
+        mw_recut(mw, w);
+    }
+    if (rc) return rc;
+    *out = 0;
+    for (int i = 0; i < mw->n; i++) *out |= 1ull << mw->p[i].bit;
+    return 0;
+}
+
+/* The pieces of bit were applied by their shard: gone from what is left. */
+static void mw_applied(mwrite_t *mw, int bit) {
+    int j = 0;
+    mw->applied = true;
+    for (int i = 0; i < mw->n; i++) {
+        if (mw->p[i].bit == bit) {
+            buf_free(&mw->p[i].r.lo);
+            buf_free(&mw->p[i].r.hi);
+        } else {
+            mw->p[j++] = mw->p[i];
+        }
+    }
+    mw->n = j;
+}
+
+/* How many pieces of bit a narrowed statement would name. */
+static int mw_count(const mwrite_t *mw, int bit) {
+    int c = 0;
+    for (int i = 0; i < mw->n; i++) c += mw->p[i].bit == bit;
+    return c;
+}
+
+/* The op's statement for the shard of bit: as the client wrote it, or once part of it was
+ * applied with $_shardKeyRanges = that shard's pieces. Appends it as key of arr. */
+static void append_statement(bson_t *arr, const char *key, const wop_t *op, int bit) {
+    bson_t od, nd, ra;
+    char idx[16];
+    int n = 0;
+    op_view(op, &od);
+    if (!op->mw || !op->mw->applied) {
+        BSON_APPEND_DOCUMENT(arr, key, &od);
+        return;
+    }
+    bson_append_document_begin(arr, key, -1, &nd);
+    bson_concat(&nd, &od);
+    BSON_APPEND_ARRAY_BEGIN(&nd, "$_shardKeyRanges", &ra);
+    for (int i = 0; i < op->mw->n; i++) {
+        const mpiece_t *p = &op->mw->p[i];
+        bson_t d;
+        if (p->bit != bit) continue;
+        snprintf(idx, sizeof idx, "%d", n++);
+        BSON_APPEND_DOCUMENT_BEGIN(&ra, idx, &d);
+        if (p->r.lo.len)
+            bson_append_binary(&d, "min", -1, BSON_SUBTYPE_BINARY, p->r.lo.data, (uint32_t)p->r.lo.len);
+        if (p->r.hi.len)
+            bson_append_binary(&d, "max", -1, BSON_SUBTYPE_BINARY, p->r.hi.data, (uint32_t)p->r.hi.len);
+        bson_append_document_end(&ra, &d);
+    }
+    bson_append_array_end(&nd, &ra);
+    bson_append_document_end(arr, &nd);
+}
+
+/* Targets op with w's table: its name set minus the shards that applied it already; a
+ * multi op on a sharded collection: the owners of the key ranges it has left. */
 static void op_target(const wtarget_t *w, enum wkind k, wop_t *op) {
     uint64_t m = 0, idx = 0;
+    ms_error_t e = {0};
     if (!w->t->sharded) {
+        if (op->mw && op->mw->applied) {   /* dropped (and maybe re-created unsharded) */
+            err_set(&e, MS_ERR_CONFLICTING_OPERATION,
+                    "the collection was dropped or re-created while this multi-write ran; it "
+                    "was applied to part of the collection only");
+            op_fail(op, &e);
+            return;
+        }
+        mw_free(op->mw);
+        op->mw = NULL;
         m = 1ull << w->primary_bit;
     } else {
-        ms_error_t e = {0};
         if (target_op(w->t, k, op, &idx, &e)) {
             op_fail(op, &e);
+            return;
+        }
+        if (op->multi) {
+            if (mw_target(w, op, &m, &e)) {
+                op_fail(op, &e);
+                return;
+            }
+            op->gen = w->gen;
+            op->targets = m;
+            if (!op->targets) op->state = OP_DONE;
             return;
         }
         for (; idx; idx &= idx - 1) m |= 1ull << w->bit_of[__builtin_ctzll(idx)];
@@ -435,6 +672,21 @@ static void op_target(const wtarget_t *w, enum wkind k, wop_t *op) {
     op->gen = w->gen;
     op->targets = m & ~op->done;
     if (!op->targets) op->state = OP_DONE;
+}
+
+/* A narrowed statement names at most MS_SHARD_KEY_RANGES_MAX ranges (the shard refuses
+ * more): past that the op fails here (BadValue) rather than at the shard. */
+static bool op_too_many_ranges(wop_t *op) {
+    if (!op->mw || !op->mw->applied) return false;
+    for (uint64_t m = op->targets; m; m &= m - 1) {
+        if (mw_count(op->mw, __builtin_ctzll(m)) <= MS_SHARD_KEY_RANGES_MAX) continue;
+        ms_error_t e = {0};
+        err_set(&e, MS_ERR_BAD_VALUE, "the rest of this multi-write spans more than %d ranges "
+                "on one shard", MS_SHARD_KEY_RANGES_MAX);
+        op_fail(op, &e);
+        return true;
+    }
+    return false;
 }
 
 /* One round's ops for one shard (by name bit); ops is sized to the batch once. */
@@ -556,6 +808,7 @@ static int wb_build(void *p, router_t *r, const rt_table_t *t, rt_req_t *reqs, i
         for (int i = b->cursor; i < b->nops; i++) {
             wop_t *op = &ops[i];
             if (op->state == OP_PENDING && op->gen != b->w.gen) op_target(&b->w, b->kind, op);
+            if (op->state == OP_PENDING) op_too_many_ranges(op);
             if (op->state == OP_DONE) continue;
             if (op->state == OP_ERROR) break;
             if (!tg) tg = op->targets;
@@ -568,6 +821,7 @@ static int wb_build(void *p, router_t *r, const rt_table_t *t, rt_req_t *reqs, i
         for (int i = 0; i < b->nops; i++) {
             wop_t *op = &ops[i];
             if (op->state == OP_PENDING && op->gen != b->w.gen) op_target(&b->w, b->kind, op);
+            if (op->state == OP_PENDING) op_too_many_ranges(op);
             if (op->state != OP_PENDING) continue;
             for (uint64_t m = op->targets; m; m &= m - 1)
                 batch_add(&b->batches[__builtin_ctzll(m)], b->nops, i);
@@ -589,9 +843,7 @@ static int wb_build(void *p, router_t *r, const rt_table_t *t, rt_req_t *reqs, i
         for (int j = 0; j < sb->nops; j++) {
             char idx[16];
             snprintf(idx, sizeof idx, "%d", j);
-            bson_t od;
-            op_view(&ops[sb->ops[j]], &od);
-            BSON_APPEND_DOCUMENT(&a, idx, &od);
+            append_statement(&a, idx, &ops[sb->ops[j]], s);
         }
         bson_append_array_end(&q->cmd, &a);
         rt_append_version(&q->cmd, t, tix);
@@ -683,6 +935,7 @@ static int wb_absorb(void *p, router_t *r, rt_req_t *q, int code) {
         }
         op->done |= bit;
         op->targets &= ~bit;
+        if (op->mw) mw_applied(op->mw, s);   /* its pieces on that shard are written */
         if (!op->targets) op->state = OP_DONE;
     }
     return ret;
@@ -707,6 +960,18 @@ static int check_let(cmd_ctx_t *ctx, ms_error_t *err) {
     int rc = expr_vars_from_let(&d, &vars, err);
     expr_vars_free(vars);
     return rc;
+}
+
+/* update {multi: true} and delete {limit: 0}: the ops that write every matching document. */
+static bool op_is_multi(enum wkind kind, const wop_t *op) {
+    bson_t doc;
+    bson_iter_t it;
+    int64_t limit = 0;
+    op_view(op, &doc);
+    if (kind == W_UPDATE) return flag_of(&doc, "multi");
+    if (kind != W_DELETE) return false;
+    if (bson_iter_init_find(&it, &doc, "limit")) bsonx_as_int64(&it, &limit);
+    return limit == 0;
 }
 
 static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t *err) {
@@ -756,6 +1021,7 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
         bson_iter_document(&arr, &len, &data);
         b->ops[b->nops].data = data;
         b->ops[b->nops].len = len;
+        b->ops[b->nops].multi = op_is_multi(kind, &b->ops[b->nops]);
         b->nops++;
     }
     if (b->nops == 0) {
@@ -813,6 +1079,7 @@ out:
     for (int i = 0; b->ops && i < b->nops; i++) {
         free(b->ops[i].msg);
         op_clear_extra(&b->ops[i]);
+        mw_free(b->ops[i].mw);
     }
     free(b->ops);
     free(b);
