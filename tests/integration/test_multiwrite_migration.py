@@ -18,6 +18,7 @@ acknowledged updateManys (T_SOAK_S seconds, default 30; T_SEED replays its seed)
 The shard side of $_shardKeyRanges is checked directly: only with a shardVersion, bounds
 sorted and disjoint, and refused by the router from a client.
 """
+import base64
 import os
 import random
 import sys
@@ -183,6 +184,239 @@ def test_update_many_config_held_compound(t):
 @test
 def test_delete_many_donor_held_compound(t):
     run_held(t, compound, "donor", delete_write(), expect_deleted)
+
+
+@test
+def test_batch_and_multi_upsert_donor_held(t):
+    """An ordered batch of two updateManys, a multi upsert whose key lies in the moving
+    chunk, and an updateOne by shard key, all across the held commit."""
+    def write():
+        return {"update": None, "ordered": True, "updates": [
+            {"q": {}, "u": {"$inc": {"c": 1}}, "multi": True},
+            {"q": {"k": {"$gte": 50}}, "u": {"$inc": {"d": 1}}, "multi": True},
+            {"q": {"k": 6050}, "u": {"$inc": {"c": 1}}, "multi": True, "upsert": True},
+            {"q": {"k": 5001}, "u": {"$inc": {"e": 1}}}]}
+    cl, c = cluster(t)
+    coll, docs, move = ranged(c)
+    assert len(c.find_all(coll, DB, {})) == len(docs)
+    holder = cl.shards[1].client()
+    n0 = fp(holder, "moveChunkHangAtStep4")
+    res = {}
+
+    def run(tag, req):
+        res[tag] = Client(cl.routers[0].url, timeout_ms=120000).cmd(req)
+    mover = threading.Thread(target=run, args=("move", move), daemon=True)
+    mover.start()
+    fp_wait(holder, "moveChunkHangAtStep4", n0 + 1)
+    req = dict(write(), update=coll, **{"$db": DB})
+    writer = threading.Thread(target=run, args=("write", req), daemon=True)
+    writer.start()
+    time.sleep(1.0)
+    assert "write" not in res, res
+    fp(holder, "moveChunkHangAtStep4", "off")
+    mover.join(60)
+    writer.join(60)
+    assert res.get("move", {}).get("ok") == 1, res
+    r = res["write"]
+    # 200 + 150 matched, one upserted (counted in n, not in nModified), one updateOne
+    assert r.get("ok") == 1 and "writeErrors" not in r, r
+    assert r["n"] == 200 + 150 + 1 + 1 and r["nModified"] == 200 + 150 + 1, r
+    assert [u["index"] for u in r["upserted"]] == [2], r
+    got = {d["k"]: d for d in c.find_all(coll, DB, {})}
+    assert len(got) == 201, len(got)
+    assert got[6050]["c"] == 1 and "d" not in got[6050], got[6050]
+    for d in docs:
+        g = got[d["k"]]
+        assert g["c"] == 1 and g.get("d", 0) == (1 if d["k"] >= 50 else 0), g
+        assert g.get("e", 0) == (1 if d["k"] == 5001 else 0), g
+
+
+@test
+def test_stale_router_after_commit(t):
+    """Router B caches the table; A moves the chunk; B's updateMany and deleteMany reach
+    the recipient at the old version (its old ranges) and the donor answers StaleConfig:
+    the donor's old ranges go to the recipient, narrowed."""
+    cl, A = cluster(t, routers=2)
+    B = cl.client(1)
+    coll, docs, move = ranged(A)
+    assert len(B.find_all(coll, DB, {})) == len(docs)
+    A.ok(dict(move, _waitForDelete=True))
+    r = B.ok({"update": coll, "$db": DB, "updates": [{"q": {}, "u": {"$inc": {"c": 1}}, "multi": True}]})
+    assert r["n"] == 200 and r["nModified"] == 200, r
+    assert all(d["c"] == 1 for d in A.find_all(coll, DB, {}))
+    A.ok(dict(move, to="shard1", _waitForDelete=True))
+    r = B.ok({"delete": coll, "$db": DB, "deletes": [{"q": {"k": {"$gte": 50}}, "limit": 0}]})
+    assert r["n"] == 150, r
+    assert sorted(d["k"] for d in A.find_all(coll, DB, {})) == list(range(50))
+
+
+# ---- $_shardKeyRanges on the shard, and refused from a client ------------------------------
+
+def enc_str(v):
+    """A one-field shard key's encoding of the string v (docs/key-encoding.md): type byte
+    0x20, the bytes (a 00 byte escaped as 00 ff), then 00 00."""
+    return b"\x20" + v.encode().replace(b"\x00", b"\x00\xff") + b"\x00\x00"
+
+
+def bindata(b):
+    return {"$binary": {"base64": base64.b64encode(b).decode(), "subType": "00"}}
+
+
+@test
+def test_shard_key_ranges_on_the_shard(t):
+    cl, c = cluster(t)
+    c.ok({"shardCollection": DB + ".s", "key": {"s": 1}, "$db": "admin"})
+    letters = [chr(ord("a") + i) for i in range(26)]
+    c.ok({"insert": "s", "$db": DB, "documents": [{"_id": x, "s": x, "c": 0} for x in letters]})
+    s0 = cl.shards[0].client()
+    sv = s0.ok({"serverStatus": 1})["sharding"][DB + ".s"]["shardVersion"]
+    fk = [{"min": bindata(enc_str("f")), "max": bindata(enc_str("k"))}, {"min": bindata(enc_str("x"))}]
+    r = s0.ok({"update": "s", "$db": DB, "shardVersion": sv, "updates": [
+        {"q": {}, "u": {"$inc": {"c": 1}}, "multi": True, "$_shardKeyRanges": fk}]})
+    assert r["n"] == 8 and r["nModified"] == 8, r
+    bumped = sorted(d["_id"] for d in c.find_all("s", DB, {"c": 1}))
+    assert bumped == list("fghijxyz"), bumped
+    # a range unbounded below; the filter still applies inside the ranges
+    r = s0.ok({"delete": "s", "$db": DB, "shardVersion": sv, "deletes": [
+        {"q": {"s": {"$ne": "b"}}, "limit": 0, "$_shardKeyRanges": [{"max": bindata(enc_str("d"))}]}]})
+    assert r["n"] == 2, r
+    assert sorted(d["_id"] for d in c.find_all("s", DB, {"s": {"$lt": "e"}})) == ["b", "d"]
+    # an upsert's new document must lie in the ranges
+    r = s0.cmd({"update": "s", "$db": DB, "shardVersion": sv, "updates": [
+        {"q": {"s": "zz"}, "u": {"$inc": {"c": 1}}, "multi": True, "upsert": True,
+         "$_shardKeyRanges": [{"max": bindata(enc_str("m"))}]}]})
+    assert r.get("ok") == 1 and r["writeErrors"][0]["code"] == 2, r
+    # without a shardVersion the narrowing cannot be honoured: BadValue, nothing written
+    r = s0.cmd({"update": "s", "$db": DB, "updates": [
+        {"q": {}, "u": {"$inc": {"c": 1}}, "multi": True, "$_shardKeyRanges": fk}]})
+    assert r.get("ok") == 1 and r["n"] == 0 and r["writeErrors"][0]["code"] == 2, r
+    assert "shardVersion" in r["writeErrors"][0]["errmsg"], r
+    # unsorted ranges
+    r = s0.cmd({"delete": "s", "$db": DB, "shardVersion": sv, "deletes": [
+        {"q": {}, "limit": 0, "$_shardKeyRanges": list(reversed(fk))}]})
+    assert r.get("ok") == 1 and r["n"] == 0 and r["writeErrors"][0]["code"] == 2, r
+    assert c.ok({"count": "s", "$db": DB})["n"] == 24
+    # a client cannot send it through the router (an internal field): unknown field
+    r = c.cmd({"update": "s", "$db": DB, "updates": [
+        {"q": {}, "u": {"$inc": {"c": 1}}, "multi": True, "$_shardKeyRanges": fk}]})
+    assert r.get("ok") == 0 and r.get("code") == 40415, r
+    r = c.cmd({"delete": "s", "$db": DB, "deletes": [{"q": {}, "limit": 0, "$_shardKeyRanges": fk}]})
+    assert r.get("ok") == 0 and r.get("code") == 40415, r
+    assert c.ok({"count": "s", "$db": DB})["n"] == 24
+
+
+# ---- the soak: 2 routers loop updateMany while chunks move continuously --------------------
+
+SOAK_DOCS = 1500
+SOAK_CHUNK = 100     # the collection starts as SOAK_DOCS / SOAK_CHUNK chunks
+
+
+class Updater(threading.Thread):
+    """Loops updateMany {$inc: {c: 1}} through one router, over every document or over a
+    random range of k; remembers each acknowledged one's range (an error is 'unknown')."""
+
+    def __init__(self, url, rng, stop):
+        super().__init__(daemon=True)
+        self.c = Client(url, timeout_ms=120000)
+        self.rng, self.stop = rng, stop
+        self.acked = []          # (lo, hi) of k, hi exclusive
+        self.unknown = []        # replies that were not a clean acknowledgement
+        self.short = []          # acknowledged with n or nModified off the match count
+
+    def run(self):
+        while not self.stop.is_set():
+            if self.rng.random() < 0.5:
+                lo, hi, q = 0, SOAK_DOCS, {}
+            else:
+                lo = self.rng.randrange(SOAK_DOCS)
+                hi = self.rng.randrange(lo + 1, SOAK_DOCS + 1)
+                q = {"k": {"$gte": lo, "$lt": hi}}
+            try:
+                r = self.c.cmd({"update": "s", "$db": DB, "updates": [
+                    {"q": q, "u": {"$inc": {"c": 1}}, "multi": True}]})
+            except Exception as e:   # noqa: BLE001
+                r = {"exception": str(e)}
+            if r.get("ok") == 1 and "writeErrors" not in r:
+                self.acked.append((lo, hi))
+                if r.get("n") != hi - lo or r.get("nModified") != hi - lo:
+                    self.short.append((lo, hi, r))
+            else:
+                self.unknown.append(r)
+
+
+class Mover(threading.Thread):
+    """Moves a random chunk to a random other shard, again and again (beside the balancer,
+    which has rounds every 200 ms and moves back what the mover unbalances)."""
+
+    def __init__(self, url, rng, stop, nshards):
+        super().__init__(daemon=True)
+        self.c = Client(url, timeout_ms=120000)
+        self.rng, self.stop, self.nshards = rng, stop, nshards
+        self.moves = 0
+        self.refused = 0
+
+    def run(self):
+        while not self.stop.is_set():
+            cs = chunks(self.c, DB + ".s")
+            ch = self.rng.choice(cs)
+            to = self.rng.choice(["shard%d" % i for i in range(self.nshards) if "shard%d" % i != ch["shard"]])
+            r = self.c.cmd({"moveChunk": DB + ".s", "bounds": [ch["min"], ch["max"]], "to": to, "$db": "admin"})
+            if r.get("ok") == 1:
+                self.moves += 1
+            else:   # the balancer moves from or to the same shard, or the chunk changed
+                self.refused += 1
+                time.sleep(0.05)
+
+
+@test
+def test_soak_update_many_under_balancing(t):
+    secs = float(os.environ.get("T_SOAK_S") or 30)
+    rng = random.Random(seed())
+    cl = t.cluster(3, 2, SHARD_FLAGS, config_extra=["--balancer-idle-ms", "200", "--balancer-throttle-ms", "50"])
+    c = cl.client()
+    c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+    c.ok({"shardCollection": DB + ".s", "key": {"k": 1}, "$db": "admin"})
+    c.ok({"insert": "s", "$db": DB, "documents": [{"_id": i, "k": i, "c": 0} for i in range(SOAK_DOCS)]})
+    for m in range(SOAK_CHUNK, SOAK_DOCS, SOAK_CHUNK):
+        c.ok({"split": DB + ".s", "middle": {"k": m}, "$db": "admin"})
+    c.ok({"balancerStart": 1, "$db": "admin"})
+    stop = threading.Event()
+    ups = [Updater(cl.routers[i].url, random.Random(rng.random()), stop) for i in range(2)]
+    mover = Mover(cl.routers[0].url, random.Random(rng.random()), stop, 3)
+    for th in ups + [mover]:
+        th.start()
+    time.sleep(secs)
+    stop.set()
+    for th in ups + [mover]:
+        th.join(180)
+        assert not th.is_alive(), "a soak thread did not stop"
+    c.ok({"balancerStop": 1, "$db": "admin"})
+    commits = len(c.ok({"find": "changelog", "$db": "config", "filter": {"what": "moveChunk.commit"},
+                        "batchSize": 100000})["cursor"]["firstBatch"])
+    acked = [a for u in ups for a in u.acked]
+    unknown = [x for u in ups for x in u.unknown]
+    short = [x for u in ups for x in u.short]
+    stale = sum(r.client().ok({"serverStatus": 1, "$db": "admin"})["router"]["staleConfigRetries"]
+                for r in cl.routers)
+    print("  soak %.0f s: %d acknowledged updateManys (%d over every document), %d migrations "
+          "committed (%d by the mover, %d refused), %d stale retries, %d unknown" % (
+              secs, len(acked), sum(1 for a in acked if a == (0, SOAK_DOCS)), commits, mover.moves,
+              mover.refused, stale, len(unknown)), flush=True)
+    want = [0] * SOAK_DOCS
+    for lo, hi in acked:
+        for k in range(lo, hi):
+            want[k] += 1
+    got = c.find_all("s", DB, {})
+    bad = [(d["k"], d["c"], want[d["k"]]) for d in got if d["c"] != want[d["k"]]]
+    print("  %d acknowledged with n off the match count; %d documents' counters off "
+          "(%d below, %d above)" % (len(short), len(bad), sum(1 for b in bad if b[1] < b[2]),
+                                    sum(1 for b in bad if b[1] > b[2])), flush=True)
+    assert not unknown, "updateManys without a clean acknowledgement: %s" % unknown[:3]
+    assert commits >= 5, "too few migrations met the writes: %d" % commits
+    assert len(got) == SOAK_DOCS, len(got)
+    assert not short, "acknowledged with n off the match count: %s" % short[:3]
+    assert not bad, "%d documents' counters differ from the acknowledged updateManys (k, got, want): %s" % (
+        len(bad), bad[:10])
 
 
 if __name__ == "__main__":
