@@ -16,7 +16,11 @@
  * number the shards differently, and a shard that applied an op must not get it again.
  * Each op is targeted once per routing table (and primary): its targets are kept with
  * the table they came from, and only a new table makes them be computed again; an
- * ordered batch targets lazily, as far as the run it sends next.
+ * ordered batch targets lazily, as far as the run it sends next. A multi op (updateMany,
+ * deleteMany) on a sharded collection is tracked by the key ranges it has still to write
+ * rather than by shards, and once part of it was applied each shard gets it narrowed to
+ * its ranges ($_shardKeyRanges), so it writes every document once across a migration
+ * ("multi-writes" below).
  *   insert: the shard owning the document's shard key (missing → null; array → error);
  *   update: upsert needs the exact shard key; multi:false needs the shard key, the exact
  *           _id (broadcast) or a replacement whose key targets one shard; updates that
@@ -440,7 +444,8 @@ static int target_op(const rt_table_t *t, enum wkind k, const wop_t *op, uint64_
 
 typedef struct mpiece {
     krange_t r;            /* encoded keys; an empty bound is unbounded */
-    int bit;               /* name bit of the shard owning it in the table of mwrite.gen */
+    int bit;               /* name bit of the shard owning it in the table the op was last
+                            * targeted with (wop_t.gen) */
 } mpiece_t;
 
 typedef struct mwrite {
