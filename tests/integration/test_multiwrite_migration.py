@@ -12,7 +12,9 @@ The commit is held on the donor (moveChunkHangAtStep4: the critical section is e
 or on the config server (hangBeforeCommitMigration: reads wait too) while an updateMany
 $inc or a deleteMany runs through the router; the recipient applies its own ranges at the
 old version at once, the donor's ranges wait, then go to their new owner. Ranged, hashed
-and compound shard keys. A soak: 2 routers loop updateMany {$inc: {c: 1}} while the
+and compound shard keys. The order that used to write twice: the donor applies at the old
+version, the migration commits, and the recipient (held by failCommand's blockConnection
+until it has refreshed) answers StaleConfig. A soak: 2 routers loop updateMany {$inc: {c: 1}} while the
 balancer moves chunks continuously; every document's counter must equal the number of
 acknowledged updateManys (T_SOAK_S seconds, default 30; T_SEED replays its seed).
 The shard side of $_shardKeyRanges is checked directly: only with a shardVersion, bounds
@@ -248,6 +250,42 @@ def test_stale_router_after_commit(t):
     r = B.ok({"delete": coll, "$db": DB, "deletes": [{"q": {"k": {"$gte": 50}}, "limit": 0}]})
     assert r["n"] == 150, r
     assert sorted(d["k"] for d in A.find_all(coll, DB, {})) == list(range(50))
+
+
+@test
+def test_donor_applied_recipient_stale_no_double_write(t):
+    """The order that wrote twice: the donor applies its part at the old version (before
+    any critical section), the migration then commits, and the recipient — which has
+    refreshed meanwhile — answers StaleConfig. Retried with the new table, the recipient
+    must get only its own old ranges, not the moved chunk the donor already wrote."""
+    cl, A = cluster(t, routers=2)
+    B = cl.client(1)
+    coll, docs, move = ranged(A)                 # shard1 owns [5000, MaxKey)
+    assert len(B.find_all(coll, DB, {})) == len(docs)
+    recipient = cl.shards[0].client()
+    # the recipient holds B's update at dispatch (before its version check) for 6 s
+    n0 = fp(recipient, "failCommand", mode={"times": 1}, failCommands=["update"],
+            blockConnection=True, blockTimeMS=6000)
+    res = {}
+
+    def run():
+        res["write"] = Client(cl.routers[1].url, timeout_ms=120000).cmd(
+            {"update": coll, "$db": DB, "updates": [{"q": {}, "u": {"$inc": {"c": 1}}, "multi": True}]})
+    writer = threading.Thread(target=run, daemon=True)
+    writer.start()
+    fp_wait(recipient, "failCommand", n0 + 1)
+    # the donor's part is written (its documents, straight from it)
+    wait_until(lambda: all(d["c"] == 1 for d in local_docs(cl.shards[1], coll)), 10, "donor applied")
+    A.ok(move)                                   # [5000, MaxKey) to shard0, committed
+    assert len(A.find_all(coll, DB, {"k": {"$gte": 5000}})) == 100   # shard0 refreshes
+    writer.join(60)
+    r = res.get("write")
+    assert r and r.get("ok") == 1 and "writeErrors" not in r, r
+    got = A.find_all(coll, DB, {})
+    bad = [d for d in got if d["c"] != 1]
+    assert not bad and len(got) == 200, "%d documents not written exactly once, e.g. %s" % (len(bad), bad[:3])
+    assert r["n"] == 200 and r["nModified"] == 200, r
+    assert "stale config retry ns=%s.%s shard=shard0" % (DB, coll) in cl.routers[1].log_text()
 
 
 # ---- $_shardKeyRanges on the shard, and refused from a client ------------------------------
