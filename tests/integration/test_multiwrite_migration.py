@@ -148,44 +148,20 @@ def expect_deleted(docs, got):
     assert got == [], "%d documents left, e.g. %s" % (len(got), got[:3])
 
 
-@test
-def test_update_many_donor_held_ranged(t):
-    run_held(t, ranged, "donor", inc_write(), expect_inc)
+def _held_case(make, hold, kind):
+    write, expect = (inc_write(), expect_inc) if kind == "update_many" else (delete_write(), expect_deleted)
+
+    def case(t):
+        run_held(t, make, hold, write, expect)
+    case.__name__ = "test_%s_%s_held_%s" % (kind, hold, make.__name__)
+    return case
 
 
-@test
-def test_delete_many_donor_held_ranged(t):
-    run_held(t, ranged, "donor", delete_write(), expect_deleted)
-
-
-@test
-def test_update_many_config_held_ranged(t):
-    run_held(t, ranged, "config", inc_write(), expect_inc)
-
-
-@test
-def test_delete_many_config_held_ranged(t):
-    run_held(t, ranged, "config", delete_write(), expect_deleted)
-
-
-@test
-def test_update_many_donor_held_hashed(t):
-    run_held(t, hashed, "donor", inc_write(), expect_inc)
-
-
-@test
-def test_delete_many_config_held_hashed(t):
-    run_held(t, hashed, "config", delete_write(), expect_deleted)
-
-
-@test
-def test_update_many_config_held_compound(t):
-    run_held(t, compound, "config", inc_write(), expect_inc)
-
-
-@test
-def test_delete_many_donor_held_compound(t):
-    run_held(t, compound, "donor", delete_write(), expect_deleted)
+# every write x every hold x every key kind: test_update_many_donor_held_ranged, ...
+for _make in (ranged, hashed, compound):
+    for _hold in ("donor", "config"):
+        for _kind in ("update_many", "delete_many"):
+            test(_held_case(_make, _hold, _kind))
 
 
 @test
