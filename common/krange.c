@@ -104,9 +104,9 @@ int krset_parse(const bson_iter_t *it, const char *field, krset_t *out, ms_error
     for (; bson_iter_next(&arr); i++) {
         buf_t lo = {0}, hi = {0};
         int rc = 0;
-        if (i >= MS_SHARD_KEY_RANGES_MAX)
+        if (i >= MS_MULTIWRITE_RANGES_MAX)
             return err_set(err, MS_ERR_BAD_VALUE, "%s names more than %d ranges", field,
-                           MS_SHARD_KEY_RANGES_MAX);
+                           MS_MULTIWRITE_RANGES_MAX);
         if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bson_iter_recurse(&arr, &d))
             return err_set(err, MS_ERR_BAD_VALUE, "%s.%d must be a document {min?, max?}", field, i);
         while (rc == 0 && bson_iter_next(&d)) {

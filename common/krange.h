@@ -42,7 +42,7 @@ bool krset_contains(const krset_t *s, const uint8_t *key, size_t len);
 void krset_append(bson_t *dst, const char *key, const krset_t *s);
 /* Parses the wire form at it into *out (zeroed first; caller frees, also on error):
  * BadValue when it is not an array of {min?, max?} binData documents, a range is empty,
- * the ranges are not sorted and disjoint, or there are more than MS_SHARD_KEY_RANGES_MAX.
+ * the ranges are not sorted and disjoint, or there are more than MS_MULTIWRITE_RANGES_MAX.
  * field names the field in the messages. */
 int krset_parse(const bson_iter_t *it, const char *field, krset_t *out, ms_error_t *err);
 

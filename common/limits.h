@@ -516,10 +516,13 @@
 #define MS_HTTP_IDLE_MS_MAX 3600000
 #define MS_HTTP_CONNS_MAX 64
 
-/* Shard-key ranges one multi-write statement may name in $_shardKeyRanges (common/krange.h):
- * the router sends at most one per chunk of the ranges it retries (adjacent ones merged),
- * so this is reached only past 100,000 chunks in one retry; with keys of tens of bytes it
- * keeps the field at a few MB, well inside MS_MSG_BYTES_MAX. */
-#define MS_SHARD_KEY_RANGES_MAX 100000
+/* Key ranges a router keeps for the multi-writes (updateMany, deleteMany) of one command
+ * that a migration met half-way (applied on some shards, StaleConfig on others: the part
+ * still to write, router/rt_write.c), and so the most one statement's $_shardKeyRanges may
+ * name (common/krange.h; the shard refuses more). About 150 bytes each at the router: 15 MB
+ * at most per command. Past it the rest of those ops fails (ExceededMemoryLimit) rather
+ * than be written twice or not at all; reached only with a batch of many multi-writes over
+ * thousands of chunks each, caught by a migration. */
+#define MS_MULTIWRITE_RANGES_MAX 100000
 
 #endif

@@ -430,17 +430,16 @@ static int target_op(const rt_table_t *t, enum wkind k, const wop_t *op, uint64_
 
 /* ---- multi-writes: exactly once across a migration commit -------------------------------
  * (docs/versioning-and-routing.md "Multi-document writes across a migration".) A multi
- * op on a sharded collection keeps the part of the key space it still has to write, as
- * pieces [lo, hi) of encoded shard keys (common/krange.h), each assigned to the shard that
- * owns it in the table the op was last targeted with. At first the pieces are the chunks
- * the filter may touch. A shard that applies its part (accepting the shardVersion sent,
- * it owned exactly those pieces, under its writer lock) has its pieces removed; a shard
- * that answers StaleConfig keeps them, and with the refreshed table they are cut again at
- * the new chunk boundaries and go to their new owners. Once any part was applied, every
- * statement sent carries $_shardKeyRanges = the pieces of the shard it goes to, so the
- * new owner of a moved range writes that range and nothing it had written already. Until
- * then a statement goes as the client wrote it: a shard's own ownership filter is then
- * exactly its pieces (the pieces cover every key the filter can match). */
+ * op on a sharded collection goes to the owners of the chunks its filter may touch, as
+ * the client wrote it: a shard that accepts the shardVersion sent owns exactly the chunks
+ * the table gives it (under its writer lock), so it writes exactly its part. Usually every
+ * shard applies and nothing more is kept. When some shard applied and another answered
+ * StaleConfig, the op's part still to write is made explicit (wb_materialize, with the
+ * table that attempt used): pieces [lo, hi) of encoded shard keys (common/krange.h) of
+ * the chunks the stale shards owned there. After the refresh the pieces are cut again at
+ * the new chunk boundaries and go to their owners there, each statement narrowed to that
+ * shard's pieces by $_shardKeyRanges, so the new owner of a moved range writes that range
+ * and nothing it wrote already; a shard that applies has its pieces removed. */
 
 typedef struct mpiece {
     krange_t r;            /* encoded keys; an empty bound is unbounded */
@@ -448,18 +447,23 @@ typedef struct mpiece {
                             * targeted with (wop_t.gen) */
 } mpiece_t;
 
+/* Exists only for an op that was partly applied: sends of it are narrowed. */
 typedef struct mwrite {
     mpiece_t *p;           /* sorted, disjoint; caller owns */
     int n, cap;
-    bool applied;          /* a shard applied part of it: sends are narrowed from now on */
+    int64_t *total;        /* the command's count of pieces (wbatch_t.npieces), kept by
+                            * mw_add / mw_drop for the MS_MULTIWRITE_RANGES_MAX bound */
     rtable_version_t genv; /* the generation (epoch, timestamp) the keys are encoded in */
 } mwrite_t;
 
+static void mw_drop(mwrite_t *mw, int i) {
+    buf_free(&mw->p[i].r.lo);
+    buf_free(&mw->p[i].r.hi);
+    (*mw->total)--;
+}
+
 static void mw_clear(mwrite_t *mw) {
-    for (int i = 0; i < mw->n; i++) {
-        buf_free(&mw->p[i].r.lo);
-        buf_free(&mw->p[i].r.hi);
-    }
+    for (int i = 0; i < mw->n; i++) mw_drop(mw, i);
     mw->n = 0;
 }
 
@@ -492,6 +496,7 @@ static void mw_add(mwrite_t *mw, const uint8_t *lo, size_t lolen, const uint8_t 
     buf_put(&q->r.lo, lo, lolen);
     buf_put(&q->r.hi, hi, hilen);
     q->bit = bit;
+    (*mw->total)++;
 }
 
 /* The start of chunk i of t as a piece bound (the first chunk: unbounded), and its end
@@ -506,19 +511,22 @@ static const buf_t *chunk_hi(const rtable_t *rt, int i) {
     return i + 1 >= rt->nchunks ? &none : &rt->chunks[i + 1].min;
 }
 
-/* The pieces of a new multi op: the chunks of w's table the filter q may touch. */
-static int mw_start(mwrite_t *mw, const wtarget_t *w, const bson_t *q, ms_error_t *err) {
+/* The pieces of an op partly applied in the attempt that used w's table: the chunks the
+ * filter q may touch there whose owner is in keep (name bits: the shards that did not
+ * apply it). */
+static int mw_start(mwrite_t *mw, const wtarget_t *w, const bson_t *q, uint64_t keep,
+                    ms_error_t *err) {
     const rtable_t *rt = &w->t->rt;
     bool *marks = calloc((size_t)rt->nchunks + 1, sizeof *marks);
     ASSERT(marks);
     mw_clear(mw);
-    mw->applied = false;
     rtable_coll_version(rt, &mw->genv);
     int rc = rt_target_chunks(w->t, q, marks, err);
     for (int i = 0; rc == 0 && i < rt->nchunks; i++) {
-        if (!marks[i]) continue;
+        int bit = w->bit_of[rt->chunks[i].shard];
+        if (!marks[i] || !(keep & (1ull << bit))) continue;
         const buf_t *lo = chunk_lo(rt, i), *hi = chunk_hi(rt, i);
-        mw_add(mw, lo->data, lo->len, hi->data, hi->len, w->bit_of[rt->chunks[i].shard]);
+        mw_add(mw, lo->data, lo->len, hi->data, hi->len, bit);
     }
     free(marks);
     return rc;
@@ -550,40 +558,31 @@ static void mw_recut(mwrite_t *mw, const wtarget_t *w) {
     free(old.p);
 }
 
-/* rtable_same_generation on the generation fields alone. */
+/* rtable_same_generation against rt's generation. */
 static bool same_gen(const rtable_version_t *a, const rtable_t *rt) {
     rtable_version_t v;
     rtable_coll_version(rt, &v);
     return rtable_same_generation(a, &v);
 }
 
-/* Targets a multi op with w's (sharded) table: its pieces cut and assigned there, *out =
- * the name bits of their owners. A collection dropped and re-created (or resharded)
- * after part of the op was applied cannot be finished in the same key space:
- * ConflictingOperationInProgress for the rest (what was written stays written). */
+static int too_many_ranges(ms_error_t *err) {
+    return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "the rest of this command's multi-writes "
+                   "spans more than %d key ranges after a migration met it; it was applied to "
+                   "part of the collection only", MS_MULTIWRITE_RANGES_MAX);
+}
+
+/* Targets a partly applied multi op with w's (sharded) table: its pieces cut and assigned
+ * there, *out = the name bits of their owners. The collection dropped and re-created (or
+ * resharded) meanwhile: its key ranges mean nothing in the new generation, so the rest
+ * fails with ConflictingOperationInProgress (what was written stays written). */
 static int mw_target(const wtarget_t *w, wop_t *op, uint64_t *out, ms_error_t *err) {
-    bson_t doc, q;
-    op_view(op, &doc);
-    if (!get_sub(&doc, "q", &q))   /* target_op refused it first */
-        return err_set(err, MS_ERR_FAILED_TO_PARSE, "multi-write op needs a q document");
-    if (!op->mw) {
-        op->mw = calloc(1, sizeof *op->mw);
-        ASSERT(op->mw);
-    }
     mwrite_t *mw = op->mw;
-    int rc = 0;
-    if (mw->n == 0 && !mw->applied) {
-        rc = mw_start(mw, w, &q, err);
-    } else if (!same_gen(&mw->genv, &w->t->rt)) {
-        if (mw->applied)
-            return err_set(err, MS_ERR_CONFLICTING_OPERATION,
-                           "the collection was dropped, re-created or resharded while this "
-                           "multi-write ran; it was applied to part of the collection only");
-        rc = mw_start(mw, w, &q, err);
-    } else {
-        mw_recut(mw, w);
-    }
-    if (rc) return rc;
+    if (!same_gen(&mw->genv, &w->t->rt))
+        return err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                       "the collection was dropped, re-created or resharded while this "
+                       "multi-write ran; it was applied to part of the collection only");
+    mw_recut(mw, w);
+    if (*mw->total > MS_MULTIWRITE_RANGES_MAX) return too_many_ranges(err);
     *out = 0;
     for (int i = 0; i < mw->n; i++) *out |= 1ull << mw->p[i].bit;
     return 0;
@@ -592,33 +591,21 @@ static int mw_target(const wtarget_t *w, wop_t *op, uint64_t *out, ms_error_t *e
 /* The pieces of bit were applied by their shard: gone from what is left. */
 static void mw_applied(mwrite_t *mw, int bit) {
     int j = 0;
-    mw->applied = true;
     for (int i = 0; i < mw->n; i++) {
-        if (mw->p[i].bit == bit) {
-            buf_free(&mw->p[i].r.lo);
-            buf_free(&mw->p[i].r.hi);
-        } else {
-            mw->p[j++] = mw->p[i];
-        }
+        if (mw->p[i].bit == bit) mw_drop(mw, i);
+        else mw->p[j++] = mw->p[i];
     }
     mw->n = j;
 }
 
-/* How many pieces of bit a narrowed statement would name. */
-static int mw_count(const mwrite_t *mw, int bit) {
-    int c = 0;
-    for (int i = 0; i < mw->n; i++) c += mw->p[i].bit == bit;
-    return c;
-}
-
-/* The op's statement for the shard of bit: as the client wrote it, or once part of it was
- * applied with $_shardKeyRanges = that shard's pieces. Appends it as key of arr. */
+/* The op's statement for the shard of bit: as the client wrote it, or for a partly
+ * applied op with $_shardKeyRanges = that shard's pieces. Appends it as key of arr. */
 static void append_statement(bson_t *arr, const char *key, const wop_t *op, int bit) {
     bson_t od, nd, ra;
     char idx[16];
     int n = 0;
     op_view(op, &od);
-    if (!op->mw || !op->mw->applied) {
+    if (!op->mw) {
         BSON_APPEND_DOCUMENT(arr, key, &od);
         return;
     }
@@ -642,27 +629,25 @@ static void append_statement(bson_t *arr, const char *key, const wop_t *op, int 
 }
 
 /* Targets op with w's table: its name set minus the shards that applied it already; a
- * multi op on a sharded collection: the owners of the key ranges it has left. */
+ * partly applied multi op: the owners of the key ranges it has left. */
 static void op_target(const wtarget_t *w, enum wkind k, wop_t *op) {
     uint64_t m = 0, idx = 0;
     ms_error_t e = {0};
     if (!w->t->sharded) {
-        if (op->mw && op->mw->applied) {   /* dropped (and maybe re-created unsharded) */
+        if (op->mw) {   /* dropped (and maybe re-created unsharded) after a partial write */
             err_set(&e, MS_ERR_CONFLICTING_OPERATION,
                     "the collection was dropped or re-created while this multi-write ran; it "
                     "was applied to part of the collection only");
             op_fail(op, &e);
             return;
         }
-        mw_free(op->mw);
-        op->mw = NULL;
         m = 1ull << w->primary_bit;
     } else {
         if (target_op(w->t, k, op, &idx, &e)) {
             op_fail(op, &e);
             return;
         }
-        if (op->multi) {
+        if (op->mw) {
             if (mw_target(w, op, &m, &e)) {
                 op_fail(op, &e);
                 return;
@@ -677,21 +662,6 @@ static void op_target(const wtarget_t *w, enum wkind k, wop_t *op) {
     op->gen = w->gen;
     op->targets = m & ~op->done;
     if (!op->targets) op->state = OP_DONE;
-}
-
-/* A narrowed statement names at most MS_SHARD_KEY_RANGES_MAX ranges (the shard refuses
- * more): past that the op fails here (BadValue) rather than at the shard. */
-static bool op_too_many_ranges(wop_t *op) {
-    if (!op->mw || !op->mw->applied) return false;
-    for (uint64_t m = op->targets; m; m &= m - 1) {
-        if (mw_count(op->mw, __builtin_ctzll(m)) <= MS_SHARD_KEY_RANGES_MAX) continue;
-        ms_error_t e = {0};
-        err_set(&e, MS_ERR_BAD_VALUE, "the rest of this multi-write spans more than %d ranges "
-                "on one shard", MS_SHARD_KEY_RANGES_MAX);
-        op_fail(op, &e);
-        return true;
-    }
-    return false;
 }
 
 /* One round's ops for one shard (by name bit); ops is sized to the batch once. */
@@ -768,6 +738,7 @@ typedef struct wbatch {
     upsert_ent_t *upserted;     /* caller owns */
     int nup, capup;
     ms_error_t expired;         /* MaxTimeMSExpired from a shard: ends the command */
+    int64_t npieces;            /* key ranges kept by the partly applied multi ops (mwrite_t) */
 } wbatch_t;
 
 /* Is anything left to send? Ordered: advances the cursor past done ops; an error stops. */
@@ -786,6 +757,42 @@ static void wb_fail_pending(wbatch_t *b, const ms_error_t *e) {
         if (b->ops[i].state == OP_PENDING) op_fail(&b->ops[i], e);
 }
 
+/* Makes op's part still to write explicit after some shard applied it in the attempt that
+ * used b->w's table (see "multi-writes" above): the chunks its filter may touch there whose
+ * owners have not applied it (its targets). Fails the op when the command would keep more
+ * than MS_MULTIWRITE_RANGES_MAX ranges. */
+static void op_materialize(wbatch_t *b, wop_t *op) {
+    bson_t doc, q;
+    ms_error_t e = {0};
+    int rc;
+    op->mw = calloc(1, sizeof *op->mw);
+    ASSERT(op->mw);
+    op->mw->total = &b->npieces;
+    op_view(op, &doc);
+    if (!get_sub(&doc, "q", &q))   /* target_op would have refused it */
+        rc = err_set(&e, MS_ERR_FAILED_TO_PARSE, "multi-write op needs a q document");
+    else
+        rc = mw_start(op->mw, &b->w, &q, op->targets, &e);
+    if (!rc && b->npieces > MS_MULTIWRITE_RANGES_MAX) rc = too_many_ranges(&e);
+    if (rc) {
+        mw_free(op->mw);
+        op->mw = NULL;
+        op_fail(op, &e);
+    }
+}
+
+/* Before an attempt adopts its table: the pending multi ops that the last attempt applied
+ * on some shards only get their pieces. Ordered: only the op at the cursor can be one (a
+ * multi-shard op goes alone, and the cursor stops at it). */
+static void wb_materialize(wbatch_t *b) {
+    if (!b->w.t || !b->w.t->sharded) return;
+    int from = b->ordered ? b->cursor : 0, to = b->ordered ? b->cursor + 1 : b->nops;
+    for (int i = from; i < to && i < b->nops; i++) {
+        wop_t *op = &b->ops[i];
+        if (op->state == OP_PENDING && op->multi && !op->mw && op->done) op_materialize(b, op);
+    }
+}
+
 /* rt_dispatch's build: this attempt's ops — an ordered batch the run of pending ops from
  * the cursor that share one target, an unordered one every pending op — targeting those
  * not yet targeted with table t, one request per shard. Nothing left: *nreqs = 0. */
@@ -797,6 +804,8 @@ static int wb_build(void *p, router_t *r, const rt_table_t *t, rt_req_t *reqs, i
     char primary[RT_NAME_BYTES_MAX] = "";
     int rc, nb = 0;
     *nreqs = 0;
+    if (!wb_more(b)) return 0;
+    wb_materialize(b);
     if (!wb_more(b)) return 0;
     if (!t->sharded &&
         (rc = rt_db_get(r, b->ctx->db, true, primary, sizeof primary, &b->dbv, err)) != 0)
@@ -813,7 +822,6 @@ static int wb_build(void *p, router_t *r, const rt_table_t *t, rt_req_t *reqs, i
         for (int i = b->cursor; i < b->nops; i++) {
             wop_t *op = &ops[i];
             if (op->state == OP_PENDING && op->gen != b->w.gen) op_target(&b->w, b->kind, op);
-            if (op->state == OP_PENDING) op_too_many_ranges(op);
             if (op->state == OP_DONE) continue;
             if (op->state == OP_ERROR) break;
             if (!tg) tg = op->targets;
@@ -826,7 +834,6 @@ static int wb_build(void *p, router_t *r, const rt_table_t *t, rt_req_t *reqs, i
         for (int i = 0; i < b->nops; i++) {
             wop_t *op = &ops[i];
             if (op->state == OP_PENDING && op->gen != b->w.gen) op_target(&b->w, b->kind, op);
-            if (op->state == OP_PENDING) op_too_many_ranges(op);
             if (op->state != OP_PENDING) continue;
             for (uint64_t m = op->targets; m; m &= m - 1)
                 batch_add(&b->batches[__builtin_ctzll(m)], b->nops, i);
