@@ -14,7 +14,8 @@ $inc or a deleteMany runs through the router; the recipient applies its own rang
 old version at once, the donor's ranges wait, then go to their new owner. Ranged, hashed
 and compound shard keys. The order that used to write twice: the donor applies at the old
 version, the migration commits, and the recipient (held by failCommand's blockConnection
-until it has refreshed) answers StaleConfig. A soak: 2 routers loop updateMany {$inc: {c: 1}} while the
+until it has refreshed) answers StaleConfig. A collection re-created between a partial
+write and its retry: the rest fails (ConflictingOperationInProgress). A soak: 2 routers loop updateMany {$inc: {c: 1}} while the
 balancer moves chunks continuously; every document's counter must equal the number of
 acknowledged updateManys (T_SOAK_S seconds, default 30; T_SEED replays its seed).
 The shard side of $_shardKeyRanges is checked directly: only with a shardVersion, bounds
@@ -262,6 +263,39 @@ def test_donor_applied_recipient_stale_no_double_write(t):
     assert not bad and len(got) == 200, "%d documents not written exactly once, e.g. %s" % (len(bad), bad[:3])
     assert r["n"] == 200 and r["nModified"] == 200, r
     assert "stale config retry ns=%s.%s shard=shard0" % (DB, coll) in cl.routers[1].log_text()
+
+
+@test
+def test_collection_recreated_after_a_partial_write(t):
+    """Part of an updateMany applied, then the collection is dropped and sharded again
+    (a new generation) before the rest goes out: the rest cannot be placed in the new key
+    space, so the op fails with ConflictingOperationInProgress rather than write the new
+    collection's documents."""
+    cl, A = cluster(t, routers=2)
+    B = cl.client(1)
+    coll, docs, move = ranged(A)                 # shard1 owns [5000, MaxKey)
+    assert len(B.find_all(coll, DB, {})) == len(docs)
+    s0 = cl.shards[0].client()
+    # shard0 holds B's update at dispatch for 3 s, then answers StaleConfig
+    n0 = fp(s0, "failCommand", mode={"times": 1}, failCommands=["update"], errorCode=13388,
+            blockConnection=True, blockTimeMS=3000)
+    res = {}
+
+    def run():
+        res["write"] = Client(cl.routers[1].url, timeout_ms=120000).cmd(
+            {"update": coll, "$db": DB, "updates": [{"q": {}, "u": {"$inc": {"c": 1}}, "multi": True}]})
+    writer = threading.Thread(target=run, daemon=True)
+    writer.start()
+    fp_wait(s0, "failCommand", n0 + 1)
+    wait_until(lambda: all(d["c"] == 1 for d in local_docs(cl.shards[1], coll)), 10, "shard1 applied")
+    A.ok({"drop": coll, "$db": DB})
+    A.ok({"shardCollection": DB + "." + coll, "key": {"k": 1}, "$db": "admin"})
+    A.ok({"insert": coll, "$db": DB, "documents": [{"_id": i, "k": i, "c": 0} for i in range(10)]})
+    writer.join(60)
+    r = res.get("write")
+    assert r and r.get("ok") == 1 and r["n"] == 100, r
+    assert [e["code"] for e in r.get("writeErrors", [])] == [117], r
+    assert all(d["c"] == 0 for d in A.find_all(coll, DB, {})), A.find_all(coll, DB, {})
 
 
 # ---- $_shardKeyRanges on the shard, and refused from a client ------------------------------
