@@ -17,7 +17,8 @@ version, the migration commits, and the recipient (held by failCommand's blockCo
 until it has refreshed) answers StaleConfig. A collection re-created between a partial
 write and its retry: the rest fails (ConflictingOperationInProgress). A soak: 2 routers loop updateMany {$inc: {c: 1}} while the
 balancer moves chunks continuously; every document's counter must equal the number of
-acknowledged updateManys (T_SOAK_S seconds, default 30; T_SEED replays its seed).
+acknowledged updateManys (T_SOAK_S seconds, default 30; T_SEED replays its seed;
+T_SOAK_KEY=hashed soaks a hashed key instead of the ranged one).
 The shard side of $_shardKeyRanges is checked directly: only with a shardVersion, bounds
 sorted and disjoint, and refused by the router from a client.
 """
@@ -423,9 +424,15 @@ def test_soak_update_many_under_balancing(t):
     cl = t.cluster(3, 2, SHARD_FLAGS, config_extra=["--balancer-idle-ms", "200", "--balancer-throttle-ms", "50"])
     c = cl.client()
     c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
-    c.ok({"shardCollection": DB + ".s", "key": {"k": 1}, "$db": "admin"})
+    key = os.environ.get("T_SOAK_KEY") or "ranged"
+    print("  soak key: %s (T_SOAK_KEY=ranged|hashed)" % key, flush=True)
+    if key == "hashed":
+        c.ok({"shardCollection": DB + ".s", "key": {"k": "hashed"}, "$db": "admin",
+              "numInitialChunks": SOAK_DOCS // SOAK_CHUNK})
+    else:
+        c.ok({"shardCollection": DB + ".s", "key": {"k": 1}, "$db": "admin"})
     c.ok({"insert": "s", "$db": DB, "documents": [{"_id": i, "k": i, "c": 0} for i in range(SOAK_DOCS)]})
-    for m in range(SOAK_CHUNK, SOAK_DOCS, SOAK_CHUNK):
+    for m in range(SOAK_CHUNK, SOAK_DOCS, SOAK_CHUNK) if key != "hashed" else ():
         c.ok({"split": DB + ".s", "middle": {"k": m}, "$db": "admin"})
     c.ok({"balancerStart": 1, "$db": "admin"})
     stop = threading.Event()
