@@ -230,12 +230,12 @@ def test_stale_router_after_commit(t):
     assert sorted(d["k"] for d in A.find_all(coll, DB, {})) == list(range(50))
 
 
-@test
-def test_donor_applied_recipient_stale_no_double_write(t):
+def donor_applied_recipient_stale(t, more=None):
     """The order that wrote twice: the donor applies its part at the old version (before
     any critical section), the migration then commits, and the recipient — which has
     refreshed meanwhile — answers StaleConfig. Retried with the new table, the recipient
-    must get only its own old ranges, not the moved chunk the donor already wrote."""
+    must get only its own old ranges, not the moved chunk the donor already wrote. more(A),
+    when given, changes the chunks further before the retry."""
     cl, A = cluster(t, routers=2)
     B = cl.client(1)
     coll, docs, move = ranged(A)                 # shard1 owns [5000, MaxKey)
@@ -255,6 +255,8 @@ def test_donor_applied_recipient_stale_no_double_write(t):
     # the donor's part is written (its documents, straight from it)
     wait_until(lambda: all(d["c"] == 1 for d in local_docs(cl.shards[1], coll)), 10, "donor applied")
     A.ok(move)                                   # [5000, MaxKey) to shard0, committed
+    if more:
+        more(A, coll)
     assert len(A.find_all(coll, DB, {"k": {"$gte": 5000}})) == 100   # shard0 refreshes
     writer.join(60)
     r = res.get("write")
@@ -264,6 +266,22 @@ def test_donor_applied_recipient_stale_no_double_write(t):
     assert not bad and len(got) == 200, "%d documents not written exactly once, e.g. %s" % (len(bad), bad[:3])
     assert r["n"] == 200 and r["nModified"] == 200, r
     assert "stale config retry ns=%s.%s shard=shard0" % (DB, coll) in cl.routers[1].log_text()
+
+
+@test
+def test_donor_applied_recipient_stale_no_double_write(t):
+    donor_applied_recipient_stale(t)
+
+
+@test
+def test_donor_applied_recipient_stale_ranges_cut_at_a_split(t):
+    """As above, and before the retry the recipient's old chunk [MinKey, 5000) is split at
+    50 and [50, 5000) moved to shard1: the recipient's old range is cut in two, each part
+    to its owner, each narrowed (shard1 wrote [5000, MaxKey) already, which is elsewhere now)."""
+    def more(A, coll):
+        A.ok({"split": DB + "." + coll, "middle": {"k": 50}, "$db": "admin"})
+        A.ok({"moveChunk": DB + "." + coll, "find": {"k": 60}, "to": "shard1", "$db": "admin"})
+    donor_applied_recipient_stale(t, more)
 
 
 @test
