@@ -151,6 +151,15 @@ const char *const cmd_update_stmt_fields[] = {
 const char *const cmd_delete_stmt_fields[] = {"q", "limit", "hint", "collation", "sampleId",
                                               NULL};
 
+/* The shard's statements also take the router's internal narrowing of a multi-write
+ * ($_shardKeyRanges, common/krange.h); a router refuses it from a client. */
+const char *const cmd_shard_update_stmt_fields[] = {
+    "q", "u", "c", "arrayFilters", "hint", "multi", "upsert", "upsertSupplied", "collation",
+    "sampleId", "$_allowShardKeyUpdatesWithoutFullShardKeyInQuery", "$_shardKeyRanges", NULL};
+
+const char *const cmd_shard_delete_stmt_fields[] = {"q", "limit", "hint", "collation",
+                                                    "sampleId", "$_shardKeyRanges", NULL};
+
 static bool cmd_name_in(const char *const *list, const char *name) {
     for (int i = 0; list && list[i]; i++)
         if (strcmp(list[i], name) == 0) return true;

@@ -112,6 +112,9 @@ extern const char *const cmd_generic_args[];
  * UpdateOpEntry and DeleteOpEntry; `sort` in an update statement is 7.1+). NULL-ended. */
 extern const char *const cmd_update_stmt_fields[];
 extern const char *const cmd_delete_stmt_fields[];
+/* The same with $_shardKeyRanges (the router's multi-write narrowing): the shard's lists. */
+extern const char *const cmd_shard_update_stmt_fields[];
+extern const char *const cmd_shard_delete_stmt_fields[];
 bool cmd_is_generic_arg(const char *name);
 /* CMD_STRICT_FIELDS's check of `doc` (a command document: its first key is the command)
  * against `spec`: 40415 for an unknown field, TypeMismatch for a listed one of the wrong

@@ -534,4 +534,13 @@
 #define MS_CHECK_METADATA_COLLS_MAX 1000
 #define MS_CHECK_METADATA_FOUND_MAX 10000
 
+/* Key ranges a router keeps for the multi-writes (updateMany, deleteMany) of one command
+ * that a migration met half-way (applied on some shards, StaleConfig on others: the part
+ * still to write, router/rt_write.c), and so the most one statement's $_shardKeyRanges may
+ * name (common/krange.h; the shard refuses more). About 150 bytes each at the router: 15 MB
+ * at most per command. Past it the rest of those ops fails (ExceededMemoryLimit) rather
+ * than be written twice or not at all; reached only with a batch of many multi-writes over
+ * thousands of chunks each, caught by a migration. */
+#define MS_MULTIWRITE_RANGES_MAX 100000
+
 #endif

@@ -24,8 +24,10 @@ int rt_target_doc(const rt_table_t *t, const bson_t *doc, int *shard, ms_error_t
     return rc;
 }
 
-/* Marks the shards of chunks overlapping [lo, hi] (superset: inclusivity only narrows). */
-static void mark_range(const rt_table_t *t, const bounds_range_t *rg, uint64_t *mask) {
+/* Marks the shards of chunks overlapping [lo, hi] (superset: inclusivity only narrows),
+ * and the chunks themselves in marks (indexes of t's chunks) when marks is not NULL. */
+static void mark_range(const rt_table_t *t, const bounds_range_t *rg, uint64_t *mask,
+                       bool *marks) {
     /* first chunk whose max > lo */
     int lo = 0, hi = t->rt.nchunks - 1, first = t->rt.nchunks;
     while (lo <= hi) {
@@ -43,11 +45,13 @@ static void mark_range(const rt_table_t *t, const bounds_range_t *rg, uint64_t *
         int cmp = rtable_bytes_cmp(c->min.data, c->min.len, rg->hi.data, rg->hi.len);
         if (cmp > 0 || (cmp == 0 && !rg->hi_incl)) break;
         *mask |= 1ull << c->shard;
+        if (marks) marks[i] = true;
     }
 }
 
-int rt_target_filter(const rt_table_t *t, const bson_t *filter, uint64_t *mask, bool *point,
-                     ms_error_t *err) {
+/* rt_target_filter, and the chunks it chose in marks when not NULL. */
+static int target_filter(const rt_table_t *t, const bson_t *filter, uint64_t *mask, bool *point,
+                         bool *marks, ms_error_t *err) {
     bounds_t b;
     memset(&b, 0, sizeof b);
     *mask = 0;
@@ -55,15 +59,33 @@ int rt_target_filter(const rt_table_t *t, const bson_t *filter, uint64_t *mask, 
     int rc = bounds_from_filter(filter, &t->rt.pattern, RT_TARGET_RANGES_MAX, &b, err);
     if (rc) return rc;
     if (b.all) {
-        for (int i = 0; i < t->rt.nchunks; i++) *mask |= 1ull << t->rt.chunks[i].shard;
+        for (int i = 0; i < t->rt.nchunks; i++) {
+            *mask |= 1ull << t->rt.chunks[i].shard;
+            if (marks) marks[i] = true;
+        }
     } else {
         *point = bounds_is_point(&b);
-        for (int i = 0; i < b.n; i++) mark_range(t, &b.r[i], mask);
+        for (int i = 0; i < b.n; i++) mark_range(t, &b.r[i], mask, marks);
         /* Nothing can match: one owning shard still answers (notes §8.1 step 4). */
-        if (!*mask && t->rt.nchunks) *mask = 1ull << t->rt.chunks[0].shard;
+        if (!*mask && t->rt.nchunks) {
+            *mask = 1ull << t->rt.chunks[0].shard;
+            if (marks) marks[0] = true;
+        }
     }
     bounds_free(&b);
     return 0;
+}
+
+int rt_target_filter(const rt_table_t *t, const bson_t *filter, uint64_t *mask, bool *point,
+                     ms_error_t *err) {
+    return target_filter(t, filter, mask, point, NULL, err);
+}
+
+int rt_target_chunks(const rt_table_t *t, const bson_t *filter, bool *marks, ms_error_t *err) {
+    uint64_t mask;
+    bool point;
+    memset(marks, 0, (size_t)t->rt.nchunks * sizeof *marks);
+    return target_filter(t, filter, &mask, &point, marks, err);
 }
 
 bool rt_filter_has_exact_id(const bson_t *filter) {

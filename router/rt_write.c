@@ -16,7 +16,11 @@
  * number the shards differently, and a shard that applied an op must not get it again.
  * Each op is targeted once per routing table (and primary): its targets are kept with
  * the table they came from, and only a new table makes them be computed again; an
- * ordered batch targets lazily, as far as the run it sends next.
+ * ordered batch targets lazily, as far as the run it sends next. A multi op (updateMany,
+ * deleteMany) on a sharded collection is tracked by the key ranges it has still to write
+ * rather than by shards, and once part of it was applied each shard gets it narrowed to
+ * its ranges ($_shardKeyRanges), so it writes every document once across a migration
+ * ("multi-writes" below).
  *   insert: the shard owning the document's shard key (missing → null; array → error);
  *   update: upsert needs the exact shard key; multi:false needs the shard key, the exact
  *           _id (broadcast) or a replacement whose key targets one shard; updates that
@@ -38,6 +42,7 @@
 #include "common/bounds.h"
 #include "common/bsonx.h"
 #include "common/expr.h"
+#include "common/krange.h"
 #include "common/log.h"
 #include "common/opctx.h"
 #include "common/update.h"
@@ -63,6 +68,10 @@ typedef struct wop {
     bson_t *extra;         /* the shard's writeError fields beyond index/code/codeName/errmsg
                             * (DuplicateKey's keyPattern, keyValue): caller owns, freed with
                             * the batch; NULL when there are none */
+    bool multi;            /* update multi: true / delete limit: 0 */
+    struct mwrite *mw;     /* a multi op on a sharded collection: the key ranges it still has
+                            * to write (see mwrite_t); caller owns, freed with the batch;
+                            * NULL until it is first targeted with a sharded table */
 } wop_t;
 
 /* The shard names one command has met, in the order met; an index here never changes
@@ -419,15 +428,233 @@ static int target_op(const rt_table_t *t, enum wkind k, const wop_t *op, uint64_
     return 0;
 }
 
-/* Targets op with w's table: its name set minus the shards that applied it already. */
+/* ---- multi-writes: exactly once across a migration commit -------------------------------
+ * (docs/versioning-and-routing.md "Multi-document writes across a migration".) A multi
+ * op on a sharded collection goes to the owners of the chunks its filter may touch, as
+ * the client wrote it: a shard that accepts the shardVersion sent owns exactly the chunks
+ * the table gives it (under its writer lock), so it writes exactly its part. Usually every
+ * shard applies and nothing more is kept. When some shard applied and another answered
+ * StaleConfig, the op's part still to write is made explicit (wb_materialize, with the
+ * table that attempt used): pieces [lo, hi) of encoded shard keys (common/krange.h) of
+ * the chunks the stale shards owned there. After the refresh the pieces are cut again at
+ * the new chunk boundaries and go to their owners there, each statement narrowed to that
+ * shard's pieces by $_shardKeyRanges, so the new owner of a moved range writes that range
+ * and nothing it wrote already; a shard that applies has its pieces removed. */
+
+typedef struct mpiece {
+    krange_t r;            /* encoded keys; an empty bound is unbounded */
+    int bit;               /* name bit of the shard owning it in the table the op was last
+                            * targeted with (wop_t.gen) */
+} mpiece_t;
+
+/* Exists only for an op that was partly applied: sends of it are narrowed. */
+typedef struct mwrite {
+    mpiece_t *p;           /* sorted, disjoint; caller owns */
+    int n, cap;
+    int64_t *total;        /* the command's count of pieces (wbatch_t.npieces), kept by
+                            * mw_add / mw_drop for the MS_MULTIWRITE_RANGES_MAX bound */
+    rtable_version_t genv; /* the generation (epoch, timestamp) the keys are encoded in */
+} mwrite_t;
+
+static void mw_drop(mwrite_t *mw, int i) {
+    buf_free(&mw->p[i].r.lo);
+    buf_free(&mw->p[i].r.hi);
+    (*mw->total)--;
+}
+
+static void mw_clear(mwrite_t *mw) {
+    for (int i = 0; i < mw->n; i++) mw_drop(mw, i);
+    mw->n = 0;
+}
+
+static void mw_free(mwrite_t *mw) {
+    if (!mw) return;
+    mw_clear(mw);
+    free(mw->p);
+    free(mw);
+}
+
+/* Appends [lo, hi) for bit, merged into the last piece when that one is the same shard's
+ * and ends where this one starts. */
+static void mw_add(mwrite_t *mw, const uint8_t *lo, size_t lolen, const uint8_t *hi,
+                   size_t hilen, int bit) {
+    if (mw->n > 0) {
+        mpiece_t *l = &mw->p[mw->n - 1];
+        if (l->bit == bit && l->r.hi.len > 0 && l->r.hi.len == lolen &&
+            memcmp(l->r.hi.data, lo, lolen) == 0) {
+            buf_reset(&l->r.hi);
+            buf_put(&l->r.hi, hi, hilen);
+            return;
+        }
+    }
+    if (mw->n == mw->cap) {
+        mw->cap = mw->cap ? mw->cap * 2 : 4;
+        mw->p = xrealloc(mw->p, (size_t)mw->cap * sizeof *mw->p);
+    }
+    mpiece_t *q = &mw->p[mw->n++];
+    memset(q, 0, sizeof *q);
+    buf_put(&q->r.lo, lo, lolen);
+    buf_put(&q->r.hi, hi, hilen);
+    q->bit = bit;
+    (*mw->total)++;
+}
+
+/* The start of chunk i of t as a piece bound (the first chunk: unbounded), and its end
+ * (the next chunk's start; the last chunk: unbounded) — what rtable_find decides by. */
+static const buf_t *chunk_lo(const rtable_t *rt, int i) {
+    static const buf_t none = {0};
+    return i == 0 ? &none : &rt->chunks[i].min;
+}
+
+static const buf_t *chunk_hi(const rtable_t *rt, int i) {
+    static const buf_t none = {0};
+    return i + 1 >= rt->nchunks ? &none : &rt->chunks[i + 1].min;
+}
+
+/* The pieces of an op partly applied in the attempt that used w's table: the chunks the
+ * filter q may touch there whose owner is in keep (name bits: the shards that did not
+ * apply it). */
+static int mw_start(mwrite_t *mw, const wtarget_t *w, const bson_t *q, uint64_t keep,
+                    ms_error_t *err) {
+    const rtable_t *rt = &w->t->rt;
+    bool *marks = calloc((size_t)rt->nchunks + 1, sizeof *marks);
+    ASSERT(marks);
+    mw_clear(mw);
+    rtable_coll_version(rt, &mw->genv);
+    int rc = rt_target_chunks(w->t, q, marks, err);
+    for (int i = 0; rc == 0 && i < rt->nchunks; i++) {
+        int bit = w->bit_of[rt->chunks[i].shard];
+        if (!marks[i] || !(keep & (1ull << bit))) continue;
+        const buf_t *lo = chunk_lo(rt, i), *hi = chunk_hi(rt, i);
+        mw_add(mw, lo->data, lo->len, hi->data, hi->len, bit);
+    }
+    free(marks);
+    return rc;
+}
+
+/* Cuts the pieces at w's table's chunk boundaries and assigns each to its owner there. */
+static void mw_recut(mwrite_t *mw, const wtarget_t *w) {
+    const rtable_t *rt = &w->t->rt;
+    mwrite_t old = *mw;
+    mw->p = NULL;
+    mw->n = mw->cap = 0;
+    for (int k = 0; k < old.n; k++) {
+        const buf_t *plo = &old.p[k].r.lo, *phi = &old.p[k].r.hi;
+        int start = plo->len ? rtable_find(rt, plo->data, plo->len) : 0;
+        for (int i = start; i < rt->nchunks; i++) {
+            const buf_t *lo = i == start ? plo : chunk_lo(rt, i);
+            const buf_t *chi = chunk_hi(rt, i), *hi = chi;
+            bool last = chi->len == 0;
+            if (phi->len && (chi->len == 0 ||
+                             rtable_bytes_cmp(chi->data, chi->len, phi->data, phi->len) >= 0)) {
+                hi = phi;       /* the piece ends inside (or at the end of) chunk i */
+                last = true;
+            }
+            mw_add(mw, lo->data, lo->len, hi->data, hi->len, w->bit_of[rt->chunks[i].shard]);
+            if (last) break;
+        }
+    }
+    mw_clear(&old);
+    free(old.p);
+}
+
+/* rtable_same_generation against rt's generation. */
+static bool same_gen(const rtable_version_t *a, const rtable_t *rt) {
+    rtable_version_t v;
+    rtable_coll_version(rt, &v);
+    return rtable_same_generation(a, &v);
+}
+
+static int too_many_ranges(ms_error_t *err) {
+    return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "the rest of this command's multi-writes "
+                   "spans more than %d key ranges after a migration met it; it was applied to "
+                   "part of the collection only", MS_MULTIWRITE_RANGES_MAX);
+}
+
+/* Targets a partly applied multi op with w's (sharded) table: its pieces cut and assigned
+ * there, *out = the name bits of their owners. The collection dropped and re-created (or
+ * resharded) meanwhile: its key ranges mean nothing in the new generation, so the rest
+ * fails with ConflictingOperationInProgress (what was written stays written). */
+static int mw_target(const wtarget_t *w, wop_t *op, uint64_t *out, ms_error_t *err) {
+    mwrite_t *mw = op->mw;
+    if (!same_gen(&mw->genv, &w->t->rt))
+        return err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                       "the collection was dropped, re-created or resharded while this "
+                       "multi-write ran; it was applied to part of the collection only");
+    mw_recut(mw, w);
+    if (*mw->total > MS_MULTIWRITE_RANGES_MAX) return too_many_ranges(err);
+    *out = 0;
+    for (int i = 0; i < mw->n; i++) *out |= 1ull << mw->p[i].bit;
+    return 0;
+}
+
+/* The pieces of bit were applied by their shard: gone from what is left. */
+static void mw_applied(mwrite_t *mw, int bit) {
+    int j = 0;
+    for (int i = 0; i < mw->n; i++) {
+        if (mw->p[i].bit == bit) mw_drop(mw, i);
+        else mw->p[j++] = mw->p[i];
+    }
+    mw->n = j;
+}
+
+/* The op's statement for the shard of bit: as the client wrote it, or for a partly
+ * applied op with $_shardKeyRanges = that shard's pieces. Appends it as key of arr. */
+static void append_statement(bson_t *arr, const char *key, const wop_t *op, int bit) {
+    bson_t od, nd, ra;
+    char idx[16];
+    int n = 0;
+    op_view(op, &od);
+    if (!op->mw) {
+        BSON_APPEND_DOCUMENT(arr, key, &od);
+        return;
+    }
+    bson_append_document_begin(arr, key, -1, &nd);
+    bson_concat(&nd, &od);
+    BSON_APPEND_ARRAY_BEGIN(&nd, "$_shardKeyRanges", &ra);
+    for (int i = 0; i < op->mw->n; i++) {
+        const mpiece_t *p = &op->mw->p[i];
+        bson_t d;
+        if (p->bit != bit) continue;
+        snprintf(idx, sizeof idx, "%d", n++);
+        BSON_APPEND_DOCUMENT_BEGIN(&ra, idx, &d);
+        if (p->r.lo.len)
+            bson_append_binary(&d, "min", -1, BSON_SUBTYPE_BINARY, p->r.lo.data, (uint32_t)p->r.lo.len);
+        if (p->r.hi.len)
+            bson_append_binary(&d, "max", -1, BSON_SUBTYPE_BINARY, p->r.hi.data, (uint32_t)p->r.hi.len);
+        bson_append_document_end(&ra, &d);
+    }
+    bson_append_array_end(&nd, &ra);
+    bson_append_document_end(arr, &nd);
+}
+
+/* Targets op with w's table: its name set minus the shards that applied it already; a
+ * partly applied multi op: the owners of the key ranges it has left. */
 static void op_target(const wtarget_t *w, enum wkind k, wop_t *op) {
     uint64_t m = 0, idx = 0;
+    ms_error_t e = {0};
     if (!w->t->sharded) {
+        if (op->mw) {   /* dropped (and maybe re-created unsharded) after a partial write */
+            err_set(&e, MS_ERR_CONFLICTING_OPERATION,
+                    "the collection was dropped or re-created while this multi-write ran; it "
+                    "was applied to part of the collection only");
+            op_fail(op, &e);
+            return;
+        }
         m = 1ull << w->primary_bit;
     } else {
-        ms_error_t e = {0};
         if (target_op(w->t, k, op, &idx, &e)) {
             op_fail(op, &e);
+            return;
+        }
+        if (op->mw) {
+            if (mw_target(w, op, &m, &e)) {
+                op_fail(op, &e);
+                return;
+            }
+            op->gen = w->gen;
+            op->targets = m;
+            if (!op->targets) op->state = OP_DONE;
             return;
         }
         for (; idx; idx &= idx - 1) m |= 1ull << w->bit_of[__builtin_ctzll(idx)];
@@ -511,6 +738,7 @@ typedef struct wbatch {
     upsert_ent_t *upserted;     /* caller owns */
     int nup, capup;
     ms_error_t expired;         /* MaxTimeMSExpired from a shard: ends the command */
+    int64_t npieces;            /* key ranges kept by the partly applied multi ops (mwrite_t) */
 } wbatch_t;
 
 /* Is anything left to send? Ordered: advances the cursor past done ops; an error stops. */
@@ -529,6 +757,42 @@ static void wb_fail_pending(wbatch_t *b, const ms_error_t *e) {
         if (b->ops[i].state == OP_PENDING) op_fail(&b->ops[i], e);
 }
 
+/* Makes op's part still to write explicit after some shard applied it in the attempt that
+ * used b->w's table (see "multi-writes" above): the chunks its filter may touch there whose
+ * owners have not applied it (its targets). Fails the op when the command would keep more
+ * than MS_MULTIWRITE_RANGES_MAX ranges. */
+static void op_materialize(wbatch_t *b, wop_t *op) {
+    bson_t doc, q;
+    ms_error_t e = {0};
+    int rc;
+    op->mw = calloc(1, sizeof *op->mw);
+    ASSERT(op->mw);
+    op->mw->total = &b->npieces;
+    op_view(op, &doc);
+    if (!get_sub(&doc, "q", &q))   /* target_op would have refused it */
+        rc = err_set(&e, MS_ERR_FAILED_TO_PARSE, "multi-write op needs a q document");
+    else
+        rc = mw_start(op->mw, &b->w, &q, op->targets, &e);
+    if (!rc && b->npieces > MS_MULTIWRITE_RANGES_MAX) rc = too_many_ranges(&e);
+    if (rc) {
+        mw_free(op->mw);
+        op->mw = NULL;
+        op_fail(op, &e);
+    }
+}
+
+/* Before an attempt adopts its table: the pending multi ops that the last attempt applied
+ * on some shards only get their pieces. Ordered: only the op at the cursor can be one (a
+ * multi-shard op goes alone, and the cursor stops at it). */
+static void wb_materialize(wbatch_t *b) {
+    if (!b->w.t || !b->w.t->sharded) return;
+    int from = b->ordered ? b->cursor : 0, to = b->ordered ? b->cursor + 1 : b->nops;
+    for (int i = from; i < to && i < b->nops; i++) {
+        wop_t *op = &b->ops[i];
+        if (op->state == OP_PENDING && op->multi && !op->mw && op->done) op_materialize(b, op);
+    }
+}
+
 /* rt_dispatch's build: this attempt's ops — an ordered batch the run of pending ops from
  * the cursor that share one target, an unordered one every pending op — targeting those
  * not yet targeted with table t, one request per shard. Nothing left: *nreqs = 0. */
@@ -540,6 +804,8 @@ static int wb_build(void *p, router_t *r, const rt_table_t *t, rt_req_t *reqs, i
     char primary[RT_NAME_BYTES_MAX] = "";
     int rc, nb = 0;
     *nreqs = 0;
+    if (!wb_more(b)) return 0;
+    wb_materialize(b);
     if (!wb_more(b)) return 0;
     if (!t->sharded &&
         (rc = rt_db_get(r, b->ctx->db, true, primary, sizeof primary, &b->dbv, err)) != 0)
@@ -589,9 +855,7 @@ static int wb_build(void *p, router_t *r, const rt_table_t *t, rt_req_t *reqs, i
         for (int j = 0; j < sb->nops; j++) {
             char idx[16];
             snprintf(idx, sizeof idx, "%d", j);
-            bson_t od;
-            op_view(&ops[sb->ops[j]], &od);
-            BSON_APPEND_DOCUMENT(&a, idx, &od);
+            append_statement(&a, idx, &ops[sb->ops[j]], s);
         }
         bson_append_array_end(&q->cmd, &a);
         rt_append_version(&q->cmd, t, tix);
@@ -683,6 +947,7 @@ static int wb_absorb(void *p, router_t *r, rt_req_t *q, int code) {
         }
         op->done |= bit;
         op->targets &= ~bit;
+        if (op->mw) mw_applied(op->mw, s);   /* its pieces on that shard are written */
         if (!op->targets) op->state = OP_DONE;
     }
     return ret;
@@ -707,6 +972,18 @@ static int check_let(cmd_ctx_t *ctx, ms_error_t *err) {
     int rc = expr_vars_from_let(&d, &vars, err);
     expr_vars_free(vars);
     return rc;
+}
+
+/* update {multi: true} and delete {limit: 0}: the ops that write every matching document. */
+static bool op_is_multi(enum wkind kind, const wop_t *op) {
+    bson_t doc;
+    bson_iter_t it;
+    int64_t limit = 0;
+    op_view(op, &doc);
+    if (kind == W_UPDATE) return flag_of(&doc, "multi");
+    if (kind != W_DELETE) return false;
+    if (bson_iter_init_find(&it, &doc, "limit")) bsonx_as_int64(&it, &limit);
+    return limit == 0;
 }
 
 static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t *err) {
@@ -756,6 +1033,7 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
         bson_iter_document(&arr, &len, &data);
         b->ops[b->nops].data = data;
         b->ops[b->nops].len = len;
+        b->ops[b->nops].multi = op_is_multi(kind, &b->ops[b->nops]);
         b->nops++;
     }
     if (b->nops == 0) {
@@ -813,6 +1091,7 @@ out:
     for (int i = 0; b->ops && i < b->nops; i++) {
         free(b->ops[i].msg);
         op_clear_extra(&b->ops[i]);
+        mw_free(b->ops[i].mw);
     }
     free(b->ops);
     free(b);

@@ -573,17 +573,55 @@ static int check_owned(const store_coll_t *c, shv_filter_t *own, const bson_t *d
 }
 
 /* The rowids a write statement acts on: documents matching q that this shard owns (at
- * most one when limit is 1), found by the planner like a find. *rids is the caller's. */
+ * most one when limit is 1) and, when the router narrowed the statement, whose key lies in
+ * its $_shardKeyRanges; found by the planner like a find. *rids is the caller's. */
 static int statement_rowids(store_txn_t *t, store_coll_t *c, const wbatch_t *b, const bson_t *q,
-                            query_t *qc, int64_t limit, int64_t **rids, size_t *nr,
-                            ms_error_t *e) {
+                            query_t *qc, int64_t limit, const krset_t *ranges, int64_t **rids,
+                            size_t *nr, ms_error_t *e) {
     exec_query_t eq;
     memset(&eq, 0, sizeof eq);
     eq.filter = q;
     eq.q = qc;
     eq.limit = limit;
     eq.own = b->own;
+    eq.ranges = ranges;
     return exec_match_rowids(t, c, &eq, rids, nr, e);
+}
+
+/* A statement's $_shardKeyRanges (the router's narrowing of a multi-write it retries on a
+ * shard: docs/versioning-and-routing.md "Multi-document writes across a migration") into
+ * *ranges, and *narrowed = whether it had one. It restricts the ownership filter, so it
+ * needs a versioned request on a sharded collection: without one it is refused (BadValue)
+ * rather than ignored, as an ignored narrowing would write outside the ranges. */
+static int statement_ranges(const wbatch_t *b, const bson_t *op, krset_t *ranges,
+                            bool *narrowed, ms_error_t *e) {
+    bson_iter_t it;
+    char field[64];
+    *narrowed = false;
+    memset(ranges, 0, sizeof *ranges);
+    if (!bson_iter_init_find(&it, op, "$_shardKeyRanges")) return 0;
+    snprintf(field, sizeof field, "%s.%s.$_shardKeyRanges", b->kind->verb, b->kind->field);
+    if (!b->own)
+        return err_set(e, MS_ERR_BAD_VALUE, "%s needs a shardVersion of a sharded collection",
+                       field);
+    *narrowed = true;
+    return krset_parse(&it, field, ranges, e);
+}
+
+/* An upsert's new document must lie in the statement's ranges too (the router sends the
+ * range of the upsert's shard key; anything else is a request we did not build). */
+static int check_in_ranges(const store_coll_t *c, shv_filter_t *own, const krset_t *ranges,
+                           const bson_t *doc, ms_error_t *err) {
+    buf_t sk = {0};
+    int rc = 0;
+    if (!own || !ranges) return 0;
+    if (keys_extract(c->sharded ? &c->sk : shv_filter_pattern(own), doc, NULL, &sk, err) != 0)
+        rc = err->code;
+    else if (!krset_contains(ranges, sk.data, sk.len))
+        rc = err_set(err, MS_ERR_BAD_VALUE, "the upsert's document lies outside the statement's "
+                     "$_shardKeyRanges");
+    buf_free(&sk);
+    return rc;
 }
 
 /* One update statement {q, u, upsert?, multi?}: the matching documents (one unless
@@ -598,6 +636,8 @@ static int update_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
     bool multi = false, upsert = false, is_pipeline;
     int64_t *rids = NULL;
     size_t nr = 0;
+    krset_t ranges = {0};
+    bool narrowed = false;
     int rc;
     if (bson_iter_init_find(&it, op, "q") && !(BSON_ITER_HOLDS_DOCUMENT(&it) && bsonx_view_container(&it, &q)))
         return err_set(e, MS_ERR_TYPE_MISMATCH, "BSON field 'update.updates.q' must be an object");
@@ -623,7 +663,9 @@ static int update_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
                      "multi update is not supported for replacement-style update");
         goto out;
     }
-    if (c && (rc = statement_rowids(t, c, b, &q, qc, multi ? 0 : 1, &rids, &nr, e)) != 0)
+    if ((rc = statement_ranges(b, op, &ranges, &narrowed, e)) != 0) goto out;
+    if (c && (rc = statement_rowids(t, c, b, &q, qc, multi ? 0 : 1, narrowed ? &ranges : NULL,
+                                    &rids, &nr, e)) != 0)
         goto out;
     for (size_t i = 0; i < nr; i++) {
         bson_t doc, nd;
@@ -651,6 +693,7 @@ static int update_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
         }
         if ((rc = upsert_doc(&q, uc, &nd, e)) != 0) goto out;
         rc = check_owned(c, b->own, &nd, e);
+        if (rc == 0) rc = check_in_ranges(c, b->own, narrowed ? &ranges : NULL, &nd, e);
         if (rc == 0) rc = store_write_doc(t, c, 0, NULL, &nd, &rid, info, e);
         if (rc == 0) {
             bson_t up;
@@ -667,6 +710,7 @@ static int update_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
     }
 out:
     free(rids);
+    krset_free(&ranges);
     query_free(qc);
     update_free(uc);
     return rc;
@@ -693,6 +737,8 @@ static int delete_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
     query_t *qc = NULL;
     int64_t limit = 0, *rids = NULL;
     size_t nr = 0;
+    krset_t ranges = {0};
+    bool narrowed = false;
     int rc;
     (void)index;
     (void)info;
@@ -709,8 +755,11 @@ static int delete_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
         (void)command_let(b->ctx->req, "delete", &letv, &let, e);   /* checked by cmd_delete */
         if ((rc = query_compile_let(&q, let, &qc, e)) != 0) return rc;
     }
+    if ((rc = statement_ranges(b, op, &ranges, &narrowed, e)) != 0) goto out;
     if (!c) goto out;
-    if ((rc = statement_rowids(t, c, b, &q, qc, limit, &rids, &nr, e)) != 0) goto out;
+    if ((rc = statement_rowids(t, c, b, &q, qc, limit, narrowed ? &ranges : NULL, &rids, &nr,
+                               e)) != 0)
+        goto out;
     for (size_t i = 0; i < nr; i++) {
         bson_t doc;
         if (i % MS_INTERRUPT_CHECK_DOCS == MS_INTERRUPT_CHECK_DOCS - 1 && (rc = op_check(e)) != 0)
@@ -723,6 +772,7 @@ static int delete_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
     }
 out:
     free(rids);
+    krset_free(&ranges);
     query_free(qc);
     return rc;
 }

@@ -453,7 +453,8 @@ static bool seen_check_add(scan_pos_t *pos, int64_t rid) {
     return false;
 }
 
-/* The ownership filter: documents outside this shard's chunks (orphans) are skipped. */
+/* The ownership filter: documents outside this shard's chunks (orphans) are skipped, and
+ * with a multi-write's $_shardKeyRanges those outside the ranges the router sent too. */
 static bool owned(const exec_query_t *eq, sqlite3_stmt *s, int skcol, const bson_t *doc) {
     const void *sk;
     int n;
@@ -461,12 +462,14 @@ static bool owned(const exec_query_t *eq, sqlite3_stmt *s, int skcol, const bson
     sk = sqlite3_column_blob(s, skcol);
     n = sqlite3_column_bytes(s, skcol);
     if (sk && sqlite3_column_type(s, skcol) == SQLITE_BLOB)
-        return shv_filter_owns(eq->own, sk, (size_t)n);
+        return shv_filter_owns(eq->own, sk, (size_t)n) &&
+               (!eq->ranges || krset_contains(eq->ranges, sk, (size_t)n));
     {
         /* sk not filled (the collection is not yet sharded in our catalog): extract it. */
         buf_t enc = {0};
         bool ok = keys_extract(shv_filter_pattern(eq->own), doc, NULL, &enc, NULL) == 0 &&
-                  shv_filter_owns(eq->own, enc.data, enc.len);
+                  shv_filter_owns(eq->own, enc.data, enc.len) &&
+                  (!eq->ranges || krset_contains(eq->ranges, enc.data, enc.len));
         buf_free(&enc);
         return ok;
     }

@@ -46,6 +46,7 @@
 #include "common/cursor.h"
 #include "common/errors.h"
 #include "common/keys.h"
+#include "common/krange.h"
 #include "common/limits.h"
 #include "common/sortspec.h"
 #include "common/project.h"
@@ -341,6 +342,8 @@ typedef struct exec_query {
     const char *hint_name;
     int64_t skip, limit;        /* limit 0 = none */
     shv_filter_t *own;          /* ownership filter, NULL = none */
+    const krset_t *ranges;      /* with own: only keys in these ranges too ($_shardKeyRanges
+                                 * of a multi-write statement), NULL = all owned */
     bool no_index;              /* test/diff aid: ignore secondary indexes (forces scans) */
 } exec_query_t;
 

@@ -1,7 +1,8 @@
 /*
  * test_router_target.c — unit tests of the router's targeting (router/rt_target.c):
  * chunk lookup by binary search, a document's shard, and a filter's shards through
- * bounds_from_filter (equality, ranges, $in, unplannable, hashed equality).
+ * bounds_from_filter (equality, ranges, $in, unplannable, hashed equality), and the chunks
+ * a filter may touch (rt_target_chunks).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -118,5 +119,27 @@ static void test_exact_id(void) {
     }
 }
 
+/* rt_target_chunks marks the chunks rt_target_filter's shards come from (the first
+ * pieces of a multi-write's ranges). */
+static void test_filter_chunks(void) {
+    rt_table_t *t = make_table(false);
+    const char *filters[] = {"{\"x\": 5}", "{\"x\": {\"$gte\": 50}}", "{}",
+                             "{\"x\": {\"$in\": [-1, 200]}}", "{\"x\": {\"$gt\": 5, \"$lt\": 3}}"};
+    const char *want[] = {"010", "011", "111", "101", "100" /* nothing: the first chunk */};
+    for (int i = 0; i < 5; i++) {
+        bson_t f;
+        bool marks[3];
+        char got[4] = "";
+        ms_error_t err = {0};
+        CHECK(bsonx_from_json(filters[i], &f, &err) == 0);
+        CHECK_INT(rt_target_chunks(t, &f, marks, &err), 0);
+        for (int j = 0; j < 3; j++) got[j] = marks[j] ? '1' : '0';
+        CHECK_MSG(strcmp(got, want[i]) == 0, "%s: chunks %s, expected %s", filters[i], got, want[i]);
+        bson_destroy(&f);
+    }
+    rt_table_release(t);
+}
+
 T_MAIN(T_CASE(test_doc_targeting), T_CASE(test_filter_targeting),
-       T_CASE(test_hashed_equality_targets_one_shard), T_CASE(test_exact_id))
+       T_CASE(test_hashed_equality_targets_one_shard), T_CASE(test_exact_id),
+       T_CASE(test_filter_chunks))
