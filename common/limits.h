@@ -309,6 +309,15 @@
 #define MS_MIG_WAIT_FOR_DELETE_MS (10 * 60 * 1000)
 /* Shutdown waits this long for migration threads to notice. */
 #define MS_MIG_STOP_WAIT_MS 3000
+/* A recipient remembers this many migrations whose abort came before their start (a start
+ * held up in the network past the donor's deadline), to refuse that start when it comes:
+ * one shard receives one migration at a time, so a few dozen cover any backlog of late
+ * starts; each costs 16 bytes. */
+#define MS_MIG_ABORTS_REMEMBERED 64
+/* _recvChunkAbort waits this long for the receive to stop writing before it makes the
+ * task ready and answers; past it the donor is told to ask again (it retries). Its own
+ * peer deadline (MS_RPC_PEER_TIMEOUT_MS_DEFAULT) must leave room for it. */
+#define MS_MIG_RECV_ABORT_WAIT_MS 5000
 /* ---- migration base: write capture, critical section, internal workers (issue 12) ---- */
 
 /* Bytes of captured _id documents a migration's write capture (shardd/xfer.c) may hold

@@ -37,6 +37,9 @@ void mig_register_failpoints(void) {
     fp_register(FP_MIGRATION_COMMIT_NETWORK_ERROR);
     fp_register(FP_HANG_DONOR_RECOVERY);
     fp_register(FP_SKIP_ONE_MIGRATED_DOC);
+    fp_register(FP_HANG_IN_TRANSFER_MODS);
+    fp_register(FP_HANG_BEFORE_RECV_CHUNK_START);
+    fp_register(SHV_FP_HANG_REFRESH_BEFORE_INSTALL);
 }
 
 int mig_open(shardd_t *app, mig_t **out, ms_error_t *err) {
@@ -58,21 +61,24 @@ void mig_close(mig_t *m) {
     pthread_mutex_lock(&m->mu);
     m->stopping = true;
     pthread_cond_broadcast(&m->cv);
-    /* Threads notice `stopping` at their next step and end; bounded by their own
-     * deadlines (every call they make has one). */
-    long long until = time_mono_ms() + MS_MIG_STOP_WAIT_MS;
-    while ((m->donor || m->recv || m->recoveries > 0) && time_mono_ms() < until) {
+    /* The donor, recipient and recovery threads use the store, the range deleter and the
+     * sharding state that main frees after this: wait until every one has ended. Each
+     * notices `stopping` at its next step, every call it makes has a deadline, and the
+     * hang failpoints were released when serving stopped, so this ends. */
+    long long start = time_mono_ms(), next_log = start + MS_MIG_STOP_WAIT_MS;
+    while (m->donor || m->recv || m->recoveries > 0) {
         time_cond_wait_ms(&m->cv, &m->mu, 50);
+        if (time_mono_ms() >= next_log) {
+            log_warn("shutdown waiting for migration threads donor=%d recipient=%d "
+                     "recoveries=%d ms=%lld", m->donor != NULL, m->recv != NULL, m->recoveries,
+                     time_mono_ms() - start);
+            next_log += MS_MIG_STOP_WAIT_MS;
+        }
     }
-    bool idle = !m->donor && !m->recv && m->recoveries == 0;
     pthread_mutex_unlock(&m->mu);
-    /* Anything still running keeps the registry and is left to the process exit: its
-     * persisted documents are what the next start recovers from. */
-    if (idle) {
-        pthread_mutex_destroy(&m->mu);
-        pthread_cond_destroy(&m->cv);
-        free(m);
-    }
+    pthread_mutex_destroy(&m->mu);
+    pthread_cond_destroy(&m->cv);
+    free(m);
 }
 
 void mig_append_status(mig_t *m, bson_t *out) {
@@ -82,7 +88,8 @@ void mig_append_status(mig_t *m, bson_t *out) {
     BSON_APPEND_INT64(&doc, "donated", m->donated);
     BSON_APPEND_INT64(&doc, "received", m->received);
     BSON_APPEND_INT64(&doc, "aborted", m->aborted);
-    BSON_APPEND_INT32(&doc, "recoveriesPending", m->recoveries);
+    BSON_APPEND_INT32(&doc, "recoveriesPending", m->recoveries + m->stuck);
+    BSON_APPEND_INT32(&doc, "recoveriesStuck", m->stuck);
     BSON_APPEND_INT32(&doc, "writePauseBudgetMS", m->write_pause_budget_ms);
     BSON_APPEND_INT32(&doc, "catchUpTimeoutMS", m->catchup_timeout_ms);
     BSON_APPEND_BOOL(&doc, "archiveMovedChunks", m->archive);
@@ -111,6 +118,22 @@ void mig_append_inprog(mig_t *m, bson_t *arr) {
         bson_append_document_end(arr, &d);
     }
     pthread_mutex_unlock(&m->mu);
+}
+
+void mig_remember_abort(mig_t *m, const uint8_t uuid[16]) {
+    pthread_mutex_lock(&m->mu);
+    if (!mig_abort_remembered_locked(m, uuid)) {
+        memcpy(m->aborted_ids[m->aborted_next], uuid, 16);
+        m->aborted_next = (m->aborted_next + 1) % MS_MIG_ABORTS_REMEMBERED;
+        if (m->naborted_ids < MS_MIG_ABORTS_REMEMBERED) m->naborted_ids++;
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+bool mig_abort_remembered_locked(const mig_t *m, const uint8_t uuid[16]) {
+    for (int i = 0; i < m->naborted_ids; i++)
+        if (memcmp(m->aborted_ids[i], uuid, 16) == 0) return true;
+    return false;
 }
 
 /* ---- small helpers -------------------------------------------------------------------- */

@@ -34,7 +34,10 @@ typedef struct mig {
     pthread_cond_t cv;
     mig_donor_t *donor;          /* the donation running now, or NULL */
     mig_recv_t *recv;            /* the receive running now (or waiting for its decision) */
-    int recoveries;              /* donor recoveries not finished yet */
+    int recoveries;              /* donor recoveries not finished yet (threads running) */
+    int stuck;                   /* recoveries that could not run (no memory, no thread,
+                                  * unreadable document): new migrations stay refused and
+                                  * their collections blocked until a restart */
     bool stopping;
     /* settings (flags of bin/shardd) */
     int write_pause_budget_ms;   /* --migration-write-pause-budget-ms */
@@ -43,6 +46,10 @@ typedef struct mig {
     char dbpath[4096];
     /* totals for serverStatus */
     int64_t donated, received, aborted;
+    /* Migrations whose abort reached this shard before their _recvChunkStart (under mu;
+     * a ring of the last MS_MIG_ABORTS_REMEMBERED): such a start is refused. */
+    uint8_t aborted_ids[MS_MIG_ABORTS_REMEMBERED][16];
+    int naborted_ids, aborted_next;
 } mig_t;
 
 int mig_open(shardd_t *app, mig_t **out, ms_error_t *err);
@@ -104,6 +111,10 @@ void mig_task_doc(const uint8_t mig_uuid[16], const char *ns, const uint8_t coll
 /* Inside a write transaction: the task's numOrphanDocs set to n (set) or raised by n;
  * an absent task is not an error. */
 int mig_task_add_orphans(store_txn_t *t, const char *id, int64_t n, bool set, ms_error_t *err);
+/* Remembers that migration uuid was aborted before this shard saw its start (locks mu);
+ * the _locked check, under mu, tells whether it was. */
+void mig_remember_abort(mig_t *m, const uint8_t uuid[16]);
+bool mig_abort_remembered_locked(const mig_t *m, const uint8_t uuid[16]);
 /* The recipient's task of migration id becomes ready (its copy is deleted); absent = ok. */
 int mig_recv_task_ready(mig_t *m, const char *id, ms_error_t *err);
 
@@ -132,6 +143,12 @@ extern const char *const mig_recv_step_fps[7];      /* migrateThreadHangAtStep1.
 #define FP_FAIL_MIGRATION_COMMIT "failMigrationCommit"
 #define FP_MIGRATION_COMMIT_NETWORK_ERROR "migrationCommitNetworkError"
 #define FP_HANG_DONOR_RECOVERY "hangBeforeMigrationRecovery"   /* minishard: before a recovery decides */
+/* minishard, tests only: a _transferMods worker holds the capture in use (ids taken,
+ * documents not read yet). */
+#define FP_HANG_IN_TRANSFER_MODS "hangInTransferModsWithCapture"
+/* minishard, tests only: _recvChunkStart waits before the recipient looks at it, as if
+ * the network held the request back (a cut between donor and recipient that heals). */
+#define FP_HANG_BEFORE_RECV_CHUNK_START "hangBeforeRecvChunkStart"
 /* minishard, tests only: the recipient drops one cloned document, so the count and
  * checksum comparison before the commit has something to catch. */
 #define FP_SKIP_ONE_MIGRATED_DOC "skipOneMigratedDocument"

@@ -41,6 +41,7 @@
 #include "common/mem.h"
 #include "common/opctx.h"
 #include "common/rpc.h"
+#include "common/rtable.h"
 #include "shardd/mig.h"
 
 enum donor_phase { DP_CHECKS, DP_CLONE, DP_CATCHUP, DP_CRITSEC, DP_COMMIT_RECIPIENT,
@@ -87,9 +88,17 @@ struct mig_donor {
     long long started_ms;
     /* the clone list (MongoDB's recordIds) and capture, used by the command workers */
     pthread_mutex_t mu;
+    pthread_cond_t cv;               /* broadcast when x_users drops */
     int64_t *rids;
     size_t nrids, pos;
+    /* The write capture. Owner: the donor thread, which alone creates and frees it
+     * (capture_stop). Lock rule: x is set and cleared under mu; a command worker
+     * (_transferMods, currentOp) reads it under mu and, to use it after dropping mu,
+     * counts itself in x_users first (also under mu); the owner clears x and waits for
+     * x_users == 0 before xfer_stop frees it. The donor thread itself uses x without mu:
+     * nobody else frees it. */
     xfer_t *x;
+    int x_users;
     enum donor_phase phase;
     int64_t cloned_docs, cloned_bytes, mods_sent;
     int64_t step_ms[6];
@@ -98,6 +107,7 @@ struct mig_donor {
     int64_t recv_cloned, recv_catchup, recv_steady;
     char recv_state[16];
     bool capture_on, crit_held;
+    bool handed_over;                /* outcome unknown: the recovery finishes (and logs) it */
     bson_t from_version;             /* this shard's version when the migration started */
     int64_t digest_count;            /* the range at the clone-list snapshot */
     uint64_t digest_sum;
@@ -269,16 +279,29 @@ int mig_local_pattern(store_t *st, const char *ns, keys_pattern_t *pat, uint8_t 
 /* Tells the recipient the decision: committed → it deletes its pending task (the range is
  * its own now); aborted → its task becomes ready and the copy is deleted. Retried with a
  * backoff while the recipient is unreachable, up to `until_ms` (0 = once). */
+static int shard_host(mig_t *m, const char *shard, char *out, size_t cap, ms_error_t *err);
+
+/* (The recipient is found by its shard name in config.shards at each attempt: the host
+ * persisted in the coordinator document may be long gone after a restart.) */
 static int notify_recipient(mig_t *m, const coord_t *c, bool committed, long long until_ms,
                             ms_error_t *err) {
     int wait_ms = 100, rc;
     for (;;) {
         bson_t cmd, reply;
+        char host[MS_URL_BYTES_MAX];
+        if ((rc = shard_host(m, c->recipient, host, sizeof host, err)) != 0) {
+            if (m->stopping || time_mono_ms() + wait_ms > until_ms) return rc;
+            log_warn("migration recipient not found yet id=%s to=%s errmsg=%s", c->id,
+                     log_str(c->recipient), log_str(err->msg));
+            nanosleep(&(struct timespec){wait_ms / 1000, (wait_ms % 1000) * 1000000L}, NULL);
+            if (wait_ms < 5000) wait_ms *= 2;
+            continue;
+        }
         bson_init(&cmd);
         BSON_APPEND_UTF8(&cmd, committed ? "_recvChunkReleaseCritSec" : "_recvChunkAbort", c->ns);
         BSON_APPEND_UTF8(&cmd, "sessionId", c->session);
         BSON_APPEND_BINARY(&cmd, "migrationId", BSON_SUBTYPE_UUID, c->mig_uuid, 16);
-        rc = mig_call(c->recipient_host, &cmd, MS_RPC_PEER_TIMEOUT_MS_DEFAULT, &reply, err);
+        rc = mig_call(host, &cmd, MS_RPC_PEER_TIMEOUT_MS_DEFAULT, &reply, err);
         bson_destroy(&cmd);
         if (rc == 0) {
             bson_destroy(&reply);
@@ -351,15 +374,76 @@ static int complete(mig_t *m, coord_t *c, bool committed, long long until_ms, ms
     return 0;
 }
 
-/* Does this shard still own the migrated range's min? Asks the config server after fencing
- * off any commit still in flight (`_configsvrEnsureChunkVersionIsGreaterThan`, notes
- * §1.7): *committed set on success. */
-static int decide(mig_t *m, const coord_t *c, bool *committed, ms_error_t *err) {
+/* The owner of the migrated range's min in a routing table fetched from the config
+ * server now — by this call, never from a refresh some other caller started earlier —
+ * so it reflects every commit that landed before the caller's fence. *gone: the
+ * collection was dropped (or dropped and recreated: another uuid). */
+static int fetch_owner(mig_t *m, const coord_t *c, char *owner, size_t cap, bool *gone,
+                       ms_error_t *err) {
     char url[MS_URL_BYTES_MAX];
-    bson_t cmd, reply, kmin, kmax, vdoc;
+    bson_t cmd, reply;
+    bson_iter_t it;
+    rtable_t *rt = NULL;
     buf_t key = {0};
-    keys_pattern_t pat;
-    uint8_t uuid[16];
+    bool need_full = false;
+    int rc;
+    *gone = false;
+    owner[0] = 0;
+    shv_identity(m->app->shv, NULL, 0, url, sizeof url);
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "getRoutingTable", c->ns);
+    rc = mig_call(url, &cmd, MS_RPC_CONFIG_TIMEOUT_MS_DEFAULT, &reply, err);
+    bson_destroy(&cmd);
+    if (rc == MS_ERR_NAMESPACE_NOT_SHARDED) {
+        *gone = true;
+        memset(err, 0, sizeof *err);
+        return 0;
+    }
+    if (rc != 0) return rc;
+    if (bson_iter_init_find(&it, &reply, "uuid") && BSON_ITER_HOLDS_BINARY(&it)) {
+        bson_subtype_t st;
+        uint32_t len = 0;
+        const uint8_t *data = NULL;
+        bson_iter_binary(&it, &st, &len, &data);
+        if (len == 16 && memcmp(data, c->coll_uuid, 16) != 0) {
+            *gone = true;
+            bson_destroy(&reply);
+            return 0;
+        }
+    }
+    if (!(rt = calloc(1, sizeof *rt))) {
+        bson_destroy(&reply);
+        return err_set(err, MS_ERR_INTERNAL, "out of memory");
+    }
+    if ((rc = rtable_from_reply(&reply, NULL, rt, &need_full, err)) == 0 && need_full)
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "routing table of %s: incremental reply to a "
+                     "full request", c->ns);
+    if (rc == 0 && (rc = keys_encode_bound(&rt->pattern, &c->range_min, &key, err)) == 0) {
+        int i = rt->nchunks ? rtable_find(rt, key.data, key.len) : -1;
+        if (i < 0 || rt->chunks[i].shard < 0 || rt->chunks[i].shard >= rt->nshards)
+            rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "routing table of %s has no chunk for the "
+                         "migrated range", c->ns);
+        else
+            snprintf(owner, cap, "%s", rt->shards[rt->chunks[i].shard]);
+    }
+    buf_free(&key);
+    rtable_clear(rt);
+    free(rt);
+    bson_destroy(&reply);
+    return rc;
+}
+
+/* Did the migration commit? Fences off any commit still in flight at the config server
+ * (`_configsvrEnsureChunkVersionIsGreaterThan`, notes §1.7), then reads who owns the
+ * range's min from a table fetched after that fence (fetch_owner): the donor → aborted;
+ * any other shard → committed (while this coordinator is undecided nothing but this
+ * migration can move the range off the donor); collection dropped → aborted (nothing is
+ * left to keep). Anything else — the fence or the fetch failed — is an error, and the
+ * caller asks again: "unknown" is never taken for either outcome. *committed set on 0. */
+static int decide(mig_t *m, const coord_t *c, bool *committed, ms_error_t *err) {
+    char url[MS_URL_BYTES_MAX], owner[RTABLE_NAME_BYTES_MAX];
+    bson_t cmd, reply;
+    bool gone = false;
     int rc;
     shv_identity(m->app->shv, NULL, 0, url, sizeof url);
     bson_init(&cmd);
@@ -373,40 +457,13 @@ static int decide(mig_t *m, const coord_t *c, bool *committed, ms_error_t *err) 
     bson_destroy(&cmd);
     if (rc != 0) return rc;
     bson_destroy(&reply);
-    if ((rc = shv_refresh(m->app->shv, c->ns, err)) != 0) {
-        if (rc == MS_ERR_NAMESPACE_NOT_SHARDED) {   /* dropped meanwhile: nothing to keep */
-            *committed = false;
-            return 0;
-        }
-        return rc;
-    }
-    /* Owning range.min means the chunk never left. */
-    bson_init(&kmin);
-    bson_init(&kmax);
-    bson_init(&vdoc);
-    memset(&pat, 0, sizeof pat);
-    if ((rc = mig_local_pattern(m->app->st, c->ns, &pat, uuid, err)) != 0) {
-        if (rc == MS_ERR_NAMESPACE_NOT_SHARDED) {
-            *committed = false;
-            rc = 0;
-        }
-    } else if ((rc = keys_encode_bound(&pat, &c->range_min, &key, err)) == 0) {
-        bson_t sv;
-        bson_init(&sv);
-        ms_error_t e2 = {0};
-        int orc = shv_owned_chunk(m->app->shv, c->ns, &key, &kmin, &kmax, &vdoc, &sv, NULL, uuid, &e2);
-        bson_destroy(&sv);
-        *committed = orc != 0;
-        if (orc != 0 && orc != MS_ERR_STALE_CONFIG && orc != MS_ERR_NAMESPACE_NOT_SHARDED &&
-            orc != MS_ERR_CONFLICTING_OPERATION)
-            rc = err_set(err, orc, "%s", e2.msg);
-    }
-    keys_pattern_free(&pat);
-    buf_free(&key);
-    bson_destroy(&kmin);
-    bson_destroy(&kmax);
-    bson_destroy(&vdoc);
-    return rc;
+    if ((rc = fetch_owner(m, c, owner, sizeof owner, &gone, err)) != 0) return rc;
+    *committed = !gone && strcmp(owner, c->donor) != 0;
+    log_info("migration decided id=%s ns=%s owner=%s decision=%s", c->id, log_str(c->ns),
+             gone ? "(dropped)" : log_str(owner), *committed ? "committed" : "aborted");
+    /* Our own filtering metadata follows from a fresh refresh, not from this table. */
+    shv_invalidate(m->app->shv, c->ns);
+    return 0;
 }
 
 /* ---- recovery (notes §1.7 "Donor step-up recovery") ---------------------------------------- */
@@ -415,32 +472,66 @@ typedef struct recov {
     mig_t *m;
     coord_t co;
     bool crit;           /* this recovery holds the collection's critical section */
+    bool log_from;       /* writes moveChunk.from once the outcome is known */
+    bson_t from_details; /* ... with these details (the donor's, or the bare range) */
 } recov_t;
+
+static void copy_coord(const coord_t *src, coord_t *dst) {
+    coord_init(dst);
+    memcpy(dst->id, src->id, sizeof dst->id);
+    memcpy(dst->mig_uuid, src->mig_uuid, 16);
+    memcpy(dst->coll_uuid, src->coll_uuid, 16);
+    memcpy(dst->ns, src->ns, sizeof dst->ns);
+    memcpy(dst->session, src->session, sizeof dst->session);
+    memcpy(dst->donor, src->donor, sizeof dst->donor);
+    memcpy(dst->recipient, src->recipient, sizeof dst->recipient);
+    memcpy(dst->recipient_host, src->recipient_host, sizeof dst->recipient_host);
+    memcpy(dst->decision, src->decision, sizeof dst->decision);
+    bson_concat(&dst->range_min, &src->range_min);
+    bson_concat(&dst->range_max, &src->range_max);
+    bson_concat(&dst->chunk_min, &src->chunk_min);
+    bson_concat(&dst->chunk_max, &src->chunk_max);
+    bson_concat(&dst->pre_version, &src->pre_version);
+}
 
 static void *recover_main(void *p) {
     recov_t *r = p;
     mig_t *m = r->m;
     coord_t *c = &r->co;
     int wait_ms = 200;
-    bool crit = r->crit;
+    bool known = c->decision[0] != 0;
     ms_error_t e = {0};
     fp_eval(FP_HANG_DONOR_RECOVERY, NULL);
     while (!m->stopping) {
         bool committed = strcmp(c->decision, "committed") == 0;
         int rc = 0;
-        if (!c->decision[0]) rc = decide(m, c, &committed, &e);
-        if (rc == 0 && crit) {
+        /* Undecided: no write may land on the range until the chunk table has decided
+         * (a commit may still be in flight). Entered here when start_recovery could not. */
+        if (!c->decision[0] && !r->crit) {
+            if ((rc = shv_crit_enter_as(m->app->shv, m->app->st, c->ns, c->id, &e)) == 0)
+                r->crit = true;
+        }
+        if (rc == 0 && !c->decision[0] && (rc = decide(m, c, &committed, &e)) == 0) {
             snprintf(c->decision, sizeof c->decision, "%s", committed ? "committed" : "aborted");
             persist_arg_t a = {.co = c};
-            if ((rc = persist(m, &a, &e)) == 0) {
-                shv_crit_leave(m->app->shv, c->ns);
-                crit = false;
-            }
+            if ((rc = persist(m, &a, &e)) != 0) c->decision[0] = 0;  /* decide again */
+        }
+        /* Decided and persisted: writes may go on (they get StaleConfig and go where the
+         * chunk table says). Only the recovery that entered the section leaves it. */
+        if (rc == 0 && r->crit) {
+            shv_crit_leave_as(m->app->shv, c->ns, c->id);
+            r->crit = false;
         }
         if (rc == 0) rc = complete(m, c, committed, time_mono_ms() + 2000, &e);
         if (rc == 0) {
             log_info("migration recovered id=%s ns=%s decision=%s", c->id, log_str(c->ns),
                      c->decision);
+            if (r->log_from) {
+                /* The donor's moveChunk.from, held back while the outcome was unknown. */
+                BSON_APPEND_UTF8(&r->from_details, "note", committed ? "success" : "aborted");
+                BSON_APPEND_BOOL(&r->from_details, "outcomeWasUnknown", !known);
+                mig_log_change(m, "moveChunk.from", c->ns, &r->from_details);
+            }
             break;
         }
         log_warn("migration recovery retrying id=%s ns=%s errmsg=%s", c->id, log_str(c->ns),
@@ -449,54 +540,83 @@ static void *recover_main(void *p) {
             nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
         if (wait_ms < 10000) wait_ms *= 2;
     }
-    if (crit) shv_crit_leave(m->app->shv, c->ns);
+    /* Stopping undecided: the section stays held until the process exits, and the next
+     * start's recovery holds it again from the persisted document. */
     pthread_mutex_lock(&m->mu);
     m->recoveries--;
     pthread_cond_broadcast(&m->cv);
     pthread_mutex_unlock(&m->mu);
     coord_destroy(c);
+    bson_destroy(&r->from_details);
     free(r);
     return NULL;
 }
 
+/* A recovery that cannot run (no memory, no thread): the collection stays blocked — its
+ * critical section held when the migration is undecided — and new migrations on this
+ * shard stay refused (a recovery stays pending), until a restart recovers it from the
+ * persisted document. Never guess an outcome. */
+static void recovery_stuck(mig_t *m, const char *id, const char *ns, const char *why) {
+    log_error("migration recovery cannot run; the collection stays blocked until restart "
+              "id=%s ns=%s errmsg=%s", log_str(id), log_str(ns), why);
+    pthread_mutex_lock(&m->mu);
+    m->stuck++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 /* Starts a recovery thread for c. crit_held: the caller hands over the collection's
- * critical section (a commit whose outcome is unknown). Otherwise an undecided migration
- * enters it here, before this returns: a commit may still be in flight at the config
- * server, so no write may land on the range until the chunk table has decided (MongoDB's
- * recoverable critical section). */
-static void start_recovery(mig_t *m, const coord_t *c, bool crit_held) {
-    recov_t *r = mem_calloc_aligned(1, sizeof *r);
+ * critical section (a commit whose outcome is unknown; entered as c->id, so the recovery
+ * now owns it). Otherwise an undecided migration enters it here, before this returns: a
+ * commit may still be in flight at the config server, so no write may land on the range
+ * until the chunk table has decided (MongoDB's recoverable critical section).
+ * from_details (borrowed, may be NULL): the moveChunk.from entry to write once decided. */
+static void start_recovery(mig_t *m, const coord_t *c, bool crit_held, const bson_t *from_details) {
+    recov_t *r;
     pthread_t th;
     pthread_attr_t at;
-    bson_t doc;
+    bool crit = crit_held;
     ms_error_t e = {0};
-    if (!r) {
-        if (crit_held) shv_crit_leave(m->app->shv, c->ns);
+    if (!crit && !c->decision[0]) {
+        if (shv_crit_enter_as(m->app->shv, m->app->st, c->ns, c->id, &e) == 0)
+            crit = true;
+        else
+            log_warn("migration recovery will enter the critical section later id=%s ns=%s "
+                     "errmsg=%s", c->id, log_str(c->ns), log_str(e.msg));
+    }
+    if (!(r = mem_calloc_aligned(1, sizeof *r))) {
+        recovery_stuck(m, c->id, c->ns, "out of memory");
         return;
     }
     r->m = m;
-    r->crit = crit_held;
-    if (!crit_held && !c->decision[0] &&
-        shv_crit_enter(m->app->shv, m->app->st, c->ns, &e) == 0)
-        r->crit = true;
-    coord_to_doc(c, &doc);
-    if (coord_from_doc(&doc, &r->co, &e) != 0) {
-        bson_destroy(&doc);
-        free(r);
-        return;
+    r->crit = crit;
+    copy_coord(c, &r->co);
+    bson_init(&r->from_details);
+    if (from_details) {
+        bson_concat(&r->from_details, from_details);
+        r->log_from = true;
+    } else if (!c->decision[0]) {
+        /* A run a crash cut short never wrote its moveChunk.from: written once decided. */
+        BSON_APPEND_DOCUMENT(&r->from_details, "min", &c->range_min);
+        BSON_APPEND_DOCUMENT(&r->from_details, "max", &c->range_max);
+        BSON_APPEND_UTF8(&r->from_details, "from", c->donor);
+        BSON_APPEND_UTF8(&r->from_details, "to", c->recipient);
+        BSON_APPEND_BOOL(&r->from_details, "recovered", true);
+        r->log_from = true;
     }
-    bson_destroy(&doc);
     pthread_mutex_lock(&m->mu);
     m->recoveries++;
     pthread_mutex_unlock(&m->mu);
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
     if (pthread_create(&th, &at, recover_main, r) != 0) {
+        /* The section (if held) stays held. */
         pthread_mutex_lock(&m->mu);
         m->recoveries--;
+        pthread_cond_broadcast(&m->cv);
         pthread_mutex_unlock(&m->mu);
-        if (r->crit) shv_crit_leave(m->app->shv, c->ns);
+        recovery_stuck(m, c->id, c->ns, "cannot start a thread");
         coord_destroy(&r->co);
+        bson_destroy(&r->from_details);
         free(r);
     }
     pthread_attr_destroy(&at);
@@ -507,13 +627,22 @@ static int recover_scan_fn(void *arg, const char *id, const bson_t *doc) {
     coord_t c;
     ms_error_t e = {0};
     if (coord_from_doc(doc, &c, &e) != 0) {
-        log_error("migration coordinator document unreadable id=%s errmsg=%s", log_str(id),
-                  log_str(e.msg));
+        /* Which outcome it had cannot be known from here: block what can be named (its
+         * namespace, when readable) and keep new migrations out, until someone repairs
+         * the document and restarts the shard. */
+        char ns[MS_NS_BYTES_MAX + 1];
+        copy_str(ns, sizeof ns, doc, "nss");
+        log_error("migration coordinator document unreadable id=%s ns=%s errmsg=%s",
+                  log_str(id), log_str(ns), log_str(e.msg));
+        if (ns[0] && shv_crit_enter_as(m->app->shv, m->app->st, ns, id, &e) != 0)
+            log_error("cannot block the collection of an unreadable migration document id=%s "
+                      "ns=%s errmsg=%s", log_str(id), log_str(ns), log_str(e.msg));
+        recovery_stuck(m, id, ns, "unreadable coordinator document");
         return 0;
     }
     log_info("migration recovery starting id=%s ns=%s decision=%s", c.id, log_str(c.ns),
              c.decision[0] ? c.decision : "none");
-    start_recovery(m, &c, false);
+    start_recovery(m, &c, false, NULL);
     coord_destroy(&c);
     return 0;
 }
@@ -540,6 +669,20 @@ static void donor_set_phase(mig_donor_t *d, enum donor_phase p) {
     pthread_mutex_lock(&d->mu);
     d->phase = p;
     pthread_mutex_unlock(&d->mu);
+}
+
+/* The donor thread ends the write capture: cleared under mu, so no worker picks it up
+ * any more, then freed once the workers using it have let go (see struct mig_donor). A
+ * worker's use is short (one store read) unless a test holds it at a failpoint. */
+static void capture_stop(mig_donor_t *d) {
+    xfer_t *x;
+    pthread_mutex_lock(&d->mu);
+    x = d->x;
+    d->x = NULL;
+    d->capture_on = false;
+    while (d->x_users > 0) time_cond_wait_ms(&d->cv, &d->mu, 100);
+    pthread_mutex_unlock(&d->mu);
+    if (x) xfer_stop(d->m->app->st, x);
 }
 
 static int step_done(mig_donor_t *d, int step, long long *t0, ms_error_t *err) {
@@ -701,10 +844,16 @@ static int step_start_clone(mig_donor_t *d, ms_error_t *err) {
     bson_destroy(&details);
 
     /* Capture before the clone list is read, so no write falls between the two. */
-    if ((rc = xfer_start(m->app->st, d->ns, &d->min_enc, &d->max_enc, MS_MIG_CAPTURE_BYTES_MAX,
-                         &d->x, err)) != 0)
-        return rc;
-    d->capture_on = true;
+    {
+        xfer_t *x = NULL;
+        if ((rc = xfer_start(m->app->st, d->ns, &d->min_enc, &d->max_enc,
+                             MS_MIG_CAPTURE_BYTES_MAX, &x, err)) != 0)
+            return rc;
+        pthread_mutex_lock(&d->mu);
+        d->x = x;
+        d->capture_on = true;
+        pthread_mutex_unlock(&d->mu);
+    }
 
     mig_task_doc(d->co.mig_uuid, d->ns, d->co.coll_uuid, d->co.donor, &d->req_min, &d->req_max,
                  &d->pat, true, d->wait_for_delete, &task);
@@ -930,6 +1079,20 @@ static void append_steps(bson_t *doc, const int64_t *ms, int n, int upto) {
     }
 }
 
+/* moveChunk.from's details but the note (written by whoever learns the outcome). */
+static void from_details(const mig_donor_t *d, int step, bson_t *details) {
+    bson_init(details);
+    BSON_APPEND_DOCUMENT(details, "min", &d->req_min);
+    if (d->has_max) BSON_APPEND_DOCUMENT(details, "max", &d->req_max);
+    BSON_APPEND_UTF8(details, "from", d->co.donor);
+    BSON_APPEND_UTF8(details, "to", d->to);
+    append_steps(details, d->step_ms, 6, step);
+    BSON_APPEND_INT64(details, "clonedDocs", d->cloned_docs);
+    BSON_APPEND_INT64(details, "clonedBytes", d->cloned_bytes);
+    BSON_APPEND_INT64(details, "modsSent", d->mods_sent);
+    BSON_APPEND_INT64(details, "writePauseMS", d->pause_ms);
+}
+
 static void donor_run(mig_donor_t *d) {
     mig_t *m = d->m;
     long long t0 = time_mono_ms();
@@ -950,7 +1113,7 @@ static void donor_run(mig_donor_t *d) {
     if ((rc = step_catch_up(d, err)) != 0 || (rc = step_done(d, ++step, &t0, err)) != 0) goto abort;
 
     donor_set_phase(d, DP_CRITSEC);
-    if ((rc = shv_crit_enter(m->app->shv, m->app->st, d->ns, err)) != 0) goto abort;
+    if ((rc = shv_crit_enter_as(m->app->shv, m->app->st, d->ns, d->co.id, err)) != 0) goto abort;
     d->crit_held = true;
     d->pause_start_ms = time_mono_ms();
     if ((rc = step_done(d, ++step, &t0, err)) != 0) goto abort;
@@ -978,10 +1141,15 @@ static void donor_run(mig_donor_t *d) {
         }
         if (unknown) {
             /* Recovery finishes it: the coordinator document stays, and the critical
-             * section passes to the recovery, which leaves it once the config server's
-             * chunk table has decided. */
+             * section passes to the recovery (same owner: this migration's id), which
+             * leaves it once the config server's chunk table has decided; it writes
+             * moveChunk.from then, with the outcome. */
+            bson_t details;
+            from_details(d, step, &details);
             d->crit_held = false;
-            start_recovery(m, &d->co, true);
+            d->handed_over = true;
+            start_recovery(m, &d->co, true, &details);
+            bson_destroy(&details);
             goto finish;
         }
         if (!committed) goto abort;
@@ -1004,14 +1172,12 @@ static void donor_run(mig_donor_t *d) {
      * once the migration is complete (as MongoDB's failpoints after the commit do). */
     late_rc = fp_eval(FP_HANG_BEFORE_LEAVING_CRIT_SEC, &late_err);
     d->pause_ms = time_mono_ms() - d->pause_start_ms;
-    shv_crit_leave(m->app->shv, d->ns);
+    shv_crit_leave_as(m->app->shv, d->ns, d->co.id);
     d->crit_held = false;
     d->step_ms[5] = time_mono_ms() - t0;
     step = 6;
     if (late_rc == 0) late_rc = fp_eval(mig_donor_step_fps[5], &late_err);
-    xfer_stop(m->app->st, d->x);
-    d->x = NULL;
-    d->capture_on = false;
+    capture_stop(d);
 
     donor_set_phase(d, DP_COMPLETING);
     {
@@ -1019,7 +1185,7 @@ static void donor_run(mig_donor_t *d) {
         if (complete(m, &d->co, true, time_mono_ms() + 5000, &e2) != 0) {
             log_warn("migration completion deferred to recovery id=%s errmsg=%s", d->co.id,
                      log_str(e2.msg));
-            start_recovery(m, &d->co, false);
+            start_recovery(m, &d->co, false, NULL);
         }
     }
     {
@@ -1071,19 +1237,15 @@ abort:
         BSON_APPEND_UTF8(&details, "errmsg", keep.msg);
         mig_log_change(m, "moveChunk.error", d->ns, &details);
         bson_destroy(&details);
-        if (d->capture_on) {
-            xfer_stop(m->app->st, d->x);
-            d->x = NULL;
-            d->capture_on = false;
-        }
+        if (d->capture_on) capture_stop(d);
         if (d->crit_held) {
             d->crit_held = false;
-            shv_crit_leave(m->app->shv, d->ns);
+            shv_crit_leave_as(m->app->shv, d->ns, d->co.id);
         }
         if (complete(m, &d->co, false, time_mono_ms() + 5000, &e2) != 0) {
             log_warn("migration abort completion deferred to recovery id=%s errmsg=%s", d->co.id,
                      log_str(e2.msg));
-            start_recovery(m, &d->co, false);
+            start_recovery(m, &d->co, false, NULL);
         }
         *err = keep;
         pthread_mutex_lock(&m->mu);
@@ -1096,23 +1258,13 @@ early:
     /* Nothing persisted, nothing started: only the timing entry below. */
     ;
 finish:
-    if (d->capture_on) xfer_stop(m->app->st, d->x);
-    d->x = NULL;
-    if (d->crit_held) shv_crit_leave(m->app->shv, d->ns);
+    if (d->capture_on) capture_stop(d);
+    if (d->crit_held) shv_crit_leave_as(m->app->shv, d->ns, d->co.id);
     d->rc = rc;
-    {
+    if (!d->handed_over) {
         bson_t details;
-        bson_init(&details);
-        BSON_APPEND_DOCUMENT(&details, "min", &d->req_min);
-        if (d->has_max) BSON_APPEND_DOCUMENT(&details, "max", &d->req_max);
-        BSON_APPEND_UTF8(&details, "from", d->co.donor);
-        BSON_APPEND_UTF8(&details, "to", d->to);
-        append_steps(&details, d->step_ms, 6, step);
-        BSON_APPEND_INT64(&details, "clonedDocs", d->cloned_docs);
-        BSON_APPEND_INT64(&details, "clonedBytes", d->cloned_bytes);
-        BSON_APPEND_INT64(&details, "modsSent", d->mods_sent);
-        BSON_APPEND_INT64(&details, "writePauseMS", d->pause_ms);
-        BSON_APPEND_UTF8(&details, "note", committed ? "success" : unknown ? "unknown" : "aborted");
+        from_details(d, step, &details);
+        BSON_APPEND_UTF8(&details, "note", committed ? "success" : "aborted");
         if (rc != 0) BSON_APPEND_UTF8(&details, "errmsg", d->err.msg);
         mig_log_change(m, "moveChunk.from", d->ns, &details);
         bson_destroy(&details);
@@ -1135,6 +1287,7 @@ static void donor_free(mig_donor_t *d) {
     coord_destroy(&d->co);
     free(d->rids);
     pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv);
     free(d);
 }
 
@@ -1243,6 +1396,7 @@ int cmd_shardsvr_move_range(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (!(d = mem_calloc_aligned(1, sizeof *d))) return err_set(err, MS_ERR_INTERNAL, "out of memory");
     d->m = m;
     pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
     bson_init(&d->req_min);
     bson_init(&d->req_max);
     bson_init(&d->from_version);
@@ -1276,7 +1430,7 @@ int cmd_shardsvr_move_range(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     pthread_mutex_lock(&m->mu);
     if (m->stopping) {
         rc = err_set(err, MS_ERR_SHUTDOWN_IN_PROGRESS, "shard shutting down");
-    } else if (m->recoveries > 0) {
+    } else if (m->recoveries > 0 || m->stuck > 0) {
         rc = err_set(err, MS_ERR_CONFLICTING_OPERATION,
                      "a migration interrupted earlier is still being recovered on this shard");
     } else if (m->donor) {
@@ -1465,19 +1619,21 @@ int cmd_transfer_mods(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bson_t arr;
     char k[16];
     size_t bytes = 0;
+    xfer_t *x;
     if (!d) return err->code;
+    /* The capture, counted as in use (struct mig_donor's rule): the donor thread frees it
+     * only after we let go, however long this takes. */
     pthread_mutex_lock(&d->mu);
-    if (!d->x) {
-        pthread_mutex_unlock(&d->mu);
+    if ((x = d->x) != NULL) d->x_users++;
+    pthread_mutex_unlock(&d->mu);
+    if (!x) {
         donor_release(app->mig, d);
         return err_set(err, MS_ERR_CONFLICTING_OPERATION, "the migration's capture has ended");
     }
-    if ((rc = xfer_failed(d->x, err)) != 0) {
-        pthread_mutex_unlock(&d->mu);
-        donor_release(app->mig, d);
-        return rc;
-    }
-    xfer_take(d->x, MS_BATCH_BYTES_MAX / 2, &del, &ndel, &rel, &nrel);
+    if ((rc = xfer_failed(x, err)) != 0) goto out;
+    xfer_take(x, MS_BATCH_BYTES_MAX / 2, &del, &ndel, &rel, &nrel);
+    /* Ids taken, documents not read yet: a test holds the capture in use here. */
+    fp_eval(FP_HANG_IN_TRANSFER_MODS, NULL);
     BSON_APPEND_ARRAY_BEGIN(reply, "deleted", &arr);
     for (int i = 0; i < ndel; i++) {
         bson_t idv;
@@ -1498,11 +1654,17 @@ int cmd_transfer_mods(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         if (rest) {
             memcpy(rest, rel + a.used, (size_t)left * sizeof *rest);
             memset(rel + a.used, 0, (size_t)left * sizeof *rest);
-            xfer_putback(d->x, NULL, 0, rest, left);
+            xfer_putback(x, NULL, 0, rest, left);
         }
     }
     BSON_APPEND_INT64(reply, "size", (int64_t)a.bytes);
+    pthread_mutex_lock(&d->mu);
     d->mods_sent += ndel + a.used;
+    pthread_mutex_unlock(&d->mu);
+out:
+    pthread_mutex_lock(&d->mu);
+    d->x_users--;
+    pthread_cond_broadcast(&d->cv);
     pthread_mutex_unlock(&d->mu);
     xfer_ids_free(del, ndel);
     xfer_ids_free(rel, nrel);
