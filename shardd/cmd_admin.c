@@ -183,7 +183,12 @@ int cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, NULL, err)) != 0) return rc;
     if (!cmd_field(ctx, "indexes", &it) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &specs))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'createIndexes.indexes' is missing");
-    if ((rc = shardd_build_indexes(app, ctx, ns, NULL, &specs, &res, err)) != 0) return rc;
+    /* Serialized with a migration of ns on this shard (mig.h, mig_index_ddl_begin). */
+    bool waited = false;
+    if (app->mig && (rc = mig_index_ddl_begin(app->mig, ns, &waited, err)) != 0) return rc;
+    rc = shardd_build_indexes(app, ctx, ns, NULL, &specs, &res, err);
+    if (app->mig) mig_index_ddl_end(app->mig, ns);
+    if (rc != 0) return rc;
     if ((rc = fp_eval(FP_AFTER_INDEX_BUILD_COMMIT, err)) != 0) return rc;
     BSON_APPEND_INT32(reply, "numIndexesBefore", res.before);
     BSON_APPEND_INT32(reply, "numIndexesAfter", res.after);
@@ -297,7 +302,21 @@ int cmd_drop_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (!cmd_field(ctx, "index", &a.index))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'dropIndexes.index' is missing");
     a.ns = ns;
-    if ((rc = shardd_ddl_guarded(ctx, ns, drop_indexes_fn, &a, err)) != 0) return rc;
+    /* Serialized with a migration of ns on this shard (mig.h, mig_index_ddl_begin). */
+    shardd_t *app = ctx->app;
+    bool waited = false;
+    if (app->mig && (rc = mig_index_ddl_begin(app->mig, ns, &waited, err)) != 0) return rc;
+    rc = shardd_ddl_guarded(ctx, ns, drop_indexes_fn, &a, err);
+    if (app->mig) mig_index_ddl_end(app->mig, ns);
+    if (rc == MS_ERR_INDEX_NOT_FOUND && waited) {
+        /* The migration we waited for made this shard's indexes equal to its donor's,
+         * where this drop had already run: the index is gone, as asked. */
+        log_info("dropIndexes found its index already dropped by a migration's index sync ns=%s",
+                 log_str(ns));
+        memset(err, 0, sizeof *err);
+        rc = 0;
+    }
+    if (rc != 0) return rc;
     BSON_APPEND_INT32(reply, "nIndexesWas", a.was);
     return 0;
 }

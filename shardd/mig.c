@@ -15,6 +15,7 @@
 #include "common/bsonx.h"
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "common/opctx.h"
 #include "common/rpc.h"
 #include "common/rtable.h"
 #include "shardd/mig.h"
@@ -134,6 +135,119 @@ bool mig_abort_remembered_locked(const mig_t *m, const uint8_t uuid[16]) {
     for (int i = 0; i < m->naborted_ids; i++)
         if (memcmp(m->aborted_ids[i], uuid, 16) == 0) return true;
     return false;
+}
+
+/* ---- index DDL vs migrations (mig.h) -------------------------------------------------- */
+
+bool mig_index_ddl_running_locked(const mig_t *m, const char *ns) {
+    for (int i = 0; i < MS_MIG_INDEX_DDL_MAX; i++)
+        if (m->ddl[i].n > 0 && strcmp(m->ddl[i].ns, ns) == 0) return true;
+    return false;
+}
+
+static bool ddl_blocked_locked(const mig_t *m, const char *ns) {
+    return (m->ddl_fence && strcmp(m->ddl_fence_ns, ns) == 0) ||
+           (m->recv && strcmp(mig_recv_ns(m->recv), ns) == 0);
+}
+
+int mig_index_ddl_begin(mig_t *m, const char *ns, bool *waited, ms_error_t *err) {
+    long long until = time_mono_ms() + op_time_left_ms(MS_MIG_INDEX_DDL_WAIT_MS);
+    int slot = -1;
+    *waited = false;
+    if (strlen(ns) > MS_NS_BYTES_MAX) return err_set(err, MS_ERR_INVALID_NAMESPACE, "namespace too long");
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        bool blocked = ddl_blocked_locked(m, ns);
+        slot = -1;
+        if (!blocked)
+            for (int i = 0; i < MS_MIG_INDEX_DDL_MAX; i++) {
+                if (m->ddl[i].n > 0 && strcmp(m->ddl[i].ns, ns) == 0) {
+                    slot = i;
+                    break;
+                }
+                if (m->ddl[i].n == 0 && slot < 0) slot = i;
+            }
+        if (slot >= 0 || time_mono_ms() >= until) break;
+        if (blocked && !*waited)
+            log_info("index command waits for a migration ns=%s", log_str(ns));
+        *waited = *waited || blocked;
+        time_cond_wait_ms(&m->cv, &m->mu, 100);
+    }
+    if (slot >= 0) {
+        if (m->ddl[slot].n++ == 0) snprintf(m->ddl[slot].ns, sizeof m->ddl[slot].ns, "%s", ns);
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (slot < 0)
+        return err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                       "a migration of %s on this shard holds index changes back; try again "
+                       "once it has finished", ns);
+    return 0;
+}
+
+void mig_index_ddl_end(mig_t *m, const char *ns) {
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; i < MS_MIG_INDEX_DDL_MAX; i++)
+        if (m->ddl[i].n > 0 && strcmp(m->ddl[i].ns, ns) == 0) {
+            m->ddl[i].n--;
+            break;
+        }
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
+int mig_index_ddl_fence(mig_t *m, const char *ns, long long until_ms, ms_error_t *err) {
+    int rc = 0;
+    pthread_mutex_lock(&m->mu);
+    m->ddl_fence = true;
+    snprintf(m->ddl_fence_ns, sizeof m->ddl_fence_ns, "%s", ns);
+    while (mig_index_ddl_running_locked(m, ns) && time_mono_ms() < until_ms)
+        time_cond_wait_ms(&m->cv, &m->mu, 50);
+    if (mig_index_ddl_running_locked(m, ns)) {
+        m->ddl_fence = false;
+        pthread_cond_broadcast(&m->cv);
+        rc = err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                     "an index build or drop of %s is still running on the donor", ns);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+void mig_index_ddl_unfence(mig_t *m) {
+    pthread_mutex_lock(&m->mu);
+    m->ddl_fence = false;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
+typedef struct specs_arg {
+    const char *ns;
+    bson_t *arr;
+} specs_arg_t;
+
+static int specs_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    specs_arg_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    char k[16];
+    if (!c) return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "ns does not exist: %s", a->ns);
+    for (int i = 0; i < c->nindexes; i++) {
+        bson_t clean;
+        bson_iter_t f;
+        /* The user's form of the spec: key, name, unique. */
+        snprintf(k, sizeof k, "%d", i);
+        BSON_APPEND_DOCUMENT_BEGIN(a->arr, k, &clean);
+        if (bson_iter_init(&f, &c->ix[i]->spec))
+            while (bson_iter_next(&f))
+                if (strcmp(bson_iter_key(&f), "key") == 0 || strcmp(bson_iter_key(&f), "name") == 0 ||
+                    strcmp(bson_iter_key(&f), "unique") == 0)
+                    bsonx_append_iter(&clean, bson_iter_key(&f), &f);
+        bson_append_document_end(a->arr, &clean);
+    }
+    return 0;
+}
+
+int mig_index_specs(store_t *st, const char *ns, bson_t *arr, ms_error_t *err) {
+    specs_arg_t a = {ns, arr};
+    return store_read(st, specs_fn, &a, err);
 }
 
 /* ---- small helpers -------------------------------------------------------------------- */

@@ -50,6 +50,11 @@ typedef struct mig {
      * a ring of the last MS_MIG_ABORTS_REMEMBERED): such a start is refused. */
     uint8_t aborted_ids[MS_MIG_ABORTS_REMEMBERED][16];
     int naborted_ids, aborted_next;
+    /* Index DDL vs migrations of the same collection (under mu; see mig_index_ddl_begin):
+     * the index commands running now, per namespace, and the donor's fence. */
+    struct { char ns[MS_NS_BYTES_MAX + 1]; int n; } ddl[MS_MIG_INDEX_DDL_MAX];
+    bool ddl_fence;
+    char ddl_fence_ns[MS_NS_BYTES_MAX + 1];
 } mig_t;
 
 int mig_open(shardd_t *app, mig_t **out, ms_error_t *err);
@@ -115,6 +120,28 @@ int mig_task_add_orphans(store_txn_t *t, const char *id, int64_t n, bool set, ms
  * the _locked check, under mu, tells whether it was. */
 void mig_remember_abort(mig_t *m, const uint8_t uuid[16]);
 bool mig_abort_remembered_locked(const mig_t *m, const uint8_t uuid[16]);
+/* Index DDL and migrations of one collection on this shard (issue 21 item 2): an index
+ * command (createIndexes, dropIndexes) calls begin before it changes anything and end
+ * after. begin waits (MS_MIG_INDEX_DDL_WAIT_MS or the op's maxTimeMS) while this shard
+ * receives ns, or donates ns past its fence (from just before the critical section to
+ * the end of the donation): ConflictingOperationInProgress past that. *waited tells the
+ * caller it had to wait (a dropIndexes that then finds its index gone was beaten by the
+ * migration's index sync, which already applied the donor's list). A donor fences
+ * before its critical section, waiting (until until_ms) for running index commands of ns;
+ * the recipient refuses to start while one runs. So the index list the donor sends the
+ * recipient inside its critical section (mig_index_specs, _recvChunkSetIndexes) is
+ * final: every index command of ns on the donor is before it or after the commit, and
+ * every one on the recipient before the receive or after its end. */
+int mig_index_ddl_begin(mig_t *m, const char *ns, bool *waited, ms_error_t *err);
+void mig_index_ddl_end(mig_t *m, const char *ns);
+int mig_index_ddl_fence(mig_t *m, const char *ns, long long until_ms, ms_error_t *err);
+void mig_index_ddl_unfence(mig_t *m);
+bool mig_index_ddl_running_locked(const mig_t *m, const char *ns);
+/* The namespace a receive is for (fixed at its creation). */
+const char *mig_recv_ns(const mig_recv_t *r);
+/* The ready index specs of ns on this shard, as {key, name, unique?} documents appended
+ * to arr (an array under construction). */
+int mig_index_specs(store_t *st, const char *ns, bson_t *arr, ms_error_t *err);
 /* The recipient's task of migration id becomes ready (its copy is deleted); absent = ok. */
 int mig_recv_task_ready(mig_t *m, const char *id, ms_error_t *err);
 
@@ -133,6 +160,7 @@ int cmd_recv_chunk_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_recv_chunk_commit(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_recv_chunk_abort(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_recv_chunk_release(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_recv_chunk_set_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 void mig_recv_status(mig_recv_t *r, bson_t *out);
 void mig_recv_free(mig_recv_t *r);
 

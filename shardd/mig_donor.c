@@ -108,6 +108,7 @@ struct mig_donor {
     char recv_state[16];
     bool capture_on, crit_held;
     bool handed_over;                /* outcome unknown: the recovery finishes (and logs) it */
+    bool ddl_fenced;                 /* index commands of ns wait (mig_index_ddl_fence) */
     bson_t from_version;             /* this shard's version when the migration started */
     int64_t digest_count;            /* the range at the clone-list snapshot */
     uint64_t digest_sum;
@@ -993,6 +994,29 @@ static int step_catch_up(mig_donor_t *d, ms_error_t *err) {
     }
 }
 
+/* Step 5's index sync (issue 21 item 2): the recipient's index list becomes this shard's.
+ * Index commands of ns wait on both shards (fence), so the list is final; an index made
+ * or dropped here while the migration ran reaches the recipient this way even when the
+ * command never reached it. */
+static int sync_indexes(mig_donor_t *d, ms_error_t *err) {
+    bson_t cmd, reply, arr;
+    int rc;
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "_recvChunkSetIndexes", d->ns);
+    BSON_APPEND_UTF8(&cmd, "sessionId", d->co.session);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "indexes", &arr);
+    rc = mig_index_specs(d->m->app->st, d->ns, &arr, err);
+    bson_append_array_end(&cmd, &arr);
+    if (rc == 0) rc = mig_call(d->to_url, &cmd, MS_MIG_RECV_COMMIT_MS + 5000, &reply, err);
+    bson_destroy(&cmd);
+    if (rc != 0) {
+        err_prefix(err, "making the recipient's indexes equal to the donor's: ");
+        return rc;
+    }
+    bson_destroy(&reply);
+    return 0;
+}
+
 /* Step 5: the recipient's final drain, then both sides' digests of the range. */
 static int step_commit_recipient(mig_donor_t *d, ms_error_t *err) {
     bson_t cmd, reply;
@@ -1009,6 +1033,7 @@ static int step_commit_recipient(mig_donor_t *d, ms_error_t *err) {
     rcount = int_field(&reply, "rangeCount");
     rsum = (uint64_t)int_field(&reply, "rangeChecksum");
     bson_destroy(&reply);
+    if ((rc = sync_indexes(d, err)) != 0) return rc;
     /* Writes are blocked: the snapshot's digest plus every change the capture saw since is
      * the range now — no scan while writes wait (the pause must not grow with the chunk). */
     {
@@ -1113,6 +1138,11 @@ static void donor_run(mig_donor_t *d) {
     if ((rc = step_catch_up(d, err)) != 0 || (rc = step_done(d, ++step, &t0, err)) != 0) goto abort;
 
     donor_set_phase(d, DP_CRITSEC);
+    /* Index commands of the collection wait from here to the end (mig_index_ddl_begin);
+     * running ones finish first, so the index list sent in step 5 is final. */
+    if ((rc = mig_index_ddl_fence(m, d->ns, time_mono_ms() + MS_MIG_INDEX_DDL_WAIT_MS, err)) != 0)
+        goto abort;
+    d->ddl_fenced = true;
     if ((rc = shv_crit_enter_as(m->app->shv, m->app->st, d->ns, d->co.id, err)) != 0) goto abort;
     d->crit_held = true;
     d->pause_start_ms = time_mono_ms();
@@ -1260,6 +1290,7 @@ early:
 finish:
     if (d->capture_on) capture_stop(d);
     if (d->crit_held) shv_crit_leave_as(m->app->shv, d->ns, d->co.id);
+    if (d->ddl_fenced) mig_index_ddl_unfence(m);
     d->rc = rc;
     if (!d->handed_over) {
         bson_t details;

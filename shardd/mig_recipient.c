@@ -719,6 +719,14 @@ int cmd_recv_chunk_start(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         BSON_APPEND_BOOL(reply, "started", true);   /* the same start, again */
         return 0;
     }
+    if (mig_index_ddl_running_locked(m, r->ns)) {
+        rc = err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                     "Unable to start new migration because an index build or drop of %s is "
+                     "running on this shard", r->ns);
+        pthread_mutex_unlock(&m->mu);
+        mig_recv_free(r);
+        return rc;
+    }
     if (m->stopping || m->recv || m->donor || m->recoveries > 0 || m->stuck > 0) {
         rc = err_set(err, MS_ERR_CONFLICTING_OPERATION,
                      "Unable to start new migration because this shard is currently %s",
@@ -938,6 +946,85 @@ int cmd_recv_chunk_release(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         pthread_mutex_unlock(&r->mu);
     }
     if (r) recv_release(m, r);
+    return rc;
+}
+
+const char *mig_recv_ns(const mig_recv_t *r) { return r->ns; }
+
+typedef struct setix_arg {
+    const char *ns;
+    const bson_t *specs;          /* the donor's list */
+    int dropped;
+} setix_arg_t;
+
+/* Drops every index here that the donor's list does not name (never _id_). */
+static int drop_extra_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    setix_arg_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    if (!c) return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "%s vanished during the migration", a->ns);
+    for (int i = c->nindexes - 1; i >= 0; i--) {
+        bson_iter_t it, f;
+        bool named = false;
+        if (c->ix[i]->is_id) continue;
+        if (bson_iter_init(&it, a->specs))
+            while (!named && bson_iter_next(&it)) {
+                bson_t spec;
+                if (bsonx_view_container(&it, &spec) && bson_iter_init_find(&f, &spec, "name") &&
+                    BSON_ITER_HOLDS_UTF8(&f) && strcmp(bson_iter_utf8(&f, NULL), c->ix[i]->name) == 0)
+                    named = true;
+            }
+        if (!named) {
+            char name[sizeof c->ix[i]->name];
+            int rc;
+            snprintf(name, sizeof name, "%s", c->ix[i]->name);
+            if ((rc = store_index_drop(t, c, name, err)) != 0) return rc;
+            log_info("migration index sync dropped index ns=%s name=%s", log_str(a->ns), log_str(name));
+            a->dropped++;
+        }
+    }
+    return 0;
+}
+
+/* `_recvChunkSetIndexes` (minishard; issue 21 item 2): the donor, inside its critical
+ * section and before the config commit, sends its index list; the recipient builds what
+ * it lacks and drops what the donor no longer has. Index commands of ns wait on both
+ * shards meanwhile (mig_index_ddl_begin), so the list is final. A build that fails (a
+ * unique index the range's documents violate here) fails the migration. */
+int cmd_recv_chunk_set_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    mig_recv_t *r = recv_for(ctx, err);
+    bson_iter_t it, specs;
+    bson_t arr;
+    shardd_index_result_t res;
+    int rc = 0;
+    if (!r) return err->code;
+    pthread_mutex_lock(&r->mu);
+    bool done = r->state == RS_DONE;
+    pthread_mutex_unlock(&r->mu);
+    if (!done) {
+        recv_release(app->mig, r);
+        return err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                       "_recvChunkSetIndexes before the receive's final drain");
+    }
+    if (!cmd_field(ctx, "indexes", &it) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &specs) ||
+        !bsonx_view_container(&it, &arr)) {
+        recv_release(app->mig, r);
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "_recvChunkSetIndexes needs indexes: [specs]");
+    }
+    memset(&res, 0, sizeof res);
+    rc = shardd_build_indexes(app, NULL, r->ns, r->coll_uuid, &specs, &res, err);
+    if (rc == MS_ERR_BAD_VALUE) rc = 0;   /* nothing but _id_ */
+    setix_arg_t a = {r->ns, &arr, 0};
+    if (rc == 0) rc = store_ddl(app->st, drop_extra_fn, &a, err);
+    if (rc == 0) {
+        BSON_APPEND_INT32(reply, "built", res.after - res.before);
+        BSON_APPEND_INT32(reply, "dropped", a.dropped);
+        log_info("migration index sync ns=%s built=%d dropped=%d", log_str(r->ns),
+                 res.after - res.before, a.dropped);
+    } else {
+        fail(r, err);
+    }
+    recv_release(app->mig, r);
     return rc;
 }
 

@@ -204,6 +204,10 @@ const cmd_spec_t shardd_cmd_table[] = {
     {.name = "_recvChunkReleaseCritSec", .handler = cmd_recv_chunk_release, .flags = CMD_INTERNAL,
      .arg_types = CT_STR, .fields = {F("sessionId", CT_STR), REQ("migrationId", CT_BIN)},
      .help = "donor -> recipient: committed; the range is the recipient's now"},
+    {.name = "_recvChunkSetIndexes", .handler = cmd_recv_chunk_set_indexes, .flags = CMD_INTERNAL,
+     .arg_types = CT_STR, .fields = {REQ("sessionId", CT_STR), REQ("indexes", CT_ARR)},
+     .help = "donor -> recipient, inside its critical section: make the collection's index "
+             "list equal to the donor's"},
     {.name = "currentOp", .handler = cmd_current_op,
      .help = "operations in progress: the migration this shard takes part in"},
     /* test-only (--enable-test-commands) */

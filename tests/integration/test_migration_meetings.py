@@ -362,5 +362,77 @@ def test_move_from_logged_once_outcome_known(t):
     all_there(c)
 
 
+# ---- item 2: index DDL while a migration is in flight ---------------------------------
+
+def index_list(s):
+    sc = s.client()
+    try:
+        r = sc.ok({"listIndexes": "c", "$db": DB})
+        return sorted((ix["name"], bool(ix.get("unique"))) for ix in r["cursor"]["firstBatch"])
+    finally:
+        sc.close()
+
+
+@test
+def test_index_ddl_on_donor_reaches_recipient(t):
+    """With the migration held after its catch-up (moveChunkHangAtStep3), a unique index
+    is created and another index dropped on the donor alone (the commands never reach
+    the recipient). After the commit the recipient's index list is the donor's."""
+    cfg, ss, r, c = setup(t)
+    donor, recipient = ss
+    c.ok({"createIndexes": "c", "$db": DB, "indexes": [{"key": {"v": 1}, "name": "v_1"}]})
+    dc = donor.client()
+    n3 = fp(dc, "moveChunkHangAtStep3", "alwaysOn")
+    th, res = move_async(r.url)
+    fp_wait(dc, "moveChunkHangAtStep3", n3 + 1)
+    dc.ok({"createIndexes": "c", "$db": DB,
+           "indexes": [{"key": {"k": 1, "_id": 1}, "name": "k_id_unique", "unique": True}]})
+    dc.ok({"dropIndexes": "c", "$db": DB, "index": "v_1"})
+    fp(dc, "moveChunkHangAtStep3", "off")
+    dc.close()
+    th.join(60)
+    assert res["r"].get("ok") == 1, res["r"]
+    want = index_list(donor)
+    assert ("k_id_unique", True) in want and ("v_1", False) not in want, want
+    assert index_list(recipient) == want, (index_list(recipient), want)
+    all_there(c)
+
+
+@test
+def test_index_ddl_through_router_during_migration(t):
+    """The same through the router while the migration is held: the commands wait for
+    the migration on the recipient, succeed once it has committed, and both shards end
+    with the same index list."""
+    cfg, ss, r, c = setup(t)
+    donor, recipient = ss
+    c.ok({"createIndexes": "c", "$db": DB, "indexes": [{"key": {"v": 1}, "name": "v_1"}]})
+    dc = donor.client()
+    n3 = fp(dc, "moveChunkHangAtStep3", "alwaysOn")
+    th, res = move_async(r.url)
+    fp_wait(dc, "moveChunkHangAtStep3", n3 + 1)
+    ddl = {}
+
+    def run_ddl():
+        dd = Client(r.url, timeout_ms=60000)
+        ddl["create"] = dd.cmd({"createIndexes": "c", "$db": DB, "indexes": [
+            {"key": {"k": 1, "_id": 1}, "name": "k_id_unique", "unique": True}]})
+        ddl["drop"] = dd.cmd({"dropIndexes": "c", "$db": DB, "index": "v_1"})
+        dd.close()
+    dt = threading.Thread(target=run_ddl, daemon=True)
+    dt.start()
+    time.sleep(1.0)
+    fp(dc, "moveChunkHangAtStep3", "off")
+    dc.close()
+    th.join(60)
+    dt.join(60)
+    assert res["r"].get("ok") == 1, res["r"]
+    assert ddl["create"].get("ok") == 1, ddl
+    assert ddl["drop"].get("ok") == 1, ddl
+    want = index_list(donor)
+    assert ("k_id_unique", True) in want and ("v_1", False) not in want, want
+    assert index_list(recipient) == want, (index_list(recipient), want)
+    all_there(c)
+
+
 if __name__ == "__main__":
     main()
