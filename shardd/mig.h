@@ -1,6 +1,7 @@
 /*
  * mig.h — chunk migration on the shard daemon (DESIGN §7; notes §1): what the donor
- * (mig_donor.c, MongoDB's MigrationSourceManager + MigrationCoordinator), the recipient
+ * (mig_donor.c, MongoDB's MigrationSourceManager; mig_coord.c, its MigrationCoordinator;
+ * mig_cloner.c, its MigrationChunkClonerSource; shared by them in mig_priv.h), the recipient
  * (mig_recipient.c, MongoDB's MigrationDestinationManager) and their shared registry
  * (mig.c, MongoDB's ActiveMigrationsRegistry) show each other and the command table.
  *
@@ -145,13 +146,14 @@ int mig_index_specs(store_t *st, const char *ns, bson_t *arr, ms_error_t *err);
 /* The recipient's task of migration id becomes ready (its copy is deleted); absent = ok. */
 int mig_recv_task_ready(mig_t *m, const char *id, ms_error_t *err);
 
-/* ---- donor (mig_donor.c) ---------------------------------------------------------- */
+/* ---- donor: the driver (mig_donor.c), the cloner source (mig_cloner.c), the
+ * coordinator (mig_coord.c) ---------------------------------------------------------- */
 
 int cmd_shardsvr_move_range(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+void mig_donor_status(mig_donor_t *d, bson_t *out);
 int cmd_migrate_clone(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_transfer_mods(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 void mig_donor_recover_all(mig_t *m);
-void mig_donor_status(mig_donor_t *d, bson_t *out);
 
 /* ---- recipient (mig_recipient.c) ----------------------------------------------------- */
 

@@ -171,7 +171,8 @@ const cmd_spec_t shardd_cmd_table[] = {
      .flags = CMD_STRICT_FIELDS | CMD_WRITE | CMD_INTERNAL, .arg_types = CT_STR,
      .help = "movePrimary: refresh the database's entry, then let writes go on"},
 
-    /* chunk migration (mig_donor.c, mig_recipient.c; docs/how-a-migration-works.md) */
+    /* chunk migration (mig_donor.c, mig_cloner.c, mig_coord.c, mig_recipient.c;
+     * docs/how-a-migration-works.md) */
     {.name = "_shardsvrMoveRange", .handler = cmd_shardsvr_move_range,
      .flags = CMD_WRITE | CMD_INTERNAL | CMD_FULL_NS_ARG, .arg_types = CT_STR,
      .fields = {REQ("fromShard", CT_STR), REQ("toShard", CT_STR), F("min", CT_DOC), F("max", CT_DOC),
