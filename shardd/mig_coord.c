@@ -263,6 +263,9 @@ static void count_orphans(mig_t *m, const coord_t *c) {
 int mig_coord_complete(mig_t *m, coord_t *c, bool committed, long long until_ms, ms_error_t *err) {
     persist_arg_t a = {.co = c};
     int rc;
+    /* One owner per range: a migration decided one way is never completed the other
+     * (the recipient keeps the range only when the donor hands its copy to the deleter). */
+    ASSERT(!c->decision[0] || strcmp(c->decision, committed ? "committed" : "aborted") == 0);
     snprintf(c->decision, sizeof c->decision, "%s", committed ? "committed" : "aborted");
     if ((rc = mig_coord_persist(m, &a, err)) != 0) return rc;
     if (!committed) {
@@ -324,6 +327,30 @@ static int fetch_owner(mig_t *m, const coord_t *c, char *owner, size_t cap, bool
     if ((rc = rtable_from_reply(&reply, NULL, rt, &need_full, err)) == 0 && need_full)
         rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "routing table of %s: incremental reply to a "
                      "full request", c->ns);
+    if (rc == 0) {
+        /* Versions only grow, and the fence made the collection's newer than the version
+         * the migration started from: an older table was fetched before the fence (a
+         * stale answer), and deciding from it is what this function exists to avoid. */
+        rtable_version_t pre;
+        bson_iter_t vi;
+        bson_t w;
+        bool comparable = false, parsed;
+        bson_init(&w);
+        BSON_APPEND_DOCUMENT(&w, "v", &c->pre_version);
+        parsed = bson_iter_init_find(&vi, &w, "v") && rtable_version_parse(&vi, &pre, err) == 0;
+        bson_destroy(&w);
+        if (!parsed) {
+            /* (the document's own version unreadable: nothing to compare with) */
+            memset(err, 0, sizeof *err);
+        } else {
+            rtable_version_t now;
+            rtable_coll_version(rt, &now);
+            if (rtable_version_cmp(&now, &pre, &comparable) <= 0 && comparable)
+                rc = err_set(err, MS_ERR_STALE_CONFIG, "routing table of %s older than the "
+                             "recovery's fence (collection version %u|%u)", c->ns, now.major,
+                             now.minor);
+        }
+    }
     if (rc == 0 && (rc = keys_encode_bound(&rt->pattern, &c->range_min, &key, err)) == 0) {
         int i = rt->nchunks ? rtable_find(rt, key.data, key.len) : -1;
         if (i < 0 || rt->chunks[i].shard < 0 || rt->chunks[i].shard >= rt->nshards)

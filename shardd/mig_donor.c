@@ -395,6 +395,8 @@ static int step_commit_config(mig_donor_t *d, bool *sent, ms_error_t *err) {
     bson_t cmd, reply, chunk;
     int rc;
     *sent = false;
+    /* The critical section is held across the commit (by this migration). */
+    ASSERT(d->crit_held && shv_crit_held(m->app->shv, d->ns));
     shv_crit_block_reads(m->app->shv, d->ns);
     if ((rc = fp_eval(FP_MIGRATION_COMMIT_NETWORK_ERROR, err)) != 0) {
         *sent = true;   /* as if the connection broke after the request left */
@@ -536,6 +538,7 @@ static void donor_run(mig_donor_t *d) {
     /* After the commit a point's "error" cannot undo anything: the command reports it
      * once the migration is complete (as MongoDB's failpoints after the commit do). */
     late_rc = fp_eval(FP_HANG_BEFORE_LEAVING_CRIT_SEC, &late_err);
+    ASSERT(d->crit_held && shv_crit_held(m->app->shv, d->ns));
     d->pause_ms = time_mono_ms() - d->pause_start_ms;
     shv_crit_leave_as(m->app->shv, d->ns, d->co.id);
     d->crit_held = false;
