@@ -901,12 +901,21 @@ int cmd_recv_chunk_abort(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         over = r->writes_over;
         memcpy(id, r->id, sizeof id);
         pthread_mutex_unlock(&r->mu);
-        recv_release(m, r);
-        if (!over)
+        if (!over) {
+            recv_release(m, r);
             return err_set(err, MS_ERR_EXCEEDED_TIME_LIMIT,
                            "the receive of migration %s has not stopped writing yet; ask again",
                            id);
-        return mig_recv_task_ready(m, id, err);
+        }
+        int rc = mig_recv_task_ready(m, id, err);
+        /* A moment for the thread to end too (its moveChunk.to), so the donor's next
+         * migration does not find this shard still receiving. */
+        pthread_mutex_lock(&r->mu);
+        until = time_mono_ms() + 1000;
+        while (rc == 0 && !r->thread_done && time_mono_ms() < until) wait_locked(r, until);
+        pthread_mutex_unlock(&r->mu);
+        recv_release(m, r);
+        return rc;
     }
     if (!has_mid) return 0;   /* nothing running, nothing named */
     mig_uuid_hex(mid, id);

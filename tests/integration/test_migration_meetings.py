@@ -136,6 +136,62 @@ def test_capture_outlives_transfer_mods_in_use(t):
     all_there(c)
 
 
+@test
+def test_could_not_converge_under_heavy_updates(t):
+    """The issue's load: 200 documents of 300 KB in the moving chunk, 8 writers rewriting
+    them, catch-up bounded at 1.5 s. Whatever the outcome of each try (an ordinary
+    'could not converge' abort, or a commit), the donor lives and no document is lost.
+    (Under the sanitizers the old code died here: null member access in xfer.c.)"""
+    cl = t.cluster(2, 1, SHARD_FLAGS + ["--migration-catchup-timeout-ms", "1500"])
+    ss, r = cl.shards, cl.routers[0]
+    donor = ss[0]
+    c = r.client()
+    c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+    c.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
+    pad = "x" * (300 * 1024)
+    for b in range(0, 200, 20):
+        c.ok({"insert": "c", "$db": DB, "documents": [{"_id": i, "k": i, "pad": pad} for i in range(b, b + 20)]})
+    stop = threading.Event()
+    errors = []
+
+    def writer(w):
+        wc = Client(r.url, timeout_ms=30000)
+        i = 0
+        while not stop.is_set():
+            i += 1
+            _id = (w * 37 + i * 11) % 200
+            try:
+                wc.cmd({"update": "c", "$db": DB, "updates": [
+                    {"q": {"_id": _id}, "u": {"$set": {"pad": pad[:-(i % 64) - 1], "v": i}}}]})
+            except Exception as e:   # noqa: BLE001
+                errors.append(repr(e))
+                break
+        wc.close()
+    ws = [threading.Thread(target=writer, args=(w,), daemon=True) for w in range(8)]
+    for w in ws:
+        w.start()
+    outcomes = []
+    try:
+        for _ in range(2):
+            mc = Client(r.url, timeout_ms=120000)
+            res = mc.cmd({"moveChunk": NS, "find": {"k": 0}, "to": "shard1", "$db": "admin"})
+            mc.close()
+            outcomes.append("ok" if res.get("ok") == 1 else res.get("errmsg", "")[:80])
+            assert donor.alive(), "the donor died: %s" % donor.log_text()[-1500:]
+            if res.get("ok") == 1:
+                break
+            settled(ss)
+    finally:
+        stop.set()
+        for w in ws:
+            w.join(30)
+    print("  outcomes: %s" % outcomes, flush=True)
+    assert donor.alive()
+    settled(ss)
+    ids = sorted(d["_id"] for d in c.find_all("c", DB, {}, batchSize=50, projection={"_id": 1}))
+    assert ids == list(range(200)), len(ids)
+
+
 # ---- (b) the recovery's decision comes from a table fetched after its fence ----------
 
 @test
