@@ -173,8 +173,8 @@ extern const char *const mig_recv_step_fps[7];      /* migrateThreadHangAtStep1.
 #define FP_FAIL_MIGRATION_COMMIT "failMigrationCommit"
 #define FP_MIGRATION_COMMIT_NETWORK_ERROR "migrationCommitNetworkError"
 #define FP_HANG_DONOR_RECOVERY "hangBeforeMigrationRecovery"   /* minishard: before a recovery decides */
-/* minishard, tests only: a _transferMods worker holds the capture in use (ids taken,
- * documents not read yet). */
+/* minishard, tests only: a _transferMods worker holds the capture in use (in hand,
+ * nothing taken from it yet). */
 #define FP_HANG_IN_TRANSFER_MODS "hangInTransferModsWithCapture"
 /* minishard, tests only: _recvChunkStart waits before the recipient looks at it, as if
  * the network held the request back (a cut between donor and recipient that heals). */

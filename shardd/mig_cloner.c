@@ -247,10 +247,10 @@ int cmd_transfer_mods(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         donor_release(app->mig, d);
         return err_set(err, MS_ERR_CONFLICTING_OPERATION, "the migration's capture has ended");
     }
+    /* The capture in hand, nothing taken from it yet: a test holds it in use here. */
+    fp_eval(FP_HANG_IN_TRANSFER_MODS, NULL);
     if ((rc = xfer_failed(x, err)) != 0) goto out;
     xfer_take(x, MS_BATCH_BYTES_MAX / 2, &del, &ndel, &rel, &nrel);
-    /* Ids taken, documents not read yet: a test holds the capture in use here. */
-    fp_eval(FP_HANG_IN_TRANSFER_MODS, NULL);
     BSON_APPEND_ARRAY_BEGIN(reply, "deleted", &arr);
     for (int i = 0; i < ndel; i++) {
         bson_t idv;
