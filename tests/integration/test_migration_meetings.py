@@ -7,12 +7,14 @@ happens every time, then checks what minishard promises:
   - a recovery decides from a routing table fetched after its fence, never from a
     refresh that began before it;
   - the recipient acknowledges _recvChunkAbort only once its task is persisted ready;
-  - a critical section is left only by whoever entered it;
+  - a critical section is left only by whoever entered it, and a recovery that cannot
+    run (an unreadable coordinator document) keeps its collection blocked;
   - shutdown waits for the migration threads;
   - the recipient reports commitStart;
   - a _recvChunkStart that arrives after the donor gave up is refused, and leaves no
     pending task behind;
-  - moveChunk.from of a migration whose commit outcome was unknown is written once known.
+  - moveChunk.from of a migration whose commit outcome was unknown is written once known;
+  - an index created or dropped while a migration is in flight ends up on the recipient.
 """
 import os
 import signal
@@ -306,6 +308,39 @@ def test_critical_section_left_only_by_its_holder(t):
     assert wres["r"].get("ok") == 1 and wres["r"].get("n") == 1, wres["r"]
     assert owner_of_upper(c) == "shard1"
     assert c.ok({"find": "c", "$db": DB, "filter": {"_id": N - 1}})["cursor"]["firstBatch"][0]["v"] == 7
+
+
+@test
+def test_unreadable_coordinator_keeps_collection_blocked(t):
+    """A coordinator document that does not parse (only its namespace readable) is found
+    at start-up: its outcome cannot be known, so the collection stays blocked (its
+    critical section held, a write times out) and new migrations stay refused, until
+    someone repairs it — never skipped as if nothing happened."""
+    import sqlite3
+    import struct
+    cfg, ss, r, c = setup(t)
+    donor = ss[0]
+    donor.kill()
+
+    def bson_str_doc(k, v):
+        e = b"\x02" + k.encode() + b"\x00" + struct.pack("<i", len(v) + 1) + v.encode() + b"\x00"
+        return struct.pack("<i", 4 + len(e) + 1) + e + b"\x00"
+    db = sqlite3.connect(os.path.join(donor.dbpath, "shard.sqlite"))
+    db.execute("INSERT INTO shard_docs(coll, id, doc) VALUES (?, ?, ?)",
+               ("migrationCoordinators", "0123456789abcdef0123456789abcdef", bson_str_doc("nss", NS)))
+    db.commit()
+    db.close()
+    donor.start()
+    res = c.cmd({"update": "c", "$db": DB, "maxTimeMS": 1500,
+                 "updates": [{"q": {"_id": 1}, "u": {"$set": {"v": 9}}}]})
+    assert res.get("ok") != 1 or res.get("writeErrors") or res.get("n") != 1, \
+        "a write went through while a migration's outcome is unknown: %s" % res
+    res = c.cmd({"moveChunk": NS, "find": {"k": 0}, "to": "shard1", "$db": "admin"})
+    assert res.get("ok") == 0, res
+    dc = donor.client()
+    st = dc.ok({"serverStatus": 1, "$db": "admin"})["migrations"]
+    assert st.get("recoveriesStuck") == 1 and st["recoveriesPending"] >= 1, st
+    dc.close()
 
 
 # ---- (e) shutdown waits for the migration threads -------------------------------------
