@@ -387,6 +387,40 @@ def test_recipient_reports_commit_start(t):
     all_there(c)
 
 
+@test
+def test_recovery_finds_recipient_by_shard_name(t):
+    """The donor dies after persisting its coordinator document (moveChunkHangAtStep2,
+    crash); the document's recipientHost is then made stale (a host nobody serves, same
+    length so the BSON stays valid). The restarted donor's recovery must find the
+    recipient by its shard name in config.shards, tell it, and settle."""
+    import sqlite3
+    cfg, ss, r, c = setup(t)
+    donor, recipient = ss
+    dc = donor.client()
+    fp(dc, "moveChunkHangAtStep2", "alwaysOn", action="crash")
+    dc.close()
+    res = c.cmd({"moveChunk": NS, "find": {"k": N - 1}, "to": "shard1", "$db": "admin"})
+    assert res.get("ok") == 0, res
+    wait_until(lambda: not donor.alive(), 20, "the donor crashed at step 2")
+    donor.kill()
+    db = sqlite3.connect(os.path.join(donor.dbpath, "shard.sqlite"))
+    rows = db.execute("SELECT id, doc FROM shard_docs WHERE coll = 'migrationCoordinators'").fetchall()
+    assert len(rows) == 1, rows
+    stale = recipient.url.replace("127.0.0.1", "127.0.0.2").encode()
+    doc = bytes(rows[0][1])
+    assert doc.count(recipient.url.encode()) == 1, doc
+    db.execute("UPDATE shard_docs SET doc = ? WHERE coll = 'migrationCoordinators' AND id = ?",
+               (doc.replace(recipient.url.encode(), stale), rows[0][0]))
+    db.commit()
+    db.close()
+    donor.start()
+    settled(ss)
+    assert owner_of_upper(c) == "shard0"
+    assert local_docs(recipient) == 0, "the recipient's partial copy stayed"
+    c.ok({"moveChunk": NS, "find": {"k": N - 1}, "to": "shard1", "$db": "admin"})
+    all_there(c)
+
+
 # ---- (g) a start that arrives after the donor gave up ---------------------------------
 
 @test
