@@ -319,6 +319,24 @@
 #define MS_MIG_WAIT_FOR_DELETE_MS (10 * 60 * 1000)
 /* Shutdown waits this long for migration threads to notice. */
 #define MS_MIG_STOP_WAIT_MS 3000
+/* A recipient remembers this many migrations whose abort came before their start (a start
+ * held up in the network past the donor's deadline), to refuse that start when it comes:
+ * one shard receives one migration at a time, so a few dozen cover any backlog of late
+ * starts; each costs 16 bytes. */
+#define MS_MIG_ABORTS_REMEMBERED 64
+/* _recvChunkAbort waits this long for the receive to stop writing before it makes the
+ * task ready and answers; past it the donor is told to ask again (it retries). Its own
+ * peer deadline (MS_RPC_PEER_TIMEOUT_MS_DEFAULT) must leave room for it. */
+#define MS_MIG_RECV_ABORT_WAIT_MS 5000
+/* Index DDL (createIndexes, dropIndexes) of a collection waits this long (or the op's
+ * maxTimeMS when shorter) for a migration of it on this shard to let it through: the
+ * donor from just before its critical section to the end, the recipient for the whole
+ * receive. Shorter than the router's call to the shard, so the user gets our answer
+ * (ConflictingOperationInProgress: retry). */
+#define MS_MIG_INDEX_DDL_WAIT_MS 15000
+/* At most this many index DDL commands run on a shard at once (the registry that lets a
+ * migration wait for them is a fixed table). */
+#define MS_MIG_INDEX_DDL_MAX 64
 /* ---- migration base: write capture, critical section, internal workers (issue 12) ---- */
 
 /* Bytes of captured _id documents a migration's write capture (shardd/xfer.c) may hold

@@ -34,6 +34,8 @@ typedef struct crit {
     bool db;                  /* movePrimary's section of a database (ns = its name) */
     char ns[MS_NS_BYTES_MAX + 1];
     bool reads;               /* blockReads: versioned reads wait as well */
+    char owner[48];           /* who entered it (a migration id; "" for the test
+                               * command): only the same owner leaves it */
     long long since_ms;       /* when it was entered (for the leave log line) */
     struct crit *next;
 } crit_t;
@@ -73,19 +75,30 @@ static int fence_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     return 0;
 }
 
-int shv_crit_enter(shv_t *s, store_t *st, const char *ns, ms_error_t *err) {
+int shv_crit_enter_as(shv_t *s, store_t *st, const char *ns, const char *owner, ms_error_t *err) {
     crit_t *c;
     bool added = false;
     int rc;
     if (strlen(ns) > MS_NS_BYTES_MAX)
         return err_set(err, MS_ERR_INVALID_NAMESPACE, "namespace too long");
+    if (strlen(owner) >= sizeof c->owner)
+        return err_set(err, MS_ERR_BAD_VALUE, "critical section owner name too long");
     pthread_once(&crit_once, crit_init);
     pthread_mutex_lock(&crit_mu);
-    if (!crit_find(s, ns)) {
+    if ((c = crit_find(s, ns)) != NULL && strcmp(c->owner, owner) != 0) {
+        char other[sizeof c->owner];
+        memcpy(other, c->owner, sizeof other);
+        pthread_mutex_unlock(&crit_mu);
+        return err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                       "the critical section of %s is held by %s", ns,
+                       other[0] ? other : "a test command");
+    }
+    if (!c) {
         c = calloc(1, sizeof *c);
         ASSERT(c != NULL);
         c->s = s;
         strcpy(c->ns, ns);
+        strcpy(c->owner, owner);
         c->since_ms = mono_ms();
         c->next = crits;
         crits = c;
@@ -97,11 +110,15 @@ int shv_crit_enter(shv_t *s, store_t *st, const char *ns, ms_error_t *err) {
      * such write has committed or will see the flag under the lock and roll back. */
     if ((rc = store_write(st, fence_fn, NULL, err)) != 0) {
         err_prefix(err, "entering the critical section of %s", ns);
-        if (added) shv_crit_leave(s, ns);
+        if (added) shv_crit_leave_as(s, ns, owner);
         return rc;
     }
-    log_info("critical section entered ns=%s", ns);
+    log_info("critical section entered ns=%s owner=%s", ns, owner[0] ? owner : "test");
     return 0;
+}
+
+int shv_crit_enter(shv_t *s, store_t *st, const char *ns, ms_error_t *err) {
+    return shv_crit_enter_as(s, st, ns, "", err);
 }
 
 void shv_crit_block_reads(shv_t *s, const char *ns) {
@@ -112,15 +129,20 @@ void shv_crit_block_reads(shv_t *s, const char *ns) {
     if (c) log_info("critical section blocks reads ns=%s", ns);
 }
 
-/* Removes the section of a collection (db false) or of a database (db true); its age in
- * ms, or -1 when it was not held. Wakes every waiter either way. */
-static long long crit_remove(shv_t *s, const char *name, bool db) {
+/* Removes the section of a collection (db false) or of a database (db true) when owner
+ * (NULL: anyone) holds it; its age in ms, -1 when it was not held, -2 when another owner
+ * holds it (left in place). Wakes every waiter either way. */
+static long long crit_remove_as(shv_t *s, const char *name, bool db, const char *owner) {
     long long held_ms = -1;
     pthread_once(&crit_once, crit_init);
     pthread_mutex_lock(&crit_mu);
     for (crit_t **pp = &crits; *pp; pp = &(*pp)->next)
         if ((*pp)->s == s && (*pp)->db == db && strcmp((*pp)->ns, name) == 0) {
             crit_t *c = *pp;
+            if (owner && strcmp(c->owner, owner) != 0) {
+                held_ms = -2;
+                break;
+            }
             *pp = c->next;
             held_ms = mono_ms() - c->since_ms;
             free(c);
@@ -131,9 +153,22 @@ static long long crit_remove(shv_t *s, const char *name, bool db) {
     return held_ms;
 }
 
+static long long crit_remove(shv_t *s, const char *name, bool db) {
+    return crit_remove_as(s, name, db, NULL);
+}
+
+void shv_crit_leave_as(shv_t *s, const char *ns, const char *owner) {
+    long long held_ms = crit_remove_as(s, ns, false, owner);
+    if (held_ms >= 0)
+        log_info("critical section left ns=%s owner=%s ms=%lld", ns, owner[0] ? owner : "test",
+                 held_ms);
+    else if (held_ms == -2)
+        log_warn("critical section not left: held by another owner ns=%s owner=%s", ns,
+                 owner[0] ? owner : "test");
+}
+
 void shv_crit_leave(shv_t *s, const char *ns) {
-    long long held_ms = crit_remove(s, ns, false);
-    if (held_ms >= 0) log_info("critical section left ns=%s ms=%lld", ns, held_ms);
+    shv_crit_leave_as(s, ns, "");
 }
 
 bool shv_crit_held(shv_t *s, const char *ns) {

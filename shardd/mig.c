@@ -15,6 +15,7 @@
 #include "common/bsonx.h"
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "common/opctx.h"
 #include "common/rpc.h"
 #include "common/rtable.h"
 #include "shardd/mig.h"
@@ -37,6 +38,9 @@ void mig_register_failpoints(void) {
     fp_register(FP_MIGRATION_COMMIT_NETWORK_ERROR);
     fp_register(FP_HANG_DONOR_RECOVERY);
     fp_register(FP_SKIP_ONE_MIGRATED_DOC);
+    fp_register(FP_HANG_IN_TRANSFER_MODS);
+    fp_register(FP_HANG_BEFORE_RECV_CHUNK_START);
+    fp_register(SHV_FP_HANG_REFRESH_BEFORE_INSTALL);
 }
 
 int mig_open(shardd_t *app, mig_t **out, ms_error_t *err) {
@@ -58,21 +62,24 @@ void mig_close(mig_t *m) {
     pthread_mutex_lock(&m->mu);
     m->stopping = true;
     pthread_cond_broadcast(&m->cv);
-    /* Threads notice `stopping` at their next step and end; bounded by their own
-     * deadlines (every call they make has one). */
-    long long until = time_mono_ms() + MS_MIG_STOP_WAIT_MS;
-    while ((m->donor || m->recv || m->recoveries > 0) && time_mono_ms() < until) {
+    /* The donor, recipient and recovery threads use the store, the range deleter and the
+     * sharding state that main frees after this: wait until every one has ended. Each
+     * notices `stopping` at its next step, every call it makes has a deadline, and the
+     * hang failpoints were released when serving stopped, so this ends. */
+    long long start = time_mono_ms(), next_log = start + MS_MIG_STOP_WAIT_MS;
+    while (m->donor || m->recv || m->recoveries > 0) {
         time_cond_wait_ms(&m->cv, &m->mu, 50);
+        if (time_mono_ms() >= next_log) {
+            log_warn("shutdown waiting for migration threads donor=%d recipient=%d "
+                     "recoveries=%d ms=%lld", m->donor != NULL, m->recv != NULL, m->recoveries,
+                     time_mono_ms() - start);
+            next_log += MS_MIG_STOP_WAIT_MS;
+        }
     }
-    bool idle = !m->donor && !m->recv && m->recoveries == 0;
     pthread_mutex_unlock(&m->mu);
-    /* Anything still running keeps the registry and is left to the process exit: its
-     * persisted documents are what the next start recovers from. */
-    if (idle) {
-        pthread_mutex_destroy(&m->mu);
-        pthread_cond_destroy(&m->cv);
-        free(m);
-    }
+    pthread_mutex_destroy(&m->mu);
+    pthread_cond_destroy(&m->cv);
+    free(m);
 }
 
 void mig_append_status(mig_t *m, bson_t *out) {
@@ -82,7 +89,8 @@ void mig_append_status(mig_t *m, bson_t *out) {
     BSON_APPEND_INT64(&doc, "donated", m->donated);
     BSON_APPEND_INT64(&doc, "received", m->received);
     BSON_APPEND_INT64(&doc, "aborted", m->aborted);
-    BSON_APPEND_INT32(&doc, "recoveriesPending", m->recoveries);
+    BSON_APPEND_INT32(&doc, "recoveriesPending", m->recoveries + m->stuck);
+    BSON_APPEND_INT32(&doc, "recoveriesStuck", m->stuck);
     BSON_APPEND_INT32(&doc, "writePauseBudgetMS", m->write_pause_budget_ms);
     BSON_APPEND_INT32(&doc, "catchUpTimeoutMS", m->catchup_timeout_ms);
     BSON_APPEND_BOOL(&doc, "archiveMovedChunks", m->archive);
@@ -111,6 +119,135 @@ void mig_append_inprog(mig_t *m, bson_t *arr) {
         bson_append_document_end(arr, &d);
     }
     pthread_mutex_unlock(&m->mu);
+}
+
+void mig_remember_abort(mig_t *m, const uint8_t uuid[16]) {
+    pthread_mutex_lock(&m->mu);
+    if (!mig_abort_remembered_locked(m, uuid)) {
+        memcpy(m->aborted_ids[m->aborted_next], uuid, 16);
+        m->aborted_next = (m->aborted_next + 1) % MS_MIG_ABORTS_REMEMBERED;
+        if (m->naborted_ids < MS_MIG_ABORTS_REMEMBERED) m->naborted_ids++;
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+bool mig_abort_remembered_locked(const mig_t *m, const uint8_t uuid[16]) {
+    for (int i = 0; i < m->naborted_ids; i++)
+        if (memcmp(m->aborted_ids[i], uuid, 16) == 0) return true;
+    return false;
+}
+
+/* ---- index DDL vs migrations (mig.h) -------------------------------------------------- */
+
+bool mig_index_ddl_running_locked(const mig_t *m, const char *ns) {
+    for (int i = 0; i < MS_MIG_INDEX_DDL_MAX; i++)
+        if (m->ddl[i].n > 0 && strcmp(m->ddl[i].ns, ns) == 0) return true;
+    return false;
+}
+
+static bool ddl_blocked_locked(const mig_t *m, const char *ns) {
+    return (m->ddl_fence && strcmp(m->ddl_fence_ns, ns) == 0) ||
+           (m->recv && strcmp(mig_recv_ns(m->recv), ns) == 0);
+}
+
+int mig_index_ddl_begin(mig_t *m, const char *ns, bool *waited, ms_error_t *err) {
+    long long until = time_mono_ms() + op_time_left_ms(MS_MIG_INDEX_DDL_WAIT_MS);
+    int slot = -1;
+    *waited = false;
+    if (strlen(ns) > MS_NS_BYTES_MAX) return err_set(err, MS_ERR_INVALID_NAMESPACE, "namespace too long");
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        bool blocked = ddl_blocked_locked(m, ns);
+        slot = -1;
+        if (!blocked)
+            for (int i = 0; i < MS_MIG_INDEX_DDL_MAX; i++) {
+                if (m->ddl[i].n > 0 && strcmp(m->ddl[i].ns, ns) == 0) {
+                    slot = i;
+                    break;
+                }
+                if (m->ddl[i].n == 0 && slot < 0) slot = i;
+            }
+        if (slot >= 0 || time_mono_ms() >= until) break;
+        if (blocked && !*waited)
+            log_info("index command waits for a migration ns=%s", log_str(ns));
+        *waited = *waited || blocked;
+        time_cond_wait_ms(&m->cv, &m->mu, 100);
+    }
+    if (slot >= 0) {
+        if (m->ddl[slot].n++ == 0) snprintf(m->ddl[slot].ns, sizeof m->ddl[slot].ns, "%s", ns);
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (slot < 0)
+        return err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                       "a migration of %s on this shard holds index changes back; try again "
+                       "once it has finished", ns);
+    return 0;
+}
+
+void mig_index_ddl_end(mig_t *m, const char *ns) {
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; i < MS_MIG_INDEX_DDL_MAX; i++)
+        if (m->ddl[i].n > 0 && strcmp(m->ddl[i].ns, ns) == 0) {
+            m->ddl[i].n--;
+            break;
+        }
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
+int mig_index_ddl_fence(mig_t *m, const char *ns, long long until_ms, ms_error_t *err) {
+    int rc = 0;
+    pthread_mutex_lock(&m->mu);
+    m->ddl_fence = true;
+    snprintf(m->ddl_fence_ns, sizeof m->ddl_fence_ns, "%s", ns);
+    while (mig_index_ddl_running_locked(m, ns) && time_mono_ms() < until_ms)
+        time_cond_wait_ms(&m->cv, &m->mu, 50);
+    if (mig_index_ddl_running_locked(m, ns)) {
+        m->ddl_fence = false;
+        pthread_cond_broadcast(&m->cv);
+        rc = err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                     "an index build or drop of %s is still running on the donor", ns);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+void mig_index_ddl_unfence(mig_t *m) {
+    pthread_mutex_lock(&m->mu);
+    m->ddl_fence = false;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
+typedef struct specs_arg {
+    const char *ns;
+    bson_t *arr;
+} specs_arg_t;
+
+static int specs_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    specs_arg_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    char k[16];
+    if (!c) return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "ns does not exist: %s", a->ns);
+    for (int i = 0; i < c->nindexes; i++) {
+        bson_t clean;
+        bson_iter_t f;
+        /* The user's form of the spec: key, name, unique. */
+        snprintf(k, sizeof k, "%d", i);
+        BSON_APPEND_DOCUMENT_BEGIN(a->arr, k, &clean);
+        if (bson_iter_init(&f, &c->ix[i]->spec))
+            while (bson_iter_next(&f))
+                if (strcmp(bson_iter_key(&f), "key") == 0 || strcmp(bson_iter_key(&f), "name") == 0 ||
+                    strcmp(bson_iter_key(&f), "unique") == 0)
+                    bsonx_append_iter(&clean, bson_iter_key(&f), &f);
+        bson_append_document_end(a->arr, &clean);
+    }
+    return 0;
+}
+
+int mig_index_specs(store_t *st, const char *ns, bson_t *arr, ms_error_t *err) {
+    specs_arg_t a = {ns, arr};
+    return store_read(st, specs_fn, &a, err);
 }
 
 /* ---- small helpers -------------------------------------------------------------------- */

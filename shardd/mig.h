@@ -1,6 +1,7 @@
 /*
  * mig.h — chunk migration on the shard daemon (DESIGN §7; notes §1): what the donor
- * (mig_donor.c, MongoDB's MigrationSourceManager + MigrationCoordinator), the recipient
+ * (mig_donor.c, MongoDB's MigrationSourceManager; mig_coord.c, its MigrationCoordinator;
+ * mig_cloner.c, its MigrationChunkClonerSource; shared by them in mig_priv.h), the recipient
  * (mig_recipient.c, MongoDB's MigrationDestinationManager) and their shared registry
  * (mig.c, MongoDB's ActiveMigrationsRegistry) show each other and the command table.
  *
@@ -34,7 +35,10 @@ typedef struct mig {
     pthread_cond_t cv;
     mig_donor_t *donor;          /* the donation running now, or NULL */
     mig_recv_t *recv;            /* the receive running now (or waiting for its decision) */
-    int recoveries;              /* donor recoveries not finished yet */
+    int recoveries;              /* donor recoveries not finished yet (threads running) */
+    int stuck;                   /* recoveries that could not run (no memory, no thread,
+                                  * unreadable document): new migrations stay refused and
+                                  * their collections blocked until a restart */
     bool stopping;
     /* settings (flags of bin/shardd) */
     int write_pause_budget_ms;   /* --migration-write-pause-budget-ms */
@@ -43,6 +47,15 @@ typedef struct mig {
     char dbpath[4096];
     /* totals for serverStatus */
     int64_t donated, received, aborted;
+    /* Migrations whose abort reached this shard before their _recvChunkStart (under mu;
+     * a ring of the last MS_MIG_ABORTS_REMEMBERED): such a start is refused. */
+    uint8_t aborted_ids[MS_MIG_ABORTS_REMEMBERED][16];
+    int naborted_ids, aborted_next;
+    /* Index DDL vs migrations of the same collection (under mu; see mig_index_ddl_begin):
+     * the index commands running now, per namespace, and the donor's fence. */
+    struct { char ns[MS_NS_BYTES_MAX + 1]; int n; } ddl[MS_MIG_INDEX_DDL_MAX];
+    bool ddl_fence;
+    char ddl_fence_ns[MS_NS_BYTES_MAX + 1];
 } mig_t;
 
 int mig_open(shardd_t *app, mig_t **out, ms_error_t *err);
@@ -104,16 +117,43 @@ void mig_task_doc(const uint8_t mig_uuid[16], const char *ns, const uint8_t coll
 /* Inside a write transaction: the task's numOrphanDocs set to n (set) or raised by n;
  * an absent task is not an error. */
 int mig_task_add_orphans(store_txn_t *t, const char *id, int64_t n, bool set, ms_error_t *err);
+/* Remembers that migration uuid was aborted before this shard saw its start (locks mu);
+ * the _locked check, under mu, tells whether it was. */
+void mig_remember_abort(mig_t *m, const uint8_t uuid[16]);
+bool mig_abort_remembered_locked(const mig_t *m, const uint8_t uuid[16]);
+/* Index DDL and migrations of one collection on this shard (issue 21 item 2): an index
+ * command (createIndexes, dropIndexes) calls begin before it changes anything and end
+ * after. begin waits (MS_MIG_INDEX_DDL_WAIT_MS or the op's maxTimeMS) while this shard
+ * receives ns, or donates ns past its fence (from just before the critical section to
+ * the end of the donation): ConflictingOperationInProgress past that. *waited tells the
+ * caller it had to wait (a dropIndexes that then finds its index gone was beaten by the
+ * migration's index sync, which already applied the donor's list). A donor fences
+ * before its critical section, waiting (until until_ms) for running index commands of ns;
+ * the recipient refuses to start while one runs. So the index list the donor sends the
+ * recipient inside its critical section (mig_index_specs, _recvChunkSetIndexes) is
+ * final: every index command of ns on the donor is before it or after the commit, and
+ * every one on the recipient before the receive or after its end. */
+int mig_index_ddl_begin(mig_t *m, const char *ns, bool *waited, ms_error_t *err);
+void mig_index_ddl_end(mig_t *m, const char *ns);
+int mig_index_ddl_fence(mig_t *m, const char *ns, long long until_ms, ms_error_t *err);
+void mig_index_ddl_unfence(mig_t *m);
+bool mig_index_ddl_running_locked(const mig_t *m, const char *ns);
+/* The namespace a receive is for (fixed at its creation). */
+const char *mig_recv_ns(const mig_recv_t *r);
+/* The ready index specs of ns on this shard, as {key, name, unique?} documents appended
+ * to arr (an array under construction). */
+int mig_index_specs(store_t *st, const char *ns, bson_t *arr, ms_error_t *err);
 /* The recipient's task of migration id becomes ready (its copy is deleted); absent = ok. */
 int mig_recv_task_ready(mig_t *m, const char *id, ms_error_t *err);
 
-/* ---- donor (mig_donor.c) ---------------------------------------------------------- */
+/* ---- donor: the driver (mig_donor.c), the cloner source (mig_cloner.c), the
+ * coordinator (mig_coord.c) ---------------------------------------------------------- */
 
 int cmd_shardsvr_move_range(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+void mig_donor_status(mig_donor_t *d, bson_t *out);
 int cmd_migrate_clone(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_transfer_mods(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 void mig_donor_recover_all(mig_t *m);
-void mig_donor_status(mig_donor_t *d, bson_t *out);
 
 /* ---- recipient (mig_recipient.c) ----------------------------------------------------- */
 
@@ -122,6 +162,7 @@ int cmd_recv_chunk_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_recv_chunk_commit(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_recv_chunk_abort(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_recv_chunk_release(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_recv_chunk_set_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 void mig_recv_status(mig_recv_t *r, bson_t *out);
 void mig_recv_free(mig_recv_t *r);
 
@@ -132,6 +173,12 @@ extern const char *const mig_recv_step_fps[7];      /* migrateThreadHangAtStep1.
 #define FP_FAIL_MIGRATION_COMMIT "failMigrationCommit"
 #define FP_MIGRATION_COMMIT_NETWORK_ERROR "migrationCommitNetworkError"
 #define FP_HANG_DONOR_RECOVERY "hangBeforeMigrationRecovery"   /* minishard: before a recovery decides */
+/* minishard, tests only: a _transferMods worker holds the capture in use (in hand,
+ * nothing taken from it yet). */
+#define FP_HANG_IN_TRANSFER_MODS "hangInTransferModsWithCapture"
+/* minishard, tests only: _recvChunkStart waits before the recipient looks at it, as if
+ * the network held the request back (a cut between donor and recipient that heals). */
+#define FP_HANG_BEFORE_RECV_CHUNK_START "hangBeforeRecvChunkStart"
 /* minishard, tests only: the recipient drops one cloned document, so the count and
  * checksum comparison before the commit has something to catch. */
 #define FP_SKIP_ONE_MIGRATED_DOC "skipOneMigratedDocument"

@@ -54,6 +54,9 @@ struct mig_recv {
     char errmsg[512];
     int64_t cloned, cloned_bytes, catchup, steady;
     bool commit_start, abort_req, released, thread_done;
+    bool writes_over;                /* the thread will write no more documents of the
+                                      * range here (set by it, under mu): the task can be
+                                      * made ready */
     int64_t range_count;             /* the range's running digest here (apply_fn keeps it) */
     uint64_t range_sum;
     int64_t step_ms[5];
@@ -64,8 +67,9 @@ struct mig_recv {
 
 static void set_state(mig_recv_t *r, enum rstate s) {
     pthread_mutex_lock(&r->mu);
-    /* fail and abort are final. */
-    if (r->state != RS_FAIL && r->state != RS_ABORT) r->state = s;
+    /* States only move forward (commitStart, set by _recvChunkCommit, may come while the
+     * thread still reports catch-up); fail and abort are final. */
+    if (r->state != RS_FAIL && r->state != RS_ABORT && s > r->state) r->state = s;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
 }
@@ -350,7 +354,7 @@ static int create_collection_and_indexes(mig_recv_t *r, ms_error_t *err) {
         return err_set(err, MS_ERR_INTERNAL, "index list");
     }
     shardd_index_result_t res;
-    rc = shardd_build_indexes(r->m->app, NULL, r->ns, r->coll_uuid, &cur, &res, err);
+    rc = shardd_build_indexes(r->m->app, NULL, r->ns, r->coll_uuid, false, &cur, &res, err);
     bson_destroy(&wrap);
     if (rc == MS_ERR_BAD_VALUE) rc = 0;   /* no index at all besides _id_: nothing to build */
     if (rc != 0) return rc;
@@ -368,6 +372,7 @@ static void *recv_main(void *p) {
 
     /* 1: overlapping range deletions here must finish first (notes §1.5 step 1), then the
      * collection and its indexes. */
+    if (aborted(r, &e)) goto failed;
     if (m->app->rdel &&
         (rc = rdel_wait(m->app->rdel, r->ns, &r->min, &r->max,
                         time_mono_ms() + MS_MIG_RECV_OVERLAP_WAIT_MS, &e)) != 0) {
@@ -387,6 +392,7 @@ static void *recv_main(void *p) {
         bson_destroy(&task);
         if (rc != 0) goto failed;
     }
+    if (aborted(r, &e)) goto failed;
     if ((rc = create_collection_and_indexes(r, &e)) != 0) goto failed;
     {
         /* Whatever the range holds here already (nothing, once overlapping deletions are
@@ -508,6 +514,9 @@ static void *recv_main(void *p) {
     }
 
     if ((rc = step_done(r, ++step, &t0, &e)) != 0) goto failed;
+    pthread_mutex_lock(&r->mu);
+    r->writes_over = true;
+    pthread_mutex_unlock(&r->mu);
     set_state(r, RS_DONE);
 
     /* Wait for the decision (the donor always sends one, from its recovery if it has to). */
@@ -529,6 +538,10 @@ static void *recv_main(void *p) {
 
 failed:
     fail(r, &e);
+    pthread_mutex_lock(&r->mu);
+    r->writes_over = true;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
     /* Stay until the donor's decision (it aborts when it sees `fail`), bounded. */
     {
         long long until = time_mono_ms() + MS_MIG_RECV_DECISION_WAIT_MS;
@@ -656,6 +669,8 @@ int cmd_recv_chunk_start(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bson_t v;
     int rc;
     const char *ns = BSON_ITER_HOLDS_UTF8(&ctx->arg) ? bson_iter_utf8(&ctx->arg, NULL) : "";
+    /* Tests: the request held up on its way, as a network cut that heals would. */
+    fp_eval(FP_HANG_BEFORE_RECV_CHUNK_START, NULL);
     if (!strchr(ns, '.') || strlen(ns) > MS_NS_BYTES_MAX)
         return err_set(err, MS_ERR_INVALID_NAMESPACE, "_recvChunkStart needs \"db.coll\"");
     if (!(r = mem_calloc_aligned(1, sizeof *r))) return err_set(err, MS_ERR_INTERNAL, "out of memory");
@@ -690,17 +705,33 @@ int cmd_recv_chunk_start(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     mig_uuid_hex(r->mig_uuid, r->id);
 
     pthread_mutex_lock(&m->mu);
+    if (mig_abort_remembered_locked(m, r->mig_uuid)) {
+        pthread_mutex_unlock(&m->mu);
+        rc = err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                     "migration %s was aborted by its donor before this start arrived", r->id);
+        log_warn("late migration start refused id=%s ns=%s", r->id, log_str(r->ns));
+        mig_recv_free(r);
+        return rc;
+    }
     if (m->recv && strcmp(m->recv->session, r->session) == 0) {
         pthread_mutex_unlock(&m->mu);
         mig_recv_free(r);
         BSON_APPEND_BOOL(reply, "started", true);   /* the same start, again */
         return 0;
     }
-    if (m->stopping || m->recv || m->donor || m->recoveries > 0) {
+    if (mig_index_ddl_running_locked(m, r->ns)) {
+        rc = err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                     "Unable to start new migration because an index build or drop of %s is "
+                     "running on this shard", r->ns);
+        pthread_mutex_unlock(&m->mu);
+        mig_recv_free(r);
+        return rc;
+    }
+    if (m->stopping || m->recv || m->donor || m->recoveries > 0 || m->stuck > 0) {
         rc = err_set(err, MS_ERR_CONFLICTING_OPERATION,
                      "Unable to start new migration because this shard is currently %s",
                      m->donor ? "donating a chunk" : m->recv ? "receiving a chunk"
-                     : m->recoveries ? "recovering a migration" : "shutting down");
+                     : m->recoveries || m->stuck ? "recovering a migration" : "shutting down");
         pthread_mutex_unlock(&m->mu);
         mig_recv_free(r);
         return rc;
@@ -816,7 +847,9 @@ int cmd_recv_chunk_commit(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     while ((r->state == RS_READY || r->state == RS_CLONE) && time_mono_ms() < until)
         wait_locked(r, until);
     if (r->state == RS_CATCHUP || r->state == RS_STEADY) {
+        /* MongoDB's commitStart: the donor's writes are blocked, the final drain runs. */
         r->commit_start = true;
+        r->state = RS_COMMIT_START;
         pthread_cond_broadcast(&r->cv);
         until = time_mono_ms() + MS_MIG_RECV_COMMIT_MS;
         while (r->state != RS_DONE && r->state != RS_FAIL && r->state != RS_ABORT &&
@@ -841,30 +874,52 @@ int cmd_recv_chunk_commit(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return rc;
 }
 
-/* `_recvChunkAbort`: the running receive stops (its thread makes the task ready once it
- * has stopped writing); with no receive running, the task named by migrationId becomes
- * ready here (the donor's recovery after a restart of either side). */
+/* `_recvChunkAbort`: the running receive stops; once its thread writes no more (it checks
+ * between batches), the task is made ready here, and only then is the abort
+ * acknowledged: the donor forgets its coordinator document on our answer, so a kill -9
+ * right after must find the task ready, never pending with nobody left to decide it. A
+ * thread that does not stop in time gets an error answer, and the donor asks again.
+ * With no receive running, the task named by migrationId becomes ready here (the donor's
+ * recovery after a restart of either side), and the id is remembered: a _recvChunkStart
+ * of that migration that arrives later (held up in the network past the donor's
+ * deadline) is refused instead of starting a receive nobody will ever decide. */
 int cmd_recv_chunk_abort(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     shardd_t *app = ctx->app;
     mig_t *m = app->mig;
     mig_recv_t *r = recv_for(ctx, NULL);
     uint8_t mid[16];
     char id[33];
+    bool has_mid = uuid_field(ctx, "migrationId", mid);
     (void)reply;
     if (r) {
+        bool over;
         pthread_mutex_lock(&r->mu);
         r->abort_req = true;
         pthread_cond_broadcast(&r->cv);
-        /* The thread makes the task ready itself once it has stopped writing (it checks
-         * between batches); a moment's wait lets a quick stop show in the log order. */
-        long long until = time_mono_ms() + 1000;
-        while (!r->thread_done && time_mono_ms() < until) wait_locked(r, until);
+        long long until = time_mono_ms() + MS_MIG_RECV_ABORT_WAIT_MS;
+        while (!r->writes_over && time_mono_ms() < until) wait_locked(r, until);
+        over = r->writes_over;
+        memcpy(id, r->id, sizeof id);
+        pthread_mutex_unlock(&r->mu);
+        if (!over) {
+            recv_release(m, r);
+            return err_set(err, MS_ERR_EXCEEDED_TIME_LIMIT,
+                           "the receive of migration %s has not stopped writing yet; ask again",
+                           id);
+        }
+        int rc = mig_recv_task_ready(m, id, err);
+        /* A moment for the thread to end too (its moveChunk.to), so the donor's next
+         * migration does not find this shard still receiving. */
+        pthread_mutex_lock(&r->mu);
+        until = time_mono_ms() + 1000;
+        while (rc == 0 && !r->thread_done && time_mono_ms() < until) wait_locked(r, until);
         pthread_mutex_unlock(&r->mu);
         recv_release(m, r);
-        return 0;
+        return rc;
     }
-    if (!uuid_field(ctx, "migrationId", mid)) return 0;   /* nothing running, nothing named */
+    if (!has_mid) return 0;   /* nothing running, nothing named */
     mig_uuid_hex(mid, id);
+    mig_remember_abort(m, mid);
     return mig_recv_task_ready(m, id, err);
 }
 
@@ -900,6 +955,85 @@ int cmd_recv_chunk_release(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         pthread_mutex_unlock(&r->mu);
     }
     if (r) recv_release(m, r);
+    return rc;
+}
+
+const char *mig_recv_ns(const mig_recv_t *r) { return r->ns; }
+
+typedef struct setix_arg {
+    const char *ns;
+    const bson_t *specs;          /* the donor's list */
+    int dropped;
+} setix_arg_t;
+
+/* Drops every index here that the donor's list does not name (never _id_). */
+static int drop_extra_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    setix_arg_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->ns);
+    if (!c) return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "%s vanished during the migration", a->ns);
+    for (int i = c->nindexes - 1; i >= 0; i--) {
+        bson_iter_t it, f;
+        bool named = false;
+        if (c->ix[i]->is_id) continue;
+        if (bson_iter_init(&it, a->specs))
+            while (!named && bson_iter_next(&it)) {
+                bson_t spec;
+                if (bsonx_view_container(&it, &spec) && bson_iter_init_find(&f, &spec, "name") &&
+                    BSON_ITER_HOLDS_UTF8(&f) && strcmp(bson_iter_utf8(&f, NULL), c->ix[i]->name) == 0)
+                    named = true;
+            }
+        if (!named) {
+            char name[sizeof c->ix[i]->name];
+            int rc;
+            snprintf(name, sizeof name, "%s", c->ix[i]->name);
+            if ((rc = store_index_drop(t, c, name, err)) != 0) return rc;
+            log_info("migration index sync dropped index ns=%s name=%s", log_str(a->ns), log_str(name));
+            a->dropped++;
+        }
+    }
+    return 0;
+}
+
+/* `_recvChunkSetIndexes` (minishard; issue 21 item 2): the donor, inside its critical
+ * section and before the config commit, sends its index list; the recipient builds what
+ * it lacks and drops what the donor no longer has. Index commands of ns wait on both
+ * shards meanwhile (mig_index_ddl_begin), so the list is final. A build that fails (a
+ * unique index the range's documents violate here) fails the migration. */
+int cmd_recv_chunk_set_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    mig_recv_t *r = recv_for(ctx, err);
+    bson_iter_t it, specs;
+    bson_t arr;
+    shardd_index_result_t res;
+    int rc = 0;
+    if (!r) return err->code;
+    pthread_mutex_lock(&r->mu);
+    bool done = r->state == RS_DONE;
+    pthread_mutex_unlock(&r->mu);
+    if (!done) {
+        recv_release(app->mig, r);
+        return err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                       "_recvChunkSetIndexes before the receive's final drain");
+    }
+    if (!cmd_field(ctx, "indexes", &it) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &specs) ||
+        !bsonx_view_container(&it, &arr)) {
+        recv_release(app->mig, r);
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "_recvChunkSetIndexes needs indexes: [specs]");
+    }
+    memset(&res, 0, sizeof res);
+    rc = shardd_build_indexes(app, NULL, r->ns, r->coll_uuid, false, &specs, &res, err);
+    if (rc == MS_ERR_BAD_VALUE) rc = 0;   /* nothing but _id_ */
+    setix_arg_t a = {r->ns, &arr, 0};
+    if (rc == 0) rc = store_ddl(app->st, drop_extra_fn, &a, err);
+    if (rc == 0) {
+        BSON_APPEND_INT32(reply, "built", res.after - res.before);
+        BSON_APPEND_INT32(reply, "dropped", a.dropped);
+        log_info("migration index sync ns=%s built=%d dropped=%d", log_str(r->ns),
+                 res.after - res.before, a.dropped);
+    } else {
+        fail(r, err);
+    }
+    recv_release(app->mig, r);
     return rc;
 }
 

@@ -560,7 +560,7 @@ int cmd_test_critical_section(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
  * {_shardsvrMovePrimaryExitCriticalSection: db} (config server → old primary, movePrimary) */
 int cmd_move_primary_crit(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 
-/* cmd_admin.c */
+/* coll_ddl.c */
 /* createIndexes' work, shared with the migration recipient: the collection created when
  * absent (with uuid when non-NULL: InvalidUUID when it exists with another), every spec of
  * the array registered, built beside reads and writes, made ready. */
@@ -569,11 +569,14 @@ typedef struct shardd_index_result {
     bool created;
 } shardd_index_result_t;
 /* guard: the command whose critical-section checks the catalog steps run under (NULL:
- * none, the migration recipient). */
+ * none, the migration recipient). no_create: a sharded collection's versioned
+ * createIndexes: CannotImplicitlyCreateCollection when ns does not exist here. */
 int shardd_build_indexes(shardd_t *app, cmd_ctx_t *guard, const char *ns, const uint8_t *uuid,
-                         const bson_iter_t *specs, shardd_index_result_t *res, ms_error_t *err);
+                         bool no_create, const bson_iter_t *specs, shardd_index_result_t *res,
+                         ms_error_t *err);
 /* The migration recipient: ns (existing) gets the shard key pat when it has none. */
 int shardd_set_shard_key(shardd_t *app, const char *ns, const keys_pattern_t *pat, ms_error_t *err);
+/* cmd_admin.c */
 int cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_list_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_drop_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);

@@ -176,7 +176,8 @@ const cmd_spec_t shardd_cmd_table[] = {
      .flags = CMD_STRICT_FIELDS | CMD_WRITE | CMD_INTERNAL, .arg_types = CT_STR,
      .help = "movePrimary: refresh the database's entry, then let writes go on"},
 
-    /* chunk migration (mig_donor.c, mig_recipient.c; docs/how-a-migration-works.md) */
+    /* chunk migration (mig_donor.c, mig_cloner.c, mig_coord.c, mig_recipient.c;
+     * docs/how-a-migration-works.md) */
     {.name = "_shardsvrMoveRange", .handler = cmd_shardsvr_move_range,
      .flags = CMD_WRITE | CMD_INTERNAL | CMD_FULL_NS_ARG, .arg_types = CT_STR,
      .fields = {REQ("fromShard", CT_STR), REQ("toShard", CT_STR), F("min", CT_DOC), F("max", CT_DOC),
@@ -209,6 +210,10 @@ const cmd_spec_t shardd_cmd_table[] = {
     {.name = "_recvChunkReleaseCritSec", .handler = cmd_recv_chunk_release, .flags = CMD_INTERNAL,
      .arg_types = CT_STR, .fields = {F("sessionId", CT_STR), REQ("migrationId", CT_BIN)},
      .help = "donor -> recipient: committed; the range is the recipient's now"},
+    {.name = "_recvChunkSetIndexes", .handler = cmd_recv_chunk_set_indexes, .flags = CMD_INTERNAL,
+     .arg_types = CT_STR, .fields = {REQ("sessionId", CT_STR), REQ("indexes", CT_ARR)},
+     .help = "donor -> recipient, inside its critical section: make the collection's index "
+             "list equal to the donor's"},
     {.name = "currentOp", .handler = cmd_current_op,
      .help = "operations in progress: the migration this shard takes part in"},
     /* test-only (--enable-test-commands) */

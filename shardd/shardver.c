@@ -25,6 +25,7 @@
 
 #include "common/bsonx.h"
 #include "common/buf.h"
+#include "common/failpoint.h"
 #include "common/limits.h"
 #include "common/log.h"
 #include "common/mem.h"
@@ -466,6 +467,7 @@ static int refresh_ns(shv_t *s, const char *ns, ms_error_t *err) {
     pthread_mutex_unlock(&s->mu);
 
     rc = fetch_table(s, ns, base, &fresh, &unsharded, err);
+    if (rc == 0) fp_eval(SHV_FP_HANG_REFRESH_BEFORE_INSTALL, NULL);
 
     pthread_mutex_lock(&s->mu);
     if (rc == 0 && e->invalidations == inval) {

@@ -76,8 +76,13 @@ void shv_filter_release(shv_filter_t *f);        /* NULL-safe */
  * the database entry stays) or of a database ("db": dropDatabase,
  * _flushDatabaseCacheUpdates); the next versioned request refreshes it. */
 void shv_invalidate(shv_t *s, const char *ns);
-/* Refreshes ns from the config server now (_flushRoutingTableCacheUpdates). */
+/* Refreshes ns from the config server now (_flushRoutingTableCacheUpdates). A caller
+ * that finds a refresh of ns already in flight waits for it and gets its result, which
+ * may have been fetched before anything the caller did first: a decision that must see
+ * the chunk table as of a moment (a migration recovery after its fence) fetches its own. */
 int shv_refresh(shv_t *s, const char *ns, ms_error_t *err);
+/* Failpoint (tests): a refresh waits between fetching the table and installing it. */
+#define SHV_FP_HANG_REFRESH_BEFORE_INSTALL "hangRefreshBeforeInstall"
 
 /* Appends {ns: {version, chunks owned}} for serverStatus.sharding. */
 void shv_append_status(shv_t *s, bson_t *reply);
@@ -103,6 +108,12 @@ typedef struct store store_t;
  * releasing the store's writer lock once, so it returns only after every such write
  * committed. Entering a held section again is a no-op. */
 int shv_crit_enter(shv_t *s, store_t *st, const char *ns, ms_error_t *err);
+/* The same with an owner (a migration's id): the section belongs to whoever entered it.
+ * Entering one another owner holds is ConflictingOperationInProgress; leaving one held by
+ * another owner leaves it held (logged). shv_crit_enter / shv_crit_leave are the owner ""
+ * (_testCriticalSection). */
+int shv_crit_enter_as(shv_t *s, store_t *st, const char *ns, const char *owner, ms_error_t *err);
+void shv_crit_leave_as(shv_t *s, const char *ns, const char *owner);
 void shv_crit_block_reads(shv_t *s, const char *ns);  /* commit phase: versioned reads wait too */
 void shv_crit_leave(shv_t *s, const char *ns);        /* wakes every waiter; not held: no-op */
 bool shv_crit_held(shv_t *s, const char *ns);
