@@ -348,6 +348,14 @@
 /* One wait for the ownership snapshots of a range before the deleter logs the open
  * cursors and checks whether it must stop or the task went away; it retries forever. */
 #define MS_RDEL_SNAPSHOT_WAIT_SLICE_MS 1000
+/* A task whose range is still owned by readers' snapshots is set aside and re-checked
+ * this often, so tasks of other collections and ranges run meanwhile (issue 21). */
+#define MS_RDEL_READERS_POLL_MS 100
+/* A task the deleter refused (the shard owns part of its range) is re-checked, with a
+ * metadata refresh, this often: a refresh is a config server round trip. */
+#define MS_RDEL_REFUSED_RECHECK_MS 10000
+/* Refused tasks listed in serverStatus.rangeDeleter.refused (the count is exact). */
+#define MS_RDEL_REFUSED_LIST_MAX 16
 /* After a failed batch (an error failpoint, a disk error) the task is retried this much
  * later instead of spinning. */
 #define MS_RDEL_RETRY_MS 1000

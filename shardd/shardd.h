@@ -526,6 +526,11 @@ void rdel_kick(rdel_t *r);    /* NULL-safe */
  * once): 0, or ExceededTimeLimit. */
 int rdel_wait(rdel_t *r, const char *ns, const bson_t *min, const bson_t *max,
               long long deadline_ms, ms_error_t *err);
+/* rdel_wait counting only the tasks of one incarnation of ns: uuid (16 bytes; NULL = all).
+ * The overlap checks of a migration pass the collection's UUID, so a dropped
+ * incarnation's task (a pending one is never run) cannot block the re-created namespace. */
+int rdel_wait_coll(rdel_t *r, const char *ns, const uint8_t *uuid, const bson_t *min,
+                   const bson_t *max, long long deadline_ms, ms_error_t *err);
 /* Appends rangeDeleter: {state, currentTask, tasks..., batches, docsDeleted, ...}. */
 void rdel_append_status(rdel_t *r, bson_t *out);
 /* The task id of a UUID: 32 lowercase hex. */
