@@ -6,11 +6,16 @@
  * A task is a persisted document of shard_docs rangeDeletions (store_docs.c), in MongoDB's
  * shape {_id: UUID, nss, collectionUuid, donorShardId, range: {min, max}, pending?,
  * processing?, whenToClean, timestamp, numOrphanDocs, keyPattern}. One thread runs the
- * ready (non-pending) tasks one at a time, those already processing first:
+ * ready (non-pending) tasks one at a time, those already processing first, and never
+ * blocks on one of them (issue 21):
  *   1. a "delayed" task waits cleanup_delay_ms from when the deleter first saw it ready;
- *   2. it waits until no live ownership snapshot of the namespace owns part of the range
- *      (shv_wait_snapshots: a running query or open cursor that may still return those
- *      documents), in bounded slices, logging the open cursors between them;
+ *   2. while a live ownership snapshot of the namespace owns part of the range
+ *      (shv_wait_snapshots, checked once: a running query or open cursor that may still
+ *      return those documents) the task is set aside and re-checked MS_RDEL_READERS_POLL_MS
+ *      later, other tasks running meanwhile; the open cursors are logged once a second;
+ *   before each batch, the last guard: the shard must not own any part of the range
+ *      (shv_range_owned, asked again after a refresh); else the task is refused (an error
+ *      line, serverStatus.rangeDeleter.refused), kept and re-checked later, nothing deleted;
  *   3. it deletes in batches of batch_docs documents, each its own write transaction
  *      through store_write_doc over the collection's `sk` index range [min, max), which
  *      also persists processing: true and the decremented numOrphanDocs; the last batch
