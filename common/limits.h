@@ -63,6 +63,11 @@
  * hung failpoints or blocked critical-section writes do not starve everyone else. */
 #define MS_RPC_WORKERS_DEFAULT 16
 #define MS_RPC_WORKERS_MAX 256
+/* Workers of every SP server reserved for the control commands (rpc_control_by_name:
+ * ping, configureFailPoint, serverStatus, currentOp, hello), so a daemon whose ordinary
+ * workers all wait behind a hung operation still answers them and can be released
+ * (issue 21). Each connection holds at most one of them at a time. */
+#define MS_RPC_CONTROL_WORKERS 2
 
 /* Default deadline of a call by an outer client (shardctl --timeout, rpc_call with no
  * deadline). Calls between daemons use the shorter MS_RPC_PEER_TIMEOUT_MS_DEFAULT (below),
