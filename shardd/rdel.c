@@ -675,7 +675,6 @@ static void *rdel_main(void *arg) {
         sched_t *s = sched_find(r, a.pick);
         ASSERT(s);
         int rc = run_task(r, s, &err);
-        s = sched_find(r, a.pick);   /* run_task does not resize sched, but be plain */
         if (rc == RDEL_BLOCKED) {
             s->ready_at = time_mono_ms() + MS_RDEL_READERS_POLL_MS;
         } else if (rc == RDEL_REFUSED) {

@@ -479,8 +479,10 @@ int exec_explain_find(store_t *st, find_args_t *fa, bool exec_stats, bson_t *rep
 /* The shard's failpoints (common/failpoint.h), one at every step whose effect must
  * survive kill -9, named as MongoDB names its own. docs/protocol.md "Shard daemon:
  * failpoints" says where each one is and what a test proves with it. A "before commit"
- * point runs inside the transaction as its last step, so `error` rolls it back, `hang`
- * holds it open (the writer lock with it) and `crash` leaves an uncommitted WAL tail. */
+ * point runs inside the transaction as its last step, so `error` rolls it back and `crash`
+ * leaves an uncommitted WAL tail; its `hang` waits before the transaction takes the writer
+ * lock (fp_eval_early / fp_late; data.holdLocks: true holds it open instead). Exception:
+ * the per-document hangBeforeWriteObserver hangs inside, holding the writer lock. */
 #define FP_BEFORE_WRITE_OBSERVER "hangBeforeWriteObserver"       /* per document (store_write.c) */
 #define FP_BEFORE_WRITE_COMMIT "hangBeforeWriteCommit"           /* insert/update/delete/fAM */
 #define FP_AFTER_WRITE_COMMIT "hangAfterWriteCommit"
