@@ -537,8 +537,9 @@ static int run_task(rdel_t *r, sched_t *sc, ms_error_t *err) {
         sc->readers_done = true;   /* later snapshots do not own the range (notes §3) */
         sc->blocked = false;
     }
-    log_info("range deletion starts id=%s ns=%s processing=%d numOrphanDocs=%lld", id, log_str(ns),
-             tk.processing, (long long)tk.orphans);
+    if (!sc->refused)   /* a refused task's quiet re-checks say nothing */
+        log_info("range deletion starts id=%s ns=%s processing=%d numOrphanDocs=%lld", id,
+                 log_str(ns), tk.processing, (long long)tk.orphans);
     set_state(r, "deleting", id, ns);
     for (;;) {
         if (stopping(r)) {
