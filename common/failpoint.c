@@ -8,6 +8,11 @@
  * point is entered). Like MongoDB's FailPoint, `timesEntered` counts the evaluations
  * that fired and never resets, so a test reads `count` from configureFailPoint and
  * waits for count + 1.
+ *
+ * A point whose place is inside a lock other requests need is split in two (fp_eval_early
+ * before the lock, fp_late at its place): the hang happens in the first half, error and
+ * crash in the second, so a hang never holds such a lock (issue 21; data.holdLocks: true
+ * is the test instrument that keeps the hang inside).
  */
 #include "common/failpoint.h"
 
@@ -175,6 +180,61 @@ int fp_eval_data(const char *name, bson_t *data_out, bool *fired, ms_error_t *er
 }
 
 int fp_eval(const char *name, ms_error_t *err) { return fp_eval_data(name, NULL, NULL, err); }
+
+void fp_eval_early(const char *name, fp_early_t *e) {
+    fp_t *p = fp_find(name);
+    bson_iter_t it;
+    memset(e, 0, sizeof *e);
+    e->name = name;
+    if (!p || !atomic_load_explicit(&p->on, memory_order_relaxed)) return;
+    pthread_mutex_lock(&fp_mu);
+    if (!fp_fire_locked(p)) {
+        pthread_mutex_unlock(&fp_mu);
+        return;
+    }
+    p->entered++;
+    pthread_cond_broadcast(&fp_cv);  /* waitForFailPoint callers */
+    e->action = (int)p->action;
+    e->code = p->code;
+    e->hold = bson_iter_init_find(&it, &p->data, "holdLocks") && bsonx_truthy(&it);
+    if (bson_iter_init_find(&it, &p->data, "errmsg") && BSON_ITER_HOLDS_UTF8(&it))
+        snprintf(e->errmsg, sizeof e->errmsg, "%s", bson_iter_utf8(&it, NULL));
+    else
+        snprintf(e->errmsg, sizeof e->errmsg, "Failing command due to failpoint '%s'", name);
+    if (p->action == FP_HANG && e->hold) {
+        e->gen = p->off_gen;   /* fp_late hangs, with the caller's locks (test instrument) */
+        e->fired = true;
+    } else if (p->action == FP_HANG) {
+        /* Here, before the caller takes its locks: the hang holds this operation only. */
+        uint64_t gen = p->off_gen;
+        log_info("failpoint hang name=%s entered=%llu where=beforeLocks", name,
+                 (unsigned long long)p->entered);
+        while (p->off_gen == gen) pthread_cond_wait(&fp_cv, &fp_mu);
+        log_info("failpoint released name=%s", name);
+    } else {
+        e->fired = true;
+    }
+    pthread_mutex_unlock(&fp_mu);
+}
+
+int fp_late(const fp_early_t *e, ms_error_t *err) {
+    if (!e->fired) return 0;
+    if (e->action == FP_HANG) {   /* holdLocks: true */
+        pthread_mutex_lock(&fp_mu);
+        fp_t *p = fp_find(e->name);
+        log_info("failpoint hang name=%s where=holdingLocks", e->name);
+        while (p && p->off_gen == e->gen) pthread_cond_wait(&fp_cv, &fp_mu);
+        log_info("failpoint released name=%s", e->name);
+        pthread_mutex_unlock(&fp_mu);
+        return 0;
+    }
+    if (e->action == FP_CRASH) {
+        log_error("failpoint crash name=%s pid=%d signal=SIGKILL", e->name, (int)getpid());
+        kill(getpid(), SIGKILL);
+        abort();  /* not reached: SIGKILL cannot be caught */
+    }
+    return err_set(err, e->code, "%s", e->errmsg);
+}
 
 bool fp_check(const char *name, bool (*pred)(const bson_t *data, void *arg), void *arg,
               bson_t *data_out) {

@@ -31,6 +31,26 @@ int fp_eval(const char *name, ms_error_t *err);
  * with a copy of the point's data (caller destroys) and *fired set true. */
 int fp_eval_data(const char *name, bson_t *data_out, bool *fired, ms_error_t *err);
 
+/* A point whose place is inside a lock other requests need (a catalog transaction, the
+ * shard's writer lock), split in two so that a hang never holds that lock (issue 21):
+ * fp_eval_early, called before the caller takes its lock, decides whether the point fires
+ * (counting it, waking waitForFailPoint) and runs a `hang` right there; fp_late, called
+ * where the point stands inside the lock, applies what remains: `error` (returns the code,
+ * so the transaction rolls back) or `crash` (exactly the state kill -9 leaves there).
+ * data.holdLocks: true makes fp_late hang instead, holding the caller's locks: a test
+ * instrument for proving what waits behind a held lock, never a default. */
+typedef struct fp_early {
+    const char *name;
+    bool fired;            /* something is left for fp_late */
+    bool hold;
+    int action;
+    int code;
+    uint64_t gen;
+    char errmsg[MS_ERRMSG_BYTES];
+} fp_early_t;
+void fp_eval_early(const char *name, fp_early_t *e);
+int fp_late(const fp_early_t *e, ms_error_t *err);
+
 /* Cheap check for hot paths: true when the point is on (any mode but off). */
 bool fp_active(const char *name);
 

@@ -63,6 +63,11 @@
  * hung failpoints or blocked critical-section writes do not starve everyone else. */
 #define MS_RPC_WORKERS_DEFAULT 16
 #define MS_RPC_WORKERS_MAX 256
+/* Workers of every SP server reserved for the control commands (rpc_control_by_name:
+ * ping, configureFailPoint, serverStatus, currentOp, hello), so a daemon whose ordinary
+ * workers all wait behind a hung operation still answers them and can be released
+ * (issue 21). Each connection holds at most one of them at a time. */
+#define MS_RPC_CONTROL_WORKERS 2
 
 /* Default deadline of a call by an outer client (shardctl --timeout, rpc_call with no
  * deadline). Calls between daemons use the shorter MS_RPC_PEER_TIMEOUT_MS_DEFAULT (below),
@@ -376,6 +381,14 @@
 /* One wait for the ownership snapshots of a range before the deleter logs the open
  * cursors and checks whether it must stop or the task went away; it retries forever. */
 #define MS_RDEL_SNAPSHOT_WAIT_SLICE_MS 1000
+/* A task whose range is still owned by readers' snapshots is set aside and re-checked
+ * this often, so tasks of other collections and ranges run meanwhile (issue 21). */
+#define MS_RDEL_READERS_POLL_MS 100
+/* A task the deleter refused (the shard owns part of its range) is re-checked, with a
+ * metadata refresh, this often: a refresh is a config server round trip. */
+#define MS_RDEL_REFUSED_RECHECK_MS 10000
+/* Refused tasks listed in serverStatus.rangeDeleter.refused (the count is exact). */
+#define MS_RDEL_REFUSED_LIST_MAX 16
 /* After a failed batch (an error failpoint, a disk error) the task is retried this much
  * later instead of spinning. */
 #define MS_RDEL_RETRY_MS 1000

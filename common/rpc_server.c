@@ -166,9 +166,12 @@ static const rpc_framing_t rpc_wire = {"wire", 0, NULL, NULL, WIRE_HEADER_BYTES,
 
 /* ---- state ------------------------------------------------------------------------- */
 
-/* The two worker pools: ordinary requests, and internal ones (rpc_server_opts_t
- * is_internal) on workers of their own that ordinary requests never occupy. */
-enum { RPC_POOL_USER = 0, RPC_POOL_INTERNAL = 1, RPC_POOLS = 2 };
+/* The worker pools: ordinary requests; internal ones (rpc_server_opts_t is_internal) on
+ * workers of their own that ordinary requests never occupy; and the control commands
+ * (rpc_control_by_name: ping, configureFailPoint, serverStatus, currentOp, hello) on
+ * MS_RPC_CONTROL_WORKERS of their own, so they are served while every ordinary worker
+ * waits behind a hung operation (issue 21: a failpoint never freezes a daemon). */
+enum { RPC_POOL_USER = 0, RPC_POOL_INTERNAL = 1, RPC_POOL_CONTROL = 2, RPC_POOLS = 3 };
 
 /* A complete request waiting for (or held by) a worker. */
 typedef struct rpc_req {
@@ -460,8 +463,11 @@ static void rpc_rx_complete(rpc_conn_t *c) {
     c->rx_charged = 0;
     c->rx_len = c->rx_got = c->rx_cap = 0;
     c->head_got = 0;
-    /* The classifier reads only the first bytes of the body, each within r->len. */
-    q = &c->cq[c->srv->is_internal &&
+    /* The classifiers read only the first bytes of the body, each within r->len. */
+    q = &c->cq[c->srv->pool[RPC_POOL_CONTROL].nworkers > 0 &&
+                       rpc_control_by_name(NULL, r->buf + env_len, r->len - env_len)
+                   ? RPC_POOL_CONTROL
+               : c->srv->is_internal &&
                        c->srv->is_internal(c->srv->classify_arg, r->buf + env_len,
                                            r->len - env_len)
                    ? RPC_POOL_INTERNAL
@@ -949,6 +955,11 @@ static void *rpc_iworker_main(void *p) {
     return NULL;
 }
 
+static void *rpc_cworker_main(void *p) {
+    rpc_worker_loop(p, RPC_POOL_CONTROL);
+    return NULL;
+}
+
 static void *rpc_reaper_main(void *p) {
     rpc_server_t *s = p;
     pthread_mutex_lock(&s->mu);
@@ -997,6 +1008,7 @@ int rpc_server_start_opts(const char *url, const rpc_server_opts_t *o, rpc_serve
     rpc_server_t *s = NULL;
     const rpc_framing_t *framing;
     int nworkers = o->nworkers, ninternal = o->is_internal ? o->internal_workers : 0;
+    int ncontrol = MS_RPC_CONTROL_WORKERS;
     int rv, rc = 0;
 
     if (!url || strlen(url) >= MS_URL_BYTES_MAX)
@@ -1013,6 +1025,7 @@ int rpc_server_start_opts(const char *url, const rpc_server_opts_t *o, rpc_serve
             return err_set(err, MS_ERR_BAD_VALUE, "idle_ms %d is negative", o->idle_ms);
         framing = &rpc_wire;
         ninternal = 0;  /* one pool: clients' commands only */
+        ncontrol = 0;   /* a wire connection's messages run in order, one at a time */
     }
     if (nworkers <= 0) nworkers = MS_RPC_WORKERS_DEFAULT;
     if (nworkers > MS_RPC_WORKERS_MAX)
@@ -1042,12 +1055,14 @@ int rpc_server_start_opts(const char *url, const rpc_server_opts_t *o, rpc_serve
     s->pool[RPC_POOL_USER].share = framing == &rpc_wire ? 1 : rpc_share(nworkers);
     s->pool[RPC_POOL_INTERNAL].nworkers = ninternal;
     s->pool[RPC_POOL_INTERNAL].share = rpc_share(ninternal);
+    s->pool[RPC_POOL_CONTROL].nworkers = ncontrol;
+    s->pool[RPC_POOL_CONTROL].share = 1;   /* one connection cannot take them all */
     atomic_init(&s->requests, 0);
     atomic_init(&s->wire_next_id, 0);
     atomic_init(&s->conns_total, 0);
     for (int i = 0; i < RPC_CLOSE_REASONS; i++) atomic_init(&s->closed_count[i], 0);
 
-    s->workers = calloc((size_t)(nworkers + ninternal), sizeof *s->workers);
+    s->workers = calloc((size_t)(nworkers + ninternal + ncontrol), sizeof *s->workers);
     if (!s->workers) {
         rc = err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "rpc server: out of memory");
         goto out;
@@ -1057,9 +1072,11 @@ int rpc_server_start_opts(const char *url, const rpc_server_opts_t *o, rpc_serve
         rc = err_from_nng(err, rv, "accept aio");
         goto out;
     }
-    for (int i = 0; i < nworkers + ninternal; i++) {
-        if (pthread_create(&s->workers[i], NULL, i < nworkers ? rpc_worker_main : rpc_iworker_main,
-                           s) != 0) {
+    for (int i = 0; i < nworkers + ninternal + ncontrol; i++) {
+        void *(*main_fn)(void *) = i < nworkers               ? rpc_worker_main
+                                   : i < nworkers + ninternal ? rpc_iworker_main
+                                                              : rpc_cworker_main;
+        if (pthread_create(&s->workers[i], NULL, main_fn, s) != 0) {
             rc = err_set(err, MS_ERR_INTERNAL, "rpc server: cannot start worker thread");
             goto out;
         }
@@ -1150,6 +1167,19 @@ void rpc_server_stop(rpc_server_t *s) {
 bool rpc_internal_by_name(void *arg, const uint8_t *data, size_t len) {
     (void)arg;
     return len >= 6 && data[4] != 0 && data[5] == '_';
+}
+
+bool rpc_control_by_name(void *arg, const uint8_t *data, size_t len) {
+    static const char *const names[] = {"ping", "configureFailPoint", "serverStatus",
+                                        "currentOp", "hello", "isMaster", "ismaster"};
+    (void)arg;
+    if (len < 6 || data[4] == 0) return false;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        size_t n = strlen(names[i]);
+        /* the key and its NUL, within len */
+        if (5 + n < len && memcmp(data + 5, names[i], n) == 0 && data[5 + n] == 0) return true;
+    }
+    return false;
 }
 
 uint64_t rpc_server_requests(const rpc_server_t *s) {

@@ -453,12 +453,14 @@ int cat_chunk_split(cat_t *c, const char *ns, const bson_t *min, const bson_t *m
                     const bson_t *const *points, int n, bson_t *info, ms_error_t *err) {
     int rc;
     bson_t tmp = BSON_INITIALIZER;
+    fp_early_t fpe;
+    fp_eval_early(CFG_FP_SPLIT_BEFORE_COMMIT, &fpe);   /* hang: unlocked */
     pthread_mutex_lock(&c->mu);
     rc = cat_sql_exec(c, "BEGIN IMMEDIATE", err);
     if (rc == 0) {
         rc = split_locked(c, ns, min, max, points, n, &tmp, err);
         /* Every row written, nothing committed: a crash or an error must undo it all. */
-        if (rc == 0) rc = fp_eval(CFG_FP_SPLIT_BEFORE_COMMIT, err);
+        if (rc == 0) rc = fp_late(&fpe, err);
         if (rc == 0) rc = cat_sql_exec(c, "COMMIT", err);
         if (rc) cat_sql_exec(c, "ROLLBACK", NULL);
     }
@@ -615,11 +617,13 @@ int cat_chunk_merge(cat_t *c, const char *ns, const bson_t *min, const bson_t *m
                     bson_t *info, ms_error_t *err) {
     int rc;
     bson_t tmp = BSON_INITIALIZER;
+    fp_early_t fpe;
+    fp_eval_early(CFG_FP_MERGE_BEFORE_COMMIT, &fpe);   /* hang: unlocked */
     pthread_mutex_lock(&c->mu);
     rc = cat_sql_exec(c, "BEGIN IMMEDIATE", err);
     if (rc == 0) {
         rc = merge_locked(c, ns, min, max, &tmp, err);
-        if (rc == 0) rc = fp_eval(CFG_FP_MERGE_BEFORE_COMMIT, err);  /* as split's */
+        if (rc == 0) rc = fp_late(&fpe, err);  /* as split's */
         if (rc == 0) rc = cat_sql_exec(c, "COMMIT", err);
         if (rc) cat_sql_exec(c, "ROLLBACK", NULL);
     }

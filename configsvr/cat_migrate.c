@@ -278,8 +278,10 @@ int cat_migration_commit(cat_t *c, const cat_mig_commit_t *m, cat_version_t *don
                          ms_error_t *err) {
     cat_version_t v;
     cat_ts_t saved;
+    fp_early_t fpe;
     int rc;
     memset(&v, 0, sizeof v);
+    fp_eval_early(CFG_FP_HANG_BEFORE_COMMIT_MIGRATION, &fpe);   /* hang: unlocked */
     pthread_mutex_lock(&c->mu);
     saved = c->ts_last;
     rc = cat_sql_exec(c, "BEGIN IMMEDIATE", err);
@@ -287,7 +289,7 @@ int cat_migration_commit(cat_t *c, const cat_mig_commit_t *m, cat_version_t *don
         rc = commit_locked(c, m, &v, err);
         /* Every row written, nothing committed: a crash here leaves the migration
          * uncommitted, and the donor's recovery finds the chunk still its own. */
-        if (rc == 0) rc = fp_eval(CFG_FP_HANG_BEFORE_COMMIT_MIGRATION, err);
+        if (rc == 0) rc = fp_late(&fpe, err);
         if (rc == 0) rc = cat_sql_exec(c, "COMMIT", err);
         if (rc) {
             cat_sql_exec(c, "ROLLBACK", NULL);

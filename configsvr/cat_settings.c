@@ -136,6 +136,7 @@ int cat_settings_update(cat_t *c, const bson_t *q, const bson_t *u, bool upsert,
     query_t *qc = NULL;
     update_t *uc = NULL;
     sqlite3 *db = cat_db_handle(c);
+    fp_early_t fpe;
     int rc;
     *n = *n_modified = 0;
     *upserted = false;
@@ -146,11 +147,12 @@ int cat_settings_update(cat_t *c, const bson_t *q, const bson_t *u, bool upsert,
         rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "multi update is not supported for replacement-style update");
         goto out;
     }
+    fp_eval_early(CFG_FP_SETTINGS_BEFORE_COMMIT, &fpe);   /* hang: unlocked */
     cat_lock(c);
     rc = exec(db, "BEGIN IMMEDIATE", err);
     if (rc == 0) {
         rc = update_locked(db, qc, uc, q, upsert, multi, n, n_modified, upserted, upserted_id, err);
-        if (rc == 0) rc = fp_eval(CFG_FP_SETTINGS_BEFORE_COMMIT, err);
+        if (rc == 0) rc = fp_late(&fpe, err);
         if (rc == 0) rc = exec(db, "COMMIT", err);
         if (rc) {
             exec(db, "ROLLBACK", NULL);

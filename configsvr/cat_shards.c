@@ -287,11 +287,13 @@ out:
 int cat_shard_remove_step(cat_t *c, const char *name, bson_t *reply, ms_error_t *err) {
     int rc;
     bson_t tmp = BSON_INITIALIZER;
+    fp_early_t fpe;
+    fp_eval_early(CFG_FP_REMOVE_SHARD_BEFORE_COMMIT, &fpe);   /* hang: unlocked */
     pthread_mutex_lock(&c->mu);
     rc = cat_sql_exec(c, "BEGIN IMMEDIATE", err);
     if (rc == 0) {
         rc = remove_step_locked(c, name, &tmp, err);
-        if (rc == 0) rc = fp_eval(CFG_FP_REMOVE_SHARD_BEFORE_COMMIT, err);
+        if (rc == 0) rc = fp_late(&fpe, err);
         if (rc == 0) rc = cat_sql_exec(c, "COMMIT", err);
         if (rc) cat_sql_exec(c, "ROLLBACK", NULL);
     }

@@ -596,8 +596,8 @@ int cfg_cmd_check_metadata(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
  * error must leave the catalog either without the change or with all of it, and a retry
  * must succeed. docs/protocol.md ("Config server: failpoints") says what each proves;
  * tests/integration/test_configsvr_crash.py proves it. The *BeforeCommit points of the
- * catalog fire inside the transaction with the catalog mutex held: a "hang" there stalls
- * every catalog reader until the point is turned off. */
+ * catalog act inside the transaction for "error" and "crash"; their "hang" waits before
+ * the catalog mutex is taken (fp_eval_early / fp_late), so no hang stalls other requests. */
 #define CFG_FP_ADD_SHARD_BEFORE_INSERT "addShardBeforeCatalogInsert"
 #define CFG_FP_SHARD_COLL_BEFORE_COMMIT "shardCollectionBeforeCatalogCommit"
 #define CFG_FP_SHARD_COLL_AFTER_COMMIT "shardCollectionAfterCatalogCommit"

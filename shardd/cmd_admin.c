@@ -134,6 +134,7 @@ typedef struct di_arg {
     const char *ns;
     bson_iter_t index;
     int was;
+    fp_early_t fpe;                /* its before-commit point, evaluated before the lock */
 } di_arg_t;
 
 static int drop_one_index(store_txn_t *t, store_coll_t *c, const bson_iter_t *v, ms_error_t *err) {
@@ -189,7 +190,7 @@ static int drop_indexes_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     } else if ((rc = drop_one_index(t, c, &a->index, err)) != 0) {
         return rc;
     }
-    return fp_eval(FP_BEFORE_DROP_INDEXES_COMMIT, err);
+    return fp_late(&a->fpe, err);
 }
 
 int cmd_drop_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
@@ -205,6 +206,7 @@ int cmd_drop_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     shardd_t *app = ctx->app;
     bool waited = false;
     if (app->mig && (rc = mig_index_ddl_begin(app->mig, ns, &waited, err)) != 0) return rc;
+    fp_eval_early(FP_BEFORE_DROP_INDEXES_COMMIT, &a.fpe);
     rc = shardd_ddl_guarded(ctx, ns, drop_indexes_fn, &a, err);
     if (app->mig) mig_index_ddl_end(app->mig, ns);
     if (rc == MS_ERR_INDEX_NOT_FOUND && waited) {
@@ -229,6 +231,7 @@ typedef struct drop_arg {
     bool existed;
     char dropped[64][MS_NS_BYTES_MAX + 1];
     int ndropped;
+    fp_early_t fpe;                /* its before-commit point, evaluated before the lock */
 } drop_arg_t;
 
 static int drop_fn(store_txn_t *t, void *arg, ms_error_t *err) {
@@ -239,7 +242,7 @@ static int drop_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     a->existed = true;
     a->was = c->nindexes;
     if ((rc = store_coll_drop(t, a->ns, err)) != 0) return rc;
-    return fp_eval(FP_BEFORE_DROP_COMMIT, err);
+    return fp_late(&a->fpe, err);
 }
 
 int cmd_drop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
@@ -250,6 +253,7 @@ int cmd_drop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (!a) return err_set(err, MS_ERR_INTERNAL, "out of memory");
     if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) goto out;
     a->ns = ns;
+    fp_eval_early(FP_BEFORE_DROP_COMMIT, &a->fpe);
     if ((rc = shardd_ddl_guarded(ctx, ns, drop_fn, a, err)) != 0) goto out;
     if (app->shv) shv_invalidate(app->shv, ns);
     /* MongoDB 7.0: dropping a missing collection succeeds. */
@@ -272,7 +276,7 @@ static int drop_db_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         i = store_coll_count(t);  /* the catalog array moved: start over */
         a->existed = true;
     }
-    return a->existed ? fp_eval(FP_BEFORE_DROP_COMMIT, err) : 0;
+    return a->existed ? fp_late(&a->fpe, err) : 0;
 }
 
 int cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
@@ -285,6 +289,7 @@ int cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         rc = err_set(err, MS_ERR_ILLEGAL_OPERATION, "Cannot drop '%s' database", ctx->db);
         goto out;
     }
+    fp_eval_early(FP_BEFORE_DROP_COMMIT, &a->fpe);
     if ((rc = store_ddl(app->st, drop_db_fn, a, err)) != 0) goto out;
     for (int i = 0; i < a->ndropped && app->shv; i++) shv_invalidate(app->shv, a->dropped[i]);
     /* The database's own entry too (its databaseVersion), even when this shard held none
@@ -702,6 +707,7 @@ typedef struct sc_arg {
     bool unique;
     const uint8_t *uuid;
     uint8_t uuid_out[16];
+    fp_early_t fpe;                /* its before-commit point, evaluated before the lock */
 } sc_arg_t;
 
 static int shard_coll_fn(store_txn_t *t, void *arg, ms_error_t *err) {
@@ -747,7 +753,7 @@ static int shard_coll_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     }
     if ((rc = store_coll_set_shard_key(t, c, &a->pat, a->unique, err)) != 0) return rc;
     /* Pattern persisted and `sk` filled for every document, not yet committed. */
-    return fp_eval(FP_BEFORE_SHARD_COLLECTION_COMMIT, err);
+    return fp_late(&a->fpe, err);
 }
 
 int cmd_shardsvr_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
@@ -792,6 +798,7 @@ int cmd_shardsvr_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err
         }
         a.uuid = data;
     }
+    fp_eval_early(FP_BEFORE_SHARD_COLLECTION_COMMIT, &a.fpe);
     rc = store_ddl(app->st, shard_coll_fn, &a, err);
     keys_pattern_free(&a.pat);
     if (rc != 0) return rc;

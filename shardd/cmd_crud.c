@@ -214,6 +214,7 @@ struct wbatch {
     int nerr, nups;
     bson_t errs;             /* writeErrors entries */
     bson_t upserted;         /* update: {index, _id} of each upsert */
+    fp_early_t fpe;          /* hangBeforeWriteCommit, evaluated before the transaction */
 };
 
 /* Fatal errors abort the whole command; others belong to one statement. */
@@ -281,7 +282,7 @@ static int wbatch_txn(store_txn_t *t, void *arg, ms_error_t *err) {
         }
         if (rc != 0 && b->ordered) break;
     }
-    return fp_eval(FP_BEFORE_WRITE_COMMIT, err);
+    return fp_late(&b->fpe, err);   /* error, crash (a hang ran before the writer lock) */
 }
 
 static void wbatch_init(wbatch_t *b, const wbatch_kind_t *kind) {
@@ -323,6 +324,7 @@ static int wbatch_command(cmd_ctx_t *ctx, const wbatch_kind_t *kind, bson_t *rep
         goto out;
     }
     b.ordered = cmd_flag(ctx, "ordered", true);
+    fp_eval_early(FP_BEFORE_WRITE_COMMIT, &b.fpe);
     if ((rc = write_creating(ctx, b.ns, wbatch_txn, &b, &b.need_create, &b.crit_refused,
                              err)) != 0) {
         if (b.crit_refused) crit_wait_after_refusal(ctx, b.ns, rc);
@@ -984,6 +986,7 @@ typedef struct fam_arg {
     bson_t err_info;
     cmd_ctx_t *ctx;
     bool crit_refused;
+    fp_early_t fpe;          /* hangBeforeWriteCommit, evaluated before the transaction */
 } fam_arg_t;
 
 static void fam_value(fam_arg_t *a, const bson_t *doc, ms_error_t *err) {
@@ -1080,7 +1083,7 @@ static int fam_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         bson_append_document_end(a->reply, &leo);
         fam_value(a, NULL, err);
     }
-    if (rc == 0 && !a->need_create) rc = fp_eval(FP_BEFORE_WRITE_COMMIT, err);
+    if (rc == 0 && !a->need_create) rc = fp_late(&a->fpe, err);
 out:
     free(rids);
     return rc;
@@ -1163,6 +1166,7 @@ int cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         (rc = projection_compile(&d, &a.proj, err)) != 0)
         goto out;
     a.reply = &partial;
+    fp_eval_early(FP_BEFORE_WRITE_COMMIT, &a.fpe);
     if ((rc = write_creating(ctx, ns, fam_fn, &a, &a.need_create, &a.crit_refused, err)) == 0 &&
         (rc = fp_eval(FP_AFTER_WRITE_COMMIT, err)) == 0 && !a.need_create)
         bson_concat(reply, &partial);

@@ -25,6 +25,7 @@ typedef struct ci_arg {
     bool no_create;                /* a sharded collection's: never created implicitly */
     int64_t ids[MS_INDEXES_MAX];   /* indexes this command builds */
     int nids;
+    fp_early_t fpe;                /* its before-commit point, evaluated before the lock */
 } ci_arg_t;
 
 /* createIndexes, step 1 (short, catalog exclusive): the collection when absent, every new
@@ -84,7 +85,7 @@ static int create_indexes_commit_fn(store_txn_t *t, void *arg, ms_error_t *err) 
     int rc;
     if ((rc = store_index_build_commit(t, a->ns, a->ids, a->nids, err)) != 0) return rc;
     /* Every index built over every document, not yet committed. */
-    return fp_eval(FP_BEFORE_INDEX_BUILD_COMMIT, err);
+    return fp_late(&a->fpe, err);
 }
 
 /* MongoDB's hybrid index build in miniature (docs/storage.md "Index builds"): register the
@@ -118,8 +119,10 @@ int shardd_build_indexes(shardd_t *app, cmd_ctx_t *guard, const char *ns, const 
     }
     if (rc != 0) return rc;
     if (a.nids > 0) {
-        if ((rc = store_index_build_scan(app->st, ns, a.ids, a.nids, err)) == 0)
+        if ((rc = store_index_build_scan(app->st, ns, a.ids, a.nids, err)) == 0) {
+            fp_eval_early(FP_BEFORE_INDEX_BUILD_COMMIT, &a.fpe);
             rc = build_step(app, guard, ns, create_indexes_commit_fn, &a, err);
+        }
         if (rc != 0) {
             store_index_build_abort(app->st, ns, a.ids, a.nids);
             return rc;

@@ -164,8 +164,8 @@ static int step_checks(mig_donor_t *d, ms_error_t *err) {
     bson_concat(&d->co.range_max, &d->req_max);
     /* A range still being deleted here (an earlier move back) must be gone first. */
     if (m->app->rdel &&
-        (rc = rdel_wait(m->app->rdel, d->ns, &d->req_min, &d->req_max,
-                        time_mono_ms() + MS_MIG_OVERLAP_WAIT_MS, err)) != 0)
+        (rc = rdel_wait_coll(m->app->rdel, d->ns, d->co.coll_uuid, &d->req_min, &d->req_max,
+                             time_mono_ms() + MS_MIG_OVERLAP_WAIT_MS, err)) != 0)
         rc = err_set(err, MS_ERR_EXCEEDED_TIME_LIMIT,
                      "%s: an overlapping range is still being deleted on the donor: %s", d->ns,
                      err->msg);
@@ -582,8 +582,8 @@ static void donor_run(mig_donor_t *d) {
     }
     if (d->wait_for_delete && m->app->rdel) {
         ms_error_t e2 = {0};
-        if (rdel_wait(m->app->rdel, d->ns, &d->req_min, &d->req_max,
-                      time_mono_ms() + MS_MIG_WAIT_FOR_DELETE_MS, &e2) != 0) {
+        if (rdel_wait_coll(m->app->rdel, d->ns, d->co.coll_uuid, &d->req_min, &d->req_max,
+                           time_mono_ms() + MS_MIG_WAIT_FOR_DELETE_MS, &e2) != 0) {
             rc = err_set(err, MS_ERR_OPERATION_FAILED,
                          "OrphanedRangeCleanUpFailed: the move committed but deleting the range "
                          "on the donor did not finish: %s", e2.msg);

@@ -374,8 +374,8 @@ static void *recv_main(void *p) {
      * collection and its indexes. */
     if (aborted(r, &e)) goto failed;
     if (m->app->rdel &&
-        (rc = rdel_wait(m->app->rdel, r->ns, &r->min, &r->max,
-                        time_mono_ms() + MS_MIG_RECV_OVERLAP_WAIT_MS, &e)) != 0) {
+        (rc = rdel_wait_coll(m->app->rdel, r->ns, r->coll_uuid, &r->min, &r->max,
+                             time_mono_ms() + MS_MIG_RECV_OVERLAP_WAIT_MS, &e)) != 0) {
         err_set(&e, MS_ERR_EXCEEDED_TIME_LIMIT,
                 "Failed to receive range: an overlapping range on the recipient is still being "
                 "deleted after %d ms (try again once it is gone)", MS_MIG_RECV_OVERLAP_WAIT_MS);

@@ -6,11 +6,16 @@
  * A task is a persisted document of shard_docs rangeDeletions (store_docs.c), in MongoDB's
  * shape {_id: UUID, nss, collectionUuid, donorShardId, range: {min, max}, pending?,
  * processing?, whenToClean, timestamp, numOrphanDocs, keyPattern}. One thread runs the
- * ready (non-pending) tasks one at a time, those already processing first:
+ * ready (non-pending) tasks one at a time, those already processing first, and never
+ * blocks on one of them (issue 21):
  *   1. a "delayed" task waits cleanup_delay_ms from when the deleter first saw it ready;
- *   2. it waits until no live ownership snapshot of the namespace owns part of the range
- *      (shv_wait_snapshots: a running query or open cursor that may still return those
- *      documents), in bounded slices, logging the open cursors between them;
+ *   2. while a live ownership snapshot of the namespace owns part of the range
+ *      (shv_wait_snapshots, checked once: a running query or open cursor that may still
+ *      return those documents) the task is set aside and re-checked MS_RDEL_READERS_POLL_MS
+ *      later, other tasks running meanwhile; the open cursors are logged once a second;
+ *   before each batch, the last guard: the shard must not own any part of the range
+ *      (shv_range_owned, asked again after a refresh); else the task is refused (an error
+ *      line, serverStatus.rangeDeleter.refused), kept and re-checked later, nothing deleted;
  *   3. it deletes in batches of batch_docs documents, each its own write transaction
  *      through store_write_doc over the collection's `sk` index range [min, max), which
  *      also persists processing: true and the decremented numOrphanDocs; the last batch
@@ -43,9 +48,21 @@
 
 typedef struct sched {
     char id[RDEL_ID_BYTES];
-    long long ready_at;          /* monotonic ms: not before */
+    long long since;             /* monotonic ms: ready since (the order tasks run in) */
+    long long ready_at;          /* monotonic ms: not before (delay, readers, retry) */
     bool seen;                   /* still persisted at the last scan */
+    bool readers_done;           /* no snapshot owns the range any more: never again */
+    bool blocked;                /* set aside: readers' snapshots own part of the range */
+    bool refused;                /* set aside: the shard owns part of the range */
+    long long readers_log_at;    /* next "waits for readers" line */
 } sched_t;
+
+/* A refused task as serverStatus shows it. */
+typedef struct refusal {
+    char id[RDEL_ID_BYTES];
+    char ns[MS_NS_BYTES_MAX + 1];
+    char why[160];
+} refusal_t;
 
 struct rdel {
     store_t *st;
@@ -67,6 +84,10 @@ struct rdel {
     char current[RDEL_ID_BYTES];
     char current_ns[MS_NS_BYTES_MAX + 1];
     int64_t batches, docs_deleted, tasks_completed, batch_errors, snapshot_waits;
+    int64_t refusals;            /* times a task was refused (a task counts once per refusal) */
+    int blocked_now;             /* tasks set aside for readers at the last scan */
+    refusal_t refused[MS_RDEL_REFUSED_LIST_MAX];
+    int nrefused;                /* tasks refused now (the list holds the first ones) */
 };
 
 /* ---- task documents ------------------------------------------------------------------ */
@@ -369,37 +390,123 @@ static void cursor_id(void *arg, int64_t id) {
     a->n++;
 }
 
-/* Waits for the snapshots owning the range. 1 when the task went away or we stop. */
-static int wait_snapshots(rdel_t *r, const char *id, const char *ns, const buf_t *min,
+/* Outcomes of run_task besides 0 (done or gone), 1 (stopping) and an error code (> 1). */
+#define RDEL_BLOCKED (-1)   /* readers' snapshots still own part of the range: set aside */
+#define RDEL_REFUSED (-2)   /* the shard owns part of the range: set aside, loudly */
+
+/* Whether readers still own part of the range (checked once, never waited for here: a
+ * task held by readers must not hold up the others). Logs the open cursors at most once
+ * per MS_RDEL_SNAPSHOT_WAIT_SLICE_MS. */
+static bool readers_block(rdel_t *r, sched_t *sc, const char *ns, const buf_t *min,
                           const buf_t *max) {
-    for (;;) {
-        ms_error_t e = {0};
-        if (shv_wait_snapshots(r->shv, ns, min, max, time_mono_ms() + MS_RDEL_SNAPSHOT_WAIT_SLICE_MS,
-                               &e) == 0)
-            return 0;
-        pthread_mutex_lock(&r->mu);
-        r->snapshot_waits++;
-        pthread_mutex_unlock(&r->mu);
-        if (r->cs) {
-            char ids[256] = "";
-            ids_arg_t a = {ids, sizeof ids, 0, 0};
-            int n = curs_list_ns(r->cs, ns, cursor_id, &a);
-            log_info("range deletion waits for readers id=%s ns=%s openCursors=%d cursorIds=%s "
-                     "why=%s", id, log_str(ns), n, ids, log_str(e.msg));
-        } else {
-            log_info("range deletion waits for readers id=%s ns=%s why=%s", id, log_str(ns),
-                     log_str(e.msg));
-        }
-        if (stopping(r)) return 1;
-        get_arg_t g = {.id = id};
-        ms_error_t ge = {0};
-        if (store_read(r->st, get_fn, &g, &ge) == 0 && !g.found) return 1;
-        if (g.found) bson_destroy(&g.doc);
+    ms_error_t e = {0};
+    if (shv_wait_snapshots(r->shv, ns, min, max, 0, &e) == 0) return false;
+    long long now = time_mono_ms();
+    if (now < sc->readers_log_at) return true;
+    sc->readers_log_at = now + MS_RDEL_SNAPSHOT_WAIT_SLICE_MS;
+    pthread_mutex_lock(&r->mu);
+    r->snapshot_waits++;
+    pthread_mutex_unlock(&r->mu);
+    if (r->cs) {
+        char ids[256] = "";
+        ids_arg_t a = {ids, sizeof ids, 0, 0};
+        int n = curs_list_ns(r->cs, ns, cursor_id, &a);
+        log_info("range deletion waits for readers id=%s ns=%s openCursors=%d cursorIds=%s "
+                 "why=%s", sc->id, log_str(ns), n, ids, log_str(e.msg));
+    } else {
+        log_info("range deletion waits for readers id=%s ns=%s why=%s", sc->id, log_str(ns),
+                 log_str(e.msg));
     }
+    return true;
 }
 
-/* Runs one ready task to its end. 0 done (or gone), 1 stopped, else the error (retry). */
-static int run_task(rdel_t *r, const char *id, ms_error_t *err) {
+/* The refused list of serverStatus (under r->mu). */
+static void refusal_set(rdel_t *r, const char *id, const char *ns, const char *why) {
+    pthread_mutex_lock(&r->mu);
+    int i = 0;
+    while (i < r->nrefused && strcmp(r->refused[i].id, id) != 0) i++;
+    if (i == r->nrefused && i < MS_RDEL_REFUSED_LIST_MAX) r->nrefused++;
+    if (i < r->nrefused) {
+        snprintf(r->refused[i].id, sizeof r->refused[i].id, "%s", id);
+        snprintf(r->refused[i].ns, sizeof r->refused[i].ns, "%s", ns);
+        snprintf(r->refused[i].why, sizeof r->refused[i].why, "%s", why);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void refusal_clear(rdel_t *r, const char *id) {
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->nrefused; i++)
+        if (strcmp(r->refused[i].id, id) == 0) {
+            r->refused[i] = r->refused[--r->nrefused];
+            break;
+        }
+    pthread_mutex_unlock(&r->mu);
+}
+
+typedef struct local_arg {
+    const task_t *tk;
+    bool same;      /* the shard holds the task's collection incarnation */
+} local_arg_t;
+
+static int local_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    local_arg_t *a = arg;
+    store_coll_t *c = store_coll_get(t, a->tk->nss);
+    (void)err;
+    a->same = c && c->sharded && (!a->tk->has_uuid || memcmp(a->tk->uuid, c->uuid, 16) == 0);
+    return 0;
+}
+
+/* The last guard before a batch deletes anything: the shard must not own any part of the
+ * range. A "yes" from the cached filtering metadata is checked again after a refresh (it
+ * may predate the migration's commit); a second "yes" refuses the task: an error line, the
+ * task left as it is, the documents kept, serverStatus.rangeDeleter.refused naming it.
+ * A task of another (or no) collection incarnation deletes nothing (batch_fn drops it), so
+ * it needs no guard. 0 (go on), RDEL_REFUSED, or the error that kept us from knowing. */
+static int ownership_guard(rdel_t *r, sched_t *sc, const task_t *tk, const buf_t *min,
+                           const buf_t *max, ms_error_t *err) {
+    local_arg_t la = {.tk = tk};
+    char why[160];
+    bool owned = true;
+    int rc;
+    if ((rc = store_read(r->st, local_fn, &la, err)) != 0) return rc;
+    if (!la.same) return 0;
+    const bson_t *pat = tk->has_pattern ? &tk->key_pattern : NULL;
+    if ((rc = shv_range_owned(r->shv, tk->nss, pat, min, max, false, &owned, why, sizeof why,
+                              err)) != 0)
+        return rc;
+    if (owned && (rc = shv_range_owned(r->shv, tk->nss, pat, min, max, true, &owned, why,
+                                       sizeof why, err)) != 0)
+        return rc;
+    if (!owned) {
+        if (sc->refused) {
+            log_info("range deletion no longer refused id=%s ns=%s", sc->id, log_str(tk->nss));
+            sc->refused = false;
+            refusal_clear(r, sc->id);
+        }
+        return 0;
+    }
+    if (!sc->refused) {   /* loudly once; quietly on each later re-check */
+        char *lo = bsonx_to_json(&tk->min), *hi = bsonx_to_json(&tk->max);
+        log_error("range deletion refused, the shard owns the range id=%s ns=%s min=%s max=%s "
+                  "why=%s recheckMs=%d", sc->id, log_str(tk->nss), log_str(lo ? lo : "?"),
+                  log_str(hi ? hi : "?"), log_str(why), MS_RDEL_REFUSED_RECHECK_MS);
+        bson_free(lo);
+        bson_free(hi);
+        sc->refused = true;
+        pthread_mutex_lock(&r->mu);
+        r->refusals++;
+        pthread_mutex_unlock(&r->mu);
+    }
+    refusal_set(r, sc->id, tk->nss, why);
+    return RDEL_REFUSED;
+}
+
+/* Runs one ready task: sets it aside while readers own its range (RDEL_BLOCKED) or the
+ * shard owns it (RDEL_REFUSED), else deletes it to its end. 0 done (or gone), 1 stopped,
+ * else the error (retry). */
+static int run_task(rdel_t *r, sched_t *sc, ms_error_t *err) {
+    const char *id = sc->id;
     get_arg_t g = {.id = id};
     task_t tk;
     buf_t min = {0}, max = {0};
@@ -421,13 +528,18 @@ static int run_task(rdel_t *r, const char *id, ms_error_t *err) {
         rc = 0;
     }
     snprintf(ns, sizeof ns, "%s", tk.nss);
-    log_info("range deletion starts id=%s ns=%s processing=%d numOrphanDocs=%lld", id, log_str(ns),
-             tk.processing, (long long)tk.orphans);
-    set_state(r, "waitingForReaders", id, ns);
-    if (wait_snapshots(r, id, ns, &min, &max)) {
-        rc = stopping(r) ? 1 : 0;
-        goto out;
+    if (!sc->readers_done) {
+        if (readers_block(r, sc, ns, &min, &max)) {
+            sc->blocked = true;
+            rc = RDEL_BLOCKED;
+            goto out;
+        }
+        sc->readers_done = true;   /* later snapshots do not own the range (notes §3) */
+        sc->blocked = false;
     }
+    if (!sc->refused)   /* a refused task's quiet re-checks say nothing */
+        log_info("range deletion starts id=%s ns=%s processing=%d numOrphanDocs=%lld", id,
+                 log_str(ns), tk.processing, (long long)tk.orphans);
     set_state(r, "deleting", id, ns);
     for (;;) {
         if (stopping(r)) {
@@ -439,6 +551,7 @@ static int run_task(rdel_t *r, const char *id, ms_error_t *err) {
             rc = 1;
             goto out;
         }
+        if ((rc = ownership_guard(r, sc, &tk, &min, &max, err)) != 0) goto out;
         batch_t b = {.id = id, .limit = r->o.batch_docs};
         if ((rc = store_write(r->st, batch_fn, &b, err)) != 0) goto out;
         deleted += b.deleted;
@@ -471,7 +584,10 @@ typedef struct scan_arg {
     long long now;
     char pick[RDEL_ID_BYTES];
     bool pick_processing;
-    long long pick_at, next_at;
+    long long pick_since, next_at;
+    char blocked[RDEL_ID_BYTES];      /* a task set aside for readers (status) */
+    char blocked_ns[MS_NS_BYTES_MAX + 1];
+    int nblocked;
 } scan_arg_t;
 
 static sched_t *sched_find(rdel_t *r, const char *id) {
@@ -494,24 +610,32 @@ static int scan_task(void *arg, const char *id, const bson_t *doc) {
             ASSERT(r->sched);
         }
         s = &r->sched[r->nsched++];
+        memset(s, 0, sizeof *s);
         snprintf(s->id, sizeof s->id, "%s", id);
         /* A task already processing was delayed before the restart: go on at once. */
         s->ready_at = a->now + (tk.delayed && !tk.processing ? r->o.cleanup_delay_ms : 0);
+        s->since = s->ready_at;
         if (s->ready_at > a->now)
             log_info("range deletion scheduled id=%s ns=%s inMs=%d", id, log_str(tk.nss),
                      r->o.cleanup_delay_ms);
     }
     s->seen = true;
+    if (s->blocked) {
+        if (!a->nblocked++) {
+            snprintf(a->blocked, sizeof a->blocked, "%s", id);
+            snprintf(a->blocked_ns, sizeof a->blocked_ns, "%s", tk.nss);
+        }
+    }
     if (s->ready_at > a->now) {
         if (!a->next_at || s->ready_at < a->next_at) a->next_at = s->ready_at;
         return 0;
     }
     /* processing ones first, then the one ready longest */
     if (!a->pick[0] || (tk.processing && !a->pick_processing) ||
-        (tk.processing == a->pick_processing && s->ready_at < a->pick_at)) {
+        (tk.processing == a->pick_processing && s->since < a->pick_since)) {
         snprintf(a->pick, sizeof a->pick, "%s", id);
         a->pick_processing = tk.processing;
-        a->pick_at = s->ready_at;
+        a->pick_since = s->since;
     }
     return 0;
 }
@@ -532,19 +656,32 @@ static void *rdel_main(void *arg) {
             continue;
         }
         for (int i = 0; i < r->nsched;)   /* forget tasks no longer there (or pending again) */
-            if (!r->sched[i].seen) r->sched[i] = r->sched[--r->nsched];
-            else i++;
+            if (!r->sched[i].seen) {
+                if (r->sched[i].refused) refusal_clear(r, r->sched[i].id);
+                r->sched[i] = r->sched[--r->nsched];
+            } else {
+                i++;
+            }
+        pthread_mutex_lock(&r->mu);
+        r->blocked_now = a.nblocked;
+        pthread_mutex_unlock(&r->mu);
         if (!a.pick[0]) {
-            set_state(r, a.next_at ? "waitingForDelay" : "idle", NULL, NULL);
+            if (a.nblocked) set_state(r, "waitingForReaders", a.blocked, a.blocked_ns);
+            else set_state(r, a.next_at ? "waitingForDelay" : "idle", NULL, NULL);
             /* Wake for the next delayed task, a kick, or once a second at most. */
             long long wait = a.next_at ? a.next_at - time_mono_ms() : MS_RDEL_RETRY_MS;
             nap(r, wait < 1 ? 1 : wait > MS_RDEL_RETRY_MS ? MS_RDEL_RETRY_MS : wait);
             continue;
         }
-        int rc = run_task(r, a.pick, &err);
-        if (rc > 1) {
-            sched_t *s = sched_find(r, a.pick);
-            if (s) s->ready_at = time_mono_ms() + MS_RDEL_RETRY_MS;
+        sched_t *s = sched_find(r, a.pick);
+        ASSERT(s);
+        int rc = run_task(r, s, &err);
+        if (rc == RDEL_BLOCKED) {
+            s->ready_at = time_mono_ms() + MS_RDEL_READERS_POLL_MS;
+        } else if (rc == RDEL_REFUSED) {
+            s->ready_at = time_mono_ms() + MS_RDEL_REFUSED_RECHECK_MS;
+        } else if (rc > 1) {
+            s->ready_at = time_mono_ms() + MS_RDEL_RETRY_MS;
             pthread_mutex_lock(&r->mu);
             r->batch_errors++;
             pthread_mutex_unlock(&r->mu);
@@ -617,6 +754,7 @@ void rdel_kick(rdel_t *r) {
 
 typedef struct overlap_arg {
     const char *ns;
+    const uint8_t *uuid;   /* NULL: every incarnation of ns */
     const bson_t *min, *max;
     int n;
 } overlap_arg_t;
@@ -627,6 +765,10 @@ static int overlap_task(void *arg, const char *id, const bson_t *doc) {
     ms_error_t e = {0};
     (void)id;
     if (task_parse(doc, &tk, &e) != 0 || strcmp(tk.nss, a->ns) != 0) return 0;
+    /* A task of another incarnation of ns (dropped, re-created) covers documents that are
+     * gone with it: it can meet nothing of this one (MongoDB's
+     * checkForConflictingDeletions filters on collectionUuid). */
+    if (a->uuid && tk.has_uuid && memcmp(a->uuid, tk.uuid, 16) != 0) return 0;
     if (!a->min || !a->max || !tk.has_pattern) {
         a->n++;
         return 0;
@@ -660,7 +802,12 @@ static int overlap_fn(store_txn_t *t, void *arg, ms_error_t *err) {
 
 int rdel_wait(rdel_t *r, const char *ns, const bson_t *min, const bson_t *max, long long deadline_ms,
               ms_error_t *err) {
-    overlap_arg_t a = {.ns = ns, .min = min, .max = max};
+    return rdel_wait_coll(r, ns, NULL, min, max, deadline_ms, err);
+}
+
+int rdel_wait_coll(rdel_t *r, const char *ns, const uint8_t *uuid, const bson_t *min,
+                   const bson_t *max, long long deadline_ms, ms_error_t *err) {
+    overlap_arg_t a = {.ns = ns, .uuid = uuid, .min = min, .max = max};
     long long t0 = time_mono_ms();
     int rc;
     for (;;) {
@@ -721,6 +868,22 @@ void rdel_append_status(rdel_t *r, bson_t *out) {
     BSON_APPEND_INT64(&d, "docsDeleted", r->docs_deleted);
     BSON_APPEND_INT64(&d, "batchErrors", r->batch_errors);
     BSON_APPEND_INT64(&d, "snapshotWaits", r->snapshot_waits);
+    BSON_APPEND_INT32(&d, "tasksWaitingForReaders", r->blocked_now);
+    BSON_APPEND_INT64(&d, "tasksRefused", r->refusals);
+    {
+        bson_t arr, one;
+        char k[16];
+        BSON_APPEND_ARRAY_BEGIN(&d, "refused", &arr);
+        for (int i = 0; i < r->nrefused; i++) {
+            snprintf(k, sizeof k, "%d", i);
+            BSON_APPEND_DOCUMENT_BEGIN(&arr, k, &one);
+            BSON_APPEND_UTF8(&one, "id", r->refused[i].id);
+            BSON_APPEND_UTF8(&one, "ns", r->refused[i].ns);
+            BSON_APPEND_UTF8(&one, "why", r->refused[i].why);
+            bson_append_document_end(&arr, &one);
+        }
+        bson_append_array_end(&d, &arr);
+    }
     BSON_APPEND_INT32(&d, "batchSize", r->o.batch_docs);
     BSON_APPEND_INT32(&d, "batchDelayMs", r->o.batch_delay_ms);
     BSON_APPEND_INT32(&d, "orphanCleanupDelayMs", r->o.cleanup_delay_ms);

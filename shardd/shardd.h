@@ -444,8 +444,10 @@ int exec_explain_find(store_t *st, find_args_t *fa, bool exec_stats, bson_t *rep
 /* The shard's failpoints (common/failpoint.h), one at every step whose effect must
  * survive kill -9, named as MongoDB names its own. docs/protocol.md "Shard daemon:
  * failpoints" says where each one is and what a test proves with it. A "before commit"
- * point runs inside the transaction as its last step, so `error` rolls it back, `hang`
- * holds it open (the writer lock with it) and `crash` leaves an uncommitted WAL tail. */
+ * point runs inside the transaction as its last step, so `error` rolls it back and `crash`
+ * leaves an uncommitted WAL tail; its `hang` waits before the transaction takes the writer
+ * lock (fp_eval_early / fp_late; data.holdLocks: true holds it open instead). Exception:
+ * the per-document hangBeforeWriteObserver hangs inside, holding the writer lock. */
 #define FP_BEFORE_WRITE_OBSERVER "hangBeforeWriteObserver"       /* per document (store_write.c) */
 #define FP_BEFORE_WRITE_COMMIT "hangBeforeWriteCommit"           /* insert/update/delete/fAM */
 #define FP_AFTER_WRITE_COMMIT "hangAfterWriteCommit"
@@ -491,6 +493,11 @@ void rdel_kick(rdel_t *r);    /* NULL-safe */
  * once): 0, or ExceededTimeLimit. */
 int rdel_wait(rdel_t *r, const char *ns, const bson_t *min, const bson_t *max,
               long long deadline_ms, ms_error_t *err);
+/* rdel_wait counting only the tasks of one incarnation of ns: uuid (16 bytes; NULL = all).
+ * The overlap checks of a migration pass the collection's UUID, so a dropped
+ * incarnation's task (a pending one is never run) cannot block the re-created namespace. */
+int rdel_wait_coll(rdel_t *r, const char *ns, const uint8_t *uuid, const bson_t *min,
+                   const bson_t *max, long long deadline_ms, ms_error_t *err);
 /* Appends rangeDeleter: {state, currentTask, tasks..., batches, docsDeleted, ...}. */
 void rdel_append_status(rdel_t *r, bson_t *out);
 /* The task id of a UUID: 32 lowercase hex. */

@@ -18,6 +18,7 @@
 #include "shardd/shardver.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -988,4 +989,45 @@ int shv_owned_chunk(shv_t *s, const char *ns, const buf_t *key, bson_t *min_out,
     if (uuid_out) memcpy(uuid_out, f->uuid, 16);   /* zero when the reply had none */
     snap_unref(f);
     return rc;
+}
+
+/* ---- the range deleter's last guard (rdel.c) ------------------------------------------ */
+
+int shv_range_owned(shv_t *s, const char *ns, const bson_t *pattern, const buf_t *min,
+                    const buf_t *max, bool refresh, bool *owned, char *why, size_t why_cap,
+                    ms_error_t *err) {
+    shv_filter_t *f = NULL;
+    enum shv_state state;
+    int rc;
+    *owned = true;   /* until the metadata proves otherwise */
+    snprintf(why, why_cap, "unknown");
+    pthread_mutex_lock(&s->mu);
+    state = entry_get(s, ns)->state;
+    pthread_mutex_unlock(&s->mu);
+    if ((refresh || state == SHV_UNKNOWN) && (rc = shv_refresh(s, ns, err)) != 0) return rc;
+    pthread_mutex_lock(&s->mu);
+    shv_entry_t *e = entry_get(s, ns);
+    state = e->state;
+    if (state == SHV_SHARDED) f = snap_ref(e->snap);
+    pthread_mutex_unlock(&s->mu);
+    if (state == SHV_UNSHARDED) {
+        snprintf(why, why_cap, "the cluster's metadata says %s is not sharded", ns);
+        return 0;
+    }
+    if (!f)
+        return err_set(err, MS_ERR_STALE_CONFIG, "sharding status of %s is not currently known",
+                       ns);
+    if (pattern && !bson_equal(pattern, &f->rt.pattern.spec)) {
+        snprintf(why, why_cap, "the shard key of %s is not the task's keyPattern", ns);
+    } else if (snap_owns_any(f, min, max)) {
+        rtable_version_t v;
+        rtable_shard_version(&f->rt, f->me, &v);
+        snprintf(why, why_cap, "this shard owns chunks of the range at shard version %u|%u",
+                 v.major, v.minor);
+    } else {
+        *owned = false;
+        why[0] = '\0';
+    }
+    snap_unref(f);
+    return 0;
 }

@@ -162,6 +162,14 @@ bool shv_dbcrit_wait(shv_t *s, const char *ns, long long wait_ms);
  * once): 0, or ExceededTimeLimit naming how many. Logs what it waits for. */
 int shv_wait_snapshots(shv_t *s, const char *ns, const buf_t *min, const buf_t *max,
                        long long deadline_ms, ms_error_t *err);
+/* The range deleter's last guard: *owned = whether this shard owns any key of [min, max)
+ * (encoded under pattern, the task's keyPattern; NULL = the collection's) of ns by its
+ * filtering metadata, refreshed first when refresh is set or the metadata is unknown. Errs
+ * on the safe side: *owned stays true, with the reason in why, when ns is unsharded in the
+ * cluster's metadata or its shard key is not pattern. 0, or the refresh's error. */
+int shv_range_owned(shv_t *s, const char *ns, const bson_t *pattern, const buf_t *min,
+                    const buf_t *max, bool refresh, bool *owned, char *why, size_t why_cap,
+                    ms_error_t *err);
 /* Holders of live snapshots of ns (tests, logs). */
 int shv_live_snapshots(shv_t *s, const char *ns);
 /* The chunk this shard owns that contains key (encoded): its bounds as documents, its

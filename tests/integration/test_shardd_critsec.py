@@ -144,7 +144,7 @@ def test_bounded_wait_then_stale_config(t):
 def test_enter_fences_a_write_inside_its_transaction(t):
     cl, c = setup(t)
     s0 = cl.shards[0].client()
-    n = fp(s0, "hangBeforeWriteCommit")
+    n = fp(s0, "hangBeforeWriteCommit", holdLocks=True)   # inside its transaction
     w = Bg(cl.routers[0].url, {"insert": "c", "$db": DB, "documents": [{"_id": 300, "k": 3}]})
     fp_wait(s0, "hangBeforeWriteCommit", n + 1)
     # The write passed every check and holds its transaction open: entering must wait.

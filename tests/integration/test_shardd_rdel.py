@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """
 test_shardd_rdel.py — the range deleter (shardd/rdel.c, docs/range-deleter.md) on a real
-two-shard cluster. No migration creates tasks yet, so tests plant them with the test-only
-_testInsertRangeDeletion / _testSetRangeDeletionReady on shard0, which owns the whole
-collection: a ready task deletes exactly the documents of [min, max) in batches (the
+two-shard cluster. Tests plant tasks with the test-only _testInsertRangeDeletion /
+_testSetRangeDeletionReady on shard0, which holds the documents as orphans (the only chunk
+lives on shard1: the deleter refuses a task for a range its shard owns,
+test_rdel_meetings.py): a ready task deletes exactly the documents of [min, max) in batches (the
 serverStatus counters); a pending task is not run until set ready; a "delayed" task waits
 --orphan-cleanup-delay-ms; a task waits while a cursor opened through the router (a
-versioned find, so its ownership snapshot owns the range) is open; kill -9 in the middle
+versioned find, so its ownership snapshot owns the range) is open (a migration's task); kill -9 in the middle
 (suspendRangeDeletion with action crash after one batch) leaves the task persisted with
 processing: true and numOrphanDocs decremented, and the restarted shard finishes it;
 cleanupOrphaned waits for the namespace's tasks and times out on a pending one.
@@ -32,7 +33,11 @@ def num(v):
     return int(v)
 
 
-def setup(t, delay_ms=0, ndocs=300):
+def setup(t, delay_ms=0, ndocs=300, owned=False):
+    """A two-shard cluster with rd.c sharded on k. owned: shard0 owns every chunk and holds
+    the documents. Else (a planted task must be for a range the shard does not own, or the
+    deleter refuses it) the only chunk lives on shard1 and shard0 holds the documents as
+    orphans, inserted directly (unversioned)."""
     cfg = t.configsvr()
     flags = ["--range-deleter-batch-size", str(BATCH), "--range-deleter-batch-delay-ms", "5",
              "--orphan-cleanup-delay-ms", str(delay_ms)]
@@ -44,7 +49,13 @@ def setup(t, delay_ms=0, ndocs=300):
     R.ok({"addShard": s1.url, "name": "shard1", "$db": "admin"})
     R.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
     R.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
-    R.ok({"insert": "c", "$db": DB, "documents": [{"_id": i, "k": i} for i in range(ndocs)]})
+    docs = [{"_id": i, "k": i} for i in range(ndocs)]
+    if owned:
+        R.ok({"insert": "c", "$db": DB, "documents": docs})
+        return s0, R
+    R.ok({"moveChunk": NS, "find": {"k": 0}, "to": "shard1", "_waitForDelete": True,
+          "$db": "admin"})
+    s0.client().ok({"insert": "c", "$db": DB, "documents": docs})
     return s0, R
 
 
@@ -84,10 +95,11 @@ def test_ready_task_deletes_exactly_its_range_in_batches(t):
     assert num(st["docsDeleted"]) - num(before["docsDeleted"]) == 50, st
     # 50 documents in batches of 10: five full batches and the one that finds none left
     assert num(st["batches"]) - num(before["batches"]) == 6, st
-    assert num(st["tasksCompleted"]) == 1 and num(st["tasks"]) == 0, st
+    assert num(st["tasksCompleted"]) - num(before["tasksCompleted"]) == 1, st
+    assert num(st["tasks"]) == 0, st
     assert tasks(S) == []
-    # the router (versioned) sees the same
-    assert R.ok({"count": "c", "$db": DB})["n"] == 250
+    # the router (versioned) never saw the orphans
+    assert R.ok({"count": "c", "$db": DB})["n"] == 0
     # a range with nothing in it ends in one batch
     plant(S, 1000, 2000)
     cleanup(S)
@@ -131,17 +143,20 @@ def test_delayed_task_waits_for_the_cleanup_delay(t):
 
 @test
 def test_waits_for_an_open_cursor_that_owns_the_range(t):
-    s0, R = setup(t)
+    s0, R = setup(t, owned=True)
     S = s0.client()
     r = R.ok({"find": "c", "$db": DB, "filter": {"k": {"$lt": 100}}, "batchSize": 2})
     cid = r["cursor"]["id"]
     assert num(cid) != 0
-    plant(S, 0, 50)
+    # the migration's own task of [MinKey, 50) on shard0 (the donor) meets the cursor
+    R.ok({"split": NS, "middle": {"k": 50}, "$db": "admin"})
+    R.ok({"moveChunk": NS, "find": {"k": 0}, "to": "shard1", "$db": "admin"})
     wait_until(lambda: status(S)["state"] == "waitingForReaders", 10, "deleter waits for readers")
     time.sleep(0.3)
     assert len(ks(S)) == 300
     S.err({"cleanupOrphaned": NS, "$db": "admin", "maxTimeMS": 200})
-    assert "waiting for ownership snapshots ns=rd.c" in s0.log_text()
+    assert "range deletion waits for readers" in s0.log_text()
+    assert status(S)["tasksWaitingForReaders"] == 1
     R.ok({"killCursors": "c", "$db": DB, "cursors": [cid]})
     cleanup(S)
     assert ks(S) == list(range(50, 300))

@@ -3,10 +3,13 @@
  * {times}, {skip}; the actions error (default and given code), hang (released from
  * another connection while the worker pool keeps serving, observed with
  * waitForFailPoint) and crash (in a forked child, which must die by SIGKILL); bad
- * configurations; the status section; fp_check's predicate; data handed to callers.
+ * configurations; the status section; fp_check's predicate; data handed to callers; the
+ * split evaluation fp_eval_early / fp_late (a hang in the early half, holdLocks in the late).
  */
 #include <signal.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -361,6 +364,77 @@ static void fp_release_everything(void) {
     CHECK(!fp_active("fpRelA") && !fp_active("fpRelB"));
 }
 
+/* fp_eval_early / fp_late (issue 21): a hang waits in the early half (before the caller's
+ * lock), error and crash act in the late half; holdLocks moves the hang to the late half. */
+typedef struct early_call {
+    const char *name;
+    atomic_int stage;   /* 1: early returned, 2: late returned */
+    int late_rc;
+} early_call_t;
+
+static void *early_main(void *p) {
+    early_call_t *a = p;
+    fp_early_t e;
+    ms_error_t err = {0};
+    fp_eval_early(a->name, &e);
+    atomic_store(&a->stage, 1);
+    a->late_rc = fp_late(&e, &err);
+    atomic_store(&a->stage, 2);
+    return NULL;
+}
+
+static int64_t entered(const char *name) {
+    bson_t st = BSON_INITIALIZER;
+    char path[96];
+    fp_append_status(&st);
+    snprintf(path, sizeof path, "%s.timesEntered", name);
+    int64_t n = get_int(&st, path);
+    bson_destroy(&st);
+    return n;
+}
+
+static void fp_early_late(void) {
+    fp_early_t e;
+    ms_error_t err = {0};
+    pthread_t th;
+    early_call_t a = {.name = "fpEarly"};
+    fp_register("fpEarly");
+    fp_eval_early("fpEarly", &e);   /* off: nothing fires, nothing to apply */
+    CHECK(!e.fired);
+    CHECK_INT(fp_late(&e, &err), 0);
+    conf("{\"configureFailPoint\": \"fpEarly\", \"mode\": {\"times\": 1}, "
+         "\"data\": {\"action\": \"error\", \"code\": 96}}");
+    fp_eval_early("fpEarly", &e);
+    CHECK(e.fired);
+    CHECK_INT(fp_late(&e, &err), 96);
+    fp_eval_early("fpEarly", &e);   /* {times: 1} used up */
+    CHECK(!e.fired);
+    /* hang: held in the early half, before any lock the caller would take */
+    int64_t n = entered("fpEarly");
+    conf("{\"configureFailPoint\": \"fpEarly\", \"mode\": \"alwaysOn\"}");
+    pthread_create(&th, NULL, early_main, &a);
+    for (int i = 0; i < 500 && entered("fpEarly") == n; i++) t_sleep_ms(10);
+    CHECK_INT(entered("fpEarly"), n + 1);
+    t_sleep_ms(50);
+    CHECK_INT(atomic_load(&a.stage), 0);
+    conf("{\"configureFailPoint\": \"fpEarly\", \"mode\": \"off\"}");
+    pthread_join(th, NULL);
+    CHECK_INT(atomic_load(&a.stage), 2);
+    CHECK_INT(a.late_rc, 0);
+    /* holdLocks: the early half returns, the late half (inside the lock) holds */
+    atomic_store(&a.stage, 0);
+    conf("{\"configureFailPoint\": \"fpEarly\", \"mode\": \"alwaysOn\", "
+         "\"data\": {\"holdLocks\": true}}");
+    pthread_create(&th, NULL, early_main, &a);
+    for (int i = 0; i < 500 && atomic_load(&a.stage) == 0; i++) t_sleep_ms(10);
+    t_sleep_ms(50);
+    CHECK_INT(atomic_load(&a.stage), 1);
+    conf("{\"configureFailPoint\": \"fpEarly\", \"mode\": \"off\"}");
+    pthread_join(th, NULL);
+    CHECK_INT(atomic_load(&a.stage), 2);
+    CHECK_INT(a.late_rc, 0);
+}
+
 T_MAIN(T_CASE(fp_modes), T_CASE(fp_error_action), T_CASE(fp_bad_config), T_CASE(fp_status),
        T_CASE(fp_check_predicate), T_CASE(fp_hang_release), T_CASE(fp_crash_action),
-       T_CASE(fp_release_everything))
+       T_CASE(fp_release_everything), T_CASE(fp_early_late))

@@ -473,7 +473,8 @@ static bool ping_ok(const char *url) {
     ms_error_t err = {0};
     bson_t cmd = BSON_INITIALIZER, reply;
     bool ok = false;
-    BSON_APPEND_INT32(&cmd, "ping", 1);
+    /* An ordinary command: ping itself has workers of its own (rpc_control_by_name). */
+    BSON_APPEND_INT32(&cmd, "echo", 1);
     if (rpc_client_open(url, &c, &err) == 0 && rpc_call(c, &cmd, 3000, &reply, &err) == 0) {
         ok = true;
         bson_destroy(&reply);
@@ -716,7 +717,7 @@ static void rpc_internal_workers(void) {
     if (!s) return;
     gate_set(0);
     BSON_APPEND_INT32(&hang, "gate", 1);
-    BSON_APPEND_INT32(&ping, "ping", 1);
+    BSON_APPEND_INT32(&ping, "echo", 1);   /* ordinary (ping is a control command) */
     BSON_APPEND_INT32(&mods, "_transferMods", 5);
     /* One hanging request per connection: a connection may hold only 1 of 2 workers. */
     for (int i = 0; i < 4; i++) {
@@ -733,7 +734,7 @@ static void rpc_internal_workers(void) {
     CHECK_INT(id, 4);
     CHECK_INT(v, 5);
     gate_set(1);
-    CHECK(raw_recv(fd[2], &id, "ping", &v));
+    CHECK(raw_recv(fd[2], &id, "echo", &v));
     CHECK_INT(id, 3);
     CHECK(raw_recv(fd[0], &id, "gate", &v) && id == 1);
     CHECK(raw_recv(fd[1], &id, "gate", &v) && id == 2);
@@ -745,10 +746,69 @@ static void rpc_internal_workers(void) {
     rpc_server_stop(s);
 }
 
+/* The control classifier: exact names only, within len. */
+static void rpc_control_classifier(void) {
+    static const uint8_t ping[] = {15, 0, 0, 0, 0x10, 'p', 'i', 'n', 'g', 0, 1, 0, 0, 0, 0};
+    static const uint8_t pin[] = {14, 0, 0, 0, 0x10, 'p', 'i', 'n', 0, 1, 0, 0, 0, 0};
+    static const uint8_t pings[] = {16, 0, 0, 0, 0x10, 'p', 'i', 'n', 'g', 's', 0, 1, 0, 0, 0, 0};
+    CHECK(rpc_control_by_name(NULL, ping, sizeof ping));
+    CHECK(!rpc_control_by_name(NULL, pin, sizeof pin));
+    CHECK(!rpc_control_by_name(NULL, pings, sizeof pings));
+    for (size_t n = 0; n < 10; n++) CHECK(!rpc_control_by_name(NULL, ping, n));
+    CHECK(rpc_control_by_name(NULL, ping, 10));
+}
+
+/* Every ordinary worker hangs (issue 21: a hung operation, and more requests behind it):
+ * ping and configureFailPoint are answered on the control workers while an ordinary
+ * request waits; once the gate opens everything is answered. */
+static void rpc_control_workers(void) {
+    rpc_server_t *s = NULL;
+    ms_error_t err = {0};
+    char url[64];
+    bson_t hang = BSON_INITIALIZER, echo = BSON_INITIALIZER, ping = BSON_INITIALIZER;
+    bson_t cfp = BSON_INITIALIZER;
+    int fd[5] = {-1, -1, -1, -1, -1};
+    uint32_t id = 0;
+    int64_t v = 0;
+    t_tcp_url(url, sizeof url, 12);
+    CHECK_INT(rpc_server_start(url, 2, gate_handler, NULL, &s, &err), 0);
+    if (!s) return;
+    gate_set(0);
+    BSON_APPEND_INT32(&hang, "gate", 1);
+    BSON_APPEND_INT32(&echo, "echo", 1);
+    BSON_APPEND_INT32(&ping, "ping", 1);
+    BSON_APPEND_INT32(&cfp, "configureFailPoint", 2);
+    for (int i = 0; i < 5; i++) {
+        fd[i] = raw_open(url, NULL);
+        CHECK(fd[i] >= 0 && raw_greeted(fd[i]));
+    }
+    CHECK(raw_send(fd[0], 1, &hang) && raw_send(fd[1], 2, &hang));
+    t_sleep_ms(100);
+    CHECK(raw_send(fd[2], 3, &echo));
+    CHECK_MSG(!raw_readable(fd[2], 300), "the ordinary pool was not full: the test proves nothing");
+    CHECK(raw_send(fd[3], 4, &ping) && raw_send(fd[4], 5, &cfp));
+    CHECK_MSG(raw_readable(fd[3], 3000), "ping waited for the ordinary pool");
+    CHECK(raw_recv(fd[3], &id, "ping", &v) && id == 4 && v == 1);
+    CHECK_MSG(raw_readable(fd[4], 3000), "configureFailPoint waited for the ordinary pool");
+    CHECK(raw_recv(fd[4], &id, "configureFailPoint", &v) && id == 5 && v == 2);
+    gate_set(1);
+    CHECK(raw_recv(fd[2], &id, "echo", &v) && id == 3);
+    CHECK(raw_recv(fd[0], &id, "gate", &v) && id == 1);
+    CHECK(raw_recv(fd[1], &id, "gate", &v) && id == 2);
+    for (int i = 0; i < 5; i++)
+        if (fd[i] >= 0) close(fd[i]);
+    bson_destroy(&hang);
+    bson_destroy(&echo);
+    bson_destroy(&ping);
+    bson_destroy(&cfp);
+    rpc_server_stop(s);
+}
+
 T_MAIN(T_CASE(rpc_roundtrip_ipc), T_CASE(rpc_command_error_reply),
        T_CASE(rpc_concurrent_ipc), T_CASE(rpc_concurrent_tcp), T_CASE(rpc_deadline),
        T_CASE(rpc_peer_gone_mid_call), T_CASE(rpc_never_there), T_CASE(rpc_peer_restarts),
        T_CASE(rpc_reply_not_bson), T_CASE(rpc_bad_url), T_CASE(rpc_peer_cache),
        T_CASE(rpc_raw_framing),
        T_CASE(rpc_raw_pipelined_out_of_order), T_CASE(rpc_raw_inflight_cap),
-       T_CASE(rpc_raw_budget), T_CASE(rpc_internal_classifier), T_CASE(rpc_internal_workers))
+       T_CASE(rpc_raw_budget), T_CASE(rpc_internal_classifier), T_CASE(rpc_internal_workers),
+       T_CASE(rpc_control_classifier), T_CASE(rpc_control_workers))
