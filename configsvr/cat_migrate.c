@@ -95,6 +95,32 @@ static int donor_version_locked(cat_t *c, const cat_coll_t *coll, const char *fr
     return cat_coll_version_locked(c, coll->ns, from, &out->major, &out->minor, err);
 }
 
+/* The protocol's invariants after a commit, inside its transaction (they hold whatever the
+ * input, so a failure is a bug of ours: ASSERT). One owner per range: exactly one chunk
+ * row is [min, max), and it is the recipient's at (M+1, 0) (the tiling check already
+ * proved no other row overlaps it). Versions only grow: the collection's major is M+1. */
+static int commit_postcondition_locked(cat_t *c, const cat_mig_commit_t *m, const buf_t *mn,
+                                       const buf_t *mx, uint32_t M, ms_error_t *err) {
+    sqlite3_stmt *st = NULL;
+    uint32_t cM = 0, cm = 0;
+    int rows = 0, rc = cat_sql_prep(c, "SELECT shard, major, minor FROM chunks WHERE ns = ? AND"
+                                       " min_enc = ? AND max_enc = ?", &st, err);
+    if (rc) return rc;
+    cat_bind_text(st, 1, m->ns);
+    cat_bind_buf(st, 2, mn);
+    cat_bind_buf(st, 3, mx);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        rows++;
+        ASSERT(strcmp((const char *)sqlite3_column_text(st, 0), m->to) == 0);
+        ASSERT(sqlite3_column_int64(st, 1) == (int64_t)M + 1 && sqlite3_column_int64(st, 2) == 0);
+    }
+    sqlite3_finalize(st);
+    ASSERT(rows == 1);
+    if ((rc = cat_coll_version_locked(c, m->ns, NULL, &cM, &cm, err)) != 0) return rc;
+    ASSERT(cM == M + 1);
+    return 0;
+}
+
 static int commit_locked(cat_t *c, const cat_mig_commit_t *m, cat_version_t *donor_out,
                          ms_error_t *err) {
     cat_coll_t coll;
@@ -258,6 +284,7 @@ static int commit_locked(cat_t *c, const cat_mig_commit_t *m, cat_version_t *don
     rc = donor_version_locked(c, &coll, m->from, donor_out, err);
     if (rc == 0)
         ASSERT(donor_out->major == 0 || donor_out->major == M + 1);  /* donor's major moved */
+    if (rc == 0) rc = commit_postcondition_locked(c, m, &mn, &mx, M, err);
 out:
     sqlite3_finalize(st);
     sqlite3_finalize(up);
@@ -438,6 +465,7 @@ int cat_changelog_from(cat_t *c, const char *shard, const char *what, const char
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
+
 
 /* ---- config.migrations ------------------------------------------------------------------ */
 

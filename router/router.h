@@ -59,6 +59,10 @@
  * sinceVersion), as after flushRouterConfig; with data {rotateShards: true} the fresh
  * table numbers its shards differently from the one it replaces (rt_cache.c). */
 #define RT_FP_FORCE_FULL_REFRESH "forceFullRoutingRefresh"
+/* Test failpoint: a createIndexes / dropIndexes about to send its next attempt after a
+ * StaleConfig (rt_indexes.c) waits here, so a test can change a shard's indexes between
+ * two attempts as a migration's index sync would. */
+#define RT_FP_HANG_INDEX_DDL_RETRY "hangIndexDdlBeforeRetry"
 /* Rounds of rt_table_get (look in the cache, else refresh): a refresh of its own always
  * yields a table, so more than one round is needed only when another thread's refresh it
  * waited for was discarded by an invalidation; past this it answers StaleConfig. */

@@ -496,6 +496,7 @@ int rt_open(const char *configdb, const char *url, router_t **out, ms_error_t *e
     r->start_ms = time_now_ms();
     r->peer_timeout_ms = RT_CALL_TIMEOUT_MS;
     fp_register(RT_FP_FORCE_FULL_REFRESH);   /* before anything can evaluate it */
+    fp_register(RT_FP_HANG_INDEX_DDL_RETRY);
     int rc = rt_cursors_open(r, &r->cursors);
     if (rc) {
         free(r);

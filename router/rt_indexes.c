@@ -19,8 +19,12 @@
  *     recipient drops such indexes at the start of a migration; here the drop reaches
  *     them). NamespaceNotFound and IndexNotFound from those shards are ignored.
  * StaleConfig / StaleDbVersion from a shard → refresh and send again, bounded
- * (rt_dispatch, MS_STALE_RETRIES_MAX), never again to a shard that already applied it
- * in the same generation of the collection (absorb), as write batches do.
+ * (rt_dispatch, MS_STALE_RETRIES_MAX), to every target again, also the shards that
+ * already applied it: both commands are idempotent, and a stale answer means a migration
+ * committed meanwhile, whose index sync (_recvChunkSetIndexes) may have made a shard that
+ * applied the command equal to a donor that had not yet — the recipient would then lack
+ * an index it acknowledged (or keep one it dropped). A shard that applied it before may
+ * answer IndexNotFound / NamespaceNotFound to the drop this time: that is success.
  *
  * Reply: the primary's reply (else the first shard's) with `raw: {<shard>: reply}` of
  * every shard that applied it; the first real failure fails the command with its code,
@@ -30,6 +34,7 @@
 #include <string.h>
 
 #include "common/bsonx.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "router/router.h"
 
@@ -44,6 +49,7 @@ typedef struct idx_op {
     bool gen_set;
     int ndone;
     char done[MS_SHARDS_MAX][RT_NAME_BYTES_MAX];
+    int attempts;                      /* builds so far: > 1 is a retry after StaleConfig */
     /* This attempt: request i may fail benignly (a shard that owns no chunk). */
     bool optional[MS_SHARDS_MAX];
     char primary[RT_NAME_BYTES_MAX];
@@ -116,6 +122,7 @@ static int idx_build(void *p, router_t *r, const rt_table_t *t, rt_req_t *reqs, 
     rt_db_version_t dbv;
     int rc;
     *n = 0;
+    if (o->attempts++ > 0 && (rc = fp_eval(RT_FP_HANG_INDEX_DDL_RETRY, err)) != 0) return rc;
     note_generation(o, t);
     rc = rt_db_get(r, o->ctx->db, o->create, o->primary, sizeof o->primary, &dbv, err);
     if (rc == MS_ERR_NAMESPACE_NOT_FOUND && !o->create)
@@ -123,7 +130,7 @@ static int idx_build(void *p, router_t *r, const rt_table_t *t, rt_req_t *reqs, 
                        bson_iter_utf8(&o->ctx->arg, NULL));
     if (rc) return rc;
     if (!t->sharded) {
-        if (!is_done(o, o->primary)) add_req(o, reqs, n, o->primary, NULL, -1, &dbv, false);
+        add_req(o, reqs, n, o->primary, NULL, -1, &dbv, false);
         return 0;
     }
     if (o->create) {
@@ -150,9 +157,9 @@ static int idx_build(void *p, router_t *r, const rt_table_t *t, rt_req_t *reqs, 
     for (int s = 0; s < t->rt.nshards; s++) {
         if (!owns[s]) continue;
         snprintf(owners[nowners++], RT_NAME_BYTES_MAX, "%s", t->rt.shards[s]);
-        if (!is_done(o, t->rt.shards[s])) add_req(o, reqs, n, t->rt.shards[s], t, s, NULL, false);
+        add_req(o, reqs, n, t->rt.shards[s], t, s, NULL, false);
     }
-    if (!listed(owners, nowners, o->primary) && !is_done(o, o->primary))
+    if (!listed(owners, nowners, o->primary))
         add_req(o, reqs, n, o->primary, t, rtable_shard_index(&t->rt, o->primary), NULL, true);
     if (!o->create) {
         char names[MS_SHARDS_MAX][RT_NAME_BYTES_MAX];
@@ -163,8 +170,7 @@ static int idx_build(void *p, router_t *r, const rt_table_t *t, rt_req_t *reqs, 
             return -all;
         }
         for (int i = 0; i < all && *n < MS_SHARDS_MAX; i++)
-            if (!listed(owners, nowners, names[i]) && strcmp(names[i], o->primary) != 0 &&
-                !is_done(o, names[i]))
+            if (!listed(owners, nowners, names[i]) && strcmp(names[i], o->primary) != 0)
                 add_req(o, reqs, n, names[i], t, rtable_shard_index(&t->rt, names[i]), NULL, true);
     }
     return 0;
@@ -184,14 +190,17 @@ static int idx_absorb(void *p, router_t *r, rt_req_t *q, int code) {
     long slot = q - o->reqs;
     bool optional = slot >= 0 && slot < MS_SHARDS_MAX && o->optional[slot];
     (void)r;
+    bool again = is_done(o, q->shard);   /* applied in an earlier attempt */
     if (code == 0) {
         bson_t d;
         bool primary = strcmp(q->shard, o->primary) == 0;
         mark_done(o, q->shard);
-        BSON_APPEND_DOCUMENT_BEGIN(&o->raw, q->shard, &d);
-        copy_reply(&d, &q->reply);
-        bson_append_document_end(&o->raw, &d);
-        o->nraw++;
+        if (!again) {
+            BSON_APPEND_DOCUMENT_BEGIN(&o->raw, q->shard, &d);
+            copy_reply(&d, &q->reply);
+            bson_append_document_end(&o->raw, &d);
+            o->nraw++;
+        }
         if (!o->have_first || (primary && !o->first_is_primary)) {
             bson_reinit(&o->first);
             copy_reply(&o->first, &q->reply);
@@ -202,6 +211,10 @@ static int idx_absorb(void *p, router_t *r, rt_req_t *q, int code) {
     }
     /* A shard that owns no chunk: nothing to create there (mongos ignores
      * CannotImplicitlyCreateCollection), or nothing to drop. */
+    /* Sent again after a StaleConfig: the drop it already made stands. */
+    if (again && !o->create && q->rc == 0 &&
+        (code == MS_ERR_NAMESPACE_NOT_FOUND || code == MS_ERR_INDEX_NOT_FOUND))
+        return 0;
     if (optional && q->rc == 0 &&
         ((o->create && code == MS_ERR_CANNOT_IMPLICITLY_CREATE_COLLECTION) ||
          (!o->create && (code == MS_ERR_NAMESPACE_NOT_FOUND || code == MS_ERR_INDEX_NOT_FOUND)))) {

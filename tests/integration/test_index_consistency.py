@@ -16,6 +16,7 @@ import os
 import sqlite3
 import struct
 import sys
+import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lib import *  # noqa: E402,F403
@@ -323,6 +324,73 @@ def test_check_metadata_consistency_catalog(t):
     hidden = of_type(found, "HiddenShardedCollection")
     assert len(hidden) == 1 and hidden[0]["details"]["namespace"] == "gone.h", hidden
     assert hidden[0]["details"]["collection"]["key"] == {"x": 1}, hidden
+
+
+
+def held_retry(cl, A, cmd, between):
+    """Runs cmd through router A with its retry held (hangIndexDdlBeforeRetry): once A's
+    first attempt is in (a shard applied, another answered StaleConfig), between() runs,
+    then the retry goes."""
+    ac = cl.routers[0].client()
+    n = fp(ac, "hangIndexDdlBeforeRetry")
+    res = {}
+
+    def run():
+        c = Client(cl.routers[0].url, timeout_ms=60000)
+        try:
+            res["r"] = c.cmd(cmd)
+        finally:
+            c.close()
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    fp_wait(ac, "hangIndexDdlBeforeRetry", n + 1)
+    between()
+    fp(ac, "hangIndexDdlBeforeRetry", "off")
+    th.join(60)
+    assert not th.is_alive(), "index command never finished"
+    ac.close()
+    assert res["r"].get("ok") == 1, res
+    return res["r"]
+
+
+@test
+def test_index_ddl_retry_resends_to_shards_that_applied(t):
+    # A migration's index sync (_recvChunkSetIndexes) can make a shard that already applied
+    # an index command equal to a donor that had not yet; the router's retry after the
+    # donor's StaleConfig must then send the command there again. Here: A's cache is stale
+    # for shard1 only (B moved one of shard1's chunks to shard2); shard0 applies in the first
+    # attempt; while A's retry is held, shard0's index is undone behind its back (what the
+    # sync would do); the retry must restore it. Old routers skipped shard0.
+    cl, A, B = setup(t, shards=3)
+    ns = DB + ".r"
+    A.ok({"shardCollection": ns, "key": {"x": 1}, "$db": "admin"})
+    for m in (0, 100):
+        A.ok({"split": ns, "middle": {"x": m}, "$db": "admin"})
+    A.ok({"moveChunk": ns, "find": {"x": 0}, "to": "shard1", "_waitForDelete": True, "$db": "admin"})
+    A.ok({"moveChunk": ns, "find": {"x": 100}, "to": "shard1", "_waitForDelete": True, "$db": "admin"})
+    A.ok({"insert": "r", "$db": DB, "documents": [{"_id": i, "x": i} for i in (-5, 5, 105)]})
+    assert len(A.find_all("r", DB, {})) == 3          # A caches: shard0 | shard1 | shard1
+    B.ok({"moveChunk": ns, "find": {"x": 100}, "to": "shard2", "_waitForDelete": True, "$db": "admin"})
+    s0 = cl.shards[0].client()
+
+    def undo_create():
+        assert "y_1" in shard_indexes(cl, 0, "r"), shard_indexes(cl, 0, "r")
+        s0.ok({"dropIndexes": "r", "$db": DB, "index": "y_1"})
+    held_retry(cl, A, {"createIndexes": "r", "$db": DB, "indexes": [{"key": {"y": 1}, "name": "y_1"}]},
+               undo_create)
+    for i in range(3):
+        assert "y_1" in shard_indexes(cl, i, "r"), (i, shard_indexes(cl, i, "r"))
+    # the same for dropIndexes: stale again for shard1 (B moves [0, 100) to shard2)
+    B.ok({"moveChunk": ns, "find": {"x": 0}, "to": "shard2", "_waitForDelete": True, "$db": "admin"})
+
+    def undo_drop():
+        assert "y_1" not in shard_indexes(cl, 0, "r"), shard_indexes(cl, 0, "r")
+        s0.ok({"createIndexes": "r", "$db": DB, "indexes": [{"key": {"y": 1}, "name": "y_1"}]})
+    held_retry(cl, A, {"dropIndexes": "r", "$db": DB, "index": "y_1"}, undo_drop)
+    for i in range(3):
+        assert "y_1" not in shard_indexes(cl, i, "r"), (i, shard_indexes(cl, i, "r"))
+    s0.close()
+    assert check(A, checkIndexes=True) == []
 
 
 if __name__ == "__main__":
