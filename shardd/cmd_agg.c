@@ -42,7 +42,7 @@ static void agg_args_free(agg_args_t *a) {
     shv_filter_release(a->own);
 }
 
-static void eq_from_args(const agg_args_t *a, exec_query_t *eq) {
+static void eq_from_args(const agg_args_t *a, plan_query_t *eq) {
     bson_iter_t it;
     memset(eq, 0, sizeof *eq);
     eq->filter = a->filter;
@@ -69,7 +69,7 @@ static int push_cb(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err) {
 static int agg_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     agg_args_t *a = arg;
     store_coll_t *c = store_coll_get(t, a->ns);
-    exec_query_t eq;
+    plan_query_t eq;
     plan_t p;
     scan_pos_t pos = {0};
     int rc;
@@ -86,7 +86,7 @@ static int agg_fn(store_txn_t *t, void *arg, ms_error_t *err) {
             BSON_APPEND_UTF8(&wp, "stage", "EOF");
             bson_append_document_end(&qp, &wp);
             rc = 0;
-        } else if ((rc = exec_plan(t, c, &eq, &p, err)) == 0) {
+        } else if ((rc = plan_choose(t, c, &eq, &p, err)) == 0) {
             plan_append_explain(&p, c, &eq, &qp, "winningPlan");
             plan_free(&p);
         }
@@ -95,8 +95,8 @@ static int agg_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         return rc;
     }
     if (!c) return 0;   /* a missing collection is an empty one */
-    if ((rc = exec_plan(t, c, &eq, &p, err)) != 0) return rc;
-    rc = exec_scan(t, c, &p, &eq, &pos, push_cb, a, err);
+    if ((rc = plan_choose(t, c, &eq, &p, err)) != 0) return rc;
+    rc = plan_scan(t, c, &p, &eq, &pos, push_cb, a, err);
     plan_free(&p);
     scan_pos_free(&pos);
     return rc;
@@ -200,7 +200,7 @@ static int coll_stats_stage(cmd_ctx_t *ctx, const bson_t *pipeline, const bson_i
         bson_t **docs = NULL;
         size_t n = 0;
         agg_run_take(run, &docs, &n);
-        rc = exec_agg_cursor(app->cursors, ns, docs, n, batch_size, reply, err);
+        rc = plan_agg_cursor(app->cursors, ns, docs, n, batch_size, reply, err);
     }
 out:
     agg_run_free(run);
@@ -330,7 +330,7 @@ int cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         bson_t **docs = NULL;
         size_t n = 0;
         agg_run_take(a.run, &docs, &n);
-        rc = exec_agg_cursor(app->cursors, ns, docs, n, batch_size, reply, err);
+        rc = plan_agg_cursor(app->cursors, ns, docs, n, batch_size, reply, err);
     }
 out:
     agg_args_free(&a);

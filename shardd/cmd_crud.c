@@ -494,7 +494,7 @@ int cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     }
     if ((rc = version_check(ctx, ns, &fa.own, err)) != 0) goto fail;
     fa.ns = ns;
-    return exec_find(app->st, app->cursors, &fa, reply, err);  /* takes fa over */
+    return plan_find(app->st, app->cursors, &fa, reply, err);  /* takes fa over */
 fail:
     find_args_free(&fa);
     return rc;
@@ -514,11 +514,11 @@ int cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         return err_set(err, MS_ERR_BAD_VALUE, "batchSize must be a non-negative number");
     /* MongoDB takes getMore's maxTimeMS only as the await time of a tailable awaitData
      * cursor, which we do not have; an ordinary cursor runs on what its find's maxTimeMS
-     * left (exec_get_more). maxTimeMS: 0 means none and is accepted. */
+     * left (plan_get_more). maxTimeMS: 0 means none and is accepted. */
     if (op_deadline_ms() > 0)
         return err_set(err, MS_ERR_BAD_VALUE,
                        "cannot set maxTimeMS on getMore command for a non-awaitData cursor");
-    return exec_get_more(app->st, app->cursors, id, ns, bs, reply, err);
+    return plan_get_more(app->st, app->cursors, id, ns, bs, reply, err);
 }
 
 int cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
@@ -580,14 +580,14 @@ static int check_owned(const store_coll_t *c, shv_filter_t *own, const bson_t *d
 static int statement_rowids(store_txn_t *t, store_coll_t *c, const wbatch_t *b, const bson_t *q,
                             query_t *qc, int64_t limit, const krset_t *ranges, int64_t **rids,
                             size_t *nr, ms_error_t *e) {
-    exec_query_t eq;
+    plan_query_t eq;
     memset(&eq, 0, sizeof eq);
     eq.filter = q;
     eq.q = qc;
     eq.limit = limit;
     eq.own = b->own;
     eq.ranges = ranges;
-    return exec_match_rowids(t, c, &eq, rids, nr, e);
+    return plan_match_rowids(t, c, &eq, rids, nr, e);
 }
 
 /* A statement's $_shardKeyRanges (the router's narrowing of a multi-write it retries on a
@@ -793,7 +793,7 @@ int cmd_delete(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 
 typedef struct read_arg {
     const char *ns;
-    exec_query_t eq;
+    plan_query_t eq;
     const char *key;            /* distinct */
     bson_t *values;             /* distinct: collected values {"0": v, ...} */
     int64_t n;
@@ -806,11 +806,11 @@ static int count_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     plan_t p;
     scan_pos_t pos = {0};
     int rc;
-    exec_count_t acc = {0, a->eq.skip, a->eq.limit};
+    plan_count_t acc = {0, a->eq.skip, a->eq.limit};
     if (!c) return 0;
-    if ((rc = exec_plan(t, c, &a->eq, &p, err)) != 0) return rc;
+    if ((rc = plan_choose(t, c, &a->eq, &p, err)) != 0) return rc;
     p.blocking_sort = false;
-    rc = exec_scan(t, c, &p, &a->eq, &pos, exec_count_cb, &acc, err);
+    rc = plan_scan(t, c, &p, &a->eq, &pos, plan_count_cb, &acc, err);
     a->n = acc.n;
     plan_free(&p);
     scan_pos_free(&pos);
@@ -881,8 +881,8 @@ static int distinct_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     scan_pos_t pos = {0};
     int rc;
     if (!c) return 0;
-    if ((rc = exec_plan(t, c, &a->eq, &p, err)) != 0) return rc;
-    rc = exec_scan(t, c, &p, &a->eq, &pos, distinct_cb, a, err);
+    if ((rc = plan_choose(t, c, &a->eq, &p, err)) != 0) return rc;
+    rc = plan_scan(t, c, &p, &a->eq, &pos, distinct_cb, a, err);
     plan_free(&p);
     scan_pos_free(&pos);
     return rc;
@@ -1017,14 +1017,14 @@ static int fam_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     if (crit_check_write(a->ctx, a->ns, &a->err_info, &a->crit_refused, err) != 0)
         return err->code;
     if (c) {
-        exec_query_t eq;
+        plan_query_t eq;
         memset(&eq, 0, sizeof eq);
         eq.filter = &a->query;
         eq.q = a->q;
         eq.sort = a->sort;
         eq.limit = 1;
         eq.own = a->own;
-        if ((rc = exec_match_rowids(t, c, &eq, &rids, &nr, err)) != 0) goto out;
+        if ((rc = plan_match_rowids(t, c, &eq, &rids, &nr, err)) != 0) goto out;
     }
     if (nr > 0) {
         bson_t doc;
@@ -1270,7 +1270,7 @@ int cmd_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     }
     if ((rc = parse_find(&as_find, ctx->db, ns, sizeof ns, &fa, err)) != 0) goto out;
     if ((rc = version_check(ctx, ns, &fa.own, err)) != 0) goto out;
-    rc = exec_explain_find(app->st, &fa, strcmp(verbosity, "queryPlanner") != 0, reply, err);
+    rc = plan_explain_find(app->st, &fa, strcmp(verbosity, "queryPlanner") != 0, reply, err);
 out:
     find_args_free(&fa);
     bson_destroy(&as_find);

@@ -143,7 +143,7 @@ int main(int argc, char **argv) {
     app.mig->catchup_timeout_ms = catchup_ms;
     app.mig->archive = archive;
     snprintf(app.mig->dbpath, sizeof app.mig->dbpath, "%s", dbpath);
-    if (exec_cursors_new(cursor_timeout_ms, &app.cursors) != 0) {
+    if (plan_cursors_new(cursor_timeout_ms, &app.cursors) != 0) {
         err_set(&err, MS_ERR_INTERNAL, "cannot allocate the cursor table");
         daemon_fail("cursors", &err);
         goto out_store;

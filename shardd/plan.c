@@ -1,6 +1,6 @@
 /*
  * plan.c — the shard daemon's planner, scans and cursors (bin/shardd); the table of open
- * cursors is common/cursor.c's (exec_cursors_new opens it with this file's callbacks).
+ * cursors is common/cursor.c's (plan_cursors_new opens it with this file's callbacks).
  *
  * Planner (MongoDB's QueryPlanner + a trial by counting, in miniature): every index gets
  * bounds from the filter (bounds_from_filter); an _id point wins at once (IDHACK); otherwise
@@ -155,7 +155,7 @@ static bool multikey_bounds_ok(const bson_t *filter, const keys_pattern_t *p) {
     return true;
 }
 
-static store_index_t *hinted_index(store_coll_t *c, const exec_query_t *eq) {
+static store_index_t *hinted_index(store_coll_t *c, const plan_query_t *eq) {
     if (eq->hint_name) return store_index_by_name(c, eq->hint_name);
     if (eq->hint && eq->hint->len > 5)
         for (int i = 0; i < c->nindexes; i++)
@@ -163,7 +163,7 @@ static store_index_t *hinted_index(store_coll_t *c, const exec_query_t *eq) {
     return NULL;
 }
 
-static bool hint_is_natural(const exec_query_t *eq) {
+static bool hint_is_natural(const plan_query_t *eq) {
     bson_iter_t it;
     return eq->hint && bson_iter_init(&it, eq->hint) && bson_iter_next(&it) &&
            strcmp(bson_iter_key(&it), "$natural") == 0;
@@ -182,7 +182,7 @@ static void plan_take(plan_t *p, store_index_t *ix, bounds_t *b, int dir, bool b
     p->multikey = ix->multikey != 0;
 }
 
-int exec_plan(store_txn_t *t, store_coll_t *c, const exec_query_t *eq, plan_t *out,
+int plan_choose(store_txn_t *t, store_coll_t *c, const plan_query_t *eq, plan_t *out,
               ms_error_t *err) {
     bson_t empty = BSON_INITIALIZER;
     const bson_t *filter = eq->filter ? eq->filter : &empty;
@@ -287,7 +287,7 @@ static void append_bound_value(bson_t *arr, int i, const bson_t *decoded, int f)
     bson_free(js);
 }
 
-void plan_append_explain(const plan_t *p, const store_coll_t *c, const exec_query_t *eq,
+void plan_append_explain(const plan_t *p, const store_coll_t *c, const plan_query_t *eq,
                          bson_t *dst, const char *key) {
     bson_t plan, input, bounds;
     bson_t *s = &plan;
@@ -455,7 +455,7 @@ static bool seen_check_add(scan_pos_t *pos, int64_t rid) {
 
 /* The ownership filter: documents outside this shard's chunks (orphans) are skipped, and
  * with a multi-write's $_shardKeyRanges those outside the ranges the router sent too. */
-static bool owned(const exec_query_t *eq, sqlite3_stmt *s, int skcol, const bson_t *doc) {
+static bool owned(const plan_query_t *eq, sqlite3_stmt *s, int skcol, const bson_t *doc) {
     const void *sk;
     int n;
     if (!eq->own) return true;
@@ -475,7 +475,7 @@ static bool owned(const exec_query_t *eq, sqlite3_stmt *s, int skcol, const bson
     }
 }
 
-int exec_scan(store_txn_t *t, store_coll_t *c, const plan_t *p, const exec_query_t *eq,
+int plan_scan(store_txn_t *t, store_coll_t *c, const plan_t *p, const plan_query_t *eq,
               scan_pos_t *pos, scan_fn fn, void *arg, ms_error_t *err) {
     int nranges = p->kind == PLAN_COLLSCAN || p->bounds.all ? 1 : p->bounds.n;
     if (pos->done) return 0;
@@ -615,12 +615,12 @@ static int sorter_add(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err
     return 0;
 }
 
-static int sorter_run(store_txn_t *t, store_coll_t *c, const plan_t *p, const exec_query_t *eq,
+static int sorter_run(store_txn_t *t, store_coll_t *c, const plan_t *p, const plan_query_t *eq,
                       scan_pos_t *pos, sorter_t *so, ms_error_t *err) {
     int rc;
     so->sort = eq->sort;
     so->keep = eq->limit > 0 ? (size_t)(eq->skip + eq->limit) : 0;
-    if ((rc = exec_scan(t, c, p, eq, pos, sorter_add, so, err)) != 0) return rc;
+    if ((rc = plan_scan(t, c, p, eq, pos, sorter_add, so, err)) != 0) return rc;
     if (so->n > 1) qsort_r(so->v, so->n, sizeof *so->v, sdoc_cmp, (void *)so->sort);
     if (so->keep) sorter_truncate(so);
     /* qsort cannot stop halfway (it sorts at most 100 MB): check once it is done. */
@@ -648,13 +648,13 @@ static int rid_add(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err) {
     return a->limit > 0 && (int64_t)a->n >= a->limit ? 1 : 0;
 }
 
-int exec_match_rowids(store_txn_t *t, store_coll_t *c, const exec_query_t *eq, int64_t **rids,
+int plan_match_rowids(store_txn_t *t, store_coll_t *c, const plan_query_t *eq, int64_t **rids,
                       size_t *n, ms_error_t *err) {
     plan_t p;
     scan_pos_t pos = {0};
     rid_acc_t acc = {0};
     int rc;
-    if ((rc = exec_plan(t, c, eq, &p, err)) != 0) return rc;
+    if ((rc = plan_choose(t, c, eq, &p, err)) != 0) return rc;
     acc.skip = eq->skip;
     acc.limit = eq->limit;
     if (p.blocking_sort) {
@@ -664,7 +664,7 @@ int exec_match_rowids(store_txn_t *t, store_coll_t *c, const exec_query_t *eq, i
                 if (rid_add(&acc, so.v[i].rid, NULL, NULL) == 1) break;
         sorter_free(&so);
     } else {
-        rc = exec_scan(t, c, &p, eq, &pos, rid_add, &acc, err);
+        rc = plan_scan(t, c, &p, eq, &pos, rid_add, &acc, err);
     }
     plan_free(&p);
     scan_pos_free(&pos);
@@ -722,7 +722,7 @@ static void cursor_destroy(void *arg, curs_t *reg) {
     cursor_free(curs_entry(reg, cursor_t, reg));
 }
 
-int exec_cursors_new(int idle_ms, curs_reg_t **out) {
+int plan_cursors_new(int idle_ms, curs_reg_t **out) {
     curs_opts_t o = {.noun = "cursors", .place = "on this shard", .owner = "shard",
                      .conn_max = MS_CURSORS_PER_CONN_MAX, .total_max = MS_CURSORS_MAX,
                      .idle_ms = idle_ms, .held_fn = cursor_held, .destroy_fn = cursor_destroy};
@@ -740,7 +740,7 @@ void find_args_free(find_args_t *fa) {
     memset(fa, 0, sizeof *fa);
 }
 
-static void eq_from_fa(const find_args_t *fa, exec_query_t *eq) {
+static void eq_from_fa(const find_args_t *fa, plan_query_t *eq) {
     bson_iter_t it;
     memset(eq, 0, sizeof *eq);
     eq->filter = fa->filter;
@@ -866,7 +866,7 @@ static int fill_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     fill_arg_t *fl = arg;
     cursor_t *cur = fl->cur;
     store_coll_t *c = store_coll_get(t, cur->ns);
-    exec_query_t eq;
+    plan_query_t eq;
     int rc;
     eq_from_fa(&cur->fa, &eq);
     if (!c) {
@@ -878,7 +878,7 @@ static int fill_fn(store_txn_t *t, void *arg, ms_error_t *err) {
                        "query plan killed :: caused by :: collection dropped: %s", cur->ns);
     }
     if (!cur->planned) {
-        if ((rc = exec_plan(t, c, &eq, &cur->plan, err)) != 0) return rc;
+        if ((rc = plan_choose(t, c, &eq, &cur->plan, err)) != 0) return rc;
         cur->planned = true;
     } else if (c->id != cur->plan.coll_id) {
         return err_set(err, MS_ERR_OPERATION_FAILED,
@@ -906,7 +906,7 @@ static int fill_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         }
         return emit_sorted(fl, err);
     }
-    if ((rc = exec_scan(t, c, &cur->plan, &eq, &cur->pos, batch_scan_fn, fl->b, err)) != 0)
+    if ((rc = plan_scan(t, c, &cur->plan, &eq, &cur->pos, batch_scan_fn, fl->b, err)) != 0)
         return rc;
     fl->exhausted = (cur->pos.done && !cur->stash) || cur->limit_left == 0;
     return 0;
@@ -938,7 +938,7 @@ static int run_batch(store_t *st, cursor_t *cur, int64_t max_docs, bson_t *arr, 
 
 /* find's first batch (MongoDB's find command: run the plan until the first batch is full,
  * then register the cursor when results remain). Takes ownership of fa's parts. */
-int exec_find(store_t *st, curs_reg_t *cs, find_args_t *fa, bson_t *reply, ms_error_t *err) {
+int plan_find(store_t *st, curs_reg_t *cs, find_args_t *fa, bson_t *reply, ms_error_t *err) {
     cursor_t *cur = mem_calloc_aligned(1, sizeof *cur);
     int64_t first, id = 0;
     char ns[MS_NS_BYTES_MAX + 1];
@@ -986,7 +986,7 @@ out:
  * its results (docs[0..n), heap bson_t from libbson, taken over with the array on
  * success and failure) go out in batches of batch_size (-1 = the default first batch)
  * now and through getMore. */
-int exec_agg_cursor(curs_reg_t *cs, const char *ns, bson_t **docs, size_t n, int64_t batch_size,
+int plan_agg_cursor(curs_reg_t *cs, const char *ns, bson_t **docs, size_t n, int64_t batch_size,
                     bson_t *reply, ms_error_t *err) {
     cursor_t *cur = mem_calloc_aligned(1, sizeof *cur);
     int64_t first, id = 0;
@@ -1037,7 +1037,7 @@ out:
 
 /* getMore (MongoDB's getMore command: pin the cursor, check the namespace, run one batch,
  * unpin — or dispose of it when exhausted, failed or killed meanwhile). */
-int exec_get_more(store_t *st, curs_reg_t *cs, int64_t id, const char *ns, int64_t batch_size,
+int plan_get_more(store_t *st, curs_reg_t *cs, int64_t id, const char *ns, int64_t batch_size,
                   bson_t *reply, ms_error_t *err) {
     cursor_t *cur = NULL;
     curs_t *reg = NULL;
@@ -1073,12 +1073,12 @@ out_unpinned:
 
 typedef struct explain_arg {
     find_args_t *fa;
-    bool exec_stats;
+    bool plan_stats;
     bson_t *reply;
 } explain_arg_t;
 
-int exec_count_cb(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err) {
-    exec_count_t *a = arg;
+int plan_count_cb(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err) {
+    plan_count_t *a = arg;
     (void)rid;
     (void)doc;
     (void)err;
@@ -1092,7 +1092,7 @@ int exec_count_cb(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err) {
 
 static int explain_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     explain_arg_t *ea = arg;
-    exec_query_t eq;
+    plan_query_t eq;
     store_coll_t *c = store_coll_get(t, ea->fa->ns);
     plan_t p;
     bson_t qp, es, empty = BSON_INITIALIZER;
@@ -1109,7 +1109,7 @@ static int explain_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         bson_append_document_end(ea->reply, &qp);
         return 0;
     }
-    if ((rc = exec_plan(t, c, &eq, &p, err)) != 0) {
+    if ((rc = plan_choose(t, c, &eq, &p, err)) != 0) {
         bson_append_document_end(ea->reply, &qp);
         return rc;
     }
@@ -1120,19 +1120,19 @@ static int explain_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         bson_append_array_end(&qp, &rej);
     }
     bson_append_document_end(ea->reply, &qp);
-    if (ea->exec_stats) {
+    if (ea->plan_stats) {
         scan_pos_t pos = {0};
-        exec_count_t acc = {0, eq.skip, eq.limit};
+        plan_count_t acc = {0, eq.skip, eq.limit};
         long long t0 = time_mono_us();
         if (p.blocking_sort) {
             sorter_t so = {0};
             rc = sorter_run(t, c, &p, &eq, &pos, &so, err);
             if (rc == 0)
                 for (size_t i = 0; i < so.n; i++)
-                    if (exec_count_cb(&acc, 0, NULL, NULL) == 1) break;
+                    if (plan_count_cb(&acc, 0, NULL, NULL) == 1) break;
             sorter_free(&so);
         } else {
-            rc = exec_scan(t, c, &p, &eq, &pos, exec_count_cb, &acc, err);
+            rc = plan_scan(t, c, &p, &eq, &pos, plan_count_cb, &acc, err);
         }
         if (rc == 0) {
             bson_append_document_begin(ea->reply, "executionStats", -1, &es);
@@ -1150,8 +1150,8 @@ static int explain_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     return rc;
 }
 
-int exec_explain_find(store_t *st, find_args_t *fa, bool exec_stats, bson_t *reply,
+int plan_explain_find(store_t *st, find_args_t *fa, bool plan_stats, bson_t *reply,
                       ms_error_t *err) {
-    explain_arg_t ea = {fa, exec_stats, reply};
+    explain_arg_t ea = {fa, plan_stats, reply};
     return store_read(st, explain_fn, &ea, err);
 }

@@ -334,7 +334,7 @@ int store_sdoc_find(store_t *st, const char *ns, const query_t *q, int64_t limit
 enum plan_kind { PLAN_COLLSCAN = 0, PLAN_IXSCAN = 1 };
 
 /* What a query asks for (all borrowed). */
-typedef struct exec_query {
+typedef struct plan_query {
     const bson_t *filter;       /* may be NULL = {} */
     const query_t *q;           /* compiled filter, NULL = everything */
     const sortspec_t *sort;     /* NULL = none */
@@ -345,7 +345,7 @@ typedef struct exec_query {
     const krset_t *ranges;      /* with own: only keys in these ranges too ($_shardKeyRanges
                                  * of a multi-write statement), NULL = all owned */
     bool no_index;              /* test/diff aid: ignore secondary indexes (forces scans) */
-} exec_query_t;
+} plan_query_t;
 
 /* The chosen plan. */
 typedef struct plan {
@@ -363,11 +363,11 @@ typedef struct plan {
     int ncandidates;
 } plan_t;
 
-int exec_plan(store_txn_t *t, store_coll_t *c, const exec_query_t *eq, plan_t *out,
+int plan_choose(store_txn_t *t, store_coll_t *c, const plan_query_t *eq, plan_t *out,
               ms_error_t *err);
 void plan_free(plan_t *p);   /* NULL-safe; zeroed plan ok */
 /* Appends queryPlanner-style winningPlan to dst under key. */
-void plan_append_explain(const plan_t *p, const store_coll_t *c, const exec_query_t *eq,
+void plan_append_explain(const plan_t *p, const store_coll_t *c, const plan_query_t *eq,
                          bson_t *dst, const char *key);
 
 /* A resumable scan: candidates in plan order, filtered by q and the ownership filter.
@@ -386,20 +386,20 @@ typedef struct scan_pos {
     int64_t docs_examined, keys_examined;
 } scan_pos_t;
 typedef int (*scan_fn)(void *arg, int64_t rowid, const bson_t *doc, ms_error_t *err);
-int exec_scan(store_txn_t *t, store_coll_t *c, const plan_t *p, const exec_query_t *eq,
+int plan_scan(store_txn_t *t, store_coll_t *c, const plan_t *p, const plan_query_t *eq,
               scan_pos_t *pos, scan_fn fn, void *arg, ms_error_t *err);
 void scan_pos_free(scan_pos_t *pos);
 
 /* A scan_fn that counts matches after skipping `skip` of them, stopping at `limit` (0 =
- * none): count's result and explain's nReturned. arg is an exec_count_t. */
-typedef struct exec_count {
+ * none): count's result and explain's nReturned. arg is an plan_count_t. */
+typedef struct plan_count {
     int64_t n, skip, limit;
-} exec_count_t;
-int exec_count_cb(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err);
+} plan_count_t;
+int plan_count_cb(void *arg, int64_t rid, const bson_t *doc, ms_error_t *err);
 
 /* Rowids of the documents matching eq (sorted by eq->sort when given, skip/limit
  * applied) — the read half of update/delete/findAndModify. Caller frees *rids. */
-int exec_match_rowids(store_txn_t *t, store_coll_t *c, const exec_query_t *eq, int64_t **rids,
+int plan_match_rowids(store_txn_t *t, store_coll_t *c, const plan_query_t *eq, int64_t **rids,
                       size_t *n, ms_error_t *err);
 
 /* Cursors. The registry is common/cursor.c's (MongoDB's CursorManager): ids, caps per
@@ -408,7 +408,7 @@ int exec_match_rowids(store_txn_t *t, store_coll_t *c, const exec_query_t *eq, i
 typedef struct cursor cursor_t;
 /* The shard's registry: caps MS_CURSORS_PER_CONN_MAX / MS_CURSORS_MAX, no byte cap (bytes
  * held are counted for serverStatus), idle cursors die after idle_ms (<= 0: 10 min). */
-int exec_cursors_new(int idle_ms, curs_reg_t **out);
+int plan_cursors_new(int idle_ms, curs_reg_t **out);
 
 /* A find: plans and runs the first batch. ns, the compiled parts and own are taken over
  * by the cursor (on success and on failure). Appends the reply's `cursor` document. */
@@ -427,16 +427,16 @@ typedef struct find_args {
 } find_args_t;
 /* A batch holds at most MS_BATCH_BYTES_MAX bytes of results, except that a single result
  * always goes out; one that does not fit waits for the next batch. */
-int exec_find(store_t *st, curs_reg_t *cs, find_args_t *fa, bson_t *reply, ms_error_t *err);
+int plan_find(store_t *st, curs_reg_t *cs, find_args_t *fa, bson_t *reply, ms_error_t *err);
 void find_args_free(find_args_t *fa);  /* NULL-safe; fields already taken are NULL */
 /* aggregate's cursor (cmd_agg.c): takes over docs (n heap bson_t and the array) in every
- * case; batches as exec_find's; getMore continues it like a find's. */
-int exec_agg_cursor(curs_reg_t *cs, const char *ns, bson_t **docs, size_t n, int64_t batch_size,
+ * case; batches as plan_find's; getMore continues it like a find's. */
+int plan_agg_cursor(curs_reg_t *cs, const char *ns, bson_t **docs, size_t n, int64_t batch_size,
                     bson_t *reply, ms_error_t *err);
-int exec_get_more(store_t *st, curs_reg_t *cs, int64_t id, const char *ns, int64_t batch_size,
+int plan_get_more(store_t *st, curs_reg_t *cs, int64_t id, const char *ns, int64_t batch_size,
                   bson_t *reply, ms_error_t *err);
-/* Explain of a find: queryPlanner (+ executionStats when exec_stats). */
-int exec_explain_find(store_t *st, find_args_t *fa, bool exec_stats, bson_t *reply,
+/* Explain of a find: queryPlanner (+ executionStats when plan_stats). */
+int plan_explain_find(store_t *st, find_args_t *fa, bool plan_stats, bson_t *reply,
                       ms_error_t *err);
 
 /* ================================ failpoints ========================================= */

@@ -11,7 +11,7 @@
  *   2. the whole path over the wire: the same bulk insert as insert commands through NNG
  *      (tcp://127.0.0.1) into an in-process shardd (its command table and dispatch) vs the
  *      store layer alone, so the RPC/dispatch overhead is visible;
- *   3. point find by _id from 8 threads through exec_find (plan, cursor, batch) vs raw
+ *   3. point find by _id from 8 threads through plan_find (plan, cursor, batch) vs raw
  *      prepared point selects: ops/s, p50/p99 latency.
  * Prints a table and one `BENCH_JSON {"shardd": {...}}` line.
  */
@@ -300,7 +300,7 @@ static double wire_insert(const char *dir, const int64_t *ids) {
     memset(&app, 0, sizeof app);
     app.name = "bench";
     if (store_open(dir, &so, &app.st, &e) || shv_open(&app.shv, &e) ||
-        exec_cursors_new(600000, &app.cursors)) {
+        plan_cursors_new(600000, &app.cursors)) {
         fprintf(stderr, "wire setup: %s\n", e.msg);
         exit(1);
     }
@@ -358,7 +358,7 @@ static void *ours_finder(void *arg) {
         query_compile(&f, &fa.q, &e);
         bson_destroy(&f);
         bson_init(&reply);
-        if (exec_find(p->st, p->cs, &fa, &reply, &e) != 0) fprintf(stderr, "find: %s\n", e.msg);
+        if (plan_find(p->st, p->cs, &fa, &reply, &e) != 0) fprintf(stderr, "find: %s\n", e.msg);
         bson_destroy(&reply);
         p->lat_us[i] = time_mono_us() - t0;
     }
@@ -473,7 +473,7 @@ int main(void) {
     cr = median(c_rnd, ROUNDS);
     ws = median(w_seq, ROUNDS);
     wr = median(w_rnd, ROUNDS);
-    exec_cursors_new(0, &cs);
+    plan_cursors_new(0, &cs);
     {
         pf_t proto = {st, cs, find_raw, seq, 0, NULL};
         run_finds(ours_finder, &proto, &o_ops, &o_50, &o_99);

@@ -70,8 +70,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         fz_die("sharding state", &err);
     if (mig_open(&fz_app, &fz_app.mig, &err) != 0) fz_die("mig_open", &err);
     snprintf(fz_app.mig->dbpath, sizeof fz_app.mig->dbpath, "%s", fz_dir);
-    if (exec_cursors_new(600000, &fz_app.cursors) != 0) {
-        fprintf(stderr, "fuzz_wire: exec_cursors_new failed\n");
+    if (plan_cursors_new(600000, &fz_app.cursors) != 0) {
+        fprintf(stderr, "fuzz_wire: plan_cursors_new failed\n");
         exit(1);
     }
     if (rdel_open(fz_app.st, fz_app.shv, &ro, &fz_app.rdel, &err) != 0) fz_die("rdel_open", &err);

@@ -102,7 +102,7 @@ static int find_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     bson_t *f = J(o->json), *s = o->json2 ? J(o->json2) : NULL;
     query_t *q = NULL;
     sortspec_t *ss = NULL;
-    exec_query_t eq;
+    plan_query_t eq;
     plan_t p;
     int64_t *rids = NULL;
     size_t n = 0;
@@ -117,12 +117,12 @@ static int find_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     eq.filter = f;
     eq.q = q;
     eq.sort = ss;
-    if ((rc = exec_plan(t, c, &eq, &p, err)) != 0) goto out;
+    if ((rc = plan_choose(t, c, &eq, &p, err)) != 0) goto out;
     o->plan_kind = p.kind;
     snprintf(o->plan_ix, sizeof o->plan_ix, "%s", p.kind == PLAN_IXSCAN ? p.ix_name : "");
     o->blocking = p.blocking_sort;
     plan_free(&p);
-    if ((rc = exec_match_rowids(t, c, &eq, &rids, &n, err)) != 0) goto out;
+    if ((rc = plan_match_rowids(t, c, &eq, &rids, &n, err)) != 0) goto out;
     o->n = (int64_t)n;
     for (size_t i = 0; i < n && i < 64; i++) {
         bson_t doc;
@@ -202,7 +202,7 @@ static int update_delete_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     op_t *o = arg;
     store_coll_t *c = store_coll_get(t, o->ns);
     bson_t *nd = J("{\"_id\": 1, \"a\": [7, 8], \"b\": 1}");
-    exec_query_t eq;
+    plan_query_t eq;
     query_t *q = NULL;
     bson_t *f = J("{\"_id\": 1}");
     int64_t *rids = NULL;
@@ -212,7 +212,7 @@ static int update_delete_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     query_compile(f, &q, err);
     eq.filter = f;
     eq.q = q;
-    rc = exec_match_rowids(t, c, &eq, &rids, &n, err);
+    rc = plan_match_rowids(t, c, &eq, &rids, &n, err);
     if (rc == 0 && n == 1) {
         bson_t old;
         rc = store_get_by_rowid(t, c, rids[0], &old, err);
@@ -238,7 +238,7 @@ static int update_delete_fn(store_txn_t *t, void *arg, ms_error_t *err) {
 static int delete_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     op_t *o = arg;
     store_coll_t *c = store_coll_get(t, o->ns);
-    exec_query_t eq;
+    plan_query_t eq;
     query_t *q = NULL;
     bson_t *f = J(o->json);
     int64_t *rids = NULL;
@@ -248,7 +248,7 @@ static int delete_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     query_compile(f, &q, err);
     eq.filter = f;
     eq.q = q;
-    rc = exec_match_rowids(t, c, &eq, &rids, &n, err);
+    rc = plan_match_rowids(t, c, &eq, &rids, &n, err);
     for (size_t i = 0; rc == 0 && i < n; i++) {
         bson_t old;
         rc = store_get_by_rowid(t, c, rids[i], &old, err);
@@ -783,7 +783,7 @@ static int64_t first_batch(store_t *st, curs_reg_t *cs, const char *ns, int *n) 
     memset(&fa, 0, sizeof fa);
     fa.ns = ns;
     fa.batch_size = -1;
-    CHECK_INT(exec_find(st, cs, &fa, &reply, &e), 0);
+    CHECK_INT(plan_find(st, cs, &fa, &reply, &e), 0);
     *n = batch_len(&reply, "firstBatch", &id);
     bson_destroy(&reply);
     return id;
@@ -793,7 +793,7 @@ static int next_batch(store_t *st, curs_reg_t *cs, const char *ns, int64_t id, i
                       int64_t *next_id) {
     bson_t reply = BSON_INITIALIZER;
     ms_error_t e;
-    int rc = exec_get_more(st, cs, id, ns, -1, &reply, &e);
+    int rc = plan_get_more(st, cs, id, ns, -1, &reply, &e);
     *n = rc == 0 ? batch_len(&reply, "nextBatch", next_id) : 0;
     bson_destroy(&reply);
     return rc;
@@ -808,7 +808,7 @@ static void test_batch_bytes(void) {
     ms_error_t e;
     int n = 0;
     int64_t id, id2 = -1;
-    CHECK_INT(exec_cursors_new(60000, &cs), 0);
+    CHECK_INT(plan_cursors_new(60000, &cs), 0);
     CHECK_INT(store_write(st, big_insert_fn, &six, &e), 0);
     CHECK_INT(store_write(st, big_insert_fn, &huge, &e), 0);
     /* 6 MB documents: 2 per batch (a third would pass 16 MB), 2, then the last one. */
@@ -844,13 +844,13 @@ static void test_cursor_in_use(void) {
     int n = 0;
     int64_t id, id2 = -1;
     bson_t reply = BSON_INITIALIZER;
-    CHECK_INT(exec_cursors_new(60000, &cs), 0);
+    CHECK_INT(plan_cursors_new(60000, &cs), 0);
     CHECK_INT(store_write(st, big_insert_fn, &small, &e), 0);
     id = first_batch(st, cs, "db.c", &n);
     CHECK_INT(n, 101);
     CHECK(id > 0);
     CHECK_INT(curs_pin(cs, id, NULL, &pinned, &e), 0);
-    CHECK_INT(exec_get_more(st, cs, id, "db.c", 10, &reply, &e), MS_ERR_CURSOR_IN_USE);
+    CHECK_INT(plan_get_more(st, cs, id, "db.c", 10, &reply, &e), MS_ERR_CURSOR_IN_USE);
     CHECK_INT(e.code, 143);
     CHECK_INT(curs_pin(cs, id, NULL, &pinned, &e), MS_ERR_CURSOR_IN_USE);
     curs_unpin(cs, pinned, false);
