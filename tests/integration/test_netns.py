@@ -10,10 +10,11 @@ own on one bridge, cuts made with iptables DROP rules inside the namespaces.
   - a real cluster (config server, 2 shards, router, each in its own namespace): the
     donor's _recvChunkStart is held at the recipient (hangBeforeRecvChunkStart) and the
     donor<->recipient link is cut; the donor gives up at its 20 s deadline and cannot
-    reach the recipient to abort; after the heal its recovery delivers the abort, and
-    only then the held start runs, as TCP delivers a request whose packets were still
-    retransmitting when the cut healed. No receive may stay in 'fail', no range-deletion
-    task may stay pending, the same move must then succeed.
+    reach the recipient to abort. The held start runs either after the heal, behind
+    the abort the donor's recovery then delivers (as TCP delivers a request whose
+    packets were still retransmitting when the cut healed), or during the cut. No
+    receive may stay in 'fail', no range-deletion task may stay pending, the same move
+    must then succeed.
 These bind to the namespaces' private addresses (10.231.X.0/24, existing only inside
 this run's namespaces and on its bridge), the one exception to "tests bind 127.0.0.1".
 Without root, `ip` or iptables each test prints SKIP and passes, as test_mongosh.py does.
@@ -302,10 +303,13 @@ def owner_of_upper(c):
     return [ch["shard"] for ch in chunks if ch["min"] != {"k": MINKEY}]
 
 
-@test
-def test_cut_during_recv_chunk_start_heals_after_donor_deadline(t):
-    if skip():
-        return
+def cut_around_recv_chunk_start(t, start_during_cut):
+    """The start is held at the recipient (hangBeforeRecvChunkStart), the donor<->recipient
+    link is cut, the donor gives up at its 20 s deadline and cannot reach the recipient
+    to abort (its recovery keeps the coordinator document). The held start runs during
+    the cut (start_during_cut: the receive begins and cannot reach the donor) or only
+    after the heal, once the recovery's abort got through (a start whose packets were
+    still retransmitting when the cut healed). Either way nothing may stay behind."""
     net = netns.Net(["cfg", "s0", "s1", "r0"])
     try:
         cfg, donor, recipient, r, c = net_cluster(t, net)
@@ -325,23 +329,31 @@ def test_cut_during_recv_chunk_start_heals_after_donor_deadline(t):
         fp_wait(rc_, "hangBeforeRecvChunkStart", n + 1)   # the start is at the recipient
         net.cut("s0", "s1")
         t_cut = time.monotonic()
+        if start_during_cut:
+            fp(rc_, "hangBeforeRecvChunkStart", "off")
+            wait_until(lambda: inprog(recipient), 10, "the receive started during the cut")
         th.join(90)
         gave_up = time.monotonic() - t_cut
         assert not th.is_alive() and res["r"].get("ok") == 0, res
         print("  the donor gave up %.1f s after the cut: %s" % (gave_up, res["r"].get("errmsg", "")[:160]),
               flush=True)
+        assert gave_up >= 19, "the donor gave up before its deadline: %.1f s" % gave_up
         # The cut kept the donor's abort from the recipient: its coordinator stays for
         # the recovery to finish.
         assert sdocs(donor, "migrationCoordinators"), "the abort crossed a cut link?"
+        if start_during_cut:
+            st = inprog(recipient)
+            assert st and st[0]["state"] in ("fail", "clone", "ready"), st
         net.heal("s0", "s1")
         t_heal = time.monotonic()
         wait_until(lambda: not sdocs(donor, "migrationCoordinators"), 60,
                    "the donor's recovery delivered the abort after the heal")
         print("  abort delivered %.1f s after the heal" % (time.monotonic() - t_heal), flush=True)
-        fp(rc_, "hangBeforeRecvChunkStart", "off")    # the late start runs now
+        if not start_during_cut:
+            fp(rc_, "hangBeforeRecvChunkStart", "off")    # the late start runs now
+            wait_until(lambda: "late migration start refused" in recipient.log_text()
+                       or "migration receive failed" in recipient.log_text(), 20, "the late start handled")
         rc_.close()
-        wait_until(lambda: "late migration start refused" in recipient.log_text()
-                   or "migration receive failed" in recipient.log_text(), 20, "the late start handled")
 
         def settled():
             return not inprog(recipient) and not sdocs(recipient, "rangeDeletions") \
@@ -360,6 +372,26 @@ def test_cut_during_recv_chunk_start_heals_after_donor_deadline(t):
         for p in reversed(t.procs):
             p.stop(5)
         net.close()
+
+
+@test
+def test_cut_start_arrives_after_heal(t):
+    """The start reaches the recipient only after the heal, behind the donor's abort:
+    it must be refused (the defect a real cut found: it used to start a receive nobody
+    would ever decide, stuck in 'fail' with a pending task)."""
+    if skip():
+        return
+    cut_around_recv_chunk_start(t, start_during_cut=False)
+
+
+@test
+def test_cut_start_runs_during_cut(t):
+    """The start runs at the recipient during the cut: its answer is lost, its clone
+    calls cannot reach the donor. The abort that gets through after the heal must free
+    the receive and make its task ready (deleted at once)."""
+    if skip():
+        return
+    cut_around_recv_chunk_start(t, start_during_cut=True)
 
 
 if __name__ == "__main__":
