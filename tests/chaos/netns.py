@@ -189,28 +189,23 @@ def cleanup_stale(prefix=PREFIX):
 
 
 def _used_subnets():
-    """The 10.231.X values some address or route of the root namespace touches."""
+    """The X of every 10.231.X.0/24 that an address or a route of the root namespace
+    (any table) falls in or covers. A route wider than the /16 (a 10.0.0.0/8 via some
+    gateway, a default route) does not count: our connected /24 is more specific and
+    wins for the driver, and nothing else on the host uses those addresses."""
     used = set()
-    texts = []
+    base = ipaddress.ip_network("10.231.0.0/16")
     for argv in (["ip", "-4", "-o", "addr", "show"], ["ip", "-4", "route", "show", "table", "all"]):
         rc, out, _ = _run(argv, check=False)
-        texts.append(out if rc == 0 else "")
-    base = ipaddress.ip_network("10.231.0.0/16")
-    for text in texts:
-        for tok in text.replace("/", " / ").split():
+        for tok in (out if rc == 0 else "").split():
             try:
-                a = ipaddress.ip_address(tok)
+                n = ipaddress.ip_network(tok, strict=False)   # "10.231.5.7", "10.231.4.0/22"
             except ValueError:
                 continue
-            if a in base:
-                used.add(int(a) >> 8 & 0xFF)
-        for tok in text.split():
-            try:
-                n = ipaddress.ip_network(tok, strict=False)
-            except ValueError:
-                continue
-            if n.prefixlen and n.overlaps(base) and n.prefixlen <= 16:
-                used.update(range(256))   # a wider route through 10.231/16: all taken
+            if n.prefixlen >= 16 and n.overlaps(base):
+                first = int(n.network_address) >> 8 & 0xFF
+                last = int(n.broadcast_address) >> 8 & 0xFF
+                used.update(range(first, last + 1))
     return used
 
 
