@@ -14,7 +14,11 @@ own on one bridge, cuts made with iptables DROP rules inside the namespaces.
     the abort the donor's recovery then delivers (as TCP delivers a request whose
     packets were still retransmitting when the cut healed), or during the cut. No
     receive may stay in 'fail', no range-deletion task may stay pending, the same move
-    must then succeed.
+    must then succeed;
+  - the same without a failpoint: the donor's start goes out on a pooled connection
+    as the link is cut, its call times out and closes the socket, and the kernel's
+    retransmission delivers the start about 2 s after the heal, behind the abort the
+    donor's recovery sends at once. It must be refused.
 These bind to the namespaces' private addresses (10.231.X.0/24, existing only inside
 this run's namespaces and on its bridge), the one exception to "tests bind 127.0.0.1".
 Without root, `ip` or iptables each test prints SKIP and passes, as test_mongosh.py does.
@@ -392,6 +396,61 @@ def test_cut_start_runs_during_cut(t):
     if skip():
         return
     cut_around_recv_chunk_start(t, start_during_cut=True)
+
+
+@test
+def test_cut_real_late_start_no_failpoint(t):
+    """No failpoint: the donor sends _recvChunkStart on a pooled connection just as the
+    link is cut. Its call times out at 20 s and closes the connection; the kernel keeps
+    retransmitting the queued request (an orphaned socket). The donor's abort cannot cross
+    the cut either. After the heal, the recovery's abort (a new connection, at once) and
+    the retransmitted start (at the next backoff step) both arrive at the recipient: the
+    start late, after the donor gave up. Whatever their order, nothing may stay behind."""
+    if skip():
+        return
+    net = netns.Net(["cfg", "s0", "s1", "r0"])
+    try:
+        cfg, donor, recipient, r, c = net_cluster(t, net)
+        c.ok({"split": NS, "middle": {"k": 300}, "$db": "admin"})
+        # A first move leaves an idle pooled connection from the donor to the recipient.
+        c.ok({"moveChunk": NS, "find": {"k": N - 1}, "to": "shard1", "$db": "admin"})
+        off = len(recipient.log_text())
+        net.cut("s0", "s1")
+        t_cut = time.monotonic()
+        res = c.cmd({"moveChunk": NS, "find": {"k": 250}, "to": "shard1", "$db": "admin"})
+        gave_up = time.monotonic() - t_cut
+        assert res.get("ok") == 0 and gave_up >= 19, (gave_up, res)
+        assert sdocs(donor, "migrationCoordinators"), "the abort crossed a cut link?"
+        assert "_recvChunkStart" not in recipient.log_text()[off:]
+        net.heal("s0", "s1")
+        t_heal = time.monotonic()
+
+        def late_start():
+            text = recipient.log_text()[off:]
+            if "late migration start refused" in text:
+                return "refused (the abort came first)"
+            if "migration receive" in text or "migration index sync" in text:
+                return "started a receive"
+            return None
+        wait_until(late_start, 60, "the retransmitted _recvChunkStart delivered after the heal")
+        print("  the donor gave up %.1f s after the cut; the late start arrived %.1f s after the heal: %s"
+              % (gave_up, time.monotonic() - t_heal, late_start()), flush=True)
+
+        def settled():
+            return not inprog(recipient) and not sdocs(recipient, "rangeDeletions") \
+                and not sdocs(donor, "migrationCoordinators")
+        try:
+            wait_until(settled, 15, "no receive left and no range-deletion task on the recipient")
+        except AssertionError:
+            raise AssertionError("after the heal: receives %s, tasks %s" % (
+                inprog(recipient), sdocs(recipient, "rangeDeletions")))
+        c.ok({"moveChunk": NS, "find": {"k": 250}, "to": "shard1", "$db": "admin"})
+        assert owner_of_upper(c) == ["shard1", "shard1"], owner_of_upper(c)
+        assert c.ok({"count": "c", "$db": DB, "query": {}})["n"] == N
+    finally:
+        for p in reversed(t.procs):
+            p.stop(5)
+        net.close()
 
 
 if __name__ == "__main__":
