@@ -71,7 +71,7 @@ _SUBNET_FIRST = 10               # the /24 is 10.231.X.0/24, X in [10, 250)
 _SUBNET_LAST = 250
 
 _live = []                       # every open Net, closed at exit or on SIGTERM
-_live_mu = threading.Lock()
+_live_mu = threading.RLock()   # re-entrant: the SIGTERM handler may run while it is held
 
 
 class NetError(RuntimeError):
@@ -418,7 +418,10 @@ def _bridge_nf_on():
         return False
 
 
-def _close_all():
+def close_all():
+    """Closes every open Net (what atexit and the SIGTERM handler call). A driver that
+    installs its own SIGTERM handler after importing this module should call it, or
+    leave through sys.exit so that atexit does."""
     with _live_mu:
         nets = list(_live)
     for n in nets:
@@ -428,18 +431,19 @@ def _close_all():
             sys.stderr.write("netns: %s\n" % e)
 
 
-atexit.register(_close_all)
+atexit.register(close_all)
 
 
 def _install_sigterm():
-    """On SIGTERM: close every Net, then run the handler that was there (or exit 143)."""
+    """On SIGTERM: close every Net, then run the handler that was there (exit 143 if it
+    was the default; stay if SIGTERM was ignored)."""
     prev = signal.getsignal(signal.SIGTERM)
 
     def on_term(sig, frame):
-        _close_all()
+        close_all()
         if callable(prev):
             prev(sig, frame)
-        else:
+        elif prev != signal.SIG_IGN:
             sys.exit(128 + sig)
     try:
         signal.signal(signal.SIGTERM, on_term)
