@@ -249,6 +249,27 @@ def test_cleanup_stale_removes_a_killed_run(t):
     assert not leftovers(live.run)
 
 
+@test
+def test_sigterm_closes(t):
+    """A driver stopped with SIGTERM removes its run (the handler netns installs)."""
+    if skip():
+        return
+    code = ("import sys, time; sys.path.insert(0, %r); import netns; n = netns.Net(['x']); "
+            "print(n.run, flush=True); time.sleep(30)" % os.path.join(os.path.dirname(HERE), "chaos"))
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        run = p.stdout.readline().strip()
+        assert run.startswith(netns.PREFIX) and leftovers(run), run
+        p.terminate()
+        assert p.wait(20) == 128 + 15
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(5)
+    assert not leftovers(run), leftovers(run)
+    assert not os.path.exists(os.path.join(netns.STATE_DIR, run))
+
+
 # ---- a real cluster, a real cut ----------------------------------------------------------
 
 DB = "app"
@@ -417,7 +438,9 @@ def test_cut_real_late_start_no_failpoint(t):
         off = len(recipient.log_text())
         net.cut("s0", "s1")
         t_cut = time.monotonic()
-        res = c.cmd({"moveChunk": NS, "find": {"k": 250}, "to": "shard1", "$db": "admin"})
+        mc = Client(r.url, timeout_ms=90000)   # the donor needs ~25 s to give up
+        res = mc.cmd({"moveChunk": NS, "find": {"k": 250}, "to": "shard1", "$db": "admin"})
+        mc.close()
         gave_up = time.monotonic() - t_cut
         assert res.get("ok") == 0 and gave_up >= 19, (gave_up, res)
         assert sdocs(donor, "migrationCoordinators"), "the abort crossed a cut link?"
