@@ -343,7 +343,10 @@ end_loop:
 #else
               abort_reply = true       /* answered once the thread stopped and the task is ready */
 #endif
-           :: else -> remembered_abort = true;                        /* mig_remember_abort */
+           :: else ->
+#ifndef BUG_ABORT_BEFORE_START
+              remembered_abort = true;                                   /* mig_remember_abort */
+#endif
               if :: rtask == T_PENDING -> rtask = T_READY :: else -> skip fi;
               REPLY(ABORT_ACK)
            fi }
