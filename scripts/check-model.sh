@@ -8,7 +8,7 @@
 #     --quick   up to 1 crash for the correct model (make test); the teeth are the same
 # Prints one line per check, then "N passed, N failed"; exits non-zero when one failed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 MODEL=docs/model/migration.pml
 OUT=build/model
 CRASH=2
