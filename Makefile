@@ -4,6 +4,7 @@
 #   make demo       start a local cluster and show it working
 #   make bench      measurements, printed and saved to bench-results.json
 #   make check-long long soak / chaos runs
+#   make check-model  spin checks the migration protocol's Promela model (docs/model/)
 #   make lint       cppcheck + shellcheck
 #   make SAN=address,undefined test   the same tests under sanitizers
 #   make fuzz [FUZZ_SECONDS=N]        libFuzzer on the wire decoder + dispatch (not in test)
@@ -163,6 +164,13 @@ integration: all $(CLIENT_BINS) | $(MONGOSH)
 
 check-long: all $(UNIT_BINS) $(CLIENT_BINS)
 	@$(RUN_ENV) LONG=1 bash tests/run.sh
+
+# The migration protocol's model (docs/model/README.md), up to 2 crashes; make test runs
+# the same checks with at most 1 crash (tests/integration/test_model.py).
+.PHONY: check-model
+check-model: | $(DEPS_OK)
+	@command -v spin >/dev/null || bash scripts/deps.sh
+	@bash scripts/check-model.sh
 
 bench: all $(BENCH_BINS) $(BUILD)/b/raw_pipe $(CLIENT_BINS)
 	@$(RUN_ENV) python3 tests/bench/run.py

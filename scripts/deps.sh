@@ -16,6 +16,8 @@ MONGOSH_BIN=$MONGOSH_DIR/node_modules/.bin/mongosh
 # python3-pymongo and libmongoc-dev: real drivers over the wire protocol
 # (tests/integration/test_wire.py, test_pymongo.py, test_mongoc.py; tests/bench/bench_wire.py).
 pkgs=(libnng-dev libbson-dev libsqlite3-dev pkg-config build-essential python3 python3-pymongo libmongoc-dev)
+pkgs+=(spin)      # the model checker: make check-model and test_model.py (docs/model/)
+pkgs+=(iptables)  # the chaos soak cuts and delays links between daemons with it
 # chromium (default set only, and a failure to install it is a warning): test_webview.py
 # loads the config server's web view in a real headless browser, checks its DOM and takes
 # a screenshot; without it that part says it skipped and the endpoint checks still run.
