@@ -164,6 +164,12 @@ integration: all $(CLIENT_BINS) | $(MONGOSH)
 check-long: all $(UNIT_BINS) $(CLIENT_BINS)
 	@$(RUN_ENV) LONG=1 bash tests/run.sh
 
+# The seeded chaos soak (tests/chaos/soak.py; docs/testing-with-faults.md):
+#   make chaos SECONDS=N SEED=S [NET=auto|on|off]   (SEED unset: a fresh one, printed)
+.PHONY: chaos
+chaos: all
+	@$(RUN_ENV) python3 tests/chaos/soak.py --seconds $(or $(SECONDS),120) $(if $(SEED),--seed $(SEED)) --net $(or $(NET),auto)
+
 bench: all $(BENCH_BINS) $(BUILD)/b/raw_pipe $(CLIENT_BINS)
 	@$(RUN_ENV) python3 tests/bench/run.py
 

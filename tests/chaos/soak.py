@@ -65,6 +65,7 @@ CONFIG_FLAGS = ["--balancer-idle-ms", "300", "--balancer-throttle-ms", "100",
                 "--defrag-throttle-ms", "200"]
 QUIET_WAIT_S = 120       # bound on the wait for quiet at the end
 ORPHAN_WAIT_S = 60       # bound on orphans reaching zero once quiet
+HARD_EXTRA_S = 480       # the soak's hard deadline: SECONDS plus this (start, heal, final checks)
 
 # Failpoints at migration and commit steps (docs/protocol.md's failpoint tables): process
 # kind, name, actions that make sense there.
@@ -960,6 +961,17 @@ def run(seed, seconds, shards=3, net_mode="auto", keep=False):
     """Runs one soak; returns True when no anomaly was found."""
     s = Soak(seed, seconds, shards, net_mode)
     ok = False
+
+    def hard_stop():
+        # the whole soak is bounded: workload, healing and every final wait fit well inside
+        say("SOAK FAILED: seed %d: hard deadline of %ds passed (hung?)" % (seed, seconds + HARD_EXTRA_S))
+        say("fault trail:\n  " + "\n  ".join(s.events[-40:]))
+        s.close(keep=True)
+        say("  logs kept in %s" % s.dir)
+        os._exit(3)
+    timer = threading.Timer(seconds + HARD_EXTRA_S, hard_stop)
+    timer.daemon = True
+    timer.start()
     try:
         s.run()
         ok = s.report()
@@ -969,6 +981,7 @@ def run(seed, seconds, shards=3, net_mode="auto", keep=False):
         say("SOAK FAILED: seed %d: the soak itself failed: %s" % (seed, e))
         ok = False
     finally:
+        timer.cancel()
         s.close(keep=keep or (not ok))
         if not ok:
             say("  logs kept in %s" % s.dir)
