@@ -197,7 +197,6 @@ class Soak:
         self.n_shards = shards
         self.dir = tempfile.mkdtemp(prefix="ms-chaos-%d-" % seed)
         self.procs = {}            # name -> Proc
-        self.expected_down = set() # names the fault thread stopped or killed on purpose (guarded by plock)
         self.plock = threading.Lock()
         self.net = None
         self.stop_ev = threading.Event()
@@ -600,71 +599,87 @@ class Soak:
             th.join(60)
 
     def _fault(self, n, kind, a):
-        names = sorted({a[k] for k in ("proc", "a", "b") if k in a})
-        locks = [self.fault_locks[x] for x in names]
-        taken = []
         try:
-            for lk in locks:
-                while not lk.acquire(timeout=0.2):
-                    if self.stop_ev.is_set():
-                        return
-                taken.append(lk)
-            if self.stop_ev.is_set():
-                return
             self.event("fault#%d %s" % (n, describe(kind, a)))
             with self.plock:
                 self.faults_injected += 1
             self.inject(kind, a)
         except Exception as e:   # noqa: BLE001 — a fault that could not be applied is logged, not fatal
             self.event("fault#%d could not be applied: %s" % (n, e))
-        finally:
-            for lk in taken:
-                lk.release()
+
+    def _hold(self, lk):
+        """Takes lk, waiting as long as it takes unless the run ends first (then False)."""
+        while not lk.acquire(timeout=0.2):
+            if self.stop_ev.is_set():
+                return False
+        return True
 
     def inject(self, kind, a):
-        if kind == "kill":
+        """Applies one fault. Who may start or signal a process: whoever holds its
+        proc_locks entry — a kill or a pause for its whole length (so faults of those kinds
+        on one process run one after another), a failpoint only while it sets it and turns
+        it off, watch() while it restarts one that died. Cuts of one pair wait for each other
+        (pair_locks)."""
+        if kind in ("kill", "stop"):
             p = self.procs[a["proc"]]
-            with self.plock:
-                self.expected_down.add(p.name)
-            p.kill()
-            self._sleep(a["down_s"])
-            self._restart(p)
-        elif kind == "stop":
-            p = self.procs[a["proc"]]
-            with self.plock:
-                self.expected_down.add(p.name)
-            if p.alive():
-                os.kill(p.pid, signal.SIGSTOP)
+            lk = self.proc_locks[p.name]
+            if not self._hold(lk):
+                return
             try:
-                self._sleep(a["pause_s"])
-            finally:
+                if kind == "kill":
+                    p.kill()
+                    self._sleep(a["down_s"])
+                    self._restart(p)
+                    return
                 if p.alive():
-                    os.kill(p.pid, signal.SIGCONT)
-                with self.plock:
-                    self.expected_down.discard(p.name)
+                    os.kill(p.pid, signal.SIGSTOP)
+                try:
+                    self._sleep(a["pause_s"])
+                finally:
+                    if p.alive():
+                        os.kill(p.pid, signal.SIGCONT)
+            finally:
+                lk.release()
         elif kind == "failpoint":
             p = self.procs[a["proc"]]
-            c = Client(p.url, 5000)
+            lk = self.proc_locks[p.name]
+            if not self._hold(lk):
+                return
             try:
-                data = {"action": a["action"]}
-                r = c.cmd({"configureFailPoint": a["point"], "$db": "admin", "mode": {"times": 1}, "data": data})
-                if r.get("ok") != 1:
-                    self.event("  failpoint not set: %s" % json.dumps(r)[:200])
-                    return
-                self._sleep(a["hold_s"])
-                if p.alive():
-                    c2 = Client(p.url, 5000)
-                    c2.cmd({"configureFailPoint": a["point"], "$db": "admin", "mode": "off"})
-                    c2.close()
-            finally:
+                c = Client(p.url, 5000)
+                r = c.cmd({"configureFailPoint": a["point"], "$db": "admin", "mode": {"times": 1},
+                           "data": {"action": a["action"]}})
                 c.close()
-        else:
-            self.net.cut(a["a"], a["b"], both=a["both"])
-            try:
-                self._sleep(a["heal_s"])
             finally:
-                self.net.heal(a["a"], a["b"])
-                self.event("  healed %s %s" % (a["a"], a["b"]))
+                lk.release()
+            if r.get("ok") != 1:
+                self.event("  failpoint not set: %s" % json.dumps(r)[:200])
+                return
+            self._sleep(a["hold_s"])
+            # off (a process restarted meanwhile has it off already); at the end of the run
+            # every process is restarted anyway
+            if not self._hold(lk):
+                return
+            try:
+                if p.alive():
+                    c = Client(p.url, 5000)
+                    c.cmd({"configureFailPoint": a["point"], "$db": "admin", "mode": "off"})
+                    c.close()
+            finally:
+                lk.release()
+        else:
+            lk = self.pair_locks.setdefault(tuple(sorted((a["a"], a["b"]))), threading.Lock())
+            if not self._hold(lk):
+                return
+            try:
+                self.net.cut(a["a"], a["b"], both=a["both"])
+                try:
+                    self._sleep(a["heal_s"])
+                finally:
+                    self.net.heal(a["a"], a["b"])
+                    self.event("  healed %s %s" % (a["a"], a["b"]))
+            finally:
+                lk.release()
 
     def _sleep(self, s):
         """Sleeps s seconds, cut short at the end of the run."""
@@ -682,25 +697,27 @@ class Soak:
                 time.sleep(1)
         else:
             self.hist.anomaly("%s does not restart" % p.name, [p.name])
-        with self.plock:
-            self.expected_down.discard(p.name)
 
     def watch(self):
-        """Restarts any process that died without being killed on purpose: a crash failpoint
-        (its log says `failpoint crash`) is expected; any other death is an anomaly."""
+        """Restarts any process that died while no fault held it: a crash failpoint (its log
+        says `failpoint crash`) is expected; any other death (an assertion, a segfault) is an
+        anomaly. A process a kill or a pause holds is skipped (proc_locks)."""
         for p in list(self.procs.values()):
-            with self.plock:
-                if p.name in self.expected_down:
-                    continue
-            if p.alive() or p.proc is None:
+            lk = self.proc_locks[p.name]
+            if not lk.acquire(blocking=False):
                 continue
-            rc = p.proc.returncode
-            crash_fp = any("failpoint crash" in ln for ln in p.log_text().splitlines()[-5:])
-            if not crash_fp:
-                self.hist.anomaly("%s died on its own (exit %s)" % (p.name, rc), [p.name])
-            self.event("  %s died (exit %s%s), restarting" % (p.name, rc, ", failpoint crash" if crash_fp else ""))
-            p.log.close()
-            self._restart(p)
+            try:
+                if p.alive() or p.proc is None:
+                    continue
+                rc = p.proc.returncode
+                crash_fp = any("failpoint crash" in ln for ln in p.log_text().splitlines()[-5:])
+                if not crash_fp:
+                    self.hist.anomaly("%s died on its own (exit %s)" % (p.name, rc), [p.name])
+                self.event("  %s died (exit %s%s), restarting" % (p.name, rc, ", failpoint crash" if crash_fp else ""))
+                p.log.close()
+                self._restart(p)
+            finally:
+                lk.release()
 
     # ---- the run ----
 
@@ -711,7 +728,8 @@ class Soak:
             % (self.seed, self.seconds, self.n_shards, mode))
         say("  rerun: make chaos SECONDS=%d SEED=%d   (logs: %s)" % (self.seconds, self.seed, self.dir))
         self.start_cluster()
-        self.fault_locks = {n: threading.Lock() for n in self.procs}
+        self.proc_locks = {n: threading.Lock() for n in self.procs}   # see inject()
+        self.pair_locks = {}
         names = {"config": ["config"], "shard": self.shards + [self.spare], "router": ["r0", "r1"]}
         schedule = draw_schedule(self.seed, self.seconds, names, self.net_on)
         say("  fault schedule: %d faults drawn from the seed" % len(schedule))
@@ -748,8 +766,6 @@ class Soak:
         for p in self.procs.values():
             if p.alive():
                 os.kill(p.pid, signal.SIGCONT)
-        with self.plock:
-            self.expected_down.clear()
         for p in self.procs.values():
             p.kill()
             self._restart(p)
