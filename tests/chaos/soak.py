@@ -872,7 +872,7 @@ class Soak:
         if len(full) != 1 or full[0] not in self.mp_names or any(got[n] for n in ("u", "v") if n != full[0]):
             h.anomaly("mp.u/mp.v after movePrimary and renames: u has %d, v has %d documents; "
                       "expected all %d in %s" % (len(got["u"]), len(got["v"]), N_MP, " or ".join(sorted(self.mp_names))),
-                      ["mp."])
+                      ["cleanup failed", "movePrimary", "mp."])
 
         # metadata: consistency with indexes, chunks tiling the key space
         r = c.cmd({"checkMetadataConsistency": 1, "$db": "admin", "checkIndexes": True})
@@ -920,30 +920,34 @@ class Soak:
         return False
 
     def log_context(self, a, around=20, max_procs=3):
-        """±around lines of the process logs around the last line naming one of the
-        anomaly's keys (or the last lines of each log when none names it)."""
+        """±around lines of the process logs around the last line naming each of the
+        anomaly's keys (a process named by a key: its last lines), at most max_procs logs."""
         shown = 0
         for p in self.procs.values():
             try:
                 lines = p.log_text().splitlines()
             except OSError:
                 continue
-            hit = None
+            hits = set()
             for key in a.keys:
-                if not key:
-                    continue
-                for i in range(len(lines) - 1, -1, -1):
-                    if key in lines[i]:
-                        hit = i if hit is None else max(hit, i)
-                        break
-            if hit is None and any(k == p.name for k in a.keys):
-                hit = len(lines) - 1
-            if hit is None:
+                if key == p.name:
+                    hits.add(len(lines) - 1)
+                elif key:
+                    for i in range(len(lines) - 1, -1, -1):
+                        if key in lines[i]:
+                            hits.add(i)
+                            break
+            if not hits:
                 continue
-            lo, hi = max(0, hit - around), min(len(lines), hit + around + 1)
-            say("  --- %s.log lines %d-%d ---" % (p.name, lo + 1, hi))
-            for ln in lines[lo:hi]:
-                say("  " + ln[:300])
+            last = -1
+            for hit in sorted(hits):
+                lo, hi = max(0, hit - around, last + 1), min(len(lines), hit + around + 1)
+                if lo >= hi:
+                    continue
+                say("  --- %s.log lines %d-%d ---" % (p.name, lo + 1, hi))
+                for ln in lines[lo:hi]:
+                    say("  " + ln[:300])
+                last = hi - 1
             shown += 1
             if shown >= max_procs:
                 break
