@@ -122,5 +122,21 @@ def test_tiles(t):
     assert tiles([]) is not None
 
 
+@test
+def test_schedule_is_a_function_of_the_seed(t):
+    import soak
+    names = {"config": ["config"], "shard": ["shard0", "shard1", "shard2", "shard3"], "router": ["r0", "r1"]}
+    a = soak.draw_schedule(7, 120, names, net=True)
+    assert a == soak.draw_schedule(7, 120, names, net=True)
+    assert a != soak.draw_schedule(8, 120, names, net=True)
+    assert len(a) >= 15 and all(0 < x[0] < 120 for x in a)
+    kinds = {x[1] for x in a}
+    assert kinds == {"kill", "stop", "failpoint", "cut"}, kinds
+    assert "cut" not in {x[1] for x in soak.draw_schedule(7, 120, names, net=False)}
+    # some hangs and cuts outlast the donor's 20 s deadline
+    long_ones = [x for x in a if x[2].get("hold_s", 0) > 20 or x[2].get("heal_s", 0) > 20]
+    assert long_ones, a
+
+
 if __name__ == "__main__":
     main()
