@@ -205,6 +205,8 @@ class Soak:
         self.restarts = 0
         self.admin_counts = {}
         self.spare_state = "out"   # spare shard: out | in | draining
+        self.index_last = {}       # index name -> (its last createIndexes / dropIndexes, acknowledged?)
+        self.index_reruns = 0
         self.t0 = None
         self.hist = None
         if net_mode != "off" and netns is not None and netns.Net.available():
@@ -553,11 +555,16 @@ class Soak:
             return r
         if op == "defrag":
             return c.cmd(adm({"configureCollectionBalancing": ns, "defragmentCollection": pick < 0.7}))
-        if op == "createIndexes":
+        if op in ("createIndexes", "dropIndexes"):
             spec = rng_index(pick)
-            return c.cmd({"createIndexes": "docs", "$db": DB, "indexes": [spec]})
-        if op == "dropIndexes":
-            return c.cmd({"dropIndexes": "docs", "$db": DB, "index": rng_index(pick)["name"]})
+            cmd = ({"createIndexes": "docs", "$db": DB, "indexes": [spec]} if op == "createIndexes"
+                   else {"dropIndexes": "docs", "$db": DB, "index": spec["name"]})
+            r = c.cmd(cmd)
+            # an index command that failed promises nothing about the shards it reached
+            # (MongoDB: inconsistent indexes; run it again) — final_checks reruns it
+            done = r.get("ok") == 1 or (op == "dropIndexes" and r.get("code") == 27)
+            self.index_last[spec["name"]] = (cmd, done)
+            return r
         if op == "scratch":    # drop and re-create a sharded collection with documents
             c.cmd({"drop": "scratch", "$db": DB})
             c.cmd(adm({"shardCollection": DB + ".scratch", "key": {"k": 1}}))
@@ -873,6 +880,24 @@ class Soak:
             h.anomaly("mp.u/mp.v after movePrimary and renames: u has %d, v has %d documents; "
                       "expected all %d in %s" % (len(got["u"]), len(got["v"]), N_MP, " or ".join(sorted(self.mp_names))),
                       ["cleanup failed", "movePrimary", "mp."])
+
+        # Index commands whose last attempt failed are run again until they succeed, as
+        # MongoDB tells a user to do with the inconsistent indexes a failed createIndexes /
+        # dropIndexes can leave; an index whose last command was acknowledged is not touched.
+        for name, (cmd, done) in sorted(self.index_last.items()):
+            if done:
+                continue
+            self.index_reruns += 1
+            for _ in range(5):
+                r = c.cmd(cmd)
+                if r.get("ok") == 1 or (r.get("code") == 27 and "dropIndexes" in cmd):
+                    break
+                time.sleep(1)
+            else:
+                h.anomaly("%s of %s failed 5 times once quiet: %s" % (next(iter(cmd)), name, json.dumps(r)[:300]),
+                          [name])
+        say("t=%.1f %d index commands that had failed run again (acknowledged ones left alone)" % (
+            self.t(), self.index_reruns))
 
         # metadata: consistency with indexes, chunks tiling the key space
         r = c.cmd({"checkMetadataConsistency": 1, "$db": "admin", "checkIndexes": True})
