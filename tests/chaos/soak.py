@@ -259,6 +259,9 @@ class Soak:
     def wclient(self, name):
         return SafeClient(self.procs[name].url, CLIENT_TIMEOUT_MS)
 
+    def rerun(self):
+        return "make chaos SECONDS=%d SEED=%d NET=%s" % (self.seconds, self.seed, "on" if self.net_on else "off")
+
     def t(self):
         return time.monotonic() - self.t0
 
@@ -733,7 +736,7 @@ class Soak:
             "" if netns is not None else ": tests/chaos/netns.py absent")
         say("chaos soak: seed %d, %ds, %d shards + 1 spare, 2 routers (r1 stale on purpose), mode: %s"
             % (self.seed, self.seconds, self.n_shards, mode))
-        say("  rerun: make chaos SECONDS=%d SEED=%d   (logs: %s)" % (self.seconds, self.seed, self.dir))
+        say("  rerun: %s   (logs: %s)" % (self.rerun(), self.dir))
         self.start_cluster()
         self.proc_locks = {n: threading.Lock() for n in self.procs}   # see inject()
         self.pair_locks = {}
@@ -936,8 +939,7 @@ class Soak:
         if not h.anomalies:
             say("soak passed: no anomaly (seed %d)" % self.seed)
             return True
-        say("SOAK FAILED: seed %d, %d anomalies (rerun: make chaos SECONDS=%d SEED=%d)" % (
-            self.seed, len(h.anomalies), self.seconds, self.seed))
+        say("SOAK FAILED: seed %d, %d anomalies (rerun: %s)" % (self.seed, len(h.anomalies), self.rerun()))
         for a in h.anomalies[:20]:
             say("ANOMALY %s" % a)
             self.log_context(a)
