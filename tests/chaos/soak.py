@@ -208,7 +208,8 @@ class Soak:
         self.spare_state = "out"   # spare shard: out | in | draining
         self.index_last = {}       # index name -> (its last createIndexes / dropIndexes, acknowledged?)
         self.index_reruns = 0
-        self.drop_pending = False  # the last drop of app.scratch failed
+        self.drop_pending = False  # the last drop (or shardCollection) of app.scratch failed
+        self.shardcoll_failed = [] # shardCollection commands of new collections that failed
         self.t0 = None
         self.hist = None
         if net_mode != "off" and netns is not None and netns.Net.available():
@@ -576,7 +577,9 @@ class Soak:
             # catalog, dropped on some shards; minishard finishes it on a retry (docs/
             # testing-with-faults.md) — final_checks retries it if no later drop succeeded
             self.drop_pending = not (r.get("ok") == 1 or r.get("code") == 26)
-            c.cmd(adm({"shardCollection": DB + ".scratch", "key": {"k": 1}}))
+            r = c.cmd(adm({"shardCollection": DB + ".scratch", "key": {"k": 1}}))
+            if r.get("ok") != 1:     # part-way: shards may hold it, the catalog not (drop cleans both)
+                self.drop_pending = True
             return c.cmd({"insert": "scratch", "$db": DB, "documents": [{"_id": j, "k": j * 100} for j in range(20)]})
         if op == "rename":
             frm = self.mp_acked
@@ -588,8 +591,14 @@ class Soak:
             elif r.get("code") not in (26,):   # NamespaceNotFound is definite; other errors are not
                 self.mp_names = self.mp_names | {dst}
             return r
-        # shardCollection of a new collection
-        return c.cmd(adm({"shardCollection": "%s.new%d" % (DB, scratch_n), "key": {"k": "hashed" if pick < 0.5 else 1}}))
+        # shardCollection of a new collection; one that failed part-way (the shards got it,
+        # the catalog commit did not happen) is run again before the final check, as its
+        # retry finishes it (docs/protocol.md, shardCollectionBeforeCatalogCommit)
+        cmd = adm({"shardCollection": "%s.new%d" % (DB, scratch_n), "key": {"k": "hashed" if pick < 0.5 else 1}})
+        r = c.cmd(cmd)
+        if r.get("ok") != 1:
+            self.shardcoll_failed.append(cmd)
+        return r
 
     # ---- faults ----
 
@@ -913,8 +922,18 @@ class Soak:
                 time.sleep(1)
             else:
                 h.anomaly("drop of app.scratch failed 5 times once quiet: %s" % json.dumps(r)[:300], ["app.scratch"])
-        say("t=%.1f %d index commands that had failed run again, %s (acknowledged ones left alone)" % (
-            self.t(), self.index_reruns, "and a failed drop" if self.drop_pending else "no failed drop"))
+        for cmd in self.shardcoll_failed:
+            for _ in range(5):
+                r = c.cmd(cmd)
+                if r.get("ok") == 1:
+                    break
+                time.sleep(1)
+            else:
+                h.anomaly("%s failed 5 times once quiet: %s" % (json.dumps(cmd), json.dumps(r)[:300]),
+                          [cmd["shardCollection"]])
+        say("t=%.1f failed DDL run again: %d index commands, %d shardCollection, %s (acknowledged ones left alone)"
+            % (self.t(), self.index_reruns, len(self.shardcoll_failed),
+               "a drop" if self.drop_pending else "no drop"))
 
         # metadata: consistency with indexes, chunks tiling the key space
         r = c.cmd({"checkMetadataConsistency": 1, "$db": "admin", "checkIndexes": True})
