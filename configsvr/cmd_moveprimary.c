@@ -17,7 +17,9 @@
  * StaleDbVersion, so the router retries them on the new primary; the clone sees a
  * frozen database and no acknowledged write is lost. Every error path leaves the section
  * and, before the switch, drops what it copied to the new primary (the collection whose
- * copy failed included): the old primary keeps the database, whole.
+ * copy failed included): the old primary keeps the database, whole. Before the clone, the
+ * new primary's own unsharded collections of the database — copies an earlier movePrimary
+ * failed to clean up there — are dropped (drop_leftovers).
  */
 #include <stdio.h>
 #include <string.h>
@@ -233,6 +235,64 @@ static void drop_copy(cfg_t *cfg, const char *to, const char *db, const char *co
     bson_destroy(&cmd);
 }
 
+/* Drops every unsharded collection of db that shard `to` (about to become the primary)
+ * holds before anything is copied to it. Unsharded collections live on the primary only, so
+ * whatever `to` holds is a leftover copy of an earlier movePrimary whose step (3) cleanup
+ * failed on it (the shard was down then) — invisible while `to` is not the primary, but
+ * once it is, a leftover the current primary no longer has (renamed or dropped since)
+ * would come back to life beside the copies. clone_coll replaces the collections it
+ * copies; this removes the others. Sharded collections (sharded[]) are not touched. */
+static int drop_leftovers(cfg_t *cfg, const char *to, const char *db, char **sharded,
+                          int nsharded, ms_error_t *err) {
+    bson_t cmd = BSON_INITIALIZER, rep, batch;
+    bson_iter_t ci;
+    int64_t cid = 0;
+    int rc;
+    BSON_APPEND_INT32(&cmd, "listCollections", 1);
+    BSON_APPEND_UTF8(&cmd, "$db", db);
+    rc = cfg_shard_command(cfg, to, &cmd, CFG_SHARD_CMD_TIMEOUT_MS, &rep, err);
+    bson_destroy(&cmd);
+    if (rc) return rc;
+    if (!reply_batch(&rep, &batch, &cid) || cid != 0) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "movePrimary: listCollections of %s on %s: "
+                     "expected one batch", db, to);
+        goto out;
+    }
+    if (!bson_iter_init(&ci, &batch)) goto out;
+    while (rc == 0 && bson_iter_next(&ci)) {
+        bson_t entry, d, drep;
+        bson_iter_t f;
+        uint32_t len;
+        const uint8_t *data;
+        const char *name = NULL;
+        char ns[MS_NS_BYTES_MAX + 1];
+        bool is_sharded = false;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&ci)) continue;
+        bson_iter_document(&ci, &len, &data);
+        if (!bson_init_static(&entry, data, len)) continue;
+        if (bson_iter_init_find(&f, &entry, "name") && BSON_ITER_HOLDS_UTF8(&f))
+            name = bson_iter_utf8(&f, NULL);
+        if (!name || !strncmp(name, "system.", 7)) continue;
+        snprintf(ns, sizeof ns, "%s.%s", db, name);
+        for (int i = 0; i < nsharded; i++)
+            if (!strcmp(sharded[i], ns)) is_sharded = true;
+        if (is_sharded) continue;
+        bson_init(&d);
+        BSON_APPEND_UTF8(&d, "drop", name);
+        BSON_APPEND_UTF8(&d, "$db", db);
+        rc = cfg_shard_command(cfg, to, &d, CFG_SHARD_CMD_TIMEOUT_MS, &drep, err);
+        bson_destroy(&d);
+        if (rc == 0) bson_destroy(&drep);
+        else if (rc == MS_ERR_NAMESPACE_NOT_FOUND) rc = 0;
+        if (rc == 0)
+            log_info("movePrimary leftover dropped db=%s coll=%s shard=%s", log_str(db),
+                     log_str(name), log_str(to));
+    }
+out:
+    bson_destroy(&rep);
+    return rc;
+}
+
 /* Enters or leaves the database critical section on shard. */
 static int db_crit(cfg_t *cfg, const char *shard, const char *db, bool enter, ms_error_t *err) {
     bson_t cmd = BSON_INITIALIZER, rep;
@@ -299,6 +359,7 @@ int cfg_cmd_move_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
      * freeze the database on the old primary, before listing its collections (entered
      * after the listing, a collection an insert creates meanwhile would not be copied). */
     if ((rc = db_crit(cfg, to, db, false, err)) != 0) goto out;
+    if ((rc = drop_leftovers(cfg, to, db, sharded, nsharded, err)) != 0) goto out;
     if ((rc = db_crit(cfg, from, db, true, err)) != 0) goto out;
     in_crit = true;
 

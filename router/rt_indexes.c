@@ -100,6 +100,7 @@ static void add_req(idx_op_t *o, rt_req_t *reqs, int *n, const char *name, const
                     int idx, const rt_db_version_t *dbv, bool optional) {
     rt_req_t *q = &reqs[*n];
     memset(q, 0, sizeof *q);
+    q->rc = -1;   /* not sent: no reply to destroy if the build fails after this (rt_req_clear) */
     snprintf(q->shard, sizeof q->shard, "%s", name);
     bson_init(&q->cmd);
     rt_copy_cmd(&q->cmd, o->ctx->req, NULL);

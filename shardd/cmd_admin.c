@@ -854,6 +854,7 @@ void shardd_status(void *arg, bson_t *reply) {
         BSON_APPEND_UTF8(&d, "shardName", name);
         BSON_APPEND_UTF8(&d, "configsvr", url);
         shv_append_status(app->shv, &d);
+        shv_crit_append_status(app->shv, &d);
         bson_append_document_end(reply, &d);
     }
     rdel_append_status(app->rdel, reply);

@@ -20,6 +20,7 @@
  * database) entries under one mutex, with one condition variable every leave broadcasts on.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -68,6 +69,30 @@ static crit_t *crit_find_kind(const shv_t *s, const char *ns, bool db) {
 
 static crit_t *crit_find(const shv_t *s, const char *ns) {
     return crit_find_kind(s, ns, false);
+}
+
+/* serverStatus.sharding.criticalSections: every section this shard holds now (a
+ * migration's of a collection, movePrimary's of a database), so a test or an operator can
+ * see one left held (the chaos soak's final check: none once the cluster is quiet). */
+void shv_crit_append_status(shv_t *s, bson_t *reply) {
+    bson_t arr, d;
+    char key[16];
+    uint32_t i = 0;
+    long long now = mono_ms();
+    pthread_mutex_lock(&crit_mu);
+    BSON_APPEND_ARRAY_BEGIN(reply, "criticalSections", &arr);
+    for (crit_t *c = crits; c; c = c->next) {
+        if (c->s != s) continue;
+        snprintf(key, sizeof key, "%u", i++);
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, key, &d);
+        BSON_APPEND_UTF8(&d, c->db ? "db" : "ns", c->ns);
+        BSON_APPEND_BOOL(&d, "blockReads", c->reads);
+        BSON_APPEND_UTF8(&d, "owner", c->owner);
+        BSON_APPEND_INT64(&d, "heldMs", now - c->since_ms);
+        bson_append_document_end(&arr, &d);
+    }
+    bson_append_array_end(reply, &arr);
+    pthread_mutex_unlock(&crit_mu);
 }
 
 static int fence_fn(store_txn_t *t, void *arg, ms_error_t *err) {

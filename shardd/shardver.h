@@ -117,6 +117,8 @@ void shv_crit_leave_as(shv_t *s, const char *ns, const char *owner);
 void shv_crit_block_reads(shv_t *s, const char *ns);  /* commit phase: versioned reads wait too */
 void shv_crit_leave(shv_t *s, const char *ns);        /* wakes every waiter; not held: no-op */
 bool shv_crit_held(shv_t *s, const char *ns);
+/* Appends criticalSections: [{ns | db, blockReads, owner, heldMs}] (serverStatus). */
+void shv_crit_append_status(shv_t *s, bson_t *reply);
 /* Called by every write inside its store_write callback (under the writer lock): 0 (also
  * for a request without shardVersion), or StaleConfig (13388) with err_info {ns,
  * vReceived, shardId, criticalSection: true} (vWanted absent, as MongoDB while the section

@@ -67,7 +67,8 @@ if [ "$mode" != unit ]; then
     if [ "${LONG:-0}" = 1 ]; then
         for t in tests/integration/long_*.py; do
             [ -f "$t" ] || continue
-            run_suite "$(basename "$t" .py)" python3 "$t"
+            # long suites run for up to 30 minutes (long_chaos.py): a bound of their own
+            SUITE_TIMEOUT_S=${LONG_SUITE_TIMEOUT_S:-2700} run_suite "$(basename "$t" .py)" python3 "$t"
         done
     fi
 fi
