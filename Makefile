@@ -173,10 +173,10 @@ check-model: | $(DEPS_OK)
 	@bash scripts/check-model.sh
 
 # The seeded chaos soak (tests/chaos/soak.py; docs/testing-with-faults.md):
-#   make chaos SECONDS=N SEED=S [NET=auto|on|off]   (SEED unset: a fresh one, printed)
+#   make chaos SECONDS=N SEED=S [SHARDS=N] [NET=auto|on|off]   (SEED unset: a fresh one, printed)
 .PHONY: chaos
 chaos: all
-	@$(RUN_ENV) python3 tests/chaos/soak.py --seconds $(or $(SECONDS),120) $(if $(SEED),--seed $(SEED)) --net $(or $(NET),auto)
+	@$(RUN_ENV) python3 tests/chaos/soak.py --seconds $(or $(SECONDS),120) $(if $(SEED),--seed $(SEED)) $(if $(SHARDS),--shards $(SHARDS)) --net $(or $(NET),auto)
 
 bench: all $(BENCH_BINS) $(BUILD)/b/raw_pipe $(CLIENT_BINS)
 	@$(RUN_ENV) python3 tests/bench/run.py
