@@ -8,7 +8,7 @@
  * document, range-deletion tasks, config.chunks, documents) survives a crash; everything
  * else is reset and the process takes its recovery path.
  *
- * Switches putting back defects fixed in issue 21 (each makes `pan` find a trail):
+ * Switches putting back defects minishard once had (each makes `pan` find a trail):
  *   -DBUG_STALE_REFRESH    recovery decides from a refresh that began before its fence
  *   -DBUG_ABORT_ACK_EARLY  the recipient acknowledges _recvChunkAbort before its task is ready
  *   -DBUG_ABORT_BEFORE_START  an abort reaching the recipient before its start is forgotten
