@@ -235,6 +235,28 @@ static void drop_copy(cfg_t *cfg, const char *to, const char *db, const char *co
     bson_destroy(&cmd);
 }
 
+/* One entry of a listCollections batch at ci: the name of an unsharded collection of db
+ * (its entry viewed in *entry), or NULL for anything to skip — not a document, no name,
+ * one of the sharded collections (sharded[]), or with skip_system a system.* one. */
+static const char *unsharded_entry(bson_iter_t *ci, const char *db, char **sharded,
+                                   int nsharded, bool skip_system, bson_t *entry) {
+    bson_iter_t f;
+    uint32_t len;
+    const uint8_t *data;
+    const char *name = NULL;
+    char ns[MS_NS_BYTES_MAX + 1];
+    if (!BSON_ITER_HOLDS_DOCUMENT(ci)) return NULL;
+    bson_iter_document(ci, &len, &data);
+    if (!bson_init_static(entry, data, len)) return NULL;
+    if (bson_iter_init_find(&f, entry, "name") && BSON_ITER_HOLDS_UTF8(&f))
+        name = bson_iter_utf8(&f, NULL);
+    if (!name || (skip_system && !strncmp(name, "system.", 7))) return NULL;
+    snprintf(ns, sizeof ns, "%s.%s", db, name);
+    for (int i = 0; i < nsharded; i++)
+        if (!strcmp(sharded[i], ns)) return NULL;
+    return name;
+}
+
 /* Drops every unsharded collection of db that shard `to` (about to become the primary)
  * holds before anything is copied to it. Unsharded collections live on the primary only, so
  * whatever `to` holds is a leftover copy of an earlier movePrimary whose step (3) cleanup
@@ -261,22 +283,8 @@ static int drop_leftovers(cfg_t *cfg, const char *to, const char *db, char **sha
     if (!bson_iter_init(&ci, &batch)) goto out;
     while (rc == 0 && bson_iter_next(&ci)) {
         bson_t entry, d, drep;
-        bson_iter_t f;
-        uint32_t len;
-        const uint8_t *data;
-        const char *name = NULL;
-        char ns[MS_NS_BYTES_MAX + 1];
-        bool is_sharded = false;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&ci)) continue;
-        bson_iter_document(&ci, &len, &data);
-        if (!bson_init_static(&entry, data, len)) continue;
-        if (bson_iter_init_find(&f, &entry, "name") && BSON_ITER_HOLDS_UTF8(&f))
-            name = bson_iter_utf8(&f, NULL);
-        if (!name || !strncmp(name, "system.", 7)) continue;
-        snprintf(ns, sizeof ns, "%s.%s", db, name);
-        for (int i = 0; i < nsharded; i++)
-            if (!strcmp(sharded[i], ns)) is_sharded = true;
-        if (is_sharded) continue;
+        const char *name = unsharded_entry(&ci, db, sharded, nsharded, true, &entry);
+        if (!name) continue;
         bson_init(&d);
         BSON_APPEND_UTF8(&d, "drop", name);
         BSON_APPEND_UTF8(&d, "$db", db);
@@ -384,22 +392,8 @@ int cfg_cmd_move_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (bson_iter_init(&ci, &batch))
         while (rc == 0 && bson_iter_next(&ci)) {
             bson_t entry;
-            bson_iter_t f;
-            uint32_t len;
-            const uint8_t *data;
-            const char *name = NULL;
-            char ns[MS_NS_BYTES_MAX + 1];
-            bool is_sharded = false;
-            if (!BSON_ITER_HOLDS_DOCUMENT(&ci)) continue;
-            bson_iter_document(&ci, &len, &data);
-            if (!bson_init_static(&entry, data, len)) continue;
-            if (bson_iter_init_find(&f, &entry, "name") && BSON_ITER_HOLDS_UTF8(&f))
-                name = bson_iter_utf8(&f, NULL);
+            const char *name = unsharded_entry(&ci, db, sharded, nsharded, false, &entry);
             if (!name) continue;
-            snprintf(ns, sizeof ns, "%s.%s", db, name);
-            for (int i = 0; i < nsharded; i++)
-                if (!strcmp(sharded[i], ns)) is_sharded = true;
-            if (is_sharded) continue;
             if (nmoved == MS_MOVE_PRIMARY_COLLS_MAX) {
                 rc = err_set(err, MS_ERR_ILLEGAL_OPERATION,
                              "movePrimary: %s has more than %d unsharded collections", db,
