@@ -31,7 +31,9 @@ else
   BUILD   ?= build/rel
   BIN     ?= bin
 endif
-RUN_ENV   = BUILD=$(BUILD) MS_BIN=$(abspath $(BIN))
+# Integration suites run two at a time (tests/run.sh): they mostly wait on processes.
+JOBS     ?= 2
+RUN_ENV   = BUILD=$(BUILD) MS_BIN=$(abspath $(BIN)) JOBS=$(JOBS)
 
 COMMON_SRC    = $(wildcard common/*.c)
 SHARDD_SRC    = $(filter-out shardd/main.c,$(wildcard shardd/*.c))

@@ -3,6 +3,11 @@
 # ends with one line "total: N passed, N failed" (tests, summed over all suites).
 #   tests/run.sh [--unit | --integration] [name-filter]
 # LONG=1 also runs the long soak/chaos suites (tests/integration/long_*.py).
+# JOBS=N runs up to N integration suites at once (default 1). Every suite starts its own
+# daemons on free ports from a random base and its own temp dirs, so suites do not meet;
+# most of a suite's time is waiting (for processes to start, migrations to commit), which
+# is why two at once on two cores take far less than twice as long. Unit tests and the
+# long suites always run one at a time.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 BUILD=${BUILD:-build/rel}
@@ -32,20 +37,57 @@ tally() {
     fi
 }
 
-run_suite() {
-    local name=$1; shift
-    local log="$logdir/$name.log" rc start
-    [ -n "$filter" ] && [[ "$name" != *"$filter"* ]] && return
-    start=$(date +%s)
-    # A hung suite must not hang the whole run (CI has a hard limit): SUITE_TIMEOUT_S each.
-    # SIGTERM first, so a Python suite's handler stops the daemons it started; KILL 10 s later.
+# Runs one suite into its log; leaves its exit status and seconds in $log.rc.
+# A hung suite must not hang the whole run (CI has a hard limit): SUITE_TIMEOUT_S each.
+# SIGTERM first, so a Python suite's handler stops the daemons it started; KILL 10 s later.
+suite_exec() {
+    local name=$1 log=$2; shift 2
+    local rc start=$(date +%s)
     timeout -k 10 "${SUITE_TIMEOUT_S:-600}" "$@" >"$log" 2>&1; rc=$?
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-        echo "  $name: stopped after ${SUITE_TIMEOUT_S:-600}s (hung?)" | tee -a "$log"
+        echo "  $name: stopped after ${SUITE_TIMEOUT_S:-600}s (hung?)" >>"$log"
     fi
-    grep -E '^(  FAIL|not ok|FAIL)' "$log" | head -n 30
+    echo "$rc $(( $(date +%s) - start ))" >"$log.rc"
+}
+
+# Prints a finished suite's failures and result line, and adds it to the totals.
+suite_report() {
+    local name=$1 log="$logdir/$1.log" rc secs
+    read -r rc secs <"$log.rc"
+    grep -E '^(  FAIL|not ok|FAIL)|: stopped after' "$log" | head -n 30
     tally "$name" "$log" "$rc"
-    printf '%-40s %s  (%ss)\n' "$name" "$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)" "$(( $(date +%s) - start ))"
+    printf '%-40s %s  (%ss)\n' "$name" "$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)" "$secs"
+}
+
+run_suite() {
+    local name=$1; shift
+    [ -n "$filter" ] && [[ "$name" != *"$filter"* ]] && return
+    suite_exec "$name" "$logdir/$name.log" "$@"
+    suite_report "$name"
+}
+
+# Runs the named Python suites, up to JOBS at once, reporting each as it ends.
+declare -A running=()   # pid -> suite name
+run_pool() {
+    local jobs=${JOBS:-1} t name pid
+    [ "$jobs" -ge 1 ] 2>/dev/null || jobs=1
+    for t in "$@"; do
+        name=$(basename "$t" .py)
+        [ -n "$filter" ] && [[ "$name" != *"$filter"* ]] && continue
+        while [ ${#running[@]} -ge "$jobs" ]; do pool_reap; done
+        suite_exec "$name" "$logdir/$name.log" python3 "$t" &
+        running[$!]=$name
+    done
+    while [ ${#running[@]} -gt 0 ]; do pool_reap; done
+}
+
+# Waits for one running suite to end and reports it.
+pool_reap() {
+    local pid
+    wait -n -p pid "${!running[@]}" || true
+    [ -n "$pid" ] && [ -n "${running[$pid]:-}" ] || return 0
+    suite_report "${running[$pid]}"
+    unset "running[$pid]"
 }
 
 if [ "$mode" != integration ]; then
@@ -60,10 +102,7 @@ if [ "$mode" != integration ]; then
     done
 fi
 if [ "$mode" != unit ]; then
-    for t in tests/integration/test_*.py; do
-        [ -f "$t" ] || continue
-        run_suite "$(basename "$t" .py)" python3 "$t"
-    done
+    run_pool tests/integration/test_*.py
     if [ "${LONG:-0}" = 1 ]; then
         for t in tests/integration/long_*.py; do
             [ -f "$t" ] || continue
