@@ -45,6 +45,11 @@ def test_pymongo(t):
     """pymongo's retryable writes, writeConcernError, appName and monitor meet failCommand."""
     cl, wp = t.wire_cluster(1)
     run_checks(["/usr/bin/python3", PY_CHECKS, "mongodb://127.0.0.1:%d/?directConnection=true" % wp])
+    # closeConnection fired three times (once, then twice): each a connection the router
+    # closed on purpose, counted apart from the other reasons
+    closed = cl.client().ok({"serverStatus": 1, "$db": "admin"})["connections"]["wire"]["closedByServer"]
+    assert closed["fail_command"] == 3, closed
+    assert "reason=fail_command" in cl.routers[0].log_text()
 
 
 @test
