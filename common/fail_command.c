@@ -32,7 +32,6 @@
  * builds its own replies from shards that are not replica sets, so it labels them itself.
  */
 #include <string.h>
-#include <time.h>
 
 #include "common/bsonx.h"
 #include "common/cmd_priv.h"
@@ -108,17 +107,17 @@ static bool fail_matches(const bson_t *data, void *arg) {
 
 /* ---- what a firing does ------------------------------------------------------------ */
 
+/* blockConnection: the command waits blockTimeMS on its worker, as MongoDB's
+ * opCtx->sleepFor: bounded (FAIL_BLOCK_MS_MAX), cut short by the command's maxTimeMS (the
+ * interrupt check after it answers MaxTimeMSExpired) and by the daemon stopping. */
 static void fail_block(const bson_t *data) {
     bson_iter_t it;
     int64_t ms;
-    struct timespec ts;
     if (!bson_iter_init_find(&it, data, "blockConnection") || !bsonx_truthy(&it) ||
         !bson_iter_init_find(&it, data, "blockTimeMS") || !bsonx_as_int64(&it, &ms) || ms <= 0)
         return;
     if (ms > FAIL_BLOCK_MS_MAX) ms = FAIL_BLOCK_MS_MAX;
-    ts.tv_sec = (time_t)(ms / 1000);
-    ts.tv_nsec = (long)(ms % 1000) * 1000000L;
-    while (nanosleep(&ts, &ts) != 0) { /* EINTR: sleep the rest */ }
+    fp_sleep_ms(op_time_left_ms(ms));
 }
 
 int cmd_fail_command_before(const cmd_ctx_t *ctx, cmd_fail_t *fc, ms_error_t *err) {

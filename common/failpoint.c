@@ -405,6 +405,34 @@ int fp_configure(const bson_t *cmd, bson_t *reply, ms_error_t *err) {
     return 0;
 }
 
+/* The monotonic time ms from now, for pthread_cond_timedwait on fp_cv. */
+static void fp_deadline_in(int64_t ms, struct timespec *deadline) {
+    clock_gettime(CLOCK_MONOTONIC, deadline);
+    deadline->tv_sec += (time_t)(ms / 1000);
+    deadline->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (deadline->tv_nsec >= 1000000000L) {
+        deadline->tv_sec++;
+        deadline->tv_nsec -= 1000000000L;
+    }
+}
+
+/* Bumped by fp_release_all: ends every fp_sleep_ms early (a daemon stopping). */
+static uint64_t fp_release_gen;
+
+void fp_sleep_ms(int64_t ms) {
+    struct timespec deadline;
+    uint64_t gen;
+    if (ms <= 0) return;
+    pthread_once(&fp_once, fp_init_once);
+    fp_deadline_in(ms, &deadline);
+    pthread_mutex_lock(&fp_mu);
+    gen = fp_release_gen;
+    /* Bounded: timedwait answers ETIMEDOUT once the deadline passes. */
+    while (fp_release_gen == gen && pthread_cond_timedwait(&fp_cv, &fp_mu, &deadline) == 0) {
+    }
+    pthread_mutex_unlock(&fp_mu);
+}
+
 int fp_wait(const bson_t *cmd, bson_t *reply, ms_error_t *err) {
     fp_t *p;
     bson_iter_t it;
@@ -423,13 +451,7 @@ int fp_wait(const bson_t *cmd, bson_t *reply, ms_error_t *err) {
         return err_set(err, MS_ERR_BAD_VALUE, "maxTimeMS must be an integer in [0, %lld]",
                        FP_WAIT_MS_MAX);
 
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += (time_t)(max_ms / 1000);
-    deadline.tv_nsec += (long)(max_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    fp_deadline_in(max_ms, &deadline);
     pthread_mutex_lock(&fp_mu);
     /* Bounded by the deadline: timedwait returns ETIMEDOUT once it passes. */
     while (p->entered < (uint64_t)target) {
@@ -474,6 +496,7 @@ void fp_release_all(void) {
         fp_set_off_locked(&fp_table[i]);
         fp_table[i].off_gen++;
     }
+    fp_release_gen++;
     pthread_cond_broadcast(&fp_cv);
     pthread_mutex_unlock(&fp_mu);
 }
