@@ -930,6 +930,16 @@ static void cmd_fail_command_fields(void) {
     EXPECT_ERR(r, MS_ERR_BAD_VALUE);
     bson_destroy(&r);
 
+    /* a block is cut short by the command's maxTimeMS, which then answers */
+    fail_cmd(s, "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1}, \"data\": "
+                "{\"failCommands\": [\"find\"], \"blockConnection\": true, \"blockTimeMS\": 20000}}");
+    t0 = time_mono_ms();
+    wire_call(s, &a, "{\"find\": \"c\", \"maxTimeMS\": 100}", &r, &closed);
+    CHECK_MSG(time_mono_ms() - t0 < 10000, "a 20 s block outlived maxTimeMS 100 by %lld ms",
+              time_mono_ms() - t0);
+    EXPECT_ERR(r, MS_ERR_MAX_TIME_MS_EXPIRED);
+    bson_destroy(&r);
+
     /* appName: the first hello's client.application.name, per connection */
     wire_call(s, &a, "{\"hello\": 1, \"client\": {\"application\": {\"name\": \"appA\"}}}", &r,
               &closed);
