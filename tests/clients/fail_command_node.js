@@ -8,7 +8,8 @@
  * closeConnection and a labelled errorCode make the driver retry an insert once (and give
  * up when the point fires twice, or when errorLabels is []); a writeConcernError is
  * reported on an applied insert, and retried when the server labels it (top-level
- * errorLabels); appName fails only the client of that name. Each check prints `OK <name>`
+ * errorLabels); appName fails only the client of that name; a failed hello reaches the
+ * driver's monitor. Each check prints `OK <name>`
  * or `FAIL <name>: <why>`; the last line is `FAILCMD DONE passed=N failed=M`.
  */
 'use strict';
@@ -111,6 +112,26 @@ check('app_name_filter', async () => {
     await fail('off');
     await a.close();
     await b.close();
+  }
+});
+
+check('failed_hello_reaches_the_monitor', async () => {
+  const c = new MongoClient(URL, { appName: 'node-monitor', heartbeatFrequencyMS: 500,
+                                   serverSelectionTimeoutMS: 10000 });
+  const failures = [];
+  c.on('serverHeartbeatFailed', (e) => failures.push(e.failure));
+  await c.connect();
+  try {
+    await fail('alwaysOn', { failCommands: ['hello', 'isMaster'], errorCode: 91,
+                             appName: 'node-monitor' });
+    const deadline = Date.now() + 15000;
+    while (!failures.length && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    await fail('off');
+    if (!failures.length) throw new Error('no failed heartbeat in 15 s');
+    eq(failures[0].code, 91, 'heartbeat error code');
+  } finally {
+    await fail('off');
+    await c.close();
   }
 });
 

@@ -6,7 +6,7 @@ against a router of a real cluster: pymongo (Debian's python3-pymongo 3.11, unde
 `mongodb`: tests/clients/fail_command_node.js). Both check closeConnection (retried once,
 given up after two), errorCode 91 with the server's RetryableWriteError label (retried;
 not with errorLabels: []), writeConcernError on an applied insert, appName filtering of
-errors and of blockConnection, and (pymongo) a failed hello seen by the driver's monitor.
+errors and (pymongo) of blockConnection, and a failed hello seen by the driver's monitor.
 The last check runs over NNG: an internal client is failed only with failInternalCommands.
 """
 import os
@@ -54,7 +54,8 @@ def test_pymongo(t):
 
 @test
 def test_node_driver(t):
-    """The Node driver's retryable writes, writeConcernError and appName meet failCommand."""
+    """The Node driver's retryable writes, writeConcernError, appName and monitor meet
+    failCommand."""
     mods = node_modules()
     assert mods, "no Node driver: build/mongosh/node_modules/mongodb is missing"
     cl, wp = t.wire_cluster(1)
