@@ -9,7 +9,8 @@
  * then the IDL-style field checks (TypeMismatch, or FailedToParse for a missing required
  * field). The failCommand
  * failpoint is evaluated here, as in MongoDB's ServiceEntryPoint, so a test can make
- * any command fail. Every error reply is logged on one line with the command name.
+ * any command fail, and error replies get MongoDB's errorLabels (both in
+ * common/fail_command.c). Every error reply is logged on one line with the command name.
  */
 #include "common/cmd.h"
 
@@ -17,7 +18,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/bsonx.h"
 #include "common/cmd_priv.h"
@@ -28,8 +28,6 @@
 
 /* A command at least this slow is logged at info, like mongod's slowms default. */
 #define CMD_SLOW_MS 100
-/* failCommand's blockTimeMS ceiling: a test's block must end on its own. */
-#define CMD_FAIL_BLOCK_MS_MAX (10 * 60 * 1000)
 /* Bytes of a command name kept for errmsg and log lines (names come from the wire). */
 #define CMD_NAME_SHOWN_MAX 100
 
@@ -367,52 +365,13 @@ static int cmd_check_session_args(const cmd_ctx_t *ctx, ms_error_t *err) {
     return 0;
 }
 
-/* ---- failCommand: MongoDB's test hook that makes named commands fail ------------- */
-
-static bool cmd_fail_matches(const bson_t *data, void *arg) {
-    const char *name = arg;
-    bson_iter_t it, arr;
-    if (!bson_iter_init_find(&it, data, "failCommands") || !BSON_ITER_HOLDS_ARRAY(&it) ||
-        !bson_iter_recurse(&it, &arr))
-        return false;
-    while (bson_iter_next(&arr))
-        if (BSON_ITER_HOLDS_UTF8(&arr) && strcmp(bson_iter_utf8(&arr, NULL), name) == 0) return true;
-    return false;
-}
-
-/* data: {failCommands: [names], errorCode: N, errmsg: "...", blockConnection: bool,
- * blockTimeMS: N}. Blocks first (if asked), then fails with errorCode (if given). */
-static int cmd_fail_command(const char *name, ms_error_t *err) {
-    bson_t data;
-    bson_iter_t it;
-    int64_t v;
-    int rc = 0;
-    if (!fp_check("failCommand", cmd_fail_matches, (void *)name, &data)) return 0;
-    if (bson_iter_init_find(&it, &data, "blockConnection") && bsonx_truthy(&it) &&
-        bson_iter_init_find(&it, &data, "blockTimeMS") && bsonx_as_int64(&it, &v) && v > 0) {
-        struct timespec ts;
-        if (v > CMD_FAIL_BLOCK_MS_MAX) v = CMD_FAIL_BLOCK_MS_MAX;
-        ts.tv_sec = (time_t)(v / 1000);
-        ts.tv_nsec = (long)(v % 1000) * 1000000L;
-        while (nanosleep(&ts, &ts) != 0) { /* EINTR: sleep the rest */ }
-    }
-    if (bson_iter_init_find(&it, &data, "errorCode") && bsonx_as_int64(&it, &v) && v > 0 &&
-        v <= INT32_MAX) {
-        const char *msg = "Failing command via 'failCommand' failpoint";
-        if (bson_iter_init_find(&it, &data, "errmsg") && BSON_ITER_HOLDS_UTF8(&it))
-            msg = bson_iter_utf8(&it, NULL);
-        rc = err_set(err, (int)v, "%s", msg);
-    }
-    bson_destroy(&data);
-    return rc;
-}
-
 /* ---- dispatch -------------------------------------------------------------------- */
 
 void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *reply) {
     ms_error_t err = {0};
     cmd_ctx_t ctx;
     cmd_counter_t *ctr = NULL;
+    cmd_fail_t fail = {0};
     bson_t req, body, renumbered;
     bool have_renumbered = false;
     bson_iter_t it;
@@ -504,9 +463,8 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
         if ((rc = op_parse_max_time_ms(&it, &max_ms, &err)) != 0) goto out;
         if (max_ms > 0) op_set_deadline_ms(time_mono_ms() + max_ms);
     }
-    /* configureFailPoint stays reachable, or a test could lock itself out. */
-    if (strcmp(ctx.name, "configureFailPoint") != 0 && (rc = cmd_fail_command(ctx.name, &err)))
-        goto out;
+    if ((rc = cmd_note_client(&ctx, &err)) != 0) goto out;
+    if ((rc = cmd_fail_command_before(&ctx, &fail, &err)) != 0) goto out;
     /* MongoDB checks for interrupt before running a command: an operation whose time is
      * already up (or that maxTimeAlwaysTimeOut kills) never starts. */
     if (strcmp(ctx.name, "configureFailPoint") != 0 && (rc = op_check(&err)) != 0) goto out;
@@ -536,6 +494,7 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
         goto out;
     }
     if (!bson_has_field(reply, "ok")) BSON_APPEND_DOUBLE(reply, "ok", 1.0);
+    cmd_fail_command_after(&fail, reply);
     if (reply->len > MS_MSG_BYTES_MAX)
         rc = err_set(&err, MS_ERR_BSON_OBJECT_TOO_LARGE,
                      "reply of %u bytes is larger than the limit of %d bytes", reply->len,
@@ -566,7 +525,9 @@ out:
         else
             log_debug("command cmd=%s db=%s ms=%lld", ctx.name, log_str(ctx.db), ms);
     }
+    cmd_error_labels(ctx.name ? &req : NULL, ctx.name, &fail, reply);
 done:
+    cmd_fail_done(&fail);
     bson_destroy(&ctx.err_info);
     if (have_renumbered) bson_destroy(&renumbered);
 }

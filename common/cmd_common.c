@@ -24,7 +24,8 @@
 /* hello / isMaster: the handshake (MongoDB 7.0's hello command, as a standalone mongod
  * answers it; the router and the config server add their marks). `hello` answers
  * isWritablePrimary, the legacy names answer ismaster. The handshake's own fields are
- * accepted: `client` (metadata, not kept), `compression` (none offered: the reply has
+ * accepted: `client` (metadata: dispatch keeps a wire connection's first application name,
+ * common/fail_command.c), `compression` (none offered: the reply has
  * no `compression` field, so drivers send uncompressed), `saslSupportedMechs` and
  * `speculativeAuthenticate` (no authentication here: nothing to answer), `loadBalanced`
  * (refused when true, as a server without a load balancer does), `topologyVersion` /

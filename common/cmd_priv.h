@@ -46,6 +46,28 @@ struct cmd_server {
  * (the router's names minishard's reason). Returns the code. */
 int cmd_refuse_transaction(const cmd_server_t *s, ms_error_t *err);
 
+/* failCommand and the error labels (common/fail_command.c; its header comment has the
+ * rules). What one command's evaluation of the failpoint decided: */
+typedef struct cmd_fail {
+    bool fired;
+    bson_t data;   /* the point's data when fired (cmd_fail_done frees it) */
+} cmd_fail_t;
+/* Before the handler: 0 to run the command (after any block), or the error it fails
+ * with (closeConnection also asks the connection layer to drop the reply and close). */
+int cmd_fail_command_before(const cmd_ctx_t *ctx, cmd_fail_t *fc, ms_error_t *err);
+/* After a handler that succeeded: adds data.writeConcernError to its reply. */
+void cmd_fail_command_after(const cmd_fail_t *fc, bson_t *reply);
+void cmd_fail_done(cmd_fail_t *fc);
+/* hello/isMaster on a wire connection: keeps the first hello's client.application.name
+ * (op_client); ClientMetadataAppNameTooLarge (184) past 128 bytes. */
+int cmd_note_client(const cmd_ctx_t *ctx, ms_error_t *err);
+/* The error code is in error_codes.yml's RetriableError category. */
+bool cmd_code_is_retriable(int code);
+/* Appends errorLabels to a finished reply by MongoDB's rules: fc's data.errorLabels when
+ * it fired with them, else ["RetryableWriteError"] for a retryable write whose error
+ * (or writeConcernError) code is retriable. req/name NULL: no command was recognised. */
+void cmd_error_labels(const bson_t *req, const char *name, const cmd_fail_t *fc, bson_t *reply);
+
 /* The counters of spec (a row of the daemon's table or of the common table). */
 cmd_counter_t *cmd_counter_of(cmd_server_t *s, const cmd_spec_t *spec);
 

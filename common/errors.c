@@ -17,7 +17,13 @@ const char *err_code_name(int code) {
 #define MS_ERR_NAME_ROW(name, num, str) case num: return str;
         MS_ERROR_LIST(MS_ERR_NAME_ROW)
 #undef MS_ERR_NAME_ROW
-    default: return "UnknownError";
+    default: break;
+    }
+    {
+        /* "Location" + up to 11 characters of an int: returned to one thread at a time. */
+        static _Thread_local char loc[24];
+        snprintf(loc, sizeof loc, "Location%d", code);
+        return loc;
     }
 }
 

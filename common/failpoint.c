@@ -28,7 +28,7 @@
 #include "common/limits.h"
 #include "common/log.h"
 
-enum fp_mode { FP_OFF, FP_ALWAYS_ON, FP_TIMES, FP_SKIP };
+enum fp_mode { FP_OFF, FP_ALWAYS_ON, FP_TIMES, FP_SKIP, FP_RANDOM };
 enum fp_action { FP_HANG, FP_ERROR, FP_CRASH };
 
 typedef struct fp {
@@ -36,6 +36,7 @@ typedef struct fp {
     atomic_bool on;        /* mode != off, readable without the lock */
     enum fp_mode mode;
     int64_t n;             /* firings left (times) or evaluations to skip (skip) */
+    double prob;           /* activationProbability: the chance each evaluation fires */
     uint64_t entered;      /* evaluations that fired, ever */
     uint64_t off_gen;      /* bumped each time the point is turned off: releases hangs */
     enum fp_action action;
@@ -92,6 +93,7 @@ static const char *fp_mode_name(enum fp_mode m) {
     case FP_ALWAYS_ON: return "alwaysOn";
     case FP_TIMES: return "times";
     case FP_SKIP: return "skip";
+    case FP_RANDOM: return "activationProbability";
     default: return "off";
     }
 }
@@ -102,6 +104,22 @@ static const char *fp_action_name(enum fp_action a) {
     case FP_CRASH: return "crash";
     default: return "hang";
     }
+}
+
+/* activationProbability's draws: xorshift64*, under fp_mu, seeded once from the clock (a
+ * test needs the ratio, not a sequence it could replay). */
+static uint64_t fp_rand_state;
+
+static double fp_rand_locked(void) {
+    if (!fp_rand_state) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        fp_rand_state = ((uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec) | 1;
+    }
+    fp_rand_state ^= fp_rand_state >> 12;
+    fp_rand_state ^= fp_rand_state << 25;
+    fp_rand_state ^= fp_rand_state >> 27;
+    return (double)((fp_rand_state * 2685821657736338717ULL) >> 11) / 9007199254740992.0;
 }
 
 static void fp_set_off_locked(fp_t *p) {
@@ -127,6 +145,7 @@ static bool fp_fire_locked(fp_t *p) {
             return false;
         }
         return true;
+    case FP_RANDOM: return fp_rand_locked() < p->prob;
     default: return false;
     }
 }
@@ -267,7 +286,20 @@ static int fp_cmd_point(const bson_t *cmd, fp_t **out, ms_error_t *err) {
     return 0;
 }
 
-static int fp_parse_mode(const bson_t *cmd, enum fp_mode *mode, int64_t *n, ms_error_t *err) {
+/* {activationProbability: p}: a number in [0, 1], as MongoDB's FailPoint::parseBSON. */
+static int fp_parse_probability(const bson_iter_t *sub, double *prob, ms_error_t *err) {
+    if (!BSON_ITER_HOLDS_NUMBER(sub))
+        return err_set(err, MS_ERR_TYPE_MISMATCH,
+                       "'activationProbability' option to 'mode' must be a double");
+    *prob = bson_iter_as_double(sub);
+    if (!(*prob >= 0.0 && *prob <= 1.0))
+        return err_set(err, MS_ERR_BAD_VALUE,
+                       "activationProbability must be between 0.0 and 1.0");
+    return 0;
+}
+
+static int fp_parse_mode(const bson_t *cmd, enum fp_mode *mode, int64_t *n, double *prob,
+                         ms_error_t *err) {
     bson_iter_t it, sub;
     if (!bson_iter_init_find(&it, cmd, "mode"))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "configureFailPoint: missing 'mode'");
@@ -278,12 +310,17 @@ static int fp_parse_mode(const bson_t *cmd, enum fp_mode *mode, int64_t *n, ms_e
         else if (strcmp(m, "off") == 0) *mode = FP_OFF;
         else
             return err_set(err, MS_ERR_BAD_VALUE,
-                           "unknown failpoint mode '%s' (alwaysOn, off, {times}, {skip})", m);
+                           "unknown failpoint mode '%s' (alwaysOn, off, {times}, {skip}, {activationProbability})", m);
         return 0;
     }
     if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &sub) || !bson_iter_next(&sub))
         return err_set(err, MS_ERR_BAD_VALUE,
-                       "failpoint mode must be \"alwaysOn\", \"off\", {times: N} or {skip: N}");
+                       "failpoint mode must be \"alwaysOn\", \"off\", {times: N}, {skip: N} or "
+                       "{activationProbability: P}");
+    if (strcmp(bson_iter_key(&sub), "activationProbability") == 0) {
+        *mode = FP_RANDOM;
+        return fp_parse_probability(&sub, prob, err);
+    }
     if (strcmp(bson_iter_key(&sub), "times") == 0) *mode = FP_TIMES;
     else if (strcmp(bson_iter_key(&sub), "skip") == 0) *mode = FP_SKIP;
     else
@@ -338,11 +375,12 @@ int fp_configure(const bson_t *cmd, bson_t *reply, ms_error_t *err) {
     enum fp_mode mode = FP_OFF;
     enum fp_action action;
     int64_t n = 0;
+    double prob = 0;
     int code, rc;
     bson_t data;
 
     if ((rc = fp_cmd_point(cmd, &p, err)) != 0) return rc;
-    if ((rc = fp_parse_mode(cmd, &mode, &n, err)) != 0) return rc;
+    if ((rc = fp_parse_mode(cmd, &mode, &n, &prob, err)) != 0) return rc;
     if ((rc = fp_parse_data(cmd, &data, &action, &code, err)) != 0) return rc;
 
     pthread_mutex_lock(&fp_mu);
@@ -352,6 +390,7 @@ int fp_configure(const bson_t *cmd, bson_t *reply, ms_error_t *err) {
     p->action = action;
     p->code = code;
     p->n = n;
+    p->prob = prob;
     if (mode == FP_OFF) {
         fp_set_off_locked(p);
         p->off_gen++;
@@ -364,6 +403,34 @@ int fp_configure(const bson_t *cmd, bson_t *reply, ms_error_t *err) {
     log_info("failpoint configured name=%s mode=%s n=%lld action=%s", p->name, fp_mode_name(mode),
              (long long)n, fp_action_name(action));
     return 0;
+}
+
+/* The monotonic time ms from now, for pthread_cond_timedwait on fp_cv. */
+static void fp_deadline_in(int64_t ms, struct timespec *deadline) {
+    clock_gettime(CLOCK_MONOTONIC, deadline);
+    deadline->tv_sec += (time_t)(ms / 1000);
+    deadline->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (deadline->tv_nsec >= 1000000000L) {
+        deadline->tv_sec++;
+        deadline->tv_nsec -= 1000000000L;
+    }
+}
+
+/* Bumped by fp_release_all: ends every fp_sleep_ms early (a daemon stopping). */
+static uint64_t fp_release_gen;
+
+void fp_sleep_ms(int64_t ms) {
+    struct timespec deadline;
+    uint64_t gen;
+    if (ms <= 0) return;
+    pthread_once(&fp_once, fp_init_once);
+    fp_deadline_in(ms, &deadline);
+    pthread_mutex_lock(&fp_mu);
+    gen = fp_release_gen;
+    /* Bounded: timedwait answers ETIMEDOUT once the deadline passes. */
+    while (fp_release_gen == gen && pthread_cond_timedwait(&fp_cv, &fp_mu, &deadline) == 0) {
+    }
+    pthread_mutex_unlock(&fp_mu);
 }
 
 int fp_wait(const bson_t *cmd, bson_t *reply, ms_error_t *err) {
@@ -384,13 +451,7 @@ int fp_wait(const bson_t *cmd, bson_t *reply, ms_error_t *err) {
         return err_set(err, MS_ERR_BAD_VALUE, "maxTimeMS must be an integer in [0, %lld]",
                        FP_WAIT_MS_MAX);
 
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += (time_t)(max_ms / 1000);
-    deadline.tv_nsec += (long)(max_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    fp_deadline_in(max_ms, &deadline);
     pthread_mutex_lock(&fp_mu);
     /* Bounded by the deadline: timedwait returns ETIMEDOUT once it passes. */
     while (p->entered < (uint64_t)target) {
@@ -416,6 +477,7 @@ void fp_append_status(bson_t *reply) {
         BSON_APPEND_DOCUMENT_BEGIN(reply, p->name, &sub);
         BSON_APPEND_UTF8(&sub, "mode", fp_mode_name(p->mode));
         if (p->mode == FP_TIMES || p->mode == FP_SKIP) BSON_APPEND_INT64(&sub, "n", p->n);
+        if (p->mode == FP_RANDOM) BSON_APPEND_DOUBLE(&sub, "activationProbability", p->prob);
         BSON_APPEND_INT64(&sub, "timesEntered", (int64_t)p->entered);
         if (p->mode != FP_OFF) {
             BSON_APPEND_UTF8(&sub, "action", fp_action_name(p->action));
@@ -434,6 +496,7 @@ void fp_release_all(void) {
         fp_set_off_locked(&fp_table[i]);
         fp_table[i].off_gen++;
     }
+    fp_release_gen++;
     pthread_cond_broadcast(&fp_cv);
     pthread_mutex_unlock(&fp_mu);
 }

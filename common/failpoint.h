@@ -70,7 +70,12 @@ void fp_append_status(bson_t *reply);
 bool fp_check(const char *name, bool (*pred)(const bson_t *data, void *arg), void *arg,
               bson_t *data_out);
 
-/* Turns every point off and releases every hang (a daemon shutting down). */
+/* Sleeps ms milliseconds, or less when fp_release_all runs meanwhile (a daemon stopping
+ * does not wait out failCommand's blockConnection). */
+void fp_sleep_ms(int64_t ms);
+
+/* Turns every point off, releases every hang and ends every fp_sleep_ms (a daemon
+ * shutting down). */
 void fp_release_all(void);
 
 #endif

@@ -22,6 +22,18 @@ static _Thread_local const char *op_peer_name;
 void op_set_peer(const char *peer) { op_peer_name = peer; }
 const char *op_peer(void) { return op_peer_name ? op_peer_name : "unknown"; }
 
+static _Thread_local op_client_t *op_client_now;
+void op_set_client(op_client_t *client) { op_client_now = client; }
+op_client_t *op_client(void) { return op_client_now; }
+
+static _Thread_local bool op_close_asked;
+void op_close_connection(void) { op_close_asked = true; }
+bool op_take_close(void) {
+    bool asked = op_close_asked;
+    op_close_asked = false;
+    return asked;
+}
+
 void op_set_deadline_ms(long long deadline_mono_ms) { op_deadline_mono_ms = deadline_mono_ms; }
 long long op_deadline_ms(void) { return op_deadline_mono_ms; }
 

@@ -22,6 +22,7 @@
 #define MS_OPCTX_H
 
 #include <bson/bson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "errors.h"
@@ -35,6 +36,25 @@ uint32_t op_conn(void);
  * sets NULL afterwards; op_peer() answers "unknown" for NULL. */
 void op_set_peer(const char *peer);
 const char *op_peer(void);
+
+/* The client of a wire connection, as the connection layer keeps it for the connection's
+ * life: the application name of its first hello's client metadata (client.application.name,
+ * at most OP_APP_NAME_MAX bytes as in MongoDB), which failCommand's appName matches.
+ * op_client() is NULL for a request that came over NNG, the transport minishard's own
+ * processes (and shardctl, and the test harness) speak: MongoDB's "internal client". */
+#define OP_APP_NAME_MAX 128
+typedef struct op_client {
+    bool metadata_seen;                 /* a hello with client metadata has arrived */
+    char app_name[OP_APP_NAME_MAX + 1]; /* "" when that hello named no application */
+} op_client_t;
+void op_set_client(op_client_t *client);
+op_client_t *op_client(void);
+
+/* failCommand's closeConnection: the handler of the current request asks the connection
+ * layer to send no reply and close the connection. op_take_close() answers whether it was
+ * asked, and clears the request (the RPC worker calls it after each request). */
+void op_close_connection(void);
+bool op_take_close(void);
 
 /* The deadline of the current operation on the monotonic clock (time_mono_ms), or 0
  * for none. op_set_deadline_ms(0) clears it. */

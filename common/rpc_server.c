@@ -210,6 +210,9 @@ typedef struct rpc_conn {
     nng_aio *tx_aio;
     uint32_t id;
     char peer[64];
+    /* wire: the client as its first hello described it (failCommand's appName). Only the
+     * connection's running request touches it: a wire connection runs one at a time. */
+    op_client_t client;
     /* All below guarded by the server's mutex. */
     bool closed;
     bool rx_busy, tx_busy;   /* an aio is with NNG: its callback has not run yet */
@@ -282,6 +285,7 @@ static const char *const rpc_reason_names[RPC_CLOSE_REASONS] = {
     [RPC_CLOSE_NO_MEMORY] = "no_memory",
     [RPC_CLOSE_IDLE] = "idle",
     [RPC_CLOSE_BAD_MESSAGE] = "bad_message",
+    [RPC_CLOSE_FAIL_COMMAND] = "fail_command",
 };
 
 const char *rpc_close_reason_name(rpc_close_reason_t r) {
@@ -829,6 +833,7 @@ typedef enum rpc_wire_outcome {
     RPC_WIRE_NO_REPLY,  /* moreToCome: the client expects nothing */
     RPC_WIRE_CLOSE,     /* a connection-fatal message */
     RPC_WIRE_NO_MEMORY,
+    RPC_WIRE_CLOSE_ASKED, /* the handler asked to close without a reply (op_close_connection) */
 } rpc_wire_outcome_t;
 
 /* Serves one wire message r (the whole message, header included): decodes it, runs the
@@ -912,6 +917,7 @@ static void rpc_worker_loop(rpc_server_t *s, int k) {
 
         op_set_conn(c->id);
         op_set_peer(c->peer);   /* c outlives the request: it holds q->active */
+        op_set_client(s->framing->wire ? &c->client : NULL);  /* NULL: an NNG peer */
         if (s->framing->wire) {
             outcome = rpc_wire_serve(s, c, r, &t);
         } else {
@@ -920,8 +926,14 @@ static void rpc_worker_loop(rpc_server_t *s, int k) {
             t = rpc_reply_make(s->framing, r, &reply);
             outcome = t ? RPC_WIRE_REPLY : RPC_WIRE_NO_MEMORY;
         }
+        if (op_take_close()) {
+            rpc_tx_free(t);
+            t = NULL;
+            outcome = RPC_WIRE_CLOSE_ASKED;
+        }
         op_set_conn(0);
         op_set_peer(NULL);
+        op_set_client(NULL);
         atomic_fetch_add(&s->requests, 1);
         free(r->buf);
 
@@ -934,6 +946,7 @@ static void rpc_worker_loop(rpc_server_t *s, int k) {
             c->inflight--;
             if (outcome == RPC_WIRE_NO_MEMORY) rpc_conn_close(c, RPC_CLOSE_NO_MEMORY, "what=reply");
             if (outcome == RPC_WIRE_CLOSE) rpc_conn_close(c, RPC_CLOSE_BAD_MESSAGE, "what=message");
+            if (outcome == RPC_WIRE_CLOSE_ASKED) rpc_conn_close(c, RPC_CLOSE_FAIL_COMMAND, NULL);
             rpc_tx_free(t);
             rpc_rx_maybe_resume(c);
         } else {

@@ -35,6 +35,8 @@ typedef enum rpc_close_reason {
     RPC_CLOSE_IDLE,                  /* wire: no message for the idle bound (idle_ms) */
     RPC_CLOSE_BAD_MESSAGE,           /* wire: a connection-fatal message (unknown opcode,
                                       * illegal flag, checksum mismatch...) */
+    RPC_CLOSE_FAIL_COMMAND,          /* the handler asked for it (failCommand's
+                                      * closeConnection, op_close_connection) */
     RPC_CLOSE_REASONS
 } rpc_close_reason_t;
 

@@ -46,7 +46,8 @@ def test_fail_command(t):
     c = t.configsvr()
     cl = c.client()
     cl.ok({"configureFailPoint": "failCommand", "mode": {"times": 1},
-           "data": {"failCommands": ["buildInfo"], "errorCode": 96}})
+           "data": {"failCommands": ["buildInfo"], "errorCode": 96,
+                    "failInternalCommands": True}})
     cl.ok({"ping": 1})
     cl.err({"buildInfo": 1}, code=96)
     cl.ok({"buildInfo": 1})
@@ -57,7 +58,8 @@ def test_sigterm_while_stalled(t):
     c = t.configsvr()
     cl = c.client()
     cl.ok({"configureFailPoint": "failCommand", "mode": "alwaysOn",
-           "data": {"failCommands": ["ping"], "blockConnection": True, "blockTimeMS": 1500}})
+           "data": {"failCommands": ["ping"], "blockConnection": True, "blockTimeMS": 1500,
+                    "failInternalCommands": True}})
     slow = c.client(timeout_ms=10000)
     slow.p.stdin.write(dumps({"ping": 1}) + "\n")   # in flight, stalled 1.5 s
     slow.p.stdin.flush()

@@ -179,7 +179,8 @@ def test_split_waits_only_for_its_own_collection(t):
         c.ok({"shardCollection": "app." + coll, "key": {"x": 1}})
         s0.ok({"insert": coll, "$db": "app", "documents": [{"_id": i, "x": i} for i in range(100)]})
     fp = s0.ok({"configureFailPoint": "failCommand", "mode": {"times": 1},
-                "data": {"failCommands": ["splitVector"], "blockConnection": True, "blockTimeMS": 4000}})
+                "data": {"failCommands": ["splitVector"], "blockConnection": True, "blockTimeMS": 4000,
+                         "failInternalCommands": True}})
     done = {}
 
     def split_a():

@@ -231,7 +231,8 @@ def test_failed_phase2_migration_restarts_from_phase_1(t):
     n0, h0 = digest(c)
     # the donor of the first phase-2 migration fails it with UnknownError (8): not retriable
     for s in ss:
-        fp(s.client(), "failCommand", {"times": 1}, failCommands=["_shardsvrMoveRange"], errorCode=8)
+        fp(s.client(), "failCommand", {"times": 1}, failCommands=["_shardsvrMoveRange"], errorCode=8,
+           failInternalCommands=True)
     c.ok({"configureCollectionBalancing": NS, "defragmentCollection": True, "$db": "admin"})
     c.ok({"balancerStart": 1, "$db": "admin"})
     wait_until(lambda: "defragmentCollection" not in coll_doc(c), 60, "defragmentation finished",

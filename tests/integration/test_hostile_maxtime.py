@@ -208,7 +208,7 @@ def test_router_max_time(t):
     # their logs.
     block = lambda ms: {"configureFailPoint": "failCommand", "mode": "alwaysOn", "$db": "admin",
                         "data": {"failCommands": ["count"], "blockConnection": True,
-                                 "blockTimeMS": ms}}
+                                 "blockTimeMS": ms, "failInternalCommands": True}}
     marks = [len(s.log_text()) for s in cl.shards]
     c.ok(block(400))
     for sc in shard_clients:

@@ -151,7 +151,8 @@ def test_move_primary_failure_removes_target_copy(t):
 
     # a copy cut short mid-way (the target refuses b's index build): every copy goes,
     # the collection whose copy failed included
-    fp(s0, "failCommand", mode={"times": 1}, failCommands=["createIndexes"], errorCode=2)
+    fp(s0, "failCommand", mode={"times": 1}, failCommands=["createIndexes"], errorCode=2,
+       failInternalCommands=True)
     r = c.err(adm({"movePrimary": "mp", "to": "shard0"}), code=2)
     assert colls(s0) == [] and "mp" not in dbs(s0), (colls(s0), dbs(s0))
     assert colls(s1) == ["a", "b"], colls(s1)

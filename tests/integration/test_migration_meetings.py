@@ -213,7 +213,7 @@ def test_recovery_decides_after_its_fence(t):
     cc = cfg.client()
     nf = fp(cc, "failCommand", "alwaysOn",
             failCommands=["_configsvrCommitChunkMigration", "_configsvrEnsureChunkVersionIsGreaterThan"],
-            blockConnection=True, blockTimeMS=6000)
+            blockConnection=True, blockTimeMS=6000, failInternalCommands=True)
     fp(dc, "moveChunkHangAtStep5", "off")
     dc.close()
     fp_wait(cc, "failCommand", nf + 1)          # the commit is held at the config server
@@ -467,7 +467,7 @@ def test_move_from_logged_once_outcome_known(t):
     fp(dc, "failMigrationCommit", "alwaysOn", action="error")
     cc = cfg.client()
     fp(cc, "failCommand", "alwaysOn", failCommands=["_configsvrEnsureChunkVersionIsGreaterThan"],
-       errorCode=6)
+       errorCode=6, failInternalCommands=True)
     res = c.cmd({"moveChunk": NS, "find": {"k": N - 1}, "to": "shard1", "$db": "admin"})
     assert res.get("ok") == 0, res
     fp(dc, "failMigrationCommit", "off")

@@ -31,7 +31,7 @@ def test_move_primary_back_drops_leftover_copies(t):
     c.ok({"insert": "u", "$db": "mp", "documents": [{"_id": i} for i in range(10)]})
     # the old primary refuses the cleanup drop once, as a shard that is down would
     s0.ok({"configureFailPoint": "failCommand", "$db": "admin", "mode": {"times": 1},
-           "data": {"failCommands": ["drop"], "errorCode": 6}})
+           "data": {"failCommands": ["drop"], "errorCode": 6, "failInternalCommands": True}})
     c.ok(adm({"movePrimary": "mp", "to": "shard1"}))
     assert len(s0.find_all("u", "mp")) == 10, "the failed cleanup left the copy on shard0"
     c.ok(adm({"renameCollection": "mp.u", "to": "mp.v"}))

@@ -243,7 +243,7 @@ def donor_applied_recipient_stale(t, more=None):
     recipient = cl.shards[0].client()
     # the recipient holds B's update at dispatch (before its version check) for 6 s
     n0 = fp(recipient, "failCommand", mode={"times": 1}, failCommands=["update"],
-            blockConnection=True, blockTimeMS=6000)
+            blockConnection=True, blockTimeMS=6000, failInternalCommands=True)
     res = {}
 
     def run():
@@ -297,7 +297,7 @@ def test_collection_recreated_after_a_partial_write(t):
     s0 = cl.shards[0].client()
     # shard0 holds B's update at dispatch for 3 s, then answers StaleConfig
     n0 = fp(s0, "failCommand", mode={"times": 1}, failCommands=["update"], errorCode=13388,
-            blockConnection=True, blockTimeMS=3000)
+            blockConnection=True, blockTimeMS=3000, failInternalCommands=True)
     res = {}
 
     def run():

@@ -155,7 +155,7 @@ def test_multi_shard_update_retried_once_per_shard_by_name(t):
     for rnd in range(3):   # each shard in turn answers StaleConfig once
         before = stale_retries(B)
         cl.shards[rnd].client().ok({"configureFailPoint": "failCommand", "mode": {"times": 1},
-                                    "data": {"failCommands": ["update"], "errorCode": 13388,
+                                    "data": {"failCommands": ["update"], "errorCode": 13388, "failInternalCommands": True,
                                              "errmsg": "test: stale"}})
         r = B.ok({"update": "c", "$db": DB,
                   "updates": [{"q": {}, "u": {"$inc": {"n": 1}}, "multi": True}]})
@@ -167,7 +167,8 @@ def test_multi_shard_update_retried_once_per_shard_by_name(t):
         assert list(counts) == [rnd + 1], (rnd, {n: len(v) for n, v in counts.items()})
     # an ordered batch of two multi-shard updates and a delete: same
     cl.shards[1].client().ok({"configureFailPoint": "failCommand", "mode": {"times": 1},
-                              "data": {"failCommands": ["update"], "errorCode": 13388}})
+                              "data": {"failCommands": ["update"], "errorCode": 13388,
+                                       "failInternalCommands": True}})
     r = B.ok({"update": "c", "$db": DB, "updates": [
         {"q": {}, "u": {"$inc": {"n": 1}}, "multi": True},
         {"q": {"_id": {"$lt": 100}}, "u": {"$inc": {"n": 10}}, "multi": True}]})
@@ -192,7 +193,7 @@ def test_stale_retries_run_out(t):
     assert 0 < len(on0) < 60, on0
     A.ok({"delete": "c", "$db": DB, "deletes": [{"q": {}, "limit": 0}]})
     cl.shards[0].client().ok({"configureFailPoint": "failCommand", "mode": "alwaysOn",
-                              "data": {"failCommands": ["insert", "find"], "errorCode": 13388,
+                              "data": {"failCommands": ["insert", "find"], "errorCode": 13388, "failInternalCommands": True,
                                        "errmsg": "test: always stale"}, "$db": "admin"})
     before = stale_retries(B)
     r = B.ok({"insert": "c", "$db": DB, "ordered": False, "documents": docs})

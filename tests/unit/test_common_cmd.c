@@ -14,6 +14,7 @@
 
 #include "common/cmd.h"
 #include "common/log.h"
+#include "common/opctx.h"
 #include "tests/unit/t.h"
 
 /* ---- a daemon table for the tests ------------------------------------------------ */
@@ -736,7 +737,7 @@ static void cmd_fail_command(void) {
     CHECK_INT(rpc_client_open(t_url("cmd_failcmd"), &c, &err), 0);
     call_json(c,
               "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 2}, \"data\": "
-              "{\"failCommands\": [\"echo\"], \"errorCode\": 96}}",
+              "{\"failCommands\": [\"echo\"], \"errorCode\": 96, \"failInternalCommands\": true}}",
               &r);
     CHECK(ok_is(&r, 1.0));
     bson_destroy(&r);
@@ -755,7 +756,8 @@ static void cmd_fail_command(void) {
     /* blockConnection delays the command, which then runs normally */
     call_json(c,
               "{\"configureFailPoint\": \"failCommand\", \"mode\": \"alwaysOn\", \"data\": "
-              "{\"failCommands\": [\"ping\"], \"blockConnection\": true, \"blockTimeMS\": 200}}",
+              "{\"failCommands\": [\"ping\"], \"blockConnection\": true, \"blockTimeMS\": 200, "
+              "\"failInternalCommands\": true}}",
               &r);
     bson_destroy(&r);
     t0 = time_mono_ms();
@@ -763,6 +765,15 @@ static void cmd_fail_command(void) {
     ms = time_mono_ms() - t0;
     CHECK(ok_is(&r, 1.0));
     CHECK_MSG(ms >= 190, "ping took %lld ms, expected a 200 ms block", ms);
+    bson_destroy(&r);
+    /* Over NNG the client is internal: without failInternalCommands it is not failed. */
+    call_json(c,
+              "{\"configureFailPoint\": \"failCommand\", \"mode\": \"alwaysOn\", \"data\": "
+              "{\"failCommands\": [\"echo\"], \"errorCode\": 96}}",
+              &r);
+    bson_destroy(&r);
+    call_json(c, "{\"echo\": \"x\", \"n\": 1}", &r);
+    CHECK(ok_is(&r, 1.0));
     bson_destroy(&r);
     /* configureFailPoint itself is never failed */
     call_json(c,
@@ -776,6 +787,358 @@ static void cmd_fail_command(void) {
     bson_destroy(&r);
     rpc_client_close(c);
     cmd_server_stop(s);
+}
+
+/* ---- failCommand's data fields, modes and the errorLabels rules ------------------- */
+
+static int write_runs;  /* how many times h_write ran (the command ran or did not) */
+
+/* A write command for the label rules: {insert: "c", errCode: N} fails with N,
+ * {wcCode: N} answers ok with a writeConcernError, {writeErrCode: N} with writeErrors. */
+static int h_write(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    bson_iter_t it;
+    bson_t arr, doc;
+    write_runs++;
+    BSON_APPEND_INT32(reply, "n", 1);
+    if (cmd_field(ctx, "errCode", &it))
+        return err_set(err, (int)bson_iter_as_int64(&it), "asked to fail");
+    if (cmd_field(ctx, "wcCode", &it)) {
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "writeConcernError", &doc);
+        BSON_APPEND_INT32(&doc, "code", (int32_t)bson_iter_as_int64(&it));
+        BSON_APPEND_UTF8(&doc, "errmsg", "asked");
+        bson_append_document_end(reply, &doc);
+    }
+    if (cmd_field(ctx, "writeErrCode", &it)) {
+        BSON_APPEND_ARRAY_BEGIN(reply, "writeErrors", &arr);
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &doc);
+        BSON_APPEND_INT32(&doc, "index", 0);
+        BSON_APPEND_INT32(&doc, "code", (int32_t)bson_iter_as_int64(&it));
+        bson_append_document_end(&arr, &doc);
+        bson_append_array_end(reply, &arr);
+    }
+    return 0;
+}
+
+static const cmd_spec_t write_table[] = {
+    {.name = "insert", .handler = h_write, .arg_types = CT_STR, .help = "a write"},
+    {.name = "find", .handler = h_write, .arg_types = CT_STR, .help = "not a write"},
+    {.name = "commitTransaction", .handler = h_write, .help = "ends a transaction"},
+};
+
+/* Runs json through dispatch as if it came on the wire connection of `client` (NULL: an
+ * internal NNG request). *closed: the command asked the connection layer to close. */
+static void wire_call(cmd_server_t *s, op_client_t *client, const char *json, bson_t *reply,
+                      bool *closed) {
+    bson_t cmd;
+    bson_init(reply);
+    if (!t_json(json, &cmd)) return;
+    op_set_client(client);
+    cmd_dispatch(s, bson_get_data(&cmd), cmd.len, reply);
+    op_set_client(NULL);
+    *closed = op_take_close();
+    bson_destroy(&cmd);
+}
+
+/* One configureFailPoint, checked to succeed. */
+static void fail_cmd(cmd_server_t *s, const char *json) {
+    bson_t r;
+    bool closed;
+    wire_call(s, NULL, json, &r, &closed);
+    CHECK_MSG(ok_is(&r, 1.0), "configureFailPoint refused: %s", json);
+    bson_destroy(&r);
+}
+
+/* The reply's errorLabels as "A,B" ("-" when absent, "" when empty). */
+static const char *labels_of(const bson_t *r, char *buf, size_t cap) {
+    bson_iter_t it, arr;
+    size_t n = 0;
+    if (!has(r, "errorLabels", &it) || !bson_iter_recurse(&it, &arr)) return "-";
+    buf[0] = '\0';
+    while (bson_iter_next(&arr) && n < cap)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? "," : "",
+                              BSON_ITER_HOLDS_UTF8(&arr) ? bson_iter_utf8(&arr, NULL) : "?");
+    return buf;
+}
+
+static cmd_server_t *start_writes(const char *name) {
+    cmd_server_opts_t o = {.process = "testd", .url = t_url(name), .workers = 2,
+                           .enable_test_commands = true, .table = write_table,
+                           .table_len = (int)(sizeof write_table / sizeof write_table[0])};
+    cmd_server_t *s = NULL;
+    ms_error_t err = {0};
+    CHECK_MSG(cmd_server_start(&o, &s, &err) == 0, "cmd_server_start: %s", err.msg);
+    return s;
+}
+
+/* Each data field: errorCode with errorLabels, closeConnection, writeConcernError,
+ * blockConnection, appName (from the first hello), namespace, failInternalCommands, and
+ * the commands it may and may not fail (hello's aliases; never configureFailPoint). */
+static void cmd_fail_command_fields(void) {
+    cmd_server_t *s = start_writes("cmd_failfields");
+    op_client_t a = {0}, b = {0};
+    bson_t r;
+    bool closed;
+    char lb[128];
+    long long t0;
+    int runs;
+
+    /* errorLabels: exactly these, whatever the rules would say */
+    fail_cmd(s, "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1}, \"data\": "
+                "{\"failCommands\": [\"insert\"], \"errorCode\": 112, \"errorLabels\": [\"A\", \"B\"]}}");
+    wire_call(s, &a, "{\"insert\": \"c\"}", &r, &closed);
+    EXPECT_ERR(r, 112);
+    CHECK_STR(get_str(&r, "codeName"), "WriteConflict");
+    CHECK_STR(get_str(&r, "errmsg"), "Failing command via 'failCommand' failpoint");
+    CHECK_STR(labels_of(&r, lb, sizeof lb), "A,B");
+    CHECK(!closed);
+    bson_destroy(&r);
+
+    /* closeConnection: no reply goes out, and the command does not run */
+    fail_cmd(s, "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1}, \"data\": "
+                "{\"failCommands\": [\"insert\"], \"closeConnection\": true}}");
+    runs = write_runs;
+    wire_call(s, &a, "{\"insert\": \"c\"}", &r, &closed);
+    CHECK(closed);
+    CHECK_INT(write_runs, runs);
+    bson_destroy(&r);
+    wire_call(s, &a, "{\"insert\": \"c\"}", &r, &closed);   /* {times: 1} is used up */
+    CHECK(!closed && ok_is(&r, 1.0));
+    CHECK_INT(write_runs, runs + 1);
+    bson_destroy(&r);
+
+    /* writeConcernError: the command runs and answers ok: 1 with the document */
+    fail_cmd(s, "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1}, \"data\": "
+                "{\"failCommands\": [\"insert\"], \"writeConcernError\": "
+                "{\"code\": 100, \"codeName\": \"UnsatisfiableWriteConcern\", \"errmsg\": \"wc\"}}}");
+    runs = write_runs;
+    wire_call(s, &a, "{\"insert\": \"c\", \"txnNumber\": 1}", &r, &closed);
+    CHECK(ok_is(&r, 1.0));
+    CHECK_INT(write_runs, runs + 1);
+    CHECK_INT(get_int(&r, "n"), 1);
+    CHECK_INT(get_int(&r, "writeConcernError.code"), 100);
+    CHECK_STR(get_str(&r, "writeConcernError.errmsg"), "wc");
+    CHECK_STR(labels_of(&r, lb, sizeof lb), "-");   /* 100 is not retriable */
+    bson_destroy(&r);
+
+    /* blockConnection delays, then errorCode fails (MongoDB's order) */
+    fail_cmd(s, "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1}, \"data\": "
+                "{\"failCommands\": [\"find\"], \"blockConnection\": true, \"blockTimeMS\": 150, "
+                "\"errorCode\": 2}}");
+    t0 = time_mono_ms();
+    wire_call(s, &a, "{\"find\": \"c\"}", &r, &closed);
+    CHECK(time_mono_ms() - t0 >= 140);
+    EXPECT_ERR(r, MS_ERR_BAD_VALUE);
+    bson_destroy(&r);
+
+    /* a block is cut short by the command's maxTimeMS, which then answers */
+    fail_cmd(s, "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1}, \"data\": "
+                "{\"failCommands\": [\"find\"], \"blockConnection\": true, \"blockTimeMS\": 20000}}");
+    t0 = time_mono_ms();
+    wire_call(s, &a, "{\"find\": \"c\", \"maxTimeMS\": 100}", &r, &closed);
+    CHECK_MSG(time_mono_ms() - t0 < 10000, "a 20 s block outlived maxTimeMS 100 by %lld ms",
+              time_mono_ms() - t0);
+    EXPECT_ERR(r, MS_ERR_MAX_TIME_MS_EXPIRED);
+    bson_destroy(&r);
+
+    /* appName: the first hello's client.application.name, per connection */
+    wire_call(s, &a, "{\"hello\": 1, \"client\": {\"application\": {\"name\": \"appA\"}}}", &r,
+              &closed);
+    CHECK(ok_is(&r, 1.0));
+    bson_destroy(&r);
+    wire_call(s, &a, "{\"hello\": 1, \"client\": {\"application\": {\"name\": \"later\"}}}", &r,
+              &closed);
+    bson_destroy(&r);
+    CHECK_STR(a.app_name, "appA");   /* only the first hello names the connection */
+    wire_call(s, &b, "{\"isMaster\": 1, \"client\": {\"application\": {\"name\": \"appB\"}}}",
+              &r, &closed);
+    bson_destroy(&r);
+    fail_cmd(s, "{\"configureFailPoint\": \"failCommand\", \"mode\": \"alwaysOn\", \"data\": "
+                "{\"failCommands\": [\"find\"], \"errorCode\": 2, \"appName\": \"appA\", "
+                "\"failInternalCommands\": true}}");
+    wire_call(s, &b, "{\"find\": \"c\"}", &r, &closed);
+    CHECK(ok_is(&r, 1.0));
+    bson_destroy(&r);
+    wire_call(s, NULL, "{\"find\": \"c\"}", &r, &closed);   /* internal: no appName */
+    CHECK(ok_is(&r, 1.0));
+    bson_destroy(&r);
+    wire_call(s, &a, "{\"find\": \"c\"}", &r, &closed);
+    EXPECT_ERR(r, MS_ERR_BAD_VALUE);
+    bson_destroy(&r);
+    {
+        char big[400];
+        op_client_t c3 = {0};
+        memset(big, 'x', 129);
+        big[129] = '\0';
+        char json[600];
+        snprintf(json, sizeof json,
+                 "{\"hello\": 1, \"client\": {\"application\": {\"name\": \"%s\"}}}", big);
+        wire_call(s, &c3, json, &r, &closed);
+        EXPECT_ERR(r, MS_ERR_CLIENT_METADATA_APP_NAME_TOO_LARGE);
+        bson_destroy(&r);
+    }
+
+    /* failInternalCommands: an NNG request is failed only with it */
+    fail_cmd(s, "{\"configureFailPoint\": \"failCommand\", \"mode\": \"alwaysOn\", \"data\": "
+                "{\"failCommands\": [\"find\"], \"errorCode\": 2}}");
+    wire_call(s, NULL, "{\"find\": \"c\"}", &r, &closed);
+    CHECK(ok_is(&r, 1.0));
+    bson_destroy(&r);
+    wire_call(s, &b, "{\"find\": \"c\"}", &r, &closed);
+    EXPECT_ERR(r, MS_ERR_BAD_VALUE);
+    bson_destroy(&r);
+
+    /* namespace: only commands on that collection */
+    fail_cmd(s, "{\"configureFailPoint\": \"failCommand\", \"mode\": \"alwaysOn\", \"data\": "
+                "{\"failCommands\": [\"find\"], \"errorCode\": 2, \"namespace\": \"db1.c\"}}");
+    wire_call(s, &b, "{\"find\": \"c\", \"$db\": \"db2\"}", &r, &closed);
+    CHECK(ok_is(&r, 1.0));
+    bson_destroy(&r);
+    wire_call(s, &b, "{\"find\": \"c\", \"$db\": \"db1\"}", &r, &closed);
+    EXPECT_ERR(r, MS_ERR_BAD_VALUE);
+    bson_destroy(&r);
+
+    /* hello is failable, under any of its names; configureFailPoint never is */
+    fail_cmd(s, "{\"configureFailPoint\": \"failCommand\", \"mode\": \"alwaysOn\", \"data\": "
+                "{\"failCommands\": [\"isMaster\", \"configureFailPoint\"], \"errorCode\": 91}}");
+    wire_call(s, &b, "{\"hello\": 1}", &r, &closed);
+    EXPECT_ERR(r, MS_ERR_SHUTDOWN_IN_PROGRESS);
+    bson_destroy(&r);
+    wire_call(s, &b, "{\"ismaster\": 1}", &r, &closed);
+    EXPECT_ERR(r, MS_ERR_SHUTDOWN_IN_PROGRESS);
+    bson_destroy(&r);
+    wire_call(s, &b, "{\"configureFailPoint\": \"failCommand\", \"mode\": \"off\"}", &r, &closed);
+    CHECK(ok_is(&r, 1.0));
+    bson_destroy(&r);
+    cmd_server_stop(s);
+}
+
+/* {skip: n} and {activationProbability: p}, besides alwaysOn and {times} above. */
+static void cmd_fail_command_modes(void) {
+    cmd_server_t *s = start_writes("cmd_failmodes");
+    op_client_t a = {0};
+    bson_t r;
+    bool closed;
+    int failed = 0;
+
+    fail_cmd(s, "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"skip\": 2}, \"data\": "
+                "{\"failCommands\": [\"find\"], \"errorCode\": 2}}");
+    for (int i = 0; i < 4; i++) {
+        wire_call(s, &a, "{\"find\": \"c\"}", &r, &closed);
+        CHECK_MSG(ok_is(&r, i < 2 ? 1.0 : 0.0), "skip 2: call %d", i);
+        bson_destroy(&r);
+    }
+    fail_cmd(s, "{\"configureFailPoint\": \"failCommand\", \"mode\": "
+                "{\"activationProbability\": 0}, \"data\": {\"failCommands\": [\"find\"], \"errorCode\": 2}}");
+    for (int i = 0; i < 50; i++) {
+        wire_call(s, &a, "{\"find\": \"c\"}", &r, &closed);
+        failed += !ok_is(&r, 1.0);
+        bson_destroy(&r);
+    }
+    CHECK_INT(failed, 0);
+    fail_cmd(s, "{\"configureFailPoint\": \"failCommand\", \"mode\": "
+                "{\"activationProbability\": 0.5}, \"data\": {\"failCommands\": [\"find\"], \"errorCode\": 2}}");
+    for (int i = 0; i < 400; i++) {
+        wire_call(s, &a, "{\"find\": \"c\"}", &r, &closed);
+        failed += !ok_is(&r, 1.0);
+        bson_destroy(&r);
+    }
+    /* 400 draws at 0.5: outside [120, 280] has a chance below 1e-15 */
+    CHECK_MSG(failed >= 120 && failed <= 280, "activationProbability 0.5 failed %d of 400", failed);
+    wire_call(s, NULL, "{\"configureFailPoint\": \"failCommand\", \"mode\": "
+                       "{\"activationProbability\": 1.5}}", &r, &closed);
+    EXPECT_ERR(r, MS_ERR_BAD_VALUE);
+    bson_destroy(&r);
+    wire_call(s, NULL, "{\"configureFailPoint\": \"failCommand\", \"mode\": "
+                       "{\"activationProbability\": \"x\"}}", &r, &closed);
+    EXPECT_ERR(r, MS_ERR_TYPE_MISMATCH);
+    bson_destroy(&r);
+    fail_cmd(s, "{\"configureFailPoint\": \"failCommand\", \"mode\": \"off\"}");
+    cmd_server_stop(s);
+}
+
+/* RetryableWriteError: retryable writes (txnNumber, no transaction) whose error or
+ * writeConcernError code is retriable; never writeErrors; failCommand's errorLabels win. */
+static void cmd_error_labels_rules(void) {
+    static const struct {
+        const char *json;
+        const char *labels;
+    } cases[] = {
+        {"{\"insert\": \"c\", \"txnNumber\": 1, \"errCode\": 91}", "RetryableWriteError"},
+        {"{\"insert\": \"c\", \"txnNumber\": 1, \"errCode\": 10107}", "RetryableWriteError"},
+        {"{\"insert\": \"c\", \"txnNumber\": 1, \"errCode\": 6}", "RetryableWriteError"},
+        {"{\"insert\": \"c\", \"txnNumber\": 1, \"errCode\": 11000}", "-"},
+        {"{\"insert\": \"c\", \"txnNumber\": 1, \"errCode\": 50}", "-"},
+        {"{\"insert\": \"c\", \"errCode\": 91}", "-"},                  /* no txnNumber */
+        {"{\"find\": \"c\", \"txnNumber\": 1, \"errCode\": 91}", "-"},  /* not a write */
+        {"{\"insert\": \"c\", \"txnNumber\": 1, \"wcCode\": 91}", "RetryableWriteError"},
+        {"{\"insert\": \"c\", \"txnNumber\": 1, \"wcCode\": 64}", "-"},
+        {"{\"insert\": \"c\", \"txnNumber\": 1, \"writeErrCode\": 91}", "-"},
+        {"{\"insert\": \"c\", \"txnNumber\": 1}", "-"},
+        {"{\"commitTransaction\": 1, \"txnNumber\": 1, \"errCode\": 189}", "RetryableWriteError"},
+        /* a transaction is refused (IllegalOperation 20): not retriable */
+        {"{\"insert\": \"c\", \"txnNumber\": 1, \"autocommit\": false, \"errCode\": 91}", "-"},
+    };
+    cmd_server_t *s = start_writes("cmd_labels");
+    op_client_t a = {0};
+    bson_t r;
+    bool closed;
+    char lb[128];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (int k = 0; k < 2; k++) {   /* both transports: one dispatch */
+            wire_call(s, k ? &a : NULL, cases[i].json, &r, &closed);
+            CHECK_MSG(strcmp(labels_of(&r, lb, sizeof lb), cases[i].labels) == 0,
+                      "%s: labels %s, expected %s", cases[i].json, lb, cases[i].labels);
+            bson_destroy(&r);
+        }
+    }
+    /* failCommand's code goes through the same rules; errorLabels: [] turns them off */
+    fail_cmd(s, "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1}, \"data\": "
+                "{\"failCommands\": [\"insert\"], \"errorCode\": 91}}");
+    wire_call(s, &a, "{\"insert\": \"c\", \"txnNumber\": 2}", &r, &closed);
+    CHECK_STR(labels_of(&r, lb, sizeof lb), "RetryableWriteError");
+    bson_destroy(&r);
+    fail_cmd(s, "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1}, \"data\": "
+                "{\"failCommands\": [\"insert\"], \"errorCode\": 91, \"errorLabels\": []}}");
+    wire_call(s, &a, "{\"insert\": \"c\", \"txnNumber\": 3}", &r, &closed);
+    EXPECT_ERR(r, MS_ERR_SHUTDOWN_IN_PROGRESS);
+    CHECK_STR(labels_of(&r, lb, sizeof lb), "");
+    bson_destroy(&r);
+    fail_cmd(s, "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1}, \"data\": "
+                "{\"failCommands\": [\"insert\"], \"writeConcernError\": {\"code\": 91, "
+                "\"errmsg\": \"shutting down\"}}}");
+    wire_call(s, &a, "{\"insert\": \"c\", \"txnNumber\": 4}", &r, &closed);
+    CHECK(ok_is(&r, 1.0));
+    CHECK_STR(labels_of(&r, lb, sizeof lb), "RetryableWriteError");
+    bson_destroy(&r);
+    cmd_server_stop(s);
+}
+
+/* codeName as error_codes.yml spells it; Location<code> for a code it does not list. */
+static void cmd_code_names(void) {
+    static const struct {
+        int code;
+        const char *name;
+    } names[] = {
+        {112, "WriteConflict"}, {91, "ShutdownInProgress"}, {189, "PrimarySteppedDown"},
+        {10107, "NotWritablePrimary"}, {11600, "InterruptedAtShutdown"},
+        {11602, "InterruptedDueToReplStateChange"}, {13435, "NotPrimaryNoSecondaryOk"},
+        {13436, "NotPrimaryOrSecondary"}, {6, "HostUnreachable"}, {7, "HostNotFound"},
+        {89, "NetworkTimeout"}, {9001, "SocketException"}, {262, "ExceededTimeLimit"},
+        {50, "MaxTimeMSExpired"}, {64, "WriteConcernFailed"}, {100, "UnsatisfiableWriteConcern"},
+        {20, "IllegalOperation"}, {251, "NoSuchTransaction"}, {225, "TransactionTooOld"},
+        {217, "IncompleteTransactionHistory"}, {24, "LockTimeout"}, {8, "UnknownError"},
+        {2, "BadValue"}, {11, "UserNotFound"}, {13, "Unauthorized"}, {18, "AuthenticationFailed"},
+        {43, "CursorNotFound"}, {136, "CappedPositionLost"}, {175, "QueryPlanKilled"},
+        {237, "CursorKilled"}, {244, "TransactionCoordinatorSteppedDown"},
+        {234, "RetryChangeStream"}, {280, "ChangeStreamFatalError"},
+        {133, "FailedToSatisfyReadPreference"}, {26, "NamespaceNotFound"},
+        {48, "NamespaceExists"}, {59, "CommandNotFound"}, {115, "CommandNotSupported"},
+        {322, "APIVersionError"}, {323, "APIStrictError"}, {324, "APIDeprecationError"},
+        {134, "ReadConcernMajorityNotAvailableYet"}, {50737, "Location50737"},
+        {999999, "Location999999"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        CHECK_STR(err_code_name(names[i].code), names[i].name);
 }
 
 static bool refuse_underscore(const uint8_t *data, size_t len, bson_t *reply) {
@@ -856,5 +1219,6 @@ static void cmd_repeated_keys(void) {
 T_MAIN(T_CASE(cmd_common_commands), T_CASE(cmd_unknown_command), T_CASE(cmd_field_checks),
        T_CASE(cmd_test_only_hidden), T_CASE(cmd_error_fields), T_CASE(cmd_error_logged),
        T_CASE(cmd_size_limits), T_CASE(cmd_garbage), T_CASE(cmd_dispatch_direct), T_CASE(cmd_strict_fields), T_CASE(cmd_strict_doc),
-       T_CASE(cmd_fail_command), T_CASE(cmd_intercept), T_CASE(cmd_half_built_reply),
+       T_CASE(cmd_fail_command), T_CASE(cmd_fail_command_fields), T_CASE(cmd_fail_command_modes),
+       T_CASE(cmd_error_labels_rules), T_CASE(cmd_code_names), T_CASE(cmd_intercept), T_CASE(cmd_half_built_reply),
        T_CASE(cmd_session_args), T_CASE(cmd_repeated_keys))
