@@ -21,6 +21,7 @@
 
 #include "common/bsonx.h"
 #include "common/cmd_priv.h"
+#include "common/curop.h"
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "common/opctx.h"
@@ -517,7 +518,12 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
      * bson_destroy frees it, and bson_steal only takes a finished one. */
     bson_init(&body);
     atomic_fetch_add(&s->active, 1);
-    rc = ctx.spec->handler(&ctx, &body, &err);
+    {
+        curop_t op;   /* listed by $currentOp while the handler runs */
+        curop_begin(&op, &req, ctx.name, ctx.db, ctx.spec->flags);
+        rc = ctx.spec->handler(&ctx, &body, &err);
+        curop_end(&op);
+    }
     atomic_fetch_sub(&s->active, 1);
     if (rc != 0) {
         bson_destroy(&body);

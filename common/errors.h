@@ -189,7 +189,9 @@
     /* mongosh: $shardedDataDistribution (sh.status()) */ \
     X(LOC_SDD_SPEC, 6789100, "Location6789100")                     \
     X(LOC_SDD_NOT_MONGOS, 6789101, "Location6789101")               \
-    X(LOC_SDD_NOT_ADMIN, 6789102, "Location6789102")
+    X(LOC_SDD_NOT_ADMIN, 6789102, "Location6789102")                \
+    /* $currentOp from a router on a shard that has no name yet */ \
+    X(LOC_CUROP_NO_SHARD_NAME, 40465, "Location40465")
 
 enum ms_err {
     MS_OK = 0,

@@ -402,6 +402,13 @@
  * a status view must come back while a shard is dead or hung (it is then listed in
  * shardErrors), well before the 20 s peer timeout; a live shard answers in milliseconds. */
 #define MS_CURRENT_OP_SHARD_WAIT_MS 5000
+/* $currentOp's `command` of an operation: with truncateOps: true a command larger than
+ * this many bytes is shown as {$truncated: "<its start as JSON>"} (MongoDB's 1000-byte
+ * truncation of curop reports); without it, a command larger than the second bound (a
+ * 16 MB insert) is truncated the same way, so a listing of every worker's operation
+ * stays a few MB however large the requests in flight. */
+#define MS_CUROP_TRUNCATE_BYTES 1000
+#define MS_CUROP_COMMAND_BYTES_MAX (1024 * 1024)
 
 /* ---- zones, removeShard, movePrimary (configsvr/cat_zones.c, cmd_zones.c, cmd_moveprimary.c) ---- */
 /* Zone names (config.shards tags, config.tags tag): MongoDB sets no length of its own;
