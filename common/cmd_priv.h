@@ -46,6 +46,9 @@ struct cmd_server {
  * (the router's names minishard's reason). Returns the code. */
 int cmd_refuse_transaction(const cmd_server_t *s, ms_error_t *err);
 
+/* hostInfo (hostinfo.c): {system, os, extra} of this host, as MongoDB's. */
+int cmd_host_info(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+
 /* The counters of spec (a row of the daemon's table or of the common table). */
 cmd_counter_t *cmd_counter_of(cmd_server_t *s, const cmd_spec_t *spec);
 

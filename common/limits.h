@@ -442,6 +442,9 @@
  * (MS_RPC_CONFIG_TIMEOUT_MS_DEFAULT) so the client gets our answer (ok, or
  * ExceededTimeLimit with the setting written) rather than a router timeout. */
 #define MS_BALANCER_STOP_WAIT_MS 10000
+/* The cluster chunk size when config.settings has no chunksize document: MongoDB 6.0+'s
+ * 128 MB (the config server's default, and what a router reports until it has read one). */
+#define MS_CHUNK_SIZE_MB_DEFAULT 128
 /* chunksize valueBytes (test only, --enable-test-commands): at least 1 KB so a chunk
  * holds some documents; at most the 1024 MB of `value`. */
 #define MS_CHUNKSIZE_VALUE_BYTES_MIN 1024

@@ -38,7 +38,7 @@
 #define CAT_ACTIONLOG_ROWS_MAX 20000
 
 /* Default max chunk size when config.settings has no chunksize document: MongoDB 6.0+. */
-#define CAT_CHUNKSIZE_MB_DEFAULT 128
+#define CAT_CHUNKSIZE_MB_DEFAULT MS_CHUNK_SIZE_MB_DEFAULT
 /* Allowed chunksize values in MB (MongoDB: 1..1024). */
 #define CAT_CHUNKSIZE_MB_MIN 1
 #define CAT_CHUNKSIZE_MB_MAX 1024

@@ -164,6 +164,12 @@ const cmd_spec_t router_table[] = {
     CFG_NAMED("clearJumboFlag", CMD_FULL_NS_ARG),
     {.name = "currentOp", .handler = rt_cmd_current_op,
      .help = "every shard's operations in progress (migrations), tagged with the shard"},
+    {.name = "getShardVersion", .handler = rt_cmd_get_shard_version, .flags = CMD_STRICT_FIELDS,
+     .arg_types = CT_STR, .fields = {{"fullMetadata", CT_FLAG, false}},
+     .help = "version of the router's cached routing of a collection (fullMetadata: its "
+             "chunks), or a database's primary and version"},
+    {.name = "getShardMap", .handler = rt_cmd_get_shard_map, .flags = CMD_STRICT_FIELDS,
+     .help = "the shard registry: map {shard: connection string}, hosts, connStrings"},
     CFG_RO("balancerStatus"),
     {.name = "balancerCollectionStatus", .handler = rt_cmd_to_config, .flags = CMD_FULL_NS_ARG,
      .arg_types = CT_STR, .help = "forwarded to the config server"},

@@ -418,6 +418,7 @@ void rt_status(void *app, bson_t *reply) {
     BSON_APPEND_INT64(&d, "scatterGatherOps", (int64_t)atomic_load(&r->scatter_ops));
     BSON_APPEND_INT32(&d, "openCursors", rt_cursors_count(r));
     bson_append_document_end(reply, &d);
+    rt_status_sharding(r, reply);
 }
 
 void rt_metrics(void *app, bson_t *metrics) {
@@ -442,6 +443,7 @@ static void *pinger(void *p) {
             bson_destroy(&rep);
         }
         bson_destroy(&cmd);
+        rt_refresh_chunk_size(r);
         rt_cursors_reap(r);
         struct timespec dl;
         clock_gettime(CLOCK_REALTIME, &dl);
