@@ -242,7 +242,8 @@ int cfg_coll_update_flags(cfg_t *cfg, const bson_t *q, const bson_t *u, bool ups
     if (rc == 0 && *nmod) {
         log_info("config.collections flags ns=%s noBalance=%d enableAutoMerge=%d", log_str(ns),
                  f.v[CAT_FLAG_NO_BALANCE], f.v[CAT_FLAG_AUTO_MERGE]);
-        cfg_balancer_wake(cfg);  /* enableBalancing: a round now rather than after the idle nap */
+        if (f.v[CAT_FLAG_NO_BALANCE] != CAT_FLAG_KEEP)
+            cfg_balancer_wake(cfg);  /* enableBalancing: a round now rather than after the idle nap */
     }
     return rc;
 }
