@@ -16,7 +16,7 @@ error"):
     another, sh.enableAutoMerger(ns) lets it merge; sh.stopAutoMerger() stops every pass
     (the config server logs the skipped passes), sh.startAutoMerger() resumes.
 
-Three mongosh runs of a few helpers each (a mongosh start costs 1-2 s).
+Four mongosh runs of several helpers each (a mongosh start costs 1-2 s).
 """
 import json
 import os
@@ -29,8 +29,8 @@ MERGER = ["--auto-merger-interval-ms", "200", "--auto-merger-horizon-ms", "0",
           "--auto-merger-throttle-ms", "0"]
 
 
-def wire_cluster(t):
-    cfg = t.configsvr(extra=MERGER)
+def wire_cluster(t, config_extra=()):
+    cfg = t.configsvr(extra=list(config_extra))
     ss = [t.shardd("shard%d" % i) for i in range(2)]
     wp = free_ports(1)[0]
     r = t.router(cfg.url, extra=["--wire-port", str(wp)])
@@ -142,15 +142,34 @@ def check_auto_merger(t, cfg, url):
 
 
 @test
-def test_mongosh_helpers_through_a_router(t):
-    """moveRange with only min, the metadata helpers, hostInfo, serverStatus.sharding,
-    checkMetadataConsistency, db.currentOp() with a held operation and the auto-merger
-    switches, each run in mongosh through a router and its effect checked."""
+def test_mongosh_move_range_and_metadata_helpers(t):
+    """sh.moveRange with only min, getShardVersion, getShardMap, hostInfo,
+    serverStatus.sharding and the checkMetadataConsistency cursors, in mongosh through a
+    router, their results checked against the catalog and the host."""
     if not have_mongosh():
         return
     cfg, ss, r, c, url = wire_cluster(t)
     check_info(t, cfg, ss, r, c, url)
+
+
+@test
+def test_mongosh_current_op_sees_a_held_insert(t):
+    """db.currentOp() and $currentOp {localOps} in mongosh while an insert waits at a
+    shard's failpoint; the shard itself lists it too; gone once released."""
+    if not have_mongosh():
+        return
+    cfg, ss, r, c, url = wire_cluster(t)
     check_current_op(t, ss, c, url)
+
+
+@test
+def test_mongosh_auto_merger_switches(t):
+    """sh.disableAutoMerger / enableAutoMerger per collection and sh.stopAutoMerger /
+    startAutoMerger / isAutoMergerEnabled, with the auto-merger's passes 200 ms apart."""
+    if not have_mongosh():
+        return
+    cfg, ss, r, c, url = wire_cluster(t, MERGER)
+    c.ok({"enableSharding": "p", "primaryShard": "shard0", "$db": "admin"})
     check_auto_merger(t, cfg, url)
 
 
