@@ -85,6 +85,14 @@ int curop_parse_spec(const bson_iter_t *spec_it, curop_spec_t *out, ms_error_t *
     return 0;
 }
 
+int curop_parse_pipeline(const bson_t *pipeline, curop_spec_t *out, ms_error_t *err) {
+    bson_iter_t si, fi;
+    if (!bson_iter_init(&si, pipeline) || !bson_iter_next(&si) || !BSON_ITER_HOLDS_DOCUMENT(&si) ||
+        !bson_iter_recurse(&si, &fi) || !bson_iter_next(&fi))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "the pipeline does not start with $currentOp");
+    return curop_parse_spec(&fi, out, err);
+}
+
 int curop_check_ns(const char *db, const bson_iter_t *agg_arg, ms_error_t *err) {
     if (strcmp(db, "admin") != 0 || !bsonx_is_number(agg_arg))
         return err_set(err, MS_ERR_INVALID_NAMESPACE, "$currentOp must be run against the "
@@ -190,19 +198,6 @@ static void append_op(bson_t *d, const curop_t *op, const curop_spec_t *spec, co
     bson_append_document_end(d, &empty);
 }
 
-/* The stages after the first, renumbered (the pipeline's own numbering is dispatch's). */
-static void rest_of(const bson_t *pipeline, bson_t *out) {
-    bson_iter_t it;
-    int k = 0;
-    bson_init(out);
-    if (bson_iter_init(&it, pipeline) && bson_iter_next(&it))
-        while (bson_iter_next(&it)) {
-            char key[16];
-            snprintf(key, sizeof key, "%d", k++);
-            bson_append_iter(out, key, -1, &it);
-        }
-}
-
 int curop_stage_run(const bson_t *pipeline, const curop_spec_t *spec, const char *host,
                     const char *shard, bson_t ***docs, size_t *n, ms_error_t *err) {
     agg_pipeline_t *p = NULL;
@@ -211,7 +206,7 @@ int curop_stage_run(const bson_t *pipeline, const curop_spec_t *spec, const char
     bson_t rest, listed = BSON_INITIALIZER;
     bson_iter_t it;
     int rc, k = 0;
-    rest_of(pipeline, &rest);
+    agg_pipeline_rest(pipeline, &rest);
     if ((rc = agg_parse(&rest, &o, &p, err)) != 0) goto out;
     /* The listing is built under the mutex, then fed to the pipeline outside it. */
     pthread_mutex_lock(&curop_mu);

@@ -46,6 +46,8 @@ typedef struct curop_spec {
  * option a boolean (FailedToParse, MongoDB's texts); an unknown option is FailedToParse
  * "Unrecognized option 'x' in $currentOp stage.". */
 int curop_parse_spec(const bson_iter_t *spec_it, curop_spec_t *out, ms_error_t *err);
+/* The same for the first stage of pipeline (the caller saw it is $currentOp). */
+int curop_parse_pipeline(const bson_t *pipeline, curop_spec_t *out, ms_error_t *err);
 
 /* InvalidNamespace unless db is admin and the aggregate's value is a number: MongoDB's
  * "$currentOp must be run against the 'admin' database with {aggregate: 1}". */

@@ -551,20 +551,16 @@ static int current_op_stage(cmd_ctx_t *ctx, const bson_t *pipeline, int64_t batc
                             ms_error_t *err) {
     router_t *r = ctx->app;
     curop_spec_t spec;
-    bson_iter_t si, fi;
+    bson_iter_t si;
     bson_t first = BSON_INITIALIZER, listed, rest, results;
     agg_pipeline_t *p = NULL;
     agg_opts_t o = {0};
-    int rc, k = 0;
+    int rc;
     if ((rc = curop_check_ns(ctx->db, &ctx->arg, err)) != 0) return rc;
     if (!cmd_field(ctx, "cursor", &si))
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "The 'cursor' option is required, except "
                        "for aggregate with the explain argument");
-    bson_iter_init(&si, pipeline);
-    bson_iter_next(&si);
-    bson_iter_recurse(&si, &fi);
-    bson_iter_next(&fi);
-    if ((rc = curop_parse_spec(&fi, &spec, err)) != 0) return rc;
+    if ((rc = curop_parse_pipeline(pipeline, &spec, err)) != 0) return rc;
     if (spec.local_ops) {
         bson_t **docs = NULL;
         size_t n = 0;
@@ -582,15 +578,10 @@ static int current_op_stage(cmd_ctx_t *ctx, const bson_t *pipeline, int64_t batc
         return rt_cursor_from_results(r, "admin", "$cmd.aggregate", &results, batch, reply, err);
     }
     /* The rest of the pipeline, parsed before anything is sent (its errors first). */
-    bson_init(&rest);
+    agg_pipeline_rest(pipeline, &rest);
     bson_iter_init(&si, pipeline);
     bson_iter_next(&si);
     bson_append_iter(&first, "0", -1, &si);
-    while (bson_iter_next(&si)) {
-        char key[16];
-        snprintf(key, sizeof key, "%d", k++);
-        bson_append_iter(&rest, key, -1, &si);
-    }
     if ((rc = agg_parse(&rest, &o, &p, err)) != 0) goto out;
     if ((rc = current_op_shards(r, &first, &listed, err)) == 0) {
         rc = run_over_array(p, &listed, &results, err);

@@ -118,19 +118,6 @@ static int check_collation(const bson_iter_t *it, ms_error_t *err) {
                    "({locale: \"simple\"})");
 }
 
-/* The stages of pipeline after its first, renumbered into *out (initialised). */
-static void pipeline_rest(const bson_t *pipeline, bson_t *out) {
-    bson_iter_t it;
-    int k = 0;
-    bson_init(out);
-    if (bson_iter_init(&it, pipeline) && bson_iter_next(&it))
-        while (bson_iter_next(&it)) {
-            char key[16];
-            snprintf(key, sizeof key, "%d", k++);
-            bson_append_iter(out, key, -1, &it);
-        }
-}
-
 /* {$collStats: {storageStats?: {scale?}, count?: {}}} as the first stage (mongosh's
  * db.c.stats() and getShardDistribution()): one document {ns, localTime, storageStats?,
  * count?}, then the rest of the pipeline over it. latencyStats / queryExecStats are not
@@ -176,7 +163,7 @@ static int coll_stats_stage(cmd_ctx_t *ctx, const bson_t *pipeline, const bson_i
         }
     }
     if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, NULL, err)) != 0) return rc;
-    pipeline_rest(pipeline, &rest);
+    agg_pipeline_rest(pipeline, &rest);
     bson_init(&doc);
     if ((rc = agg_parse(&rest, &o, &p, err)) != 0) goto out;
     BSON_APPEND_UTF8(&doc, "ns", ns);
@@ -239,7 +226,6 @@ static int cursor_batch_size(cmd_ctx_t *ctx, bool *have, int64_t *batch_size, ms
 static int current_op_stage(cmd_ctx_t *ctx, const bson_t *pipeline, ms_error_t *err, bson_t *reply) {
     shardd_t *app = ctx->app;
     curop_spec_t spec;
-    bson_iter_t si, fi;
     bson_t **docs = NULL;
     size_t n = 0;
     int64_t batch_size;
@@ -252,11 +238,7 @@ static int current_op_stage(cmd_ctx_t *ctx, const bson_t *pipeline, ms_error_t *
     if (!have_cursor)
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "The 'cursor' option is required, except "
                        "for aggregate with the explain argument");
-    bson_iter_init(&si, pipeline);
-    bson_iter_next(&si);
-    bson_iter_recurse(&si, &fi);
-    bson_iter_next(&fi);
-    if ((rc = curop_parse_spec(&fi, &spec, err)) != 0) return rc;
+    if ((rc = curop_parse_pipeline(pipeline, &spec, err)) != 0) return rc;
     if (from_router) {
         if (app->shv) shv_identity(app->shv, name, sizeof name, url, sizeof url);
         if (!name[0])
