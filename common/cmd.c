@@ -239,6 +239,15 @@ static int cmd_check_fields(const cmd_ctx_t *ctx, ms_error_t *err) {
 /* The names a row's flags point at (common/validate.h), after $db itself was checked.
  * Values of the wrong type were refused by the type checks already, or are left to the
  * handler when the row lists no type. */
+/* "$cmd.aggregate" names the cursor of a collection-less aggregate ({aggregate: 1}:
+ * $currentOp, $shardedDataDistribution), as MongoDB's collectionless aggregate namespace:
+ * getMore and killCursors accept it, no other command does. */
+static bool collectionless_cursor(const cmd_ctx_t *ctx, const char *coll, uint32_t len) {
+    static const char agg[] = "$cmd.aggregate";
+    return len == sizeof agg - 1 && memcmp(coll, agg, len) == 0 &&
+           (strcmp(ctx->name, "getMore") == 0 || strcmp(ctx->name, "killCursors") == 0);
+}
+
 static int cmd_check_names(const cmd_ctx_t *ctx, ms_error_t *err) {
     unsigned fl = ctx->spec->flags;
     bool write = (fl & CMD_WRITE) != 0;
@@ -247,6 +256,7 @@ static int cmd_check_names(const cmd_ctx_t *ctx, ms_error_t *err) {
     bson_iter_t it;
     if ((fl & (CMD_NS_ARG | CMD_DB_ARG | CMD_FULL_NS_ARG)) && BSON_ITER_HOLDS_UTF8(&ctx->arg)) {
         s = bson_iter_utf8(&ctx->arg, &len);
+        if ((fl & CMD_NS_ARG) && collectionless_cursor(ctx, s, len)) return 0;
         if (fl & CMD_NS_ARG) return val_coll_name(ctx->db, s, len, write, err);
         if (fl & CMD_DB_ARG) return val_db_name(s, len, err);
         return val_full_ns(s, len, write, err);
@@ -254,7 +264,7 @@ static int cmd_check_names(const cmd_ctx_t *ctx, ms_error_t *err) {
     if ((fl & CMD_NS_FIELD) && bson_iter_init_find(&it, ctx->req, "collection") &&
         BSON_ITER_HOLDS_UTF8(&it)) {
         s = bson_iter_utf8(&it, &len);
-        return val_coll_name(ctx->db, s, len, false, err);
+        return collectionless_cursor(ctx, s, len) ? 0 : val_coll_name(ctx->db, s, len, false, err);
     }
     return 0;
 }

@@ -519,16 +519,20 @@ static int current_op_shards(router_t *r, const bson_t *first, bson_t *docs, ms_
         BSON_APPEND_UTF8(&reqs[i].cmd, "$db", "admin");
     }
     rt_send_all(r, reqs, n);
-    for (int i = 0; i < n && rc == 0; i++) {
-        if (reqs[i].rc) {
-            *err = reqs[i].err;
-            rc = reqs[i].rc;
-        } else if ((rc = rt_reply_status(&reqs[i].reply, err)) == 0 &&
-                   (rc = take_batch(&ss[i], &reqs[i].reply, "cursor.firstBatch", &bytes, err)) == 0) {
-            rc = gather(r, reqs[i].shard, "admin", "$cmd.aggregate", &ss[i], &bytes, err);
+    /* Every first batch (and cursor id) first, so that a failure kills every open cursor. */
+    for (int i = 0; i < n; i++) {
+        ms_error_t e = reqs[i].err;
+        int src = reqs[i].rc;
+        if (src == 0 && (src = rt_reply_status(&reqs[i].reply, &e)) == 0)
+            src = take_batch(&ss[i], &reqs[i].reply, "cursor.firstBatch", &bytes, &e);
+        if (src && rc == 0) {
+            rc = src;
+            *err = e;
+            err_prefix(err, "shard %s", reqs[i].shard);
         }
-        if (rc) err_prefix(err, "shard %s", reqs[i].shard);
     }
+    for (int i = 0; i < n && rc == 0; i++)   /* gather names the shard in its errors */
+        rc = gather(r, reqs[i].shard, "admin", "$cmd.aggregate", &ss[i], &bytes, err);
     op_set_deadline_ms(own);
     bson_init(docs);
     for (int i = 0; i < n; i++) {

@@ -20,6 +20,7 @@
 #include "common/keys.h"
 #include "common/limits.h"
 #include "common/log.h"
+#include "common/validate.h"
 #include "router/router.h"
 
 /* MongoDB's adminOnly commands answer this from another database. */
@@ -76,16 +77,17 @@ static int append_chunks(const rtable_t *t, bson_t *reply, ms_error_t *err) {
 
 int rt_cmd_get_shard_version(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
-    const char *ns = bson_iter_utf8(&ctx->arg, NULL);   /* a string: the row's arg_types */
+    uint32_t len = 0;
+    const char *ns = bson_iter_utf8(&ctx->arg, &len);   /* a string: the row's arg_types */
     char primary[RT_NAME_BYTES_MAX];
     rt_db_version_t dbv;
     rt_table_t *t = NULL;
     rtable_version_t v;
     int rc;
     if ((rc = admin_only(ctx, err)) != 0) return rc;
-    if (!*ns || strlen(ns) > MS_NS_BYTES_MAX)
-        return err_set(err, MS_ERR_INVALID_NAMESPACE, "Invalid namespace specified '%s'", ns);
-    if (!strchr(ns, '.')) {   /* a database: its primary and version */
+    bool db_only = memchr(ns, '.', len) == NULL;
+    if ((rc = db_only ? val_db_name(ns, len, err) : val_full_ns(ns, len, false, err)) != 0) return rc;
+    if (db_only) {   /* a database: its primary and version */
         if ((rc = rt_db_get(r, ns, false, primary, sizeof primary, &dbv, err)) != 0) return rc;
         BSON_APPEND_UTF8(reply, "primaryShard", primary);
         rtable_dbv_append(reply, "version", &dbv);

@@ -92,6 +92,11 @@ def check_current_op(t, ss, c, url):
         ops = direct["cursor"]["firstBatch"]
         assert len(ops) == 1 and isinstance(ops[0]["opid"], int) and "client" in ops[0] \
             and "shard" not in ops[0] and ops[0]["ns"] == "p.held", ops
+        # Its cursor continues with getMore on "$cmd.aggregate", as MongoDB's does.
+        first = shard0.ok({"aggregate": 1, "$db": "admin", "cursor": {"batchSize": 0},
+                           "pipeline": [{"$currentOp": {}}, {"$match": {"command.insert": "held"}}]})
+        more = shard0.ok({"getMore": first["cursor"]["id"], "collection": "$cmd.aggregate", "$db": "admin"})
+        assert [o["ns"] for o in more["cursor"]["nextBatch"]] == ["p.held"], more
     finally:
         fp(shard0, "hangBeforeWriteCommit", "off")
         if r_client:
@@ -101,6 +106,7 @@ def check_current_op(t, ss, c, url):
                                  "Long", True, "op", 1]], out)
     check(res, "heldLocal", [[None, "insert", "p.held", "number", "string", True]], out)
     check(res, "currentOpAll", True, out)
+    check(res, "batched", 3, out)   # the held insert, the aggregate on each shard
     check(res, "selfListed", ["shard0", "shard1"], out)
     check(res, "notAdmin", ("error", "$currentOp must be run against the 'admin' database with "
                                      "{aggregate: 1} code=73"), out)

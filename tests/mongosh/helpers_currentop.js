@@ -13,3 +13,6 @@ out("selfListed", () => db.currentOp({ "command.aggregate": 1, "command.pipeline
 out("notAdmin", () => db.getSiblingDB("p").aggregate([{ $currentOp: {} }]).toArray());
 out("badOption", () => db.getSiblingDB("admin").aggregate([{ $currentOp: { nosuch: true } }]).toArray());
 out("badType", () => db.getSiblingDB("admin").aggregate([{ $currentOp: { localOps: 1 } }]).toArray());
+// The router's cursor over the listing, one document a batch (getMore on "$cmd.aggregate").
+out("batched", () => db.getSiblingDB("admin").aggregate([{ $currentOp: {} }], { batchSize: 1 })
+  .toArray().filter((o) => o.command.insert === "held" || o.command.aggregate === 1).length);
