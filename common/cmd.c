@@ -236,9 +236,6 @@ static int cmd_check_fields(const cmd_ctx_t *ctx, ms_error_t *err) {
     return 0;
 }
 
-/* The names a row's flags point at (common/validate.h), after $db itself was checked.
- * Values of the wrong type were refused by the type checks already, or are left to the
- * handler when the row lists no type. */
 /* "$cmd.aggregate" names the cursor of a collection-less aggregate ({aggregate: 1}:
  * $currentOp, $shardedDataDistribution), as MongoDB's collectionless aggregate namespace:
  * getMore and killCursors accept it, no other command does. */
@@ -248,6 +245,9 @@ static bool collectionless_cursor(const cmd_ctx_t *ctx, const char *coll, uint32
            (strcmp(ctx->name, "getMore") == 0 || strcmp(ctx->name, "killCursors") == 0);
 }
 
+/* The names a row's flags point at (common/validate.h), after $db itself was checked.
+ * Values of the wrong type were refused by the type checks already, or are left to the
+ * handler when the row lists no type. */
 static int cmd_check_names(const cmd_ctx_t *ctx, ms_error_t *err) {
     unsigned fl = ctx->spec->flags;
     bool write = (fl & CMD_WRITE) != 0;

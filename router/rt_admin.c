@@ -77,9 +77,8 @@ static bool doc_field(const cmd_ctx_t *ctx, const char *name) {
 }
 
 /* moveChunk {moveChunk: ns, find | bounds, to, _waitForDelete, forceJumbo: bool,
- * _secondaryThrottle, writeConcern} and moveRange {moveRange: ns, toShard, min?, max? (null =
- * absent),
- * forceJumbo: bool, waitForDelete, secondaryThrottle, writeConcern} both become
+ * _secondaryThrottle, writeConcern} and moveRange {moveRange: ns, toShard, min?, max?
+ * (null = absent), forceJumbo: bool, waitForDelete, secondaryThrottle, writeConcern} both become
  * _configsvrMoveRange (find and bounds go over as they are: the config server resolves
  * find to its chunk and requires bounds to be exactly one chunk). The call
  * lasts as long as the migration: the op's maxTimeMS, else the migration deadline plus
