@@ -135,6 +135,18 @@ void agg_free(agg_pipeline_t *p) {
 
 int agg_nstages(const agg_pipeline_t *p) { return p->n; }
 
+void agg_pipeline_rest(const bson_t *pipeline, bson_t *out) {
+    bson_iter_t it;
+    int k = 0;
+    bson_init(out);
+    if (bson_iter_init(&it, pipeline) && bson_iter_next(&it))
+        while (bson_iter_next(&it)) {
+            char key[16];
+            snprintf(key, sizeof key, "%d", k++);
+            bson_append_iter(out, key, -1, &it);
+        }
+}
+
 const bson_t *agg_leading_match(const agg_pipeline_t *p) {
     return p->n > 0 && p->st[0].kind == S_MATCH ? p->st[0].filter : NULL;
 }

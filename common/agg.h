@@ -41,6 +41,10 @@ int agg_nstages(const agg_pipeline_t *p);
 /* The filter of the first stage when it is a $match (borrowed), else NULL: a caller with an
  * index planner uses it as the scan's filter and starts the run at stage 1. */
 const bson_t *agg_leading_match(const agg_pipeline_t *p);
+/* The stages of pipeline after its first, renumbered "0", "1", ... into *out (initialised
+ * here; caller destroys): what runs after a stage the daemon answers itself ($collStats,
+ * $currentOp, $shardedDataDistribution). */
+void agg_pipeline_rest(const bson_t *pipeline, bson_t *out);
 
 /* Appends the stages (as they run, rewrites included) from stage `from` on to arr, an
  * array being built, numbering from *idx (advanced). For explain. */

@@ -21,6 +21,7 @@
 
 #include "common/bsonx.h"
 #include "common/cmd_priv.h"
+#include "common/curop.h"
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "common/opctx.h"
@@ -233,6 +234,15 @@ static int cmd_check_fields(const cmd_ctx_t *ctx, ms_error_t *err) {
     return 0;
 }
 
+/* "$cmd.aggregate" names the cursor of a collection-less aggregate ({aggregate: 1}:
+ * $currentOp, $shardedDataDistribution), as MongoDB's collectionless aggregate namespace:
+ * getMore and killCursors accept it, no other command does. */
+static bool collectionless_cursor(const cmd_ctx_t *ctx, const char *coll, uint32_t len) {
+    static const char agg[] = "$cmd.aggregate";
+    return len == sizeof agg - 1 && memcmp(coll, agg, len) == 0 &&
+           (strcmp(ctx->name, "getMore") == 0 || strcmp(ctx->name, "killCursors") == 0);
+}
+
 /* The names a row's flags point at (common/validate.h), after $db itself was checked.
  * Values of the wrong type were refused by the type checks already, or are left to the
  * handler when the row lists no type. */
@@ -244,6 +254,7 @@ static int cmd_check_names(const cmd_ctx_t *ctx, ms_error_t *err) {
     bson_iter_t it;
     if ((fl & (CMD_NS_ARG | CMD_DB_ARG | CMD_FULL_NS_ARG)) && BSON_ITER_HOLDS_UTF8(&ctx->arg)) {
         s = bson_iter_utf8(&ctx->arg, &len);
+        if ((fl & CMD_NS_ARG) && collectionless_cursor(ctx, s, len)) return 0;
         if (fl & CMD_NS_ARG) return val_coll_name(ctx->db, s, len, write, err);
         if (fl & CMD_DB_ARG) return val_db_name(s, len, err);
         return val_full_ns(s, len, write, err);
@@ -251,7 +262,7 @@ static int cmd_check_names(const cmd_ctx_t *ctx, ms_error_t *err) {
     if ((fl & CMD_NS_FIELD) && bson_iter_init_find(&it, ctx->req, "collection") &&
         BSON_ITER_HOLDS_UTF8(&it)) {
         s = bson_iter_utf8(&it, &len);
-        return val_coll_name(ctx->db, s, len, false, err);
+        return collectionless_cursor(ctx, s, len) ? 0 : val_coll_name(ctx->db, s, len, false, err);
     }
     return 0;
 }
@@ -475,7 +486,12 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
      * bson_destroy frees it, and bson_steal only takes a finished one. */
     bson_init(&body);
     atomic_fetch_add(&s->active, 1);
-    rc = ctx.spec->handler(&ctx, &body, &err);
+    {
+        curop_t op;   /* listed by $currentOp while the handler runs */
+        curop_begin(&op, &req, ctx.name, ctx.db, ctx.spec->flags);
+        rc = ctx.spec->handler(&ctx, &body, &err);
+        curop_end(&op);
+    }
     atomic_fetch_sub(&s->active, 1);
     if (rc != 0) {
         bson_destroy(&body);

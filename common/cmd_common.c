@@ -397,6 +397,8 @@ const cmd_spec_t cmd_common_table[] = {
     {.name = "connectionStatus", .handler = cmd_connection_status, .flags = CMD_NO_LOG,
      .fields = {{"showPrivileges", CT_FLAG, false}},
      .help = "no authentication: no authenticated users"},
+    {.name = "hostInfo", .handler = cmd_host_info, .flags = CMD_NO_LOG | CMD_STRICT_FIELDS,
+     .help = "this host: system (memory, cores, arch), os, extra (kernel, libc, cpu)"},
     {.name = "whatsmyuri", .handler = cmd_whatsmyuri, .flags = CMD_NO_LOG,
      .help = "the client's address as this process sees it"},
     {.name = "commitTransaction", .handler = cmd_end_transaction,

@@ -67,6 +67,8 @@ bool cmd_code_is_retriable(int code);
  * it fired with them, else ["RetryableWriteError"] for a retryable write whose error
  * (or writeConcernError) code is retriable. req/name NULL: no command was recognised. */
 void cmd_error_labels(const bson_t *req, const char *name, const cmd_fail_t *fc, bson_t *reply);
+/* hostInfo (hostinfo.c): {system, os, extra} of this host, as MongoDB's. */
+int cmd_host_info(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 
 /* The counters of spec (a row of the daemon's table or of the common table). */
 cmd_counter_t *cmd_counter_of(cmd_server_t *s, const cmd_spec_t *spec);

@@ -227,7 +227,9 @@
     X(INTERRUPTED_DUE_TO_REPL_STATE_CHANGE, 11602, "InterruptedDueToReplStateChange") \
     X(NOT_PRIMARY_NO_SECONDARY_OK, 13435, "NotPrimaryNoSecondaryOk") \
     X(NOT_PRIMARY_OR_SECONDARY, 13436, "NotPrimaryOrSecondary") \
-    X(LOC_SDD_NOT_ADMIN, 6789102, "Location6789102")
+    X(LOC_SDD_NOT_ADMIN, 6789102, "Location6789102")                \
+    /* $currentOp from a router on a shard that has no name yet */ \
+    X(LOC_CUROP_NO_SHARD_NAME, 40465, "Location40465")
 
 enum ms_err {
     MS_OK = 0,

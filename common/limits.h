@@ -402,6 +402,13 @@
  * a status view must come back while a shard is dead or hung (it is then listed in
  * shardErrors), well before the 20 s peer timeout; a live shard answers in milliseconds. */
 #define MS_CURRENT_OP_SHARD_WAIT_MS 5000
+/* $currentOp's `command` of an operation: with truncateOps: true a command larger than
+ * this many bytes is shown as {$truncated: "<its start as JSON>"} (MongoDB's 1000-byte
+ * truncation of curop reports); without it, a command larger than the second bound (a
+ * 16 MB insert) is truncated the same way, so a listing of every worker's operation
+ * stays a few MB however large the requests in flight. */
+#define MS_CUROP_TRUNCATE_BYTES 1000
+#define MS_CUROP_COMMAND_BYTES_MAX (1024 * 1024)
 
 /* ---- zones, removeShard, movePrimary (configsvr/cat_zones.c, cmd_zones.c, cmd_moveprimary.c) ---- */
 /* Zone names (config.shards tags, config.tags tag): MongoDB sets no length of its own;
@@ -435,6 +442,9 @@
  * (MS_RPC_CONFIG_TIMEOUT_MS_DEFAULT) so the client gets our answer (ok, or
  * ExceededTimeLimit with the setting written) rather than a router timeout. */
 #define MS_BALANCER_STOP_WAIT_MS 10000
+/* The cluster chunk size when config.settings has no chunksize document: MongoDB 6.0+'s
+ * 128 MB (the config server's default, and what a router reports until it has read one). */
+#define MS_CHUNK_SIZE_MB_DEFAULT 128
 /* chunksize valueBytes (test only, --enable-test-commands): at least 1 KB so a chunk
  * holds some documents; at most the 1024 MB of `value`. */
 #define MS_CHUNKSIZE_VALUE_BYTES_MIN 1024

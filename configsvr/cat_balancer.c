@@ -219,35 +219,58 @@ done:
     return rc;
 }
 
-int cat_coll_set_no_balance(cat_t *c, const char *ns, bool on, int64_t *n, int64_t *nmod,
-                            ms_error_t *err) {
+/* The catalog column of each cat_coll_flags_t slot (fixed names: never from input). */
+static const char *const flag_column[CAT_COLL_FLAGS] = {"no_balance", "enable_auto_merge"};
+
+/* The stored value of slot i as cat_coll_flags_t counts it (NULL → CAT_FLAG_UNSET; a
+ * NULL no_balance cannot happen: the column is NOT NULL). */
+static int flag_of(sqlite3_stmt *st, int i) {
+    return sqlite3_column_type(st, i) == SQLITE_NULL ? CAT_FLAG_UNSET : sqlite3_column_int(st, i) != 0;
+}
+
+/* A $unset of noBalance stores 0 (the column is NOT NULL, and 0 reads back as absent). */
+static int flag_stored(int i, int v) {
+    return (v == CAT_FLAG_UNSET && i == CAT_FLAG_NO_BALANCE) ? 0 : v;
+}
+
+int cat_coll_set_flags(cat_t *c, const char *ns, const cat_coll_flags_t *f, int64_t *n,
+                       int64_t *nmod, ms_error_t *err) {
     sqlite3_stmt *st = NULL;
-    int rc;
+    int rc, now[CAT_COLL_FLAGS];
     *n = *nmod = 0;
     cat_lock(c);
-    /* Matched = the collection exists; modified = the flag changed (MongoDB's n /
+    /* Matched = the collection exists; modified = a flag changed (MongoDB's n /
      * nModified: a $set to the value already there matches and modifies nothing). */
-    rc = cat_sql_prep(c, "SELECT no_balance FROM collections WHERE ns = ?", &st, err);
+    rc = cat_sql_prep(c, "SELECT no_balance, enable_auto_merge FROM collections WHERE ns = ?", &st, err);
     if (rc == 0) {
         cat_bind_text(st, 1, ns);
         int s = sqlite3_step(st);
         if (s == SQLITE_ROW) {
             *n = 1;
-            *nmod = (sqlite3_column_int(st, 0) != 0) != on;
+            for (int i = 0; i < CAT_COLL_FLAGS; i++) {
+                now[i] = flag_of(st, i);
+                if (f->v[i] != CAT_FLAG_KEEP && flag_stored(i, f->v[i]) != now[i]) *nmod = 1;
+            }
         } else if (s != SQLITE_DONE) {
             rc = err_from_sqlite(err, s, "read collection", cat_db_handle(c));
         }
         sqlite3_finalize(st);
         st = NULL;
     }
-    if (rc == 0 && *nmod) {
-        rc = cat_sql_prep(c, "UPDATE collections SET no_balance = ? WHERE ns = ?", &st, err);
+    for (int i = 0; rc == 0 && *nmod && i < CAT_COLL_FLAGS; i++) {
+        char sql[96];
+        int v = f->v[i] == CAT_FLAG_KEEP ? CAT_FLAG_KEEP : flag_stored(i, f->v[i]);
+        if (v == CAT_FLAG_KEEP || v == now[i]) continue;
+        snprintf(sql, sizeof sql, "UPDATE collections SET %s = ? WHERE ns = ?", flag_column[i]);
+        rc = cat_sql_prep(c, sql, &st, err);
         if (rc == 0) {
-            sqlite3_bind_int(st, 1, on ? 1 : 0);
+            if (v == CAT_FLAG_UNSET) sqlite3_bind_null(st, 1);
+            else sqlite3_bind_int(st, 1, v);
             cat_bind_text(st, 2, ns);
-            rc = cat_sql_done(c, st, "set noBalance", err);
+            rc = cat_sql_done(c, st, "set a config.collections flag", err);
         }
         sqlite3_finalize(st);
+        st = NULL;
     }
     cat_unlock(c);
     return rc;

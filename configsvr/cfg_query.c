@@ -418,7 +418,7 @@ int cfg_cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 
 /* update on config.settings: {updates: [{q, u, upsert, multi}], ordered}; MongoDB's
  * write reply {n, nModified, upserted, writeErrors}. config.collections takes noBalance
- * only (cmd_bal.c); the other collections are read-only. */
+ * and enableAutoMerge only (cmd_bal.c); the other collections are read-only. */
 int cfg_cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
     const char *coll = BSON_ITER_HOLDS_UTF8(&ctx->arg) ? bson_iter_utf8(&ctx->arg, NULL) : "";
@@ -429,10 +429,10 @@ int cfg_cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     int idx = 0, nup = 0, nerr = 0;
     int rc = check_config_db(ctx, err);
     if (rc) goto out;
-    bool colls = strcmp(coll, "collections") == 0;  /* noBalance only (cmd_bal.c) */
+    bool colls = strcmp(coll, "collections") == 0;  /* two flags only (cmd_bal.c) */
     if (strcmp(coll, "settings") != 0 && !colls) {
         rc = err_set(err, MS_ERR_ILLEGAL_OPERATION, "config.%s is read-only; only config.settings "
-                     "and config.collections noBalance can be updated", coll);
+                     "and config.collections noBalance / enableAutoMerge can be updated", coll);
         goto out;
     }
     if (!cfg_field_doc(ctx, "updates", &updates) || !bson_iter_init(&it, &updates)) {
@@ -479,7 +479,7 @@ int cfg_cmd_update(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
             }
             if (orc == 0 && !have_u) orc = err_set(&e, MS_ERR_FAILED_TO_PARSE, "an update statement needs u");
             if (orc == 0 && colls)
-                orc = cfg_coll_update_no_balance(cfg, &q, &u, upsert, &n, &nmod, &e);
+                orc = cfg_coll_update_flags(cfg, &q, &u, upsert, &n, &nmod, &e);
             else if (orc == 0)
                 orc = cat_settings_update(cfg->cat, &q, &u, upsert, multi, &n, &nmod, &upserted, &upid, &e);
         }

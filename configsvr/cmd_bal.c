@@ -179,14 +179,40 @@ int cfg_cmd_balancer_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return rc;
 }
 
-/* ---- config.collections noBalance (sh.disableBalancing / sh.enableBalancing) --------------- */
+/* ---- config.collections noBalance / enableAutoMerge (sh.disableBalancing, ------------
+ * ---- sh.disableAutoMerger and their enable forms) --------------------------------------- */
 
-int cfg_coll_update_no_balance(cfg_t *cfg, const bson_t *q, const bson_t *u, bool upsert,
-                               int64_t *n, int64_t *nmod, ms_error_t *err) {
+/* The config.collections fields a client may write, in cat_coll_flags_t's order. The
+ * catalog owns every other field (shardCollection, migrations, DDL write them). */
+static const char *const coll_writable[CAT_COLL_FLAGS] = {"noBalance", "enableAutoMerge"};
+
+/* Reads one $set / $unset operand into vals (the index of coll_writable): a $set needs a
+ * boolean, a $unset clears (noBalance → false, enableAutoMerge → absent = enabled). */
+static int coll_flag_operand(bson_iter_t *op, bool set, cat_coll_flags_t *f, int *have,
+                             ms_error_t *err) {
+    const char *k = bson_iter_key(op);
+    int i = 0;
+    while (i < CAT_COLL_FLAGS && strcmp(coll_writable[i], k) != 0) i++;
+    if (i == CAT_COLL_FLAGS)
+        return err_set(err, MS_ERR_ILLEGAL_OPERATION,
+                       "config.collections: only noBalance and enableAutoMerge may be written, not "
+                       "%s; the catalog owns the other fields", k);
+    if (set && !BSON_ITER_HOLDS_BOOL(op))
+        return err_set(err, MS_ERR_BAD_VALUE, "%s must be a boolean", k);
+    if (f->v[i] != CAT_FLAG_KEEP)
+        return err_set(err, MS_ERR_CONFLICTING_UPDATE_OPERATORS,
+                       "Updating the path '%s' would create a conflict at '%s'", k, k);
+    f->v[i] = set ? (bson_iter_bool(op) ? 1 : 0) : CAT_FLAG_UNSET;
+    (*have)++;
+    return 0;
+}
+
+int cfg_coll_update_flags(cfg_t *cfg, const bson_t *q, const bson_t *u, bool upsert, int64_t *n,
+                          int64_t *nmod, ms_error_t *err) {
     bson_iter_t it, op;
     const char *ns = NULL;
-    int have = 0;
-    bool on = false;
+    cat_coll_flags_t f = {{CAT_FLAG_KEEP, CAT_FLAG_KEEP}};
+    int have = 0, rc;
     *n = *nmod = 0;
     if (upsert)
         return err_set(err, MS_ERR_ILLEGAL_OPERATION, "config.collections: upsert is not allowed; "
@@ -203,29 +229,21 @@ int cfg_coll_update_no_balance(cfg_t *cfg, const bson_t *q, const bson_t *u, boo
         bool set = strcmp(k, "$set") == 0, unset = strcmp(k, "$unset") == 0;
         if ((!set && !unset) || !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &op))
             return err_set(err, MS_ERR_ILLEGAL_OPERATION,
-                           "config.collections: only {$set: {noBalance: <bool>}} or {$unset: "
-                           "{noBalance: 1}} may be written; the catalog owns the other fields "
+                           "config.collections: only $set of a boolean or $unset of noBalance / "
+                           "enableAutoMerge may be written; the catalog owns the other fields "
                            "(got %s)", k);
-        while (bson_iter_next(&op)) {
-            if (strcmp(bson_iter_key(&op), "noBalance") != 0)
-                return err_set(err, MS_ERR_ILLEGAL_OPERATION,
-                               "config.collections: only noBalance may be written, not %s; "
-                               "the catalog owns the other fields", bson_iter_key(&op));
-            if (set && !BSON_ITER_HOLDS_BOOL(&op))
-                return err_set(err, MS_ERR_BAD_VALUE, "noBalance must be a boolean");
-            if (have++)
-                return err_set(err, MS_ERR_CONFLICTING_UPDATE_OPERATORS,
-                               "Updating the path 'noBalance' would create a conflict at 'noBalance'");
-            on = set && bson_iter_bool(&op);
-        }
+        while (bson_iter_next(&op))
+            if ((rc = coll_flag_operand(&op, set, &f, &have, err)) != 0) return rc;
     }
     if (!have)
         return err_set(err, MS_ERR_ILLEGAL_OPERATION, "config.collections: the update must $set or "
-                       "$unset noBalance");
-    int rc = cat_coll_set_no_balance(cfg->cat, ns, on, n, nmod, err);
+                       "$unset noBalance or enableAutoMerge");
+    rc = cat_coll_set_flags(cfg->cat, ns, &f, n, nmod, err);
     if (rc == 0 && *nmod) {
-        log_info("noBalance ns=%s value=%d", log_str(ns), on);
-        cfg_balancer_wake(cfg);  /* enableBalancing: a round now rather than after the idle nap */
+        log_info("config.collections flags ns=%s noBalance=%d enableAutoMerge=%d", log_str(ns),
+                 f.v[CAT_FLAG_NO_BALANCE], f.v[CAT_FLAG_AUTO_MERGE]);
+        if (f.v[CAT_FLAG_NO_BALANCE] != CAT_FLAG_KEEP)
+            cfg_balancer_wake(cfg);  /* enableBalancing: a round now rather than after the idle nap */
     }
     return rc;
 }

@@ -38,7 +38,7 @@
 #define CAT_ACTIONLOG_ROWS_MAX 20000
 
 /* Default max chunk size when config.settings has no chunksize document: MongoDB 6.0+. */
-#define CAT_CHUNKSIZE_MB_DEFAULT 128
+#define CAT_CHUNKSIZE_MB_DEFAULT MS_CHUNK_SIZE_MB_DEFAULT
 /* Allowed chunksize values in MB (MongoDB: 1..1024). */
 #define CAT_CHUNKSIZE_MB_MIN 1
 #define CAT_CHUNKSIZE_MB_MAX 1024
@@ -474,10 +474,19 @@ void cat_bal_free(cat_bal_data_t *d);
  * whether a row was written; its owner into shard_out when non-NULL. */
 int cat_chunk_jumbo(cat_t *c, const char *ns, const bson_t *min, const bson_t *max, bool set,
                     bool *changed, char *shard_out, size_t shard_cap, ms_error_t *err);
-/* config.collections noBalance of ns set (on) or cleared: *n = 1 when ns is a sharded
- * collection, *nmod = 1 when the flag changed. */
-int cat_coll_set_no_balance(cat_t *c, const char *ns, bool on, int64_t *n, int64_t *nmod,
-                            ms_error_t *err);
+/* The config.collections fields a client may write: one value per slot, CAT_FLAG_KEEP
+ * (leave it), CAT_FLAG_UNSET ($unset: noBalance false, enableAutoMerge absent = enabled),
+ * 0 or 1 ($set). */
+enum { CAT_FLAG_NO_BALANCE, CAT_FLAG_AUTO_MERGE, CAT_COLL_FLAGS };
+#define CAT_FLAG_KEEP (-2)
+#define CAT_FLAG_UNSET (-1)
+typedef struct cat_coll_flags {
+    int v[CAT_COLL_FLAGS];
+} cat_coll_flags_t;
+/* Writes the flags of ns in one locked step: *n = 1 when ns is a sharded collection,
+ * *nmod = 1 when a flag changed. */
+int cat_coll_set_flags(cat_t *c, const char *ns, const cat_coll_flags_t *f, int64_t *n,
+                       int64_t *nmod, ms_error_t *err);
 /* One config.actionlog entry (MongoDB's changelog shape) in its own transaction. */
 int cat_actionlog(cat_t *c, const char *what, const char *ns, const bson_t *details,
                   ms_error_t *err);
@@ -810,12 +819,13 @@ int bal_snap_coll(cfg_t *cfg, bal_snap_t *sn, const char *ns, bal_policy_t polic
 int bal_snap_busy(cfg_t *cfg, bal_snap_t *sn, bson_t *list, int *n, ms_error_t *err);
 
 /* cmd_bal.c: balancerCollectionStatus, balancerExplain, and the update of
- * config.collections noBalance (one statement of cfg_cmd_update: q {_id: ns}, u $set or
- * $unset of noBalance only; n / nModified as MongoDB counts them). */
+ * config.collections noBalance / enableAutoMerge (one statement of cfg_cmd_update: q
+ * {_id: ns}, u $set of a boolean or $unset of those two only; n / nModified as MongoDB
+ * counts them) — mongosh's sh.disableBalancing / sh.disableAutoMerger and their enable forms. */
 int cfg_cmd_balancer_collection_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_balancer_explain(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
-int cfg_coll_update_no_balance(cfg_t *cfg, const bson_t *q, const bson_t *u, bool upsert,
-                               int64_t *n, int64_t *nmod, ms_error_t *err);
+int cfg_coll_update_flags(cfg_t *cfg, const bson_t *q, const bson_t *u, bool upsert, int64_t *n,
+                          int64_t *nmod, ms_error_t *err);
 /* ---- the balancer thread (balancer.c) ---- */
 /* Starts the thread: takes config.locks {_id: "balancer"} and runs rounds every idle_ms
  * (after a round that moved chunks, the next at once; its batch waits until throttle_ms

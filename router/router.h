@@ -104,6 +104,9 @@ typedef struct router {
     /* refreshes whose table an invalidation kept out of the cache (handed to their caller
      * only: rt_cache.c) */
     atomic_uint_fast64_t refreshes_discarded;
+    /* serverStatus.sharding.maxChunkSizeInBytes: config.settings chunksize as the pinger
+     * last read it (rt_info.c) */
+    atomic_int_fast64_t max_chunk_bytes;
     /* the config.mongos pinger */
     pthread_t pinger;
     bool pinger_running;
@@ -316,6 +319,13 @@ int rt_cmd_create_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int rt_cmd_drop_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* checkMetadataConsistency: the config server's check, as a cursor (rt_consistency.c). */
 int rt_cmd_check_metadata_consistency(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+
+/* getShardVersion, getShardMap, serverStatus.sharding (rt_info.c). */
+int rt_cmd_get_shard_version(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int rt_cmd_get_shard_map(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+/* Reads config.settings chunksize into r->max_chunk_bytes (the pinger, every round). */
+void rt_refresh_chunk_size(router_t *r);
+void rt_status_sharding(router_t *r, bson_t *reply);
 
 /* The table (router_cmd.c). */
 extern const cmd_spec_t router_table[];

@@ -69,9 +69,16 @@ static void copy_field(const cmd_ctx_t *ctx, bson_t *cmd, const char *from, cons
     if (cmd_field(ctx, from, &it)) bson_append_iter(cmd, to, -1, &it);
 }
 
+/* True when the request has field `name` holding a document. mongosh's sh.moveRange(ns,
+ * toShard, min) leaves max undefined, which the driver sends as null: null is "absent". */
+static bool doc_field(const cmd_ctx_t *ctx, const char *name) {
+    bson_iter_t it;
+    return cmd_field(ctx, name, &it) && BSON_ITER_HOLDS_DOCUMENT(&it);
+}
+
 /* moveChunk {moveChunk: ns, find | bounds, to, _waitForDelete, forceJumbo: bool,
- * _secondaryThrottle, writeConcern} and moveRange {moveRange: ns, toShard, min?, max?,
- * forceJumbo: bool, waitForDelete, secondaryThrottle, writeConcern} both become
+ * _secondaryThrottle, writeConcern} and moveRange {moveRange: ns, toShard, min?, max?
+ * (null = absent), forceJumbo: bool, waitForDelete, secondaryThrottle, writeConcern} both become
  * _configsvrMoveRange (find and bounds go over as they are: the config server resolves
  * find to its chunk and requires bounds to be exactly one chunk). The call
  * lasts as long as the migration: the op's maxTimeMS, else the migration deadline plus
@@ -96,13 +103,14 @@ int rt_cmd_move(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         BSON_APPEND_BOOL(&cmd, "waitForDelete", cmd_flag(ctx, "_waitForDelete", false));
         BSON_APPEND_BOOL(&cmd, "secondaryThrottle", cmd_flag(ctx, "_secondaryThrottle", false));
     } else {
-        if (!cmd_field(ctx, "min", &it) && !cmd_field(ctx, "max", &it)) {
+        bool has_min = doc_field(ctx, "min"), has_max = doc_field(ctx, "max");
+        if (!has_min && !has_max) {
             rc = err_set(err, MS_ERR_BAD_VALUE, "at least one of min or max must be given");
             goto out;
         }
         copy_field(ctx, &cmd, "toShard", "toShard");
-        copy_field(ctx, &cmd, "min", "min");
-        copy_field(ctx, &cmd, "max", "max");
+        if (has_min) copy_field(ctx, &cmd, "min", "min");
+        if (has_max) copy_field(ctx, &cmd, "max", "max");
         BSON_APPEND_BOOL(&cmd, "waitForDelete", cmd_flag(ctx, "waitForDelete", false) ||
                                                     cmd_flag(ctx, "_waitForDelete", false));
         BSON_APPEND_BOOL(&cmd, "secondaryThrottle", cmd_flag(ctx, "secondaryThrottle", false));
@@ -409,6 +417,7 @@ void rt_status(void *app, bson_t *reply) {
     BSON_APPEND_INT64(&d, "scatterGatherOps", (int64_t)atomic_load(&r->scatter_ops));
     BSON_APPEND_INT32(&d, "openCursors", rt_cursors_count(r));
     bson_append_document_end(reply, &d);
+    rt_status_sharding(r, reply);
 }
 
 void rt_metrics(void *app, bson_t *metrics) {
@@ -433,6 +442,7 @@ static void *pinger(void *p) {
             bson_destroy(&rep);
         }
         bson_destroy(&cmd);
+        rt_refresh_chunk_size(r);
         rt_cursors_reap(r);
         struct timespec dl;
         clock_gettime(CLOCK_REALTIME, &dl);

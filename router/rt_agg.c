@@ -22,7 +22,9 @@
  * $db: "config" goes to the config server, which runs the pipeline over its catalog.
  * {aggregate: 1} on admin with $shardedDataDistribution first (mongosh's sh.status()) is
  * answered here from config.collections and each shard's collStats (sharded_data_distribution);
- * a leading $collStats goes to every shard holding the collection (coll_stats_stage).
+ * a leading $collStats goes to every shard holding the collection (coll_stats_stage);
+ * $currentOp lists every shard's operations, or with localOps the router's own
+ * (current_op_stage).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,7 @@
 #include "common/agg.h"
 #include "common/bsonx.h"
 #include "common/buf.h"
+#include "common/curop.h"
 #include "common/log.h"
 #include "common/opctx.h"
 #include "common/sortspec.h"
@@ -487,6 +490,115 @@ out:
     return rc;
 }
 
+/* ---- $currentOp (mongosh's db.currentOp()) ------------------------------------------- */
+
+/* Every shard's $currentOp (the first stage as the client gave it, fromMongos: each shard
+ * tags its documents with its name), gathered into *docs (an array, initialised here).
+ * Without the client's maxTimeMS the scatter is bounded by MS_CURRENT_OP_SHARD_WAIT_MS, as
+ * the currentOp command's. A shard that fails fails the stage, as a mongos aggregate does. */
+static int current_op_shards(router_t *r, const bson_t *first, bson_t *docs, ms_error_t *err) {
+    char names[MS_SHARDS_MAX][RT_NAME_BYTES_MAX];
+    rt_req_t reqs[MS_SHARDS_MAX];
+    stream_t ss[MS_SHARDS_MAX];
+    size_t bytes = 0, k = 0;
+    int n = rt_all_shards(r, names, MS_SHARDS_MAX, err), rc = 0;
+    if (n < 0) return -n;
+    long long own = op_deadline_ms();
+    if (own == 0) op_set_deadline_ms(time_mono_ms() + MS_CURRENT_OP_SHARD_WAIT_MS);
+    memset(ss, 0, sizeof ss);
+    for (int i = 0; i < n; i++) {
+        bson_t cur;
+        memset(&reqs[i], 0, sizeof reqs[i]);
+        memcpy(reqs[i].shard, names[i], sizeof reqs[i].shard);
+        bson_init(&reqs[i].cmd);
+        BSON_APPEND_INT32(&reqs[i].cmd, "aggregate", 1);
+        BSON_APPEND_ARRAY(&reqs[i].cmd, "pipeline", first);
+        BSON_APPEND_DOCUMENT_BEGIN(&reqs[i].cmd, "cursor", &cur);
+        bson_append_document_end(&reqs[i].cmd, &cur);
+        BSON_APPEND_BOOL(&reqs[i].cmd, "fromMongos", true);
+        BSON_APPEND_UTF8(&reqs[i].cmd, "$db", "admin");
+    }
+    rt_send_all(r, reqs, n);
+    /* Every first batch (and cursor id) first, so that a failure kills every open cursor. */
+    for (int i = 0; i < n; i++) {
+        ms_error_t e = reqs[i].err;
+        int src = reqs[i].rc;
+        if (src == 0 && (src = rt_reply_status(&reqs[i].reply, &e)) == 0)
+            src = take_batch(&ss[i], &reqs[i].reply, "cursor.firstBatch", &bytes, &e);
+        if (src && rc == 0) {
+            rc = src;
+            *err = e;
+            err_prefix(err, "shard %s", reqs[i].shard);
+        }
+    }
+    for (int i = 0; i < n && rc == 0; i++)   /* gather names the shard in its errors */
+        rc = gather(r, reqs[i].shard, "admin", "$cmd.aggregate", &ss[i], &bytes, err);
+    op_set_deadline_ms(own);
+    bson_init(docs);
+    for (int i = 0; i < n; i++) {
+        for (size_t j = 0; rc == 0 && j < ss[i].n; j++) {
+            char key[24];
+            snprintf(key, sizeof key, "%zu", k++);
+            BSON_APPEND_DOCUMENT(docs, key, ss[i].docs[j]);
+        }
+        if (ss[i].id) rt_kill_shard_cursor(r, reqs[i].shard, "admin", "$cmd.aggregate", ss[i].id);
+        stream_free(&ss[i]);
+        rt_req_clear(&reqs[i]);
+    }
+    return rc;
+}
+
+/* {aggregate: 1, pipeline: [{$currentOp: {...}}, ...], $db: "admin"} as mongos runs it:
+ * every shard's operations, each tagged with its shard (opid "<shard>:<n>", client_s), or
+ * with localOps: true the router's own; then the rest of the pipeline here. */
+static int current_op_stage(cmd_ctx_t *ctx, const bson_t *pipeline, int64_t batch, bson_t *reply,
+                            ms_error_t *err) {
+    router_t *r = ctx->app;
+    curop_spec_t spec;
+    bson_iter_t si;
+    bson_t first = BSON_INITIALIZER, listed, rest, results;
+    agg_pipeline_t *p = NULL;
+    agg_opts_t o = {0};
+    int rc;
+    if ((rc = curop_check_ns(ctx->db, &ctx->arg, err)) != 0) return rc;
+    if (!cmd_field(ctx, "cursor", &si))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "The 'cursor' option is required, except "
+                       "for aggregate with the explain argument");
+    if ((rc = curop_parse_pipeline(pipeline, &spec, err)) != 0) return rc;
+    if (spec.local_ops) {
+        bson_t **docs = NULL;
+        size_t n = 0;
+        const char *host = cmd_server_url(ctx->srv);
+        if (strncmp(host, "tcp://", 6) == 0) host += 6;
+        if ((rc = curop_stage_run(pipeline, &spec, host, NULL, &docs, &n, err)) != 0) return rc;
+        bson_init(&results);
+        for (size_t i = 0; i < n; i++) {
+            char key[24];
+            snprintf(key, sizeof key, "%zu", i);
+            BSON_APPEND_DOCUMENT(&results, key, docs[i]);
+            bson_destroy(docs[i]);
+        }
+        bson_free(docs);
+        return rt_cursor_from_results(r, "admin", "$cmd.aggregate", &results, batch, reply, err);
+    }
+    /* The rest of the pipeline, parsed before anything is sent (its errors first). */
+    agg_pipeline_rest(pipeline, &rest);
+    bson_iter_init(&si, pipeline);
+    bson_iter_next(&si);
+    bson_append_iter(&first, "0", -1, &si);
+    if ((rc = agg_parse(&rest, &o, &p, err)) != 0) goto out;
+    if ((rc = current_op_shards(r, &first, &listed, err)) == 0) {
+        rc = run_over_array(p, &listed, &results, err);
+        if (rc == 0) rc = rt_cursor_from_results(r, "admin", "$cmd.aggregate", &results, batch, reply, err);
+    }
+    bson_destroy(&listed);
+out:
+    agg_free(p);
+    bson_destroy(&rest);
+    bson_destroy(&first);
+    return rc;
+}
+
 /* The first stage's name of pipeline (and its value as a document, when it is one). */
 static const char *first_stage(const bson_t *pipeline, bson_t *spec, bool *spec_ok) {
     bson_iter_t si, fi;
@@ -511,9 +623,10 @@ int rt_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
             bsonx_view_container(&pi, &pl))
             first = first_stage(&pl, &spec, &spec_ok);
         bool sdd = first && strcmp(first, "$shardedDataDistribution") == 0;
+        bool curop = first && strcmp(first, "$currentOp") == 0;
         bool cs = first && strcmp(first, "$collStats") == 0 && BSON_ITER_HOLDS_UTF8(&ctx->arg) &&
                   !cmd_field(ctx, "explain", &pi);
-        if (sdd || cs) {
+        if (sdd || cs || curop) {
             int64_t batch = -1;
             bson_t cd;
             bson_iter_t bi;
@@ -521,11 +634,12 @@ int rt_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
                 bson_iter_init_find(&bi, &cd, "batchSize") && bsonx_is_number(&bi))
                 bsonx_as_int64(&bi, &batch);
             if (cs) return coll_stats_stage(ctx, &pl, batch, reply, err);
+            if (curop) return current_op_stage(ctx, &pl, batch, reply, err);
             return sharded_data_distribution(ctx, &pl, spec_ok ? &spec : NULL, batch, reply, err);
         }
         if (!BSON_ITER_HOLDS_UTF8(&ctx->arg))
-            /* {aggregate: 1}: the other collection-less stages ($currentOp, ...) are not
-             * implemented; every other stage minishard has needs a collection. */
+            /* {aggregate: 1}: the other collection-less stages ($listLocalSessions, ...) are
+             * not implemented; every other stage minishard has needs a collection. */
             return err_set(err, MS_ERR_INVALID_NAMESPACE, "{aggregate: 1} is not valid for '%s'; "
                            "a collection is required.", first ? first : "$match");
     }

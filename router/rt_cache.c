@@ -495,6 +495,7 @@ int rt_open(const char *configdb, const char *url, router_t **out, ms_error_t *e
     pthread_cond_init(&r->ping_cv, NULL);
     r->start_ms = time_now_ms();
     r->peer_timeout_ms = RT_CALL_TIMEOUT_MS;
+    atomic_init(&r->max_chunk_bytes, (int_fast64_t)MS_CHUNK_SIZE_MB_DEFAULT * 1024 * 1024);
     fp_register(RT_FP_FORCE_FULL_REFRESH);   /* before anything can evaluate it */
     fp_register(RT_FP_HANG_INDEX_DDL_RETRY);
     int rc = rt_cursors_open(r, &r->cursors);

@@ -15,6 +15,7 @@
 
 #include "common/agg.h"
 #include "common/bsonx.h"
+#include "common/curop.h"
 #include "common/expr.h"
 #include "common/limits.h"
 #include "common/log.h"
@@ -117,19 +118,6 @@ static int check_collation(const bson_iter_t *it, ms_error_t *err) {
                    "({locale: \"simple\"})");
 }
 
-/* The stages of pipeline after its first, renumbered into *out (initialised). */
-static void pipeline_rest(const bson_t *pipeline, bson_t *out) {
-    bson_iter_t it;
-    int k = 0;
-    bson_init(out);
-    if (bson_iter_init(&it, pipeline) && bson_iter_next(&it))
-        while (bson_iter_next(&it)) {
-            char key[16];
-            snprintf(key, sizeof key, "%d", k++);
-            bson_append_iter(out, key, -1, &it);
-        }
-}
-
 /* {$collStats: {storageStats?: {scale?}, count?: {}}} as the first stage (mongosh's
  * db.c.stats() and getShardDistribution()): one document {ns, localTime, storageStats?,
  * count?}, then the rest of the pipeline over it. latencyStats / queryExecStats are not
@@ -175,7 +163,7 @@ static int coll_stats_stage(cmd_ctx_t *ctx, const bson_t *pipeline, const bson_i
         }
     }
     if ((rc = shardd_ns_versioned(ctx, ns, sizeof ns, NULL, err)) != 0) return rc;
-    pipeline_rest(pipeline, &rest);
+    agg_pipeline_rest(pipeline, &rest);
     bson_init(&doc);
     if ((rc = agg_parse(&rest, &o, &p, err)) != 0) goto out;
     BSON_APPEND_UTF8(&doc, "ns", ns);
@@ -210,6 +198,60 @@ out:
     return rc;
 }
 
+/* The aggregate's cursor: {batchSize} (-1 when absent); *have says whether it was given. */
+static int cursor_batch_size(cmd_ctx_t *ctx, bool *have, int64_t *batch_size, ms_error_t *err) {
+    bson_iter_t it;
+    bson_t d;
+    *have = false;
+    *batch_size = -1;
+    if (!cmd_field(ctx, "cursor", &it)) return 0;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bsonx_view_container(&it, &d))
+        return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'aggregate.cursor' must be an "
+                       "object");
+    *have = true;
+    if (bson_iter_init_find(&it, &d, "batchSize")) {
+        if (!bsonx_is_number(&it) || !bsonx_as_int64(&it, batch_size))
+            return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'batchSize' must be a number");
+        if (*batch_size < 0)
+            return err_set(err, MS_ERR_IDL_VALUE_TOO_LOW, "BSON field 'batchSize' value must be >= "
+                           "0, actual value '%lld'", (long long)*batch_size);
+    }
+    return 0;
+}
+
+/* {aggregate: 1, pipeline: [{$currentOp: {...}}, ...], $db: "admin"}: this shard's
+ * operations in progress (common/curop.c), then the rest of the pipeline. From a router
+ * (fromMongos / fromRouter) each document is tagged as MongoDB's shard tags it: shard
+ * first, opid "<shard>:<n>", client_s for the router's address. */
+static int current_op_stage(cmd_ctx_t *ctx, const bson_t *pipeline, ms_error_t *err, bson_t *reply) {
+    shardd_t *app = ctx->app;
+    curop_spec_t spec;
+    bson_t **docs = NULL;
+    size_t n = 0;
+    int64_t batch_size;
+    bool have_cursor, from_router = cmd_flag(ctx, "fromMongos", false) || cmd_flag(ctx, "fromRouter", false);
+    char name[128] = "", url[MS_URL_BYTES_MAX];
+    const char *host = cmd_server_url(ctx->srv);
+    int rc;
+    if ((rc = curop_check_ns(ctx->db, &ctx->arg, err)) != 0) return rc;
+    if ((rc = cursor_batch_size(ctx, &have_cursor, &batch_size, err)) != 0) return rc;
+    if (!have_cursor)
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "The 'cursor' option is required, except "
+                       "for aggregate with the explain argument");
+    if ((rc = curop_parse_pipeline(pipeline, &spec, err)) != 0) return rc;
+    if (from_router) {
+        if (app->shv) shv_identity(app->shv, name, sizeof name, url, sizeof url);
+        if (!name[0])
+            return err_set(err, MS_ERR_LOC_CUROP_NO_SHARD_NAME, "Aggregation request specified "
+                           "'fromMongos' but unable to retrieve shard name for $currentOp "
+                           "pipeline stage.");
+    }
+    if (strncmp(host, "tcp://", 6) == 0) host += 6;
+    if ((rc = curop_stage_run(pipeline, &spec, host, from_router ? name : NULL, &docs, &n, err)) != 0)
+        return rc;
+    return plan_agg_cursor(app->cursors, "admin.$cmd.aggregate", docs, n, batch_size, reply, err);
+}
+
 int cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     shardd_t *app = ctx->app;
     char ns[MS_NS_BYTES_MAX + 8];
@@ -227,8 +269,8 @@ int cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'aggregate.pipeline' must be an "
                        "array");
     if (!BSON_ITER_HOLDS_UTF8(&ctx->arg)) {
-        /* {aggregate: 1}: collection-less stages ($currentOp, $listLocalSessions, ...) are
-         * not implemented; every stage minishard has needs a collection. */
+        /* {aggregate: 1}: $currentOp is the one collection-less stage minishard has
+         * ($listLocalSessions, ... are not implemented); every other stage needs a collection. */
         bson_iter_t si;
         const char *first = "$match";
         if (bson_iter_init(&si, &pipeline) && bson_iter_next(&si) && BSON_ITER_HOLDS_DOCUMENT(&si)) {
@@ -236,6 +278,7 @@ int cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
             bson_iter_recurse(&si, &fi);
             if (bson_iter_next(&fi)) first = bson_iter_key(&fi);
         }
+        if (strcmp(first, "$currentOp") == 0) return current_op_stage(ctx, &pipeline, err, reply);
         if (strcmp(first, "$shardedDataDistribution") == 0)  /* the router has it */
             return err_set(err, MS_ERR_LOC_SDD_NOT_MONGOS, "The $shardedDataDistribution stage "
                            "can only be run on mongoS");
@@ -246,20 +289,7 @@ int cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
                        bsonx_type_name(bson_iter_type(&ctx->arg)));
     }
     if (cmd_field(ctx, "explain", &it)) a.explain = bsonx_truthy(&it);
-    if (cmd_field(ctx, "cursor", &it)) {
-        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bsonx_view_container(&it, &d))
-            return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'aggregate.cursor' must be an "
-                           "object");
-        have_cursor = true;
-        if (bson_iter_init_find(&it, &d, "batchSize")) {
-            if (!bsonx_is_number(&it) || !bsonx_as_int64(&it, &batch_size))
-                return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'batchSize' must be a "
-                               "number");
-            if (batch_size < 0)
-                return err_set(err, MS_ERR_IDL_VALUE_TOO_LOW, "BSON field 'batchSize' value must be >= "
-                               "0, actual value '%lld'", (long long)batch_size);
-        }
-    }
+    if ((rc = cursor_batch_size(ctx, &have_cursor, &batch_size, err)) != 0) return rc;
     if (!have_cursor && !a.explain)
         return err_set(err, MS_ERR_FAILED_TO_PARSE, "The 'cursor' option is required, except "
                        "for aggregate with the explain argument");

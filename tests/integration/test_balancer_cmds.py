@@ -173,7 +173,7 @@ def test_no_balance_update_stops_and_resumes_a_running_balancer(t):
     assert e["verdict"] == "noBalance" and e["collection"]["noBalance"] is True, e
     assert status(c)["firstComplianceViolation"] == "chunksImbalance"
 
-    # Only noBalance may be written, by _id, without upsert.
+    # Only noBalance (and enableAutoMerge) may be written, by _id, without upsert.
     for u, code in (({"$set": {"key": {"x": 1}}}, 20), ({"$inc": {"noBalance": 1}}, 20),
                     ({"noBalance": False}, 20), ({"$set": {"noBalance": 1}}, 2),
                     ({"$set": {"noBalance": False}, "$unset": {"noBalance": 1}}, 40)):

@@ -3,8 +3,8 @@
 test_mongosh.py — MongoDB's own shell, mongosh 2.x, against minishard over the wire
 protocol (issue 14 item 6). scripts/deps.sh installs mongosh with npm into build/mongosh
 (`make test` runs it when missing); the tests skip, saying so, only when that install failed.
-mongosh runs with HOME in a temp dir, --norc, telemetry off (DO_NOT_TRACK), and runs
-tests/mongosh/lib.js then one script: each check prints "name => <relaxed EJSON>" (or
+mongosh runs as mongosh_lib.py runs it: tests/mongosh/lib.js then one script, each check
+printing "name => <relaxed EJSON>" (or
 "name !! <error> code=N"), and the printed lines are compared here with what MongoDB 7.0
 prints for the same calls; sh.status()'s printed text is checked for shards, balancer state,
 databases, the collection with chunks per shard and the chunk list, and its
@@ -13,49 +13,9 @@ shardedDataDistribution section ($shardedDataDistribution, answered by the route
 import json
 import os
 import re
-import subprocess
 
 from lib import *  # noqa: F401,F403
-
-MONGOSH = os.path.join(ROOT, "build", "mongosh", "node_modules", ".bin", "mongosh")
-SCRIPTS = os.path.join(ROOT, "tests", "mongosh")
-
-
-def have_mongosh():
-    if os.access(MONGOSH, os.X_OK):
-        return True
-    print("  SKIP: mongosh is not installed at %s (scripts/deps.sh --mongosh installs it with npm; "
-          "it warned when npm could not)" % MONGOSH, flush=True)
-    return False
-
-
-def mongosh(t, url, scripts, prelude=""):
-    """Runs mongosh on url with lib.js + scripts; returns (stdout, {name: value or ('error', msg)})."""
-    home = os.path.join(t.dir, "mongosh-home")
-    os.makedirs(home, exist_ok=True)
-    env = dict(os.environ, HOME=home, DO_NOT_TRACK="1", MONGOSH_SKIP_NODE_VERSION_CHECK="1")
-    argv = [MONGOSH, "--quiet", "--norc", url]
-    if prelude:
-        argv += ["--eval", prelude]
-    argv += [os.path.join(SCRIPTS, "lib.js")] + [os.path.join(SCRIPTS, s) for s in scripts]
-    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                       timeout=120)
-    assert p.returncode == 0, "mongosh exited %d:\n%s" % (p.returncode, p.stdout[-4000:])
-    res = {}
-    for line in p.stdout.splitlines():
-        m = re.match(r"^(\w+) => (.*)$", line)
-        if m:
-            res[m.group(1)] = json.loads(m.group(2)) if m.group(2) != "undefined" else None
-            continue
-        m = re.match(r"^(\w+) !! (.*)$", line)
-        if m:
-            res[m.group(1)] = ("error", m.group(2))
-    return p.stdout, res
-
-
-def check(res, name, want, out):
-    assert name in res, "%s: not printed\n%s" % (name, out[-3000:])
-    assert res[name] == want, "%s: got %r, want %r" % (name, res[name], want)
+from mongosh_lib import check, have_mongosh, mongosh
 
 
 def check_crud(res, out, ns, sdd, raw=None):

@@ -1,0 +1,237 @@
+/*
+ * curop.c — the operations in progress of one process and the $currentOp stage over
+ * them (see curop.h), used by every daemon.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/curop.h"
+
+#include "common/agg.h"
+#include "common/bsonx.h"
+#include "common/cmd.h"
+#include "common/limits.h"
+#include "common/log.h"
+#include "common/opctx.h"
+
+/* The registry: a list of the running commands' entries. curop_mu guards head and every
+ * entry's links; an entry's other fields are written before it is linked and read only
+ * under curop_mu while it is linked. */
+static pthread_mutex_t curop_mu = PTHREAD_MUTEX_INITIALIZER;
+static curop_t *curop_head;
+static atomic_int_fast32_t curop_next_id = 1;
+
+void curop_begin(curop_t *op, const bson_t *cmd, const char *name, const char *db, unsigned flags) {
+    int32_t id = (int32_t)atomic_fetch_add(&curop_next_id, 1);
+    if (id <= 0) {   /* wrapped after 2^31 commands: opids stay positive, as MongoDB's */
+        atomic_store(&curop_next_id, 2);
+        id = 1;
+    }
+    op->opid = id;
+    op->start_mono_us = time_mono_us();
+    op->start_ms = time_now_ms();
+    op->cmd = cmd;
+    op->name = name;
+    op->db = db;
+    op->flags = flags;
+    op->conn = op_conn();
+    snprintf(op->client, sizeof op->client, "%s", op_peer());
+    op->prev = NULL;
+    pthread_mutex_lock(&curop_mu);
+    op->next = curop_head;
+    if (curop_head) curop_head->prev = op;
+    curop_head = op;
+    pthread_mutex_unlock(&curop_mu);
+}
+
+void curop_end(curop_t *op) {
+    pthread_mutex_lock(&curop_mu);
+    if (op->prev) op->prev->next = op->next;
+    else curop_head = op->next;
+    if (op->next) op->next->prev = op->prev;
+    pthread_mutex_unlock(&curop_mu);
+}
+
+/* ---- the $currentOp stage ------------------------------------------------------------ */
+
+int curop_parse_spec(const bson_iter_t *spec_it, curop_spec_t *out, ms_error_t *err) {
+    static const char *const names[] = {"allUsers", "idleConnections", "idleSessions", "localOps",
+                                        "truncateOps", "idleCursors", "backtrace"};
+    bson_iter_t it;
+    memset(out, 0, sizeof *out);
+    out->idle_sessions = true;   /* MongoDB's default: SessionMode::kIncludeIdle */
+    bool *slots[] = {&out->all_users, &out->idle_connections, &out->idle_sessions, &out->local_ops,
+                     &out->truncate_ops, &out->idle_cursors, &out->backtrace};
+    if (!BSON_ITER_HOLDS_DOCUMENT(spec_it) || !bsonx_view_container(spec_it, &out->raw))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "$currentOp options must be specified in an "
+                       "object, but found: %s", bsonx_type_name(bson_iter_type(spec_it)));
+    bson_iter_init(&it, &out->raw);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        size_t i = 0;
+        while (i < sizeof names / sizeof names[0] && strcmp(names[i], k) != 0) i++;
+        if (i == sizeof names / sizeof names[0])
+            return err_set(err, MS_ERR_FAILED_TO_PARSE, "Unrecognized option '%s' in $currentOp "
+                           "stage.", k);
+        if (!BSON_ITER_HOLDS_BOOL(&it))
+            return err_set(err, MS_ERR_FAILED_TO_PARSE, "The '%s' parameter of the $currentOp "
+                           "stage must be a boolean value, but found: %s", k,
+                           bsonx_type_name(bson_iter_type(&it)));
+        *slots[i] = bson_iter_bool(&it);
+    }
+    return 0;
+}
+
+int curop_parse_pipeline(const bson_t *pipeline, curop_spec_t *out, ms_error_t *err) {
+    bson_iter_t si, fi;
+    if (!bson_iter_init(&si, pipeline) || !bson_iter_next(&si) || !BSON_ITER_HOLDS_DOCUMENT(&si) ||
+        !bson_iter_recurse(&si, &fi) || !bson_iter_next(&fi))
+        return err_set(err, MS_ERR_FAILED_TO_PARSE, "the pipeline does not start with $currentOp");
+    return curop_parse_spec(&fi, out, err);
+}
+
+int curop_check_ns(const char *db, const bson_iter_t *agg_arg, ms_error_t *err) {
+    if (strcmp(db, "admin") != 0 || !bsonx_is_number(agg_arg))
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "$currentOp must be run against the "
+                       "'admin' database with {aggregate: 1}");
+    return 0;
+}
+
+/* MongoDB's logical op names: find is a query, delete a remove, the rest commands. */
+static const char *op_kind(const char *name) {
+    static const char *const map[][2] = {{"find", "query"},   {"getMore", "getmore"},
+                                         {"insert", "insert"}, {"update", "update"},
+                                         {"delete", "remove"}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strcmp(map[i][0], name) == 0) return map[i][1];
+    return "command";
+}
+
+/* The namespace an operation works on, as MongoDB reports it: db.coll for commands on a
+ * collection, the full name for the admin commands that take one (shardCollection,
+ * moveRange), db.$cmd.aggregate for {aggregate: 1}, db.$cmd otherwise. */
+static void op_ns(const curop_t *op, char *ns, size_t cap) {
+    bson_iter_t it, f;
+    const char *coll = NULL;
+    if (!bson_iter_init(&it, op->cmd) || !bson_iter_next(&it)) {
+        snprintf(ns, cap, "%s.$cmd", op->db);
+        return;
+    }
+    if (strcmp(op->name, "getMore") == 0 && bson_iter_init_find(&f, op->cmd, "collection") &&
+        BSON_ITER_HOLDS_UTF8(&f))
+        coll = bson_iter_utf8(&f, NULL);
+    else if ((op->flags & (CMD_NS_ARG | CMD_FULL_NS_ARG)) && BSON_ITER_HOLDS_UTF8(&it))
+        coll = bson_iter_utf8(&it, NULL);
+    if (coll && (op->flags & CMD_FULL_NS_ARG)) snprintf(ns, cap, "%s", coll);
+    else if (coll) snprintf(ns, cap, "%s.%s", op->db, coll);
+    else if (strcmp(op->name, "aggregate") == 0) snprintf(ns, cap, "%s.$cmd.aggregate", op->db);
+    else snprintf(ns, cap, "%s.$cmd", op->db);
+}
+
+/* currentOpTime: the start as ISO 8601 with milliseconds and the UTC offset, as MongoDB
+ * prints it ("2024-01-02T03:04:05.678+00:00"). */
+static void iso_time(long long ms, char *out, size_t cap) {
+    time_t s = (time_t)(ms / 1000);
+    struct tm tm;
+    char base[32];
+    gmtime_r(&s, &tm);
+    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, cap, "%s.%03d+00:00", base, (int)(ms % 1000));
+}
+
+/* command: the request itself, or {$truncated: "<its start as JSON>"} past the bound. */
+static void append_command(bson_t *d, const bson_t *cmd, bool truncate) {
+    size_t bound = truncate ? MS_CUROP_TRUNCATE_BYTES : MS_CUROP_COMMAND_BYTES_MAX;
+    bson_t t;
+    if (cmd->len <= bound) {
+        BSON_APPEND_DOCUMENT(d, "command", cmd);
+        return;
+    }
+    char *json = bson_as_relaxed_extended_json(cmd, NULL);
+    BSON_APPEND_DOCUMENT_BEGIN(d, "command", &t);
+    if (json) bson_append_utf8(&t, "$truncated", -1, json, (int)strnlen(json, bound));
+    else BSON_APPEND_UTF8(&t, "$truncated", "");
+    bson_append_document_end(d, &t);
+    bson_free(json);
+}
+
+/* One operation as MongoDB 7.0's $currentOp shows an active one (a shard answering a
+ * router: shard first, opid "shard:N", client_s). Called under curop_mu. */
+static void append_op(bson_t *d, const curop_t *op, const curop_spec_t *spec, const char *host,
+                      const char *shard, long long now_us) {
+    char buf[MS_NS_BYTES_MAX + 32];
+    long long us = now_us - op->start_mono_us;
+    if (us < 0) us = 0;
+    if (shard) BSON_APPEND_UTF8(d, "shard", shard);
+    BSON_APPEND_UTF8(d, "type", "op");
+    BSON_APPEND_UTF8(d, "host", host);
+    snprintf(buf, sizeof buf, "conn%u", (unsigned)op->conn);
+    BSON_APPEND_UTF8(d, "desc", buf);
+    BSON_APPEND_INT64(d, "connectionId", (int64_t)op->conn);
+    BSON_APPEND_UTF8(d, shard ? "client_s" : "client", op->client);
+    BSON_APPEND_BOOL(d, "active", true);
+    iso_time(op->start_ms, buf, sizeof buf);
+    BSON_APPEND_UTF8(d, "currentOpTime", buf);
+    BSON_APPEND_BOOL(d, "threaded", true);
+    if (shard) {
+        snprintf(buf, sizeof buf, "%s:%d", shard, (int)op->opid);
+        BSON_APPEND_UTF8(d, "opid", buf);
+    } else {
+        BSON_APPEND_INT32(d, "opid", op->opid);
+    }
+    BSON_APPEND_INT64(d, "secs_running", (int64_t)(us / 1000000));
+    BSON_APPEND_INT64(d, "microsecs_running", (int64_t)us);
+    BSON_APPEND_UTF8(d, "op", op_kind(op->name));
+    op_ns(op, buf, sizeof buf);
+    BSON_APPEND_UTF8(d, "ns", buf);
+    BSON_APPEND_BOOL(d, "redacted", false);
+    append_command(d, op->cmd, spec->truncate_ops);
+    BSON_APPEND_INT32(d, "numYields", 0);
+    bson_t empty;
+    BSON_APPEND_DOCUMENT_BEGIN(d, "locks", &empty);
+    bson_append_document_end(d, &empty);
+    BSON_APPEND_BOOL(d, "waitingForLock", false);
+    BSON_APPEND_DOCUMENT_BEGIN(d, "lockStats", &empty);
+    bson_append_document_end(d, &empty);
+}
+
+int curop_stage_run(const bson_t *pipeline, const curop_spec_t *spec, const char *host,
+                    const char *shard, bson_t ***docs, size_t *n, ms_error_t *err) {
+    agg_pipeline_t *p = NULL;
+    agg_run_t *run = NULL;
+    agg_opts_t o = {0};
+    bson_t rest, listed = BSON_INITIALIZER;
+    bson_iter_t it;
+    int rc, k = 0;
+    agg_pipeline_rest(pipeline, &rest);
+    if ((rc = agg_parse(&rest, &o, &p, err)) != 0) goto out;
+    /* The listing is built under the mutex, then fed to the pipeline outside it. */
+    pthread_mutex_lock(&curop_mu);
+    long long now_us = time_mono_us();
+    for (const curop_t *op = curop_head; op; op = op->next) {
+        char key[16];
+        bson_t d;
+        snprintf(key, sizeof key, "%d", k++);
+        BSON_APPEND_DOCUMENT_BEGIN(&listed, key, &d);
+        append_op(&d, op, spec, host, shard, now_us);
+        bson_append_document_end(&listed, &d);
+    }
+    pthread_mutex_unlock(&curop_mu);
+    if ((rc = agg_run_new(p, 0, &run, err)) != 0) goto out;
+    bson_iter_init(&it, &listed);
+    while (rc == 0 && bson_iter_next(&it)) {
+        bson_t one;
+        if (bsonx_view_container(&it, &one)) rc = agg_run_push(run, &one, err);
+    }
+    if (rc == 0) rc = agg_run_finish(run, err);
+    if (rc == 0) agg_run_take(run, docs, n);
+out:
+    agg_run_free(run);
+    agg_free(p);
+    bson_destroy(&listed);
+    bson_destroy(&rest);
+    return rc;
+}
