@@ -424,11 +424,13 @@ void cmd_cursor_metrics_begin(bson_t *metrics, const cmd_cursor_metrics_t *m, bs
     BSON_APPEND_INT64(cur, m->bytes_field, m->bytes);
     BSON_APPEND_DOCUMENT_BEGIN(cur, "refused", &sub);
     if (m->refused_conn >= 0) BSON_APPEND_INT64(&sub, "perConnection", m->refused_conn);
+    if (m->refused_client >= 0) BSON_APPEND_INT64(&sub, "perClient", m->refused_client);
     if (m->refused_total >= 0) BSON_APPEND_INT64(&sub, "total", m->refused_total);
     if (m->refused_bytes >= 0) BSON_APPEND_INT64(&sub, "bytes", m->refused_bytes);
     bson_append_document_end(cur, &sub);
     BSON_APPEND_DOCUMENT_BEGIN(cur, "limits", &sub);
     if (m->limit_conn >= 0) BSON_APPEND_INT64(&sub, "perConnection", m->limit_conn);
+    if (m->limit_client >= 0) BSON_APPEND_INT64(&sub, "perClient", m->limit_client);
     if (m->limit_total >= 0) BSON_APPEND_INT64(&sub, "total", m->limit_total);
     if (m->limit_bytes >= 0) BSON_APPEND_INT64(&sub, "bytes", m->limit_bytes);
     bson_append_document_end(cur, &sub);
