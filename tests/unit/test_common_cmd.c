@@ -866,6 +866,12 @@ static int conform_json(const char *json) {
     return rc;
 }
 
+/* Each of n commands is refused with code. */
+static void all_refused(const char *const *cmds, size_t n, int code) {
+    for (size_t i = 0; i < n; i++)
+        CHECK_MSG(conform_json(cmds[i]) == code, "not refused with %d: %s", code, cmds[i]);
+}
+
 /* MongoDB's initializeAPIParameters: the version, the strict list, and the order. */
 static void cmd_api_params(void) {
     CHECK_INT(conform_json("{\"find\": \"c\", \"apiVersion\": \"1\", \"apiStrict\": true}"), 0);
@@ -902,8 +908,7 @@ static void cmd_collation_everywhere(void) {
         "{\"shardCollection\": \"d.c\", \"key\": {\"a\": 1}, \"collation\": {\"locale\": \"en\"}}",
         "{\"find\": \"c\", \"collation\": {\"locale\": \"simple\", \"strength\": 1}}",
     };
-    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-        CHECK_MSG(conform_json(refused[i]) == MS_ERR_BAD_VALUE, "not refused: %s", refused[i]);
+    all_refused(refused, sizeof refused / sizeof refused[0], MS_ERR_BAD_VALUE);
     CHECK_INT(conform_json("{\"find\": \"c\", \"collation\": {\"locale\": \"simple\"}}"), 0);
     CHECK_INT(conform_json("{\"update\": \"c\", \"updates\": [{\"q\": {}, \"u\": {}, "
                            "\"collation\": {\"locale\": \"simple\"}}]}"), 0);
@@ -926,8 +931,7 @@ static void cmd_create_options(void) {
         "{\"create\": \"c\", \"changeStreamPreAndPostImages\": {\"enabled\": true}}",
         "{\"create\": \"c\", \"encryptedFields\": {\"fields\": []}}",
     };
-    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-        CHECK_MSG(conform_json(refused[i]) == MS_ERR_INVALID_OPTIONS, "not refused: %s", refused[i]);
+    all_refused(refused, sizeof refused / sizeof refused[0], MS_ERR_INVALID_OPTIONS);
     CHECK_INT(conform_json("{\"create\": \"c\", \"capped\": false, \"validator\": {}, "
                            "\"changeStreamPreAndPostImages\": {\"enabled\": false}, "
                            "\"storageEngine\": {}, \"indexOptionDefaults\": {}, "
