@@ -1470,12 +1470,15 @@ static int check_replacement_names(const bson_t *doc, ms_error_t *err) {
     return 0;
 }
 
+int update_check_replacement(const update_t *u, ms_error_t *err) {
+    return u->replacement ? check_replacement_names(u->doc, err) : 0;
+}
+
 int update_apply(const update_t *u, const bson_t *doc, bool is_insert, bson_t *out,
                  bool *changed, ms_error_t *err) {
     bson_t res;
     int rc = 0;
-    if (u->replacement && !is_insert && (rc = check_replacement_names(u->doc, err)) != 0)
-        return rc;
+    if (!is_insert && (rc = update_check_replacement(u, err)) != 0) return rc;
     if (u->replacement) {
         replace_doc(u, doc, &res);
     } else if (u->pipe) {
