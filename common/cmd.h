@@ -291,6 +291,8 @@ void cmd_cursor_metrics_begin(bson_t *metrics, const cmd_cursor_metrics_t *m, bs
  *     refused with InvalidOptions (72) unless absent or off.
  *   cmd_check_conformance: the three, in that order (create's options for create only). */
 int cmd_check_api_params(const char *name, const bson_t *req, ms_error_t *err);
+/* Whether command name is in API version 1 (listCommands' apiVersions says so too). */
+bool cmd_in_api_v1(const char *name);
 int cmd_check_collation(const bson_t *req, ms_error_t *err);
 int cmd_check_create_options(const bson_t *req, ms_error_t *err);
 int cmd_check_conformance(const char *name, const bson_t *req, ms_error_t *err);

@@ -349,6 +349,7 @@ static int cmd_list_commands(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         BSON_APPEND_BOOL(&one, "secondaryOk", true);
         BSON_APPEND_BOOL(&one, "adminOnly", false);
         BSON_APPEND_ARRAY_BEGIN(&one, "apiVersions", &none);
+        if (cmd_in_api_v1(all[i]->name)) BSON_APPEND_UTF8(&none, "0", "1");
         bson_append_array_end(&one, &none);
         BSON_APPEND_ARRAY_BEGIN(&one, "deprecatedApiVersions", &none);
         bson_append_array_end(&one, &none);

@@ -28,7 +28,7 @@ static const char *const cmd_api_v1[] = {
     "listCollections", "listDatabases", "listIndexes", "ping", "refreshSessions", "update",
     NULL};
 
-static bool cmd_in_api_v1(const char *name) {
+bool cmd_in_api_v1(const char *name) {
     for (int i = 0; cmd_api_v1[i]; i++)
         if (strcmp(cmd_api_v1[i], name) == 0) return true;
     return false;
