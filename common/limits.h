@@ -117,7 +117,8 @@
  * router's, so a client that opens many connections (a driver's pool) still leaves the
  * other half to everyone else. Clients on one host share it. */
 #define MS_ROUTER_CURSORS_PER_CLIENT_MAX 2000
-/* A client address as the cursor registry keys it ("[v6]" or "v4"; longer is cut). */
+/* A client address as the cursor registry keys it ("127.0.0.1", "[0:0:...:1]": an IPv6
+ * one is at most 41 bytes). */
 #define MS_CLIENT_KEY_BYTES 48
 
 /* Bytes of shard batches buffered in all router cursors of one router. A router cursor asks
