@@ -62,7 +62,9 @@ int cmd_check_api_params(const char *name, const bson_t *req, ms_error_t *err) {
         return err_set(err, MS_ERR_LOC_4886600,
                        "Provided apiStrict and/or apiDeprecationErrors without passing apiVersion");
     if (!has_ver) return 0;
-    if (strcmp(bson_iter_utf8(&ver, NULL), "1") != 0)
+    uint32_t len = 0;
+    const char *v = bson_iter_utf8(&ver, &len);
+    if (len != 1 || v[0] != '1')   /* by length: "1\0x" is not "1" */
         return err_set(err, MS_ERR_API_VERSION_ERROR, "API version must be \"1\"");
     if (has_strict && bson_iter_bool(&strict) && !cmd_in_api_v1(name))
         return err_set(err, MS_ERR_API_STRICT_ERROR,
