@@ -227,7 +227,18 @@ def test_router_cursor_cap_per_client_address(t):
     assert len(r["cursorsKilled"]) == 10, r
     r = hog[2].call(find)
     assert r.get("ok") == 1, r
-    for c in hog + [other]:
+    # The config cursors a router relays: 100 per connection, 200 per client address.
+    cfind = {"find": "shards", "$db": "config", "filter": {}, "batchSize": 0}
+    cfg_hog = [RawReq(router.url, timeout=30, source="127.0.0.4") for _ in range(3)]
+    for c in cfg_hog[:2]:
+        for i in range(100):
+            r = c.call(cfind)
+            assert r.get("ok") == 1 and r["cursor"]["id"] not in (0, None), (i, str(r)[:300])
+    r = cfg_hog[2].call(cfind)
+    assert r.get("code") == 146 and "config cursors from client 127.0.0.4" in r.get("errmsg", "") \
+        and "limit 200 per client address" in r["errmsg"], r
+    assert R.find_all("shards", "config", {}, batchSize=1)[0]["_id"] == "shard0"
+    for c in hog + [other] + cfg_hog:
         c.close()
 
 
