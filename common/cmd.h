@@ -10,7 +10,10 @@
  * or turns its error into {ok: 0, code, codeName, errmsg} plus any fields the handler
  * put in ctx->err_info. Names ($db, and the collection or namespace a row's flags point
  * at) and numeric fields with a `check` follow common/validate.h, so every daemon applies
- * MongoDB's rules and codes the same way. Every error reply is logged with the command name.
+ * MongoDB's rules and codes the same way. Then the checks MongoDB applies across commands
+ * (cmd_conform.c: the Stable API fields, `collation`, create's options), and the request's
+ * session (lsid) is set for the handler (common/opctx.h). Every error reply is logged with
+ * the command name.
  *
  * The reply a handler gets is a fresh document of dispatch's own: when the handler
  * fails, it is destroyed whatever state it is in (even with a sub-document still open,
