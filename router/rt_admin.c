@@ -317,6 +317,9 @@ static int missing_db_reply(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 int rt_cmd_to_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bson_t rep;
     bool write = ctx->spec->flags & CMD_WRITE;
+    /* The config database lives on the config server, which lists it (mongos asks it too). */
+    if (strcmp(ctx->name, "listCollections") == 0 && strcmp(ctx->db, "config") == 0)
+        return rt_cmd_to_config(ctx, reply, err);
     int rc = primary_call(ctx, write, false, ctx->db, &rep, err);
     if (rc == MS_ERR_NAMESPACE_NOT_FOUND && !write) return missing_db_reply(ctx, reply, err);
     if (rc) return rc;

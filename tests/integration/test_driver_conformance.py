@@ -55,6 +55,13 @@ def test_missing_namespaces(t):
     R.ok({"insert": "c", "$db": DB, "documents": [{"_id": 1}]})
     R.err({"listIndexes": "nope", "$db": DB}, 26)
     R.ok({"drop": "nope", "$db": DB})
+    # The config database is listed by the config server (through a router as mongos does).
+    r = R.ok({"listCollections": 1, "$db": "config", "nameOnly": True})
+    names = [c["name"] for c in r["cursor"]["firstBatch"]]
+    assert {"shards", "databases", "collections", "chunks"} <= set(names), names
+    r = R.ok({"listCollections": 1, "$db": "config", "filter": {"name": "chunks"}})
+    assert [(c["name"], c["type"], c["idIndex"]["name"]) for c in r["cursor"]["firstBatch"]] == \
+        [("chunks", "collection", "_id_")], r
     # The read of a missing database created nothing.
     dbs = [d["name"] for d in R.ok({"listDatabases": 1, "$db": "admin"})["databases"]]
     assert "nosuchdb" not in dbs, dbs
