@@ -160,6 +160,10 @@ def test_dollar_prefixed_names(t):
         assert d == [{"_id": 9, "q": 1, "$hotel": 320}], d
         r = c.ok({"insert": coll, "$db": DB, "documents": [{"_id": {"$a": 1}}]})
         assert r["writeErrors"][0]["code"] == 52, r
+        c.err({"findAndModify": coll, "$db": DB, "query": {"_id": 2}, "update": {"a": 1, "$x": 1}}, 52)
+        r = c.ok({"findAndModify": coll, "$db": DB, "query": {"_id": 10}, "upsert": True,
+                  "update": {"a": 1, "$x": 1}, "new": True})
+        assert r["value"] == {"_id": 10, "a": 1, "$x": 1}, r
 
 
 @test
