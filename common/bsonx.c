@@ -513,11 +513,11 @@ int bsonx_view(const uint8_t *data, size_t len, bson_t *out, ms_error_t *err) {
     return 0;
 }
 
-/* Field-name rules of MongoDB's storage validation: no empty name at any level; no
- * '$'-prefixed name at the top level (MongoDB ≥ 5.0 stores them inside embedded
- * documents and arrays; the top level stays refused here, as drivers and the
- * issue's rules have it). depth bounds the recursion (callers have checked the
- * document's depth already). */
+/* Field-name rules of MongoDB's storage validation: no empty name at any level.
+ * '$'-prefixed names are stored at any level, as MongoDB 5.0+ stores them (an insert's
+ * {$price: 1}, a DBRef's $ref/$id/$db); a replacement of an existing document refuses them
+ * at the top level (common/update.c), and _id may not hold them (check_id_names). depth
+ * bounds the recursion (callers have checked the document's depth already). */
 static int check_names(bson_iter_t *it, int depth, ms_error_t *err) {
     while (bson_iter_next(it)) {
         const char *k = bson_iter_key(it);
@@ -525,9 +525,6 @@ static int check_names(bson_iter_t *it, int depth, ms_error_t *err) {
         bson_iter_t child;
         if (k[0] == '\0')
             return err_set(err, MS_ERR_EMPTY_FIELD_NAME, "An empty field name is not allowed");
-        if (k[0] == '$' && depth == 1)
-            return err_set(err, MS_ERR_DOLLAR_PREFIXED_FIELD_NAME,
-                           "Document can't have $ prefixed field names: %s", k);
         if ((t == BSON_TYPE_DOCUMENT || t == BSON_TYPE_ARRAY) && depth < MS_DOC_DEPTH_MAX &&
             bson_iter_recurse(it, &child)) {
             int rc = check_names(&child, depth + 1, err);

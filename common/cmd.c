@@ -376,6 +376,14 @@ static int cmd_check_session_args(const cmd_ctx_t *ctx, ms_error_t *err) {
     return 0;
 }
 
+/* The request's session for the handler (common/opctx.h): the cursors it opens belong to
+ * it, and a getMore must come from it. */
+static void cmd_set_session(const bson_t *req) {
+    op_lsid_t l;
+    op_lsid_of(req, &l);
+    op_set_lsid(&l);
+}
+
 /* ---- dispatch -------------------------------------------------------------------- */
 
 void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *reply) {
@@ -467,6 +475,8 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
     }
     if ((rc = cmd_check_names(&ctx, &err)) != 0) goto out;
     if ((rc = cmd_check_session_args(&ctx, &err)) != 0) goto out;
+    if ((rc = cmd_check_conformance(ctx.name, &req, &err)) != 0) goto out;
+    cmd_set_session(&req);
     /* maxTimeMS is a generic field of every command, as in MongoDB: it bounds the
      * whole operation from here on (op_check in long loops, deadlines of peer calls). */
     if (bson_iter_init_find(&it, &req, "maxTimeMS")) {
@@ -517,6 +527,7 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
                      MS_MSG_BYTES_MAX);
 out:
     op_set_deadline_ms(0);
+    op_set_lsid(NULL);
     ms = (time_mono_us() - t0_us) / 1000;
     if (rc != 0) {
         bson_t info;

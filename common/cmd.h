@@ -10,7 +10,10 @@
  * or turns its error into {ok: 0, code, codeName, errmsg} plus any fields the handler
  * put in ctx->err_info. Names ($db, and the collection or namespace a row's flags point
  * at) and numeric fields with a `check` follow common/validate.h, so every daemon applies
- * MongoDB's rules and codes the same way. Every error reply is logged with the command name.
+ * MongoDB's rules and codes the same way. Then the checks MongoDB applies across commands
+ * (cmd_conform.c: the Stable API fields, `collation`, create's options), and the request's
+ * session (lsid) is set for the handler (common/opctx.h). Every error reply is logged with
+ * the command name.
  *
  * The reply a handler gets is a fresh document of dispatch's own: when the handler
  * fails, it is destroyed whatever state it is in (even with a sub-document still open,
@@ -272,10 +275,30 @@ typedef struct cmd_cursor_metrics {
     const char *bytes_field;   /* "bytesHeld" (shard, config server) or "bytesBuffered" */
     int64_t refused_conn, refused_total, refused_bytes;
     int64_t limit_conn, limit_total, limit_bytes;
+    int64_t refused_client, limit_client;   /* per client address (the router's) */
 } cmd_cursor_metrics_t;
 /* Opens metrics.cursor as *cur and fills it; the caller may add fields of its own, then
  * closes it with bson_append_document_end(metrics, cur). */
 void cmd_cursor_metrics_begin(bson_t *metrics, const cmd_cursor_metrics_t *m, bson_t *cur);
+
+/* Checks dispatch runs on every command before its handler (cmd_conform.c), here for
+ * tests and for a command inside another one. name: the command; req: its document.
+ *   cmd_check_api_params: apiVersion must be "1" (APIVersionError 322); apiStrict or
+ *     apiDeprecationErrors without apiVersion is 4886600; apiStrict: true on a command
+ *     outside API version 1 is APIStrictError 323. Commands named "_..." are exempt.
+ *   cmd_check_collation: `collation` (top level, each update/delete statement's, each
+ *     createIndexes spec's, explain's inner command's) must be absent or
+ *     {locale: "simple"}: BadValue (2) otherwise; TypeMismatch / 40414 when malformed.
+ *   cmd_check_create_options: create's views, capped, timeseries, clusteredIndex,
+ *     expireAfterSeconds, validator, changeStreamPreAndPostImages, encryptedFields are
+ *     refused with InvalidOptions (72) unless absent or off.
+ *   cmd_check_conformance: the three, in that order (create's options for create only). */
+int cmd_check_api_params(const char *name, const bson_t *req, ms_error_t *err);
+/* Whether command name is in API version 1 (listCommands' apiVersions says so too). */
+bool cmd_in_api_v1(const char *name);
+int cmd_check_collation(const bson_t *req, ms_error_t *err);
+int cmd_check_create_options(const bson_t *req, ms_error_t *err);
+int cmd_check_conformance(const char *name, const bson_t *req, ms_error_t *err);
 
 /* The common table (hello, ping, serverStatus, ...). */
 extern const cmd_spec_t cmd_common_table[];

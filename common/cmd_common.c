@@ -350,6 +350,7 @@ static int cmd_list_commands(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         BSON_APPEND_BOOL(&one, "secondaryOk", true);
         BSON_APPEND_BOOL(&one, "adminOnly", false);
         BSON_APPEND_ARRAY_BEGIN(&one, "apiVersions", &none);
+        if (cmd_in_api_v1(all[i]->name)) BSON_APPEND_UTF8(&none, "0", "1");
         bson_append_array_end(&one, &none);
         BSON_APPEND_ARRAY_BEGIN(&one, "deprecatedApiVersions", &none);
         bson_append_array_end(&one, &none);
@@ -427,11 +428,13 @@ void cmd_cursor_metrics_begin(bson_t *metrics, const cmd_cursor_metrics_t *m, bs
     BSON_APPEND_INT64(cur, m->bytes_field, m->bytes);
     BSON_APPEND_DOCUMENT_BEGIN(cur, "refused", &sub);
     if (m->refused_conn >= 0) BSON_APPEND_INT64(&sub, "perConnection", m->refused_conn);
+    if (m->refused_client >= 0) BSON_APPEND_INT64(&sub, "perClient", m->refused_client);
     if (m->refused_total >= 0) BSON_APPEND_INT64(&sub, "total", m->refused_total);
     if (m->refused_bytes >= 0) BSON_APPEND_INT64(&sub, "bytes", m->refused_bytes);
     bson_append_document_end(cur, &sub);
     BSON_APPEND_DOCUMENT_BEGIN(cur, "limits", &sub);
     if (m->limit_conn >= 0) BSON_APPEND_INT64(&sub, "perConnection", m->limit_conn);
+    if (m->limit_client >= 0) BSON_APPEND_INT64(&sub, "perClient", m->limit_client);
     if (m->limit_total >= 0) BSON_APPEND_INT64(&sub, "total", m->limit_total);
     if (m->limit_bytes >= 0) BSON_APPEND_INT64(&sub, "bytes", m->limit_bytes);
     bson_append_document_end(cur, &sub);

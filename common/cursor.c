@@ -29,7 +29,7 @@ struct curs_reg {
     int n;
     uint64_t seq;                /* fallback ids when getrandom fails (splitmix64 state) */
     atomic_llong bytes;          /* sum of entries' held + curs_bytes_add */
-    atomic_uint_fast64_t refused_conn, refused_total, refused_bytes;
+    atomic_uint_fast64_t refused_conn, refused_total, refused_bytes, refused_client;
 };
 
 int curs_reg_new(const curs_opts_t *o, curs_reg_t **out) {
@@ -81,10 +81,31 @@ static void unlink_locked(curs_reg_t *r, curs_t *c) {
         }
 }
 
-/* Per-connection and total caps (lock held); counts a refusal. */
-static int check_caps_locked(curs_reg_t *r, uint32_t conn, ms_error_t *err) {
-    int mine = 0;
-    for (curs_t *c = r->head; c; c = c->next) mine += c->conn == conn;
+/* The client address of the calling request: its peer ("127.0.0.1:51234",
+ * "[::1]:51234") without the port; "" when unknown (no per-client cap applies then). */
+static void client_key(char *dst, size_t cap) {
+    const char *peer = op_peer();
+    const char *colon = strrchr(peer, ':');
+    size_t n = colon ? (size_t)(colon - peer) : 0;
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, peer, n);
+    dst[n] = '\0';
+}
+
+/* Per-connection, per-client and total caps (lock held); counts a refusal. */
+static int check_caps_locked(curs_reg_t *r, uint32_t conn, const char *client, ms_error_t *err) {
+    int mine = 0, client_n = 0;
+    for (curs_t *c = r->head; c; c = c->next) {
+        mine += c->conn == conn;
+        client_n += client[0] && strcmp(c->client, client) == 0;
+    }
+    if (r->o.client_max > 0 && client_n >= r->o.client_max) {
+        atomic_fetch_add(&r->refused_client, 1);
+        return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
+                       "too many open %s from client %s %s (limit %d per client address, "
+                       "whatever its connections); exhaust or kill cursors", r->o.noun,
+                       client, r->o.place, r->o.client_max);
+    }
     if (mine >= r->o.conn_max) {
         atomic_fetch_add(&r->refused_conn, 1);
         return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT,
@@ -110,9 +131,11 @@ int curs_refuse_bytes(curs_reg_t *r, ms_error_t *err) {
 }
 
 int curs_admit(curs_reg_t *r, uint32_t conn, ms_error_t *err) {
+    char client[MS_CLIENT_KEY_BYTES];
     int rc;
+    client_key(client, sizeof client);
     pthread_mutex_lock(&r->mu);
-    rc = check_caps_locked(r, conn, err);
+    rc = check_caps_locked(r, conn, client, err);
     pthread_mutex_unlock(&r->mu);
     return rc;
 }
@@ -147,9 +170,11 @@ int curs_add(curs_reg_t *r, curs_t *c, const char *ns, uint32_t conn, int64_t wa
     c->conn = conn;
     c->pinned = c->killed = false;
     c->next = NULL;
+    op_get_lsid(&c->lsid);
+    client_key(c->client, sizeof c->client);
     pthread_mutex_lock(&r->mu);
     c->held = held_of(r, c);
-    if (!uncapped && (rc = check_caps_locked(r, conn, err)) != 0) goto out;
+    if (!uncapped && (rc = check_caps_locked(r, conn, c->client, err)) != 0) goto out;
     if (!uncapped && r->o.bytes_max > 0 &&
         atomic_load(&r->bytes) + (long long)c->held > r->o.bytes_max) {
         rc = curs_refuse_bytes(r, err);
@@ -176,6 +201,31 @@ out:
     return rc;
 }
 
+/* MongoDB's validateLSID (getmore_cmd.cpp; mongos's cluster_getmore_cmd.cpp has the same
+ * rule under its own codes): a cursor answers only the session that opened it, so one
+ * session cannot read another's results by guessing or sharing a cursor id. */
+static int check_session(const curs_reg_t *r, const curs_t *c, ms_error_t *err) {
+    op_lsid_t now;
+    char mine[64], theirs[64];
+    bool rt = r->o.router_codes;
+    op_get_lsid(&now);
+    if (!now.has && !c->lsid.has) return 0;
+    if (now.has && c->lsid.has && memcmp(now.id, c->lsid.id, sizeof now.id) == 0) return 0;
+    op_lsid_text(&now, mine, sizeof mine);
+    op_lsid_text(&c->lsid, theirs, sizeof theirs);
+    if (!c->lsid.has)
+        return err_set(err, rt ? MS_ERR_LOC_50799 : MS_ERR_LOC_50736,
+                       "Cannot run getMore on cursor %lld, which was not created in a session, "
+                       "in session %s", (long long)c->id, mine);
+    if (!now.has)
+        return err_set(err, rt ? MS_ERR_LOC_50800 : MS_ERR_LOC_50737,
+                       "Cannot run getMore on cursor %lld, which was created in session %s, "
+                       "without an lsid", (long long)c->id, theirs);
+    return err_set(err, rt ? MS_ERR_LOC_50801 : MS_ERR_LOC_50738,
+                   "Cannot run getMore on cursor %lld, which was created in session %s, in "
+                   "session %s", (long long)c->id, theirs, mine);
+}
+
 int curs_pin(curs_reg_t *r, int64_t id, const char *ns, curs_t **out, ms_error_t *err) {
     int rc = 0;
     curs_t *c;
@@ -189,7 +239,7 @@ int curs_pin(curs_reg_t *r, int64_t id, const char *ns, curs_t **out, ms_error_t
         rc = err_set(err, MS_ERR_UNAUTHORIZED,
                      "Requested getMore on namespace '%s', but cursor belongs to a different "
                      "namespace %s", ns, c->ns);
-    else
+    else if ((rc = check_session(r, c, err)) == 0)
         c->pinned = true;
     pthread_mutex_unlock(&r->mu);
     if (rc == 0) *out = c;
@@ -329,6 +379,7 @@ void curs_stats(curs_reg_t *r, curs_stats_t *out) {
     out->refused_conn = (int64_t)atomic_load(&r->refused_conn);
     out->refused_total = (int64_t)atomic_load(&r->refused_total);
     out->refused_bytes = (int64_t)atomic_load(&r->refused_bytes);
+    out->refused_client = (int64_t)atomic_load(&r->refused_client);
 }
 
 void curs_metrics_begin(curs_reg_t *r, const char *bytes_field, bson_t *metrics, bson_t *cur) {
@@ -339,6 +390,8 @@ void curs_metrics_begin(curs_reg_t *r, const char *bytes_field, bson_t *metrics,
                               .refused_conn = s.refused_conn, .refused_total = s.refused_total,
                               .refused_bytes = capped ? s.refused_bytes : -1,
                               .limit_conn = r->o.conn_max, .limit_total = r->o.total_max,
-                              .limit_bytes = capped ? r->o.bytes_max : -1};
+                              .limit_bytes = capped ? r->o.bytes_max : -1,
+                              .refused_client = r->o.client_max > 0 ? s.refused_client : -1,
+                              .limit_client = r->o.client_max > 0 ? r->o.client_max : -1};
     cmd_cursor_metrics_begin(metrics, &m, cur);
 }

@@ -15,8 +15,12 @@
  *     its own id: the config server's, counted at the router);
  *   - caps (common/limits.h): open cursors per connection, in all, and optionally bytes
  *     held by all; a refusal is ExceededMemoryLimit naming the cap, and is counted;
+ *   - caps per client address (optional): the router's, so that a client with several
+ *     connections still gets one share;
  *   - getMore pins its cursor (MongoDB's ClientCursorPin): absent or killed → CursorNotFound,
- *     pinned → CursorInUse, another namespace → Unauthorized; unpin(done) frees it;
+ *     pinned → CursorInUse, another namespace → Unauthorized, another session (the
+ *     calling thread's op_lsid against the one recorded at curs_add) → MongoDB's
+ *     validateLSID codes; unpin(done) frees it;
  *   - killCursors on a pinned cursor marks it killed; its getMore frees it at unpin;
  *   - idle cursors (not pinned, unused for idle_ms) die in curs_reap.
  */
@@ -30,6 +34,7 @@
 
 #include "common/errors.h"
 #include "common/limits.h"
+#include "common/opctx.h"
 
 /* The registry's part of a cursor: embed it in the daemon's cursor struct (curs_entry
  * gets back from it). Zero it before curs_add; every field is the registry's, written
@@ -42,6 +47,8 @@ typedef struct curs {
     bool killed;                 /* killed while pinned: freed when its getMore unpins */
     long long last_used_ms;      /* monotonic */
     size_t held;                 /* bytes it keeps, as held_fn last said */
+    op_lsid_t lsid;              /* the session that opened it (getMore must come from it) */
+    char client[MS_CLIENT_KEY_BYTES];  /* its client's address without the port ("" = unknown) */
     struct curs *next;
 } curs_t;
 
@@ -59,6 +66,11 @@ typedef struct curs_opts {
     bool conn_names_place;       /* the per-connection message names the place too */
     const char *owner;           /* "router", "config server" (the bytes cap's message) */
     int conn_max, total_max;     /* > 0 */
+    /* > 0: open cursors per client address (the peer's IP, whatever its port), so one
+     * client with many connections cannot take every cursor; 0 = no such cap. */
+    int client_max;
+    /* The getMore session rule's codes: mongos's (50799-50801) or mongod's (50736-50738). */
+    bool router_codes;
     long long bytes_max;         /* 0 = no cap on bytes */
     int idle_ms;                 /* <= 0: MS_CURSOR_IDLE_MS_MAX */
     /* Bytes a cursor keeps between batches; NULL = 0. Called under the registry's lock at
@@ -90,8 +102,10 @@ int curs_add(curs_reg_t *r, curs_t *c, const char *ns, uint32_t conn, int64_t wa
              bool uncapped, int64_t *id, ms_error_t *err);
 
 /* Pins cursor id for one getMore on ns (NULL = any namespace): CursorNotFound (absent or
- * killed), CursorInUse (pinned), Unauthorized (another namespace: not pinned). *out is
- * borrowed until curs_unpin. */
+ * killed), CursorInUse (pinned), Unauthorized (another namespace: not pinned), then the
+ * session rule against the calling thread's op_lsid: a request in a session on a cursor
+ * opened outside one (50736 / mongos 50799), without a session on a cursor opened in one
+ * (50737 / 50800), in another session (50738 / 50801). *out is borrowed until curs_unpin. */
 int curs_pin(curs_reg_t *r, int64_t id, const char *ns, curs_t **out, ms_error_t *err);
 /* Ends a pin. done (exhausted or failed) or killed meanwhile: the cursor is removed and
  * destroyed. Otherwise its held bytes are re-read and its idle clock restarts. NULL-safe. */
@@ -125,7 +139,7 @@ int curs_refuse_bytes(curs_reg_t *r, ms_error_t *err);
 
 typedef struct curs_stats {
     int64_t open, bytes;
-    int64_t refused_conn, refused_total, refused_bytes;
+    int64_t refused_conn, refused_total, refused_bytes, refused_client;
 } curs_stats_t;
 void curs_stats(curs_reg_t *r, curs_stats_t *out);
 int curs_count(curs_reg_t *r);

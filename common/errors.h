@@ -101,6 +101,18 @@
     X(LOC_CHUNK_NOT_FOUND, 51262, "Location51262")                  \
     X(NOT_A_REPLICA_SET, 123, "NotAReplicaSet")                     \
     X(LOAD_BALANCER_SUPPORT_MISMATCH, 354, "LoadBalancerSupportMismatch") \
+    X(API_VERSION_ERROR, 322, "APIVersionError")                    \
+    X(API_STRICT_ERROR, 323, "APIStrictError")                      \
+    X(API_DEPRECATION_ERROR, 324, "APIDeprecationError")            \
+    X(INVALID_DBREF, 55, "InvalidDBRef")                            \
+    X(IDL_MISSING_FIELD, 40414, "Location40414")                    \
+    X(LOC_4886600, 4886600, "Location4886600")                      \
+    X(LOC_50736, 50736, "Location50736")                            \
+    X(LOC_50737, 50737, "Location50737")                            \
+    X(LOC_50738, 50738, "Location50738")                            \
+    X(LOC_50799, 50799, "Location50799")                            \
+    X(LOC_50800, 50800, "Location50800")                            \
+    X(LOC_50801, 50801, "Location50801")                            \
     X(INVALID_PIPELINE_OPERATOR, 168, "InvalidPipelineOperator")   \
     X(CONVERSION_FAILURE, 241, "ConversionFailure")                \
     /* aggregation (common/expr.c, common/agg.c): MongoDB's uassert locations */ \
@@ -215,9 +227,6 @@
     X(CLIENT_DISCONNECT, 279, "ClientDisconnect") \
     X(CHANGE_STREAM_FATAL_ERROR, 280, "ChangeStreamFatalError") \
     X(CONNECTION_POOL_EXPIRED, 320, "ConnectionPoolExpired") \
-    X(API_VERSION_ERROR, 322, "APIVersionError") \
-    X(API_STRICT_ERROR, 323, "APIStrictError") \
-    X(API_DEPRECATION_ERROR, 324, "APIDeprecationError") \
     X(CLIENT_METADATA_APP_NAME_TOO_LARGE, 184, "ClientMetadataAppNameTooLarge") \
     X(SOCKET_EXCEPTION, 9001, "SocketException") \
     X(LEGACY_NOT_PRIMARY, 10058, "LegacyNotPrimary") \

@@ -97,6 +97,7 @@
  * A router multiplexes all its clients' finds over one connection to each shard, and each
  * router cursor holds at most one cursor on each shard. So the numbers nest:
  *   router, per client connection  1,000  (MS_ROUTER_CURSORS_PER_CONN_MAX)
+ *   router, per client address     2,000  (MS_ROUTER_CURSORS_PER_CLIENT_MAX)
  *   router, all clients            4,000  (MS_ROUTER_CURSORS_MAX)
  *   shard, per connection          5,000  (MS_CURSORS_PER_CONN_MAX) >= the router total plus a
  *                                         margin for shard cursors whose killCursors is still
@@ -112,6 +113,13 @@
 /* Open router cursors in one router, and from one client connection of it. */
 #define MS_ROUTER_CURSORS_MAX 4000
 #define MS_ROUTER_CURSORS_PER_CONN_MAX 1000
+/* Open router cursors from one client address (its IP, whatever the port): half of the
+ * router's, so a client that opens many connections (a driver's pool) still leaves the
+ * other half to everyone else. Clients on one host share it. */
+#define MS_ROUTER_CURSORS_PER_CLIENT_MAX 2000
+/* A client address as the cursor registry keys it ("127.0.0.1", "[0:0:...:1]": an IPv6
+ * one is at most 41 bytes). */
+#define MS_CLIENT_KEY_BYTES 48
 
 /* Bytes of shard batches buffered in all router cursors of one router. A router cursor asks
  * each shard for about one client batch (batchSize forwarded), so it holds at most one shard
@@ -129,6 +137,7 @@
 #define MS_CFG_CURSORS_PER_CONN_MAX 500
 #define MS_ROUTER_CFG_CURSORS_MAX 400
 #define MS_ROUTER_CFG_CURSORS_PER_CONN_MAX 100
+#define MS_ROUTER_CFG_CURSORS_PER_CLIENT_MAX 200   /* half of MS_ROUTER_CFG_CURSORS_MAX */
 /* The config server's cursors in all, and the bytes of materialised results they hold
  * (config readers are tools and routers, not applications; the caps bound the memory idle
  * clients can pin). */

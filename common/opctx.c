@@ -7,6 +7,8 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "common/bsonx.h"
 #include "common/failpoint.h"
@@ -32,6 +34,53 @@ bool op_take_close(void) {
     bool asked = op_close_asked;
     op_close_asked = false;
     return asked;
+}
+
+static _Thread_local op_lsid_t op_session;
+void op_set_lsid(const op_lsid_t *l) {
+    if (l) op_session = *l;
+    else memset(&op_session, 0, sizeof op_session);
+}
+void op_get_lsid(op_lsid_t *out) { *out = op_session; }
+
+void op_lsid_of(const bson_t *cmd, op_lsid_t *out) {
+    bson_iter_t it, id;
+    const uint8_t *data = NULL;
+    uint32_t len = 0;
+    bson_subtype_t st;
+    memset(out, 0, sizeof *out);
+    if (!bson_iter_init_find(&it, cmd, "lsid") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !bson_iter_recurse(&it, &id) || !bson_iter_find(&id, "id") || !BSON_ITER_HOLDS_BINARY(&id))
+        return;
+    bson_iter_binary(&id, &st, &len, &data);
+    if (len != sizeof out->id) return;
+    memcpy(out->id, data, sizeof out->id);
+    out->has = true;
+}
+
+void op_lsid_text(const op_lsid_t *l, char *dst, size_t cap) {
+    static const char hex[] = "0123456789abcdef";
+    char uuid[37];
+    size_t n = 0;
+    if (!l->has) {
+        snprintf(dst, cap, "none");
+        return;
+    }
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) uuid[n++] = '-';
+        uuid[n++] = hex[l->id[i] >> 4];
+        uuid[n++] = hex[l->id[i] & 15];
+    }
+    uuid[n] = '\0';
+    snprintf(dst, cap, "{ id: UUID(\"%s\") }", uuid);
+}
+
+void op_append_lsid(bson_t *cmd) {
+    bson_t sub;
+    if (!op_session.has) return;
+    BSON_APPEND_DOCUMENT_BEGIN(cmd, "lsid", &sub);
+    bson_append_binary(&sub, "id", 2, BSON_SUBTYPE_UUID, op_session.id, sizeof op_session.id);
+    bson_append_document_end(cmd, &sub);
 }
 
 void op_set_deadline_ms(long long deadline_mono_ms) { op_deadline_mono_ms = deadline_mono_ms; }

@@ -23,6 +23,7 @@
 
 #include <bson/bson.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "errors.h"
@@ -55,6 +56,26 @@ op_client_t *op_client(void);
  * asked, and clears the request (the RPC worker calls it after each request). */
 void op_close_connection(void);
 bool op_take_close(void);
+
+/* The logical session of the current request: its lsid.id when that is a UUID (binary,
+ * 16 bytes); has = false without one (or with an id of another shape, which names no
+ * session). Dispatch sets it before the handler and clears it after; the cursor registry
+ * records it when a cursor opens and compares it at getMore, MongoDB's rule that a cursor
+ * belongs to the session that created it. */
+typedef struct op_lsid {
+    bool has;
+    uint8_t id[16];
+} op_lsid_t;
+void op_set_lsid(const op_lsid_t *l);   /* NULL clears */
+void op_get_lsid(op_lsid_t *out);
+/* Reads a command's lsid into *out (has = false when absent or not a UUID id). */
+void op_lsid_of(const bson_t *cmd, op_lsid_t *out);
+/* "{ id: UUID(\"...\") }" (or "none"), MongoDB's way of printing a session, into dst. */
+void op_lsid_text(const op_lsid_t *l, char *dst, size_t cap);
+/* Appends lsid: {id: UUID} to cmd when the current request has a session: a router's
+ * getMore to a shard carries its client's session, as mongos's does, since the shard's
+ * cursor was opened with it. */
+void op_append_lsid(bson_t *cmd);
 
 /* The deadline of the current operation on the monotonic clock (time_mono_ms), or 0
  * for none. op_set_deadline_ms(0) clears it. */

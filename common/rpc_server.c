@@ -714,6 +714,15 @@ static void rpc_peer_name(nng_stream *st, char *buf, size_t cap) {
         const uint8_t *a = (const uint8_t *)&sa.s_in.sa_addr;
         const uint8_t *p = (const uint8_t *)&sa.s_in.sa_port;
         snprintf(buf, cap, "%u.%u.%u.%u:%u", a[0], a[1], a[2], a[3], (unsigned)(p[0] << 8 | p[1]));
+    } else if (sa.s_family == NNG_AF_INET6) {
+        /* "[xxxx:...:xxxx]:port", uncompressed: the router keys its per-client cursor cap
+         * on what precedes the last ':'. */
+        const uint8_t *a = sa.s_in6.sa_addr;
+        const uint8_t *p = (const uint8_t *)&sa.s_in6.sa_port;
+        size_t n = (size_t)snprintf(buf, cap, "[");
+        for (int i = 0; i < 16 && n < cap; i += 2)
+            n += (size_t)snprintf(buf + n, cap - n, "%s%x", i ? ":" : "", (unsigned)(a[i] << 8 | a[i + 1]));
+        if (n < cap) snprintf(buf + n, cap - n, "]:%u", (unsigned)(p[0] << 8 | p[1]));
     } else if (sa.s_family == NNG_AF_IPC) {
         snprintf(buf, cap, "ipc");
     }

@@ -803,14 +803,8 @@ int update_compile_opts(const bson_t *spec, bool is_pipeline, const update_opts_
                          "replacement-style updates");
             goto out;
         }
-        bson_iter_init(&it, spec);
-        while (bson_iter_next(&it))
-            if (bson_iter_key(&it)[0] == '$') {
-                rc = err_set(err, MS_ERR_FAILED_TO_PARSE,
-                             "The dollar ($) prefixed field '%s' in '%s' is not allowed in a "
-                             "replacement document", bson_iter_key(&it), bson_iter_key(&it));
-                goto out;
-            }
+        /* Its '$'-prefixed names are checked when it replaces a document (update_apply):
+         * an upsert that inserts it may keep them, as an insert may. */
         goto out;
     }
     if (afs && (rc = compile_array_filters(u, afs, err)) != 0) goto out;
@@ -1436,10 +1430,55 @@ static void replace_doc(const update_t *u, const bson_t *doc, bson_t *out) {
     bson_concat(out, u->doc);
 }
 
+/* MongoDB 5.0+'s rule for a document that replaces an existing one (storage_validation's
+ * check of '$'-prefixed names): a top-level name starting with '$' is refused, except the
+ * parts of a DBRef in their order ($ref, then $id, then optionally $db). Inserts and
+ * upserts that insert take any name. */
+static int check_replacement_names(const bson_t *doc, ms_error_t *err) {
+    bson_iter_t it, next;
+    const char *prev = "";
+    if (!bson_iter_init(&it, doc)) return 0;
+    for (; bson_iter_next(&it); prev = bson_iter_key(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (k[0] != '$') continue;
+        if (strcmp(k, "$db") == 0 || strcmp(k, "$ref") == 0) {
+            if (!BSON_ITER_HOLDS_UTF8(&it))
+                return err_set(err, MS_ERR_INVALID_DBREF,
+                               "The DBRef %s field must be a String, not a %s", k,
+                               bsonx_type_name(bson_iter_type(&it)));
+        }
+        if (strcmp(k, "$db") == 0) {
+            if (strcmp(prev, "$id") != 0)
+                return err_set(err, MS_ERR_INVALID_DBREF,
+                               "Found $db field without a $id before it, which is invalid.");
+        } else if (strcmp(k, "$id") == 0) {
+            if (strcmp(prev, "$ref") != 0)
+                return err_set(err, MS_ERR_INVALID_DBREF,
+                               "Found $id field without a $ref before it, which is invalid.");
+        } else if (strcmp(k, "$ref") == 0) {
+            next = it;
+            if (!bson_iter_next(&next) || strcmp(bson_iter_key(&next), "$id") != 0)
+                return err_set(err, MS_ERR_INVALID_DBREF,
+                               "The DBRef $ref field must be followed by a $id field");
+        } else {
+            return err_set(err, MS_ERR_DOLLAR_PREFIXED_FIELD_NAME,
+                           "The dollar ($) prefixed field '%s' in '%s' is not allowed in the "
+                           "context of an update's replacement document. Consider using an "
+                           "aggregation pipeline with $replaceWith.", k, k);
+        }
+    }
+    return 0;
+}
+
+int update_check_replacement(const update_t *u, ms_error_t *err) {
+    return u->replacement ? check_replacement_names(u->doc, err) : 0;
+}
+
 int update_apply(const update_t *u, const bson_t *doc, bool is_insert, bson_t *out,
                  bool *changed, ms_error_t *err) {
     bson_t res;
     int rc = 0;
+    if (!is_insert && (rc = update_check_replacement(u, err)) != 0) return rc;
     if (u->replacement) {
         replace_doc(u, doc, &res);
     } else if (u->pipe) {

@@ -42,6 +42,11 @@ int update_compile_opts(const bson_t *spec, bool is_pipeline, const update_opts_
 
 /* True when u replaces the whole document (no $ operators). */
 bool update_is_replacement(const update_t *u);
+/* A replacement's top-level '$'-prefixed names as a replacement of an existing document
+ * must have them (update_apply checks it there): DollarPrefixedFieldName 52, or
+ * InvalidDBRef 55 for a DBRef's parts out of order; 0 for an operator or pipeline update.
+ * For a router, which refuses before it targets. */
+int update_check_replacement(const update_t *u, ms_error_t *err);
 
 /* Applies u to doc into *out (initialised on success; caller destroys). Borrows u and doc.
  * is_insert = upsert insert ($setOnInsert applies). *changed = false when the result equals

@@ -82,6 +82,11 @@ static const char *const CONFIG_COLLS[] = {
     "changelog", "actionlog", "migrations", "mongos", "version",
 };
 
+const char *cat_config_coll(int i) {
+    return i >= 0 && i < (int)(sizeof CONFIG_COLLS / sizeof CONFIG_COLLS[0]) ? CONFIG_COLLS[i]
+                                                                             : NULL;
+}
+
 bool cat_config_known(const char *coll) {
     for (size_t i = 0; i < sizeof CONFIG_COLLS / sizeof CONFIG_COLLS[0]; i++)
         if (strcmp(coll, CONFIG_COLLS[i]) == 0) return true;

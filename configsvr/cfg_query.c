@@ -178,6 +178,49 @@ out:
     return rc;
 }
 
+/* listCollections of the config database: the collections find serves, as mongod's
+ * entries ({name, type, options, info, idIndex}; {name, type} with nameOnly), filtered
+ * like them. Other databases have none here. */
+int cfg_cmd_list_collections(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    bool name_only = cmd_flag(ctx, "nameOnly", false), config = strcmp(ctx->db, "config") == 0;
+    bson_t filter, arr, cur;
+    query_t *q = NULL;
+    char ns[MS_NS_BYTES_MAX + 32];
+    int rc = 0, n = 0;
+    if (cfg_field_doc(ctx, "filter", &filter) && (rc = query_compile(&filter, &q, err)) != 0)
+        return rc;
+    bson_init(&arr);
+    for (int i = 0; config && cat_config_coll(i); i++) {
+        bson_t e = BSON_INITIALIZER, sub;
+        char key[16];
+        BSON_APPEND_UTF8(&e, "name", cat_config_coll(i));
+        BSON_APPEND_UTF8(&e, "type", "collection");
+        if (!name_only) {
+            BSON_APPEND_DOCUMENT_BEGIN(&e, "options", &sub);
+            bson_append_document_end(&e, &sub);
+            BSON_APPEND_DOCUMENT_BEGIN(&e, "info", &sub);
+            BSON_APPEND_BOOL(&sub, "readOnly", false);
+            bson_append_document_end(&e, &sub);
+            BCON_APPEND(&e, "idIndex", "{", "v", BCON_INT32(2), "key", "{", "_id", BCON_INT32(1),
+                        "}", "name", BCON_UTF8("_id_"), "}");
+        }
+        if (!q || query_match(q, &e)) {
+            snprintf(key, sizeof key, "%d", n++);
+            BSON_APPEND_DOCUMENT(&arr, key, &e);
+        }
+        bson_destroy(&e);
+    }
+    snprintf(ns, sizeof ns, "%s.$cmd.listCollections", ctx->db);
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
+    BSON_APPEND_INT64(&cur, "id", 0);
+    BSON_APPEND_UTF8(&cur, "ns", ns);
+    BSON_APPEND_ARRAY(&cur, "firstBatch", &arr);
+    bson_append_document_end(reply, &cur);
+    bson_destroy(&arr);
+    query_free(q);
+    return 0;
+}
+
 /* find: the result is materialised now, the first batch returned, the rest kept behind
  * a cursor id for getMore (MongoDB's ClusterCursorManager on the config server). */
 int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {

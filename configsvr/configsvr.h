@@ -321,6 +321,8 @@ int cat_config_scan(cat_t *c, const char *coll, cat_doc_fn fn, void *arg, ms_err
 int cat_log_tail(cat_t *c, const char *coll, int n, cat_doc_fn fn, void *arg, ms_error_t *err);
 /* True for the names cat_config_scan serves. */
 bool cat_config_known(const char *coll);
+/* The i-th of those names (0, 1, ...), NULL past the last: listCollections lists them. */
+const char *cat_config_coll(int i);
 
 /* -- settings (config.settings) -- */
 /* The document with _id id into *out (initialised when found). */
@@ -743,6 +745,7 @@ int cfg_cmd_merge_chunks(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* The config server's cursor registry (common/cursor.h; curs_reg_free closes it). */
 int cfg_query_cursors_new(curs_reg_t **out, ms_error_t *err);
 int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cfg_cmd_list_collections(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);

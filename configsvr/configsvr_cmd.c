@@ -164,6 +164,10 @@ const cmd_spec_t cfg_cmd_table[] = {
                 CMD_ANY_FIELD("bypassDocumentValidation")},
      .help = "aggregation pipeline over config.<collection> (docs/aggregation.md); a cursor "
              "as find's"},
+    {.name = "listCollections", .handler = cfg_cmd_list_collections, .flags = CMD_STRICT_FIELDS,
+     .fields = {{"filter", CT_DOC, false}, {"nameOnly", CT_FLAG, false},
+                CMD_LIST_COLLECTIONS_MORE_FIELDS},
+     .help = "the config database's collections (those find serves); none in another"},
     {.name = "getMore", .handler = cfg_cmd_get_more, .flags = CMD_NS_FIELD | CMD_STRICT_FIELDS,
      .arg_types = CT_NUM,
      .fields = {{"collection", CT_STR, true}, {"batchSize", CT_NUM, false, VAL_GETMORE_BATCH},

@@ -209,6 +209,12 @@ int rt_cmd_drop(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bson_destroy(&cmd);
     rt_table_release(t);
     rt_table_invalidate(r, ns);
+    /* MongoDB 7.0: dropping a collection that does not exist succeeds, also when its
+     * database does not exist (primary_build's "ns not found"). */
+    if (rc == MS_ERR_NAMESPACE_NOT_FOUND) {
+        BSON_APPEND_UTF8(reply, "ns", ns);
+        return 0;
+    }
     if (rc) return rc;
     rc = relay(ctx, &rep, reply, err);
     bson_destroy(&rep);
@@ -295,9 +301,35 @@ int rt_cmd_drop_database(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 
 /* The database's primary shard, with databaseVersion (a shard that checks it and is no
  * longer the primary answers StaleDbVersion: forget the entry and retry, bounded). */
+/* A read of a database that does not exist (no primary to ask), as a mongod answers it:
+ * listCollections an empty cursor, listIndexes and collStats NamespaceNotFound. */
+static int missing_db_reply(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    char ns[RT_NAME_BYTES_MAX + MS_NS_BYTES_MAX + 2];
+    bson_t cur, arr;
+    if (strcmp(ctx->name, "listCollections") != 0) {
+        ns_of(ctx, ns, sizeof ns);   /* the texts of the shard's own replies */
+        if (strcmp(ctx->name, "collStats") == 0)
+            return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "Collection [%s] not found.", ns);
+        return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "ns does not exist: %s", ns);
+    }
+    snprintf(ns, sizeof ns, "%s.$cmd.listCollections", ctx->db);
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
+    BSON_APPEND_INT64(&cur, "id", 0);
+    BSON_APPEND_UTF8(&cur, "ns", ns);
+    BSON_APPEND_ARRAY_BEGIN(&cur, "firstBatch", &arr);
+    bson_append_array_end(&cur, &arr);
+    bson_append_document_end(reply, &cur);
+    return 0;
+}
+
 int rt_cmd_to_primary(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bson_t rep;
-    int rc = primary_call(ctx, ctx->spec->flags & CMD_WRITE, false, ctx->db, &rep, err);
+    bool write = ctx->spec->flags & CMD_WRITE;
+    /* The config database lives on the config server, which lists it (mongos asks it too). */
+    if (strcmp(ctx->name, "listCollections") == 0 && strcmp(ctx->db, "config") == 0)
+        return rt_cmd_to_config(ctx, reply, err);
+    int rc = primary_call(ctx, write, false, ctx->db, &rep, err);
+    if (rc == MS_ERR_NAMESPACE_NOT_FOUND && !write) return missing_db_reply(ctx, reply, err);
     if (rc) return rc;
     rc = relay(ctx, &rep, reply, err);
     bson_destroy(&rep);

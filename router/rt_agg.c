@@ -143,6 +143,7 @@ static int gather(router_t *r, const char *shard, const char *db, const char *co
         BSON_APPEND_INT64(&cmd, "getMore", s->id);
         BSON_APPEND_UTF8(&cmd, "collection", coll);
         BSON_APPEND_UTF8(&cmd, "$db", db);
+        op_append_lsid(&cmd);   /* the shard cursor was opened in the client's session */
         rc = rt_shard_call(r, shard, &cmd, &rep, err);
         bson_destroy(&cmd);
         if (rc) return rc;

@@ -188,11 +188,13 @@ static void cfg_cursor_destroy(void *arg, curs_t *reg) {
 int rt_cursors_open(router_t *r, rt_cursors_t **out) {
     curs_opts_t fo = {.noun = "cursors", .place = "on this router", .owner = "router",
                       .conn_max = MS_ROUTER_CURSORS_PER_CONN_MAX,
+                      .client_max = MS_ROUTER_CURSORS_PER_CLIENT_MAX, .router_codes = true,
                       .total_max = MS_ROUTER_CURSORS_MAX, .bytes_max = MS_ROUTER_CURSOR_BYTES_MAX,
                       .destroy_fn = cursor_destroy, .arg = r};
     /* The config server times its own cursors out after the same idle time. */
     curs_opts_t co = {.noun = "config cursors", .place = "on this router", .owner = "router",
                       .conn_max = MS_ROUTER_CFG_CURSORS_PER_CONN_MAX,
+                      .client_max = MS_ROUTER_CFG_CURSORS_PER_CLIENT_MAX, .router_codes = true,
                       .total_max = MS_ROUTER_CFG_CURSORS_MAX, .destroy_fn = cfg_cursor_destroy};
     rt_cursors_t *c = calloc(1, sizeof *c);
     if (!c) return MS_ERR_EXCEEDED_MEMORY_LIMIT;
@@ -395,6 +397,7 @@ static int stream_fill(router_t *r, rt_cursor_t *c, rt_stream_t *s, int64_t need
         BSON_APPEND_UTF8(&cmd, "collection", c->coll);
         BSON_APPEND_INT64(&cmd, "batchSize", need < 1 ? 1 : need > INT32_MAX ? INT32_MAX : need);
         BSON_APPEND_UTF8(&cmd, "$db", c->db);
+        op_append_lsid(&cmd);   /* the shard cursor was opened in the client's session */
         int rc = rt_shard_call(r, s->shard, &cmd, &rep, err);
         bson_destroy(&cmd);
         if (rc) return rc;

@@ -274,7 +274,8 @@ static int check_key_update(const rt_table_t *t, const bson_t *q, const bson_t *
 
 /* Compiles an operator or replacement update u as the shard will, with the arrayFilters
  * found in holder (the statement, or findAndModify's command) and the query q ("$"), to
- * refuse what the shard would refuse before any shard-key check. */
+ * refuse what the shard would refuse before any shard-key check — a replacement's
+ * '$'-prefixed names too, unless an upsert may insert it (then the shard judges). */
 static int compile_statement_update(const bson_t *u, const bson_t *holder, const bson_t *q,
                                     ms_error_t *err) {
     update_opts_t o = {0};
@@ -289,6 +290,8 @@ static int compile_statement_update(const bson_t *u, const bson_t *holder, const
     }
     o.query = q;
     int rc = update_compile_opts(u, false, &o, &uc, err);
+    bool upsert = bson_iter_init_find(&it, holder, "upsert") && bsonx_truthy(&it);
+    if (rc == 0 && !upsert) rc = update_check_replacement(uc, err);
     update_free(uc);
     return rc;
 }

@@ -103,21 +103,6 @@ static int agg_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     return rc;
 }
 
-/* `collation`: only the simple one (minishard compares strings bytewise). */
-static int check_collation(const bson_iter_t *it, ms_error_t *err) {
-    bson_t d;
-    bson_iter_t li;
-    if (!BSON_ITER_HOLDS_DOCUMENT(it) || !bsonx_view_container(it, &d))
-        return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'aggregate.collation' must be an "
-                       "object");
-    if (bson_empty(&d)) return 0;
-    if (bson_iter_init_find(&li, &d, "locale") && BSON_ITER_HOLDS_UTF8(&li) &&
-        strcmp(bson_iter_utf8(&li, NULL), "simple") == 0 && bson_count_keys(&d) == 1)
-        return 0;
-    return err_set(err, MS_ERR_BAD_VALUE, "minishard supports only the simple collation "
-                   "({locale: \"simple\"})");
-}
-
 /* {$collStats: {storageStats?: {scale?}, count?: {}}} as the first stage (mongosh's
  * db.c.stats() and getShardDistribution()): one document {ns, localTime, storageStats?,
  * count?}, then the rest of the pipeline over it. latencyStats / queryExecStats are not
@@ -301,7 +286,7 @@ int cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
             return coll_stats_stage(ctx, &pipeline, &fi, batch_size, reply, err);
     }
     if (cmd_field(ctx, "allowDiskUse", &it)) o.allow_disk_use = bsonx_truthy(&it);
-    if (cmd_field(ctx, "collation", &it) && (rc = check_collation(&it, err)) != 0) return rc;
+    /* `collation` was checked by dispatch (common/cmd_conform.c): only the simple one. */
     if (cmd_field(ctx, "let", &it)) {
         if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bsonx_view_container(&it, &d))
             return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'aggregate.let' must be an "

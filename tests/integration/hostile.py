@@ -166,8 +166,12 @@ class RawReq:
     """One TCP connection speaking NNG's REQ side by hand. Nothing is hidden: a test
     decides when to send, what, and whether to ever read."""
 
-    def __init__(self, url, timeout=5.0, rcvbuf=None):
+    def __init__(self, url, timeout=5.0, rcvbuf=None, source=None):
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if source:
+            # Another loopback address (127.0.0.2, ...): another client to the server's
+            # per-client caps, on one machine.
+            self.sock.bind((source, 0))
         if rcvbuf:
             # A small receive buffer makes "a client that never reads" bite sooner.
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)

@@ -200,7 +200,12 @@ def test_list_commands_shape(t):
         for name, one in cmds.items():
             assert isinstance(one["help"], str), (name, one)
             assert one["requiresAuth"] is False and one["secondaryOk"] is True, (name, one)
-            assert one["adminOnly"] is False and one["apiVersions"] == [], (name, one)
+            assert one["adminOnly"] is False, (name, one)
+            # API version 1 (MongoDB 7.0's list) names some of them, not the others.
+            if name in ("hello", "ping", "endSessions", "find", "insert", "getMore"):
+                assert one["apiVersions"] == ["1"], (name, one)
+            elif name in ("buildInfo", "getParameter", "isMaster", "whatsmyuri", "listCommands"):
+                assert one["apiVersions"] == [], (name, one)
             assert one["deprecatedApiVersions"] == [], (name, one)
         assert list(cmds) == sorted(cmds), kind
 

@@ -181,11 +181,12 @@ def test_router_cursor_caps(t):
     assert [d["_id"] for d in docs] == list(range(30)), docs
     assert n == 1000, n
     assert_refused(refusal, "for this connection (limit 1000)")
-    # The router-wide cap: three more connections take 1,000 each (a single-shard
-    # collection: quicker), then a fifth connection is refused, naming that cap.
-    others = [RawReq(router.url, timeout=30) for _ in range(3)]
+    # The router-wide cap: three more clients (other loopback addresses: one client address
+    # holds at most 2,000) take 1,000 each (a single-shard collection: quicker), then a
+    # fifth client is refused, naming that cap.
+    others = [RawReq(router.url, timeout=30, source="127.0.0.%d" % (2 + i)) for i in range(3)]
     ids = [open_cursors(o, 1000, find_u) for o in others]
-    late = RawReq(router.url, timeout=30)
+    late = RawReq(router.url, timeout=30, source="127.0.0.5")
     assert_refused(late.call(find_u), "on this router for all connections (limit 4000)")
     # A single-batch find needs no cursor and still works; killing cursors frees room.
     r = raw_ok(late, {"find": "u", "$db": DB, "filter": {}})
@@ -229,9 +230,9 @@ def test_config_cursor_caps(t):
     assert sorted(d["_id"] for d in docs) == want, docs
     assert n == 100, n
     assert_refused(refusal, "config cursors for this connection (limit 100)")
-    others = [RawReq(router.url, timeout=30) for _ in range(3)]
+    others = [RawReq(router.url, timeout=30, source="127.0.0.%d" % (2 + i)) for i in range(3)]
     ids = [open_cursors(o, 100, find1) for o in others]
-    late = RawReq(router.url, timeout=30)
+    late = RawReq(router.url, timeout=30, source="127.0.0.5")
     assert_refused(late.call(find1), "config cursors on this router for all connections (limit 400)")
     k = raw_ok(others[0], {"killCursors": "shards", "$db": "config",
                            "cursors": [Int64(i) for i in ids[0][:5]]})

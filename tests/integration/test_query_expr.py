@@ -12,8 +12,9 @@ sharded on {k: 1} with its chunks on both shards):
                a stage not allowed (72), the shard key moved to another shard (283)
   arrayFilters $[], $[id], nested $[].$[v], "$" from the query, on update and
                findAndModify, with MongoDB's validation errors (9 / 2)
-  $-fields     nested $-prefixed names stored and read back (and queried by path);
-               a top-level one refused (52), one inside a document _id refused (52)
+  $-fields     $-prefixed names stored and read back (nested ones queried by path), the
+               top level too (MongoDB 5.0+); a top-level one in a replacement refused (52),
+               one inside a document _id refused (52)
 
 Before this change $expr, pipelines and arrayFilters were refused (BadValue) and `let` was
 accepted and ignored, nested $-prefixed names were refused: every test here fails there.
@@ -196,16 +197,18 @@ def check_dollar_fields(c, coll):
     assert num(r["n"]) == 1 and not r.get("writeErrors"), r
     assert one(c, coll, 1) == doc
     assert ids(c.find_all(coll, DB, {"meta.$price": 5})) == [1]
-    # a replacement may carry them nested, not at the top level (9)
+    # a replacement may carry them nested, not at the top level (52, MongoDB 5.0+'s text)
     c.ok({"update": coll, "$db": DB, "updates": [{"q": {"_id": 1, "k": 25}, "u": {"k": 25, "o": {"$in": 1}}}]})
     assert one(c, coll, 1) == {"_id": 1, "k": 25, "o": {"$in": 1}}
-    write_error(c.ok({"update": coll, "$db": DB, "updates": [{"q": {"_id": 1, "k": 25}, "u": {"k": 25, "$in": 1}}]}), 9)
+    write_error(c.ok({"update": coll, "$db": DB, "updates": [{"q": {"_id": 1, "k": 25}, "u": {"k": 25, "$in": 1}}]}), 52)
     # a pipeline can write them (nested) with $literal
     c.ok({"update": coll, "$db": DB, "updates": [
         {"q": {"_id": 1, "k": 25}, "u": [{"$set": {"p": {"$literal": {"$q": 2}}}}]}]})
     assert one(c, coll, 1)["p"] == {"$q": 2}
-    # refused: top level of an insert, inside a document _id (52)
-    write_error(c.ok({"insert": coll, "$db": DB, "documents": [{"_id": 2, "k": 26, "$bad": 1}]}), 52)
+    # the top level of an insert is fine (MongoDB 5.0+); inside a document _id is not (52)
+    r = c.ok({"insert": coll, "$db": DB, "documents": [{"_id": 2, "k": 26, "$top": 1}]})
+    assert num(r["n"]) == 1 and not r.get("writeErrors"), r
+    assert one(c, coll, 2) == {"_id": 2, "k": 26, "$top": 1}
     write_error(c.ok({"insert": coll, "$db": DB, "documents": [{"_id": {"$x": 1}, "k": 27}]}), 52)
 
 

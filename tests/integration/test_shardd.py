@@ -43,8 +43,8 @@ def test_insert_shapes(t):
     c.ok({"insert": "g", "$db": "app", "documents": [{"a": 1, "b": 2}]})
     d = c.find_all("g", "app")[0]
     assert list(d.keys())[0] == "_id" and "$oid" in d["_id"], d
-    # refused documents
-    r = c.ok({"insert": "c", "$db": "app", "documents": [{"_id": 9, "$x": 1}]})
+    # refused documents ('$' names are stored, as MongoDB 5.0+ does, but not inside _id)
+    r = c.ok({"insert": "c", "$db": "app", "documents": [{"_id": {"$x": 1}}]})
     assert r["n"] == 0 and r["writeErrors"][0]["code"] == 52, r
     deep = {}
     cur = deep

@@ -150,7 +150,8 @@ static void test_storable(void) {
         {"{\"_id\": 1, \"a\": {\"b\": [1, {\"c\": 2}]}}", 0},
         {"{\"_id\": {\"x\": 1}}", 0},
         {"{\"a.b\": 1}", 0},
-        {"{\"$set\": 1}", MS_ERR_DOLLAR_PREFIXED_FIELD_NAME},
+        {"{\"$set\": 1}", 0},                           /* top level too, as 5.0+ inserts */
+        {"{\"$price\": 1, \"$id\": 2, \"$db\": 3}", 0},
         {"{\"a\": {\"$x\": 1}}", 0},                      /* nested: allowed since 5.0 */
         {"{\"a\": [{\"$x\": 1}]}", 0},
         {"{\"a\": {\"b\": {\"$ref\": 1, \"$id\": 2}}}", 0},

@@ -1216,7 +1216,93 @@ static void cmd_repeated_keys(void) {
     cmd_server_stop(s);
 }
 
-T_MAIN(T_CASE(cmd_common_commands), T_CASE(cmd_unknown_command), T_CASE(cmd_field_checks),
+/* One conformance check on a JSON command: its code (0 = accepted). */
+static int conform_json(const char *json) {
+    bson_t doc;
+    bson_iter_t it;
+    ms_error_t err = {0};
+    int rc;
+    if (!t_json(json, &doc)) return -1;
+    rc = bson_iter_init(&it, &doc) && bson_iter_next(&it)
+             ? cmd_check_conformance(bson_iter_key(&it), &doc, &err) : -1;
+    bson_destroy(&doc);
+    return rc;
+}
+
+/* Each of n commands is refused with code. */
+static void all_refused(const char *const *cmds, size_t n, int code) {
+    for (size_t i = 0; i < n; i++)
+        CHECK_MSG(conform_json(cmds[i]) == code, "not refused with %d: %s", code, cmds[i]);
+}
+
+/* MongoDB's initializeAPIParameters: the version, the strict list, and the order. */
+static void cmd_api_params(void) {
+    CHECK_INT(conform_json("{\"find\": \"c\", \"apiVersion\": \"1\", \"apiStrict\": true}"), 0);
+    CHECK_INT(conform_json("{\"ping\": 1, \"apiVersion\": \"1\", \"apiDeprecationErrors\": true}"), 0);
+    CHECK_INT(conform_json("{\"ping\": 1, \"apiVersion\": \"2\"}"), MS_ERR_API_VERSION_ERROR);
+    CHECK_INT(conform_json("{\"ping\": 1, \"apiVersion\": 1}"), MS_ERR_TYPE_MISMATCH);
+    CHECK_INT(conform_json("{\"ping\": 1, \"apiStrict\": false}"), MS_ERR_LOC_4886600);
+    CHECK_INT(conform_json("{\"ping\": 1, \"apiDeprecationErrors\": true}"), MS_ERR_LOC_4886600);
+    CHECK_INT(conform_json("{\"ping\": 1, \"apiVersion\": \"1\", \"apiStrict\": 1}"),
+              MS_ERR_TYPE_MISMATCH);
+    CHECK_INT(conform_json("{\"distinct\": \"c\", \"key\": \"a\", \"apiVersion\": \"1\", "
+                           "\"apiStrict\": true}"), MS_ERR_API_STRICT_ERROR);
+    CHECK_INT(conform_json("{\"distinct\": \"c\", \"key\": \"a\", \"apiVersion\": \"1\", "
+                           "\"apiStrict\": false}"), 0);
+    CHECK_INT(conform_json("{\"_recvChunkStatus\": \"c\", \"apiStrict\": true}"), 0);
+}
+
+/* Every place a command takes a collation, and what counts as the simple one. */
+static void cmd_collation_everywhere(void) {
+    static const char *const refused[] = {
+        "{\"find\": \"c\", \"collation\": {\"locale\": \"en\"}}",
+        "{\"count\": \"c\", \"collation\": {\"locale\": \"fr\", \"strength\": 1}}",
+        "{\"distinct\": \"c\", \"key\": \"a\", \"collation\": {\"locale\": \"en\"}}",
+        "{\"aggregate\": \"c\", \"pipeline\": [], \"collation\": {\"locale\": \"en\"}}",
+        "{\"findAndModify\": \"c\", \"collation\": {\"locale\": \"en\"}}",
+        "{\"create\": \"c\", \"collation\": {\"locale\": \"en\"}}",
+        "{\"delete\": \"c\", \"deletes\": [{\"q\": {}, \"limit\": 0}, "
+        "{\"q\": {}, \"limit\": 0, \"collation\": {\"locale\": \"en\"}}]}",
+        "{\"update\": \"c\", \"updates\": [{\"q\": {}, \"u\": {}, "
+        "\"collation\": {\"locale\": \"en\", \"strength\": 2}}]}",
+        "{\"createIndexes\": \"c\", \"indexes\": [{\"key\": {\"a\": 1}, \"name\": \"a\", "
+        "\"collation\": {\"locale\": \"en\"}}]}",
+        "{\"explain\": {\"find\": \"c\", \"collation\": {\"locale\": \"en\"}}}",
+        "{\"shardCollection\": \"d.c\", \"key\": {\"a\": 1}, \"collation\": {\"locale\": \"en\"}}",
+        "{\"find\": \"c\", \"collation\": {\"locale\": \"simple\", \"strength\": 1}}",
+    };
+    all_refused(refused, sizeof refused / sizeof refused[0], MS_ERR_BAD_VALUE);
+    CHECK_INT(conform_json("{\"find\": \"c\", \"collation\": {\"locale\": \"simple\"}}"), 0);
+    CHECK_INT(conform_json("{\"update\": \"c\", \"updates\": [{\"q\": {}, \"u\": {}, "
+                           "\"collation\": {\"locale\": \"simple\"}}]}"), 0);
+    CHECK_INT(conform_json("{\"find\": \"c\", \"collation\": {}}"), MS_ERR_IDL_MISSING_FIELD);
+    CHECK_INT(conform_json("{\"find\": \"c\", \"collation\": \"en\"}"), MS_ERR_TYPE_MISMATCH);
+    CHECK_INT(conform_json("{\"find\": \"c\", \"collation\": {\"locale\": 1}}"), MS_ERR_TYPE_MISMATCH);
+    /* A field named collation inside documents is data, not an option. */
+    CHECK_INT(conform_json("{\"insert\": \"c\", \"documents\": [{\"collation\": {\"locale\": \"en\"}}]}"), 0);
+}
+
+/* create's options: refused unless absent or off. */
+static void cmd_create_options(void) {
+    static const char *const refused[] = {
+        "{\"create\": \"v\", \"viewOn\": \"c\", \"pipeline\": []}",
+        "{\"create\": \"c\", \"capped\": true, \"size\": 4096, \"max\": 3}",
+        "{\"create\": \"c\", \"timeseries\": {\"timeField\": \"t\"}}",
+        "{\"create\": \"c\", \"clusteredIndex\": {\"key\": {\"_id\": 1}, \"unique\": true}}",
+        "{\"create\": \"c\", \"expireAfterSeconds\": 10}",
+        "{\"create\": \"c\", \"validator\": {\"a\": {\"$exists\": true}}}",
+        "{\"create\": \"c\", \"changeStreamPreAndPostImages\": {\"enabled\": true}}",
+        "{\"create\": \"c\", \"encryptedFields\": {\"fields\": []}}",
+    };
+    all_refused(refused, sizeof refused / sizeof refused[0], MS_ERR_INVALID_OPTIONS);
+    CHECK_INT(conform_json("{\"create\": \"c\", \"capped\": false, \"validator\": {}, "
+                           "\"changeStreamPreAndPostImages\": {\"enabled\": false}, "
+                           "\"storageEngine\": {}, \"indexOptionDefaults\": {}, "
+                           "\"validationLevel\": \"off\"}"), 0);
+}
+
+T_MAIN(T_CASE(cmd_api_params), T_CASE(cmd_collation_everywhere), T_CASE(cmd_create_options),
+       T_CASE(cmd_common_commands), T_CASE(cmd_unknown_command), T_CASE(cmd_field_checks),
        T_CASE(cmd_test_only_hidden), T_CASE(cmd_error_fields), T_CASE(cmd_error_logged),
        T_CASE(cmd_size_limits), T_CASE(cmd_garbage), T_CASE(cmd_dispatch_direct), T_CASE(cmd_strict_fields), T_CASE(cmd_strict_doc),
        T_CASE(cmd_fail_command), T_CASE(cmd_fail_command_fields), T_CASE(cmd_fail_command_modes),

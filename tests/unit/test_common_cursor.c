@@ -447,7 +447,84 @@ static void test_threads_race(void) {
     CHECK_INT(destroyed, atomic_load(&rc.added));
 }
 
-T_MAIN(T_CASE(test_caps_per_connection_and_total), T_CASE(test_cap_messages_name_the_place),
+/* MongoDB's validateLSID: a getMore from another session, from none on a cursor opened in
+ * one, or from one on a cursor opened outside any, is refused (mongod's codes here; the
+ * router's registry answers mongos's), and the cursor stays usable by its own session. */
+static void test_getmore_session_rule(void) {
+    curs_reg_t *r = reg_open(10, 10, 0, 60000);
+    atomic_int destroyed = 0;
+    ms_error_t e = {0};
+    op_lsid_t a = {.has = true}, b = {.has = true};
+    curs_t *c = NULL;
+    memset(a.id, 0xaa, sizeof a.id);
+    memset(b.id, 0xbb, sizeof b.id);
+    op_set_lsid(&a);
+    int64_t in_a = add(r, "db.c", 1, 0, &destroyed, &e);
+    op_set_lsid(NULL);
+    int64_t outside = add(r, "db.c", 1, 0, &destroyed, &e);
+    CHECK(in_a > 0 && outside > 0);
+    op_set_lsid(&b);
+    CHECK_INT(curs_pin(r, in_a, "db.c", &c, &e), MS_ERR_LOC_50738);
+    CHECK(strstr(e.msg, "which was created in session { id: UUID(\"aaaaaaaa-aaaa-") != NULL);
+    CHECK_INT(curs_pin(r, outside, "db.c", &c, &e), MS_ERR_LOC_50736);
+    op_set_lsid(NULL);
+    CHECK_INT(curs_pin(r, in_a, "db.c", &c, &e), MS_ERR_LOC_50737);
+    CHECK(strstr(e.msg, "without an lsid") != NULL);
+    CHECK_INT(curs_pin(r, outside, "db.c", &c, &e), 0);
+    curs_unpin(r, c, true);
+    op_set_lsid(&a);
+    CHECK_INT(curs_pin(r, in_a, "db.c", &c, &e), 0);
+    curs_unpin(r, c, true);
+    op_set_lsid(NULL);
+    CHECK_INT(destroyed, 2);
+    curs_reg_free(r);
+    /* The router's registry: mongos's codes for the same rule. */
+    curs_opts_t o = {.conn_max = 5, .total_max = 5, .router_codes = true,
+                     .destroy_fn = fake_destroy, .arg = (void *)(intptr_t)7};
+    CHECK_INT(curs_reg_new(&o, &r), 0);
+    op_set_lsid(&a);
+    in_a = add(r, "db.c", 1, 0, &destroyed, &e);
+    op_set_lsid(&b);
+    CHECK_INT(curs_pin(r, in_a, "db.c", &c, &e), MS_ERR_LOC_50801);
+    op_set_lsid(NULL);
+    CHECK_INT(curs_pin(r, in_a, "db.c", &c, &e), MS_ERR_LOC_50800);
+    op_set_lsid(NULL);
+    curs_reg_free(r);
+}
+
+/* The per-client cap counts every connection of one client address; another address
+ * still opens cursors. The address comes from the request's peer (op_peer). */
+static void test_cap_per_client_address(void) {
+    curs_opts_t o = {.noun = "cursors", .place = "on this router", .conn_max = 2,
+                     .client_max = 3, .total_max = 10, .destroy_fn = fake_destroy,
+                     .arg = (void *)(intptr_t)7};
+    curs_reg_t *r = NULL;
+    atomic_int destroyed = 0;
+    ms_error_t e = {0};
+    curs_stats_t s;
+    CHECK_INT(curs_reg_new(&o, &r), 0);
+    op_set_peer("10.0.0.1:40001");
+    CHECK(add(r, "db.c", 1, 0, &destroyed, &e) > 0);
+    CHECK(add(r, "db.c", 1, 0, &destroyed, &e) > 0);
+    op_set_peer("10.0.0.1:40002");   /* the same client on another connection */
+    CHECK(add(r, "db.c", 2, 0, &destroyed, &e) > 0);
+    CHECK_INT(add(r, "db.c", 3, 0, &destroyed, &e), 0);
+    CHECK_INT(e.code, MS_ERR_EXCEEDED_MEMORY_LIMIT);
+    CHECK(strstr(e.msg, "from client 10.0.0.1 on this router (limit 3 per client address") != NULL);
+    CHECK_INT(curs_admit(r, 4, &e), MS_ERR_EXCEEDED_MEMORY_LIMIT);
+    op_set_peer("10.0.0.2:40003");   /* another client */
+    CHECK(add(r, "db.c", 4, 0, &destroyed, &e) > 0);
+    op_set_peer(NULL);               /* unknown address: no per-client cap */
+    CHECK(add(r, "db.c", 5, 0, &destroyed, &e) > 0);
+    curs_stats(r, &s);
+    CHECK_INT(s.refused_client, 2);
+    CHECK_INT(s.refused_conn, 0);
+    curs_reg_free(r);
+    CHECK_INT(destroyed, 5);
+}
+
+T_MAIN(T_CASE(test_getmore_session_rule), T_CASE(test_cap_per_client_address),
+       T_CASE(test_caps_per_connection_and_total), T_CASE(test_cap_messages_name_the_place),
        T_CASE(test_bytes_cap_counts_held_and_outside_bytes), T_CASE(test_metrics_without_bytes_cap),
        T_CASE(test_pin_unpin), T_CASE(test_kill_while_pinned), T_CASE(test_kill_ids_reply),
        T_CASE(test_idle_reap),

@@ -26,7 +26,15 @@ static const urow_t rows[] = {
     {"{\"_id\": 1, \"a\": 1}", "{\"_id\": 2}", NULL, 66},                      /* ImmutableField */
     {"{\"_id\": 1, \"a\": 1}", "{}", "{\"_id\": 1}", 0},
     {"{\"a\": 1}", "{\"b\": 1}", "{\"b\": 1}", 0},
-    {"{\"_id\": 1}", "{\"a\": 1, \"$set\": {\"b\": 1}}", NULL, 9},            /* mixing → FailedToParse */
+    /* a replacement (first key not '$') with a '$' name: refused as it replaces (5.0+) */
+    {"{\"_id\": 1}", "{\"a\": 1, \"$set\": {\"b\": 1}}", NULL, 52},
+    /* a DBRef's parts in order are a replacement's only '$' names */
+    {"{\"_id\": 1}", "{\"a\": 1, \"$ref\": \"c\", \"$id\": 2, \"$db\": \"d\"}",
+     "{\"_id\": 1, \"a\": 1, \"$ref\": \"c\", \"$id\": 2, \"$db\": \"d\"}", 0},
+    {"{\"_id\": 1}", "{\"a\": 1, \"$ref\": \"c\"}", NULL, 55},     /* $ref without $id */
+    {"{\"_id\": 1}", "{\"a\": 1, \"$id\": 2}", NULL, 55},            /* $id without $ref */
+    {"{\"_id\": 1}", "{\"a\": 1, \"$ref\": 1, \"$id\": 2}", NULL, 55},  /* $ref not a string */
+    {"{\"_id\": 1}", "{\"a\": 1, \"$db\": \"d\"}", NULL, 55},        /* $db without $id */
     /* --- $set --- */
     {"{\"_id\": 1, \"a\": 1}", "{\"$set\": {\"a\": 2}}", "{\"_id\": 1, \"a\": 2}", 0},
     {"{\"_id\": 1, \"a\": 1, \"b\": 1}", "{\"$set\": {\"a\": \"x\"}}", "{\"_id\": 1, \"a\": \"x\", \"b\": 1}", 0}, /* keeps position */
@@ -210,6 +218,23 @@ static void test_update_table(void) {
         bson_destroy(&spec);
     }
     CHECK(n >= 100);
+}
+
+/* An upsert that inserts its replacement keeps its '$' names, as an insert does (5.0+);
+ * the same replacement of an existing document is refused. */
+static void test_replacement_dollar_names_on_insert(void) {
+    bson_t doc, spec, out;
+    update_t *u = NULL;
+    ms_error_t err = {0};
+    CHECK(t_json("{}", &doc) && t_json("{\"a\": 1, \"$hotel\": 2}", &spec));
+    CHECK_INT(update_compile(&spec, &u, &err), 0);
+    CHECK_INT(update_apply(u, &doc, true, &out, NULL, &err), 0);
+    CHECK(bson_has_field(&out, "$hotel"));
+    bson_destroy(&out);
+    CHECK_INT(update_apply(u, &doc, false, &out, NULL, &err), MS_ERR_DOLLAR_PREFIXED_FIELD_NAME);
+    update_free(u);
+    bson_destroy(&doc);
+    bson_destroy(&spec);
 }
 
 static void test_messages(void) {
@@ -446,5 +471,5 @@ static void test_update_opts(void) {
     }
 }
 
-T_MAIN(T_CASE(test_update_table), T_CASE(test_update_opts), T_CASE(test_messages), T_CASE(test_set_on_insert),
+T_MAIN(T_CASE(test_update_table), T_CASE(test_replacement_dollar_names_on_insert), T_CASE(test_update_opts), T_CASE(test_messages), T_CASE(test_set_on_insert),
        T_CASE(test_current_date), T_CASE(test_upsert_seed))

@@ -184,7 +184,8 @@ static void test_crud_and_dup_id(void) {
     CHECK_INT(do_insert(st, "db.c", "{\"_id\": 1, \"a\": 7}", &o), MS_ERR_DUPLICATE_KEY);
     CHECK_STR(o.err.msg, "E11000 duplicate key error collection: db.c index: _id_ dup key: { _id: 1 }");
     bson_destroy(&o.info);
-    CHECK_INT(do_insert(st, "db.c", "{\"_id\": \"x\", \"$bad\": 1}", &o), MS_ERR_DOLLAR_PREFIXED_FIELD_NAME);
+    /* '$' names are stored (MongoDB 5.0+), but not inside a document _id */
+    CHECK_INT(do_insert(st, "db.c", "{\"_id\": {\"$bad\": 1}}", &o), MS_ERR_DOLLAR_PREFIXED_FIELD_NAME);
     bson_destroy(&o.info);
     do_find(st, "db.c", "{}", NULL, &o);
     CHECK_INT(o.n, 2);
