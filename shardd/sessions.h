@@ -1,0 +1,93 @@
+/*
+ * sessions.h — the shard's retryable-write records, run by bin/shardd.
+ *
+ * A driver sends a write with a logical session id (lsid) and a transaction number
+ * (txnNumber); statement i of a batch has stmtId i unless stmtIds says otherwise. MongoDB's
+ * TransactionParticipant records, in the same storage transaction as the write, that
+ * (lsid, txnNumber, stmtId) ran and what it answered (onWriteOpCompletedOnPrimary), and a
+ * retry looks the statement up first (checkStatementExecuted) and answers the recorded
+ * result instead of writing again. MongoDB keeps one document per session in
+ * config.transactions and the statements' results in the oplog; here both live in the
+ * shard's SQLite file:
+ *   sess_txn(lsid BLOB PRIMARY KEY, txn INTEGER, incomplete INTEGER, last_ms INTEGER)
+ *   sess_stmt(seq INTEGER PRIMARY KEY AUTOINCREMENT, lsid BLOB, txn INTEGER, stmt INTEGER,
+ *             ns TEXT, key BLOB, result BLOB, date_ms INTEGER, UNIQUE(lsid, txn, stmt))
+ * (created by store.c's schema). lsid is the BSON bytes of the session id document
+ * ({id: UUID}); find on config.transactions shows sess_txn shaped like MongoDB's documents.
+ */
+#ifndef MS_SESSIONS_H
+#define MS_SESSIONS_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/errors.h"
+#include "shardd/shardd.h"
+
+/* One statement's record: what a retry of (lsid, txnNumber, stmtId) answers. It lives in the
+ * shard's SQLite file, written in the same SQLite transaction as the write it records. */
+
+/* Before running statements of a retryable write (lsid + txnNumber, no transaction), inside the
+ * write's store transaction: checks txnNumber against the session's record. Older than the
+ * session's latest -> TransactionTooOld (225). Newer -> the session moves to it (its older
+ * statement records are removed). Equal -> stays. */
+int sess_txn_begin(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error_t *err);
+
+/* Looks up a statement. *found = true and *result filled (caller bson_destroy) when it ran
+ * already. Not found and the session's history for this txn is marked incomplete ->
+ * IncompleteTransactionHistory (217). */
+int sess_stmt_lookup(store_txn_t *t, const bson_t *lsid, int64_t txn, int32_t stmt,
+                     bson_t *result, bool *found, ms_error_t *err);
+
+/* Records a statement that ran, inside the same write transaction. ns: the collection;
+ * key/keylen: the ENCODED SHARD KEY (common/keys.h encoding, same bytes as chunk bounds) of the
+ * document the statement touched, or NULL when it touched none (such records never migrate);
+ * result: what a retry must answer for this statement (e.g. {n:1}, {n:1,nModified:1,upserted:..},
+ * or findAndModify's {lastErrorObject:..., value:...}). */
+int sess_stmt_record(store_txn_t *t, const bson_t *lsid, int64_t txn, int32_t stmt,
+                     const char *ns, const uint8_t *key, size_t keylen,
+                     const bson_t *result, ms_error_t *err);
+
+/* Session migration support. Every record carries a monotonically increasing sequence number
+ * `seq` (assigned when written, never reused — an INTEGER PRIMARY KEY AUTOINCREMENT column).
+ * sess_scan_range calls fn for up to `limit` records of `ns` whose key is in [min, max) (bytewise
+ * comparison of encoded keys; max may be the encoded MaxKey bound) and whose seq > after_seq,
+ * in seq order. `rec` is a self-contained BSON document:
+ *   {lsid: {...}, txnNumber: long, stmtId: int, ns: string, key: BinData(0), result: {...},
+ *    lastWriteDate: Date, seq: long}
+ * The scan runs in a read transaction (store_read) or a write one. fn returning non-zero stops
+ * the scan and is returned. */
+typedef int (*sess_rec_fn)(void *arg, const bson_t *rec, int64_t seq, ms_error_t *err);
+int sess_scan_range(store_txn_t *t, const char *ns, const uint8_t *min, size_t minlen,
+                    const uint8_t *max, size_t maxlen, int64_t after_seq, int limit,
+                    sess_rec_fn fn, void *arg, ms_error_t *err);
+
+/* Recipient side: persists one migrated record (the document sess_scan_range produced) inside a
+ * write transaction. If the local session is at an older txnNumber it moves to the record's one
+ * (older local statements removed); same txnNumber -> the statement is added (idempotent if
+ * present); the record's txnNumber older than the local session's -> ignored (not an error). */
+int sess_apply_migrated(store_txn_t *t, const bson_t *rec, ms_error_t *err);
+
+/* Marks (lsid, txn) history incomplete on this shard, so later lookups of statements that are
+ * not found answer 217 (MongoDB's "dead-end sentinel" of session migration). */
+int sess_mark_incomplete(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error_t *err);
+
+/* ---- expiry and the config.transactions view ---------------------------------------- */
+
+/* Removes, inside a write transaction, up to `limit` sessions (and their statements) last used
+ * before cutoff_ms (ms since the epoch); *removed says how many went. */
+int sess_expire(store_txn_t *t, int64_t cutoff_ms, int limit, int *removed, ms_error_t *err);
+
+/* Removes one session's records (killSessions/endSessions do not: MongoDB keeps records of
+ * ended sessions until they expire; this is for killAllSessions-style cleanup and tests). */
+int sess_forget(store_txn_t *t, const bson_t *lsid, ms_error_t *err);
+
+/* Calls fn for each session as a config.transactions document
+ *   {_id: lsid, txnNum: long, lastWriteOpTime: {ts, t}, lastWriteDate: Date, state?}
+ * in lsid order; fn returning non-zero stops (and is returned). */
+typedef int (*sess_doc_fn)(void *arg, const bson_t *doc);
+int sess_txn_docs(store_txn_t *t, sess_doc_fn fn, void *arg, ms_error_t *err);
+
+#endif
