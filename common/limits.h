@@ -574,4 +574,23 @@
  * thousands of chunks each, caught by a migration. */
 #define MS_MULTIWRITE_RANGES_MAX 100000
 
+/* Retryable-write statements one session keeps of its current txnNumber on one shard: a
+ * whole batch (MS_WRITE_BATCH_OPS_MAX) fits; beyond it, only a client that sends more
+ * stmtIds under one txnNumber than a batch holds, the oldest record goes and the history is
+ * marked incomplete (its retry answers IncompleteTransactionHistory, never runs twice). */
+#define MS_SESSION_STMTS_MAX MS_WRITE_BATCH_OPS_MAX
+
+/* Sessions one process's session cache holds (startSession, refreshSessions): MongoDB's
+ * maxSessions default; past it startSession answers TooManyLogicalSessions. */
+#define MS_LOGICAL_SESSIONS_MAX 1000000
+
+/* Session ids in one refreshSessions / endSessions / killSessions command: MongoDB's
+ * limit on the lsids of one such command (10,000 each). */
+#define MS_SESSIONS_PER_CMD_MAX 10000
+
+/* Sessions the shard's session reaper removes per write transaction, and transactions
+ * per pass (it runs again a second later): expiry never holds the writer for long. */
+#define MS_SESSION_REAP_BATCH 1000
+#define MS_SESSION_REAP_BATCHES_MAX 10
+
 #endif
