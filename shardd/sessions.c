@@ -348,6 +348,32 @@ int sess_expire(store_txn_t *t, int64_t cutoff_ms, int limit, int *removed, ms_e
     return 0;
 }
 
+typedef struct reap_arg {
+    int64_t cutoff_ms;
+    int removed;
+} reap_arg_t;
+
+static int reap_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    reap_arg_t *a = arg;
+    return sess_expire(t, a->cutoff_ms, MS_SESSION_REAP_BATCH, &a->removed, err);
+}
+
+int sess_reap(store_t *st, int64_t timeout_ms) {
+    reap_arg_t a = {.cutoff_ms = now_ms() - timeout_ms};
+    int total = 0;
+    for (int i = 0; i < MS_SESSION_REAP_BATCHES_MAX; i++) {
+        ms_error_t e = {0};
+        if (store_write(st, reap_fn, &a, &e) != 0) {
+            log_warn("session reaper failed code=%d errmsg=%s", e.code, log_str(e.msg));
+            break;
+        }
+        total += a.removed;
+        if (a.removed < MS_SESSION_REAP_BATCH) break;
+    }
+    if (total) log_info("expired sessions removed=%d timeout_ms=%lld", total, (long long)timeout_ms);
+    return total;
+}
+
 int sess_forget(store_txn_t *t, const bson_t *lsid, ms_error_t *err) {
     int rc;
     if ((rc = need_write(t, "sess_forget", err)) != 0) return rc;

@@ -80,6 +80,13 @@ int sess_mark_incomplete(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_err
  * before cutoff_ms (ms since the epoch); *removed says how many went. */
 int sess_expire(store_txn_t *t, int64_t cutoff_ms, int limit, int *removed, ms_error_t *err);
 
+/* The shard's session reaper (MongoDB's LogicalSessionCache reap of config.transactions),
+ * called every second by main.c's reaper thread: removes the sessions (and their
+ * statements) whose last write is older than timeout_ms, MS_SESSION_REAP_BATCH per write
+ * transaction, at most MS_SESSION_REAP_BATCHES_MAX transactions per call. Returns how many
+ * went; failures are logged (the next call tries again). */
+int sess_reap(store_t *st, int64_t timeout_ms);
+
 /* Removes one session's records (killSessions/endSessions do not: MongoDB keeps records of
  * ended sessions until they expire; this is for killAllSessions-style cleanup and tests). */
 int sess_forget(store_txn_t *t, const bson_t *lsid, ms_error_t *err);
