@@ -26,7 +26,7 @@ static const char shardd_usage[] =
     "              [--workers N] [--cursor-timeout-ms N] [--sync full|normal]\n"
     "              [--range-deleter-batch-size N] [--range-deleter-batch-delay-ms N]\n"
     "              [--orphan-cleanup-delay-ms N] [--agg-blocking-bytes-max N]\n"
-    "              [--session-timeout-ms N] [--enable-test-commands]\n"
+    "              [--session-timeout-ms N] [--session-stmts-max N] [--enable-test-commands]\n"
     "A minishard shard daemon: documents in one SQLite file, MongoDB's CRUD commands.";
 
 /* The idle-cursor reaper (MongoDB's clientcursormon) and the session reaper (expired
@@ -65,7 +65,7 @@ int main(int argc, char **argv) {
     const char *dbpath = NULL, *name = NULL, *sync = "normal";
     int pause_budget_ms = MS_MIG_WRITE_PAUSE_BUDGET_MS_DEFAULT, catchup_ms = MS_MIG_CATCHUP_MS_DEFAULT;
     bool archive = false;
-    int session_timeout_ms = 30 * 60 * 1000;
+    int session_timeout_ms = 30 * 60 * 1000, session_stmts_max = MS_SESSION_STMTS_MAX;
     const flag_spec_t own[] = {
         {"dbpath", FLAG_STR, &dbpath, "directory of the data file (required)"},
         {"name", FLAG_STR, &name, "process name in logs (default shardd)"},
@@ -90,6 +90,9 @@ int main(int argc, char **argv) {
         {"session-timeout-ms", FLAG_INT, &session_timeout_ms,
          "sessions and their retryable-write records expire after this long unused "
          "(MongoDB's localLogicalSessionTimeoutMinutes; default 1800000 = 30 min)"},
+        {"session-stmts-max", FLAG_INT, &session_stmts_max,
+         "test aid: retryable-write statements a session keeps per txnNumber before its "
+         "history is marked incomplete (default 100000, a whole batch)"},
         {NULL, FLAG_BOOL, NULL, NULL},
     };
     char logname[96];
@@ -110,6 +113,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     lsess_set_timeout_ms(session_timeout_ms);
+    sess_set_stmts_max(session_stmts_max);
     if (cursor_timeout_ms < 1) {
         fprintf(stderr, "shardd: --cursor-timeout-ms must be > 0\n");
         return 2;

@@ -21,6 +21,14 @@
 #include "common/log.h"
 #include "shardd/store_priv.h"
 
+/* The statement cap (MS_SESSION_STMTS_MAX; --session-stmts-max lowers it for tests). Set
+ * once at start-up, before any write. */
+static int g_stmts_max = MS_SESSION_STMTS_MAX;
+
+void sess_set_stmts_max(int n) {
+    g_stmts_max = n > 0 && n < MS_SESSION_STMTS_MAX ? n : MS_SESSION_STMTS_MAX;
+}
+
 static int64_t now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -158,14 +166,14 @@ static int stmts_cap(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error_t
     }
     sqlite3_reset(s);
     if (src != SQLITE_ROW) return err_from_sqlite(err, src, "sess_stmt count", t->c->db);
-    if (n <= MS_SESSION_STMTS_MAX) return 0;
+    if (n <= g_stmts_max) return 0;
     s = store_stmt(t, "DELETE FROM sess_stmt WHERE seq = ?", err);
     if (!s) return err->code;
     sqlite3_bind_int64(s, 1, oldest);
     int rc = store_step_done(t, s, "sess_stmt cap", err);
     if (rc == 0) {
         log_warn("retryable-write history capped: oldest statement dropped, history marked "
-                 "incomplete txnNumber=%lld stmts_max=%d", (long long)txn, MS_SESSION_STMTS_MAX);
+                 "incomplete txnNumber=%lld stmts_max=%d", (long long)txn, g_stmts_max);
         rc = txn_put(t, lsid, txn, true, err);
     }
     return rc;

@@ -41,6 +41,11 @@ int sess_txn_begin(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error_t *
 int sess_stmt_lookup(store_txn_t *t, const bson_t *lsid, int64_t txn, int32_t stmt,
                      bson_t *result, bool *found, ms_error_t *err);
 
+/* The statements one session keeps of its txnNumber (default MS_SESSION_STMTS_MAX, a whole
+ * batch): past it the oldest record goes and the history is marked incomplete. A test aid
+ * (shardd --session-stmts-max) may lower it; called before serving. */
+void sess_set_stmts_max(int n);
+
 /* Records a statement that ran, inside the same write transaction. ns: the collection;
  * key/keylen: the ENCODED SHARD KEY (common/keys.h encoding, same bytes as chunk bounds) of the
  * document the statement touched, or NULL when it touched none (such records never migrate);
