@@ -65,16 +65,20 @@ static int txn_row(store_txn_t *t, const bson_t *lsid, bool *exists, int64_t *tx
     return rc;
 }
 
-/* The session's row set to (txn, incomplete) with its last use now. */
-static int txn_put(store_txn_t *t, const bson_t *lsid, int64_t txn, bool incomplete,
+/* The session's row set to (txn, incomplete) with its last use now; its statement count
+ * n kept when reset is false (same txn), else 0 (a new txn starts with none). */
+static int txn_put(store_txn_t *t, const bson_t *lsid, int64_t txn, bool incomplete, bool reset,
                    ms_error_t *err) {
-    sqlite3_stmt *s = store_stmt(t, "INSERT OR REPLACE INTO sess_txn(lsid, txn, incomplete,"
-                                    " last_ms) VALUES(?,?,?,?)", err);
+    sqlite3_stmt *s = store_stmt(t, "INSERT INTO sess_txn(lsid, txn, incomplete, last_ms, n)"
+                                    " VALUES(?1,?2,?3,?4,0) ON CONFLICT(lsid) DO UPDATE SET"
+                                    " txn = ?2, incomplete = ?3, last_ms = ?4,"
+                                    " n = CASE WHEN ?5 THEN 0 ELSE n END", err);
     if (!s) return err->code;
     bind_lsid(s, 1, lsid);
     sqlite3_bind_int64(s, 2, txn);
     sqlite3_bind_int(s, 3, incomplete ? 1 : 0);
     sqlite3_bind_int64(s, 4, now_ms());
+    sqlite3_bind_int(s, 5, reset ? 1 : 0);
     return store_step_done(t, s, "sess_txn put", err);
 }
 
@@ -96,19 +100,27 @@ static int too_old(int64_t txn, int64_t latest, ms_error_t *err) {
 /* Moves the session to txn: older statements gone, history complete again. */
 static int txn_advance(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error_t *err) {
     int rc = stmts_drop_other(t, lsid, txn, err);
-    return rc ? rc : txn_put(t, lsid, txn, false, err);
+    return rc ? rc : txn_put(t, lsid, txn, false, true, err);
 }
 
-int sess_txn_begin(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error_t *err) {
+int sess_txn_start(store_txn_t *t, const bson_t *lsid, int64_t txn, bool *fresh,
+                   ms_error_t *err) {
     bool exists = false, incomplete = false;
     int64_t cur = 0;
     int rc;
+    if (fresh) *fresh = false;
     if ((rc = need_write(t, "sess_txn_begin", err)) != 0) return rc;
     if (txn < 0) return err_set(err, MS_ERR_BAD_VALUE, "txnNumber may not be negative");
     if ((rc = txn_row(t, lsid, &exists, &cur, &incomplete, err)) != 0) return rc;
     if (exists && txn < cur) return too_old(txn, cur, err);
-    if (exists && txn == cur) return txn_put(t, lsid, txn, incomplete, err);   /* last use */
-    return txn_advance(t, lsid, txn, err);
+    if (exists && txn == cur) return txn_put(t, lsid, txn, incomplete, false, err); /* last use */
+    if (exists && (rc = stmts_drop_other(t, lsid, txn, err)) != 0) return rc;
+    if ((rc = txn_put(t, lsid, txn, false, true, err)) == 0 && fresh) *fresh = true;
+    return rc;
+}
+
+int sess_txn_begin(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error_t *err) {
+    return sess_txn_start(t, lsid, txn, NULL, err);
 }
 
 /* A stored blob as a document (copied): *out initialised on success. */
@@ -149,34 +161,34 @@ int sess_stmt_lookup(store_txn_t *t, const bson_t *lsid, int64_t txn, int32_t st
     return rc;
 }
 
-/* How many statements the session keeps of its txn; over MS_SESSION_STMTS_MAX the oldest
- * go and the history is marked incomplete (a retry of a dropped one answers 217 rather
+/* Counts a statement the session keeps of its txn (the row's n); over the cap the oldest
+ * goes and the history is marked incomplete (a retry of a dropped one answers 217 rather
  * than running again). */
 static int stmts_cap(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error_t *err) {
-    sqlite3_stmt *s = store_stmt(t, "SELECT count(*), min(seq) FROM sess_stmt WHERE lsid = ?"
-                                    " AND txn = ?", err);
-    int64_t n = 0, oldest = 0;
-    int src;
+    sqlite3_stmt *s = store_stmt(t, "UPDATE sess_txn SET n = n + 1 WHERE lsid = ? AND txn = ?"
+                                    " RETURNING n", err);
+    int64_t n = 0;
+    int src, rc;
     if (!s) return err->code;
     bind_lsid(s, 1, lsid);
     sqlite3_bind_int64(s, 2, txn);
-    if ((src = sqlite3_step(s)) == SQLITE_ROW) {
-        n = sqlite3_column_int64(s, 0);
-        oldest = sqlite3_column_int64(s, 1);
-    }
+    if ((src = sqlite3_step(s)) == SQLITE_ROW) n = sqlite3_column_int64(s, 0);
+    while (src == SQLITE_ROW) src = sqlite3_step(s);
     sqlite3_reset(s);
-    if (src != SQLITE_ROW) return err_from_sqlite(err, src, "sess_stmt count", t->c->db);
+    if (src != SQLITE_DONE) return err_from_sqlite(err, src, "sess_txn count", t->c->db);
     if (n <= g_stmts_max) return 0;
-    s = store_stmt(t, "DELETE FROM sess_stmt WHERE seq = ?", err);
+    s = store_stmt(t, "DELETE FROM sess_stmt WHERE seq = (SELECT min(seq) FROM sess_stmt"
+                      " WHERE lsid = ? AND txn = ?)", err);
     if (!s) return err->code;
-    sqlite3_bind_int64(s, 1, oldest);
-    int rc = store_step_done(t, s, "sess_stmt cap", err);
-    if (rc == 0) {
-        log_warn("retryable-write history capped: oldest statement dropped, history marked "
-                 "incomplete txnNumber=%lld stmts_max=%d", (long long)txn, g_stmts_max);
-        rc = txn_put(t, lsid, txn, true, err);
-    }
-    return rc;
+    bind_lsid(s, 1, lsid);
+    sqlite3_bind_int64(s, 2, txn);
+    if ((rc = store_step_done(t, s, "sess_stmt cap", err)) != 0) return rc;
+    log_warn("retryable-write history capped: oldest statement dropped, history marked "
+             "incomplete txnNumber=%lld stmts_max=%d", (long long)txn, g_stmts_max);
+    s = store_stmt(t, "UPDATE sess_txn SET n = n - 1, incomplete = 1 WHERE lsid = ?", err);
+    if (!s) return err->code;
+    bind_lsid(s, 1, lsid);
+    return store_step_done(t, s, "sess_txn incomplete", err);
 }
 
 /* Inserts one statement row (an existing (lsid, txn, stmt) is kept: a record never
@@ -219,9 +231,9 @@ int sess_mark_incomplete(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_err
     if ((rc = need_write(t, "sess_mark_incomplete", err)) != 0) return rc;
     if ((rc = txn_row(t, lsid, &exists, &cur, &incomplete, err)) != 0) return rc;
     if (exists && txn < cur) return 0;   /* a newer txn is what retries can still meet */
-    if (exists && txn == cur) return txn_put(t, lsid, txn, true, err);
+    if (exists && txn == cur) return txn_put(t, lsid, txn, true, false, err);
     if ((rc = stmts_drop_other(t, lsid, txn, err)) != 0) return rc;
-    return txn_put(t, lsid, txn, true, err);
+    return txn_put(t, lsid, txn, true, true, err);
 }
 
 /* ---- session migration: scan and apply ------------------------------------------------ */
@@ -323,7 +335,7 @@ int sess_apply_migrated(store_txn_t *t, const bson_t *rec, ms_error_t *err) {
     if (exists && m.txn < cur) return 0;   /* the session moved on here: nothing to keep */
     if (!exists || m.txn > cur) {
         if ((rc = txn_advance(t, &m.lsid, m.txn, err)) != 0) return rc;
-    } else if ((rc = txn_put(t, &m.lsid, m.txn, incomplete, err)) != 0) {
+    } else if ((rc = txn_put(t, &m.lsid, m.txn, incomplete, false, err)) != 0) {
         return rc;
     }
     rc = stmt_insert(t, &m.lsid, m.txn, m.stmt, m.ns, m.key, m.keylen, &m.result, m.date_ms,

@@ -9,7 +9,8 @@
  * result instead of writing again. MongoDB keeps one document per session in
  * config.transactions and the statements' results in the oplog; here both live in the
  * shard's SQLite file:
- *   sess_txn(lsid BLOB PRIMARY KEY, txn INTEGER, incomplete INTEGER, last_ms INTEGER)
+ *   sess_txn(lsid BLOB PRIMARY KEY, txn INTEGER, incomplete INTEGER, last_ms INTEGER,
+ *            n INTEGER: statements kept of txn) WITHOUT ROWID
  *   sess_stmt(seq INTEGER PRIMARY KEY AUTOINCREMENT, lsid BLOB, txn INTEGER, stmt INTEGER,
  *             ns TEXT, key BLOB, result BLOB, date_ms INTEGER, UNIQUE(lsid, txn, stmt))
  * (created by store.c's schema). lsid is the BSON bytes of the session id document
@@ -34,6 +35,10 @@
  * session's latest -> TransactionTooOld (225). Newer -> the session moves to it (its older
  * statement records are removed). Equal -> stays. */
 int sess_txn_begin(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error_t *err);
+/* sess_txn_begin, and *fresh = true when the session moved to txn just now (nothing of it
+ * can have run here, so a caller may skip sess_stmt_lookup for its statements). */
+int sess_txn_start(store_txn_t *t, const bson_t *lsid, int64_t txn, bool *fresh,
+                   ms_error_t *err);
 
 /* Looks up a statement. *found = true and *result filled (caller bson_destroy) when it ran
  * already. Not found and the session's history for this txn is marked incomplete ->
