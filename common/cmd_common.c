@@ -18,8 +18,10 @@
 #include "common/opctx.h"
 
 /* hello's logicalSessionTimeoutMinutes: MongoDB's default (30). Drivers use sessions
- * (and retryable writes) only when a server reports it; minishard keeps no session
- * state, so sessions never expire here, and the figure is only what drivers expect. */
+ * (and retryable writes) only when a server reports it. Sessions and their
+ * retryable-write records expire after the process's session timeout (common/lsess.c),
+ * 30 minutes unless a test shortens it with --session-timeout-ms; hello keeps 30, the
+ * figure drivers plan their session pools by. */
 #define CMD_SESSION_TIMEOUT_MINUTES 30
 
 /* hello / isMaster: the handshake (MongoDB 7.0's hello command, as a standalone mongod

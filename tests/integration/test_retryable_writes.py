@@ -148,8 +148,8 @@ class DropProxy:
                 sk.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             fifo = []
             cv = threading.Condition()
-            threading.Thread(target=self._c2s, args=(c, s, fifo, cv), daemon=True).start()
-            threading.Thread(target=self._s2c, args=(c, s, fifo, cv), daemon=True).start()
+            threading.Thread(target=self._pump, args=(c, s, fifo, cv, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(s, c, fifo, cv, False), daemon=True).start()
 
     def _decide(self, msg):
         retryable, key = _request_key(msg)
@@ -162,39 +162,28 @@ class DropProxy:
             self.first_attempts += 1
             return self.first_attempts % 4 == 0
 
-    def _c2s(self, c, s, fifo, cv):
+    def _pump(self, src, dst, fifo, cv, requests):
+        """Copies messages src -> dst until either side closes. A request queues its drop
+        decision; a reply takes its own and, when dropped, closes both sides instead."""
         try:
             while True:
-                msg = _read_msg(c)
+                msg = _read_msg(src)
                 if msg is None:
                     break
+                drop = False
                 with cv:
-                    fifo.append(self._decide(msg))
-                s.sendall(msg)
-        except OSError:
-            pass
-        for sk in (s, c):
-            try:
-                sk.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def _s2c(self, c, s, fifo, cv):
-        try:
-            while True:
-                msg = _read_msg(s)
-                if msg is None:
-                    break
-                with cv:
-                    drop = fifo.pop(0) if fifo else False
+                    if requests:
+                        fifo.append(self._decide(msg))
+                    elif fifo:
+                        drop = fifo.pop(0)
                 if drop:
                     with self.mu:
                         self.dropped += 1
                     break
-                c.sendall(msg)
+                dst.sendall(msg)
         except OSError:
             pass
-        for sk in (c, s):
+        for sk in (src, dst):
             try:
                 sk.shutdown(socket.SHUT_RDWR)
             except OSError:
