@@ -399,20 +399,6 @@ int sess_reap(store_t *st, int64_t timeout_ms) {
     return total;
 }
 
-int sess_forget(store_txn_t *t, const bson_t *lsid, ms_error_t *err) {
-    int rc;
-    if ((rc = need_write(t, "sess_forget", err)) != 0) return rc;
-    static const char *const sql[2] = {"DELETE FROM sess_stmt WHERE lsid = ? AND seq < (SELECT max(seq) FROM sess_stmt)",
-                                       "DELETE FROM sess_txn WHERE lsid = ?"};
-    for (int i = 0; i < 2 && rc == 0; i++) {
-        sqlite3_stmt *s = store_stmt(t, sql[i], err);
-        if (!s) return err->code;
-        bind_lsid(s, 1, lsid);
-        rc = store_step_done(t, s, "session forget", err);
-    }
-    return rc;
-}
-
 int sess_txn_docs(store_txn_t *t, sess_doc_fn fn, void *arg, ms_error_t *err) {
     sqlite3_stmt *s = NULL;
     sqlite3 *db = t->c->db;

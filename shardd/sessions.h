@@ -99,12 +99,9 @@ int sess_expire(store_txn_t *t, int64_t cutoff_ms, int limit, int *removed, ms_e
  * went; failures are logged (the next call tries again). */
 int sess_reap(store_t *st, int64_t timeout_ms);
 
-/* Removes one session's records (killSessions/endSessions do not: MongoDB keeps records of
- * ended sessions until they expire; this is for killAllSessions-style cleanup and tests). */
-int sess_forget(store_txn_t *t, const bson_t *lsid, ms_error_t *err);
-
 /* Calls fn for each session as a config.transactions document
- *   {_id: lsid, txnNum: long, lastWriteOpTime: {ts, t}, lastWriteDate: Date, state?}
+ *   {_id: lsid, txnNum: long, lastWriteOpTime: {ts, t}, lastWriteDate: Date,
+ *    incompleteHistory?: true}
  * in lsid order; fn returning non-zero stops (and is returned). */
 typedef int (*sess_doc_fn)(void *arg, const bson_t *doc);
 int sess_txn_docs(store_txn_t *t, sess_doc_fn fn, void *arg, ms_error_t *err);
