@@ -79,7 +79,11 @@
     X(RANGE_OVERLAP_CONFLICT, 178, "RangeOverlapConflict")          \
     X(FAIL_POINT_ENABLED, 192, "FailPointEnabled")                  \
     X(CANNOT_BUILD_INDEX_KEYS, 201, "CannotBuildIndexKeys")         \
+    X(NO_SUCH_SESSION, 206, "NoSuchSession")                        \
     X(INVALID_UUID, 207, "InvalidUUID")                             \
+    X(INCOMPLETE_TRANSACTION_HISTORY, 217, "IncompleteTransactionHistory") \
+    X(TRANSACTION_TOO_OLD, 225, "TransactionTooOld")                \
+    X(TOO_MANY_LOGICAL_SESSIONS, 261, "TooManyLogicalSessions")     \
     X(CANNOT_IMPLICITLY_CREATE_COLLECTION, 227, "CannotImplicitlyCreateCollection") \
     X(NOT_IMPLEMENTED, 238, "NotImplemented")                       \
     X(CANNOT_CREATE_COLLECTION, 242, "CannotCreateCollection")      \
@@ -215,8 +219,6 @@
     X(QUERY_PLAN_KILLED, 175, "QueryPlanKilled") \
     X(PRIMARY_STEPPED_DOWN, 189, "PrimarySteppedDown") \
     X(NETWORK_INTERFACE_EXCEEDED_TIME_LIMIT, 202, "NetworkInterfaceExceededTimeLimit") \
-    X(INCOMPLETE_TRANSACTION_HISTORY, 217, "IncompleteTransactionHistory") \
-    X(TRANSACTION_TOO_OLD, 225, "TransactionTooOld") \
     X(RETRY_CHANGE_STREAM, 234, "RetryChangeStream") \
     X(CURSOR_KILLED, 237, "CursorKilled") \
     X(TRANSACTION_COORDINATOR_STEPPED_DOWN, 244, "TransactionCoordinatorSteppedDown") \

@@ -593,4 +593,31 @@
  * thousands of chunks each, caught by a migration. */
 #define MS_MULTIWRITE_RANGES_MAX 100000
 
+/* Retryable-write statements one session keeps of its current txnNumber on one shard: a
+ * whole batch (MS_WRITE_BATCH_OPS_MAX) fits; beyond it, only a client that sends more
+ * stmtIds under one txnNumber than a batch holds, the oldest record goes and the history is
+ * marked incomplete (its retry answers IncompleteTransactionHistory, never runs twice). */
+#define MS_SESSION_STMTS_MAX MS_WRITE_BATCH_OPS_MAX
+
+/* Sessions one process's session cache holds (startSession, refreshSessions): MongoDB's
+ * maxSessions default; past it startSession answers TooManyLogicalSessions. */
+#define MS_LOGICAL_SESSIONS_MAX 1000000
+
+/* Session ids in one refreshSessions / endSessions / killSessions command: MongoDB's
+ * limit on the lsids of one such command (10,000 each). */
+#define MS_SESSIONS_PER_CMD_MAX 10000
+
+/* Sessions the shard's session reaper removes per write transaction, and transactions
+ * per pass (it runs again a second later): expiry never holds the writer for long. */
+#define MS_SESSION_REAP_BATCH 1000
+#define MS_SESSION_REAP_BATCHES_MAX 10
+
+/* A router's own retries of a retryable write's statements after a shard's network error
+ * or retryable error (mongos retries them too: the shard's record makes a resend safe):
+ * at most this many resends, backing off from MS_ROUTER_WRITE_RETRY_BACKOFF_MS doubling,
+ * within the operation's maxTimeMS — about 6 s in all, the time a restarted shard needs;
+ * then the error goes to the driver, which retries once itself. */
+#define MS_ROUTER_WRITE_RETRIES_MAX 7
+#define MS_ROUTER_WRITE_RETRY_BACKOFF_MS 50
+
 #endif

@@ -25,6 +25,8 @@
  *   xfer.c        a migration's write capture (committed _ids of the moving range)
  *   store_docs.c  the shard's own persisted documents (migration, range deletion)
  *   rdel.c        the range deleter: orphaned ranges deleted in batches
+ *   sessions.c    retryable-write records (sessions.h: the API session migration shares)
+ *   sess_write.c  a write command's lsid / txnNumber / stmtIds and its records' keys
  *
  * Concurrency: one writer SQLite connection behind a mutex (SQLite has one writer) and one
  * reader connection per thread (WAL lets readers run beside the writer). The in-memory
@@ -308,6 +310,8 @@ uint64_t xfer_doc_hash(const uint8_t *p, size_t n);   /* 64-bit hash of a docume
 #define SDOC_COORDINATORS "migrationCoordinators"
 #define SDOC_RANGE_DELETIONS "rangeDeletions"
 #define SDOC_RECIPIENTS "migrationRecipients"
+/* Not in shard_docs: the sessions of sessions.c, served by find like the others. */
+#define SDOC_TRANSACTIONS "transactions"
 /* Inside a write transaction: insert or replace. doc borrowed. */
 int store_sdoc_put(store_txn_t *t, const char *coll, const char *id, const bson_t *doc,
                    ms_error_t *err);
