@@ -638,10 +638,21 @@ int cmd_server_start(const cmd_server_opts_t *opts, cmd_server_t **out, ms_error
     return 0;
 }
 
+/* Quiesce mode, as mongos enters it on SIGTERM: the topologyVersion counter is bumped and
+ * every waiting hello answers ShutdownInProgress at once, so monitoring drivers learn of
+ * the shutdown before their connections close (then hellos keep failing until the stop). */
+static void cmd_server_quiesce(cmd_server_t *s) {
+    atomic_store(&s->quiescing, true);
+    atomic_fetch_add(&s->topology_counter, 1);
+    rpc_server_quiesce(s->wire, MS_QUIESCE_FLUSH_MS);  /* NULL-safe */
+    rpc_server_quiesce(s->rpc, MS_QUIESCE_FLUSH_MS);
+}
+
 void cmd_server_stop(cmd_server_t *s) {
     if (!s) return;
     /* A handler hung on a failpoint would hold its worker, and the join, forever. */
     fp_release_all();
+    cmd_server_quiesce(s);
     rpc_server_stop(s->wire);  /* NULL-safe */
     rpc_server_stop(s->rpc);
     cmd_server_free(s);

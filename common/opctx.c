@@ -22,6 +22,10 @@ static _Thread_local const char *op_peer_name;
 void op_set_peer(const char *peer) { op_peer_name = peer; }
 const char *op_peer(void) { return op_peer_name ? op_peer_name : "unknown"; }
 
+static _Thread_local op_await_t *op_await_cur;
+void op_set_await(op_await_t *a) { op_await_cur = a; }
+op_await_t *op_await(void) { return op_await_cur; }
+
 void op_set_deadline_ms(long long deadline_mono_ms) { op_deadline_mono_ms = deadline_mono_ms; }
 long long op_deadline_ms(void) { return op_deadline_mono_ms; }
 
