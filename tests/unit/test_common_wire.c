@@ -110,14 +110,14 @@ static void wire_op_msg_body(void) {
     wire_request_t r;
     ms_error_t err;
     mb_header(&m, 77, WIRE_OP_MSG);
-    mb_u32(&m, WIRE_MSG_EXHAUST_ALLOWED);  /* accepted, ignored */
+    mb_u32(&m, WIRE_MSG_EXHAUST_ALLOWED);  /* accepted: only an awaitable hello streams */
     mb_u8(&m, 0);
     mb_doc(&m, "{\"ping\": 1, \"$db\": \"admin\"}");
     mb_finish(&m, false);
     CHECK_INT(decode(&m, &r, &err), WIRE_OK);
     CHECK_INT(r.request_id, 77);
     CHECK_INT(r.reply_opcode, WIRE_OP_MSG);
-    CHECK(!r.checksum && !r.more_to_come);
+    CHECK(!r.checksum && !r.more_to_come && r.exhaust_allowed);
     CHECK_INT(field_int(&r.cmd, "ping"), 1);
     CHECK_STR(field_str(&r.cmd, "$db"), "admin");
     wire_request_free(&r);
