@@ -341,6 +341,10 @@ static void rpc_ready_push(rpc_server_t *s, rpc_conn_t *c, int k) {
 static void rpc_ready_maybe(rpc_conn_t *c) {
     /* A wire connection's messages run in order: none while one is parked. */
     if (c->parked && c->srv->framing->wire) return;
+    /* An exhaust stream's next reply is built once the last one is sent, as MongoDB
+     * sends each before running the next invocation: a client that stops reading holds
+     * one reply here, not a queue of them. */
+    if (c->cq[RPC_POOL_USER].head && c->cq[RPC_POOL_USER].head->exhaust && c->tx_head) return;
     for (int k = 0; k < RPC_POOLS; k++)
         if (!c->closed && !c->cq[k].in_ready && c->cq[k].head &&
             c->cq[k].active < c->srv->pool[k].share &&

@@ -22,6 +22,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import time
 
@@ -178,6 +179,33 @@ def closing_the_client_ends_the_stream(t):
     for c in conns:
         c.close()
     wait_until(lambda: wire_current(s) == base, 10, "the server to free the closed streams")
+    assert WireConn(addr).command({"ping": 1}) == {"ok": 1.0}
+
+
+def hello_runs(s):
+    st = s.client().ok({"serverStatus": 1, "$db": "admin"})
+    return st["metrics"]["commands"]["hello"]["total"], st["connections"]["wire"]["closedByServer"]
+
+
+@test
+def a_stream_nobody_reads_holds_one_reply(t):
+    """An exhaust stream with maxAwaitTimeMS 0 whose client never reads: the next reply is
+    built only once the last one is sent, so the server stops once the socket buffers are
+    full (its hello runs stay bounded: no queue of replies grows) and the send stall
+    (10 s) closes the connection."""
+    s, addr = shard_with_wire(t)
+    c = WireConn(addr, timeout=30)
+    tv = topology_version(c.command({"hello": 1}))
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    runs0, closed0 = hello_runs(s)
+    c.send(op_msg(awaitable(tv, 0), request_id=90, flags=EXHAUST_ALLOWED))
+    wait_until(lambda: hello_runs(s)[1]["send_timeout"] == closed0["send_timeout"] + 1, 40,
+               "the send stall to close the stream nobody reads")
+    runs = hello_runs(s)[0] - runs0
+    print("  hello runs for the unread stream: %d" % runs, flush=True)
+    # The kernel's buffers hold some thousands of ~400-byte replies; the reply queue's own
+    # cap (64 MiB) would have let ~150,000 be built.
+    assert runs < 40000, "%d hello runs for a stream nobody reads" % runs
     assert WireConn(addr).command({"ping": 1}) == {"ok": 1.0}
 
 
