@@ -9,7 +9,7 @@
  * and no cap on requests in flight per peer. Our clients (rpc.c, shardctl, tests) are
  * plain NNG REQ sockets and see no difference.
  *
- * Three parts:
+ * Four parts:
  * - framing (rpc_framing_t): the greeting, the message head and the request envelope
  *   echoed in the reply. SP over TCP: an 8-byte greeting each way (00 'S' 'P' 00, the
  *   16-bit protocol, 00 00; we are REP v0 = 0x31 and the peer must be REQ v0 = 0x30),
@@ -35,6 +35,11 @@
  *   (shardd: command names starting with '_', the migration's peer calls), so user
  *   requests blocked on a critical section cannot take every worker the migration needs
  *   to finish (issue 12; docs/hostile-clients.md "Internal workers").
+ *
+ * - awaitable requests: a handler that must wait (MongoDB's awaitable hello) parks its
+ *   request on its connection instead of sleeping on a worker; an await thread runs it
+ *   again at its deadline, rpc_server_quiesce at shutdown. OP_MSG exhaustAllowed streams
+ *   the replies of such a request (see "awaitable requests" below).
  *
  * What a client costs is bounded (limits.h, "RPC server"): connections (MS_RPC_CONNS_MAX),
  * request bytes held across all connections (MS_RPC_RECV_BUDGET_BYTES: the connection with
