@@ -479,7 +479,8 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
     }
     ctx.name = ctx.spec->name;
     ctr = cmd_counter_of(s, ctx.spec);
-    atomic_fetch_add(&ctr->total, 1);
+    /* A parked request's second run (opctx.h, op_await_t) is the same command: counted once. */
+    if (!op_await() || !op_await()->woken) atomic_fetch_add(&ctr->total, 1);
     if ((rc = cmd_check_unique_keys(ctx.name, &req, &err)) != 0) goto out;
     if ((rc = cmd_check_fields(&ctx, &err)) != 0) goto out;
     if (bson_iter_init_find(&it, &req, "$db")) {

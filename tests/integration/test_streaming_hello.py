@@ -63,7 +63,7 @@ def hello_waits_for_max_await_time(t):
     """Every hello reply carries topologyVersion {processId: ObjectId, counter: long}; one
     with the server's own waits maxAwaitTimeMS (hello, isMaster over OP_MSG and the legacy
     OP_QUERY ismaster); one of another process, or maxAwaitTimeMS 0, is answered at once."""
-    _, addr = shard_with_wire(t)
+    s, addr = shard_with_wire(t)
     c = WireConn(addr, timeout=15)
     first = c.command({"hello": 1})
     types = {k: ty for ty, k, _, _ in raw_elements(raw_topology_version(c), 0)}
@@ -91,6 +91,10 @@ def hello_waits_for_max_await_time(t):
     assert r["topologyVersion"] == first["topologyVersion"], r
     r = c.command(awaitable(tv, 0))
     assert r["ok"] == 1.0
+    # A hello that waited is one command in serverStatus (its parked run is not counted).
+    before = hello_runs(s)[0]
+    c.command(awaitable(tv, 200))
+    assert hello_runs(s)[0] == before + 1
     # A second connection sees the same processId: one per process start.
     c2 = WireConn(addr)
     assert c2.command({"isMaster": 1})["topologyVersion"] == first["topologyVersion"]
