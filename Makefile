@@ -74,6 +74,10 @@ deps:
 MONGOSH = build/mongosh/node_modules/.bin/mongosh
 $(MONGOSH):
 	-@bash scripts/deps.sh --mongosh
+# MongoDB's Node.js driver 6.x for test_streaming_hello.py; deps.sh only warns when npm cannot.
+NODEDRIVER = build/nodedriver/node_modules/mongodb/package.json
+$(NODEDRIVER):
+	-@bash scripts/deps.sh --nodedriver
 
 $(BUILD)/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(@D)
@@ -155,13 +159,13 @@ $(BUILD)/b/raw_pipe: tests/bench/raw_pipe.c | $(DEPS_OK)
 $(ALL_LIBS): | $(BUILD)/.empty.o
 
 # ---- tests ----------------------------------------------------------------------------
-test: all $(UNIT_BINS) $(CLIENT_BINS) | $(MONGOSH)
+test: all $(UNIT_BINS) $(CLIENT_BINS) | $(MONGOSH) $(NODEDRIVER)
 	@$(RUN_ENV) bash tests/run.sh
 
 unit: $(UNIT_BINS)
 	@$(RUN_ENV) bash tests/run.sh --unit
 
-integration: all $(CLIENT_BINS) | $(MONGOSH)
+integration: all $(CLIENT_BINS) | $(MONGOSH) $(NODEDRIVER)
 	@$(RUN_ENV) bash tests/run.sh --integration
 
 check-long: all $(UNIT_BINS) $(CLIENT_BINS)

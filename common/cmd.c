@@ -457,7 +457,8 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
     }
     ctx.name = ctx.spec->name;
     ctr = cmd_counter_of(s, ctx.spec);
-    atomic_fetch_add(&ctr->total, 1);
+    /* A parked request's second run (opctx.h, op_await_t) is the same command: counted once. */
+    if (!op_await() || !op_await()->woken) atomic_fetch_add(&ctr->total, 1);
     if ((rc = cmd_check_unique_keys(ctx.name, &req, &err)) != 0) goto out;
     if ((rc = cmd_check_fields(&ctx, &err)) != 0) goto out;
     if (bson_iter_init_find(&it, &req, "$db")) {
@@ -626,10 +627,21 @@ int cmd_server_start(const cmd_server_opts_t *opts, cmd_server_t **out, ms_error
     return 0;
 }
 
+/* Quiesce mode, as mongos enters it on SIGTERM: the topologyVersion counter is bumped and
+ * every waiting hello answers ShutdownInProgress at once, so monitoring drivers learn of
+ * the shutdown before their connections close (then hellos keep failing until the stop). */
+static void cmd_server_quiesce(cmd_server_t *s) {
+    atomic_store(&s->quiescing, true);
+    atomic_fetch_add(&s->topology_counter, 1);
+    rpc_server_quiesce(s->wire, MS_QUIESCE_FLUSH_MS);  /* NULL-safe */
+    rpc_server_quiesce(s->rpc, MS_QUIESCE_FLUSH_MS);
+}
+
 void cmd_server_stop(cmd_server_t *s) {
     if (!s) return;
     /* A handler hung on a failpoint would hold its worker, and the join, forever. */
     fp_release_all();
+    cmd_server_quiesce(s);
     rpc_server_stop(s->wire);  /* NULL-safe */
     rpc_server_stop(s->rpc);
     cmd_server_free(s);

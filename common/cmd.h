@@ -195,7 +195,7 @@ int cmd_check_strict_doc(const cmd_spec_t *spec, const bson_t *doc, ms_error_t *
     {{"helloOk", CT_FLAG, false},     {"client", CT_DOC, false},                        \
      {"compression", CT_ARR, false},  {"saslSupportedMechs", CT_STR, false},            \
      {"loadBalanced", CT_FLAG, false}, {"speculativeAuthenticate", CT_DOC, false},      \
-     {"topologyVersion", CT_DOC, false}, {"maxAwaitTimeMS", CT_NUM, false}}
+     {"topologyVersion", CT_ANY, false}, {"maxAwaitTimeMS", CT_NUM, false}}
 
 typedef struct cmd_server cmd_server_t;
 

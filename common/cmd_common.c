@@ -24,6 +24,128 @@
  * figure drivers plan their session pools by. */
 #define CMD_SESSION_TIMEOUT_MINUTES 30
 
+/* ---- hello's awaitable protocol ------------------------------------------------------
+ * MongoDB's server monitoring: a driver's monitor sends hello with the topologyVersion of
+ * the last reply it saw and maxAwaitTimeMS; the server answers when its own
+ * topologyVersion differs (at once) or after maxAwaitTimeMS. With OP_MSG exhaustAllowed
+ * the reply carries moreToCome and the server keeps answering (common/rpc_server.c). The
+ * wait never holds a worker: the request is parked in the connection layer (opctx.h,
+ * op_await_t). The rules are mongos's (cluster_hello_cmd.cpp, its topology coordinator);
+ * a standalone mongod differs only in the code of a counter ahead (31382). */
+
+/* The awaitable fields of a hello request. */
+typedef struct cmd_hello_await {
+    bool has_tv;             /* topologyVersion given */
+    bool has_max;            /* maxAwaitTimeMS given */
+    bson_oid_t process_id;
+    int64_t counter;
+    int64_t max_await_ms;
+} cmd_hello_await_t;
+
+/* topologyVersion as MongoDB's IDL reads it: a strict {processId: objectId, counter: long}. */
+static int cmd_hello_parse_tv(const bson_iter_t *field, cmd_hello_await_t *a, ms_error_t *err) {
+    bson_iter_t it;
+    bool has_pid = false, has_counter = false;
+    if (!BSON_ITER_HOLDS_DOCUMENT(field) || !bson_iter_recurse(field, &it))
+        return err_set(err, MS_ERR_LOC_EXPECTED_OBJECT,
+                       "invalid parameter: expected an object (topologyVersion)");
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        bson_type_t want = strcmp(k, "processId") == 0 ? BSON_TYPE_OID
+                           : strcmp(k, "counter") == 0 ? BSON_TYPE_INT64
+                                                       : BSON_TYPE_EOD;
+        if (want == BSON_TYPE_EOD)
+            return err_set(err, MS_ERR_IDL_UNKNOWN_FIELD,
+                           "BSON field 'TopologyVersion.%.100s' is an unknown field.", k);
+        if (bson_iter_type(&it) != want)
+            return err_set(err, MS_ERR_TYPE_MISMATCH,
+                           "BSON field 'TopologyVersion.%s' is the wrong type '%s', expected "
+                           "type '%s'",
+                           k, bsonx_type_name(bson_iter_type(&it)), bsonx_type_name(want));
+        if (want == BSON_TYPE_OID) {
+            bson_oid_copy(bson_iter_oid(&it), &a->process_id);
+            has_pid = true;
+        } else {
+            a->counter = bson_iter_int64(&it);
+            has_counter = true;
+        }
+    }
+    if (!has_pid || !has_counter)
+        return err_set(err, MS_ERR_IDL_MISSING_FIELD,
+                       "BSON field 'TopologyVersion.%s' is missing but a required field",
+                       has_pid ? "counter" : "processId");
+    a->has_tv = true;
+    return 0;
+}
+
+/* Reads topologyVersion and maxAwaitTimeMS (types: the table checked maxAwaitTimeMS is a
+ * number) and checks them together, in mongos's order. */
+static int cmd_hello_parse_await(cmd_ctx_t *ctx, cmd_hello_await_t *a, ms_error_t *err) {
+    bson_iter_t it;
+    int rc;
+    memset(a, 0, sizeof *a);
+    if (bson_iter_init_find(&it, ctx->req, "topologyVersion") &&
+        (rc = cmd_hello_parse_tv(&it, a, err)) != 0)
+        return rc;
+    if (bson_iter_init_find(&it, ctx->req, "maxAwaitTimeMS")) {
+        /* safeInt64: any number, doubles truncated. */
+        if (!bsonx_as_int64(&it, &a->max_await_ms))
+            return err_set(err, MS_ERR_TYPE_MISMATCH,
+                           "BSON field 'maxAwaitTimeMS' is not a number MongoDB reads as long");
+        if (a->max_await_ms < 0)
+            return err_set(err, MS_ERR_IDL_VALUE_TOO_LOW,
+                           "BSON field 'maxAwaitTimeMS' value must be >= 0, actual value '%lld'",
+                           (long long)a->max_await_ms);
+        a->has_max = true;
+    }
+    if (a->has_tv != a->has_max)
+        return err_set(err, MS_ERR_LOC_AWAIT_NEEDS_BOTH,
+                       a->has_tv ? "A request with a 'topologyVersion' must include "
+                                   "'maxAwaitTimeMS'"
+                                 : "A request with 'maxAwaitTimeMS' must include a "
+                                   "'topologyVersion'");
+    if (a->has_tv && a->counter < 0)
+        return err_set(err, MS_ERR_LOC_TV_NEGATIVE_COUNTER,
+                       "topologyVersion must have a non-negative counter");
+    return 0;
+}
+
+static void cmd_append_topology_version(cmd_server_t *s, bson_t *dst) {
+    bson_t tv;
+    BSON_APPEND_DOCUMENT_BEGIN(dst, "topologyVersion", &tv);
+    BSON_APPEND_OID(&tv, "processId", &s->process_oid);
+    BSON_APPEND_INT64(&tv, "counter", (int64_t)atomic_load(&s->topology_counter));
+    bson_append_document_end(dst, &tv);
+}
+
+/* Decides whether this hello waits: it does when the client's topologyVersion is this
+ * process's current one and the connection layer can park it (not the parked request's
+ * own second run, which answers). A topologyVersion of another process (a restart) or an
+ * older counter is answered at once; a counter ahead of ours is an error. Sets *parked. */
+static int cmd_hello_maybe_wait(cmd_ctx_t *ctx, const cmd_hello_await_t *a, bool *parked,
+                                ms_error_t *err) {
+    cmd_server_t *s = ctx->srv;
+    op_await_t *aw = op_await();
+    int64_t current = (int64_t)atomic_load(&s->topology_counter);
+    bool router = strcmp(cmd_server_process(s), "router") == 0;
+    long long wait_ms;
+
+    *parked = false;
+    if (!a->has_tv || !bson_oid_equal(&a->process_id, &s->process_oid) || a->counter < current)
+        return 0;
+    if (a->counter > current)
+        return err_set(err, router ? MS_ERR_LOC_TV_COUNTER_AHEAD_MONGOS : MS_ERR_LOC_TV_COUNTER_AHEAD,
+                       "Received a topology version with counter: %lld which is greater than "
+                       "the %s topology version counter: %lld",
+                       (long long)a->counter, router ? "mongos" : "server", (long long)current);
+    if (!aw || !aw->can_park || aw->woken) return 0;
+    wait_ms = a->max_await_ms < MS_HELLO_AWAIT_MS_MAX ? a->max_await_ms : MS_HELLO_AWAIT_MS_MAX;
+    if (wait_ms == 0) return 0;
+    aw->park_until_ms = time_mono_ms() + wait_ms;
+    *parked = true;
+    return 0;
+}
+
 /* hello / isMaster: the handshake (MongoDB 7.0's hello command, as a standalone mongod
  * answers it; the router and the config server add their marks). `hello` answers
  * isWritablePrimary, the legacy names answer ismaster. The handshake's own fields are
@@ -32,21 +154,36 @@
  * no `compression` field, so drivers send uncompressed), `saslSupportedMechs` and
  * `speculativeAuthenticate` (no authentication here: nothing to answer), `loadBalanced`
  * (refused when true, as a server without a load balancer does), `topologyVersion` /
- * `maxAwaitTimeMS` (an awaitable hello is answered at once: the topology never changes). */
+ * `maxAwaitTimeMS` (the awaitable hello above). */
 static int cmd_hello(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cmd_server_t *s = ctx->srv;
-    bson_t tv;
+    op_await_t *aw = op_await();
+    cmd_hello_await_t a;
+    bool parked;
+    int rc;
     if (cmd_flag(ctx, "loadBalanced", false))
         return err_set(err, MS_ERR_LOAD_BALANCER_SUPPORT_MISMATCH,
                        "The server is not configured for load-balanced connections: "
                        "connect without loadBalanced=true");
+    if ((rc = cmd_hello_parse_await(ctx, &a, err)) != 0) return rc;
+    if (atomic_load(&s->quiescing)) {
+        /* mongos in quiesce mode: every hello fails, with the bumped topologyVersion. */
+        cmd_append_topology_version(s, &ctx->err_info);
+        return err_set(err, MS_ERR_SHUTDOWN_IN_PROGRESS, "%s is in quiesce mode and will shut down",
+                       strcmp(cmd_server_process(s), "router") == 0 ? "Mongos" : "The server");
+    }
+    if ((rc = cmd_hello_maybe_wait(ctx, &a, &parked, err)) != 0) return rc;
+    if (parked) return 0;  /* the reply is dropped: the request runs again, woken */
+    if (aw && aw->exhaust_allowed) {
+        if (!a.has_max)
+            return err_set(err, MS_ERR_LOC_EXHAUST_NEEDS_AWAIT,
+                           "A hello/isMaster request with exhaust must specify 'maxAwaitTimeMS'");
+        aw->stream = true;
+    }
     if (strcmp(ctx->name, "hello") == 0) BSON_APPEND_BOOL(reply, "isWritablePrimary", true);
     else BSON_APPEND_BOOL(reply, "ismaster", true);
     if (cmd_flag(ctx, "helloOk", false)) BSON_APPEND_BOOL(reply, "helloOk", true);
-    BSON_APPEND_DOCUMENT_BEGIN(reply, "topologyVersion", &tv);
-    BSON_APPEND_OID(&tv, "processId", &s->process_oid);
-    BSON_APPEND_INT64(&tv, "counter", 0);
-    bson_append_document_end(reply, &tv);
+    cmd_append_topology_version(s, reply);
     BSON_APPEND_INT32(reply, "maxBsonObjectSize", MS_DOC_BYTES_MAX);
     BSON_APPEND_INT32(reply, "maxMessageSizeBytes", MS_MSG_BYTES_MAX);
     BSON_APPEND_INT32(reply, "maxWriteBatchSize", MS_WRITE_BATCH_OPS_MAX);

@@ -37,6 +37,10 @@ struct cmd_server {
     /* hello's topologyVersion.processId: new at every start, as mongod's, so a driver
      * that sees it change knows the process restarted. */
     bson_oid_t process_oid;
+    /* hello's topologyVersion.counter: bumped when the process enters quiesce mode at
+     * shutdown (cmd_server_stop), the only topology change a standalone or a mongos has. */
+    atomic_int_fast64_t topology_counter;
+    atomic_bool quiescing;         /* hello answers ShutdownInProgress from then on */
 };
 
 /* minishard's own version (buildInfo.minishardVersion, serverStatus). */

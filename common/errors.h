@@ -117,6 +117,13 @@
     X(LOC_50799, 50799, "Location50799")                            \
     X(LOC_50800, 50800, "Location50800")                            \
     X(LOC_50801, 50801, "Location50801")                            \
+    /* hello's awaitable protocol (topologyVersion, maxAwaitTimeMS, exhaust) */ \
+    X(LOC_EXPECTED_OBJECT, 10065, "Location10065")                 \
+    X(LOC_TV_NEGATIVE_COUNTER, 51758, "Location51758")             \
+    X(LOC_AWAIT_NEEDS_BOTH, 51760, "Location51760")                \
+    X(LOC_TV_COUNTER_AHEAD_MONGOS, 51761, "Location51761")         \
+    X(LOC_EXHAUST_NEEDS_AWAIT, 51763, "Location51763")             \
+    X(LOC_TV_COUNTER_AHEAD, 31382, "Location31382")                \
     X(INVALID_PIPELINE_OPERATOR, 168, "InvalidPipelineOperator")   \
     X(CONVERSION_FAILURE, 241, "ConversionFailure")                \
     /* aggregation (common/expr.c, common/agg.c): MongoDB's uassert locations */ \

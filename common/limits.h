@@ -535,6 +535,16 @@
 #define MS_WIRE_IDLE_MS_DEFAULT 600000
 #define MS_WIRE_IDLE_MS_MIN 100
 #define MS_WIRE_IDLE_MS_MAX 86400000
+/* An awaitable hello (topologyVersion + maxAwaitTimeMS) waits at most this long, whatever
+ * maxAwaitTimeMS says (MongoDB has no bound): answering earlier is always allowed by the
+ * monitoring protocol, and a parked request must have a deadline. Drivers ask for their
+ * heartbeat interval (10 s by default). */
+#define MS_HELLO_AWAIT_MS_MAX 600000
+/* At shutdown (SIGTERM) waiting hellos are answered ShutdownInProgress first, as mongos
+ * does in quiesce mode; the stop waits this long at most for those answers to be sent
+ * (mongos then waits out its whole quiesce period, 15 s by default; here the answers are
+ * all there is to wait for). */
+#define MS_QUIESCE_FLUSH_MS 2000
 
 
 /* ---- the config server's web view (configsvr/http.c, http_api.c; issue 15) ---- */

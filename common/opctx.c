@@ -82,6 +82,9 @@ void op_append_lsid(bson_t *cmd) {
     bson_append_binary(&sub, "id", 2, BSON_SUBTYPE_UUID, op_session.id, sizeof op_session.id);
     bson_append_document_end(cmd, &sub);
 }
+static _Thread_local op_await_t *op_await_cur;
+void op_set_await(op_await_t *a) { op_await_cur = a; }
+op_await_t *op_await(void) { return op_await_cur; }
 
 void op_set_deadline_ms(long long deadline_mono_ms) { op_deadline_mono_ms = deadline_mono_ms; }
 long long op_deadline_ms(void) { return op_deadline_mono_ms; }

@@ -76,6 +76,28 @@ void op_lsid_text(const op_lsid_t *l, char *dst, size_t cap);
  * getMore to a shard carries its client's session, as mongos's does, since the shard's
  * cursor was opened with it. */
 void op_append_lsid(bson_t *cmd);
+/* ---- awaitable requests (hello's streaming protocol) ----
+ * A request that must wait for an event — a hello waiting for a topology change, as
+ * MongoDB's awaitable hello does — never sleeps on its worker: the handler asks the
+ * connection layer (common/rpc_server.c) to park the request until a deadline, and
+ * returns; the layer runs it again, marked woken, when the deadline passes or the server
+ * wakes every parked request (shutdown), and the handler then answers at once. The
+ * worker publishes one op_await_t for the request it runs; handlers only read its
+ * inputs and write its outputs. */
+typedef struct op_await {
+    /* set by the connection layer before the handler runs */
+    bool can_park;             /* this request may be parked (false: answer now) */
+    bool woken;                /* the request was parked and is run again: answer now */
+    bool exhaust_allowed;      /* OP_MSG flag exhaustAllowed was set on the request */
+    /* set by the handler */
+    long long park_until_ms;   /* > 0: park until then (time_mono_ms); the reply is dropped */
+    bool stream;               /* the reply may go out with moreToCome and the command be
+                                * run again with the reply's topologyVersion (exhaust) */
+} op_await_t;
+/* The current request's await state (borrowed; NULL clears); NULL when the request did not
+ * come through a connection layer that parks (unit tests, peers' direct calls). */
+void op_set_await(op_await_t *a);
+op_await_t *op_await(void);
 
 /* The deadline of the current operation on the monotonic clock (time_mono_ms), or 0
  * for none. op_set_deadline_ms(0) clears it. */

@@ -9,7 +9,7 @@
  * and no cap on requests in flight per peer. Our clients (rpc.c, shardctl, tests) are
  * plain NNG REQ sockets and see no difference.
  *
- * Three parts:
+ * Four parts:
  * - framing (rpc_framing_t): the greeting, the message head and the request envelope
  *   echoed in the reply. SP over TCP: an 8-byte greeting each way (00 'S' 'P' 00, the
  *   16-bit protocol, 00 00; we are REP v0 = 0x31 and the peer must be REQ v0 = 0x30),
@@ -36,6 +36,11 @@
  *   requests blocked on a critical section cannot take every worker the migration needs
  *   to finish (issue 12; docs/hostile-clients.md "Internal workers").
  *
+ * - awaitable requests: a handler that must wait (MongoDB's awaitable hello) parks its
+ *   request on its connection instead of sleeping on a worker; an await thread runs it
+ *   again at its deadline, rpc_server_quiesce at shutdown. OP_MSG exhaustAllowed streams
+ *   the replies of such a request (see "awaitable requests" below).
+ *
  * What a client costs is bounded (limits.h, "RPC server"): connections (MS_RPC_CONNS_MAX),
  * request bytes held across all connections (MS_RPC_RECV_BUDGET_BYTES: the connection with
  * the largest partial message is closed), requests in flight per connection
@@ -57,6 +62,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/limits.h"
 #include "common/log.h"
@@ -72,6 +78,8 @@
 #define RPC_SP_HOPS_MAX 8
 #define RPC_ENV_BYTES_MAX (4 * RPC_SP_HOPS_MAX)
 #define RPC_TX_HEAD_BYTES_MAX (RPC_HEAD_BYTES_MAX + RPC_ENV_BYTES_MAX)
+/* rpc_server_quiesce looks this often whether the answers it woke have gone out. */
+#define RPC_QUIESCE_POLL_MS 5
 
 
 typedef struct rpc_framing {
@@ -180,6 +188,9 @@ typedef struct rpc_req {
     size_t len;
     size_t env_len;
     size_t charged;  /* bytes counted in the server's receive budget */
+    int pool;        /* the pool it is queued for (RPC_POOL_*) */
+    bool woken;      /* was parked and runs again: the handler answers at once */
+    bool exhaust;    /* the next invocation of an exhaust stream (not sent by the client) */
 } rpc_req_t;
 
 /* Bytes queued for sending: the greeting or one reply. */
@@ -231,6 +242,12 @@ typedef struct rpc_conn {
     int inflight;               /* requests received and not yet answered or dropped */
     rpc_tx_t *tx_head, *tx_tail;
     size_t tx_bytes;            /* unsent bytes queued */
+    /* An awaitable request parked here (a hello waiting for a topology change) instead of
+     * on a worker; on a wire connection nothing behind it runs before it is answered. */
+    rpc_req_t *parked;
+    long long park_until_ms;       /* time_mono_ms at which it runs again */
+    struct rpc_conn *park_prev, *park_next;  /* the server's parked list */
+    bool await_flush;           /* woken by rpc_server_quiesce: its reply must go out */
 } rpc_conn_t;
 
 /* A pool of workers and its round-robin list of connections with requests for it. */
@@ -269,6 +286,12 @@ struct rpc_server {
     atomic_uint_fast64_t conns_total;
     atomic_uint_fast64_t closed_count[RPC_CLOSE_REASONS];
     char url[MS_URL_BYTES_MAX];
+    /* Parked requests (see "awaitable requests" below), guarded by mu. */
+    rpc_conn_t *parked;      /* connections with a parked request */
+    pthread_cond_t await_cv; /* the await thread: a request parked, or stopping */
+    pthread_t await_thread;
+    bool await_started;
+    bool quiescing;          /* rpc_server_quiesce ran: nothing parks any more */
 };
 
 /* No reason to report: the peer closed, or the server is stopping. */
@@ -307,6 +330,8 @@ static uint32_t rpc_new_conn_id(void) {
 
 static void rpc_rx_start(rpc_conn_t *c);
 static void rpc_tx_start(rpc_conn_t *c);
+static void rpc_rx_maybe_resume(rpc_conn_t *c);
+static void rpc_await_drop(rpc_conn_t *c);
 
 static void rpc_ready_push(rpc_server_t *s, rpc_conn_t *c, int k) {
     rpc_pool_t *p = &s->pool[k];
@@ -323,6 +348,12 @@ static void rpc_ready_push(rpc_server_t *s, rpc_conn_t *c, int k) {
  * read its replies has its requests wait (cheaply, already charged to the budget)
  * instead of making us build replies nobody takes. */
 static void rpc_ready_maybe(rpc_conn_t *c) {
+    /* A wire connection's messages run in order: none while one is parked. */
+    if (c->parked && c->srv->framing->wire) return;
+    /* An exhaust stream's next reply is built once the last one is sent, as MongoDB
+     * sends each before running the next invocation: a client that stops reading holds
+     * one reply here, not a queue of them. */
+    if (c->cq[RPC_POOL_USER].head && c->cq[RPC_POOL_USER].head->exhaust && c->tx_head) return;
     for (int k = 0; k < RPC_POOLS; k++)
         if (!c->closed && !c->cq[k].in_ready && c->cq[k].head &&
             c->cq[k].active < c->srv->pool[k].share &&
@@ -369,6 +400,7 @@ static void rpc_conn_close(rpc_conn_t *c, int reason, const char *detail) {
             s->budget_used -= r->charged;
             r->charged = 0;
         }
+    if (c->parked) rpc_await_drop(c);
     nng_stream_close(c->stream);  /* pending callbacks run with NNG_ECLOSED */
     rpc_conn_maybe_dead(c);
 }
@@ -476,10 +508,13 @@ static void rpc_rx_complete(rpc_conn_t *c) {
                                            r->len - env_len)
                    ? RPC_POOL_INTERNAL
                    : RPC_POOL_USER];
+    r->pool = (int)(q - c->cq);
     if (q->tail) q->tail->next = r;
     else q->head = r;
     q->tail = r;
     c->inflight++;
+    /* A client that sends anything ends its exhaust stream (it waits for this reply now). */
+    if (c->parked && c->parked->exhaust) rpc_await_drop(c);
     rpc_ready_maybe(c);
 }
 
@@ -816,6 +851,131 @@ static void rpc_retry_cb(void *arg) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* ---- awaitable requests (all with s->mu held, but the thread) ------------------------
+ *
+ * MongoDB's awaitable hello waits up to maxAwaitTimeMS for a topology change before it
+ * answers. A driver keeps one such request waiting per server it monitors, and mongosh
+ * and pooled applications open many; a worker sleeping for each would let a handful of
+ * monitors take the whole pool. So the handler never sleeps: it asks for its request to
+ * be parked (opctx.h, op_await_t), the worker goes back to the pool, and the request waits
+ * here on its connection, costing no thread. One await thread per server runs a parked
+ * request again when its deadline passes; rpc_server_quiesce runs them all at once
+ * (shutdown). A request run again is marked woken, goes back to the head of its
+ * connection's queue, and its handler answers at once.
+ *
+ * Exhaust (OP_MSG exhaustAllowed, the streaming protocol): the worker queues the next
+ * invocation itself after each streamed reply (rpc_exhaust_queue); it parks like any
+ * awaitable request. The stream ends when a reply is an error, or when the client
+ * sends anything or closes. */
+
+static bool rpc_conn_has_queued(const rpc_conn_t *c) {
+    for (int k = 0; k < RPC_POOLS; k++)
+        if (c->cq[k].head) return true;
+    return false;
+}
+
+static void rpc_await_unlink(rpc_conn_t *c) {
+    rpc_server_t *s = c->srv;
+    if (c->park_prev) c->park_prev->park_next = c->park_next;
+    else s->parked = c->park_next;
+    if (c->park_next) c->park_next->park_prev = c->park_prev;
+    c->park_prev = c->park_next = NULL;
+}
+
+/* Frees a request the connection no longer waits for (closed, or it sent something else
+ * while streaming): it is answered never, as a request on a closed connection. */
+static void rpc_req_discard(rpc_conn_t *c, rpc_req_t *r) {
+    c->srv->budget_used -= r->charged;
+    c->inflight--;
+    free(r->buf);
+    free(r);
+    rpc_rx_maybe_resume(c);
+}
+
+static void rpc_await_drop(rpc_conn_t *c) {
+    rpc_req_t *r = c->parked;
+    rpc_await_unlink(c);
+    c->parked = NULL;
+    rpc_req_discard(c, r);
+}
+
+/* Runs c's parked request again, first in its connection's queue. flush: the server is
+ * quiescing and waits for this reply to be sent. */
+static void rpc_await_wake(rpc_conn_t *c, bool flush) {
+    rpc_req_t *r = c->parked;
+    rpc_cq_t *q = &c->cq[r->pool];
+    rpc_await_unlink(c);
+    c->parked = NULL;
+    r->woken = true;
+    r->next = q->head;
+    q->head = r;
+    if (!q->tail) q->tail = r;
+    c->await_flush = c->await_flush || flush;
+    rpc_ready_maybe(c);
+}
+
+/* A worker's handler asked for r to wait until until_ms. Quiescing: it runs again at
+ * once. A stream's own next invocation is dropped instead when the client has sent
+ * something meanwhile (the stream has ended). */
+static void rpc_await_park(rpc_conn_t *c, rpc_req_t *r, long long until_ms) {
+    rpc_server_t *s = c->srv;
+    if (c->closed || (r->exhaust && rpc_conn_has_queued(c))) {
+        rpc_req_discard(c, r);
+        return;
+    }
+    ASSERT(!c->parked);  /* one request of a connection runs at a time on the wire */
+    c->parked = r;
+    c->park_until_ms = until_ms;
+    c->park_prev = NULL;
+    c->park_next = s->parked;
+    if (s->parked) s->parked->park_prev = c;
+    s->parked = c;
+    if (s->quiescing) rpc_await_wake(c, true);
+    else pthread_cond_signal(&s->await_cv);
+}
+
+/* The await thread: runs each parked request again once its deadline has passed. */
+static void *rpc_await_main(void *p) {
+    rpc_server_t *s = p;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stopping) {
+        long long now = time_mono_ms(), next_ms = -1;
+        for (rpc_conn_t *c = s->parked, *n; c; c = n) {
+            n = c->park_next;  /* a wake unlinks c */
+            if (c->park_until_ms <= now) rpc_await_wake(c, false);
+            else if (next_ms < 0 || c->park_until_ms < next_ms) next_ms = c->park_until_ms;
+        }
+        if (next_ms < 0) pthread_cond_wait(&s->await_cv, &s->mu);
+        else (void)time_cond_wait_ms(&s->await_cv, &s->mu, next_ms - now);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* Whether a connection woken by rpc_server_quiesce still has its answer to send. */
+static bool rpc_flush_pending(const rpc_server_t *s) {
+    for (const rpc_conn_t *c = s->conns; c; c = c->next) {
+        if (c->closed || !c->await_flush) continue;
+        if (c->parked || c->tx_head || rpc_conn_has_queued(c)) return true;
+        for (int k = 0; k < RPC_POOLS; k++)
+            if (c->cq[k].active > 0) return true;
+    }
+    return false;
+}
+
+/* Queues next, the next invocation of an exhaust stream, on c (the reply that asked for
+ * it has just been queued): unless the client has sent something meanwhile. */
+static void rpc_exhaust_queue(rpc_conn_t *c, rpc_req_t *next) {
+    rpc_cq_t *q = &c->cq[RPC_POOL_USER];
+    c->inflight++;
+    if (c->closed || rpc_conn_has_queued(c)) {
+        rpc_req_discard(c, next);
+        return;
+    }
+    next->pool = RPC_POOL_USER;
+    q->head = q->tail = next;
+}
+
 /* ---- workers and reaper ------------------------------------------------------------ */
 
 /* Builds the reply to r (its envelope, then the body stolen from reply). NULL when out
@@ -836,61 +996,173 @@ static rpc_tx_t *rpc_reply_make(const rpc_framing_t *f, const rpc_req_t *r, bson
     return t;
 }
 
-/* What serving one wire message asks of the connection. */
-typedef enum rpc_wire_outcome {
-    RPC_WIRE_REPLY,     /* send the reply built */
-    RPC_WIRE_NO_REPLY,  /* moreToCome: the client expects nothing */
-    RPC_WIRE_CLOSE,     /* a connection-fatal message */
-    RPC_WIRE_NO_MEMORY,
-    RPC_WIRE_CLOSE_ASKED, /* the handler asked to close without a reply (op_close_connection) */
-} rpc_wire_outcome_t;
+/* What serving one message asks of the connection. */
+typedef enum rpc_outcome {
+    RPC_OUT_REPLY,      /* send the reply built */
+    RPC_OUT_NO_REPLY,   /* moreToCome: the client expects nothing */
+    RPC_OUT_CLOSE,      /* a connection-fatal message */
+    RPC_OUT_NO_MEMORY,
+    RPC_OUT_PARK,       /* the handler parked the request (op_await_t): no reply yet */
+    RPC_OUT_CLOSE_ASKED, /* the handler asked to close without a reply (op_close_connection) */
+} rpc_outcome_t;
+
+static void rpc_log_refused(const rpc_conn_t *c, const ms_error_t *err) {
+    log_warn("wire message refused conn=%u peer=%s code=%d codeName=%s errmsg=%s", c->id,
+             c->peer, err->code, err_code_name(err->code), log_str(err->msg));
+}
+
+/* The next invocation of an exhaust stream, when req asked for one (exhaustAllowed), its
+ * handler allowed it (op_await_t stream: an awaitable hello) and it succeeded (MongoDB
+ * streams only ok replies): the same command with the reply's topologyVersion, whose
+ * requestID is the reply's own (reply_id). NULL: the stream ends with this reply. */
+static rpc_req_t *rpc_exhaust_next(const wire_request_t *req, const op_await_t *aw,
+                                   const bson_t *reply, int32_t reply_id) {
+    bson_iter_t it;
+    bson_t tv;
+    uint32_t tv_len;
+    const uint8_t *tv_data;
+    uint8_t *bytes;
+    size_t len = 0;
+    rpc_req_t *r;
+
+    if (!aw->stream || !req->exhaust_allowed || req->reply_opcode != WIRE_OP_MSG) return NULL;
+    if (!bson_iter_init_find(&it, reply, "ok") || !bson_iter_as_bool(&it)) return NULL;
+    if (!bson_iter_init_find(&it, reply, "topologyVersion") || !BSON_ITER_HOLDS_DOCUMENT(&it))
+        return NULL;
+    bson_iter_document(&it, &tv_len, &tv_data);
+    if (!bson_init_static(&tv, tv_data, tv_len)) return NULL;
+    if (!(bytes = wire_exhaust_next(req, &tv, reply_id, &len))) return NULL;
+    r = calloc(1, sizeof *r);
+    if (r && (r->buf = malloc(len)) != NULL) {
+        memcpy(r->buf, bytes, len);
+        r->len = len;
+        r->exhaust = true;
+    } else {
+        free(r);
+        r = NULL;
+    }
+    bson_free(bytes);
+    return r;
+}
 
 /* Serves one wire message r (the whole message, header included): decodes it, runs the
  * command through the handler (cmd_dispatch: the same as over SP), encodes the reply.
- * Runs on a worker without the lock. *out: the reply to send (RPC_WIRE_REPLY only). */
-static rpc_wire_outcome_t rpc_wire_serve(rpc_server_t *s, const rpc_conn_t *c,
-                                         const rpc_req_t *r, rpc_tx_t **out) {
+ * Runs on a worker without the lock. *out: the reply to send (RPC_OUT_REPLY only);
+ * *next: an exhaust stream's next invocation (with RPC_OUT_REPLY), or NULL. */
+static rpc_outcome_t rpc_wire_serve(rpc_server_t *s, const rpc_conn_t *c, const rpc_req_t *r,
+                                    op_await_t *aw, rpc_tx_t **out, rpc_req_t **next) {
     wire_request_t req;
     ms_error_t err = {0};
     bson_t reply;
     rpc_tx_t *t;
     size_t len = 0;
+    int32_t reply_id;
     wire_rc_t rc = wire_request_decode(r->buf, r->len, &req, &err);
 
     *out = NULL;
+    *next = NULL;
     if (rc == WIRE_CLOSE) {
-        log_warn("wire message refused conn=%u peer=%s code=%d codeName=%s errmsg=%s", c->id,
-                 c->peer, err.code, err_code_name(err.code), log_str(err.msg));
+        rpc_log_refused(c, &err);
         wire_request_free(&req);
-        return RPC_WIRE_CLOSE;
+        return RPC_OUT_CLOSE;
     }
+    aw->exhaust_allowed = req.exhaust_allowed;
     bson_init(&reply);
     if (rc == WIRE_OK) {
         s->fn(s->arg, bson_get_data(&req.cmd), req.cmd.len, &reply);
     } else {
-        log_warn("wire message refused conn=%u peer=%s code=%d codeName=%s errmsg=%s", c->id,
-                 c->peer, err.code, err_code_name(err.code), log_str(err.msg));
+        rpc_log_refused(c, &err);
         wire_error_doc(&req, &err, &reply);
     }
-    if (req.more_to_come) {
+    if (req.more_to_come || aw->park_until_ms > 0) {
+        bool no_reply = req.more_to_come;
         bson_destroy(&reply);
         wire_request_free(&req);
-        return RPC_WIRE_NO_REPLY;
+        return no_reply ? RPC_OUT_NO_REPLY : RPC_OUT_PARK;
     }
+    reply_id = (int32_t)(atomic_fetch_add(&s->wire_next_id, 1) + 1);
+    *next = rpc_exhaust_next(&req, aw, &reply, reply_id);
+    req.reply_more_to_come = *next != NULL;
     t = calloc(1, sizeof *t);
-    if (t)
-        t->body = wire_reply_encode(&req, (int32_t)(atomic_fetch_add(&s->wire_next_id, 1) + 1),
-                                    &reply, &len);
+    if (t) t->body = wire_reply_encode(&req, reply_id, &reply, &len);
     bson_destroy(&reply);
     wire_request_free(&req);
     if (!t || !t->body) {
         free(t);
-        return RPC_WIRE_NO_MEMORY;
+        if (*next) free((*next)->buf);
+        free(*next);
+        *next = NULL;
+        return RPC_OUT_NO_MEMORY;
     }
     t->body_len = len;
     t->is_reply = true;
     *out = t;
-    return RPC_WIRE_REPLY;
+    return RPC_OUT_REPLY;
+}
+
+/* Serves one SP request r: the handler, then the reply with r's envelope. (Nothing parks
+ * on SP: a connection's requests run side by side there, and no driver speaks it.) */
+static rpc_outcome_t rpc_sp_serve(rpc_server_t *s, const rpc_req_t *r, rpc_tx_t **out) {
+    bson_t reply;
+    bson_init(&reply);
+    s->fn(s->arg, r->buf + r->env_len, r->len - r->env_len, &reply);
+    *out = rpc_reply_make(s->framing, r, &reply);
+    return *out ? RPC_OUT_REPLY : RPC_OUT_NO_MEMORY;
+}
+
+/* Runs r on the calling worker, without the lock: the request's connection, peer and
+ * await state are published to its handler (opctx.h) for the call. */
+static rpc_outcome_t rpc_serve(rpc_server_t *s, rpc_conn_t *c, const rpc_req_t *r,
+                               op_await_t *aw, rpc_tx_t **t, rpc_req_t **next) {
+    rpc_outcome_t outcome;
+    op_set_conn(c->id);
+    op_set_peer(c->peer);   /* c outlives the request: it holds q->active */
+    op_set_client(s->framing->wire ? &c->client : NULL);  /* NULL: an NNG peer */
+    op_set_await(aw);
+    *next = NULL;
+    if (s->framing->wire) outcome = rpc_wire_serve(s, c, r, aw, t, next);
+    else outcome = rpc_sp_serve(s, r, t);
+    if (op_take_close()) {
+        /* failCommand's closeConnection: nothing goes out, not even a parked or
+         * streamed reply. */
+        rpc_tx_free(*t);
+        *t = NULL;
+        if (*next) free((*next)->buf);
+        free(*next);
+        *next = NULL;
+        outcome = RPC_OUT_CLOSE_ASKED;
+    }
+    op_set_await(NULL);
+    op_set_conn(0);
+    op_set_peer(NULL);
+    op_set_client(NULL);
+    return outcome;
+}
+
+/* After r was served (with the lock): the reply t goes out, or the connection learns
+ * why not; an exhaust stream's next invocation takes over r's budget charge. */
+static void rpc_served(rpc_conn_t *c, rpc_req_t *r, rpc_outcome_t outcome, rpc_tx_t *t,
+                       rpc_req_t *next) {
+    rpc_server_t *s = c->srv;
+    atomic_fetch_add(&s->requests, 1);
+    if (next) {
+        next->charged = r->charged;  /* read under the lock: a close zeroes queued ones only */
+        r->charged = 0;
+    }
+    s->budget_used -= r->charged;
+    free(r->buf);
+    free(r);
+    if (c->closed || !t) {
+        c->inflight--;
+        if (outcome == RPC_OUT_NO_MEMORY) rpc_conn_close(c, RPC_CLOSE_NO_MEMORY, "what=reply");
+        if (outcome == RPC_OUT_CLOSE) rpc_conn_close(c, RPC_CLOSE_BAD_MESSAGE, "what=message");
+        if (outcome == RPC_OUT_CLOSE_ASKED) rpc_conn_close(c, RPC_CLOSE_FAIL_COMMAND, NULL);
+        rpc_tx_free(t);
+        rpc_rx_maybe_resume(c);
+    } else {
+        rpc_tx_push(c, t);
+    }
+    if (next) rpc_exhaust_queue(c, next);
 }
 
 /* A worker of pool k: serves only the requests queued for that pool. */
@@ -900,11 +1172,10 @@ static void rpc_worker_loop(rpc_server_t *s, int k) {
     for (;;) {
         rpc_conn_t *c;
         rpc_cq_t *q;
-        rpc_req_t *r;
+        rpc_req_t *r, *next;
         rpc_tx_t *t;
-        bson_t reply;
-        size_t charged;
-        rpc_wire_outcome_t outcome;
+        op_await_t aw;
+        rpc_outcome_t outcome;
 
         while (!s->stopping && !p->ready_head) pthread_cond_wait(&p->cv, &s->mu);
         if (s->stopping) break;
@@ -920,47 +1191,20 @@ static void rpc_worker_loop(rpc_server_t *s, int k) {
         r = q->head;
         q->head = r->next;
         if (!q->head) q->tail = NULL;
+        r->next = NULL;
         q->active++;
+        memset(&aw, 0, sizeof aw);
+        aw.can_park = s->framing->wire && !s->quiescing;  /* one at a time: see rpc_sp_serve */
+        aw.woken = r->woken;
         rpc_ready_maybe(c);  /* round robin: back at the tail while it has work and room */
         pthread_mutex_unlock(&s->mu);
 
-        op_set_conn(c->id);
-        op_set_peer(c->peer);   /* c outlives the request: it holds q->active */
-        op_set_client(s->framing->wire ? &c->client : NULL);  /* NULL: an NNG peer */
-        if (s->framing->wire) {
-            outcome = rpc_wire_serve(s, c, r, &t);
-        } else {
-            bson_init(&reply);
-            s->fn(s->arg, r->buf + r->env_len, r->len - r->env_len, &reply);
-            t = rpc_reply_make(s->framing, r, &reply);
-            outcome = t ? RPC_WIRE_REPLY : RPC_WIRE_NO_MEMORY;
-        }
-        if (op_take_close()) {
-            rpc_tx_free(t);
-            t = NULL;
-            outcome = RPC_WIRE_CLOSE_ASKED;
-        }
-        op_set_conn(0);
-        op_set_peer(NULL);
-        op_set_client(NULL);
-        atomic_fetch_add(&s->requests, 1);
-        free(r->buf);
+        outcome = rpc_serve(s, c, r, &aw, &t, &next);
 
         pthread_mutex_lock(&s->mu);
-        charged = r->charged;  /* read under the lock: a close zeroes queued ones only */
-        free(r);
-        s->budget_used -= charged;
         q->active--;
-        if (c->closed || !t) {
-            c->inflight--;
-            if (outcome == RPC_WIRE_NO_MEMORY) rpc_conn_close(c, RPC_CLOSE_NO_MEMORY, "what=reply");
-            if (outcome == RPC_WIRE_CLOSE) rpc_conn_close(c, RPC_CLOSE_BAD_MESSAGE, "what=message");
-            if (outcome == RPC_WIRE_CLOSE_ASKED) rpc_conn_close(c, RPC_CLOSE_FAIL_COMMAND, NULL);
-            rpc_tx_free(t);
-            rpc_rx_maybe_resume(c);
-        } else {
-            rpc_tx_push(c, t);
-        }
+        if (outcome == RPC_OUT_PARK) rpc_await_park(c, r, aw.park_until_ms);
+        else rpc_served(c, r, outcome, t, next);
         rpc_ready_maybe(c);
         rpc_conn_maybe_dead(c);
     }
@@ -1062,6 +1306,7 @@ int rpc_server_start_opts(const char *url, const rpc_server_opts_t *o, rpc_serve
     pthread_mutex_init(&s->mu, NULL);
     for (int k = 0; k < RPC_POOLS; k++) pthread_cond_init(&s->pool[k].cv, NULL);
     pthread_cond_init(&s->reap_cv, NULL);
+    pthread_cond_init(&s->await_cv, NULL);
     snprintf(s->url, sizeof s->url, "%s", url);
     s->framing = framing;
     s->fn = o->fn;
@@ -1109,6 +1354,11 @@ int rpc_server_start_opts(const char *url, const rpc_server_opts_t *o, rpc_serve
         goto out;
     }
     s->reaper_started = true;
+    if (pthread_create(&s->await_thread, NULL, rpc_await_main, s) != 0) {
+        rc = err_set(err, MS_ERR_INTERNAL, "rpc server: cannot start await thread");
+        goto out;
+    }
+    s->await_started = true;
     if ((rv = nng_stream_listener_alloc(&s->listener, url)) == 0 &&
         (framing == &rpc_sp_tcp || framing == &rpc_wire))
         (void)nng_stream_listener_set_bool(s->listener, NNG_OPT_TCP_NODELAY, true);  /* as NNG */
@@ -1140,7 +1390,9 @@ void rpc_server_stop(rpc_server_t *s) {
     s->stopping = true;
     for (int k = 0; k < RPC_POOLS; k++) pthread_cond_broadcast(&s->pool[k].cv);
     pthread_cond_broadcast(&s->reap_cv);
+    pthread_cond_broadcast(&s->await_cv);
     pthread_mutex_unlock(&s->mu);
+    if (s->await_started) pthread_join(s->await_thread, NULL);
     if (s->listener) nng_stream_listener_close(s->listener);
     nng_aio_stop(s->accept_aio);  /* NULL-safe */
     nng_aio_stop(s->retry_aio);
@@ -1179,8 +1431,26 @@ void rpc_server_stop(rpc_server_t *s) {
     free(s->workers);
     for (int k = 0; k < RPC_POOLS; k++) pthread_cond_destroy(&s->pool[k].cv);
     pthread_cond_destroy(&s->reap_cv);
+    pthread_cond_destroy(&s->await_cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
+}
+
+void rpc_server_quiesce(rpc_server_t *s, int wait_ms) {
+    const struct timespec poll = {0, RPC_QUIESCE_POLL_MS * 1000000L};
+    long long deadline;
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->quiescing = true;
+    while (s->parked) rpc_await_wake(s->parked, true);
+    deadline = time_mono_ms() + wait_ms;
+    /* Bounded: a client that does not read its answer costs the stop wait_ms at most. */
+    while (rpc_flush_pending(s) && time_mono_ms() < deadline) {
+        pthread_mutex_unlock(&s->mu);
+        nanosleep(&poll, NULL);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* A BSON document starts with its int32 length, then the first element: a type byte and

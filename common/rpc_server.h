@@ -85,6 +85,12 @@ bool rpc_control_by_name(void *arg, const uint8_t *data, size_t len);
 /* Stops listening, closes every connection, lets running handlers finish (their
  * replies are dropped), joins the workers, frees. NULL-safe. */
 void rpc_server_stop(rpc_server_t *s);
+/* Shutdown's first step (MongoDB's quiesce mode): every parked request (an awaitable
+ * hello, opctx.h op_await_t) runs again at once and from now on none parks; waits up to
+ * wait_ms for the answers they give to be sent, so that waiting clients hear them before
+ * rpc_server_stop closes their connections. Other requests are served as usual meanwhile.
+ * NULL-safe. */
+void rpc_server_quiesce(rpc_server_t *s, int wait_ms);
 /* Requests served so far (for serverStatus). */
 uint64_t rpc_server_requests(const rpc_server_t *s);
 /* Connections open now and accepted since start (for serverStatus). */

@@ -135,6 +135,7 @@ static wire_rc_t wire_decode_msg(const uint8_t *msg, size_t len, wire_request_t 
     }
     flags = get_le32(msg + WIRE_HEADER_BYTES);
     out->more_to_come = (flags & WIRE_MSG_MORE_TO_COME) != 0;
+    out->exhaust_allowed = (flags & WIRE_MSG_EXHAUST_ALLOWED) != 0;
     /* MongoDB closes the connection on a required flag it does not know. */
     if (flags & WIRE_MSG_REQUIRED_MASK & ~(WIRE_MSG_CHECKSUM | WIRE_MSG_MORE_TO_COME)) {
         err_set(err, MS_ERR_ILLEGAL_OP_MSG_FLAG, "Message contains illegal flags value: 0x%08x",
@@ -425,7 +426,8 @@ uint8_t *wire_reply_encode(const wire_request_t *req, int32_t our_id, const bson
         put_le32(p + 16, 1);      /* numberReturned */
         p += 20;
     } else {
-        put_le32(p, req->checksum ? WIRE_MSG_CHECKSUM : 0);
+        put_le32(p, (req->checksum ? WIRE_MSG_CHECKSUM : 0) |
+                        (req->reply_more_to_come ? WIRE_MSG_MORE_TO_COME : 0));
         p[4] = 0;
         p += 5;
     }
@@ -434,5 +436,37 @@ uint8_t *wire_reply_encode(const wire_request_t *req, int32_t our_id, const bson
     if (req->reply_opcode == WIRE_OP_MSG && req->checksum)
         put_le32(p, wire_crc32c(0, out, total - 4));
     *len = total;
+    return out;
+}
+
+uint8_t *wire_exhaust_next(const wire_request_t *req, const bson_t *tv, int32_t our_id,
+                           size_t *len) {
+    wire_request_t next;
+    bson_t cmd;
+    bson_iter_t it;
+    uint8_t *out;
+
+    /* MongoDB's exhaust hello: the same command, its topologyVersion the one just sent. */
+    bson_init(&cmd);
+    if (bson_iter_init(&it, &req->cmd))
+        while (bson_iter_next(&it)) {
+            if (strcmp(bson_iter_key(&it), "topologyVersion") == 0)
+                BSON_APPEND_DOCUMENT(&cmd, "topologyVersion", tv);
+            else
+                bson_append_iter(&cmd, bson_iter_key(&it), (int)bson_iter_key_len(&it), &it);
+        }
+    /* An OP_MSG "reply" to nobody, of the same shape as the request: encode it as one. */
+    memset(&next, 0, sizeof next);
+    next.reply_opcode = WIRE_OP_MSG;
+    next.checksum = req->checksum;
+    next.request_id = 0;  /* its responseTo */
+    out = wire_reply_encode(&next, our_id, &cmd, len);
+    bson_destroy(&cmd);
+    if (out) {
+        /* flagBits: exhaustAllowed (and checksumPresent): rewrite, then re-sum. */
+        put_le32(out + WIRE_HEADER_BYTES,
+                 WIRE_MSG_EXHAUST_ALLOWED | (req->checksum ? WIRE_MSG_CHECKSUM : 0));
+        if (req->checksum) put_le32(out + *len - 4, wire_crc32c(0, out, *len - 4));
+    }
     return out;
 }

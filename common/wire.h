@@ -9,7 +9,8 @@
  * A message is a 16-byte little-endian header {messageLength, requestID, responseTo,
  * opCode} and a body. Understood: OP_MSG (2013) with sections kind 0 (the body) and
  * kind 1 (document sequences, merged into the command as arrays), flag bits
- * checksumPresent (CRC-32C), moreToCome (no reply) and exhaustAllowed (ignored); legacy
+ * checksumPresent (CRC-32C), moreToCome (no reply) and exhaustAllowed (a streamed reply, for
+ * the awaitable hello: wire_exhaust_next); legacy
  * OP_QUERY (2004) on "<db>.$cmd", answered with OP_REPLY (1); OP_COMPRESSED (2012) is
  * answered with an error (no compressor is ever negotiated). Any other opcode closes the
  * connection, as MongoDB does.
@@ -67,6 +68,9 @@ typedef struct wire_request {
     int32_t reply_opcode;    /* WIRE_OP_MSG or WIRE_OP_REPLY: the form of our answer */
     bool checksum;           /* the request carried a CRC-32C: the reply carries one too */
     bool more_to_come;       /* moreToCome: no reply at all, not even an error */
+    bool exhaust_allowed;    /* OP_MSG exhaustAllowed: the client accepts a reply stream */
+    bool reply_more_to_come; /* set by the caller: wire_reply_encode sets moreToCome on the
+                              * reply (an exhaust stream goes on; OP_MSG only) */
     bool query_failure;      /* OP_REPLY with the QueryFailure flag (error on a non-$cmd query) */
     bool has_cmd;            /* cmd is initialised (caller destroys it via wire_request_free) */
     bson_t cmd;              /* the command: body + sequences (+ $db for OP_QUERY) */
@@ -92,6 +96,15 @@ void wire_error_doc(const wire_request_t *req, const ms_error_t *err, bson_t *re
  * (caller owns, bson_free) and sets *len; NULL when out of memory or doc too large for a
  * message (over INT32_MAX, which dispatch's own limit prevents). */
 uint8_t *wire_reply_encode(const wire_request_t *req, int32_t our_id, const bson_t *doc,
+                           size_t *len);
+
+/* The next invocation of an exhaust stream (MongoDB's exhaust hello): the OP_MSG req would
+ * be if the client sent it again with its topologyVersion replaced by tv (the one the
+ * reply carried), requestID our_id (the reply's own, so that the next reply's responseTo
+ * chains to it) and exhaustAllowed (plus checksumPresent when req had it). req must be
+ * an OP_MSG whose cmd is initialised. Returns bson_malloc'd bytes (caller owns) and sets
+ * *len; NULL when out of memory. */
+uint8_t *wire_exhaust_next(const wire_request_t *req, const bson_t *tv, int32_t our_id,
                            size_t *len);
 
 /* CRC-32C (Castagnoli, reflected 0x82F63B78) of data, continuing from crc (0 to start).

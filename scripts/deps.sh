@@ -3,8 +3,10 @@
 # Run by `make` targets when a header or tool is missing, so `make demo` and `make test`
 # work on a fresh Debian 12 machine. Everything comes from Debian's archive, except mongosh
 # (MongoDB's shell, not packaged by Debian): npm installs it into build/mongosh, used by
-# tests/integration/test_mongosh.py and the README's quick start.
-#   scripts/deps.sh [--lint | --fuzz | --mongosh]   (--mongosh: only node, npm and mongosh)
+# tests/integration/test_mongosh.py and the README's quick start; and MongoDB's Node.js
+# driver, which npm installs into build/nodedriver (tests/integration/test_streaming_hello.py).
+#   scripts/deps.sh [--lint | --fuzz | --mongosh | --nodedriver]
+#   (--mongosh, --nodedriver: only node, npm and that package)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +14,11 @@ cd "$(dirname "$0")/.."
 MONGOSH_VERSION=2.12.0
 MONGOSH_DIR=build/mongosh
 MONGOSH_BIN=$MONGOSH_DIR/node_modules/.bin/mongosh
+# The Node.js driver 6.x, pinned: its server monitoring (the streaming hello) is what
+# test_streaming_hello.py holds the server to.
+NODEDRIVER_VERSION=6.22.0
+NODEDRIVER_DIR=build/nodedriver
+NODEDRIVER_PKG=$NODEDRIVER_DIR/node_modules/mongodb/package.json
 
 # python3-pymongo and libmongoc-dev: real drivers over the wire protocol
 # (tests/integration/test_wire.py, test_pymongo.py, test_mongoc.py; tests/bench/bench_wire.py).
@@ -29,13 +36,16 @@ if [ "${1:-}" = "--fuzz" ]; then
     pkgs+=(clang)  # libFuzzer ships with Debian's clang (make fuzz)
 fi
 want_mongosh=0
+want_nodedriver=0
 case "${1:-}" in
-    "") want_mongosh=1; soft=(chromium) ;;
+    "") want_mongosh=1; want_nodedriver=1; soft=(chromium) ;;
     --mongosh) want_mongosh=1; pkgs=() ;;
+    --nodedriver) want_nodedriver=1; pkgs=() ;;
 esac
 # node and npm: Debian's nodejs (18.19 on Debian 12, what mongosh 2.12 needs) and npm, unless
 # a node and npm are already on PATH (e.g. from another repository).
-if [ $want_mongosh = 1 ] && [ ! -x "$MONGOSH_BIN" ]; then
+if { [ $want_mongosh = 1 ] && [ ! -x "$MONGOSH_BIN" ]; } ||
+   { [ $want_nodedriver = 1 ] && [ ! -f "$NODEDRIVER_PKG" ]; }; then
     command -v node >/dev/null || pkgs+=(nodejs)
     command -v npm >/dev/null || pkgs+=(npm)
 fi
@@ -54,6 +64,33 @@ install_mongosh() {
     return 0
 }
 
+# install_nodedriver: npm install of the mongodb package into build/nodedriver (~10 MB, a few
+# seconds). npm runs with HOME in a temporary directory (nothing written to the user's) and
+# without its update check or telemetry. Quick when present: nothing is asked of npm then. A
+# failure is a warning: test_streaming_hello.py says its driver test skipped and why.
+install_nodedriver() {
+    local home
+    [ -f "$NODEDRIVER_PKG" ] && grep -q "\"version\": \"$NODEDRIVER_VERSION\"" "$NODEDRIVER_PKG" && return 0
+    echo "deps: installing the Node.js driver mongodb $NODEDRIVER_VERSION into $NODEDRIVER_DIR (npm)" >&2
+    mkdir -p "$NODEDRIVER_DIR"
+    home=$(mktemp -d)
+    if ! HOME=$home DO_NOT_TRACK=1 npm_config_update_notifier=false \
+            npm install --no-audit --no-fund --loglevel=error --prefix "$NODEDRIVER_DIR" \
+            "mongodb@$NODEDRIVER_VERSION" >&2; then
+        echo "deps: WARNING: npm could not install mongodb $NODEDRIVER_VERSION; the Node driver" \
+             "test of test_streaming_hello.py will be skipped" >&2
+    fi
+    rm -rf "$home"
+    return 0
+}
+
+# install_npm_packages: those asked for (each a warning at worst).
+install_npm_packages() {
+    [ $want_mongosh = 1 ] && install_mongosh
+    [ $want_nodedriver = 1 ] && install_nodedriver
+    return 0
+}
+
 # not_installed PKG...: prints those of PKG not installed.
 not_installed() {
     for p in "$@"; do
@@ -65,7 +102,7 @@ not_installed() {
 mapfile -t missing < <(not_installed "${pkgs[@]}")
 mapfile -t soft_missing < <(not_installed "${soft[@]}")
 if [ ${#missing[@]} -eq 0 ] && [ ${#soft_missing[@]} -eq 0 ]; then
-    [ $want_mongosh = 1 ] && install_mongosh
+    install_npm_packages
     exit 0
 fi
 
@@ -85,5 +122,5 @@ if [ ${#soft_missing[@]} -gt 0 ]; then
     $sudo apt-get install -y -qq --no-install-recommends "${soft_missing[@]}" ||
         echo "deps: WARNING: could not install ${soft_missing[*]}; test_webview.py's browser part will be skipped" >&2
 fi
-[ $want_mongosh = 1 ] && install_mongosh
+install_npm_packages
 exit 0

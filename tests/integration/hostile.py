@@ -23,6 +23,11 @@ class Int64(int):
     """An int to encode as BSON int64 even when it fits in 32 bits."""
 
 
+class ObjectId(bytes):
+    """12 bytes to encode as a BSON ObjectId (decode gives an ObjectId as its hex string:
+    ObjectId.fromhex(s) turns it back)."""
+
+
 def _cstring(s):
     b = s.encode("utf-8")
     if b"\x00" in b:
@@ -49,6 +54,8 @@ def _element(key, v):
         return b"\x03" + k + encode(v)
     if isinstance(v, (list, tuple)):
         return b"\x04" + k + encode({str(i): x for i, x in enumerate(v)})
+    if isinstance(v, ObjectId):
+        return b"\x07" + k + bytes(v)
     if isinstance(v, (bytes, bytearray)):
         return b"\x05" + k + struct.pack("<i", len(v)) + b"\x00" + bytes(v)
     if v is None:

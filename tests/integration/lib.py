@@ -122,6 +122,16 @@ def free_ports(n):
     raise RuntimeError("no free port range found")
 
 
+# ---- clients installed by scripts/deps.sh -------------------------------------------------
+
+def node_driver_dir():
+    """The node_modules directory holding MongoDB's Node.js driver 6.x (scripts/deps.sh
+    --nodedriver installs it into build/nodedriver; `make test` runs that when missing), for
+    NODE_PATH; None when it is not installed (the caller says it skipped and why)."""
+    d = os.path.join(ROOT, "build", "nodedriver", "node_modules")
+    return d if os.path.isfile(os.path.join(d, "mongodb", "package.json")) else None
+
+
 # ---- processes -------------------------------------------------------------------------
 
 class Proc:

@@ -110,14 +110,14 @@ static void wire_op_msg_body(void) {
     wire_request_t r;
     ms_error_t err;
     mb_header(&m, 77, WIRE_OP_MSG);
-    mb_u32(&m, WIRE_MSG_EXHAUST_ALLOWED);  /* accepted, ignored */
+    mb_u32(&m, WIRE_MSG_EXHAUST_ALLOWED);  /* accepted: only an awaitable hello streams */
     mb_u8(&m, 0);
     mb_doc(&m, "{\"ping\": 1, \"$db\": \"admin\"}");
     mb_finish(&m, false);
     CHECK_INT(decode(&m, &r, &err), WIRE_OK);
     CHECK_INT(r.request_id, 77);
     CHECK_INT(r.reply_opcode, WIRE_OP_MSG);
-    CHECK(!r.checksum && !r.more_to_come);
+    CHECK(!r.checksum && !r.more_to_come && r.exhaust_allowed);
     CHECK_INT(field_int(&r.cmd, "ping"), 1);
     CHECK_STR(field_str(&r.cmd, "$db"), "admin");
     wire_request_free(&r);
@@ -499,6 +499,58 @@ static void wire_replies(void) {
     bson_destroy(&doc);
 }
 
+/* The exhaust hello: a streamed reply carries moreToCome; the next invocation is the same
+ * command with the reply's topologyVersion, requestID = the reply's own (so the next
+ * reply's responseTo chains to it), exhaustAllowed and, as the request, a checksum. */
+static void wire_exhaust(void) {
+    msgbuf_t m;
+    wire_request_t req, next;
+    ms_error_t err = {0};
+    bson_t tv, doc, want;
+    uint8_t *out;
+    size_t len = 0;
+    wire_header_t h;
+
+    mb_header(&m, 5, WIRE_OP_MSG);
+    mb_u32(&m, WIRE_MSG_EXHAUST_ALLOWED | WIRE_MSG_CHECKSUM);
+    mb_u8(&m, 0);
+    mb_doc(&m, "{\"hello\": 1, \"topologyVersion\": {\"processId\": {\"$oid\": "
+               "\"0123456789abcdef01234567\"}, \"counter\": {\"$numberLong\": \"0\"}}, "
+               "\"maxAwaitTimeMS\": 500, \"$db\": \"admin\"}");
+    mb_finish(&m, true);
+    CHECK_INT(wire_request_decode(m.b, m.n, &req, &err), WIRE_OK);
+    CHECK(req.exhaust_allowed && req.checksum && !req.more_to_come);
+
+    t_json("{\"ok\": 1}", &doc);
+    req.reply_more_to_come = true;
+    out = wire_reply_encode(&req, 77, &doc, &len);
+    CHECK(out);
+    CHECK_INT(out[16], WIRE_MSG_CHECKSUM | WIRE_MSG_MORE_TO_COME);
+    bson_free(out);
+    bson_destroy(&doc);
+
+    t_json("{\"processId\": {\"$oid\": \"0123456789abcdef01234567\"}, "
+           "\"counter\": {\"$numberLong\": \"1\"}}", &tv);
+    out = wire_exhaust_next(&req, &tv, 77, &len);
+    CHECK(out);
+    if (out) {
+        wire_header_read(out, &h);
+        CHECK_INT(h.request_id, 77);
+        CHECK_INT(h.response_to, 0);
+        CHECK_INT(wire_request_decode(out, len, &next, &err), WIRE_OK);  /* checksum verified */
+        CHECK(next.exhaust_allowed && next.checksum && !next.more_to_come);
+        t_json("{\"hello\": 1, \"topologyVersion\": {\"processId\": {\"$oid\": "
+               "\"0123456789abcdef01234567\"}, \"counter\": {\"$numberLong\": \"1\"}}, "
+               "\"maxAwaitTimeMS\": 500, \"$db\": \"admin\"}", &want);
+        CHECK(next.has_cmd && bson_equal(&next.cmd, &want));  /* same fields, same order */
+        bson_destroy(&want);
+        wire_request_free(&next);
+    }
+    bson_free(out);
+    bson_destroy(&tv);
+    wire_request_free(&req);
+}
+
 /* Found by the fuzzer: an embedded document without its 0 terminator passes libbson's
  * validator but makes bson_init_static (and so BSON_ASSERTs in libbson and in query.c)
  * fail later; dispatch's bsonx_view must refuse it, so neither transport lets it in. */
@@ -517,4 +569,4 @@ static void wire_unterminated_embedded_doc(void) {
 
 T_MAIN(T_CASE(wire_crc_vectors), T_CASE(wire_unterminated_embedded_doc), T_CASE(wire_op_msg_body),
        T_CASE(wire_op_msg_sequences), T_CASE(wire_op_msg_flags), T_CASE(wire_op_msg_refused), T_CASE(wire_op_msg_lengths),
-       T_CASE(wire_op_query), T_CASE(wire_other_opcodes), T_CASE(wire_replies))
+       T_CASE(wire_op_query), T_CASE(wire_other_opcodes), T_CASE(wire_replies), T_CASE(wire_exhaust))
