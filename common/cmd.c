@@ -22,6 +22,7 @@
 #include "common/bsonx.h"
 #include "common/cmd_priv.h"
 #include "common/failpoint.h"
+#include "common/lclock.h"
 #include "common/log.h"
 #include "common/opctx.h"
 #include "common/validate.h"
@@ -315,8 +316,9 @@ int cmd_refuse_transaction(const cmd_server_t *s, ms_error_t *err) {
  * transactions, read and write concerns"). One node holds each piece of data and every
  * write is durable when its SQLite transaction commits, so readConcern local, majority
  * and available read the same committed data, and any writeConcern is met at commit.
- * What needs a replica set (snapshot and linearizable reads, reads after a cluster time,
- * transactions) is refused with the code a standalone mongod gives. lsid and a bare
+ * What needs a replica set (snapshot and linearizable reads, afterOpTime, atClusterTime,
+ * transactions) is refused with the code a standalone mongod gives. afterClusterTime is
+ * served (checked by lclock_check_read_concern, waited for in lclock_request_in). lsid and a bare
  * txnNumber (a retryable write) are accepted: the write runs once, no retry record. */
 static int cmd_check_session_args(const cmd_ctx_t *ctx, ms_error_t *err) {
     bson_iter_t it, sub;
@@ -354,8 +356,8 @@ static int cmd_check_session_args(const cmd_ctx_t *ctx, ms_error_t *err) {
                            "Enumeration value '%s' for field 'readConcern.level' is not a valid "
                            "value.", shown);
         }
-        if (strcmp(k, "afterClusterTime") == 0 || strcmp(k, "afterOpTime") == 0 ||
-            strcmp(k, "atClusterTime") == 0)
+        if (strcmp(k, "afterClusterTime") == 0) continue;  /* lclock_check_read_concern */
+        if (strcmp(k, "afterOpTime") == 0 || strcmp(k, "atClusterTime") == 0)
             return err_set(err, MS_ERR_NOT_A_REPLICA_SET,
                            "node needs to be a replica set member to use read concern");
         if (strcmp(k, "provenance") == 0) continue;
@@ -364,7 +366,13 @@ static int cmd_check_session_args(const cmd_ctx_t *ctx, ms_error_t *err) {
         return err_set(err, MS_ERR_IDL_UNKNOWN_FIELD,
                        "BSON field 'readConcern.%s' is an unknown field.", shown);
     }
-    return 0;
+    {
+        bson_t rc_doc;
+        const char *level = NULL;
+        if (!bsonx_view_container(&it, &rc_doc)) return 0;
+        if (bson_iter_init_find(&sub, &rc_doc, "level")) level = bson_iter_utf8(&sub, NULL);
+        return lclock_check_read_concern(&rc_doc, level, err);
+    }
 }
 
 /* ---- failCommand: MongoDB's test hook that makes named commands fail ------------- */
@@ -421,6 +429,7 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
     int rc;
 
     memset(&ctx, 0, sizeof ctx);
+    lclock_op_reset();
     bson_init(&ctx.err_info);
     ctx.srv = s;
     ctx.app = s->app;
@@ -510,6 +519,8 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
     /* MongoDB checks for interrupt before running a command: an operation whose time is
      * already up (or that maxTimeAlwaysTimeOut kills) never starts. */
     if (strcmp(ctx.name, "configureFailPoint") != 0 && (rc = op_check(&err)) != 0) goto out;
+    /* $clusterTime gossip in, and readConcern.afterClusterTime's wait (common/lclock.h). */
+    if ((rc = lclock_request_in(&req, &err)) != 0) goto out;
 
     /* The handler builds into a document of its own: whatever state it leaves it in
      * (a sub-document still open on an error path), dispatch can drop it. libbson
@@ -567,6 +578,7 @@ out:
             log_debug("command cmd=%s db=%s ms=%lld", ctx.name, log_str(ctx.db), ms);
     }
 done:
+    lclock_reply_out(reply);  /* $clusterTime and operationTime on every reply */
     bson_destroy(&ctx.err_info);
     if (have_renumbered) bson_destroy(&renumbered);
 }

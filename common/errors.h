@@ -79,6 +79,7 @@
     X(RANGE_OVERLAP_CONFLICT, 178, "RangeOverlapConflict")          \
     X(FAIL_POINT_ENABLED, 192, "FailPointEnabled")                  \
     X(CANNOT_BUILD_INDEX_KEYS, 201, "CannotBuildIndexKeys")         \
+    X(CLUSTER_TIME_FAILS_RATE_LIMITER, 205, "ClusterTimeFailsRateLimiter") \
     X(INVALID_UUID, 207, "InvalidUUID")                             \
     X(CANNOT_IMPLICITLY_CREATE_COLLECTION, 227, "CannotImplicitlyCreateCollection") \
     X(NOT_IMPLEMENTED, 238, "NotImplemented")                       \

@@ -574,4 +574,19 @@
  * thousands of chunks each, caught by a migration. */
 #define MS_MULTIWRITE_RANGES_MAX 100000
 
+/* Cluster time (common/lclock.h, docs/cluster-time.md). A gossiped $clusterTime more than
+ * MS_CLOCK_DRIFT_SECS_MAX ahead of this node's wall clock is refused: MongoDB's
+ * maxAcceptableLogicalClockDriftSecs default (one year), which bounds how far one bad
+ * clock can drag the cluster's. The clock's high-water mark is persisted this many
+ * seconds ahead of the clock (one fsync'd file write per MS_CLOCK_RESERVE_SECS of clock
+ * advance, not per tick). A read with readConcern.afterClusterTime and no maxTimeMS waits
+ * at most MS_CLOCK_WAIT_MS_DEFAULT for the writes before that time to commit (MongoDB
+ * waits unbounded; a router's call to a shard gives up after its peer timeout anyway).
+ * Writes awaiting commit with a time: one per writer; the shard and the config server each
+ * have one writer (their SQLite writer lock), 16 leaves room. */
+#define MS_CLOCK_DRIFT_SECS_MAX (365u * 24u * 60u * 60u)
+#define MS_CLOCK_RESERVE_SECS 60u
+#define MS_CLOCK_WAIT_MS_DEFAULT 20000
+#define MS_CLOCK_PENDING_MAX 16
+
 #endif

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "common/daemon.h"
+#include "common/lclock.h"
 #include "common/log.h"
 #include "router/router.h"
 
@@ -43,6 +44,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     log_init("router", LOG_INFO);
+    lclock_init(LCLOCK_ROUTER);
 
     rc = 1;
     if (rt_open(configdb, d.url, &r, &err) != 0) {
