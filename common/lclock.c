@@ -290,9 +290,22 @@ static void copy_without(const bson_t *src, bson_t *dst, const char *a, const ch
 }
 
 void lclock_gossip_out(const bson_t *cmd, bson_t *out) {
+    bson_iter_t it;
+    lclock_ts_t theirs, now = lclock_now();
+    ms_error_t e;
     bson_init(out);
+    /* A command that already carries a time at least ours, or one that is no time at all
+     * (shardctl passing on what its user typed: the peer judges it), goes as it is; so
+     * does an empty document, which names no command (the peer refuses it). A router
+     * has refused a malformed one from its client already. */
+    if (bson_empty(cmd) || (bson_iter_init_find(&it, cmd, "$clusterTime") &&
+                            (parse_signed(&it, &theirs, &e) != 0 ||
+                             lclock_cmp(theirs, now) >= 0))) {
+        bson_concat(out, cmd);
+        return;
+    }
     copy_without(cmd, out, "$clusterTime", NULL);
-    lclock_append_signed(out, "$clusterTime", lclock_now());
+    lclock_append_signed(out, "$clusterTime", now);
 }
 
 void lclock_gossip_reply(const bson_t *reply) {
