@@ -337,13 +337,15 @@ static int cmd_check_session_args(const cmd_ctx_t *ctx, ms_error_t *err) {
         return rc;
     if (!bson_iter_init_find(&it, ctx->req, "readConcern")) return 0;
     if ((rc = cmd_check_type(ctx->name, "readConcern", &it, CT_DOC, err))) return rc;
-    if (!bson_iter_recurse(&it, &sub)) return 0;
+    bson_t rc_doc;
+    const char *level = NULL;
+    if (!bsonx_view_container(&it, &rc_doc) || !bson_iter_recurse(&it, &sub)) return 0;
     while (bson_iter_next(&sub)) {
         const char *k = bson_iter_key(&sub);
         if (strcmp(k, "level") == 0) {
             const char *lv;
             if ((rc = cmd_check_type("readConcern", "level", &sub, CT_STR, err))) return rc;
-            lv = bson_iter_utf8(&sub, NULL);
+            lv = level = bson_iter_utf8(&sub, NULL);
             if (strcmp(lv, "local") == 0 || strcmp(lv, "majority") == 0 ||
                 strcmp(lv, "available") == 0)
                 continue;
@@ -356,7 +358,10 @@ static int cmd_check_session_args(const cmd_ctx_t *ctx, ms_error_t *err) {
                            "Enumeration value '%s' for field 'readConcern.level' is not a valid "
                            "value.", shown);
         }
-        if (strcmp(k, "afterClusterTime") == 0) continue;  /* lclock_check_read_concern */
+        /* afterClusterTime's rules, with afterOpTime beside it: lclock_check_read_concern. */
+        if (strcmp(k, "afterClusterTime") == 0 ||
+            (strcmp(k, "afterOpTime") == 0 && bson_has_field(&rc_doc, "afterClusterTime")))
+            continue;
         if (strcmp(k, "afterOpTime") == 0 || strcmp(k, "atClusterTime") == 0)
             return err_set(err, MS_ERR_NOT_A_REPLICA_SET,
                            "node needs to be a replica set member to use read concern");
@@ -366,13 +371,7 @@ static int cmd_check_session_args(const cmd_ctx_t *ctx, ms_error_t *err) {
         return err_set(err, MS_ERR_IDL_UNKNOWN_FIELD,
                        "BSON field 'readConcern.%s' is an unknown field.", shown);
     }
-    {
-        bson_t rc_doc;
-        const char *level = NULL;
-        if (!bsonx_view_container(&it, &rc_doc)) return 0;
-        if (bson_iter_init_find(&sub, &rc_doc, "level")) level = bson_iter_utf8(&sub, NULL);
-        return lclock_check_read_concern(&rc_doc, level, err);
-    }
+    return lclock_check_read_concern(&rc_doc, level, err);
 }
 
 /* ---- failCommand: MongoDB's test hook that makes named commands fail ------------- */

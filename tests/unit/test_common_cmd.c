@@ -617,6 +617,10 @@ static void cmd_session_args(void) {
     EXPECT_ERR(r, MS_ERR_TYPE_MISMATCH);
     dispatch_json(s, "{\"ping\": 1, \"readConcern\": {\"afterOpTime\": {}}}", &r);
     EXPECT_ERR(r, MS_ERR_NOT_A_REPLICA_SET);
+    dispatch_json(s, "{\"ping\": 1, \"readConcern\": {\"afterOpTime\": {}, \"afterClusterTime\": "
+                     "{\"$timestamp\": {\"t\": 1, \"i\": 1}}}}", &r);
+    EXPECT_ERR(r, MS_ERR_INVALID_OPTIONS);
+    CHECK_STR(get_str(&r, "errmsg"), "Can not specify both afterClusterTime and afterOpTime");
     dispatch_json(s, "{\"ping\": 1, \"readConcern\": {\"level\": \"bogus\"}}", &r);
     EXPECT_ERR(r, MS_ERR_BAD_VALUE);
     dispatch_json(s, "{\"ping\": 1, \"readConcern\": \"local\"}", &r);
