@@ -343,21 +343,11 @@ static bool pending_at_or_before_locked(lclock_ts_t t) {
     return false;
 }
 
-/* Waits on the condition until mono_deadline_ms (the clock is CLOCK_REALTIME's: the
- * remaining time is converted at every wait). */
+/* Waits on the condition until mono_deadline_ms, at most 100 ms at a time so that the
+ * operation's own deadline is checked again often. */
 static void wait_locked(long long mono_deadline_ms) {
-    struct timespec ts;
     long long left = mono_deadline_ms - time_mono_ms();
-    if (left <= 0) return;
-    if (left > 100) left = 100;  /* re-check the operation's own deadline often */
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)(left / 1000);
-    ts.tv_nsec += (long)(left % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&g.cv, &g.mu, &ts);
+    if (left > 0) time_cond_wait_ms(&g.cv, &g.mu, left > 100 ? 100 : left);
 }
 
 int lclock_wait_reached(lclock_ts_t t, ms_error_t *err) {
