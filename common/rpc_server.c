@@ -59,6 +59,7 @@
 #include <string.h>
 
 #include "common/limits.h"
+#include "common/lclock.h"
 #include "common/log.h"
 #include "common/opctx.h"
 #include "common/sp.h"
@@ -857,6 +858,7 @@ static rpc_wire_outcome_t rpc_wire_serve(rpc_server_t *s, const rpc_conn_t *c,
         log_warn("wire message refused conn=%u peer=%s code=%d codeName=%s errmsg=%s", c->id,
                  c->peer, err.code, err_code_name(err.code), log_str(err.msg));
         wire_error_doc(&req, &err, &reply);
+        lclock_reply_out(&reply);  /* as every reply dispatch makes (common/lclock.h) */
     }
     if (req.more_to_come) {
         bson_destroy(&reply);
