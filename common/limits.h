@@ -582,8 +582,9 @@
  * advance, not per tick). A read with readConcern.afterClusterTime and no maxTimeMS waits
  * at most MS_CLOCK_WAIT_MS_DEFAULT for the writes before that time to commit (MongoDB
  * waits unbounded; a router's call to a shard gives up after its peer timeout anyway).
- * Writes awaiting commit with a time: one per writer; the shard and the config server each
- * have one writer (their SQLite writer lock), 16 leaves room. */
+ * Writes awaiting commit with a time: the shard has one (its writer lock), the config
+ * server one per metadata commit in flight (split, merge, migration commit); past 16 a
+ * write waits for a slot. */
 #define MS_CLOCK_DRIFT_SECS_MAX (365u * 24u * 60u * 60u)
 #define MS_CLOCK_RESERVE_SECS 60u
 #define MS_CLOCK_WAIT_MS_DEFAULT 20000

@@ -107,6 +107,8 @@ def test_gossip_reaches_shards_and_drift_is_refused(t):
         assert r["codeName"] == "ClusterTimeFailsRateLimiter", r
         assert "too far from this node's wall clock time" in r["errmsg"], r
     assert cluster_time_of(sc) < (too_far, 0)
+    r = sc.ok({"getParameter": 1, "maxAcceptableLogicalClockDriftSecs": 1, "$db": "admin"})
+    assert num(r["maxAcceptableLogicalClockDriftSecs"]) == DRIFT_MAX, r
     sc.err({"ping": 1, "$db": "admin", "$clusterTime": {"signature": {}}}, 4)
     sc.err({"ping": 1, "$db": "admin", "$clusterTime": 5}, 14)
 
