@@ -581,13 +581,14 @@
  * seconds ahead of the clock (one fsync'd file write per MS_CLOCK_RESERVE_SECS of clock
  * advance, not per tick). A read with readConcern.afterClusterTime and no maxTimeMS waits
  * at most MS_CLOCK_WAIT_MS_DEFAULT for the writes before that time to commit (MongoDB
- * waits unbounded; a router's call to a shard gives up after its peer timeout anyway).
+ * waits unbounded): 15 s, under a router's 20 s peer timeout, so that the router's client
+ * gets the shard's own error rather than the router's NetworkTimeout.
  * Writes awaiting commit with a time: the shard has one (its writer lock), the config
  * server one per metadata commit in flight (split, merge, migration commit); past 16 a
  * write waits for a slot. */
 #define MS_CLOCK_DRIFT_SECS_MAX (365u * 24u * 60u * 60u)
 #define MS_CLOCK_RESERVE_SECS 60u
-#define MS_CLOCK_WAIT_MS_DEFAULT 20000
+#define MS_CLOCK_WAIT_MS_DEFAULT 15000
 #define MS_CLOCK_PENDING_MAX 16
 
 #endif

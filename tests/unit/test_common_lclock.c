@@ -184,5 +184,33 @@ static void lclock_replies(void) {
     lclock_op_reset();
 }
 
+/* What a peer call sends: our time in place of a lower one; a higher one, or one that is
+ * no time at all, as the caller wrote it (the peer judges it); nothing added to {}. */
+static void lclock_gossip_out_rules(void) {
+    bson_t cmd = BSON_INITIALIZER, out, empty = BSON_INITIALIZER;
+    lclock_ts_t now = lclock_now(), got;
+    BSON_APPEND_INT32(&cmd, "ping", 1);
+    lclock_append_signed(&cmd, "$clusterTime", (lclock_ts_t){1, 1});
+    lclock_gossip_out(&cmd, &out);
+    CHECK(ts_at(&out, "$clusterTime.clusterTime", &got) && lclock_cmp(got, now) == 0);
+    bson_destroy(&out);
+    bson_reinit(&cmd);
+    BSON_APPEND_INT32(&cmd, "ping", 1);
+    lclock_append_signed(&cmd, "$clusterTime", (lclock_ts_t){now.secs + 9, 0});
+    lclock_gossip_out(&cmd, &out);
+    CHECK(ts_at(&out, "$clusterTime.clusterTime", &got) && got.secs == now.secs + 9);
+    bson_destroy(&out);
+    bson_reinit(&cmd);
+    BSON_APPEND_INT32(&cmd, "ping", 1);
+    BSON_APPEND_INT32(&cmd, "$clusterTime", 5);
+    lclock_gossip_out(&cmd, &out);
+    CHECK(out.len == cmd.len);
+    bson_destroy(&out);
+    lclock_gossip_out(&empty, &out);
+    CHECK(bson_empty(&out));
+    bson_destroy(&out);
+    bson_destroy(&cmd);
+}
+
 T_MAIN(T_CASE(lclock_ticks), T_CASE(lclock_gossip), T_CASE(lclock_restart), T_CASE(lclock_wait),
-       T_CASE(lclock_replies))
+       T_CASE(lclock_replies), T_CASE(lclock_gossip_out_rules))
