@@ -23,6 +23,7 @@
 #include "common/cmd_priv.h"
 #include "common/curop.h"
 #include "common/failpoint.h"
+#include "common/lclock.h"
 #include "common/log.h"
 #include "common/opctx.h"
 #include "common/validate.h"
@@ -324,8 +325,9 @@ int cmd_refuse_transaction(const cmd_server_t *s, ms_error_t *err) {
  * transactions, read and write concerns"). One node holds each piece of data and every
  * write is durable when its SQLite transaction commits, so readConcern local, majority
  * and available read the same committed data, and any writeConcern is met at commit.
- * What needs a replica set (snapshot and linearizable reads, reads after a cluster time,
- * transactions) is refused with the code a standalone mongod gives. lsid and a bare
+ * What needs a replica set (snapshot and linearizable reads, afterOpTime, atClusterTime,
+ * transactions) is refused with the code a standalone mongod gives. afterClusterTime is
+ * served (checked by lclock_check_read_concern, waited for in lclock_request_in). lsid and a bare
  * txnNumber (a retryable write) are accepted: the write runs once, no retry record. */
 static int cmd_check_session_args(const cmd_ctx_t *ctx, ms_error_t *err) {
     bson_iter_t it, sub;
@@ -344,13 +346,15 @@ static int cmd_check_session_args(const cmd_ctx_t *ctx, ms_error_t *err) {
         return rc;
     if (!bson_iter_init_find(&it, ctx->req, "readConcern")) return 0;
     if ((rc = cmd_check_type(ctx->name, "readConcern", &it, CT_DOC, err))) return rc;
-    if (!bson_iter_recurse(&it, &sub)) return 0;
+    bson_t rc_doc;
+    const char *level = NULL;
+    if (!bsonx_view_container(&it, &rc_doc) || !bson_iter_recurse(&it, &sub)) return 0;
     while (bson_iter_next(&sub)) {
         const char *k = bson_iter_key(&sub);
         if (strcmp(k, "level") == 0) {
             const char *lv;
             if ((rc = cmd_check_type("readConcern", "level", &sub, CT_STR, err))) return rc;
-            lv = bson_iter_utf8(&sub, NULL);
+            lv = level = bson_iter_utf8(&sub, NULL);
             if (strcmp(lv, "local") == 0 || strcmp(lv, "majority") == 0 ||
                 strcmp(lv, "available") == 0)
                 continue;
@@ -363,8 +367,11 @@ static int cmd_check_session_args(const cmd_ctx_t *ctx, ms_error_t *err) {
                            "Enumeration value '%s' for field 'readConcern.level' is not a valid "
                            "value.", shown);
         }
-        if (strcmp(k, "afterClusterTime") == 0 || strcmp(k, "afterOpTime") == 0 ||
-            strcmp(k, "atClusterTime") == 0)
+        /* afterClusterTime's rules, with afterOpTime beside it: lclock_check_read_concern. */
+        if (strcmp(k, "afterClusterTime") == 0 ||
+            (strcmp(k, "afterOpTime") == 0 && bson_has_field(&rc_doc, "afterClusterTime")))
+            continue;
+        if (strcmp(k, "afterOpTime") == 0 || strcmp(k, "atClusterTime") == 0)
             return err_set(err, MS_ERR_NOT_A_REPLICA_SET,
                            "node needs to be a replica set member to use read concern");
         if (strcmp(k, "provenance") == 0) continue;
@@ -373,7 +380,7 @@ static int cmd_check_session_args(const cmd_ctx_t *ctx, ms_error_t *err) {
         return err_set(err, MS_ERR_IDL_UNKNOWN_FIELD,
                        "BSON field 'readConcern.%s' is an unknown field.", shown);
     }
-    return 0;
+    return lclock_check_read_concern(&rc_doc, level, err);
 }
 
 /* The request's session for the handler (common/opctx.h): the cursors it opens belong to
@@ -399,6 +406,7 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
     int rc;
 
     memset(&ctx, 0, sizeof ctx);
+    lclock_op_reset();
     bson_init(&ctx.err_info);
     ctx.srv = s;
     ctx.app = s->app;
@@ -490,6 +498,8 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
     /* MongoDB checks for interrupt before running a command: an operation whose time is
      * already up (or that maxTimeAlwaysTimeOut kills) never starts. */
     if (strcmp(ctx.name, "configureFailPoint") != 0 && (rc = op_check(&err)) != 0) goto out;
+    /* $clusterTime gossip in, and readConcern.afterClusterTime's wait (common/lclock.h). */
+    if ((rc = lclock_request_in(&req, &err)) != 0) goto out;
 
     /* The handler builds into a document of its own: whatever state it leaves it in
      * (a sub-document still open on an error path), dispatch can drop it. libbson
@@ -556,6 +566,7 @@ out:
     cmd_error_labels(ctx.name ? &req : NULL, ctx.name, &fail, reply);
 done:
     cmd_fail_done(&fail);
+    lclock_reply_out(reply);  /* $clusterTime and operationTime on every reply */
     bson_destroy(&ctx.err_info);
     if (have_renumbered) bson_destroy(&renumbered);
 }

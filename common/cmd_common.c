@@ -346,11 +346,14 @@ static void cmd_param_value(const char *name, bson_t *dst, const char *key) {
         bson_append_document_end(dst, &v);
     } else if (strcmp(name, "maxBSONDepth") == 0) {
         BSON_APPEND_INT32(dst, key, MS_DOC_DEPTH_MAX);
+    } else if (strcmp(name, "maxAcceptableLogicalClockDriftSecs") == 0) {
+        BSON_APPEND_INT64(dst, key, MS_CLOCK_DRIFT_SECS_MAX);  /* docs/cluster-time.md */
     }
 }
 
 static const char *const cmd_params[] = {"featureCompatibilityVersion", "maxBSONDepth",
-                                         "enableTestCommands", NULL};
+                                         "enableTestCommands",
+                                         "maxAcceptableLogicalClockDriftSecs", NULL};
 
 static void cmd_append_param(cmd_ctx_t *ctx, const char *name, bool details, bson_t *reply) {
     bson_t d;

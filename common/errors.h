@@ -80,6 +80,7 @@
     X(FAIL_POINT_ENABLED, 192, "FailPointEnabled")                  \
     X(CANNOT_BUILD_INDEX_KEYS, 201, "CannotBuildIndexKeys")         \
     X(NO_SUCH_SESSION, 206, "NoSuchSession")                        \
+    X(CLUSTER_TIME_FAILS_RATE_LIMITER, 205, "ClusterTimeFailsRateLimiter") \
     X(INVALID_UUID, 207, "InvalidUUID")                             \
     X(INCOMPLETE_TRANSACTION_HISTORY, 217, "IncompleteTransactionHistory") \
     X(TRANSACTION_TOO_OLD, 225, "TransactionTooOld")                \

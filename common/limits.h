@@ -629,5 +629,21 @@
  * then the error goes to the driver, which retries once itself. */
 #define MS_ROUTER_WRITE_RETRIES_MAX 7
 #define MS_ROUTER_WRITE_RETRY_BACKOFF_MS 50
+/* Cluster time (common/lclock.h, docs/cluster-time.md). A gossiped $clusterTime more than
+ * MS_CLOCK_DRIFT_SECS_MAX ahead of this node's wall clock is refused: MongoDB's
+ * maxAcceptableLogicalClockDriftSecs default (one year), which bounds how far one bad
+ * clock can drag the cluster's. The clock's high-water mark is persisted this many
+ * seconds ahead of the clock (one fsync'd file write per MS_CLOCK_RESERVE_SECS of clock
+ * advance, not per tick). A read with readConcern.afterClusterTime and no maxTimeMS waits
+ * at most MS_CLOCK_WAIT_MS_DEFAULT for the writes before that time to commit (MongoDB
+ * waits unbounded): 15 s, under a router's 20 s peer timeout, so that the router's client
+ * gets the shard's own error rather than the router's NetworkTimeout.
+ * Writes awaiting commit with a time: the shard has one (its writer lock), the config
+ * server one per metadata commit in flight (split, merge, migration commit); past 16 a
+ * write waits for a slot. */
+#define MS_CLOCK_DRIFT_SECS_MAX (365u * 24u * 60u * 60u)
+#define MS_CLOCK_RESERVE_SECS 60u
+#define MS_CLOCK_WAIT_MS_DEFAULT 15000
+#define MS_CLOCK_PENDING_MAX 16
 
 #endif

@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "common/bsonx.h"
+#include "common/lclock.h"
 #include "common/limits.h"
 #include "common/log.h"
 #include "common/opctx.h"
@@ -780,9 +781,17 @@ out:
     return rc;
 }
 
+/* Every call gossips this process's cluster time and takes the peer's from its reply, as
+ * MongoDB's egress metadata hooks do (common/lclock.h). */
 int rpc_call(rpc_client_t *c, const bson_t *cmd, int timeout_ms, bson_t *reply,
              ms_error_t *err) {
-    return rpc_call_raw(c, bson_get_data(cmd), cmd->len, timeout_ms, reply, err);
+    bson_t sent;
+    int rc;
+    lclock_gossip_out(cmd, &sent);
+    rc = rpc_call_raw(c, bson_get_data(&sent), sent.len, timeout_ms, reply, err);
+    bson_destroy(&sent);
+    if (rc == 0) lclock_gossip_reply(reply);
+    return rc;
 }
 
 int rpc_call_op(rpc_client_t *c, const bson_t *cmd, int dflt_ms, bson_t *reply,

@@ -65,6 +65,7 @@
 #include <time.h>
 
 #include "common/limits.h"
+#include "common/lclock.h"
 #include "common/log.h"
 #include "common/opctx.h"
 #include "common/sp.h"
@@ -1073,6 +1074,7 @@ static rpc_outcome_t rpc_wire_serve(rpc_server_t *s, const rpc_conn_t *c, const 
     } else {
         rpc_log_refused(c, &err);
         wire_error_doc(&req, &err, &reply);
+        lclock_reply_out(&reply);  /* as every reply dispatch makes (common/lclock.h) */
     }
     if (req.more_to_come || aw->park_until_ms > 0) {
         bool no_reply = req.more_to_come;

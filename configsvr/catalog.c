@@ -28,6 +28,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "common/lclock.h"
 #include "common/log.h"
 
 /* ---- SQLite helpers -------------------------------------------------------------- */
@@ -251,23 +252,30 @@ void cat_cluster_id(const cat_t *c, bson_oid_t *out) {
 }
 
 /* Next cluster Timestamp: (now seconds, 1), or one increment past the last one when the
- * clock has not moved on (or went back). Persisted in the caller's transaction. */
+ * clock has not moved on (or went back). "The last one" is the later of this catalog's
+ * and the process's cluster time (common/lclock.h), which then moves up to it: a
+ * collection's timestamp or a database version is a cluster time, as in MongoDB.
+ * Persisted in the caller's transaction. */
 int cat_next_ts_locked(cat_t *c, cat_ts_t *out, ms_error_t *err) {
     sqlite3_stmt *st = NULL;
     uint32_t now_s = (uint32_t)(time_now_ms() / 1000);
-    cat_ts_t ts;
+    lclock_ts_t clock = lclock_now();
+    cat_ts_t ts, last = c->ts_last;
     int rc;
-    if (now_s > c->ts_last.t) {
+    if (clock.secs > last.t || (clock.secs == last.t && clock.inc > last.i))
+        last = (cat_ts_t){clock.secs, clock.inc};
+    if (now_s > last.t) {
         ts.t = now_s;
         ts.i = 1;
     } else {
-        ts.t = c->ts_last.t;
-        ts.i = c->ts_last.i + 1;
+        ts.t = last.t;
+        ts.i = last.i + 1;
         if (ts.i == 0) {  /* 2^32 events in one second: move to the next second */
             ts.t++;
             ts.i = 1;
         }
     }
+    if ((rc = lclock_advance((lclock_ts_t){ts.t, ts.i}, err)) != 0) return rc;
     rc = cat_sql_prep(c, "UPDATE version SET ts_t = ?, ts_i = ? WHERE id = 1", &st, err);
     if (rc == 0) {
         sqlite3_bind_int64(st, 1, ts.t);

@@ -10,6 +10,7 @@
 
 #include "common/bsonx.h"
 #include "common/failpoint.h"
+#include "common/lclock.h"
 #include "common/log.h"
 #include "configsvr/configsvr.h"
 
@@ -139,7 +140,10 @@ int cfg_cmd_split(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     }
     {
         const bson_t *pts[] = {&point};
+        lclock_ts_t ct;
+        if ((rc = lclock_write_begin(&ct, err)) != 0) goto out;
         rc = cat_chunk_split(cfg->cat, ns, &cmin, &cmax, pts, 1, &info, err);
+        lclock_write_end(ct, rc == 0);
     }
     if (rc) goto out;
     /* Committed; the owner has not been told to refresh (it would on its next stale
@@ -173,7 +177,13 @@ int cfg_cmd_merge_chunks(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (rc) goto out;
     rc = cfg_ddl_lock_coll(cfg, ns, "mergeChunks", &g, err);
     if (rc) goto out;
-    rc = cat_chunk_merge(cfg->cat, ns, &bmin, &bmax, &info, err);
+    {
+        lclock_ts_t ct;
+        if ((rc = lclock_write_begin(&ct, err)) == 0) {
+            rc = cat_chunk_merge(cfg->cat, ns, &bmin, &bmax, &info, err);
+            lclock_write_end(ct, rc == 0);
+        }
+    }
     /* Committed; the owner not yet told to refresh. */
     if (rc == 0) rc = fp_eval(CFG_FP_MERGE_AFTER_COMMIT, err);
     cfg_ddl_unlock(&g);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/bsonx.h"
+#include "common/lclock.h"
 #include "common/log.h"
 #include "common/opctx.h"
 #include "common/rpc.h"
@@ -327,7 +328,12 @@ int cfg_cmd_commit_chunk_migration(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *er
     bson_oid_copy(&fromv.epoch, &m.epoch);
     m.ts = fromv.ts;
     if (cmd_field(ctx, "validAfter", &it)) bson_iter_timestamp(&it, &m.valid_after.t, &m.valid_after.i);
-    rc = cat_migration_commit(cfg->cat, &m, &donor, err);
+    {
+        lclock_ts_t ct;   /* the commit's cluster time (common/lclock.h) */
+        if ((rc = lclock_write_begin(&ct, err)) != 0) return rc;
+        rc = cat_migration_commit(cfg->cat, &m, &donor, err);
+        lclock_write_end(ct, rc == 0);
+    }
     if (rc) return rc;
     cat_version_append(reply, "shardVersion", &donor);
     return 0;

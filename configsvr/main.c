@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/daemon.h"
+#include "common/lclock.h"
 #include "common/log.h"
 #include "configsvr/configsvr.h"
 
@@ -157,7 +158,8 @@ int main(int argc, char **argv) {
     cat_settings_allow_test_fields(d.test_commands);
     cfg_register_failpoints();  /* before anything can evaluate one */
 
-    if (cfg_open(&cfg, dbpath, d.url, &err) != 0) {
+    lclock_init(LCLOCK_DATA);
+    if (cfg_open(&cfg, dbpath, d.url, &err) != 0 || lclock_open(dbpath, &err) != 0) {
         rc = daemon_fail("open", &err);
         cfg_close(&cfg);
         return rc;

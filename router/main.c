@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "common/daemon.h"
+#include "common/lclock.h"
 #include "common/log.h"
 #include "common/lsess.h"
 #include "router/router.h"
@@ -48,6 +49,7 @@ int main(int argc, char **argv) {
     }
     lsess_set_timeout_ms(session_timeout_ms);
     log_init("router", LOG_INFO);
+    lclock_init(LCLOCK_ROUTER);
 
     rc = 1;
     if (rt_open(configdb, d.url, &r, &err) != 0) {

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/lclock.h"
 #include "common/log.h"
 #include "common/opctx.h"
 #include "common/rpc.h"
@@ -139,15 +140,21 @@ typedef struct send_arg {
     router_t *r;
     rt_req_t *q;
     long long deadline_ms;   /* the operation's (op_deadline_ms), carried to helper threads */
+    lclock_ts_t op_time;     /* the shard's operationTime, carried back (common/lclock.h) */
 } send_arg_t;
 
 static void *send_one(void *p) {
     send_arg_t *a = p;
     long long own = op_deadline_ms();
+    lclock_ts_t own_time = lclock_op_time();
     op_set_deadline_ms(a->deadline_ms);   /* thread-local: a helper thread has none */
+    lclock_op_reset();
     memset(&a->q->err, 0, sizeof a->q->err);
     a->q->rc = rt_shard_call(a->r, a->q->shard, &a->q->cmd, &a->q->reply, &a->q->err);
+    a->op_time = lclock_op_time();
     op_set_deadline_ms(own);
+    lclock_op_reset();
+    lclock_op_note(own_time);
     return NULL;
 }
 
@@ -158,16 +165,18 @@ void rt_send_all(router_t *r, rt_req_t *reqs, int n) {
     long long deadline_ms = op_deadline_ms();
     ASSERT(n <= MS_SHARDS_MAX);
     for (int i = 1; i < n; i++) {
-        args[i] = (send_arg_t){r, &reqs[i], deadline_ms};
+        args[i] = (send_arg_t){r, &reqs[i], deadline_ms, {0, 0}};
         started[i] = pthread_create(&th[i], NULL, send_one, &args[i]) == 0;
         if (!started[i]) send_one(&args[i]);   /* no thread: do it here, still correct */
     }
     if (n > 0) {
-        args[0] = (send_arg_t){r, &reqs[0], deadline_ms};
+        args[0] = (send_arg_t){r, &reqs[0], deadline_ms, {0, 0}};
         send_one(&args[0]);
     }
     for (int i = 1; i < n; i++)
         if (started[i]) pthread_join(th[i], NULL);
+    /* mongos's operationTime: the latest of the shards' it used. */
+    for (int i = 0; i < n; i++) lclock_op_note(args[i].op_time);
 }
 
 void rt_req_clear(rt_req_t *q) {

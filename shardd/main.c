@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "common/daemon.h"
+#include "common/lclock.h"
 #include "common/log.h"
 #include "common/lsess.h"
 #include "shardd/shardd.h"
@@ -143,6 +144,11 @@ int main(int argc, char **argv) {
     app.agg_blocking_bytes_max = agg_blocking > 0 ? agg_blocking : 0;
     rc = 1;
     if (store_open(dbpath, &so, &app.st, &err) != 0) return daemon_fail("store", &err);
+    lclock_init(LCLOCK_DATA);
+    if (lclock_open(dbpath, &err) != 0) {
+        daemon_fail("cluster time", &err);
+        goto out_store;
+    }
     if (shv_open(&app.shv, &err) != 0 || shardd_load_identity(&app, &err) != 0 ||
         shv_dbcrit_load(app.shv, app.st, &err) != 0) {
         daemon_fail("sharding", &err);

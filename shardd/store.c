@@ -32,6 +32,7 @@
 
 #include "common/bsonx.h"
 #include "common/failpoint.h"
+#include "common/lclock.h"
 #include "common/log.h"
 #include "common/mem.h"
 
@@ -656,13 +657,18 @@ static int write_txn(store_t *st, bool ddl, store_txn_fn fn, void *arg, ms_error
     else
         pthread_rwlock_rdlock(&st->cat_lock);
     if ((rc = conn_exec(t.c, "BEGIN IMMEDIATE", err)) == 0) {
-        rc = fn(&t, arg, err);
+        /* The write's cluster time, reserved as MongoDB reserves an oplog slot: pending
+         * (a read after it waits) until the COMMIT below ends it, either way. */
+        lclock_ts_t wtime = {0, 0};
+        bool timed = (rc = lclock_write_begin(&wtime, err)) == 0;
+        if (rc == 0) rc = fn(&t, arg, err);
         if (rc == 0) rc = counts_flush(&t, err);  /* in the transaction it counts */
         if (rc == 0) {
             if ((rc = conn_exec(t.c, "COMMIT", err)) != 0) conn_exec(t.c, "ROLLBACK", NULL);
         } else {
             conn_exec(t.c, "ROLLBACK", NULL);
         }
+        if (timed) lclock_write_end(wtime, rc == 0);
         counts_end(st, rc == 0);  /* before a catalog reload frees the collections */
         /* Still under the writer lock: the observer publishes what this transaction
          * wrote exactly when it became visible, or drops it (migration's write capture

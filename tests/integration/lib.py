@@ -59,6 +59,11 @@ def num(v):
 def ts(t, i):
     return {"$timestamp": {"t": t, "i": i}}
 
+def bare(reply):
+    """A reply without the $clusterTime and operationTime every reply carries
+    (docs/cluster-time.md): what to compare between two processes, whose clocks differ."""
+    return {k: v for k, v in reply.items() if k not in ("$clusterTime", "operationTime")}
+
 def dumps(doc):
     return json.dumps(doc, separators=(",", ":"))
 

@@ -312,10 +312,14 @@ def test_read_concern_refused(t):
         find = {"find": "shards" if kind == "configsvr" else "x",
                 "$db": "config" if kind == "configsvr" else "d"}
         for rc in ({"level": "snapshot"}, {"level": "linearizable"},
-                   {"level": "local", "afterClusterTime": {"$timestamp": {"t": 1, "i": 1}}},
-                   {"atClusterTime": {"$timestamp": {"t": 1, "i": 1}}}):
+                   {"atClusterTime": {"$timestamp": {"t": 1, "i": 1}}},
+                   {"afterOpTime": {"ts": {"$timestamp": {"t": 1, "i": 1}}, "t": long(1)}}):
             r = c.err(dict(find, readConcern=rc), code=123)
             assert r["codeName"] == "NotAReplicaSet", r
+        # afterClusterTime is served (docs/cluster-time.md): a time already reached reads
+        # at once; a null one is InvalidOptions, as MongoDB's ReadConcernArgs says.
+        c.ok(dict(find, readConcern={"level": "local", "afterClusterTime": {"$timestamp": {"t": 1, "i": 1}}}))
+        c.err(dict(find, readConcern={"afterClusterTime": {"$timestamp": {"t": 0, "i": 0}}}), code=72)
         c.err(dict(find, readConcern={"level": "nope"}), code=2)
         c.err(dict(find, readConcern="local"), code=14)
         c.err(dict(find, writeConcern=1), code=14)

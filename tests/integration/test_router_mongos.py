@@ -44,7 +44,7 @@ def test_db_stats_sums_the_shards(t):
     r = c.ok({"dbStats": 1, "$db": "st", "scale": 2})
     assert list(r) == ["raw", "db", "collections", "views", "objects", "avgObjSize", "dataSize",
                        "storageSize", "totalSize", "indexes", "indexSize", "scaleFactor",
-                       "fsUsedSize", "fsTotalSize", "ok"], list(r)
+                       "fsUsedSize", "fsTotalSize", "ok", "$clusterTime", "operationTime"], list(r)
     assert sorted(r["raw"]) == ["shard0", "shard1"], r
     direct = {("shard%d" % i): s.client().ok({"dbStats": 1, "$db": "st", "scale": 2})
               for i, s in enumerate(cl.shards)}

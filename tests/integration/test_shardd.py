@@ -254,7 +254,7 @@ def test_catalog_commands(t):
 
 DB_STATS_FIELDS = ["db", "collections", "views", "objects", "avgObjSize", "dataSize",
                    "storageSize", "indexes", "indexSize", "totalSize", "scaleFactor",
-                   "fsUsedSize", "fsTotalSize", "ok"]
+                   "fsUsedSize", "fsTotalSize", "ok", "$clusterTime", "operationTime"]
 
 
 @test

@@ -116,7 +116,9 @@ def norm(d):
 
 
 def strip_ids(reply):
-    """Upserted _ids are ObjectIds generated independently on each side."""
+    """Upserted _ids are ObjectIds generated independently on each side; each side has
+    its own cluster time."""
+    reply = bare(reply)
     if "upserted" in reply:
         reply = dict(reply)
         reply["upserted"] = [{"index": u["index"]} for u in reply["upserted"]]

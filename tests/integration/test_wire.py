@@ -72,7 +72,8 @@ def test_op_msg_and_op_query_basics(t):
     w.send(op_msg({"ping": 1, "$db": "admin"}, request_id=4242, flags=EXHAUST_ALLOWED))
     r = w.recv()
     assert r["opcode"] == OP_MSG and r["response_to"] == 4242 and r["flags"] == 0, r
-    assert r["doc"] == {"ok": 1.0}, r
+    assert bare(r["doc"]) == {"ok": 1.0}, r
+    assert set(r["doc"]) == {"ok", "$clusterTime", "operationTime"}, r
     first_id = r["request_id"]
     w.send(op_msg({"ping": 1, "$db": "admin"}, request_id=4243))
     assert w.recv()["request_id"] != first_id

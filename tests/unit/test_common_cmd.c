@@ -601,9 +601,27 @@ static void cmd_session_args(void) {
     dispatch_json(s, "{\"ping\": 1, \"readConcern\": {\"level\": \"snapshot\"}}", &r);
     EXPECT_ERR(r, MS_ERR_NOT_A_REPLICA_SET);
     CHECK_STR(get_str(&r, "codeName"), "NotAReplicaSet");
+    /* afterClusterTime is served (common/lclock.h), with MongoDB's ReadConcernArgs rules. */
     dispatch_json(s, "{\"ping\": 1, \"readConcern\": {\"afterClusterTime\": "
                      "{\"$timestamp\": {\"t\": 1, \"i\": 1}}}}", &r);
+    CHECK(ok_is(&r, 1.0));
+    dispatch_json(s, "{\"ping\": 1, \"readConcern\": {\"afterClusterTime\": "
+                     "{\"$timestamp\": {\"t\": 0, \"i\": 0}}}}", &r);
+    EXPECT_ERR(r, MS_ERR_INVALID_OPTIONS);
+    CHECK_STR(get_str(&r, "errmsg"), "afterClusterTime cannot be a null timestamp");
+    dispatch_json(s, "{\"ping\": 1, \"readConcern\": {\"level\": \"available\", "
+                     "\"afterClusterTime\": {\"$timestamp\": {\"t\": 1, \"i\": 1}}}}", &r);
+    EXPECT_ERR(r, MS_ERR_INVALID_OPTIONS);
+    CHECK_STR(get_str(&r, "errmsg"), "afterClusterTime field can be set only if level is "
+                                     "equal to majority, local, or snapshot");
+    dispatch_json(s, "{\"ping\": 1, \"readConcern\": {\"afterClusterTime\": 5}}", &r);
+    EXPECT_ERR(r, MS_ERR_TYPE_MISMATCH);
+    dispatch_json(s, "{\"ping\": 1, \"readConcern\": {\"afterOpTime\": {}}}", &r);
     EXPECT_ERR(r, MS_ERR_NOT_A_REPLICA_SET);
+    dispatch_json(s, "{\"ping\": 1, \"readConcern\": {\"afterOpTime\": {}, \"afterClusterTime\": "
+                     "{\"$timestamp\": {\"t\": 1, \"i\": 1}}}}", &r);
+    EXPECT_ERR(r, MS_ERR_INVALID_OPTIONS);
+    CHECK_STR(get_str(&r, "errmsg"), "Can not specify both afterClusterTime and afterOpTime");
     dispatch_json(s, "{\"ping\": 1, \"readConcern\": {\"level\": \"bogus\"}}", &r);
     EXPECT_ERR(r, MS_ERR_BAD_VALUE);
     dispatch_json(s, "{\"ping\": 1, \"readConcern\": \"local\"}", &r);
