@@ -299,8 +299,11 @@ static int step_catch_up(mig_donor_t *d, ms_error_t *err) {
         bool steady = strcmp(state, "steady") == 0, catchup = strcmp(state, "catchup") == 0;
         pthread_mutex_lock(&d->mu);
         bool cloned = d->pos >= d->nrids;
+        /* The session history must have moved too (a pull found nothing new), or its
+         * last batches would lengthen the write pause (MongoDB's inCatchupPhase). */
+        bool sess_ready = d->sess_caught_up;
         pthread_mutex_unlock(&d->mu);
-        if (cloned && (steady || catchup)) {
+        if (cloned && sess_ready && (steady || catchup)) {
             int64_t ndel, nrel, bytes;
             mig_cloner_pending(d, &ndel, &nrel, &bytes);
             int64_t pending = ndel + nrel;
@@ -452,6 +455,8 @@ static void from_details(const mig_donor_t *d, int step, bson_t *details) {
     BSON_APPEND_INT64(details, "clonedDocs", d->cloned_docs);
     BSON_APPEND_INT64(details, "clonedBytes", d->cloned_bytes);
     BSON_APPEND_INT64(details, "modsSent", d->mods_sent);
+    BSON_APPEND_INT64(details, "sessionRecordsSent", d->sess_sent);
+    BSON_APPEND_INT64(details, "sessionSentinelsSent", d->sess_sentinels);
     BSON_APPEND_INT64(details, "writePauseMS", d->pause_ms);
 }
 
@@ -483,6 +488,11 @@ static void donor_run(mig_donor_t *d) {
     if ((rc = shv_crit_enter_as(m->app->shv, m->app->st, d->ns, d->co.id, err)) != 0) goto abort;
     d->crit_held = true;
     d->pause_start_ms = time_mono_ms();
+    /* From here no write of the collection commits here: the recipient's next empty
+     * _getNextSessionMods is its last (MongoDB's onCommitCloneStarted). */
+    pthread_mutex_lock(&d->mu);
+    d->sess_commit_started = true;
+    pthread_mutex_unlock(&d->mu);
     if ((rc = step_done(d, ++step, &t0, err)) != 0) goto abort;
 
     donor_set_phase(d, DP_COMMIT_RECIPIENT);
@@ -844,6 +854,7 @@ void mig_donor_status(mig_donor_t *d, bson_t *out) {
     BSON_APPEND_INT64(out, "bytesCloned", d->cloned_bytes);
     BSON_APPEND_INT64(out, "modsPending", ndel + nrel);
     BSON_APPEND_INT64(out, "modsSent", d->mods_sent);
+    BSON_APPEND_INT64(out, "sessionRecordsSent", d->sess_sent);
     BSON_APPEND_INT64(out, "elapsedMS", elapsed);
     double rate = elapsed > 0 ? (double)d->cloned_docs * 1000.0 / (double)elapsed : 0;
     BSON_APPEND_DOUBLE(out, "docsPerSec", rate);

@@ -241,14 +241,11 @@ static int rec_doc(sqlite3_stmt *s, bson_t *rec, ms_error_t *err) {
     return 0;
 }
 
-int sess_scan_range(store_txn_t *t, const char *ns, const uint8_t *min, size_t minlen,
-                    const uint8_t *max, size_t maxlen, int64_t after_seq, int limit,
-                    sess_rec_fn fn, void *arg, ms_error_t *err) {
+/* Runs one of the scans below: ?1 ns, ?2 min, ?3 max, ?4 after_seq, ?5 limit. */
+static int scan_stmts(store_txn_t *t, const char *sql, const char *ns, const uint8_t *min,
+                      size_t minlen, const uint8_t *max, size_t maxlen, int64_t after_seq,
+                      int limit, sess_rec_fn fn, void *arg, ms_error_t *err) {
     /* Not the statement cache: fn may run other session statements on this connection. */
-    static const char sql[] =
-        "SELECT seq, lsid, txn, stmt, ns, key, result, date_ms FROM sess_stmt"
-        " WHERE ns = ?1 AND key IS NOT NULL AND key >= ?2 AND key < ?3 AND seq > ?4"
-        " ORDER BY seq LIMIT ?5";
     sqlite3_stmt *s = NULL;
     sqlite3 *db = t->c->db;
     int src = sqlite3_prepare_v2(db, sql, -1, &s, NULL), rc = 0;
@@ -268,6 +265,24 @@ int sess_scan_range(store_txn_t *t, const char *ns, const uint8_t *min, size_t m
     if (rc == 0 && src != SQLITE_DONE) rc = err_from_sqlite(err, src, "sess_stmt scan", db);
     sqlite3_finalize(s);
     return rc;
+}
+
+int sess_scan_range(store_txn_t *t, const char *ns, const uint8_t *min, size_t minlen,
+                    const uint8_t *max, size_t maxlen, int64_t after_seq, int limit,
+                    sess_rec_fn fn, void *arg, ms_error_t *err) {
+    static const char sql[] =
+        "SELECT seq, lsid, txn, stmt, ns, key, result, date_ms FROM sess_stmt"
+        " WHERE ns = ?1 AND key IS NOT NULL AND key >= ?2 AND key < ?3 AND seq > ?4"
+        " ORDER BY seq LIMIT ?5";
+    return scan_stmts(t, sql, ns, min, minlen, max, maxlen, after_seq, limit, fn, arg, err);
+}
+
+int sess_scan_unplaced(store_txn_t *t, const char *ns, int64_t after_seq, int limit,
+                       sess_rec_fn fn, void *arg, ms_error_t *err) {
+    static const char sql[] =
+        "SELECT seq, lsid, txn, stmt, ns, key, result, date_ms FROM sess_stmt"
+        " WHERE ns = ?1 AND key IS NULL AND seq > ?4 ORDER BY seq LIMIT ?5";
+    return scan_stmts(t, sql, ns, NULL, 0, NULL, 0, after_seq, limit, fn, arg, err);
 }
 
 /* The fields of a migrated record; views into rec. */
