@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "common/opctx.h"
 #include "common/validate.h"
+#include "shardd/sessions.h"
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
@@ -215,11 +216,125 @@ struct wbatch {
     bson_t errs;             /* writeErrors entries */
     bson_t upserted;         /* update: {index, _id} of each upsert */
     fp_early_t fpe;          /* hangBeforeWriteCommit, evaluated before the transaction */
+    sess_write_t sw;         /* lsid, txnNumber, stmtIds of a retryable write */
+    buf_t touched;           /* the encoded shard key of the document a statement wrote */
+    bool touched_set;
 };
 
-/* Fatal errors abort the whole command; others belong to one statement. */
+/* Fatal errors abort the whole command; others belong to one statement. A retryable
+ * write's session errors are the command's too, as MongoDB's checkStatementExecuted
+ * throws them out of the batch loop. */
 static bool is_fatal(int code) {
-    return code == MS_ERR_INTERNAL || code == MS_ERR_LOCK_TIMEOUT;
+    return code == MS_ERR_INTERNAL || code == MS_ERR_LOCK_TIMEOUT ||
+           code == MS_ERR_INCOMPLETE_TRANSACTION_HISTORY || code == MS_ERR_TRANSACTION_TOO_OLD;
+}
+
+/* ---- retryable writes: a statement runs once per (lsid, txnNumber, stmtId) ------------- */
+
+/* Notes the shard key of the document a statement of a retryable write wrote (its record
+ * migrates with that key's chunk). Best effort: a key that cannot be extracted leaves the
+ * record keyed by the statement's query. */
+static void wb_touch(wbatch_t *b, const store_coll_t *c, const bson_t *doc) {
+    ms_error_t e;
+    if (b->sw.on && sess_key_of(c, doc, NULL, &b->touched, &b->touched_set, &e) != 0)
+        b->touched_set = false;
+}
+
+/* update {multi: true} and delete {limit: 0} are not retryable (MongoDB refuses them in a
+ * retryable write with InvalidOptions). */
+static int wb_refuse_multi(const wbatch_t *b, const bson_t *op, ms_error_t *e) {
+    bson_iter_t it;
+    int64_t limit = 1;
+    if (b->kind->counts_modified && bson_iter_init_find(&it, op, "multi") && bsonx_truthy(&it))
+        return err_set(e, MS_ERR_INVALID_OPTIONS,
+                       "Cannot use (or request) retryable writes with multi=true");
+    if (!b->kind->counts_modified && strcmp(b->kind->verb, "delete") == 0 &&
+        bson_iter_init_find(&it, op, "limit") && bsonx_as_int64(&it, &limit) && limit == 0)
+        return err_set(e, MS_ERR_INVALID_OPTIONS,
+                       "Cannot use (or request) retryable writes with limit=0");
+    return 0;
+}
+
+/* The _id of the batch's last upsert entry into res as "upserted". */
+static void wb_last_upserted(const wbatch_t *b, bson_t *res) {
+    bson_iter_t it, d, last;
+    bool have = false;
+    if (!bson_iter_init(&it, &b->upserted)) return;
+    while (bson_iter_next(&it))
+        if (bson_iter_recurse(&it, &d) && bson_iter_find(&d, "_id")) {
+            last = d;
+            have = true;
+        }
+    if (have) bsonx_append_iter(res, "upserted", &last);
+}
+
+/* A recorded statement answers as it did: its n, nModified and upserted _id counted in. */
+static void wb_replay(wbatch_t *b, int index, const bson_t *res) {
+    bson_iter_t it;
+    int64_t v;
+    if (bson_iter_init_find(&it, res, "n") && bsonx_as_int64(&it, &v)) b->n += v;
+    if (bson_iter_init_find(&it, res, "nModified") && bsonx_as_int64(&it, &v)) b->nmod += v;
+    if (bson_iter_init_find(&it, res, "upserted")) {
+        bson_t up;
+        char key[16];
+        snprintf(key, sizeof key, "%d", b->nups++);
+        BSON_APPEND_DOCUMENT_BEGIN(&b->upserted, key, &up);
+        BSON_APPEND_INT32(&up, "index", index);
+        bsonx_append_iter(&up, "_id", &it);
+        bson_append_document_end(&b->upserted, &up);
+    }
+}
+
+/* Records what statement index answered (its share of n, nModified, upserted) with its
+ * key: the written document's, else the shard-key equality its query names, else none. A
+ * failure here is the command's (InternalError): the write must not commit unrecorded. */
+static int wb_record(store_txn_t *t, const store_coll_t *c, wbatch_t *b, int32_t sid,
+                     const bson_t *op, int64_t n0, int64_t nmod0, int nups0, ms_error_t *e) {
+    bson_t res = BSON_INITIALIZER, q;
+    bson_iter_t it;
+    int rc = 0;
+    BSON_APPEND_INT32(&res, "n", (int32_t)(b->n - n0));
+    if (b->kind->counts_modified) BSON_APPEND_INT32(&res, "nModified", (int32_t)(b->nmod - nmod0));
+    if (b->nups > nups0) wb_last_upserted(b, &res);
+    if (!b->touched_set && bson_iter_init_find(&it, op, "q") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bsonx_view_container(&it, &q))
+        rc = sess_key_of(c, NULL, &q, &b->touched, &b->touched_set, e);
+    if (rc == 0)
+        rc = sess_stmt_record(t, &b->sw.lsid, b->sw.txn, sid, b->ns,
+                              b->touched_set ? b->touched.data : NULL,
+                              b->touched_set ? b->touched.len : 0, &res, e);
+    bson_destroy(&res);
+    if (rc) {
+        err_prefix(e, "recording retryable write statement %d", sid);
+        e->code = MS_ERR_INTERNAL;
+        return MS_ERR_INTERNAL;
+    }
+    return 0;
+}
+
+/* One statement of a batch. A retryable write's statement (MongoDB's
+ * checkStatementExecuted before it, onWriteOpCompletedOnPrimary after) is answered from
+ * its record when it ran already, else run and recorded in this same transaction. */
+static int wb_statement(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
+                        const bson_t *op, bson_t *info, ms_error_t *e) {
+    int32_t sid = sess_write_stmt_id(&b->sw, index);
+    bson_t res;
+    bool found = false;
+    int rc;
+    if (!b->sw.on || sid == SESS_STMT_UNINITIALIZED) return b->kind->op(t, c, b, index, op, info, e);
+    if ((rc = wb_refuse_multi(b, op, e)) != 0) return rc;
+    if ((rc = sess_stmt_lookup(t, &b->sw.lsid, b->sw.txn, sid, &res, &found, e)) != 0) return rc;
+    if (found) {
+        wb_replay(b, index, &res);
+        bson_destroy(&res);
+        return 0;
+    }
+    int64_t n0 = b->n, nmod0 = b->nmod;
+    int nups0 = b->nups;
+    b->touched_set = false;
+    rc = b->kind->op(t, c, b, index, op, info, e);
+    if (rc != 0 || b->need_create) return rc;
+    return wb_record(t, c, b, sid, op, n0, nmod0, nups0, e);
 }
 
 static void write_error(bson_t *arr, int *nerr, int index, const ms_error_t *e, const bson_t *info) {
@@ -252,6 +367,7 @@ static int wbatch_txn(store_txn_t *t, void *arg, ms_error_t *err) {
     bson_reinit(&b->upserted);
     if (crit_check_write(b->ctx, b->ns, &b->ctx->err_info, &b->crit_refused, err) != 0)
         return err->code;
+    if (b->sw.on && sess_txn_begin(t, &b->sw.lsid, b->sw.txn, err) != 0) return err->code;
     for (int i = 0; bson_iter_next(&ops); i++) {
         bson_t op, info = BSON_INITIALIZER;
         ms_error_t e = {0};
@@ -263,7 +379,7 @@ static int wbatch_txn(store_txn_t *t, void *arg, ms_error_t *err) {
                          "expected type 'object'", b->kind->verb, b->kind->field, i,
                          bsonx_type_name(bson_iter_type(&ops)));
         else if (rc == 0)
-            rc = b->kind->op(t, c, b, i, &op, &info, &e);
+            rc = wb_statement(t, c, b, i, &op, &info, &e);
         if (rc == MS_ERR_MAX_TIME_MS_EXPIRED && !b->need_create) {
             /* MongoDB: an interruption fails the whole command, and what the batch wrote
              * before it (earlier statements, earlier documents of a multi statement)
@@ -293,6 +409,8 @@ static void wbatch_init(wbatch_t *b, const wbatch_kind_t *kind) {
 }
 
 static void wbatch_free(wbatch_t *b) {
+    sess_write_free(&b->sw);
+    buf_free(&b->touched);
     bson_destroy(&b->errs);
     bson_destroy(&b->upserted);
     shv_filter_release(b->own);
@@ -324,6 +442,7 @@ static int wbatch_command(cmd_ctx_t *ctx, const wbatch_kind_t *kind, bson_t *rep
         goto out;
     }
     b.ordered = cmd_flag(ctx, "ordered", true);
+    if ((rc = sess_write_parse(ctx->req, nops, &b.sw, err)) != 0) goto out;
     fp_eval_early(FP_BEFORE_WRITE_COMMIT, &b.fpe);
     if ((rc = write_creating(ctx, b.ns, wbatch_txn, &b, &b.need_create, &b.crit_refused,
                              err)) != 0) {
@@ -365,6 +484,7 @@ static int insert_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index, co
     }
     with_id_first(op, &doc);
     rc = store_write_doc(t, c, 0, NULL, &doc, NULL, info, e);
+    if (rc == 0) wb_touch(b, c, &doc);
     bson_destroy(&doc);
     if (rc == 0) b->n++;
     return rc;
@@ -680,6 +800,7 @@ static int update_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
             rc = check_owned(c, b->own, &nd, e);
             if (rc == 0) rc = store_write_doc(t, c, rids[i], &doc, &nd, NULL, info, e);
         }
+        if (rc == 0) wb_touch(b, c, &nd);
         bson_destroy(&doc);
         if (rc == 0) bson_destroy(&nd);
         if (rc != 0) goto out;
@@ -697,6 +818,7 @@ static int update_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
         rc = check_owned(c, b->own, &nd, e);
         if (rc == 0) rc = check_in_ranges(c, b->own, narrowed ? &ranges : NULL, &nd, e);
         if (rc == 0) rc = store_write_doc(t, c, 0, NULL, &nd, &rid, info, e);
+        if (rc == 0) wb_touch(b, c, &nd);
         if (rc == 0) {
             bson_t up;
             char key[16];
@@ -768,6 +890,7 @@ static int delete_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
             goto out;
         if ((rc = store_get_by_rowid(t, c, rids[i], &doc, e)) != 0) goto out;
         rc = store_write_doc(t, c, rids[i], &doc, NULL, NULL, NULL, e);
+        if (rc == 0) wb_touch(b, c, &doc);
         bson_destroy(&doc);
         if (rc != 0) goto out;
         b->n++;
@@ -987,7 +1110,16 @@ typedef struct fam_arg {
     cmd_ctx_t *ctx;
     bool crit_refused;
     fp_early_t fpe;          /* hangBeforeWriteCommit, evaluated before the transaction */
+    sess_write_t sw;         /* lsid, txnNumber, stmtId of a retryable findAndModify */
+    buf_t touched;           /* the encoded shard key of the document it wrote */
+    bool touched_set;
 } fam_arg_t;
+
+static void fam_touch(fam_arg_t *a, const store_coll_t *c, const bson_t *doc) {
+    ms_error_t e;
+    if (a->sw.on && sess_key_of(c, doc, NULL, &a->touched, &a->touched_set, &e) != 0)
+        a->touched_set = false;
+}
 
 static void fam_value(fam_arg_t *a, const bson_t *doc, ms_error_t *err) {
     if (!doc) {
@@ -1031,6 +1163,7 @@ static int fam_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         if ((rc = store_get_by_rowid(t, c, rids[0], &doc, err)) != 0) goto out;
         if (a->remove) {
             rc = store_write_doc(t, c, rids[0], &doc, NULL, NULL, NULL, err);
+            if (rc == 0) fam_touch(a, c, &doc);
             if (rc == 0) {
                 BSON_APPEND_DOCUMENT_BEGIN(a->reply, "lastErrorObject", &leo);
                 BSON_APPEND_INT32(&leo, "n", 1);
@@ -1046,6 +1179,7 @@ static int fam_fn(store_txn_t *t, void *arg, ms_error_t *err) {
                     rc = check_owned(c, a->own, &nd, err);
                     if (rc == 0) rc = store_write_doc(t, c, rids[0], &doc, &nd, NULL, &a->err_info, err);
                 }
+                if (rc == 0) fam_touch(a, c, &nd);
                 if (rc == 0) {
                     BSON_APPEND_DOCUMENT_BEGIN(a->reply, "lastErrorObject", &leo);
                     BSON_APPEND_INT32(&leo, "n", 1);
@@ -1067,6 +1201,7 @@ static int fam_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         if ((rc = upsert_doc(&a->query, a->u, &nd, err)) != 0) goto out;
         rc = check_owned(c, a->own, &nd, err);
         if (rc == 0) rc = store_write_doc(t, c, 0, NULL, &nd, NULL, &a->err_info, err);
+        if (rc == 0) fam_touch(a, c, &nd);
         if (rc == 0) {
             BSON_APPEND_DOCUMENT_BEGIN(a->reply, "lastErrorObject", &leo);
             BSON_APPEND_INT32(&leo, "n", 1);
@@ -1087,6 +1222,43 @@ static int fam_fn(store_txn_t *t, void *arg, ms_error_t *err) {
 out:
     free(rids);
     return rc;
+}
+
+/* A retryable findAndModify (lsid + txnNumber; stmtId, default 0): after the critical
+ * section's check, answered from its record when it ran already, else run (fam_fn) and
+ * its reply recorded in the same transaction. */
+static int fam_retryable_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    fam_arg_t *a = arg;
+    bson_t res;
+    bool found = false;
+    int rc;
+    if (!a->sw.on) return fam_fn(t, arg, err);
+    if (crit_check_write(a->ctx, a->ns, &a->err_info, &a->crit_refused, err) != 0)
+        return err->code;
+    if ((rc = sess_txn_begin(t, &a->sw.lsid, a->sw.txn, err)) != 0) return rc;
+    if ((rc = sess_stmt_lookup(t, &a->sw.lsid, a->sw.txn, a->sw.stmt, &res, &found, err)) != 0)
+        return rc;
+    if (found) {
+        bson_reinit(a->reply);
+        bson_concat(a->reply, &res);
+        bson_destroy(&res);
+        a->need_create = false;
+        return 0;
+    }
+    a->touched_set = false;
+    if ((rc = fam_fn(t, arg, err)) != 0 || a->need_create) return rc;
+    if (!a->touched_set &&
+        (rc = sess_key_of(store_coll_get(t, a->ns), NULL, &a->query, &a->touched,
+                          &a->touched_set, err)) != 0)
+        return rc;
+    rc = sess_stmt_record(t, &a->sw.lsid, a->sw.txn, a->sw.stmt, a->ns,
+                          a->touched_set ? a->touched.data : NULL,
+                          a->touched_set ? a->touched.len : 0, a->reply, err);
+    if (rc) {
+        err_prefix(err, "recording retryable findAndModify");
+        err->code = MS_ERR_INTERNAL;
+    }
+    return rc ? MS_ERR_INTERNAL : 0;
 }
 
 int cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
@@ -1166,8 +1338,9 @@ int cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         (rc = projection_compile(&d, &a.proj, err)) != 0)
         goto out;
     a.reply = &partial;
+    if ((rc = sess_write_parse(ctx->req, 1, &a.sw, err)) != 0) goto out;
     fp_eval_early(FP_BEFORE_WRITE_COMMIT, &a.fpe);
-    if ((rc = write_creating(ctx, ns, fam_fn, &a, &a.need_create, &a.crit_refused, err)) == 0 &&
+    if ((rc = write_creating(ctx, ns, fam_retryable_fn, &a, &a.need_create, &a.crit_refused, err)) == 0 &&
         (rc = fp_eval(FP_AFTER_WRITE_COMMIT, err)) == 0 && !a.need_create)
         bson_concat(reply, &partial);
     if (rc != 0 && !bson_empty(&a.err_info)) bson_concat(&ctx->err_info, &a.err_info);
@@ -1181,6 +1354,8 @@ out:
     update_free(a.u);
     projection_free(a.proj);
     shv_filter_release(a.own);
+    sess_write_free(&a.sw);
+    buf_free(&a.touched);
     return rc;
 }
 

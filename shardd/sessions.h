@@ -96,4 +96,34 @@ int sess_forget(store_txn_t *t, const bson_t *lsid, ms_error_t *err);
 typedef int (*sess_doc_fn)(void *arg, const bson_t *doc);
 int sess_txn_docs(store_txn_t *t, sess_doc_fn fn, void *arg, ms_error_t *err);
 
+/* ---- the write commands' side (sess_write.c) ------------------------------------------ */
+
+/* MongoDB's kUninitializedStmtId: a statement the router marks as not retryable. */
+#define SESS_STMT_UNINITIALIZED (-1)
+
+/* A write command's retryable-write arguments. on: lsid and txnNumber both present (no
+ * transaction: cmd.c refused startTransaction/autocommit). */
+typedef struct sess_write {
+    bool on;
+    bson_t lsid;             /* a view into the request */
+    int64_t txn;
+    int32_t *ids;            /* stmtIds, one per statement (caller frees: sess_write_free);
+                              * NULL: statement i has stmtId i */
+    int nids;
+    int32_t stmt;            /* findAndModify's stmtId (default 0) */
+} sess_write_t;
+
+/* Reads lsid, txnNumber, stmtIds (nops statements; their count must match) and stmtId from
+ * the request (borrowed). Errors: BadValue / TypeMismatch / InvalidLength, as MongoDB's. */
+int sess_write_parse(const bson_t *req, int nops, sess_write_t *w, ms_error_t *err);
+void sess_write_free(sess_write_t *w);
+/* The stmtId of statement i. */
+int32_t sess_write_stmt_id(const sess_write_t *w, int i);
+
+/* The record's key of a statement: the encoded shard key of doc (the document it wrote)
+ * into *out, or, with doc NULL, of the shard-key equality q targets (a statement that
+ * touched nothing). *has = false when the collection is unsharded or q fixes no key. */
+int sess_key_of(const store_coll_t *c, const bson_t *doc, const bson_t *q, buf_t *out,
+                bool *has, ms_error_t *err);
+
 #endif

@@ -308,6 +308,8 @@ uint64_t xfer_doc_hash(const uint8_t *p, size_t n);   /* 64-bit hash of a docume
 #define SDOC_COORDINATORS "migrationCoordinators"
 #define SDOC_RANGE_DELETIONS "rangeDeletions"
 #define SDOC_RECIPIENTS "migrationRecipients"
+/* Not in shard_docs: the sessions of sessions.c, served by find like the others. */
+#define SDOC_TRANSACTIONS "transactions"
 /* Inside a write transaction: insert or replace. doc borrowed. */
 int store_sdoc_put(store_txn_t *t, const char *coll, const char *id, const bson_t *doc,
                    ms_error_t *err);

@@ -6,11 +6,14 @@
  *   shard_docs(coll TEXT, id TEXT, doc BLOB, PRIMARY KEY(coll, id))
  * written inside the caller's write transaction, so a task and the data change it
  * describes commit together (the range deleter's batch and its numOrphanDocs, say).
- * cmd_find serves them read-only under the config.<coll> names (store_sdoc_scan).
+ * cmd_find serves them read-only under the config.<coll> names (store_sdoc_scan), and
+ * config.transactions too: the retryable-write sessions of sessions.c, shaped like
+ * MongoDB's documents of that collection.
  */
 #include <sqlite3.h>
 #include <string.h>
 
+#include "shardd/sessions.h"
 #include "shardd/store_priv.h"
 
 static int need_write(store_txn_t *t, const char *what, ms_error_t *err) {
@@ -119,7 +122,7 @@ static int sdoc_find_one(void *arg, const char *id, const bson_t *doc) {
 
 const char *store_sdoc_coll_of(const char *ns) {
     static const char *const names[] = {SDOC_COORDINATORS, SDOC_RANGE_DELETIONS,
-                                        SDOC_RECIPIENTS};
+                                        SDOC_RECIPIENTS, SDOC_TRANSACTIONS};
     if (strncmp(ns, "config.", 7) != 0) return NULL;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strcmp(ns + 7, names[i]) == 0) return names[i];
@@ -131,9 +134,15 @@ typedef struct sdoc_find_txn {
     sdoc_find_t f;
 } sdoc_find_txn_t;
 
+static int txn_doc_one(void *arg, const bson_t *doc) {
+    return sdoc_find_one(arg, NULL, doc);
+}
+
 static int sdoc_find_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     sdoc_find_txn_t *a = arg;
-    int rc = store_sdoc_scan(t, a->coll, sdoc_find_one, &a->f, err);
+    int rc = strcmp(a->coll, SDOC_TRANSACTIONS) == 0
+                 ? sess_txn_docs(t, txn_doc_one, &a->f, err)
+                 : store_sdoc_scan(t, a->coll, sdoc_find_one, &a->f, err);
     return rc == 1 ? 0 : rc;
 }
 
