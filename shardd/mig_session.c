@@ -210,29 +210,21 @@ static int scan_stream(store_txn_t *t, mig_donor_t *d, int64_t after, bool unpla
 static int next_mods_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     next_mods_arg_t *a = arg;
     sess_pick_t in = {0}, out = {0};
-    bson_t prev_in, prev_out;
-    bool have_prev_in = false, have_prev_out = false;
     int i = 0, j = 0, rc;
     if ((rc = scan_stream(t, a->d, a->after_seq, false, &in, err)) != 0 ||
         (rc = scan_stream(t, a->d, a->after_seq, true, &out, err)) != 0)
         goto out;
     while (i < in.n || j < out.n) {
         bool take_in = j >= out.n || (i < in.n && in.seq[i] < out.seq[j]);
-        bson_t rec;
+        sess_pick_t *p = take_in ? &in : &out;
+        int k = take_in ? i++ : j++;
+        /* (A view of a static bson_t points into the struct itself: views are made afresh
+         * from the stream, never copied.) */
+        bson_t rec, prev;
         bool added = false;
-        if (take_in) {
-            pick_view(&in, i, &rec);
-            rc = append_record(t, a, &rec, in.seq[i], false, have_prev_in ? &prev_in : NULL, &added, err);
-            prev_in = rec;
-            have_prev_in = true;
-            i++;
-        } else {
-            pick_view(&out, j, &rec);
-            rc = append_record(t, a, &rec, out.seq[j], true, have_prev_out ? &prev_out : NULL, &added, err);
-            prev_out = rec;
-            have_prev_out = true;
-            j++;
-        }
+        pick_view(p, k, &rec);
+        if (k > 0) pick_view(p, k - 1, &prev);
+        rc = append_record(t, a, &rec, p->seq[k], !take_in, k > 0 ? &prev : NULL, &added, err);
         if (rc != 0 || !added) break;
     }
 out:
