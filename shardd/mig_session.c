@@ -225,7 +225,15 @@ static int next_mods_fn(store_txn_t *t, void *arg, ms_error_t *err) {
         pick_view(p, k, &rec);
         if (k > 0) pick_view(p, k - 1, &prev);
         rc = append_record(t, a, &rec, p->seq[k], !take_in, k > 0 ? &prev : NULL, &added, err);
-        if (rc != 0 || !added) break;
+        if (rc != 0) goto out;
+        if (!added) goto out;   /* the batch is full: the rest comes next time */
+    }
+    /* Both streams were read to their end and everything went out: no record up to the
+     * snapshot's last seq is left for this range, so the next pull starts there (a range
+     * with few records among many then never rereads the others). */
+    if (in.n < in.cap && !in.full && out.n < out.cap && !out.full) {
+        int64_t top = 0;
+        if ((rc = sess_max_seq(t, &top, err)) == 0 && top > a->last_seq) a->last_seq = top;
     }
 out:
     pick_free(&in);

@@ -144,11 +144,31 @@ int sess_stmt_lookup(store_txn_t *t, const bson_t *lsid, int64_t txn, int32_t st
 /* How many statements the session keeps of its txn; over MS_SESSION_STMTS_MAX the oldest
  * go and the history is marked incomplete (a retry of a dropped one answers 217 rather
  * than running again). */
+/* A txn's statement ids are distinct (UNIQUE), so it holds at most max - min + 1 of them:
+ * two index lookups clear the usual case (ids 0..n-1) without counting every row, which
+ * made recording a batch quadratic in its size. */
+static int stmts_span(store_txn_t *t, const bson_t *lsid, int64_t txn, int64_t *span,
+                      ms_error_t *err) {
+    sqlite3_stmt *s = store_stmt(t, "SELECT (SELECT max(stmt) FROM sess_stmt WHERE lsid = ?1"
+                                    " AND txn = ?2) - (SELECT min(stmt) FROM sess_stmt"
+                                    " WHERE lsid = ?1 AND txn = ?2)", err);
+    int src;
+    if (!s) return err->code;
+    bind_lsid(s, 1, lsid);
+    sqlite3_bind_int64(s, 2, txn);
+    src = sqlite3_step(s);
+    *span = src == SQLITE_ROW ? sqlite3_column_int64(s, 0) + 1 : 0;
+    sqlite3_reset(s);
+    return src == SQLITE_ROW ? 0 : err_from_sqlite(err, src, "sess_stmt span", t->c->db);
+}
+
 static int stmts_cap(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error_t *err) {
-    sqlite3_stmt *s = store_stmt(t, "SELECT count(*), min(seq) FROM sess_stmt WHERE lsid = ?"
-                                    " AND txn = ?", err);
     int64_t n = 0, oldest = 0;
     int src;
+    if ((src = stmts_span(t, lsid, txn, &n, err)) != 0) return src;
+    if (n <= MS_SESSION_STMTS_MAX) return 0;
+    sqlite3_stmt *s = store_stmt(t, "SELECT count(*), min(seq) FROM sess_stmt WHERE lsid = ?"
+                                    " AND txn = ?", err);
     if (!s) return err->code;
     bind_lsid(s, 1, lsid);
     sqlite3_bind_int64(s, 2, txn);
@@ -272,9 +292,21 @@ int sess_scan_range(store_txn_t *t, const char *ns, const uint8_t *min, size_t m
                     sess_rec_fn fn, void *arg, ms_error_t *err) {
     static const char sql[] =
         "SELECT seq, lsid, txn, stmt, ns, key, result, date_ms FROM sess_stmt"
-        " WHERE ns = ?1 AND key IS NOT NULL AND key >= ?2 AND key < ?3 AND seq > ?4"
+        " WHERE +ns = ?1 AND +key >= ?2 AND +key < ?3 AND seq > ?4"
         " ORDER BY seq LIMIT ?5";
+    /* (+: walk seq order from after_seq — a migration's repeated pulls then read only
+     * what is new — rather than every record of the range through (ns, key) and a sort.) */
     return scan_stmts(t, sql, ns, min, minlen, max, maxlen, after_seq, limit, fn, arg, err);
+}
+
+int sess_max_seq(store_txn_t *t, int64_t *seq, ms_error_t *err) {
+    sqlite3_stmt *s = store_stmt(t, "SELECT max(seq) FROM sess_stmt", err);
+    int src;
+    if (!s) return err->code;
+    src = sqlite3_step(s);
+    *seq = src == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+    sqlite3_reset(s);
+    return src == SQLITE_ROW ? 0 : err_from_sqlite(err, src, "sess_stmt max", t->c->db);
 }
 
 int sess_scan_unplaced(store_txn_t *t, const char *ns, int64_t after_seq, int limit,

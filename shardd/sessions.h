@@ -70,6 +70,10 @@ int sess_scan_range(store_txn_t *t, const char *ns, const uint8_t *min, size_t m
 int sess_scan_unplaced(store_txn_t *t, const char *ns, int64_t after_seq, int limit,
                        sess_rec_fn fn, void *arg, ms_error_t *err);
 
+/* The highest seq of any record (0 when none): a scan that found nothing up to it need not
+ * look below it again. */
+int sess_max_seq(store_txn_t *t, int64_t *seq, ms_error_t *err);
+
 /* Recipient side: persists one migrated record (the document sess_scan_range produced) inside a
  * write transaction. If the local session is at an older txnNumber it moves to the record's one
  * (older local statements removed); same txnNumber -> the statement is added (idempotent if
