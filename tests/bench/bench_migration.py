@@ -355,6 +355,16 @@ def session_load(shard_client, coll, n, retryable):
         assert num(r["n"]) == min(n, b + SESSION_BATCH) - b, r
 
 
+def cpu_s(procs):
+    """CPU seconds (user + system) the processes have used so far (/proc/PID/stat)."""
+    total = 0
+    for p in procs:
+        with open("/proc/%d/stat" % p.pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def session_row():
     """Row 4 on a cluster of its own: the same chunk with and without session records."""
     n = SESSION_DOCS
@@ -378,10 +388,13 @@ def session_row():
                 n, DB, coll, " (retryable: one record each)" if retryable else "",
                 time.monotonic() - t0), flush=True)
         times = {"plain": [], "sessions": []}
+        cpu = {"plain": 0.0, "sessions": 0.0}
         detail = {}
         for coll, to in (("plain", "shard1"), ("sessions", "shard1"), ("sessions", "shard0"),
                          ("plain", "shard0")):
+            c0 = cpu_s(ss)
             a, b = move(c, coll, to)
+            cpu[coll] += cpu_s(ss) - c0
             times[coll].append(b - a)
             frm = changelog_last(c, "moveChunk.from", DB + "." + coll)
             rcv = changelog_last(c, "moveChunk.to", DB + "." + coll)
@@ -395,6 +408,11 @@ def session_row():
         out["plain"] = {"moves": detail["plain"], "docs_per_s": round(2 * n / plain_s, 1)}
         out["sessions"] = {"moves": detail["sessions"], "docs_per_s": round(2 * n / sess_s, 1)}
         out["with_records_over_without"] = round(plain_s / sess_s, 3)
+        # The same ratio in CPU time of the two shards during the moves: what the records
+        # cost in work, whatever else the machine is running meanwhile.
+        out["shard_cpu_s"] = {k: round(v, 2) for k, v in cpu.items()}
+        out["with_records_over_without_cpu"] = round(cpu["plain"] / cpu["sessions"], 3) if cpu["sessions"] else None
+        out["load_average"] = os.getloadavg()[0]
     finally:
         t.close()
     print("\n4. session migration: a chunk of %d docs carrying %d retryable-write records" % (n, n))
@@ -405,7 +423,10 @@ def session_row():
             label, ",".join("%.2f" % m["s"] for m in r["moves"]), r["docs_per_s"],
             ",".join(str(m["records_sent"]) for m in r["moves"]),
             ",".join("%g" % m["recipient_session_wait_ms"] for m in r["moves"])))
-    print("with records / without (throughput): %.2f (goal >= 0.8)" % out["with_records_over_without"], flush=True)
+    print("with records / without (throughput): %.2f (goal >= 0.8); in shard CPU time: %s "
+          "(%.1f s against %.1f s); load average %.1f" % (
+              out["with_records_over_without"], out["with_records_over_without_cpu"],
+              out["shard_cpu_s"]["sessions"], out["shard_cpu_s"]["plain"], out["load_average"]), flush=True)
     return out
 
 
