@@ -13,12 +13,15 @@
 #include "common/cmd.h"
 #include "common/cmd_priv.h"
 #include "common/failpoint.h"
+#include "common/lsess.h"
 #include "common/log.h"
 #include "common/opctx.h"
 
 /* hello's logicalSessionTimeoutMinutes: MongoDB's default (30). Drivers use sessions
- * (and retryable writes) only when a server reports it; minishard keeps no session
- * state, so sessions never expire here, and the figure is only what drivers expect. */
+ * (and retryable writes) only when a server reports it. Sessions and their
+ * retryable-write records expire after the process's session timeout (common/lsess.c),
+ * 30 minutes unless a test shortens it with --session-timeout-ms; hello keeps 30, the
+ * figure drivers plan their session pools by. */
 #define CMD_SESSION_TIMEOUT_MINUTES 30
 
 /* hello / isMaster: the handshake (MongoDB 7.0's hello command, as a standalone mongod
@@ -281,12 +284,6 @@ static int cmd_get_log(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return 0;
 }
 
-/* endSessions: drivers end their implicit sessions on close; minishard keeps none. */
-static int cmd_end_sessions(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
-    (void)ctx, (void)reply, (void)err;
-    return 0;
-}
-
 /* connectionStatus: no authentication in minishard, so nobody is authenticated. */
 static int cmd_connection_status(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bson_t ai, arr;
@@ -391,8 +388,17 @@ const cmd_spec_t cmd_common_table[] = {
      .help = "server parameters: featureCompatibilityVersion, maxBSONDepth, enableTestCommands"},
     {.name = "getLog", .handler = cmd_get_log, .flags = CMD_NO_LOG, .arg_types = CT_STR,
      .help = "RAM logs: \"*\" names them; global and startupWarnings are empty"},
-    {.name = "endSessions", .handler = cmd_end_sessions, .flags = CMD_NO_LOG,
-     .arg_types = CT_ARR, .help = "accepted; minishard keeps no sessions"},
+    /* the logical session cache (lsess.c) */
+    {.name = "startSession", .handler = lsess_cmd_start, .flags = CMD_NO_LOG,
+     .help = "a new session: {startSession: 1} -> {id: {id: UUID}, timeoutMinutes}"},
+    {.name = "refreshSessions", .handler = lsess_cmd_refresh, .flags = CMD_NO_LOG,
+     .arg_types = CT_ARR, .help = "mark sessions used: {refreshSessions: [{id: UUID}]}"},
+    {.name = "endSessions", .handler = lsess_cmd_end, .flags = CMD_NO_LOG,
+     .arg_types = CT_ARR, .help = "end sessions: {endSessions: [{id: UUID}]}"},
+    {.name = "killSessions", .handler = lsess_cmd_kill, .arg_types = CT_ARR,
+     .help = "kill sessions: {killSessions: [{id: UUID}]}"},
+    {.name = "killAllSessions", .handler = lsess_cmd_kill_all, .arg_types = CT_ARR,
+     .help = "kill every session of the users named: {killAllSessions: [{user, db}] | []}"},
     {.name = "connectionStatus", .handler = cmd_connection_status, .flags = CMD_NO_LOG,
      .fields = {{"showPrivileges", CT_FLAG, false}},
      .help = "no authentication: no authenticated users"},

@@ -601,4 +601,12 @@
 #define MS_SESSION_REAP_BATCH 1000
 #define MS_SESSION_REAP_BATCHES_MAX 10
 
+/* A router's own retries of a retryable write's statements after a shard's network error
+ * or retryable error (mongos retries them too: the shard's record makes a resend safe):
+ * at most this many resends, backing off from MS_ROUTER_WRITE_RETRY_BACKOFF_MS doubling,
+ * within the operation's maxTimeMS — about 6 s in all, the time a restarted shard needs;
+ * then the error goes to the driver, which retries once itself. */
+#define MS_ROUTER_WRITE_RETRIES_MAX 7
+#define MS_ROUTER_WRITE_RETRY_BACKOFF_MS 50
+
 #endif

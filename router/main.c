@@ -10,23 +10,27 @@
 
 #include "common/daemon.h"
 #include "common/log.h"
+#include "common/lsess.h"
 #include "router/router.h"
 
 #define RT_PORT_DEFAULT 27017  /* MongoDB's mongos port */
 
 static const char rt_usage[] =
     "usage: router --configdb URL [--port N] [--bind ADDR] [--url URL] [--workers N]\n"
-    "              [--peer-timeout-ms MS] [--enable-test-commands]\n"
+    "              [--peer-timeout-ms MS] [--session-timeout-ms MS] [--enable-test-commands]\n"
     "The router of a minishard cluster: clients connect here; it routes by shard key.";
 
 int main(int argc, char **argv) {
     const char *configdb = NULL;
-    int peer_timeout_ms = RT_CALL_TIMEOUT_MS;
+    int peer_timeout_ms = RT_CALL_TIMEOUT_MS, session_timeout_ms = 30 * 60 * 1000;
     const flag_spec_t own[] = {
         {"configdb", FLAG_STR, &configdb, "URL of the config server (required)"},
         {"peer-timeout-ms", FLAG_INT, &peer_timeout_ms,
          "deadline of a call to a shard or the config server when the request has no "
          "maxTimeMS (default 20000; keep it below the clients' own timeout)"},
+        {"session-timeout-ms", FLAG_INT, &session_timeout_ms,
+         "sessions of the session cache expire after this long unused (MongoDB's "
+         "localLogicalSessionTimeoutMinutes; default 1800000 = 30 min)"},
         {NULL, FLAG_BOOL, NULL, NULL},
     };
     daemon_t d;
@@ -38,10 +42,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "router: --configdb is required (try --help)\n");
         return 2;
     }
-    if (peer_timeout_ms <= 0) {
-        fprintf(stderr, "router: --peer-timeout-ms must be positive\n");
+    if (peer_timeout_ms <= 0 || session_timeout_ms <= 0) {
+        fprintf(stderr, "router: --peer-timeout-ms and --session-timeout-ms must be positive\n");
         return 2;
     }
+    lsess_set_timeout_ms(session_timeout_ms);
     log_init("router", LOG_INFO);
 
     rc = 1;

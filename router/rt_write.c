@@ -35,6 +35,12 @@
  * maxTimeMS: each attempt starts only while time is left, and MaxTimeMSExpired from a shard
  * (or the router's own deadline passing) fails the whole command with code 50, as a
  * mongod fails a write batch on an interruption; what shards wrote before stays written.
+ * Retryable writes (lsid + txnNumber): every shard's piece carries the stmtIds of its own
+ * statements (the client's stmtIds, or the statement's index in the client's batch), the
+ * same ones on every resend; a piece that fails with a network or retryable error is sent
+ * again (bounded: rt_write_retry_wait), since the shard's record answers what it applied;
+ * when the router gives up, the command fails with that error at top level, which the
+ * driver retries as a whole (docs/wire-protocol.md "Retryable writes").
  */
 #include <stdlib.h>
 #include <string.h>
@@ -739,6 +745,10 @@ typedef struct wbatch {
     int nup, capup;
     ms_error_t expired;         /* MaxTimeMSExpired from a shard: ends the command */
     int64_t npieces;            /* key ranges kept by the partly applied multi ops (mwrite_t) */
+    bool retryable;             /* lsid and txnNumber: statements carry stmtIds */
+    int32_t *stmt_ids;          /* retryable: each op's stmtId (caller owns) */
+    int resends;                /* retryable: resends after network/retryable errors so far */
+    bool resend;                /* this round left ops pending for a resend */
 } wbatch_t;
 
 /* Is anything left to send? Ordered: advances the cursor past done ops; an error stops. */
@@ -793,12 +803,25 @@ static void wb_materialize(wbatch_t *b) {
     }
 }
 
+/* A retryable write's piece: the stmtIds of its statements, in the piece's order. */
+static void append_stmt_ids(bson_t *cmd, const wbatch_t *b, const shard_batch_t *sb) {
+    bson_t ids;
+    BSON_APPEND_ARRAY_BEGIN(cmd, "stmtIds", &ids);
+    for (int j = 0; j < sb->nops; j++) {
+        char idx[16];
+        snprintf(idx, sizeof idx, "%d", j);
+        BSON_APPEND_INT32(&ids, idx, b->stmt_ids[sb->ops[j]]);
+    }
+    bson_append_array_end(cmd, &ids);
+}
+
 /* rt_dispatch's build: this attempt's ops — an ordered batch the run of pending ops from
  * the cursor that share one target, an unordered one every pending op — targeting those
  * not yet targeted with table t, one request per shard. Nothing left: *nreqs = 0. */
 static int wb_build(void *p, router_t *r, const rt_table_t *t, rt_req_t *reqs, int *nreqs,
                     ms_error_t *err) {
-    static const char *const skipf[] = {"documents", "updates", "deletes", "ordered", NULL};
+    static const char *const skipf[] = {"documents", "updates", "deletes", "ordered", "stmtIds",
+                                        NULL};
     wbatch_t *b = p;
     wop_t *ops = b->ops;
     char primary[RT_NAME_BYTES_MAX] = "";
@@ -858,6 +881,7 @@ static int wb_build(void *p, router_t *r, const rt_table_t *t, rt_req_t *reqs, i
             append_statement(&a, idx, &ops[sb->ops[j]], s);
         }
         bson_append_array_end(&q->cmd, &a);
+        if (b->retryable) append_stmt_ids(&q->cmd, b, sb);
         rt_append_version(&q->cmd, t, tix);
         if (!t->sharded) rt_append_db_version(&q->cmd, &b->dbv);
     }
@@ -889,7 +913,15 @@ static int wb_absorb(void *p, router_t *r, rt_req_t *q, int code) {
     }
     if (code) {   /* the whole piece failed: every op of it carries the error */
         if (!q->rc) err_prefix(&e, "shard %s", q->shard);  /* rt_shard_call named it */
-        for (int j = 0; j < sb->nops; j++) op_fail(&ops[sb->ops[j]], &e);
+        for (int j = 0; j < sb->nops; j++) {
+            wop_t *op = &ops[sb->ops[j]];
+            if (b->retryable && !op->multi && rt_retryable_code(code) &&
+                b->resends < MS_ROUTER_WRITE_RETRIES_MAX) {
+                b->resend = true;   /* pending: sent again after a backoff */
+                continue;
+            }
+            op_fail(op, &e);
+        }
         return ret;
     }
     bson_iter_t f, arr;
@@ -986,6 +1018,49 @@ static bool op_is_multi(enum wkind kind, const wop_t *op) {
     return limit == 0;
 }
 
+/* A retryable write's stmtIds: the client's (one per op; InvalidLength otherwise, as a
+ * shard checks) or each op's index. Not retryable (no lsid or txnNumber): none. */
+static int parse_stmt_ids(cmd_ctx_t *ctx, wbatch_t *b, ms_error_t *err) {
+    bson_iter_t it, arr;
+    int n = 0;
+    if (!bson_iter_init_find(&it, ctx->req, "lsid") ||
+        !bson_iter_init_find(&it, ctx->req, "txnNumber"))
+        return 0;
+    b->retryable = true;
+    b->stmt_ids = calloc((size_t)b->nops, sizeof *b->stmt_ids);
+    ASSERT(b->stmt_ids);
+    for (int i = 0; i < b->nops; i++) b->stmt_ids[i] = i;
+    if (!bson_iter_init_find(&it, ctx->req, "stmtIds")) return 0;
+    if (!BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr))
+        return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'stmtIds' is the wrong type '%s', "
+                       "expected type 'array'", bsonx_type_name(bson_iter_type(&it)));
+    while (bson_iter_next(&arr)) {
+        int64_t v;
+        if (n >= b->nops || !bsonx_as_int64(&arr, &v) || v < INT32_MIN || v > INT32_MAX) {
+            n = -1;
+            break;
+        }
+        b->stmt_ids[n++] = (int32_t)v;
+    }
+    if (n != b->nops)
+        return err_set(err, MS_ERR_INVALID_LENGTH, "Number of statement ids must match the "
+                       "number of batch entries");
+    return 0;
+}
+
+/* A retryable write whose statement failed with a network or retryable error the router
+ * gave up resending fails as a whole with that error (the driver retries the command; the
+ * statements that were applied answer from their records). */
+static int retryable_top_level(const wbatch_t *b, ms_error_t *err) {
+    if (!b->retryable) return 0;
+    for (int i = 0; i < b->nops; i++) {
+        const wop_t *op = &b->ops[i];
+        if (op->state == OP_ERROR && !op->multi && rt_retryable_code(op->code))
+            return err_set(err, op->code, "%s", op->msg ? op->msg : "shard unreachable");
+    }
+    return 0;
+}
+
 static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t *err) {
     router_t *r = ctx->app;
     if (!strcmp(ctx->db, "config")) return rt_cmd_to_config(ctx, reply, err);
@@ -1041,13 +1116,16 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
                      MS_WRITE_BATCH_OPS_MAX);
         goto out;
     }
+    if ((rc = parse_stmt_ids(ctx, b, err)) != 0) goto out;
 
     /* Rounds: each is one rt_dispatch (its stale retries included) of the ops wb_build
      * chooses; an ordered batch needs one per run. Bounded by ops + stale retries; the
      * stale retries are counted for the whole command. */
     rt_dispatch_t d = {.db = ctx->db, .ns = ns, .build = wb_build, .absorb = wb_absorb,
                        .give_up = wb_give_up, .stale_rounds = &stale_rounds, .arg = b};
-    for (int round = 0; round < b->nops + MS_STALE_RETRIES_MAX + 2 && wb_more(b); round++) {
+    for (int round = 0;
+         round < b->nops + MS_STALE_RETRIES_MAX + MS_ROUTER_WRITE_RETRIES_MAX + 2 && wb_more(b);
+         round++) {
         rt_req_t reqs[MS_SHARDS_MAX];
         int nq = 0, fail = -1;
         if ((rc = rt_dispatch(r, &d, reqs, &nq, &fail, err)) != 0) goto out;
@@ -1057,7 +1135,19 @@ static int run_writes(cmd_ctx_t *ctx, enum wkind kind, bson_t *reply, ms_error_t
             rc = b->expired.code;
             goto out;
         }
+        if (b->resend) {   /* the shard's records make the resend safe */
+            b->resend = false;
+            if (!rt_write_retry_wait(b->resends++)) b->resends = MS_ROUTER_WRITE_RETRIES_MAX;
+        }
     }
+    /* Ops left pending by a last resend that could not run fail with their error. */
+    if (b->resends >= MS_ROUTER_WRITE_RETRIES_MAX && wb_more(b)) {
+        ms_error_t e;
+        err_set(&e, MS_ERR_HOST_UNREACHABLE, "shards unreachable after %d resends",
+                MS_ROUTER_WRITE_RETRIES_MAX);
+        wb_fail_pending(b, &e);
+    }
+    if ((rc = retryable_top_level(b, err)) != 0) goto out;
 
     wop_t *ops = b->ops;
     BSON_APPEND_INT32(reply, "n", (int32_t)b->n);
@@ -1094,6 +1184,7 @@ out:
         mw_free(b->ops[i].mw);
     }
     free(b->ops);
+    free(b->stmt_ids);
     free(b);
     return rc;
 }
@@ -1186,9 +1277,17 @@ int rt_cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     fam_arg_t a = {ctx, &q};
     rt_dispatch_t d = {.db = ctx->db, .ns = ns, .build = fam_build, .arg = &a};
     rt_req_t req;
-    int n = 0, fail = -1;
-    int rc = rt_dispatch(r, &d, &req, &n, &fail, err);
-    if (rc) return rc;
+    int n = 0, fail = -1, rc;
+    /* A retryable findAndModify is sent again after a network or retryable error (the
+     * shard's record answers it if it ran), bounded by rt_write_retry_wait. */
+    bool retryable = bson_iter_init_find(&it, ctx->req, "lsid") &&
+                     bson_iter_init_find(&it, ctx->req, "txnNumber");
+    for (int attempt = 0;; attempt++) {
+        if ((rc = rt_dispatch(r, &d, &req, &n, &fail, err)) != 0) return rc;
+        int code = req.rc ? req.rc : rt_reply_status(&req.reply, NULL);
+        if (!retryable || !rt_retryable_code(code) || !rt_write_retry_wait(attempt)) break;
+        rt_req_clear(&req);
+    }
     if (req.rc) {
         *err = req.err;
         rc = req.rc;

@@ -217,6 +217,7 @@ struct wbatch {
     bson_t upserted;         /* update: {index, _id} of each upsert */
     fp_early_t fpe;          /* hangBeforeWriteCommit, evaluated before the transaction */
     sess_write_t sw;         /* lsid, txnNumber, stmtIds of a retryable write */
+    bool sess_fresh;         /* its txnNumber started in this transaction: nothing ran */
     buf_t touched;           /* the encoded shard key of the document a statement wrote */
     bool touched_set;
 };
@@ -323,7 +324,9 @@ static int wb_statement(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
     int rc;
     if (!b->sw.on || sid == SESS_STMT_UNINITIALIZED) return b->kind->op(t, c, b, index, op, info, e);
     if ((rc = wb_refuse_multi(b, op, e)) != 0) return rc;
-    if ((rc = sess_stmt_lookup(t, &b->sw.lsid, b->sw.txn, sid, &res, &found, e)) != 0) return rc;
+    if (!b->sess_fresh &&
+        (rc = sess_stmt_lookup(t, &b->sw.lsid, b->sw.txn, sid, &res, &found, e)) != 0)
+        return rc;
     if (found) {
         wb_replay(b, index, &res);
         bson_destroy(&res);
@@ -367,7 +370,8 @@ static int wbatch_txn(store_txn_t *t, void *arg, ms_error_t *err) {
     bson_reinit(&b->upserted);
     if (crit_check_write(b->ctx, b->ns, &b->ctx->err_info, &b->crit_refused, err) != 0)
         return err->code;
-    if (b->sw.on && sess_txn_begin(t, &b->sw.lsid, b->sw.txn, err) != 0) return err->code;
+    if (b->sw.on && sess_txn_start(t, &b->sw.lsid, b->sw.txn, &b->sess_fresh, err) != 0)
+        return err->code;
     for (int i = 0; bson_iter_next(&ops); i++) {
         bson_t op, info = BSON_INITIALIZER;
         ms_error_t e = {0};

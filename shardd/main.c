@@ -14,8 +14,10 @@
 
 #include "common/daemon.h"
 #include "common/log.h"
+#include "common/lsess.h"
 #include "shardd/shardd.h"
 #include "shardd/mig.h"
+#include "shardd/sessions.h"
 
 #define SHARDD_PORT_DEFAULT 27018  /* MongoDB's shard server port */
 
@@ -24,16 +26,18 @@ static const char shardd_usage[] =
     "              [--workers N] [--cursor-timeout-ms N] [--sync full|normal]\n"
     "              [--range-deleter-batch-size N] [--range-deleter-batch-delay-ms N]\n"
     "              [--orphan-cleanup-delay-ms N] [--agg-blocking-bytes-max N]\n"
-    "              [--enable-test-commands]\n"
+    "              [--session-timeout-ms N] [--session-stmts-max N] [--enable-test-commands]\n"
     "A minishard shard daemon: documents in one SQLite file, MongoDB's CRUD commands.";
 
-/* The idle-cursor reaper (MongoDB's clientcursormon): wakes every second. */
+/* The idle-cursor reaper (MongoDB's clientcursormon) and the session reaper (expired
+ * retryable-write records, sessions.c): wakes every second. */
 typedef struct reaper {
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stop;
     curs_reg_t *cs;
+    store_t *st;
 } reaper_t;
 
 static void *reaper_main(void *arg) {
@@ -47,6 +51,7 @@ static void *reaper_main(void *arg) {
         if (r->stop) break;
         pthread_mutex_unlock(&r->mu);
         curs_reap(r->cs);
+        sess_reap(r->st, lsess_timeout_ms());
         pthread_mutex_lock(&r->mu);
     }
     pthread_mutex_unlock(&r->mu);
@@ -60,6 +65,7 @@ int main(int argc, char **argv) {
     const char *dbpath = NULL, *name = NULL, *sync = "normal";
     int pause_budget_ms = MS_MIG_WRITE_PAUSE_BUDGET_MS_DEFAULT, catchup_ms = MS_MIG_CATCHUP_MS_DEFAULT;
     bool archive = false;
+    int session_timeout_ms = 30 * 60 * 1000, session_stmts_max = MS_SESSION_STMTS_MAX;
     const flag_spec_t own[] = {
         {"dbpath", FLAG_STR, &dbpath, "directory of the data file (required)"},
         {"name", FLAG_STR, &name, "process name in logs (default shardd)"},
@@ -81,6 +87,12 @@ int main(int argc, char **argv) {
          "test aid: memory of one $sort / $group before error 292 (default 100 MB)"},
         {"orphan-cleanup-delay-ms", FLAG_INT, &ro.cleanup_delay_ms,
          "wait before a \"delayed\" range deletion starts (default 2000, 0..86400000)"},
+        {"session-timeout-ms", FLAG_INT, &session_timeout_ms,
+         "sessions and their retryable-write records expire after this long unused "
+         "(MongoDB's localLogicalSessionTimeoutMinutes; default 1800000 = 30 min)"},
+        {"session-stmts-max", FLAG_INT, &session_stmts_max,
+         "test aid: retryable-write statements a session keeps per txnNumber before its "
+         "history is marked incomplete (default 100000, a whole batch)"},
         {NULL, FLAG_BOOL, NULL, NULL},
     };
     char logname[96];
@@ -96,6 +108,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "shardd: --dbpath is required (try --help)\n");
         return 2;
     }
+    if (session_timeout_ms < 1) {
+        fprintf(stderr, "shardd: --session-timeout-ms must be > 0\n");
+        return 2;
+    }
+    lsess_set_timeout_ms(session_timeout_ms);
+    sess_set_stmts_max(session_stmts_max);
     if (cursor_timeout_ms < 1) {
         fprintf(stderr, "shardd: --cursor-timeout-ms must be > 0\n");
         return 2;
@@ -158,6 +176,7 @@ int main(int argc, char **argv) {
     pthread_mutex_init(&reaper.mu, NULL);
     pthread_cond_init(&reaper.cv, NULL);
     reaper.cs = app.cursors;
+    reaper.st = app.st;
     if (pthread_create(&reaper.th, NULL, reaper_main, &reaper) != 0) {
         err_set(&err, MS_ERR_INTERNAL, "cannot start the cursor reaper thread");
         daemon_fail("reaper", &err);

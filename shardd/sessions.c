@@ -21,6 +21,14 @@
 #include "common/log.h"
 #include "shardd/store_priv.h"
 
+/* The statement cap (MS_SESSION_STMTS_MAX; --session-stmts-max lowers it for tests). Set
+ * once at start-up, before any write. */
+static int g_stmts_max = MS_SESSION_STMTS_MAX;
+
+void sess_set_stmts_max(int n) {
+    g_stmts_max = n > 0 && n < MS_SESSION_STMTS_MAX ? n : MS_SESSION_STMTS_MAX;
+}
+
 static int64_t now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -57,16 +65,20 @@ static int txn_row(store_txn_t *t, const bson_t *lsid, bool *exists, int64_t *tx
     return rc;
 }
 
-/* The session's row set to (txn, incomplete) with its last use now. */
-static int txn_put(store_txn_t *t, const bson_t *lsid, int64_t txn, bool incomplete,
+/* The session's row set to (txn, incomplete) with its last use now; its statement count
+ * n kept when reset is false (same txn), else 0 (a new txn starts with none). */
+static int txn_put(store_txn_t *t, const bson_t *lsid, int64_t txn, bool incomplete, bool reset,
                    ms_error_t *err) {
-    sqlite3_stmt *s = store_stmt(t, "INSERT OR REPLACE INTO sess_txn(lsid, txn, incomplete,"
-                                    " last_ms) VALUES(?,?,?,?)", err);
+    sqlite3_stmt *s = store_stmt(t, "INSERT INTO sess_txn(lsid, txn, incomplete, last_ms, n)"
+                                    " VALUES(?1,?2,?3,?4,0) ON CONFLICT(lsid) DO UPDATE SET"
+                                    " txn = ?2, incomplete = ?3, last_ms = ?4,"
+                                    " n = CASE WHEN ?5 THEN 0 ELSE n END", err);
     if (!s) return err->code;
     bind_lsid(s, 1, lsid);
     sqlite3_bind_int64(s, 2, txn);
     sqlite3_bind_int(s, 3, incomplete ? 1 : 0);
     sqlite3_bind_int64(s, 4, now_ms());
+    sqlite3_bind_int(s, 5, reset ? 1 : 0);
     return store_step_done(t, s, "sess_txn put", err);
 }
 
@@ -88,19 +100,27 @@ static int too_old(int64_t txn, int64_t latest, ms_error_t *err) {
 /* Moves the session to txn: older statements gone, history complete again. */
 static int txn_advance(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error_t *err) {
     int rc = stmts_drop_other(t, lsid, txn, err);
-    return rc ? rc : txn_put(t, lsid, txn, false, err);
+    return rc ? rc : txn_put(t, lsid, txn, false, true, err);
 }
 
-int sess_txn_begin(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error_t *err) {
+int sess_txn_start(store_txn_t *t, const bson_t *lsid, int64_t txn, bool *fresh,
+                   ms_error_t *err) {
     bool exists = false, incomplete = false;
     int64_t cur = 0;
     int rc;
+    if (fresh) *fresh = false;
     if ((rc = need_write(t, "sess_txn_begin", err)) != 0) return rc;
     if (txn < 0) return err_set(err, MS_ERR_BAD_VALUE, "txnNumber may not be negative");
     if ((rc = txn_row(t, lsid, &exists, &cur, &incomplete, err)) != 0) return rc;
     if (exists && txn < cur) return too_old(txn, cur, err);
-    if (exists && txn == cur) return txn_put(t, lsid, txn, incomplete, err);   /* last use */
-    return txn_advance(t, lsid, txn, err);
+    if (exists && txn == cur) return txn_put(t, lsid, txn, incomplete, false, err); /* last use */
+    if (exists && (rc = stmts_drop_other(t, lsid, txn, err)) != 0) return rc;
+    if ((rc = txn_put(t, lsid, txn, false, true, err)) == 0 && fresh) *fresh = true;
+    return rc;
+}
+
+int sess_txn_begin(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error_t *err) {
+    return sess_txn_start(t, lsid, txn, NULL, err);
 }
 
 /* A stored blob as a document (copied): *out initialised on success. */
@@ -141,54 +161,34 @@ int sess_stmt_lookup(store_txn_t *t, const bson_t *lsid, int64_t txn, int32_t st
     return rc;
 }
 
-/* How many statements the session keeps of its txn; over MS_SESSION_STMTS_MAX the oldest
- * go and the history is marked incomplete (a retry of a dropped one answers 217 rather
+/* Counts a statement the session keeps of its txn (the row's n); over the cap the oldest
+ * goes and the history is marked incomplete (a retry of a dropped one answers 217 rather
  * than running again). */
-/* A txn's statement ids are distinct (UNIQUE), so it holds at most max - min + 1 of them:
- * two index lookups clear the usual case (ids 0..n-1) without counting every row, which
- * made recording a batch quadratic in its size. */
-static int stmts_span(store_txn_t *t, const bson_t *lsid, int64_t txn, int64_t *span,
-                      ms_error_t *err) {
-    sqlite3_stmt *s = store_stmt(t, "SELECT (SELECT max(stmt) FROM sess_stmt WHERE lsid = ?1"
-                                    " AND txn = ?2) - (SELECT min(stmt) FROM sess_stmt"
-                                    " WHERE lsid = ?1 AND txn = ?2)", err);
-    int src;
-    if (!s) return err->code;
-    bind_lsid(s, 1, lsid);
-    sqlite3_bind_int64(s, 2, txn);
-    src = sqlite3_step(s);
-    *span = src == SQLITE_ROW ? sqlite3_column_int64(s, 0) + 1 : 0;
-    sqlite3_reset(s);
-    return src == SQLITE_ROW ? 0 : err_from_sqlite(err, src, "sess_stmt span", t->c->db);
-}
-
 static int stmts_cap(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error_t *err) {
-    int64_t n = 0, oldest = 0;
-    int src;
-    if ((src = stmts_span(t, lsid, txn, &n, err)) != 0) return src;
-    if (n <= MS_SESSION_STMTS_MAX) return 0;
-    sqlite3_stmt *s = store_stmt(t, "SELECT count(*), min(seq) FROM sess_stmt WHERE lsid = ?"
-                                    " AND txn = ?", err);
+    sqlite3_stmt *s = store_stmt(t, "UPDATE sess_txn SET n = n + 1 WHERE lsid = ? AND txn = ?"
+                                    " RETURNING n", err);
+    int64_t n = 0;
+    int src, rc;
     if (!s) return err->code;
     bind_lsid(s, 1, lsid);
     sqlite3_bind_int64(s, 2, txn);
-    if ((src = sqlite3_step(s)) == SQLITE_ROW) {
-        n = sqlite3_column_int64(s, 0);
-        oldest = sqlite3_column_int64(s, 1);
-    }
+    if ((src = sqlite3_step(s)) == SQLITE_ROW) n = sqlite3_column_int64(s, 0);
+    while (src == SQLITE_ROW) src = sqlite3_step(s);
     sqlite3_reset(s);
-    if (src != SQLITE_ROW) return err_from_sqlite(err, src, "sess_stmt count", t->c->db);
-    if (n <= MS_SESSION_STMTS_MAX) return 0;
-    s = store_stmt(t, "DELETE FROM sess_stmt WHERE seq = ?", err);
+    if (src != SQLITE_DONE) return err_from_sqlite(err, src, "sess_txn count", t->c->db);
+    if (n <= g_stmts_max) return 0;
+    s = store_stmt(t, "DELETE FROM sess_stmt WHERE seq = (SELECT min(seq) FROM sess_stmt"
+                      " WHERE lsid = ? AND txn = ?)", err);
     if (!s) return err->code;
-    sqlite3_bind_int64(s, 1, oldest);
-    int rc = store_step_done(t, s, "sess_stmt cap", err);
-    if (rc == 0) {
-        log_warn("retryable-write history capped: oldest statement dropped, history marked "
-                 "incomplete txnNumber=%lld stmts_max=%d", (long long)txn, MS_SESSION_STMTS_MAX);
-        rc = txn_put(t, lsid, txn, true, err);
-    }
-    return rc;
+    bind_lsid(s, 1, lsid);
+    sqlite3_bind_int64(s, 2, txn);
+    if ((rc = store_step_done(t, s, "sess_stmt cap", err)) != 0) return rc;
+    log_warn("retryable-write history capped: oldest statement dropped, history marked "
+             "incomplete txnNumber=%lld stmts_max=%d", (long long)txn, g_stmts_max);
+    s = store_stmt(t, "UPDATE sess_txn SET n = n - 1, incomplete = 1 WHERE lsid = ?", err);
+    if (!s) return err->code;
+    bind_lsid(s, 1, lsid);
+    return store_step_done(t, s, "sess_txn incomplete", err);
 }
 
 /* Inserts one statement row (an existing (lsid, txn, stmt) is kept: a record never
@@ -231,9 +231,9 @@ int sess_mark_incomplete(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_err
     if ((rc = need_write(t, "sess_mark_incomplete", err)) != 0) return rc;
     if ((rc = txn_row(t, lsid, &exists, &cur, &incomplete, err)) != 0) return rc;
     if (exists && txn < cur) return 0;   /* a newer txn is what retries can still meet */
-    if (exists && txn == cur) return txn_put(t, lsid, txn, true, err);
+    if (exists && txn == cur) return txn_put(t, lsid, txn, true, false, err);
     if ((rc = stmts_drop_other(t, lsid, txn, err)) != 0) return rc;
-    return txn_put(t, lsid, txn, true, err);
+    return txn_put(t, lsid, txn, true, true, err);
 }
 
 /* ---- session migration: scan and apply ------------------------------------------------ */
@@ -292,10 +292,8 @@ int sess_scan_range(store_txn_t *t, const char *ns, const uint8_t *min, size_t m
                     sess_rec_fn fn, void *arg, ms_error_t *err) {
     static const char sql[] =
         "SELECT seq, lsid, txn, stmt, ns, key, result, date_ms FROM sess_stmt"
-        " WHERE +ns = ?1 AND +key >= ?2 AND +key < ?3 AND seq > ?4"
+        " WHERE ns = ?1 AND key IS NOT NULL AND key >= ?2 AND key < ?3 AND seq > ?4"
         " ORDER BY seq LIMIT ?5";
-    /* (+: walk seq order from after_seq — a migration's repeated pulls then read only
-     * what is new — rather than every record of the range through (ns, key) and a sort.) */
     return scan_stmts(t, sql, ns, min, minlen, max, maxlen, after_seq, limit, fn, arg, err);
 }
 
@@ -360,9 +358,11 @@ int sess_apply_migrated(store_txn_t *t, const bson_t *rec, ms_error_t *err) {
     if ((rc = mrec_parse(rec, &m, err)) != 0) return rc;
     if ((rc = txn_row(t, &m.lsid, &exists, &cur, &incomplete, err)) != 0) return rc;
     if (exists && m.txn < cur) return 0;   /* the session moved on here: nothing to keep */
-    /* Same txnNumber: the session row stays as it is (rewriting it for every record of a
-     * migrated batch doubled the cost of applying one). */
-    if ((!exists || m.txn > cur) && (rc = txn_advance(t, &m.lsid, m.txn, err)) != 0) return rc;
+    if (!exists || m.txn > cur) {
+        if ((rc = txn_advance(t, &m.lsid, m.txn, err)) != 0) return rc;
+    } else if ((rc = txn_put(t, &m.lsid, m.txn, incomplete, false, err)) != 0) {
+        return rc;
+    }
     rc = stmt_insert(t, &m.lsid, m.txn, m.stmt, m.ns, m.key, m.keylen, &m.result, m.date_ms,
                      &added, err);
     if (rc == 0 && added) rc = stmts_cap(t, &m.lsid, m.txn, err);
@@ -391,6 +391,32 @@ int sess_expire(store_txn_t *t, int64_t cutoff_ms, int limit, int *removed, ms_e
     }
     *removed = sqlite3_changes(t->c->db);
     return 0;
+}
+
+typedef struct reap_arg {
+    int64_t cutoff_ms;
+    int removed;
+} reap_arg_t;
+
+static int reap_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    reap_arg_t *a = arg;
+    return sess_expire(t, a->cutoff_ms, MS_SESSION_REAP_BATCH, &a->removed, err);
+}
+
+int sess_reap(store_t *st, int64_t timeout_ms) {
+    reap_arg_t a = {.cutoff_ms = now_ms() - timeout_ms};
+    int total = 0;
+    for (int i = 0; i < MS_SESSION_REAP_BATCHES_MAX; i++) {
+        ms_error_t e = {0};
+        if (store_write(st, reap_fn, &a, &e) != 0) {
+            log_warn("session reaper failed code=%d errmsg=%s", e.code, log_str(e.msg));
+            break;
+        }
+        total += a.removed;
+        if (a.removed < MS_SESSION_REAP_BATCH) break;
+    }
+    if (total) log_info("expired sessions removed=%d timeout_ms=%lld", total, (long long)timeout_ms);
+    return total;
 }
 
 int sess_forget(store_txn_t *t, const bson_t *lsid, ms_error_t *err) {

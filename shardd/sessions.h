@@ -9,7 +9,8 @@
  * result instead of writing again. MongoDB keeps one document per session in
  * config.transactions and the statements' results in the oplog; here both live in the
  * shard's SQLite file:
- *   sess_txn(lsid BLOB PRIMARY KEY, txn INTEGER, incomplete INTEGER, last_ms INTEGER)
+ *   sess_txn(lsid BLOB PRIMARY KEY, txn INTEGER, incomplete INTEGER, last_ms INTEGER,
+ *            n INTEGER: statements kept of txn) WITHOUT ROWID
  *   sess_stmt(seq INTEGER PRIMARY KEY AUTOINCREMENT, lsid BLOB, txn INTEGER, stmt INTEGER,
  *             ns TEXT, key BLOB, result BLOB, date_ms INTEGER, UNIQUE(lsid, txn, stmt))
  * (created by store.c's schema). lsid is the BSON bytes of the session id document
@@ -34,12 +35,21 @@
  * session's latest -> TransactionTooOld (225). Newer -> the session moves to it (its older
  * statement records are removed). Equal -> stays. */
 int sess_txn_begin(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error_t *err);
+/* sess_txn_begin, and *fresh = true when the session moved to txn just now (nothing of it
+ * can have run here, so a caller may skip sess_stmt_lookup for its statements). */
+int sess_txn_start(store_txn_t *t, const bson_t *lsid, int64_t txn, bool *fresh,
+                   ms_error_t *err);
 
 /* Looks up a statement. *found = true and *result filled (caller bson_destroy) when it ran
  * already. Not found and the session's history for this txn is marked incomplete ->
  * IncompleteTransactionHistory (217). */
 int sess_stmt_lookup(store_txn_t *t, const bson_t *lsid, int64_t txn, int32_t stmt,
                      bson_t *result, bool *found, ms_error_t *err);
+
+/* The statements one session keeps of its txnNumber (default MS_SESSION_STMTS_MAX, a whole
+ * batch): past it the oldest record goes and the history is marked incomplete. A test aid
+ * (shardd --session-stmts-max) may lower it; called before serving. */
+void sess_set_stmts_max(int n);
 
 /* Records a statement that ran, inside the same write transaction. ns: the collection;
  * key/keylen: the ENCODED SHARD KEY (common/keys.h encoding, same bytes as chunk bounds) of the
@@ -89,6 +99,13 @@ int sess_mark_incomplete(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_err
 /* Removes, inside a write transaction, up to `limit` sessions (and their statements) last used
  * before cutoff_ms (ms since the epoch); *removed says how many went. */
 int sess_expire(store_txn_t *t, int64_t cutoff_ms, int limit, int *removed, ms_error_t *err);
+
+/* The shard's session reaper (MongoDB's LogicalSessionCache reap of config.transactions),
+ * called every second by main.c's reaper thread: removes the sessions (and their
+ * statements) whose last write is older than timeout_ms, MS_SESSION_REAP_BATCH per write
+ * transaction, at most MS_SESSION_REAP_BATCHES_MAX transactions per call. Returns how many
+ * went; failures are logged (the next call tries again). */
+int sess_reap(store_t *st, int64_t timeout_ms);
 
 /* Removes one session's records (killSessions/endSessions do not: MongoDB keeps records of
  * ended sessions until they expire; this is for killAllSessions-style cleanup and tests). */

@@ -10,6 +10,7 @@ MongoDB's code, and cursor ids encoded as int64 in every cursor reply.
 Types are read from the raw reply bytes (hostile.RawReq), since shardctl's relaxed JSON
 prints int32 and int64 alike.
 """
+import base64
 import re
 
 from hostile import RawReq, Int64, raw_elements
@@ -258,11 +259,15 @@ def with_generic(cmd, **more):
 
 
 def crud_with_generic_fields(c, db):
+    # A session of its own per database: the writes are retryable (lsid + txnNumber), and a
+    # session already at txnNumber 2 on a shard would answer TransactionTooOld to 1.
+    ls = {"id": {"$binary": {"base64": base64.b64encode(db.encode().ljust(16, b"-")[:16]).decode(),
+                             "subType": "04"}}}
     c.ok(with_generic({"insert": "g", "documents": [{"_id": i, "v": i} for i in range(5)], "$db": db},
                       writeConcern={"w": "majority", "j": True, "wtimeout": 1000},
-                      txnNumber=long(1)))
+                      txnNumber=long(1), lsid=ls))
     c.ok(with_generic({"update": "g", "updates": [{"q": {"_id": 1}, "u": {"$set": {"v": 10}}}], "$db": db},
-                      writeConcern={"w": 1}, txnNumber=long(2)))
+                      writeConcern={"w": 1}, txnNumber=long(2), lsid=ls))
     c.ok(with_generic({"delete": "g", "deletes": [{"q": {"_id": 4}, "limit": 1}], "$db": db},
                       writeConcern={"w": 2}))
     r = c.ok(with_generic({"find": "g", "filter": {}, "sort": {"_id": 1}, "batchSize": 2, "$db": db},
