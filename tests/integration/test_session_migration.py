@@ -84,7 +84,7 @@ def test_retries_after_the_move_apply_once(t):
     nothing (the old code ran each again: v 2, DuplicateKey, n 0, value v 2)."""
     cl, r = setup(t)
     s0, s1 = cl.shards[0].client(), cl.shards[1].client()
-    su, si, sd, sf = lsid(), lsid(), lsid(), lsid()
+    su, si, sd, sf, sr = lsid(), lsid(), lsid(), lsid(), lsid()
     ins = {"insert": "c", "$db": DB, "lsid": si, "txnNumber": long(3),
            "documents": [{"_id": "new", "k": 88, "v": 0}]}
     dele = {"delete": "c", "$db": DB, "lsid": sd, "txnNumber": long(4),
@@ -96,8 +96,12 @@ def test_retries_after_the_move_apply_once(t):
     assert first["value"]["v"] == 1, first
     # the donor itself answers a retry from its record before the move
     assert n_of(s0.ok(upd(su, 2, 70))) == 1 and doc(r, 70)["v"] == 1
+    # and one through the router, as a driver sends it
+    assert n_of(r.ok(upd(sr, 8, 80))) == 1
 
     move(r)
+    # the router's retry goes to the new owner, which answers the record
+    assert n_of(r.ok(upd(sr, 8, 80))) == 1 and doc(r, 80)["v"] == 1, doc(r, 80)
 
     ru = s1.ok(upd(su, 2, 70))
     assert n_of(ru) == 1 and int(num(ru["nModified"])) == 1, ru
@@ -114,7 +118,7 @@ def test_retries_after_the_move_apply_once(t):
     # a new txnNumber on the same session runs (the history is a session's, not a lock)
     assert n_of(s1.ok(upd(su, 6, 70))) == 1 and doc(r, 70)["v"] == 2
     to = r.find_all("changelog", "config", {"what": "moveChunk.to"})[-1]["details"]
-    assert int(num(to["sessionRecords"])) == 4, to
+    assert int(num(to["sessionRecords"])) == 5, to
 
 
 # ---- a write made during catch-up ----------------------------------------------------------
