@@ -334,6 +334,18 @@ def redis_reshard(n):
         shutil.rmtree(d, ignore_errors=True)
 
 
+def start_cluster(t):
+    """A config server, shard0 and shard1, one router, database DB with primary shard0."""
+    cfg = t.configsvr()
+    ss = [t.shardd("shard%d" % i, extra=SHARD_FLAGS) for i in range(2)]
+    rt = t.router(cfg.url)
+    c = rt.client(timeout_ms=BIG_MS)
+    for i, s in enumerate(ss):
+        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
+    c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+    return ss, rt, c
+
+
 # ---- 4. session migration ---------------------------------------------------------------
 
 SESSION_DOCS = int(os.environ.get("BENCH_SESSION_DOCS", "100000"))
@@ -371,13 +383,7 @@ def session_row():
     t = Ctx("bench-sessmig")
     out = {"docs": n, "records": n}
     try:
-        cfg = t.configsvr()
-        ss = [t.shardd("shard%d" % i, extra=SHARD_FLAGS) for i in range(2)]
-        rt = t.router(cfg.url)
-        c = rt.client(timeout_ms=BIG_MS)
-        for i, s in enumerate(ss):
-            c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
-        c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+        ss, rt, c = start_cluster(t)
         s0 = ss[0].client(timeout_ms=BIG_MS)
         for coll, retryable in (("plain", False), ("sessions", True)):
             c.ok({"shardCollection": "%s.%s" % (DB, coll), "key": {"_id": 1}, "$db": "admin"})
@@ -444,13 +450,7 @@ def main():
     print("N = %d documents of ~200 bytes (BENCH_MIGRATION_DOCS; the issue's setting is 500000)" % N, flush=True)
     t = Ctx("bench-migration")
     try:
-        cfg = t.configsvr()
-        ss = [t.shardd("shard%d" % i, extra=SHARD_FLAGS) for i in range(2)]
-        rt = t.router(cfg.url)
-        c = rt.client(timeout_ms=BIG_MS)
-        for i, s in enumerate(ss):
-            c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
-        c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+        ss, rt, c = start_cluster(t)
         for coll, n in (("big", N), ("small", SMALL)):
             c.ok({"shardCollection": "%s.%s" % (DB, coll), "key": {"_id": 1}, "$db": "admin"})
             t0 = time.monotonic()
