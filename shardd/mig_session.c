@@ -34,6 +34,7 @@
  * of a migration that then aborted stay there: they are true facts about writes that ran,
  * and a retry reaches a shard only for a range it owns (MongoDB keeps them too).
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,9 +50,12 @@
 #include "shardd/mig_priv.h"
 #include "shardd/sessions.h"
 
-/* MongoDB's kIncompleteHistoryStmtId: the statement id of a dead-end sentinel. User
- * statement ids are never negative. */
+/* MongoDB's kIncompleteHistoryStmtId: the statement id of a dead-end sentinel, and of the
+ * keyless marker record a recipient keeps for it (so that the next donation of the range
+ * sends the sentinel on). Drivers number statements from 0. */
 #define SESS_INCOMPLETE_STMT_ID (-1)
+/* A statement id no write uses: looking it up asks only "is this history incomplete?". */
+#define SESS_PROBE_STMT_ID INT32_MIN
 
 /* ---- donor: _getNextSessionMods (SessionCatalogMigrationSource) ------------------------ */
 
@@ -142,7 +146,7 @@ static int history_incomplete(store_txn_t *t, const bson_t *rec, bool *incomplet
     *incomplete = false;
     if (!bson_iter_init_find(&it, rec, "lsid") || !bsonx_view_container(&it, &lsid)) return 0;
     if (bson_iter_init_find(&it, rec, "txnNumber")) bsonx_as_int64(&it, &txn);
-    rc = sess_stmt_lookup(t, &lsid, txn, SESS_INCOMPLETE_STMT_ID, &result, &found, err);
+    rc = sess_stmt_lookup(t, &lsid, txn, SESS_PROBE_STMT_ID, &result, &found, err);
     if (rc == 0 && found) bson_destroy(&result);
     if (rc == MS_ERR_INCOMPLETE_TRANSACTION_HISTORY || rc == MS_ERR_TRANSACTION_TOO_OLD) {
         /* Too old cannot happen in one snapshot (a newer txnNumber removes the older
@@ -319,6 +323,32 @@ typedef struct sd_apply_arg {
     int64_t records, sentinels;
 } sd_apply_arg_t;
 
+/* A dead-end sentinel: the transaction is marked incomplete here, and — when this shard's
+ * session is at that transaction — a keyless marker record of it is kept, which
+ * sess_scan_unplaced finds when this shard donates the range on, so the sentinel travels
+ * with every later migration (MongoDB passes its $incompleteOplogHistory entries along). */
+static int sd_apply_sentinel(store_txn_t *t, mig_sessdest_t *s, const bson_t *rec,
+                             const bson_t *lsid, int64_t txn, ms_error_t *err) {
+    bson_iter_t it;
+    bson_t result, marker = BSON_INITIALIZER;
+    bool found = false;
+    const char *ns = bson_iter_init_find(&it, rec, "ns") && BSON_ITER_HOLDS_UTF8(&it)
+                         ? bson_iter_utf8(&it, NULL) : s->ns;
+    int rc = sess_mark_incomplete(t, lsid, txn, err);
+    if (rc == 0) rc = sess_stmt_lookup(t, lsid, txn, SESS_PROBE_STMT_ID, &result, &found, err);
+    if (rc == 0 && found) bson_destroy(&result);
+    if (rc == MS_ERR_TRANSACTION_TOO_OLD) {
+        memset(err, 0, sizeof *err);   /* the session moved on here: nothing to keep */
+        return 0;
+    }
+    if (rc != MS_ERR_INCOMPLETE_TRANSACTION_HISTORY) return rc;   /* (marked: always 217) */
+    memset(err, 0, sizeof *err);
+    BSON_APPEND_BOOL(&marker, "incompleteHistory", true);
+    rc = sess_stmt_record(t, lsid, txn, SESS_INCOMPLETE_STMT_ID, ns, NULL, 0, &marker, err);
+    bson_destroy(&marker);
+    return rc;
+}
+
 /* One migrated record or sentinel, checked: it comes from the network. */
 static int sd_apply_one(store_txn_t *t, sd_apply_arg_t *a, const bson_t *rec, ms_error_t *err) {
     bson_iter_t it;
@@ -330,7 +360,7 @@ static int sd_apply_one(store_txn_t *t, sd_apply_arg_t *a, const bson_t *rec, ms
                        "_getNextSessionMods record without lsid or txnNumber");
     if (bson_iter_init_find(&it, rec, "incompleteHistory") && bson_iter_as_bool(&it)) {
         a->sentinels++;
-        return sess_mark_incomplete(t, &lsid, txn, err);
+        return sd_apply_sentinel(t, a->s, rec, &lsid, txn, err);
     }
     {
         /* Only records of the range are ours to keep (as for documents). */

@@ -37,8 +37,8 @@ def lsid():
     return {"id": {"$binary": {"base64": raw, "subType": "04"}}}
 
 
-def setup(t):
-    cl = t.cluster(2, 1, SHARD_FLAGS)
+def setup(t, shards=2):
+    cl = t.cluster(shards, 1, SHARD_FLAGS)
     r = cl.client()
     r.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
     r.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
@@ -155,8 +155,9 @@ def test_unplaced_statement_answers_incomplete_history(t):
     (its record has no key: no range holds it) moves with its first statement's chunk;
     on the recipient the first answers its record, the second IncompleteTransactionHistory
     (217) instead of running (the old code ran it: n 1 on the document made since). A
-    transaction of only such statements is marked too."""
-    cl, r = setup(t)
+    transaction of only such statements is marked too. Moved on to a third shard, the
+    sentinels travel with the range (the second recipient keeps a keyless marker)."""
+    cl, r = setup(t, shards=3)
     s0, s1 = cl.shards[0].client(), cl.shards[1].client()
     sid, only = lsid(), lsid()
     batch = {"update": "c", "$db": DB, "lsid": sid, "txnNumber": long(7),
@@ -177,6 +178,12 @@ def test_unplaced_statement_answers_incomplete_history(t):
     assert doc(r, 56)["v"] == 0, doc(r, 56)
     from_ = r.find_all("changelog", "config", {"what": "moveChunk.from"})[-1]["details"]
     assert int(num(from_["sessionSentinelsSent"])) == 2, from_
+    move(r, "shard2")
+    s2 = cl.shards[2].client()
+    assert n_of(s2.ok(first)) == 1 and doc(r, 55)["v"] == 1
+    s2.err(second, INCOMPLETE_HISTORY)
+    s2.err(lone, INCOMPLETE_HISTORY)
+    assert doc(r, 56)["v"] == 0, doc(r, 56)
 
 
 # ---- crashes in the session step --------------------------------------------------------------
