@@ -395,44 +395,96 @@ static int sd_apply_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     return 0;
 }
 
-/* One pull: the batch persisted in one transaction. *empty and *final tell the loop. */
-static int sd_pull(mig_sessdest_t *s, bool *empty, bool *final, ms_error_t *err) {
-    bson_t cmd, reply;
-    bson_iter_t it;
-    int64_t last = s->after_seq;
+/* One pull's answer. */
+typedef struct sd_batch {
+    mig_sessdest_t *s;
+    int64_t after;               /* asked for the records after this seq */
+    bson_t reply;
+    bson_iter_t recs;            /* the oplog array, in reply */
+    bool empty, final;
+    int64_t last;                /* the next pull's afterSeq */
     int rc;
+    ms_error_t err;
+} sd_batch_t;
+
+/* Asks the donor for the records after b->after; on success b->reply holds the answer
+ * (caller destroys) and the fields say what it is. */
+static int sd_fetch(sd_batch_t *b) {
+    mig_sessdest_t *s = b->s;
+    bson_t cmd;
+    bson_iter_t it, probe;
     bson_init(&cmd);
     BSON_APPEND_UTF8(&cmd, "_getNextSessionMods", s->ns);
     BSON_APPEND_UTF8(&cmd, "sessionId", s->session);
-    BSON_APPEND_INT64(&cmd, "afterSeq", s->after_seq);
-    rc = mig_call(s->from_url, &cmd, MS_RPC_PEER_TIMEOUT_MS_DEFAULT, &reply, err);
+    BSON_APPEND_INT64(&cmd, "afterSeq", b->after);
+    b->rc = mig_call(s->from_url, &cmd, MS_RPC_PEER_TIMEOUT_MS_DEFAULT, &b->reply, &b->err);
     bson_destroy(&cmd);
-    if (rc != 0) return rc;
-    sd_apply_arg_t a = {.s = s};
-    if (!bson_iter_init_find(&it, &reply, "oplog") || !BSON_ITER_HOLDS_ARRAY(&it) ||
-        !bson_iter_recurse(&it, &a.recs)) {
-        bson_destroy(&reply);
-        return err_set(err, MS_ERR_FAILED_TO_PARSE,
-                       "_getNextSessionMods response does not have the 'oplog' field as array");
+    if (b->rc != 0) return b->rc;
+    if (!bson_iter_init_find(&it, &b->reply, "oplog") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &b->recs)) {
+        bson_destroy(&b->reply);
+        return b->rc = err_set(&b->err, MS_ERR_FAILED_TO_PARSE,
+                               "_getNextSessionMods response does not have the 'oplog' field as array");
     }
-    {
-        bson_iter_t probe = a.recs;
-        *empty = !bson_iter_next(&probe);
-    }
-    *final = bson_iter_init_find(&it, &reply, "commitStarted") && bson_iter_as_bool(&it);
-    if (bson_iter_init_find(&it, &reply, "lastSeq")) bsonx_as_int64(&it, &last);
-    if (!*empty) rc = store_write(s->m->app->st, sd_apply_fn, &a, err);
-    bson_destroy(&reply);
+    probe = b->recs;
+    b->empty = !bson_iter_next(&probe);
+    b->final = bson_iter_init_find(&it, &b->reply, "commitStarted") && bson_iter_as_bool(&it);
+    b->last = b->after;
+    if (bson_iter_init_find(&it, &b->reply, "lastSeq")) bsonx_as_int64(&it, &b->last);
+    if (b->last < b->after) b->last = b->after;
+    return 0;
+}
+
+static void *sd_fetch_main(void *p) {
+    sd_fetch(p);
+    return NULL;
+}
+
+/* Persists a non-empty batch in one transaction, then moves afterSeq past it. */
+static int sd_persist(mig_sessdest_t *s, sd_batch_t *b, ms_error_t *err) {
+    sd_apply_arg_t a = {.s = s, .recs = b->recs};
+    int rc = store_write(s->m->app->st, sd_apply_fn, &a, err);
     if (rc != 0) return rc;
     pthread_mutex_lock(&s->mu);
-    if (last > s->after_seq) s->after_seq = last;
+    s->after_seq = b->last;
     s->records += a.records;
     s->sentinels += a.sentinels;
     s->batches++;
     pthread_mutex_unlock(&s->mu);
     /* Persisted: a crash from here on leaves these records and aborts the migration. */
-    if (!*empty) rc = fp_eval(FP_SESSION_MIGRATION_HANG_AFTER_BATCH, err);
-    return rc;
+    return fp_eval(FP_SESSION_MIGRATION_HANG_AFTER_BATCH, err);
+}
+
+/* The pulls of one stretch with records: while a batch is persisted, the next is fetched
+ * on a second thread (MongoDB's clone fetcher and inserter, a queue of one) — the donor's
+ * scan and the recipient's writes overlap. Returns once a pull came back empty: *cur then
+ * holds that answer (caller destroys). */
+static int sd_drain(mig_sessdest_t *s, sd_batch_t *cur, ms_error_t *err) {
+    for (;;) {
+        sd_batch_t next = {.s = s, .after = cur->last};
+        pthread_t th;
+        bool started;
+        int rc;
+        if (cur->empty) return 0;
+        started = pthread_create(&th, NULL, sd_fetch_main, &next) == 0;
+        rc = sd_persist(s, cur, err);
+        if (started) pthread_join(th, NULL);
+        else sd_fetch(&next);
+        bson_destroy(&cur->reply);
+        if (rc != 0) {
+            if (next.rc == 0) bson_destroy(&next.reply);
+            return rc;
+        }
+        if (next.rc != 0) {
+            *err = next.err;
+            return next.rc;
+        }
+        *cur = next;
+        if (s->stop(s->stop_arg)) {
+            bson_destroy(&cur->reply);
+            return err_set(err, MS_ERR_OPERATION_FAILED, "migration aborted");
+        }
+    }
 }
 
 static void *sd_main(void *p) {
@@ -440,16 +492,25 @@ static void *sd_main(void *p) {
     ms_error_t e = {0};
     int rc = 0;
     op_set_deadline_ms(0);
-    /* Each round is one bounded call; the loop ends at the final empty pull, an error, or
-     * the receive's end (abort, shutdown). */
+    /* Each round is one bounded call (and its prefetch); the loop ends at the final empty
+     * pull, an error, or the receive's end (abort, shutdown). */
     for (;;) {
-        bool empty = false, final = false;
+        sd_batch_t b = {.s = s};
+        bool final;
         if (s->stop(s->stop_arg)) {
             rc = err_set(&e, MS_ERR_OPERATION_FAILED, "migration aborted");
             break;
         }
-        if ((rc = sd_pull(s, &empty, &final, &e)) != 0) break;
-        if (!empty) continue;
+        pthread_mutex_lock(&s->mu);
+        b.after = s->after_seq;
+        pthread_mutex_unlock(&s->mu);
+        if ((rc = sd_fetch(&b)) != 0) {
+            e = b.err;
+            break;
+        }
+        if ((rc = sd_drain(s, &b, &e)) != 0) break;
+        final = b.final;
+        bson_destroy(&b.reply);
         if (final) {
             rc = fp_eval(FP_SESSION_MIGRATION_HANG_BEFORE_DONE, &e);
             break;
