@@ -13,8 +13,10 @@
  *                  and a pending range-deletion task persisted (one transaction) before
  *                  any data moves; clone list built (ChunkTooBig past the limit);
  *                  `_recvChunkStart` to the recipient
- *   3 catch-up     polls `_recvChunkStatus` while the recipient pulls `_migrateClone` and
- *                  `_transferMods`; goes on once what is left fits the write-pause budget
+ *   3 catch-up     polls `_recvChunkStatus` while the recipient pulls `_migrateClone`,
+ *                  `_transferMods` and `_getNextSessionMods` (mig_session.c); goes on once
+ *                  what is left fits the write-pause budget and a session pull found
+ *                  nothing new
  *   4 critical section: index commands of the collection wait from here to the end
  *                  (mig_index_ddl_fence); writes to it wait (shv_crit_enter_as, owned by
  *                  this migration's id, fences those already past their version check)

@@ -12,7 +12,9 @@
  *   2 clone: `_migrateClone` batches applied in shard-key order
  *   3 catch-up: `_transferMods` until nothing is pending
  *   4 steady: keep draining until the donor says commitStart
- *   5 commit: a final drain after commitStart, then count and checksum of the range
+ *   5 commit: a final drain after commitStart, the session migration's final pull
+ *     (mig_session.c: the retryable-write records of the range, pulled by a thread of
+ *     their own from the start of the clone), then count and checksum of the range
  * Points 6 and 7 (migrateThreadHangAtStep6/7) are after the decision arrives and after
  * the task is dealt with. Every applied document is range-checked, and a document whose
  * `_id` exists here outside the range fails the migration (MongoDB's guard: `_id` is
