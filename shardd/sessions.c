@@ -65,26 +65,28 @@ static int txn_row(store_txn_t *t, const bson_t *lsid, bool *exists, int64_t *tx
     return rc;
 }
 
-/* The session's row set to (txn, incomplete) with its last use now; its statement count
- * n kept when reset is false (same txn), else 0 (a new txn starts with none). */
-static int txn_put(store_txn_t *t, const bson_t *lsid, int64_t txn, bool incomplete, bool reset,
+/* The session's row set to (txn, incomplete) with its last use now. */
+static int txn_put(store_txn_t *t, const bson_t *lsid, int64_t txn, bool incomplete,
                    ms_error_t *err) {
-    sqlite3_stmt *s = store_stmt(t, "INSERT INTO sess_txn(lsid, txn, incomplete, last_ms, n)"
-                                    " VALUES(?1,?2,?3,?4,0) ON CONFLICT(lsid) DO UPDATE SET"
-                                    " txn = ?2, incomplete = ?3, last_ms = ?4,"
-                                    " n = CASE WHEN ?5 THEN 0 ELSE n END", err);
+    sqlite3_stmt *s = store_stmt(t, "INSERT OR REPLACE INTO sess_txn(lsid, txn, incomplete,"
+                                    " last_ms) VALUES(?,?,?,?)", err);
     if (!s) return err->code;
     bind_lsid(s, 1, lsid);
     sqlite3_bind_int64(s, 2, txn);
     sqlite3_bind_int(s, 3, incomplete ? 1 : 0);
     sqlite3_bind_int64(s, 4, now_ms());
-    sqlite3_bind_int(s, 5, reset ? 1 : 0);
     return store_step_done(t, s, "sess_txn put", err);
 }
 
-/* Removes the session's statements of txnNumbers other than txn (a newer one started). */
+/* Removes the session's statements of txnNumbers other than txn (a newer one started).
+ * Every delete of sess_stmt spares the row of the highest seq: seq is the rowid
+ * (max(seq) + 1 for a new row, without AUTOINCREMENT's extra b-tree write per record), so
+ * keeping the highest row keeps a seq from ever being given out twice (sess_scan_range's
+ * after_seq relies on it). That one row of an older txn is invisible to lookups (they ask
+ * for the session's current txn) and goes with the next delete after a newer record. */
 static int stmts_drop_other(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error_t *err) {
-    sqlite3_stmt *s = store_stmt(t, "DELETE FROM sess_stmt WHERE lsid = ? AND txn <> ?", err);
+    sqlite3_stmt *s = store_stmt(t, "DELETE FROM sess_stmt WHERE lsid = ? AND txn <> ?"
+                                    " AND seq < (SELECT max(seq) FROM sess_stmt)", err);
     if (!s) return err->code;
     bind_lsid(s, 1, lsid);
     sqlite3_bind_int64(s, 2, txn);
@@ -100,7 +102,38 @@ static int too_old(int64_t txn, int64_t latest, ms_error_t *err) {
 /* Moves the session to txn: older statements gone, history complete again. */
 static int txn_advance(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error_t *err) {
     int rc = stmts_drop_other(t, lsid, txn, err);
-    return rc ? rc : txn_put(t, lsid, txn, false, true, err);
+    return rc ? rc : txn_put(t, lsid, txn, false, err);
+}
+
+/* The cap on the statements a session keeps of its txn, applied when a command starts on a
+ * txn that already has statements here (and to each migrated record): over it, the oldest
+ * go and the history is marked incomplete, so a retry of a dropped one answers 217 rather
+ * than running again. Counting when a command starts, not per statement, keeps the cost
+ * off the write path; a session then holds at most the cap plus one batch. */
+static int stmts_trim(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error_t *err) {
+    sqlite3_stmt *s = store_stmt(t, "SELECT count(*) FROM sess_stmt WHERE lsid = ? AND txn = ?",
+                                 err);
+    int64_t n = 0;
+    int src, rc;
+    if (!s) return err->code;
+    bind_lsid(s, 1, lsid);
+    sqlite3_bind_int64(s, 2, txn);
+    if ((src = sqlite3_step(s)) == SQLITE_ROW) n = sqlite3_column_int64(s, 0);
+    sqlite3_reset(s);
+    if (src != SQLITE_ROW) return err_from_sqlite(err, src, "sess_stmt count", t->c->db);
+    if (n <= g_stmts_max) return 0;
+    s = store_stmt(t, "DELETE FROM sess_stmt WHERE seq IN (SELECT seq FROM sess_stmt"
+                      " WHERE lsid = ? AND txn = ? ORDER BY seq LIMIT ?)"
+                      " AND seq < (SELECT max(seq) FROM sess_stmt)", err);
+    if (!s) return err->code;
+    bind_lsid(s, 1, lsid);
+    sqlite3_bind_int64(s, 2, txn);
+    sqlite3_bind_int64(s, 3, n - g_stmts_max);
+    if ((rc = store_step_done(t, s, "sess_stmt cap", err)) != 0) return rc;
+    log_warn("retryable-write history capped: oldest statements dropped, history marked "
+             "incomplete txnNumber=%lld dropped=%lld stmts_max=%d", (long long)txn,
+             (long long)(n - g_stmts_max), g_stmts_max);
+    return txn_put(t, lsid, txn, true, err);
 }
 
 int sess_txn_start(store_txn_t *t, const bson_t *lsid, int64_t txn, bool *fresh,
@@ -113,9 +146,12 @@ int sess_txn_start(store_txn_t *t, const bson_t *lsid, int64_t txn, bool *fresh,
     if (txn < 0) return err_set(err, MS_ERR_BAD_VALUE, "txnNumber may not be negative");
     if ((rc = txn_row(t, lsid, &exists, &cur, &incomplete, err)) != 0) return rc;
     if (exists && txn < cur) return too_old(txn, cur, err);
-    if (exists && txn == cur) return txn_put(t, lsid, txn, incomplete, false, err); /* last use */
+    if (exists && txn == cur) {   /* the same txn again (a retry, a router's next round) */
+        if ((rc = txn_put(t, lsid, txn, incomplete, err)) != 0) return rc;   /* last use */
+        return stmts_trim(t, lsid, txn, err);
+    }
     if (exists && (rc = stmts_drop_other(t, lsid, txn, err)) != 0) return rc;
-    if ((rc = txn_put(t, lsid, txn, false, true, err)) == 0 && fresh) *fresh = true;
+    if ((rc = txn_put(t, lsid, txn, false, err)) == 0 && fresh) *fresh = true;
     return rc;
 }
 
@@ -161,35 +197,6 @@ int sess_stmt_lookup(store_txn_t *t, const bson_t *lsid, int64_t txn, int32_t st
     return rc;
 }
 
-/* Counts a statement the session keeps of its txn (the row's n); over the cap the oldest
- * goes and the history is marked incomplete (a retry of a dropped one answers 217 rather
- * than running again). */
-static int stmts_cap(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error_t *err) {
-    sqlite3_stmt *s = store_stmt(t, "UPDATE sess_txn SET n = n + 1 WHERE lsid = ? AND txn = ?"
-                                    " RETURNING n", err);
-    int64_t n = 0;
-    int src, rc;
-    if (!s) return err->code;
-    bind_lsid(s, 1, lsid);
-    sqlite3_bind_int64(s, 2, txn);
-    if ((src = sqlite3_step(s)) == SQLITE_ROW) n = sqlite3_column_int64(s, 0);
-    while (src == SQLITE_ROW) src = sqlite3_step(s);
-    sqlite3_reset(s);
-    if (src != SQLITE_DONE) return err_from_sqlite(err, src, "sess_txn count", t->c->db);
-    if (n <= g_stmts_max) return 0;
-    s = store_stmt(t, "DELETE FROM sess_stmt WHERE seq = (SELECT min(seq) FROM sess_stmt"
-                      " WHERE lsid = ? AND txn = ?)", err);
-    if (!s) return err->code;
-    bind_lsid(s, 1, lsid);
-    sqlite3_bind_int64(s, 2, txn);
-    if ((rc = store_step_done(t, s, "sess_stmt cap", err)) != 0) return rc;
-    log_warn("retryable-write history capped: oldest statement dropped, history marked "
-             "incomplete txnNumber=%lld stmts_max=%d", (long long)txn, g_stmts_max);
-    s = store_stmt(t, "UPDATE sess_txn SET n = n - 1, incomplete = 1 WHERE lsid = ?", err);
-    if (!s) return err->code;
-    bind_lsid(s, 1, lsid);
-    return store_step_done(t, s, "sess_txn incomplete", err);
-}
 
 /* Inserts one statement row (an existing (lsid, txn, stmt) is kept: a record never
  * changes). *added says whether it was new. */
@@ -219,9 +226,7 @@ int sess_stmt_record(store_txn_t *t, const bson_t *lsid, int64_t txn, int32_t st
     bool added = false;
     int rc;
     if ((rc = need_write(t, "sess_stmt_record", err)) != 0) return rc;
-    rc = stmt_insert(t, lsid, txn, stmt, ns, key, keylen, result, now_ms(), &added, err);
-    if (rc == 0 && added) rc = stmts_cap(t, lsid, txn, err);
-    return rc;
+    return stmt_insert(t, lsid, txn, stmt, ns, key, keylen, result, now_ms(), &added, err);
 }
 
 int sess_mark_incomplete(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error_t *err) {
@@ -231,9 +236,9 @@ int sess_mark_incomplete(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_err
     if ((rc = need_write(t, "sess_mark_incomplete", err)) != 0) return rc;
     if ((rc = txn_row(t, lsid, &exists, &cur, &incomplete, err)) != 0) return rc;
     if (exists && txn < cur) return 0;   /* a newer txn is what retries can still meet */
-    if (exists && txn == cur) return txn_put(t, lsid, txn, true, false, err);
+    if (exists && txn == cur) return txn_put(t, lsid, txn, true, err);
     if ((rc = stmts_drop_other(t, lsid, txn, err)) != 0) return rc;
-    return txn_put(t, lsid, txn, true, true, err);
+    return txn_put(t, lsid, txn, true, err);
 }
 
 /* ---- session migration: scan and apply ------------------------------------------------ */
@@ -360,12 +365,12 @@ int sess_apply_migrated(store_txn_t *t, const bson_t *rec, ms_error_t *err) {
     if (exists && m.txn < cur) return 0;   /* the session moved on here: nothing to keep */
     if (!exists || m.txn > cur) {
         if ((rc = txn_advance(t, &m.lsid, m.txn, err)) != 0) return rc;
-    } else if ((rc = txn_put(t, &m.lsid, m.txn, incomplete, false, err)) != 0) {
+    } else if ((rc = txn_put(t, &m.lsid, m.txn, incomplete, err)) != 0) {
         return rc;
     }
     rc = stmt_insert(t, &m.lsid, m.txn, m.stmt, m.ns, m.key, m.keylen, &m.result, m.date_ms,
                      &added, err);
-    if (rc == 0 && added) rc = stmts_cap(t, &m.lsid, m.txn, err);
+    if (rc == 0 && added) rc = stmts_trim(t, &m.lsid, m.txn, err);
     return rc;
 }
 
@@ -376,7 +381,7 @@ int sess_expire(store_txn_t *t, int64_t cutoff_ms, int limit, int *removed, ms_e
      * statements first, then the sessions. */
     static const char *const sql[2] = {
         "DELETE FROM sess_stmt WHERE lsid IN (SELECT lsid FROM sess_txn WHERE last_ms < ?"
-        " ORDER BY lsid LIMIT ?)",
+        " ORDER BY lsid LIMIT ?) AND seq < (SELECT max(seq) FROM sess_stmt)",
         "DELETE FROM sess_txn WHERE lsid IN (SELECT lsid FROM sess_txn WHERE last_ms < ?"
         " ORDER BY lsid LIMIT ?)"};
     int rc;
@@ -417,20 +422,6 @@ int sess_reap(store_t *st, int64_t timeout_ms) {
     }
     if (total) log_info("expired sessions removed=%d timeout_ms=%lld", total, (long long)timeout_ms);
     return total;
-}
-
-int sess_forget(store_txn_t *t, const bson_t *lsid, ms_error_t *err) {
-    int rc;
-    if ((rc = need_write(t, "sess_forget", err)) != 0) return rc;
-    static const char *const sql[2] = {"DELETE FROM sess_stmt WHERE lsid = ?",
-                                       "DELETE FROM sess_txn WHERE lsid = ?"};
-    for (int i = 0; i < 2 && rc == 0; i++) {
-        sqlite3_stmt *s = store_stmt(t, sql[i], err);
-        if (!s) return err->code;
-        bind_lsid(s, 1, lsid);
-        rc = store_step_done(t, s, "session forget", err);
-    }
-    return rc;
 }
 
 int sess_txn_docs(store_txn_t *t, sess_doc_fn fn, void *arg, ms_error_t *err) {

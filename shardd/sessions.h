@@ -9,9 +9,9 @@
  * result instead of writing again. MongoDB keeps one document per session in
  * config.transactions and the statements' results in the oplog; here both live in the
  * shard's SQLite file:
- *   sess_txn(lsid BLOB PRIMARY KEY, txn INTEGER, incomplete INTEGER, last_ms INTEGER,
- *            n INTEGER: statements kept of txn) WITHOUT ROWID
- *   sess_stmt(seq INTEGER PRIMARY KEY AUTOINCREMENT, lsid BLOB, txn INTEGER, stmt INTEGER,
+ *   sess_txn(lsid BLOB PRIMARY KEY, txn INTEGER, incomplete INTEGER, last_ms INTEGER)
+ *            WITHOUT ROWID
+ *   sess_stmt(seq INTEGER PRIMARY KEY, lsid BLOB, txn INTEGER, stmt INTEGER,
  *             ns TEXT, key BLOB, result BLOB, date_ms INTEGER, UNIQUE(lsid, txn, stmt))
  * (created by store.c's schema). lsid is the BSON bytes of the session id document
  * ({id: UUID}); find on config.transactions shows sess_txn shaped like MongoDB's documents.
@@ -47,8 +47,9 @@ int sess_stmt_lookup(store_txn_t *t, const bson_t *lsid, int64_t txn, int32_t st
                      bson_t *result, bool *found, ms_error_t *err);
 
 /* The statements one session keeps of its txnNumber (default MS_SESSION_STMTS_MAX, a whole
- * batch): past it the oldest record goes and the history is marked incomplete. A test aid
- * (shardd --session-stmts-max) may lower it; called before serving. */
+ * batch), checked when a command starts on a txn that has statements here: past it the
+ * oldest records go and the history is marked incomplete. A test aid (shardd
+ * --session-stmts-max) may lower it; called before serving. */
 void sess_set_stmts_max(int n);
 
 /* Records a statement that ran, inside the same write transaction. ns: the collection;
@@ -61,7 +62,8 @@ int sess_stmt_record(store_txn_t *t, const bson_t *lsid, int64_t txn, int32_t st
                      const bson_t *result, ms_error_t *err);
 
 /* Session migration support. Every record carries a monotonically increasing sequence number
- * `seq` (assigned when written, never reused — an INTEGER PRIMARY KEY AUTOINCREMENT column).
+ * `seq` (assigned when written, never reused — the rowid; deletes spare the highest row, see
+ * sessions.c).
  * sess_scan_range calls fn for up to `limit` records of `ns` whose key is in [min, max) (bytewise
  * comparison of encoded keys; max may be the encoded MaxKey bound) and whose seq > after_seq,
  * in seq order. `rec` is a self-contained BSON document:
@@ -107,12 +109,9 @@ int sess_expire(store_txn_t *t, int64_t cutoff_ms, int limit, int *removed, ms_e
  * went; failures are logged (the next call tries again). */
 int sess_reap(store_t *st, int64_t timeout_ms);
 
-/* Removes one session's records (killSessions/endSessions do not: MongoDB keeps records of
- * ended sessions until they expire; this is for killAllSessions-style cleanup and tests). */
-int sess_forget(store_txn_t *t, const bson_t *lsid, ms_error_t *err);
-
 /* Calls fn for each session as a config.transactions document
- *   {_id: lsid, txnNum: long, lastWriteOpTime: {ts, t}, lastWriteDate: Date, state?}
+ *   {_id: lsid, txnNum: long, lastWriteOpTime: {ts, t}, lastWriteDate: Date,
+ *    incompleteHistory?: true}
  * in lsid order; fn returning non-zero stops (and is returned). */
 typedef int (*sess_doc_fn)(void *arg, const bson_t *doc);
 int sess_txn_docs(store_txn_t *t, sess_doc_fn fn, void *arg, ms_error_t *err);

@@ -25,6 +25,8 @@
  *   xfer.c        a migration's write capture (committed _ids of the moving range)
  *   store_docs.c  the shard's own persisted documents (migration, range deletion)
  *   rdel.c        the range deleter: orphaned ranges deleted in batches
+ *   sessions.c    retryable-write records (sessions.h: the API session migration shares)
+ *   sess_write.c  a write command's lsid / txnNumber / stmtIds and its records' keys
  *
  * Concurrency: one writer SQLite connection behind a mutex (SQLite has one writer) and one
  * reader connection per thread (WAL lets readers run beside the writer). The in-memory

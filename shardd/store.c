@@ -409,13 +409,12 @@ static const char *SCHEMA =
     /* fast counts of collection c<id> (store_coll_t.fast_n / fast_bytes) */
     "CREATE TABLE IF NOT EXISTS coll_counts(id INTEGER PRIMARY KEY, n INTEGER NOT NULL,"
     " bytes INTEGER NOT NULL);"
-    /* retryable-write records (sessions.c): one row per session (n: its statements of
-     * txn), one per statement; seq orders records for session migration. Few b-trees on
-     * purpose: every retryable write commits pages of each. */
+    /* retryable-write records (sessions.c): one row per session, one per statement; seq
+     * orders records for session migration. Few b-trees on purpose: every retryable write
+     * commits pages of each. */
     "CREATE TABLE IF NOT EXISTS sess_txn(lsid BLOB PRIMARY KEY, txn INTEGER NOT NULL,"
-    " incomplete INTEGER NOT NULL DEFAULT 0, last_ms INTEGER NOT NULL,"
-    " n INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS sess_stmt(seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " incomplete INTEGER NOT NULL DEFAULT 0, last_ms INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS sess_stmt(seq INTEGER PRIMARY KEY,"
     " lsid BLOB NOT NULL, txn INTEGER NOT NULL, stmt INTEGER NOT NULL, ns TEXT NOT NULL,"
     " key BLOB, result BLOB NOT NULL, date_ms INTEGER NOT NULL, UNIQUE(lsid, txn, stmt));";
 

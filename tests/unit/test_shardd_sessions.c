@@ -3,7 +3,8 @@
  * (shardd/sessions.c) on a temporary store: a recorded statement is found with its result
  * (also after a reopen), a rolled-back write leaves no record, older txnNumbers are
  * TransactionTooOld, a newer one drops the older records, incomplete history answers 217
- * only for statements not found, expiry removes old sessions in bounded batches, and the
+ * only for statements not found (also past the statement cap), expiry removes old sessions
+ * in bounded batches, seq is never given out twice, and the
  * session-migration pair: sess_scan_range by key range and seq, sess_apply_migrated's
  * three cases, and the config.transactions view.
  */
@@ -194,6 +195,26 @@ static void test_incomplete(void) {
     store_close(st);
 }
 
+/* Over the statement cap (checked when a command starts on the same txn) the oldest record
+ * goes and the history is marked incomplete: its retry answers 217, the kept ones answer. */
+static void test_cap_marks_incomplete(void) {
+    store_t *st = open_at("cap");
+    sa_t a = {.txn = 1};
+    ms_error_t e = {0};
+    int64_t n;
+    sess_set_stmts_max(2);
+    for (int i = 0; i < 3; i++) CHECK_INT(record(st, 1, 1, i, 10 + i), 0);
+    lsid_of(1, &a.lsid);
+    CHECK_INT(store_write(st, begin_fn, &a, &e), 0);   /* the next command on txn 1 trims */
+    CHECK_INT(lookup(st, 1, 1, 0, &n), MS_ERR_INCOMPLETE_TRANSACTION_HISTORY);
+    CHECK_INT(lookup(st, 1, 1, 2, &n), 0);
+    CHECK_INT(n, 12);
+    CHECK_INT(lookup(st, 1, 1, 7, &n), MS_ERR_INCOMPLETE_TRANSACTION_HISTORY);
+    sess_set_stmts_max(0);   /* back to the default */
+    bson_destroy(&a.lsid);
+    store_close(st);
+}
+
 static int expire_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     sa_t *a = arg;
     return sess_expire(t, a->txn, a->stmt, &a->removed, err);
@@ -311,6 +332,28 @@ static void test_scan_range(void) {
     store_close(st);
 }
 
+/* A session moving on deletes its older records; the seq of a new record is still above
+ * every seq given out before (sess_scan_range's after_seq must never skip a record). */
+static void test_seq_never_reused(void) {
+    store_t *st = open_at("seq");
+    sa_t a = {0};
+    ms_error_t e = {0};
+    int64_t last = 0;
+    for (int txn = 1; txn <= 4; txn++) {
+        CHECK_INT(record_key(st, 1, txn, 0, "db.c", "b", txn), 0);
+        scan_args_t s = {&a, (const uint8_t *)"a", (const uint8_t *)"z", 1, 1, last, 100};
+        CHECK_INT(store_read(st, range_scan_fn, &s, &e), 0);
+        CHECK_INT(a.cap_n, 1);                  /* exactly the new record, above `last` */
+        CHECK(a.seqs[0] > last);
+        last = a.seqs[0];
+        free_recs(&a);
+    }
+    int64_t n;
+    CHECK_INT(lookup(st, 1, 4, 0, &n), 0);
+    CHECK_INT(n, 4);
+    store_close(st);
+}
+
 static int apply_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     sa_t *a = arg;
     int rc = 0;
@@ -377,5 +420,6 @@ static void test_txn_docs(void) {
 }
 
 T_MAIN(T_CASE(test_record_then_lookup), T_CASE(test_rollback_leaves_no_record),
-       T_CASE(test_too_old_and_newer), T_CASE(test_incomplete), T_CASE(test_expiry),
-       T_CASE(test_scan_range), T_CASE(test_apply_migrated), T_CASE(test_txn_docs))
+       T_CASE(test_too_old_and_newer), T_CASE(test_incomplete), T_CASE(test_cap_marks_incomplete), T_CASE(test_expiry),
+       T_CASE(test_scan_range), T_CASE(test_seq_never_reused),
+       T_CASE(test_apply_migrated), T_CASE(test_txn_docs))
