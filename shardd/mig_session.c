@@ -407,19 +407,10 @@ typedef struct sd_batch {
     ms_error_t err;
 } sd_batch_t;
 
-/* Asks the donor for the records after b->after; on success b->reply holds the answer
- * (caller destroys) and the fields say what it is. */
-static int sd_fetch(sd_batch_t *b) {
-    mig_sessdest_t *s = b->s;
-    bson_t cmd;
+/* What the answer in b->reply says (its oplog array, empty, final, the next afterSeq); a
+ * malformed one is destroyed and is an error. */
+static int sd_parse(sd_batch_t *b) {
     bson_iter_t it, probe;
-    bson_init(&cmd);
-    BSON_APPEND_UTF8(&cmd, "_getNextSessionMods", s->ns);
-    BSON_APPEND_UTF8(&cmd, "sessionId", s->session);
-    BSON_APPEND_INT64(&cmd, "afterSeq", b->after);
-    b->rc = mig_call(s->from_url, &cmd, MS_RPC_PEER_TIMEOUT_MS_DEFAULT, &b->reply, &b->err);
-    bson_destroy(&cmd);
-    if (b->rc != 0) return b->rc;
     if (!bson_iter_init_find(&it, &b->reply, "oplog") || !BSON_ITER_HOLDS_ARRAY(&it) ||
         !bson_iter_recurse(&it, &b->recs)) {
         bson_destroy(&b->reply);
@@ -433,6 +424,29 @@ static int sd_fetch(sd_batch_t *b) {
     if (bson_iter_init_find(&it, &b->reply, "lastSeq")) bsonx_as_int64(&it, &b->last);
     if (b->last < b->after) b->last = b->after;
     return 0;
+}
+
+/* Asks the donor for the records after b->after; on success b->reply holds the answer
+ * (caller destroys) and the fields say what it is. */
+static int sd_fetch(sd_batch_t *b) {
+    mig_sessdest_t *s = b->s;
+    bson_t cmd;
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "_getNextSessionMods", s->ns);
+    BSON_APPEND_UTF8(&cmd, "sessionId", s->session);
+    BSON_APPEND_INT64(&cmd, "afterSeq", b->after);
+    b->rc = mig_call(s->from_url, &cmd, MS_RPC_PEER_TIMEOUT_MS_DEFAULT, &b->reply, &b->err);
+    bson_destroy(&cmd);
+    if (b->rc != 0) return b->rc;
+    return sd_parse(b);
+}
+
+/* Moves batch src (answered) into dst: a bson_t must not be copied as a struct (its buffer
+ * pointer may point into the struct itself), so the reply is stolen and looked at anew. */
+static void sd_move(sd_batch_t *dst, sd_batch_t *src) {
+    *dst = *src;
+    bson_steal(&dst->reply, &src->reply);
+    sd_parse(dst);
 }
 
 static void *sd_fetch_main(void *p) {
@@ -479,7 +493,11 @@ static int sd_drain(mig_sessdest_t *s, sd_batch_t *cur, ms_error_t *err) {
             *err = next.err;
             return next.rc;
         }
-        *cur = next;
+        sd_move(cur, &next);
+        if (cur->rc != 0) {
+            *err = cur->err;
+            return cur->rc;
+        }
         if (s->stop(s->stop_arg)) {
             bson_destroy(&cur->reply);
             return err_set(err, MS_ERR_OPERATION_FAILED, "migration aborted");

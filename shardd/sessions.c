@@ -106,7 +106,7 @@ static int txn_advance(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error
 }
 
 /* The cap on the statements a session keeps of its txn, applied when a command starts on a
- * txn that already has statements here (and to each migrated record): over it, the oldest
+ * txn that already has statements here: over it, the oldest
  * go and the history is marked incomplete, so a retry of a dropped one answers 217 rather
  * than running again. Counting when a command starts, not per statement, keeps the cost
  * off the write path; a session then holds at most the cap plus one batch. */
@@ -368,10 +368,12 @@ int sess_apply_migrated(store_txn_t *t, const bson_t *rec, ms_error_t *err) {
     } else if ((rc = txn_put(t, &m.lsid, m.txn, incomplete, err)) != 0) {
         return rc;
     }
-    rc = stmt_insert(t, &m.lsid, m.txn, m.stmt, m.ns, m.key, m.keylen, &m.result, m.date_ms,
-                     &added, err);
-    if (rc == 0 && added) rc = stmts_trim(t, &m.lsid, m.txn, err);
-    return rc;
+    /* No count per record (it made applying a session's batch quadratic): the donor held
+     * at most the cap plus one batch of this txn, so the records here stay bounded until
+     * the next command on the txn trims them (sess_txn_start). */
+    (void)added;
+    return stmt_insert(t, &m.lsid, m.txn, m.stmt, m.ns, m.key, m.keylen, &m.result, m.date_ms,
+                       &added, err);
 }
 
 /* ---- expiry and config.transactions ----------------------------------------------------- */

@@ -121,6 +121,28 @@ def test_retries_after_the_move_apply_once(t):
     assert int(num(to["sessionRecords"])) == 5, to
 
 
+@test
+def test_many_batches_all_arrive(t):
+    """40,000 records (40 sessions of 1,000 retryable inserts) take several
+    _getNextSessionMods batches, fetched while the previous one is persisted: every session
+    arrives, and every batch retried on the recipient answers n: 1,000 from its records."""
+    cl, r = setup(t)
+    s0, s1 = cl.shards[0].client(), cl.shards[1].client()
+    r.ok({"shardCollection": DB + ".many", "key": {"k": 1}, "$db": "admin"})
+    cmds = []
+    for b in range(40):
+        cmds.append({"insert": "many", "$db": DB, "lsid": lsid(), "txnNumber": long(1),
+                     "documents": [{"_id": b * 1000 + i, "k": b * 1000 + i, "pad": "x" * 40}
+                                   for i in range(1000)]})
+        assert n_of(s0.ok(cmds[-1])) == 1000
+    r.ok({"moveChunk": DB + ".many", "find": {"k": 0}, "to": "shard1", "$db": "admin"})
+    assert len(s1.find_all("transactions", "config", {})) == 40
+    for c in cmds:
+        assert n_of(s1.ok(c)) == 1000
+    to = r.find_all("changelog", "config", {"what": "moveChunk.to", "ns": DB + ".many"})[-1]["details"]
+    assert int(num(to["sessionRecords"])) == 40000, to
+
+
 # ---- a write made during catch-up ----------------------------------------------------------
 
 @test
