@@ -351,6 +351,14 @@
 /* At most this many index DDL commands run on a shard at once (the registry that lets a
  * migration wait for them is a fixed table). */
 #define MS_MIG_INDEX_DDL_MAX 64
+/* One `_getNextSessionMods` batch (session migration, shardd/mig_session.c) holds at most
+ * this many retryable-write records and about this many bytes: a reply stays far below
+ * the 16 MB message limit and one recipient transaction persists it (MongoDB bounds its
+ * batch by BSONObjMaxUserSize only). */
+#define MS_MIG_SESSION_BATCH_RECORDS_MAX 10000
+#define MS_MIG_SESSION_BATCH_BYTES_MAX (4 * 1024 * 1024)
+/* The recipient asks again this soon after a pull found nothing new. */
+#define MS_MIG_SESSION_POLL_MS 10
 /* ---- migration base: write capture, critical section, internal workers (issue 12) ---- */
 
 /* Bytes of captured _id documents a migration's write capture (shardd/xfer.c) may hold

@@ -40,6 +40,9 @@ void mig_register_failpoints(void) {
     fp_register(FP_SKIP_ONE_MIGRATED_DOC);
     fp_register(FP_HANG_IN_TRANSFER_MODS);
     fp_register(FP_HANG_BEFORE_RECV_CHUNK_START);
+    fp_register(FP_HANG_IN_GET_NEXT_SESSION_MODS);
+    fp_register(FP_SESSION_MIGRATION_HANG_AFTER_BATCH);
+    fp_register(FP_SESSION_MIGRATION_HANG_BEFORE_DONE);
     fp_register(SHV_FP_HANG_REFRESH_BEFORE_INSTALL);
 }
 

@@ -166,6 +166,34 @@ int cmd_recv_chunk_set_indexes(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 void mig_recv_status(mig_recv_t *r, bson_t *out);
 void mig_recv_free(mig_recv_t *r);
 
+/* ---- session migration (mig_session.c): MongoDB's SessionCatalogMigrationSource and
+ * SessionCatalogMigrationDestination ----------------------------------------------------- */
+
+/* `_getNextSessionMods` (recipient -> donor): the retryable-write records of the range
+ * after afterSeq, with dead-end sentinels for what cannot be placed. */
+int cmd_get_next_session_mods(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+
+/* The recipient's puller: a thread of its own that persists the donor's records here until
+ * a pull answered inside the donor's critical section comes back empty. Owner: the
+ * receive's migrate thread, which starts it, waits for it and frees it (free joins the
+ * thread); stop(stop_arg) is asked between pulls (the receive aborted, the shard stops).
+ * min_enc/max_enc are copied. */
+typedef struct mig_sessdest mig_sessdest_t;
+int mig_sessdest_start(mig_t *m, const char *ns, const char *from_url, const char *session,
+                       const buf_t *min_enc, const buf_t *max_enc, bool (*stop)(void *arg),
+                       void *stop_arg, mig_sessdest_t **out, ms_error_t *err);
+/* Waits (until until_ms, monotonic) for the final pull: 0 done, else why not. */
+int mig_sessdest_wait(mig_sessdest_t *s, long long until_ms, ms_error_t *err);
+/* True (and err set) once the puller failed. */
+bool mig_sessdest_failed(mig_sessdest_t *s, ms_error_t *err);
+/* Wakes the puller between pulls (it then looks at stop at once). */
+void mig_sessdest_kick(mig_sessdest_t *s);
+void mig_sessdest_counts(mig_sessdest_t *s, int64_t *records, int64_t *sentinels);
+/* Appends sessionMigration: {state, records, sentinels, batches, lastSeq, errmsg?}. */
+void mig_sessdest_status(mig_sessdest_t *s, bson_t *out);
+/* NULL-safe; joins the thread (it ends at its next stop check or call deadline). */
+void mig_sessdest_free(mig_sessdest_t *s);
+
 /* Failpoints (named as MongoDB names them; registered by shardd_register_failpoints). */
 extern const char *const mig_donor_step_fps[6];     /* moveChunkHangAtStep1..6 */
 extern const char *const mig_recv_step_fps[7];      /* migrateThreadHangAtStep1..7 */
@@ -182,6 +210,13 @@ extern const char *const mig_recv_step_fps[7];      /* migrateThreadHangAtStep1.
 /* minishard, tests only: the recipient drops one cloned document, so the count and
  * checksum comparison before the commit has something to catch. */
 #define FP_SKIP_ONE_MIGRATED_DOC "skipOneMigratedDocument"
+/* minishard: session migration. The donor, in `_getNextSessionMods` after the batch was
+ * read, before it answers; the recipient after a non-empty batch was persisted, and after
+ * the final (empty, inside the donor's critical section) pull, before the session step is
+ * done. */
+#define FP_HANG_IN_GET_NEXT_SESSION_MODS "hangInGetNextSessionMods"
+#define FP_SESSION_MIGRATION_HANG_AFTER_BATCH "sessionMigrationHangAfterBatch"
+#define FP_SESSION_MIGRATION_HANG_BEFORE_DONE "sessionMigrationHangBeforeDone"
 void mig_register_failpoints(void);
 
 #endif

@@ -102,7 +102,7 @@ void mig_cloner_pending_locked(mig_donor_t *d, int64_t *ndel, int64_t *nreload, 
 /* ---- served to the recipient: _migrateClone, _transferMods ------------------------------ */
 
 /* The running donation of sessionId, with a reference (NULL + error when none). */
-static mig_donor_t *donor_for(cmd_ctx_t *ctx, ms_error_t *err) {
+mig_donor_t *mig_donor_for(cmd_ctx_t *ctx, ms_error_t *err) {
     shardd_t *app = ctx->app;
     mig_t *m = app->mig;
     bson_iter_t it;
@@ -120,7 +120,7 @@ static mig_donor_t *donor_for(cmd_ctx_t *ctx, ms_error_t *err) {
     return d;
 }
 
-static void donor_release(mig_t *m, mig_donor_t *d) {
+void mig_donor_release(mig_t *m, mig_donor_t *d) {
     pthread_mutex_lock(&m->mu);
     mig_donor_unref_locked(d);
     pthread_mutex_unlock(&m->mu);
@@ -171,7 +171,7 @@ static int clone_batch_fn(store_txn_t *t, void *arg, ms_error_t *err) {
 
 int cmd_migrate_clone(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     shardd_t *app = ctx->app;
-    mig_donor_t *d = donor_for(ctx, err);
+    mig_donor_t *d = mig_donor_for(ctx, err);
     bson_t arr;
     int rc;
     if (!d) return err->code;
@@ -183,7 +183,7 @@ int cmd_migrate_clone(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     d->cloned_bytes += (int64_t)a.bytes;
     pthread_mutex_unlock(&d->mu);
     bson_append_array_end(reply, &arr);
-    donor_release(app->mig, d);
+    mig_donor_release(app->mig, d);
     return rc;
 }
 
@@ -230,7 +230,7 @@ static int reload_fn(store_txn_t *t, void *arg, ms_error_t *err) {
  * §1.3); what does not fit goes back to the head of the lists. */
 int cmd_transfer_mods(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     shardd_t *app = ctx->app;
-    mig_donor_t *d = donor_for(ctx, err);
+    mig_donor_t *d = mig_donor_for(ctx, err);
     buf_t *del = NULL, *rel = NULL;
     int ndel = 0, nrel = 0, rc = 0;
     bson_t arr;
@@ -244,7 +244,7 @@ int cmd_transfer_mods(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if ((x = d->x) != NULL) d->x_users++;
     pthread_mutex_unlock(&d->mu);
     if (!x) {
-        donor_release(app->mig, d);
+        mig_donor_release(app->mig, d);
         return err_set(err, MS_ERR_CONFLICTING_OPERATION, "the migration's capture has ended");
     }
     /* The capture in hand, nothing taken from it yet: a test holds it in use here. */
@@ -285,6 +285,6 @@ out:
     pthread_mutex_unlock(&d->mu);
     xfer_ids_free(del, ndel);
     xfer_ids_free(rel, nrel);
-    donor_release(app->mig, d);
+    mig_donor_release(app->mig, d);
     return rc;
 }

@@ -13,8 +13,10 @@
  *                  and a pending range-deletion task persisted (one transaction) before
  *                  any data moves; clone list built (ChunkTooBig past the limit);
  *                  `_recvChunkStart` to the recipient
- *   3 catch-up     polls `_recvChunkStatus` while the recipient pulls `_migrateClone` and
- *                  `_transferMods`; goes on once what is left fits the write-pause budget
+ *   3 catch-up     polls `_recvChunkStatus` while the recipient pulls `_migrateClone`,
+ *                  `_transferMods` and `_getNextSessionMods` (mig_session.c); goes on once
+ *                  what is left fits the write-pause budget and a session pull found
+ *                  nothing new
  *   4 critical section: index commands of the collection wait from here to the end
  *                  (mig_index_ddl_fence); writes to it wait (shv_crit_enter_as, owned by
  *                  this migration's id, fences those already past their version check)
@@ -299,8 +301,11 @@ static int step_catch_up(mig_donor_t *d, ms_error_t *err) {
         bool steady = strcmp(state, "steady") == 0, catchup = strcmp(state, "catchup") == 0;
         pthread_mutex_lock(&d->mu);
         bool cloned = d->pos >= d->nrids;
+        /* The session history must have moved too (a pull found nothing new), or its
+         * last batches would lengthen the write pause (MongoDB's inCatchupPhase). */
+        bool sess_ready = d->sess_caught_up;
         pthread_mutex_unlock(&d->mu);
-        if (cloned && (steady || catchup)) {
+        if (cloned && sess_ready && (steady || catchup)) {
             int64_t ndel, nrel, bytes;
             mig_cloner_pending(d, &ndel, &nrel, &bytes);
             int64_t pending = ndel + nrel;
@@ -452,6 +457,8 @@ static void from_details(const mig_donor_t *d, int step, bson_t *details) {
     BSON_APPEND_INT64(details, "clonedDocs", d->cloned_docs);
     BSON_APPEND_INT64(details, "clonedBytes", d->cloned_bytes);
     BSON_APPEND_INT64(details, "modsSent", d->mods_sent);
+    BSON_APPEND_INT64(details, "sessionRecordsSent", d->sess_sent);
+    BSON_APPEND_INT64(details, "sessionSentinelsSent", d->sess_sentinels);
     BSON_APPEND_INT64(details, "writePauseMS", d->pause_ms);
 }
 
@@ -483,6 +490,11 @@ static void donor_run(mig_donor_t *d) {
     if ((rc = shv_crit_enter_as(m->app->shv, m->app->st, d->ns, d->co.id, err)) != 0) goto abort;
     d->crit_held = true;
     d->pause_start_ms = time_mono_ms();
+    /* From here no write of the collection commits here: the recipient's next empty
+     * _getNextSessionMods is its last (MongoDB's onCommitCloneStarted). */
+    pthread_mutex_lock(&d->mu);
+    d->sess_commit_started = true;
+    pthread_mutex_unlock(&d->mu);
     if ((rc = step_done(d, ++step, &t0, err)) != 0) goto abort;
 
     donor_set_phase(d, DP_COMMIT_RECIPIENT);
@@ -844,6 +856,7 @@ void mig_donor_status(mig_donor_t *d, bson_t *out) {
     BSON_APPEND_INT64(out, "bytesCloned", d->cloned_bytes);
     BSON_APPEND_INT64(out, "modsPending", ndel + nrel);
     BSON_APPEND_INT64(out, "modsSent", d->mods_sent);
+    BSON_APPEND_INT64(out, "sessionRecordsSent", d->sess_sent);
     BSON_APPEND_INT64(out, "elapsedMS", elapsed);
     double rate = elapsed > 0 ? (double)d->cloned_docs * 1000.0 / (double)elapsed : 0;
     BSON_APPEND_DOUBLE(out, "docsPerSec", rate);

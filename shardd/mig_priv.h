@@ -75,6 +75,13 @@ struct mig_donor {
     bson_t from_version;             /* this shard's version when the migration started */
     int64_t digest_count;            /* the range at the clone-list snapshot */
     uint64_t digest_sum;
+    /* Session migration (mig_session.c, MongoDB's SessionCatalogMigrationSource), under mu.
+     * sess_commit_started: set by the donor thread once its critical section holds the
+     * collection's writes (after it, an empty _getNextSessionMods batch is the last one);
+     * sess_caught_up: a pull found nothing new (the bulk of the history has moved; step 3
+     * waits for it). The counters are for currentOp and moveChunk.from. */
+    bool sess_commit_started, sess_caught_up;
+    int64_t sess_sent, sess_sentinels, sess_last_seq;
 };
 
 typedef struct persist_arg {
@@ -90,6 +97,10 @@ typedef struct clone_list_arg {
 } clone_list_arg_t;
 
 /* ---- the driver (mig_donor.c) ---- */
+/* The running donation of the command's sessionId, with a reference (NULL + error when
+ * none); mig_donor_release drops it (mig_cloner.c). */
+mig_donor_t *mig_donor_for(cmd_ctx_t *ctx, ms_error_t *err);
+void mig_donor_release(mig_t *m, mig_donor_t *d);
 /* Drops one reference, under m->mu (the last frees the donation). */
 void mig_donor_unref_locked(mig_donor_t *d);
 

@@ -12,7 +12,9 @@
  *   2 clone: `_migrateClone` batches applied in shard-key order
  *   3 catch-up: `_transferMods` until nothing is pending
  *   4 steady: keep draining until the donor says commitStart
- *   5 commit: a final drain after commitStart, then count and checksum of the range
+ *   5 commit: a final drain after commitStart, the session migration's final pull
+ *     (mig_session.c: the retryable-write records of the range, pulled by a thread of
+ *     their own from the start of the clone), then count and checksum of the range
  * Points 6 and 7 (migrateThreadHangAtStep6/7) are after the decision arrives and after
  * the task is dealt with. Every applied document is range-checked, and a document whose
  * `_id` exists here outside the range fails the migration (MongoDB's guard: `_id` is
@@ -61,6 +63,10 @@ struct mig_recv {
     uint64_t range_sum;
     int64_t step_ms[5];
     long long started_ms;
+    /* Session migration's puller (mig_session.c). Owner: the migrate thread, which sets it
+     * and clears it under mu before freeing it; status readers use it under mu. */
+    mig_sessdest_t *sd;
+    int64_t sess_records, sess_sentinels, sess_wait_ms;   /* for moveChunk.to */
 };
 
 /* ---- state --------------------------------------------------------------------------- */
@@ -84,6 +90,36 @@ static void fail(mig_recv_t *r, const ms_error_t *e) {
     pthread_mutex_unlock(&r->mu);
     log_warn("migration receive failed ns=%s session=%s errmsg=%s", log_str(r->ns),
              log_str(r->session), log_str(e->msg));
+}
+
+/* The session puller's question between pulls: is this receive over? */
+static bool recv_stopping(void *arg) {
+    mig_recv_t *r = arg;
+    bool over;
+    pthread_mutex_lock(&r->mu);
+    over = r->abort_req || r->m->stopping || r->state == RS_FAIL || r->state == RS_ABORT;
+    pthread_mutex_unlock(&r->mu);
+    return over;
+}
+
+/* The migrate thread ends the puller: no status reader sees it any more, it is woken (a
+ * receive that failed or was aborted makes it stop at once) and joined; its counts stay
+ * for moveChunk.to. */
+static void sessdest_end(mig_recv_t *r) {
+    mig_sessdest_t *sd;
+    int64_t records = 0, sentinels = 0;
+    pthread_mutex_lock(&r->mu);
+    sd = r->sd;
+    r->sd = NULL;
+    pthread_mutex_unlock(&r->mu);
+    if (!sd) return;
+    mig_sessdest_kick(sd);
+    mig_sessdest_counts(sd, &records, &sentinels);
+    mig_sessdest_free(sd);
+    pthread_mutex_lock(&r->mu);
+    r->sess_records = records;
+    r->sess_sentinels = sentinels;
+    pthread_mutex_unlock(&r->mu);
 }
 
 static bool aborted(mig_recv_t *r, ms_error_t *err) {
@@ -414,6 +450,17 @@ static void *recv_main(void *p) {
      * here overlap. */
     set_state(r, RS_CLONE);
     {
+        /* Session migration runs beside the clone and catch-up, as MongoDB starts its
+         * SessionCatalogMigrationDestination before cloning. */
+        mig_sessdest_t *sd = NULL;
+        if ((rc = mig_sessdest_start(m, r->ns, r->from_url, r->session, &r->min_enc, &r->max_enc,
+                                     recv_stopping, r, &sd, &e)) != 0)
+            goto failed;
+        pthread_mutex_lock(&r->mu);
+        r->sd = sd;
+        pthread_mutex_unlock(&r->mu);
+    }
+    {
         fetch_t f = {.r = r};
         bool have = false;
         if ((f.rc = donor_call(r, "_migrateClone", &f.reply, &f.err)) != 0) {
@@ -471,7 +518,7 @@ static void *recv_main(void *p) {
     set_state(r, RS_CATCHUP);
     for (;;) {
         int64_t n = 0, size = 0;
-        if (aborted(r, &e)) goto failed;
+        if (aborted(r, &e) || mig_sessdest_failed(r->sd, &e)) goto failed;
         if ((rc = transfer_round(r, &n, &size, &e)) != 0) goto failed;
         pthread_mutex_lock(&r->mu);
         r->catchup += n;
@@ -485,7 +532,7 @@ static void *recv_main(void *p) {
     for (;;) {
         int64_t n = 0, size = 0;
         bool go;
-        if (aborted(r, &e)) goto failed;
+        if (aborted(r, &e) || mig_sessdest_failed(r->sd, &e)) goto failed;
         pthread_mutex_lock(&r->mu);
         go = r->commit_start;
         if (!go) {
@@ -511,6 +558,14 @@ static void *recv_main(void *p) {
         r->steady += n;
         pthread_mutex_unlock(&r->mu);
         if (size == 0) break;
+    }
+    {
+        /* MongoDB's step 7: the session history is here too before the receive is done;
+         * the donor's commit waits for done, so a migration never commits without it. */
+        long long w0 = time_mono_ms();
+        rc = mig_sessdest_wait(r->sd, w0 + MS_MIG_RECV_COMMIT_MS, &e);
+        r->sess_wait_ms = time_mono_ms() - w0;
+        if (rc != 0) goto failed;
     }
 
     if ((rc = step_done(r, ++step, &t0, &e)) != 0) goto failed;
@@ -552,6 +607,7 @@ failed:
         pthread_mutex_unlock(&r->mu);
     }
 finish:
+    sessdest_end(r);
     fp_eval(mig_recv_step_fps[6], NULL);
     {
         bool ok;
@@ -573,6 +629,9 @@ finish:
         BSON_APPEND_INT64(&details, "clonedBytes", r->cloned_bytes);
         BSON_APPEND_INT64(&details, "catchup", r->catchup);
         BSON_APPEND_INT64(&details, "steady", r->steady);
+        BSON_APPEND_INT64(&details, "sessionRecords", r->sess_records);
+        BSON_APPEND_INT64(&details, "sessionSentinels", r->sess_sentinels);
+        BSON_APPEND_INT64(&details, "sessionMigrationWaitMS", r->sess_wait_ms);
         BSON_APPEND_UTF8(&details, "note", note);
         if (r->errmsg[0]) BSON_APPEND_UTF8(&details, "errmsg", r->errmsg);
         pthread_mutex_unlock(&r->mu);
@@ -809,6 +868,7 @@ static void append_status_locked(mig_recv_t *r, bson_t *out) {
     BSON_APPEND_INT64(&counts, "catchup", r->catchup);
     BSON_APPEND_INT64(&counts, "steady", r->steady);
     bson_append_document_end(out, &counts);
+    if (r->sd) mig_sessdest_status(r->sd, out);
 }
 
 static bool steady_or_done(enum rstate s) {

@@ -106,7 +106,7 @@ static int txn_advance(store_txn_t *t, const bson_t *lsid, int64_t txn, ms_error
 }
 
 /* The cap on the statements a session keeps of its txn, applied when a command starts on a
- * txn that already has statements here (and to each migrated record): over it, the oldest
+ * txn that already has statements here: over it, the oldest
  * go and the history is marked incomplete, so a retry of a dropped one answers 217 rather
  * than running again. Counting when a command starts, not per statement, keeps the cost
  * off the write path; a session then holds at most the cap plus one batch. */
@@ -266,14 +266,11 @@ static int rec_doc(sqlite3_stmt *s, bson_t *rec, ms_error_t *err) {
     return 0;
 }
 
-int sess_scan_range(store_txn_t *t, const char *ns, const uint8_t *min, size_t minlen,
-                    const uint8_t *max, size_t maxlen, int64_t after_seq, int limit,
-                    sess_rec_fn fn, void *arg, ms_error_t *err) {
+/* Runs one of the scans below: ?1 ns, ?2 min, ?3 max, ?4 after_seq, ?5 limit. */
+static int scan_stmts(store_txn_t *t, const char *sql, const char *ns, const uint8_t *min,
+                      size_t minlen, const uint8_t *max, size_t maxlen, int64_t after_seq,
+                      int limit, sess_rec_fn fn, void *arg, ms_error_t *err) {
     /* Not the statement cache: fn may run other session statements on this connection. */
-    static const char sql[] =
-        "SELECT seq, lsid, txn, stmt, ns, key, result, date_ms FROM sess_stmt"
-        " WHERE ns = ?1 AND key IS NOT NULL AND key >= ?2 AND key < ?3 AND seq > ?4"
-        " ORDER BY seq LIMIT ?5";
     sqlite3_stmt *s = NULL;
     sqlite3 *db = t->c->db;
     int src = sqlite3_prepare_v2(db, sql, -1, &s, NULL), rc = 0;
@@ -293,6 +290,34 @@ int sess_scan_range(store_txn_t *t, const char *ns, const uint8_t *min, size_t m
     if (rc == 0 && src != SQLITE_DONE) rc = err_from_sqlite(err, src, "sess_stmt scan", db);
     sqlite3_finalize(s);
     return rc;
+}
+
+int sess_scan_range(store_txn_t *t, const char *ns, const uint8_t *min, size_t minlen,
+                    const uint8_t *max, size_t maxlen, int64_t after_seq, int limit,
+                    sess_rec_fn fn, void *arg, ms_error_t *err) {
+    static const char sql[] =
+        "SELECT seq, lsid, txn, stmt, ns, key, result, date_ms FROM sess_stmt"
+        " WHERE ns = ?1 AND key IS NOT NULL AND key >= ?2 AND key < ?3 AND seq > ?4"
+        " ORDER BY seq LIMIT ?5";
+    return scan_stmts(t, sql, ns, min, minlen, max, maxlen, after_seq, limit, fn, arg, err);
+}
+
+int sess_max_seq(store_txn_t *t, int64_t *seq, ms_error_t *err) {
+    sqlite3_stmt *s = store_stmt(t, "SELECT max(seq) FROM sess_stmt", err);
+    int src;
+    if (!s) return err->code;
+    src = sqlite3_step(s);
+    *seq = src == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+    sqlite3_reset(s);
+    return src == SQLITE_ROW ? 0 : err_from_sqlite(err, src, "sess_stmt max", t->c->db);
+}
+
+int sess_scan_unplaced(store_txn_t *t, const char *ns, int64_t after_seq, int limit,
+                       sess_rec_fn fn, void *arg, ms_error_t *err) {
+    static const char sql[] =
+        "SELECT seq, lsid, txn, stmt, ns, key, result, date_ms FROM sess_stmt"
+        " WHERE ns = ?1 AND key IS NULL AND seq > ?4 ORDER BY seq LIMIT ?5";
+    return scan_stmts(t, sql, ns, NULL, 0, NULL, 0, after_seq, limit, fn, arg, err);
 }
 
 /* The fields of a migrated record; views into rec. */
@@ -343,10 +368,12 @@ int sess_apply_migrated(store_txn_t *t, const bson_t *rec, ms_error_t *err) {
     } else if ((rc = txn_put(t, &m.lsid, m.txn, incomplete, err)) != 0) {
         return rc;
     }
-    rc = stmt_insert(t, &m.lsid, m.txn, m.stmt, m.ns, m.key, m.keylen, &m.result, m.date_ms,
-                     &added, err);
-    if (rc == 0 && added) rc = stmts_trim(t, &m.lsid, m.txn, err);
-    return rc;
+    /* No count per record (it made applying a session's batch quadratic): the donor held
+     * at most the cap plus one batch of this txn, so the records here stay bounded until
+     * the next command on the txn trims them (sess_txn_start). */
+    (void)added;
+    return stmt_insert(t, &m.lsid, m.txn, m.stmt, m.ns, m.key, m.keylen, &m.result, m.date_ms,
+                       &added, err);
 }
 
 /* ---- expiry and config.transactions ----------------------------------------------------- */

@@ -76,6 +76,16 @@ int sess_scan_range(store_txn_t *t, const char *ns, const uint8_t *min, size_t m
                     const uint8_t *max, size_t maxlen, int64_t after_seq, int limit,
                     sess_rec_fn fn, void *arg, ms_error_t *err);
 
+/* The same for the records of `ns` with no key (statements that touched no document, which
+ * no range holds), seq > after_seq, in seq order; `key` is empty in rec. Session migration
+ * sends a dead-end sentinel for their transactions (mig_session.c). */
+int sess_scan_unplaced(store_txn_t *t, const char *ns, int64_t after_seq, int limit,
+                       sess_rec_fn fn, void *arg, ms_error_t *err);
+
+/* The highest seq of any record (0 when none): a scan that found nothing up to it need not
+ * look below it again. */
+int sess_max_seq(store_txn_t *t, int64_t *seq, ms_error_t *err);
+
 /* Recipient side: persists one migrated record (the document sess_scan_range produced) inside a
  * write transaction. If the local session is at an older txnNumber it moves to the record's one
  * (older local statements removed); same txnNumber -> the statement is added (idempotent if

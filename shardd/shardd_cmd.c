@@ -191,6 +191,11 @@ const cmd_spec_t shardd_cmd_table[] = {
     {.name = "_transferMods", .handler = cmd_transfer_mods, .flags = CMD_INTERNAL | CMD_NO_LOG,
      .arg_types = CT_STR, .fields = {REQ("sessionId", CT_STR)},
      .help = "recipient -> donor: captured writes {deleted, reload, size}"},
+    {.name = "_getNextSessionMods", .handler = cmd_get_next_session_mods,
+     .flags = CMD_INTERNAL | CMD_NO_LOG, .arg_types = CT_STR,
+     .fields = {REQ("sessionId", CT_STR), F("afterSeq", CT_NUM)},
+     .help = "recipient -> donor: the range's retryable-write records after afterSeq "
+             "{oplog, lastSeq, commitStarted}"},
     {.name = "_recvChunkStart", .handler = cmd_recv_chunk_start,
      .flags = CMD_WRITE | CMD_INTERNAL | CMD_FULL_NS_ARG, .arg_types = CT_STR,
      .fields = {REQ("sessionId", CT_STR), REQ("from", CT_STR), REQ("migrationId", CT_BIN),

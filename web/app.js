@@ -250,8 +250,20 @@ function drawBalancer(b) {
 const STEP_NAMES = {
   "moveChunk.from": ["checks", "start clone", "clone + catch-up", "critical section",
                      "commit on recipient", "commit on config"],
-  "moveChunk.to": ["indexes + ready", "clone", "catch-up", "steady", "commit"],
+  "moveChunk.to": ["indexes + ready", "clone", "catch-up", "steady",
+                   "commit (final drain + session records)"],
 };
+
+// The retryable-write records that moved with the chunk (session migration): the donor's
+// count sent, the recipient's persisted, and the dead-end sentinels.
+function sessionLine(d) {
+  const sent = d.sessionRecordsSent, got = d.sessionRecords;
+  if (sent === undefined && got === undefined) return null;
+  const sentinels = num(d.sessionSentinelsSent !== undefined ? d.sessionSentinelsSent : d.sessionSentinels);
+  return el("div", { class: "kv" }, "session records " + num(sent !== undefined ? sent : got) +
+            (sentinels ? " · sentinels " + sentinels : "") +
+            (d.sessionMigrationWaitMS !== undefined ? " · final pull waited " + num(d.sessionMigrationWaitMS) + " ms" : ""));
+}
 
 // A migration's step times as one bar (each step's share of the total), each step named
 // with its colour, and the write pause.
@@ -275,6 +287,7 @@ function drawChangelog(entries) {
           el("i", { class: "sw", style: "background:" + shades[i % 6] }),
           (names[n - 1] || k) + " " + num(d[k]) + " ms");
       })) : null,
+      sessionLine(d),
       "writePauseMS" in d ? el("div", { class: "kv" }, "write pause ",
                                el("span", { class: "pause" }, num(d.writePauseMS) + " ms")) : null);
   }));

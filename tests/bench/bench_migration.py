@@ -32,8 +32,17 @@ that too unless the environment says otherwise (docs/performance.md gives the ru
      master's slots via redis-cli --pipe, then `redis-cli --cluster reshard` of those
      slots to the second master (default --cluster-pipeline); time as a ratio to row 1's
      moveChunk time.
+  4. Session migration: two collections of S = BENCH_SESSION_DOCS documents of ~200 bytes
+     (default 100,000), one chunk [MinKey, S) each on shard0, loaded in batches of 1,000
+     straight into shard0; one of them by retryable inserts (lsid + txnNumber), so its
+     documents carry S statement records that `_getNextSessionMods` moves with the chunk,
+     the other by plain inserts. Each chunk moves shard0 → shard1 and back (order A, B,
+     B, A): documents/s of the chunk with records over the same without (goal ≥ 0.8),
+     with the records sent and the recipient's wait for its session step.
 Prints tables, then one line BENCH_JSON {"migration": {...}}. Asserts nothing on time.
+BENCH_MIGRATION_ONLY=sessions runs row 4 alone.
 """
+import base64
 import json
 import os
 import random
@@ -47,7 +56,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-from lib import Ctx, SHARDCTL, free_ports, num, wait_until  # noqa: E402
+from lib import Ctx, SHARDCTL, free_ports, long, num, wait_until  # noqa: E402
 from hostile import RawReq  # noqa: E402
 
 DB = "bench"
@@ -325,9 +334,114 @@ def redis_reshard(n):
         shutil.rmtree(d, ignore_errors=True)
 
 
+def start_cluster(t):
+    """A config server, shard0 and shard1, one router, database DB with primary shard0."""
+    cfg = t.configsvr()
+    ss = [t.shardd("shard%d" % i, extra=SHARD_FLAGS) for i in range(2)]
+    rt = t.router(cfg.url)
+    c = rt.client(timeout_ms=BIG_MS)
+    for i, s in enumerate(ss):
+        c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
+    c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+    return ss, rt, c
+
+
+# ---- 4. session migration ---------------------------------------------------------------
+
+SESSION_DOCS = int(os.environ.get("BENCH_SESSION_DOCS", "100000"))
+SESSION_BATCH = 1000
+
+
+def session_load(shard_client, coll, n, retryable):
+    """n documents in batches of SESSION_BATCH straight into the shard that owns the
+    chunk; retryable: each batch under its own lsid (txnNumber 1), one record per
+    document."""
+    for b in range(0, n, SESSION_BATCH):
+        cmd = {"insert": coll, "$db": DB,
+               "documents": [{"_id": i, "pad": "p" * 180} for i in range(b, min(n, b + SESSION_BATCH))]}
+        if retryable:
+            raw = base64.b64encode(random.Random(b).randbytes(16)).decode()
+            cmd["lsid"] = {"id": {"$binary": {"base64": raw, "subType": "04"}}}
+            cmd["txnNumber"] = long(1)
+        r = shard_client.ok(cmd)
+        assert num(r["n"]) == min(n, b + SESSION_BATCH) - b, r
+
+
+def cpu_s(procs):
+    """CPU seconds (user + system) the processes have used so far (/proc/PID/stat)."""
+    total = 0
+    for p in procs:
+        with open("/proc/%d/stat" % p.pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def session_row():
+    """Row 4 on a cluster of its own: the same chunk with and without session records."""
+    n = SESSION_DOCS
+    t = Ctx("bench-sessmig")
+    out = {"docs": n, "records": n}
+    try:
+        ss, rt, c = start_cluster(t)
+        s0 = ss[0].client(timeout_ms=BIG_MS)
+        for coll, retryable in (("plain", False), ("sessions", True)):
+            c.ok({"shardCollection": "%s.%s" % (DB, coll), "key": {"_id": 1}, "$db": "admin"})
+            c.ok({"split": "%s.%s" % (DB, coll), "middle": {"_id": n}, "$db": "admin"})
+            t0 = time.monotonic()
+            session_load(s0, coll, n, retryable)
+            print("loaded %d docs into %s.%s%s in %.1f s" % (
+                n, DB, coll, " (retryable: one record each)" if retryable else "",
+                time.monotonic() - t0), flush=True)
+        times = {"plain": [], "sessions": []}
+        cpu = {"plain": 0.0, "sessions": 0.0}
+        detail = {}
+        for coll, to in (("plain", "shard1"), ("sessions", "shard1"), ("sessions", "shard0"),
+                         ("plain", "shard0")):
+            c0 = cpu_s(ss)
+            a, b = move(c, coll, to)
+            cpu[coll] += cpu_s(ss) - c0
+            times[coll].append(b - a)
+            frm = changelog_last(c, "moveChunk.from", DB + "." + coll)
+            rcv = changelog_last(c, "moveChunk.to", DB + "." + coll)
+            detail.setdefault(coll, []).append({
+                "to": to, "s": round(b - a, 3), "records_sent": int(num(frm.get("sessionRecordsSent", 0))),
+                "recipient_session_wait_ms": num(rcv.get("sessionMigrationWaitMS", 0)),
+                "write_pause_ms": num(frm.get("writePauseMS", float("nan"))),
+                "from_steps_ms": steps(frm, 6), "to_steps_ms": steps(rcv, 5)})
+            cleanup(ss[0] if to == "shard1" else ss[1], coll)
+        plain_s, sess_s = sum(times["plain"]), sum(times["sessions"])
+        out["plain"] = {"moves": detail["plain"], "docs_per_s": round(2 * n / plain_s, 1)}
+        out["sessions"] = {"moves": detail["sessions"], "docs_per_s": round(2 * n / sess_s, 1)}
+        out["with_records_over_without"] = round(plain_s / sess_s, 3)
+        # The same ratio in CPU time of the two shards during the moves: what the records
+        # cost in work, whatever else the machine is running meanwhile.
+        out["shard_cpu_s"] = {k: round(v, 2) for k, v in cpu.items()}
+        out["with_records_over_without_cpu"] = round(cpu["plain"] / cpu["sessions"], 3) if cpu["sessions"] else None
+        out["load_average"] = os.getloadavg()[0]
+    finally:
+        t.close()
+    print("\n4. session migration: a chunk of %d docs carrying %d retryable-write records" % (n, n))
+    print("%-30s %10s %12s %14s %18s" % ("", "moves s", "docs/s", "records sent", "recipient wait ms"))
+    for coll, label in (("plain", "without records"), ("sessions", "with records")):
+        r = out[coll]
+        print("%-30s %10s %12.0f %14s %18s" % (
+            label, ",".join("%.2f" % m["s"] for m in r["moves"]), r["docs_per_s"],
+            ",".join(str(m["records_sent"]) for m in r["moves"]),
+            ",".join("%g" % m["recipient_session_wait_ms"] for m in r["moves"])))
+    print("with records / without (throughput): %.2f (goal >= 0.8); in shard CPU time: %s "
+          "(%.1f s against %.1f s); load average %.1f" % (
+              out["with_records_over_without"], out["with_records_over_without_cpu"],
+              out["shard_cpu_s"]["sessions"], out["shard_cpu_s"]["plain"], out["load_average"]), flush=True)
+    return out
+
+
 # ---- main -----------------------------------------------------------------------------
 
 def main():
+    if os.environ.get("BENCH_MIGRATION_ONLY") == "sessions":
+        print("BENCH_JSON " + json.dumps({"migration_sessions": session_row()}))
+        return
     raw_bin = os.path.join(ROOT, os.environ.get("BUILD", "build/rel"), "b", "raw_pipe")
     if not os.path.exists(raw_bin):
         raise SystemExit("missing %s: run `make bench` (it builds it)" % raw_bin)
@@ -336,13 +450,7 @@ def main():
     print("N = %d documents of ~200 bytes (BENCH_MIGRATION_DOCS; the issue's setting is 500000)" % N, flush=True)
     t = Ctx("bench-migration")
     try:
-        cfg = t.configsvr()
-        ss = [t.shardd("shard%d" % i, extra=SHARD_FLAGS) for i in range(2)]
-        rt = t.router(cfg.url)
-        c = rt.client(timeout_ms=BIG_MS)
-        for i, s in enumerate(ss):
-            c.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
-        c.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+        ss, rt, c = start_cluster(t)
         for coll, n in (("big", N), ("small", SMALL)):
             c.ok({"shardCollection": "%s.%s" % (DB, coll), "key": {"_id": 1}, "$db": "admin"})
             t0 = time.monotonic()
@@ -446,6 +554,7 @@ def main():
         print("redis %s: %d slots, %d keys resharded in %.2f s (%.0f keys/s); load %.1f s" % (
             rr["redis_version"], rr["slots"], rr["keys"], rr["reshard_s"], rr["keys_per_s"], rr["load_s"]))
         print("redis reshard time / minishard moveChunk time: %.2f" % rr["reshard_over_movechunk_time"])
+    out["session_migration"] = session_row()
     out["bench_s"] = round(time.monotonic() - started, 1)
     print("\nbench_migration total %.0f s" % out["bench_s"])
     print("BENCH_JSON " + json.dumps({"migration": out}))

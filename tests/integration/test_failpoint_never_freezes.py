@@ -84,6 +84,14 @@ def setup_index(t, cl, R, st):
     R.ok({"createIndexes": "c", "$db": DB, "indexes": [{"key": {"x": 1}, "name": "x_1"}]})
 
 
+def setup_retryable_write(t, cl, R, st):
+    """A retryable write's record in the moving chunk, for session migration to carry."""
+    cl.shards[0].client().ok({"update": "c", "$db": DB, "txnNumber": 1,
+                              "lsid": {"id": {"$binary": {"base64": "AAAAAAAAQACAAAAAAAAAAA==",
+                                                          "subType": "04"}}},
+                              "updates": [{"q": {"k": 5}, "u": {"$set": {"x": 1}}}]})
+
+
 def setup_cursor(t, cl, R, st):
     r = cl.shards[0].client().ok({"find": "c", "$db": DB, "batchSize": 1})
     st["cursor"] = r["cursor"]["id"]
@@ -151,7 +159,11 @@ POINTS = [
     ("shard0", "hangBeforeLeavingCriticalSection", None, MOVE),
     ("shard0", "migrationCommitNetworkError", None, MOVE),
     ("shard0", "failMigrationCommit", None, MOVE),
-] + [("shard1", "migrateThreadHangAtStep%d" % i, None, MOVE) for i in range(1, 8)]
+] + [("shard1", "migrateThreadHangAtStep%d" % i, None, MOVE) for i in range(1, 8)] + [
+    ("shard0", "hangInGetNextSessionMods", None, MOVE),
+    ("shard1", "sessionMigrationHangAfterBatch", setup_retryable_write, MOVE),
+    ("shard1", "sessionMigrationHangBeforeDone", None, MOVE),
+]
 # Not here: hangBeforeMigrationRecovery is reached only by a donor's recovery of a
 # migration whose outcome it could not learn (or at start-up after a crash), where no
 # configureFailPoint can come first; it holds the collection's critical section by design
