@@ -166,16 +166,37 @@ sqlite3_stmt *store_table_stmt(store_txn_t *t, enum tstmt kind, int64_t table,
     return cache_add(c, sql, 0, (int)kind, table, err);
 }
 
+/* A thread's reader connection: its own while it lives, so one thread's reads never wait
+ * on another's. Threads come and go (a migration's recipient and session puller, the
+ * range deleter's batches, ...): when one ends, its connection goes back to the store's
+ * list (reader_conn_release, the key's destructor) for the next new thread, so the number
+ * of open SQLite connections stays at the most threads that ever read at once. */
 static conn_t *reader_conn(store_t *st, ms_error_t *err) {
     conn_t *c = pthread_getspecific(st->rkey);
     if (c) return c;
-    if (conn_open(st, false, &c, err) != 0) return NULL;
     pthread_mutex_lock(&st->rmu);
-    c->next = st->readers;
-    st->readers = c;
+    for (c = st->readers; c && c->in_use; c = c->next) {}
+    if (c) c->in_use = true;
     pthread_mutex_unlock(&st->rmu);
+    if (!c) {
+        if (conn_open(st, false, &c, err) != 0) return NULL;
+        c->owner = st;
+        c->in_use = true;
+        pthread_mutex_lock(&st->rmu);
+        c->next = st->readers;
+        st->readers = c;
+        pthread_mutex_unlock(&st->rmu);
+    }
     pthread_setspecific(st->rkey, c);
     return c;
+}
+
+/* The reader key's destructor: the ending thread's connection is free for another. */
+static void reader_conn_release(void *arg) {
+    conn_t *c = arg;
+    pthread_mutex_lock(&c->owner->rmu);
+    c->in_use = false;
+    pthread_mutex_unlock(&c->owner->rmu);
 }
 
 /* ---- catalog in memory -------------------------------------------------------------- */
@@ -491,7 +512,7 @@ int store_open(const char *dir, const store_opts_t *opts, store_t **out, ms_erro
     pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     pthread_rwlock_init(&st->cat_lock, &ra);
     pthread_rwlockattr_destroy(&ra);
-    pthread_key_create(&st->rkey, NULL);
+    pthread_key_create(&st->rkey, reader_conn_release);
     if ((rc = conn_open(st, true, &st->writer, err)) != 0) goto fail;
     if ((rc = conn_exec(st->writer, SCHEMA, err)) != 0) goto fail;
     {
@@ -519,6 +540,8 @@ fail:
 void store_close(store_t *st) {
     conn_t *c, *n;
     if (!st) return;
+    /* First: a thread that ends from here on no longer hands its connection back. */
+    pthread_key_delete(st->rkey);
     catalog_clear(st);
     free(st->colls);
     free(st->dirty);
@@ -527,7 +550,6 @@ void store_close(store_t *st) {
         conn_close(c);
     }
     conn_close(st->writer);
-    pthread_key_delete(st->rkey);
     pthread_rwlock_destroy(&st->cat_lock);
     pthread_mutex_destroy(&st->wmu);
     pthread_mutex_destroy(&st->rmu);

@@ -31,6 +31,8 @@ typedef struct conn {
     stmt_ent_t cache[STMT_CACHE_MAX];
     int ncache;
     struct conn *next;
+    struct store *owner;   /* reader connections: the store whose list holds it */
+    bool in_use;           /* reader connections: a live thread holds it (under rmu) */
 } conn_t;
 
 struct store {

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,7 +19,7 @@
 #include "common/bsonx.h"
 #include "common/failpoint.h"
 #include "common/mem.h"
-#include "shardd/shardd.h"
+#include "shardd/store_priv.h"
 #include "tests/unit/t.h"
 
 static char dirbuf[512];
@@ -873,9 +874,43 @@ static void test_cursor_in_use(void) {
     store_close(st);
 }
 
+/* Threads that read and end hand their reader connection to the next new thread: 40
+ * short-lived reader threads, 4 at a time, leave at most 4 SQLite connections open (a
+ * migration starts threads of its own every time; before, each kept one until shutdown). */
+static int noop_read_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    (void)t;
+    (void)arg;
+    (void)err;
+    return 0;
+}
+
+static void *reader_thread(void *arg) {
+    ms_error_t e;
+    CHECK_INT(store_read(arg, noop_read_fn, NULL, &e), 0);
+    return NULL;
+}
+
+static void test_reader_connections_reused(void) {
+    store_t *st = open_store("readers");
+    int open = 0;
+    for (int round = 0; round < 10; round++) {
+        pthread_t th[4];
+        for (int i = 0; i < 4; i++) CHECK_INT(pthread_create(&th[i], NULL, reader_thread, st), 0);
+        for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    }
+    pthread_mutex_lock(&st->rmu);
+    for (conn_t *c = st->readers; c; c = c->next) {
+        open++;
+        CHECK(!c->in_use);
+    }
+    pthread_mutex_unlock(&st->rmu);
+    CHECK_MSG(open >= 1 && open <= 4, "%d reader connections open after 40 threads", open);
+    store_close(st);
+}
+
 T_MAIN(T_CASE(test_crud_and_dup_id), T_CASE(test_index_maintenance_multikey),
        T_CASE(test_unique_and_parallel_arrays), T_CASE(test_planner_and_sort),
        T_CASE(test_index_names), T_CASE(test_shard_key_fill_and_reopen),
        T_CASE(test_crash_mid_batch), T_CASE(test_index_keys), T_CASE(test_batch_bytes),
        T_CASE(test_cursor_in_use), T_CASE(test_observer_failpoint_rolls_back_one_doc),
-       T_CASE(test_fast_counts))
+       T_CASE(test_fast_counts), T_CASE(test_reader_connections_reused))
