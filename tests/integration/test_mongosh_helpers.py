@@ -66,6 +66,7 @@ def check_info(t, cfg, ss, r, c, url):
     check(res, "shardVersionNotAdmin", ("error", "getShardVersion may only be run against the admin "
                                                  "database. code=13"), out)
     hosts = {"config": cfg.url, "shard0": ss[0].url, "shard1": ss[1].url}
+    res["shardMap"] = bare(res["shardMap"])
     check(res, "shardMap", {"map": hosts,
                             "hosts": {u[len("tcp://"):]: n for n, u in hosts.items()},
                             "connStrings": {u: n for n, u in hosts.items()}, "ok": 1}, out)

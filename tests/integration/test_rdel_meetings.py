@@ -19,6 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lib import *  # noqa: E402,F403
+from hostile import RawReq  # noqa: E402
 
 DB = "meet"
 FLAGS = ["--orphan-cleanup-delay-ms", "0", "--range-deleter-batch-delay-ms", "1"]
@@ -67,14 +68,16 @@ def test_cursors_holding_one_task_do_not_delay_others(t):
     # [200, MaxKey) of a lives on shard1 while the cursors open: their snapshots own only
     # [MinKey, 200) of a on shard0.
     move(R, "a", 300, "shard1", wait=True)
-    # 3,000 cursors through the router (1,000 per client connection is the router's cap),
-    # each open on shard0 with a snapshot that owns [MinKey, 100).
-    clients = [cl.routers[0].client() for _ in range(3)]
+    # 3,000 cursors through the router, each open on shard0 with a snapshot that owns
+    # [MinKey, 100). The router caps a connection at 1,000 and a client address at 2,000
+    # (docs/hostile-clients.md): three connections from 127.0.0.2, .3 and .4.
+    clients = [RawReq(cl.routers[0].url, timeout=30, source="127.0.0.%d" % (2 + i))
+               for i in range(3)]
     cids = []
     for c in clients:
         for _ in range(1000):
-            r = c.ok({"find": "a", "$db": DB, "filter": {"k": {"$lt": 100}}, "batchSize": 1})
-            assert num(r["cursor"]["id"]) != 0, r
+            r = c.call({"find": "a", "$db": DB, "filter": {"k": {"$lt": 100}}, "batchSize": 1})
+            assert r.get("ok") == 1 and num(r["cursor"]["id"]) != 0, r
             cids.append(r["cursor"]["id"])
     assert len(cids) == 3000
     # The donor's task of [MinKey, 100) must wait for every one of them.
@@ -102,7 +105,9 @@ def test_cursors_holding_one_task_do_not_delay_others(t):
     assert st["tasksWaitingForReaders"] == 1, st
     assert "range deletion waits for readers" in cl.shards[0].log_text()
     for i, c in enumerate(clients):
-        c.ok({"killCursors": "a", "$db": DB, "cursors": cids[1000 * i:1000 * (i + 1)]})
+        r = c.call({"killCursors": "a", "$db": DB, "cursors": cids[1000 * i:1000 * (i + 1)]})
+        assert r.get("ok") == 1 and len(r["cursorsKilled"]) == 1000, r
+        c.close()
     S0.ok({"cleanupOrphaned": DB + ".a", "$db": "admin", "maxTimeMS": 30000})
     assert ks(S0, "a") == list(range(100, 200))
     assert R.ok({"count": "a", "$db": DB})["n"] == 400
