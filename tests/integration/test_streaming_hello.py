@@ -147,9 +147,9 @@ def exhaust_streams_until_the_client_speaks(t):
         if r["response_to"] == 701:
             break
         assert r["flags"] & MORE_TO_COME, r
-    assert r["doc"] == {"ok": 1.0} and not r["flags"] & MORE_TO_COME, r
+    assert bare(r["doc"]) == {"ok": 1.0} and not r["flags"] & MORE_TO_COME, r
     assert not has_data(c, 1.0), "the stream went on after the client sent a command"
-    assert c.command({"ping": 1}) == {"ok": 1.0}
+    assert bare(c.command({"ping": 1})) == {"ok": 1.0}
     # checksumPresent on the request: every streamed reply has a correct checksum.
     c.send(op_msg(awaitable(tv, 200), request_id=800, flags=EXHAUST_ALLOWED | CHECKSUM))
     r = read_stream(c, 3, 800, 0.15)
@@ -183,7 +183,7 @@ def closing_the_client_ends_the_stream(t):
     for c in conns:
         c.close()
     wait_until(lambda: wire_current(s) == base, 10, "the server to free the closed streams")
-    assert WireConn(addr).command({"ping": 1}) == {"ok": 1.0}
+    assert bare(WireConn(addr).command({"ping": 1})) == {"ok": 1.0}
 
 
 def hello_runs(s):
@@ -210,7 +210,7 @@ def a_stream_nobody_reads_holds_one_reply(t):
     # The kernel's buffers hold some thousands of ~400-byte replies; the reply queue's own
     # cap (64 MiB) would have let ~150,000 be built.
     assert runs < 40000, "%d hello runs for a stream nobody reads" % runs
-    assert WireConn(addr).command({"ping": 1}) == {"ok": 1.0}
+    assert bare(WireConn(addr).command({"ping": 1})) == {"ok": 1.0}
 
 
 @test
@@ -227,7 +227,7 @@ def waiting_monitors_hold_no_worker(t):
     time.sleep(0.5)
     c = WireConn(addr, timeout=10)
     t0 = time.monotonic()
-    assert c.command({"ping": 1}) == {"ok": 1.0}
+    assert bare(c.command({"ping": 1})) == {"ok": 1.0}
     assert c.command({"insert": "w", "documents": [{"_id": 1}]}, db="app")["n"] == 1
     assert c.command({"find": "w", "filter": {}}, db="app")["cursor"]["firstBatch"] == [{"_id": 1}]
     served = time.monotonic() - t0
