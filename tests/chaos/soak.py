@@ -8,7 +8,10 @@ routing cache goes stale on purpose — then for SECONDS runs at once:
 
 - workload threads (single inserts, updates, deletes, findAndModify, upserts, batch inserts,
   reads of one document; updateMany $inc counters; insert-then-deleteMany batches) whose
-  every outcome is written into the history model (history.py);
+  every outcome is written into the history model (history.py); half of the inserts,
+  batches, updates, deletes and findAndModify are retryable writes (lsid + txnNumber),
+  resent as is after every ambiguous outcome until a definite answer (or, once healed, in
+  the final phase), which the model then holds to exactly once;
 - a scan thread (find over every shard, count, distinct, aggregate) whose results the model
   checks as they come;
 - an admin/DDL thread on r0: moveChunk, moveRange, split, mergeChunks, addShard and
@@ -17,7 +20,8 @@ routing cache goes stale on purpose — then for SECONDS runs at once:
   collection, shardCollection;
 - the fault thread: a schedule drawn up front from the seed — kill -9 (and restart with the
   same flags, data and port) of any process, SIGSTOP then SIGCONT of any process, crash /
-  error / hang failpoints at migration and commit steps, and, in network mode (root, with
+  error / hang failpoints at migration, session-migration and commit steps (and a hang at
+  hangAfterWriteCommit ended by kill -9 of the shard), and, in network mode (root, with
   tests/chaos/netns.py), cuts between two processes both ways or one way, healed later.
 
 Then it heals everything, restarts every process, stops the balancer, waits (bounded) for
@@ -67,6 +71,7 @@ CONFIG_FLAGS = ["--balancer-idle-ms", "300", "--balancer-throttle-ms", "100",
                 "--defrag-throttle-ms", "200"]
 RW_SHARE = 0.5          # share of the workers' inserts, updates, deletes, findAndModify sent retryable
 N_SESSIONS = 3           # logical sessions per worker (lsid), each with its own txnNumber
+RW_CLIENT_TIMEOUT_MS = 4000     # the retryable writes' client timeout (below the router's resends)
 FINAL_RESENDS = 20       # resends of a retryable write still unanswered at the run's end, once healed
 QUIET_WAIT_S = 120       # bound on the wait for quiet at the end
 ORPHAN_WAIT_S = 60       # bound on orphans reaching zero once quiet
@@ -320,7 +325,10 @@ class Soak:
         rng = random.Random("%s/worker%d" % (self.seed, wid))
         h = self.hist
         c = self.wclient(router)
-        other = self.wclient("r1" if router == "r0" else "r0")   # a driver resends via any router
+        # retryable writes: a shorter client timeout (as a driver's socket timeout) gives up
+        # while the router may still be at it, so resends also race the first execution;
+        # a driver resends via any router
+        rws = [SafeClient(self.procs[r].url, RW_CLIENT_TIMEOUT_MS) for r in (router, "r1" if router == "r0" else "r0")]
         sessions = [[lsid_of(uuid.UUID(int=rng.getrandbits(128), version=4)), 0] for _ in range(N_SESSIONS)]
         mine = []
         i = 0
@@ -337,7 +345,7 @@ class Soak:
                 sess[1] += 1
                 op = self._retryable(h, mine, live, wid, i, kind, pick, k, val, delta, stmt0,
                                      {"lsid": sess[0], "txnNumber": lib.long(sess[1])})
-                if not self._drive(op, [c, other]):
+                if not self._drive(op, rws):
                     with self.plock:
                         self.pending_rw.append(op)     # resent once healed (final_checks)
             elif kind in ("insert", "upsert", "batch") or not live:
@@ -348,8 +356,8 @@ class Soak:
             else:
                 self._touch(c, h, live[int(pick * len(live))], kind, val)
             time.sleep(0.02)
-        c.close()
-        other.close()
+        for x in [c] + rws:
+            x.close()
 
     # ---- retryable writes ----
 
@@ -388,6 +396,7 @@ class Soak:
         ambiguous answer, alternating routers, until a definite one — or, during the run, the
         end of the workload (False: still pending), or in the final phase FINAL_RESENDS tries."""
         h = self.hist
+        last_try = op.tries + FINAL_RESENDS
         while True:
             r = clients[op.tries % len(clients)].cmd(op.cmd)
             op.tries += 1
@@ -395,7 +404,7 @@ class Soak:
             if outcome != "retry":
                 break
             h.resent(detail)
-            if (final and op.tries >= FINAL_RESENDS) or (not final and self.stop_ev.is_set()):
+            if (final and op.tries >= last_try) or (not final and self.stop_ev.is_set()):
                 if final:
                     h.end_retryable(op.writes, "maybe", op.kind, op.tries)
                 return final
