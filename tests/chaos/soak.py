@@ -789,17 +789,7 @@ class Soak:
                 self._kill_when_entered(p, lk, a)
                 return
             self._sleep(a["hold_s"])
-            # off (a process restarted meanwhile has it off already); at the end of the run
-            # every process is restarted anyway
-            if not self._hold(lk):
-                return
-            try:
-                if p.alive():
-                    c = Client(p.url, 5000)
-                    c.cmd({"configureFailPoint": a["point"], "$db": "admin", "mode": "off"})
-                    c.close()
-            finally:
-                lk.release()
+            self._fp_off(p, lk, a["point"])
         else:
             lk = self.pair_locks.setdefault(tuple(sorted((a["a"], a["b"]))), threading.Lock())
             if not self._hold(lk):
@@ -829,17 +819,23 @@ class Soak:
             except (AssertionError, ValueError, OSError):
                 pass
             self._sleep(0.2)
+        self._fp_off(p, lk, a["point"], kill=entered)
+
+    def _fp_off(self, p, lk, point, kill=False):
+        """The failpoint off (a process restarted meanwhile has it off already; at the end of
+        the run every process is restarted anyway) — or, kill: the process kill -9'd where
+        it hangs, and restarted."""
         if not self._hold(lk):
             return
         try:
-            if entered and p.alive():
-                self.event("  %s hangs at %s: kill -9" % (p.name, a["point"]))
+            if kill and p.alive():
+                self.event("  %s hangs at %s: kill -9" % (p.name, point))
                 p.kill()
                 self._sleep(0.5)
                 self._restart(p)
             elif p.alive():
                 c = Client(p.url, 5000)
-                c.cmd({"configureFailPoint": a["point"], "$db": "admin", "mode": "off"})
+                c.cmd({"configureFailPoint": point, "$db": "admin", "mode": "off"})
                 c.close()
         finally:
             lk.release()
