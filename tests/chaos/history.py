@@ -206,7 +206,7 @@ class History:
                 if outcome in ("217", "225"):
                     self.rw_legit.append("t=%.1f %s on %s answered %s after %d tries" % (
                         self.now(), op, ",".join(str(d.id) for d, _ in writes), outcome, tries))
-            st["acked" if outcome == "ok" else "maybe"] += 1
+            st["acked" if outcome == "ok" else "maybe"] += len(writes)   # per document, as end()
 
     def resent(self, code):
         with self.lock:
