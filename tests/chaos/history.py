@@ -14,6 +14,16 @@ the set and retires the document: a write the client gave up on may still be app
 state must be one of the set. A read of a document with no operation in flight must return
 exactly its one value.
 
+Retryable writes (lsid + txnNumber; soak.py sends part of the single-document writes and
+some batches that way and resends an ambiguous one as is until it gets a definite answer):
+one that got a definite answer — on its first try or any resend — was applied exactly once,
+so it is not "maybe": each document's state becomes exactly the value one execution gives
+(the updates and findAndModify $inc, so a second execution shows in the final value), and
+the answer must be the one a single execution gives (rw_outcome: an insert resent answers
+n: 1, not DuplicateKey; findAndModify answers the document before the one execution). A
+resend answered IncompleteTransactionHistory (217) or TransactionTooOld (225) is a
+legitimate outcome that says nothing about whether it ran: "maybe", counted and listed.
+
 Counters (app.ctr, a fixed set of documents): every acknowledged updateMany {$inc: {c: 1}}
 over a range of them must have matched every document of the range once (n, nModified) and
 show up exactly once in each: acked <= c <= acked + maybe. Batches (app.del): an
@@ -45,9 +55,60 @@ class Anomaly:
         return "t=%.1f %s" % (self.t, self.what)
 
 
+# Reply codes of a retryable write: the two legitimate "cannot tell" answers, and those no
+# resend of a write that ran once may give (DuplicateKey: an insert ran twice; the rest: the
+# command itself is wrong) — any other error leaves the outcome open, so the write is resent.
+INCOMPLETE_HISTORY = 217
+TXN_TOO_OLD = 225
+NEVER_ON_RESEND = {2: "BadValue", 9: "FailedToParse", 14: "TypeMismatch", 72: "InvalidOptions",
+                   11000: "DuplicateKey"}
+
+
+def rw_outcome(kind, r, want):
+    """What one reply to a retryable write says: ("ok", None) — the definite answer, equal to
+    what a single execution answers (want: {"n": N} for insert/update/delete, {"value": v}
+    for findAndModify, v the document's value before or ABSENT); ("217" | "225", None);
+    ("retry", code) — ambiguous (a network error, a timeout, a killed process, any other
+    error): resend it; ("wrong", text) — an answer no single execution gives."""
+    codes = [e.get("code") for e in r.get("writeErrors") or []]
+    if r.get("ok") != 1:
+        codes = [r.get("code")]
+    for bad in NEVER_ON_RESEND:
+        if bad in codes:
+            return "wrong", "%s %s" % (NEVER_ON_RESEND[bad], _short(r))
+    for legit in (INCOMPLETE_HISTORY, TXN_TOO_OLD):
+        if legit in codes:
+            return str(legit), None
+    if codes:
+        return "retry", codes[0] if codes[0] is not None else "no reply"
+    if kind == "fam":
+        pre = r.get("value")
+        got = pre.get("v") if pre else ABSENT
+        if got != want["value"]:
+            return "wrong", "value before %s, one execution answers %s" % (_fmt(got), _fmt(want["value"]))
+        return "ok", None
+    n = _num(r.get("n"))
+    if n != want["n"] or (kind == "update" and _num(r.get("nModified")) != want["n"]):
+        return "wrong", "n=%s nModified=%s, one execution answers n=%d" % (r.get("n"), r.get("nModified"), want["n"])
+    return "ok", None
+
+
+def _num(v):
+    if isinstance(v, dict):
+        v = next(iter(v.values()), None)
+    try:
+        return int(float(v))
+    except (TypeError, ValueError):
+        return None
+
+
+def _short(r):
+    return str({k: r[k] for k in ("code", "codeName", "writeErrors", "errmsg") if k in r})[:200]
+
+
 class Doc:
     """One document of app.docs. Guarded by History.lock."""
-    __slots__ = ("id", "k", "states", "busy", "retired", "seq")
+    __slots__ = ("id", "k", "states", "busy", "retired", "seq", "rw_tries")
 
     def __init__(self, _id, k):
         self.id = _id
@@ -56,6 +117,7 @@ class Doc:
         self.busy = False          # an operation is in flight
         self.retired = False       # an ambiguous outcome: no further writes
         self.seq = 0               # operations started on it so far
+        self.rw_tries = 0          # its last write was retryable, answered on this try (0: not)
 
     def known(self):
         """Its one value when known for sure and nothing in flight, else a marker."""
@@ -76,7 +138,11 @@ class History:
         self.batches = {}          # batch id -> "inserted" | "maybe" | "deleted" | "deleteMaybe"
         self.batch_ids = {}        # batch id -> list of _ids
         self.stats = {"acked": 0, "maybe": 0, "reads": 0, "scans": 0, "ctr_acked": 0,
-                      "ctr_maybe": 0, "batches_deleted": 0}
+                      "ctr_maybe": 0, "batches_deleted": 0,
+                      "rw_once": 0, "rw_retried": 0, "rw_resends": 0, "rw_217": 0, "rw_225": 0,
+                      "rw_unresolved": 0, "rw_wrong": 0}
+        self.rw_legit = []         # "t=... op on ids: 217" lines, printed by the report
+        self.rw_codes = {}         # code -> ambiguous answers that led to a resend
 
     def now(self):
         return time.monotonic() - self.t0
@@ -112,6 +178,39 @@ class History:
                 d.states = d.states | {value}
                 d.retired = True
                 self.stats["maybe"] += 1
+            d.rw_tries = 0
+
+    def end_retryable(self, writes, outcome, op, tries):
+        """A retryable write ends. writes: [(doc, value one execution leaves)]; outcome: "ok"
+        (a definite answer on try number tries: applied exactly once, each state is now
+        exactly its value), "217" / "225" (the legitimate answers: maybe), "wrong" (an
+        answer no single execution gives, already reported: maybe) or "maybe" (no definite
+        answer before the run ended)."""
+        with self.lock:
+            for d, value in writes:
+                d.busy = False
+                if outcome == "ok":
+                    d.states = {value}
+                    d.rw_tries = tries
+                else:
+                    d.states = d.states | {value}
+                    d.retired = True
+                    d.rw_tries = 0
+            st = self.stats
+            if outcome == "ok":
+                st["rw_once"] += 1
+                st["rw_retried"] += tries > 1
+                st["rw_resends"] += tries - 1
+            else:
+                st["rw_" + ("unresolved" if outcome == "maybe" else outcome)] += 1
+                if outcome in ("217", "225"):
+                    self.rw_legit.append("t=%.1f %s on %s answered %s after %d tries" % (
+                        self.now(), op, ",".join(str(d.id) for d, _ in writes), outcome, tries))
+            st["acked" if outcome == "ok" else "maybe"] += len(writes)   # per document, as end()
+
+    def resent(self, code):
+        with self.lock:
+            self.rw_codes[code] = self.rw_codes.get(code, 0) + 1
 
     def wrong(self, d, op, expected, got):
         self.anomaly("%s on %s: expected %s, got %s" % (op, d.id, _fmt(expected), _fmt(got)),
@@ -174,8 +273,10 @@ class History:
             got = seen.pop(i, None)
             v = ABSENT if got is None else got.get("v")
             if v not in d.states:
-                self.anomaly("final %s: %s is %s; the clients were told %s" % (
-                    where, i, "absent" if got is None else "v=%s" % v, _fmt_states(d.states)), [str(i)])
+                once = ("" if not d.rw_tries else
+                        " (its last write was retryable, answered on try %d: applied exactly once)" % d.rw_tries)
+                self.anomaly("final %s: %s is %s; the clients were told %s%s" % (
+                    where, i, "absent" if got is None else "v=%s" % v, _fmt_states(d.states), once), [str(i)])
             checked += 1
         for i in seen:
             self.anomaly("final %s: %s present, never written by a client" % (where, i), [str(i)])

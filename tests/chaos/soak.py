@@ -8,7 +8,10 @@ routing cache goes stale on purpose — then for SECONDS runs at once:
 
 - workload threads (single inserts, updates, deletes, findAndModify, upserts, batch inserts,
   reads of one document; updateMany $inc counters; insert-then-deleteMany batches) whose
-  every outcome is written into the history model (history.py);
+  every outcome is written into the history model (history.py); half of the inserts,
+  batches, updates, deletes and findAndModify are retryable writes (lsid + txnNumber),
+  resent as is after every ambiguous outcome until a definite answer (or, once healed, in
+  the final phase), which the model then holds to exactly once;
 - a scan thread (find over every shard, count, distinct, aggregate) whose results the model
   checks as they come;
 - an admin/DDL thread on r0: moveChunk, moveRange, split, mergeChunks, addShard and
@@ -17,7 +20,8 @@ routing cache goes stale on purpose — then for SECONDS runs at once:
   collection, shardCollection;
 - the fault thread: a schedule drawn up front from the seed — kill -9 (and restart with the
   same flags, data and port) of any process, SIGSTOP then SIGCONT of any process, crash /
-  error / hang failpoints at migration and commit steps, and, in network mode (root, with
+  error / hang failpoints at migration, session-migration and commit steps (and a hang at
+  hangAfterWriteCommit ended by kill -9 of the shard), and, in network mode (root, with
   tests/chaos/netns.py), cuts between two processes both ways or one way, healed later.
 
 Then it heals everything, restarts every process, stops the balancer, waits (bounded) for
@@ -32,6 +36,7 @@ client call is bounded; every process is stopped by its PID at the end, also on 
     python3 tests/chaos/soak.py --seconds 120 --seed 42 [--shards 3] [--net auto|on|off]
 """
 import argparse
+import base64
 import json
 import os
 import random
@@ -40,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
@@ -47,7 +53,7 @@ sys.path.insert(0, HERE)
 import lib                                   # noqa: E402
 from lib import Client, Proc, free_ports      # noqa: E402
 import history                                # noqa: E402
-from history import ABSENT, History           # noqa: E402
+from history import ABSENT, History, rw_outcome   # noqa: E402
 
 try:
     import netns                              # tests/chaos/netns.py (network namespaces), when present
@@ -63,6 +69,10 @@ ROUTER_PEER_TIMEOUT_MS = 6000   # below the clients' timeout, as the router's he
 SHARD_FLAGS = ["--orphan-cleanup-delay-ms", "0", "--range-deleter-batch-delay-ms", "0"]
 CONFIG_FLAGS = ["--balancer-idle-ms", "300", "--balancer-throttle-ms", "100",
                 "--defrag-throttle-ms", "200"]
+RW_SHARE = 0.5          # share of the workers' inserts, updates, deletes, findAndModify sent retryable
+N_SESSIONS = 3           # logical sessions per worker (lsid), each with its own txnNumber
+RW_CLIENT_TIMEOUT_MS = 4000     # the retryable writes' client timeout (below the router's resends)
+FINAL_RESENDS = 20       # resends of a retryable write still unanswered at the run's end, once healed
 QUIET_WAIT_S = 120       # bound on the wait for quiet at the end
 ORPHAN_WAIT_S = 60       # bound on orphans reaching zero once quiet
 HARD_EXTRA_S = 400       # the soak's hard deadline: SECONDS plus this (start, heal, final checks);
@@ -90,7 +100,13 @@ SHARD_POINTS = [
     ("migrateThreadHangAtStep7", ("hang", "crash")),
     ("hangBeforeRecvChunkStart", ("hang",)),
     ("hangBeforeWriteCommit", ("hang", "error", "crash")),
-    ("hangAfterWriteCommit", ("crash",)),
+    # committed, reply not sent: the case retryable writes exist for (hangkill: hang there,
+    # then kill -9 the shard and restart it; listed twice to come up more often)
+    ("hangAfterWriteCommit", ("crash", "error", "hangkill")),
+    ("hangAfterWriteCommit", ("crash", "hangkill")),
+    ("hangInGetNextSessionMods", ("hang", "error", "crash")),
+    ("sessionMigrationHangAfterBatch", ("hang", "error", "crash")),
+    ("sessionMigrationHangBeforeDone", ("hang", "error", "crash")),
     ("hangBeforeIndexBuildCommit", ("hang", "error", "crash")),
 ]
 CONFIG_POINTS = [
@@ -184,6 +200,9 @@ def describe(kind, a):
         return "kill -9 %s (restart after %.1fs)" % (a["proc"], a["down_s"])
     if kind == "stop":
         return "SIGSTOP %s (SIGCONT after %.1fs)" % (a["proc"], a["pause_s"])
+    if kind == "failpoint" and a["action"] == "hangkill":
+        return "failpoint %s %s action=hang, kill -9 once entered (off after %.1fs if not)" % (
+            a["proc"], a["point"], a["hold_s"])
     if kind == "failpoint":
         return "failpoint %s %s action=%s (off after %.1fs)" % (a["proc"], a["point"], a["action"], a["hold_s"])
     return "cut %s %s %s (heal after %.1fs)" % (a["a"], "<->" if a["both"] else "->", a["b"], a["heal_s"])
@@ -210,6 +229,7 @@ class Soak:
         self.index_reruns = 0
         self.drop_pending = False  # the last drop (or shardCollection) of app.scratch failed
         self.shardcoll_failed = [] # shardCollection commands of new collections that failed
+        self.pending_rw = []       # retryable writes unanswered when the workload stopped
         self.t0 = None
         self.hist = None
         if net_mode != "off" and netns is not None and netns.Net.available():
@@ -300,10 +320,16 @@ class Soak:
     # ---- workload ----
 
     def worker(self, wid, router):
-        """Single-document operations on this worker's own documents of app.docs."""
+        """Single-document operations on this worker's own documents of app.docs; about half
+        of its inserts, batches, updates, deletes and findAndModify are retryable writes."""
         rng = random.Random("%s/worker%d" % (self.seed, wid))
         h = self.hist
         c = self.wclient(router)
+        # retryable writes: a shorter client timeout (as a driver's socket timeout) gives up
+        # while the router may still be at it, so resends also race the first execution;
+        # a driver resends via any router
+        rws = [SafeClient(self.procs[r].url, RW_CLIENT_TIMEOUT_MS) for r in (router, "r1" if router == "r0" else "r0")]
+        sessions = [[lsid_of(uuid.UUID(int=rng.getrandbits(128), version=4)), 0] for _ in range(N_SESSIONS)]
         mine = []
         i = 0
         while not self.stop_ev.is_set():
@@ -311,9 +337,18 @@ class Soak:
             kind = rng.choice(["insert", "insert", "update", "update", "delete", "fam", "upsert",
                                "batch", "read", "read"])
             pick, k = rng.random(), rng.randrange(K_SPACE)
+            rw, sess, delta, stmt0 = rng.random() < RW_SHARE, rng.choice(sessions), rng.randrange(1, 1000), \
+                rng.choice([None, rng.randrange(1, 1000)])
             val = wid * 10000000 + i
             live = [d for d in mine if not d.retired]
-            if kind in ("insert", "upsert", "batch") or not live:
+            if rw and kind in ("insert", "batch", "update", "delete", "fam") and (live or kind in ("insert", "batch")):
+                sess[1] += 1
+                op = self._retryable(h, mine, live, wid, i, kind, pick, k, val, delta, stmt0,
+                                     {"lsid": sess[0], "txnNumber": lib.long(sess[1])})
+                if not self._drive(op, rws):
+                    with self.plock:
+                        self.pending_rw.append(op)     # resent once healed (final_checks)
+            elif kind in ("insert", "upsert", "batch") or not live:
                 if kind == "batch":
                     self._batch(c, h, mine, wid, i, k, val)
                 else:
@@ -321,7 +356,77 @@ class Soak:
             else:
                 self._touch(c, h, live[int(pick * len(live))], kind, val)
             time.sleep(0.02)
-        c.close()
+        for x in [c] + rws:
+            x.close()
+
+    # ---- retryable writes ----
+
+    def _retryable(self, h, mine, live, wid, i, kind, pick, k, val, delta, stmt0, session):
+        """Builds one retryable write (RetryableWrite) and begins its documents in the model:
+        an insert, a batch of 4 over the key space (stmtIds of its own when stmt0 is drawn,
+        so the router splits them across shards), or an $inc update, a delete or an $inc
+        findAndModify of one live document — the $inc makes a second execution visible."""
+        if kind in ("insert", "batch"):
+            n = 1 if kind == "insert" else 4
+            ds = [h.new_doc("w%d-%d" % (wid, i) + ("" if n == 1 else "-%d" % j), (k + j * 997) % K_SPACE)
+                  for j in range(n)]
+            mine.extend(ds)
+            for d in ds:
+                h.begin(d)
+            cmd = {"insert": "docs", "$db": DB, "ordered": kind == "insert",
+                   "documents": [{"_id": d.id, "k": d.k, "v": val} for d in ds]}
+            if stmt0 is not None and n > 1:
+                cmd["stmtIds"] = [stmt0 + 3 * j for j in range(n)]
+            return RetryableWrite(kind, dict(cmd, **session), [(d, val) for d in ds], {"n": n})
+        d = live[int(pick * len(live))]
+        before = h.begin(d)
+        q = {"k": d.k, "_id": d.id}
+        after = ABSENT if before is ABSENT or kind == "delete" else before + delta
+        if kind == "update":
+            cmd = {"update": "docs", "$db": DB, "updates": [{"q": q, "u": {"$inc": {"v": delta}}}]}
+        elif kind == "delete":
+            cmd = {"delete": "docs", "$db": DB, "deletes": [{"q": q, "limit": 1}]}
+        else:
+            cmd = {"findAndModify": "docs", "$db": DB, "query": q, "update": {"$inc": {"v": delta}}}
+        want = {"value": before} if kind == "fam" else {"n": 0 if before is ABSENT else 1}
+        return RetryableWrite(kind, dict(cmd, **session), [(d, after)], want)
+
+    def _drive(self, op, clients, final=False):
+        """Sends op, and resends it as is (same lsid, txnNumber, stmtIds) after every
+        ambiguous answer, alternating routers, until a definite one — or, during the run, the
+        end of the workload (False: still pending), or in the final phase FINAL_RESENDS tries."""
+        h = self.hist
+        last_try = op.tries + FINAL_RESENDS
+        while True:
+            r = clients[op.tries % len(clients)].cmd(op.cmd)
+            op.tries += 1
+            outcome, detail = rw_outcome(op.kind, r, op.want)
+            if outcome != "retry":
+                break
+            h.resent(detail)
+            if (final and op.tries >= last_try) or (not final and self.stop_ev.is_set()):
+                if final:
+                    h.end_retryable(op.writes, "maybe", op.kind, op.tries)
+                return final
+            (time.sleep if final else self.stop_ev.wait)(min(1.0, 0.05 * 2 ** min(op.tries, 5)))
+        if outcome == "wrong":
+            ids = [str(d.id) for d, _ in op.writes]
+            h.anomaly("retryable %s on %s (%s) answered on try %d: %s" % (
+                op.kind, ",".join(ids), json.dumps(op.cmd.get("lsid"))[:80], op.tries, detail), ids)
+        h.end_retryable(op.writes, outcome, op.kind, op.tries)
+        return True
+
+    def resolve_pending(self):
+        """The run's final phase: each retryable write still without a definite answer is
+        resent, as is, to the healed cluster."""
+        pend, self.pending_rw = self.pending_rw, []
+        cs = [self.wclient("r0"), self.wclient("r1")]
+        for op in pend:
+            self._drive(op, cs, final=True)
+        for c in cs:
+            c.close()
+        say("t=%.1f final phase: %d retryable writes were unanswered at the end of the workload; resent, %d "
+            "still without a definite answer" % (self.t(), len(pend), self.hist.stats["rw_unresolved"]))
 
     def _create(self, c, h, mine, kind, _id, k, val):
         d = h.new_doc(_id, k)
@@ -673,25 +778,18 @@ class Soak:
             try:
                 c = Client(p.url, 5000)
                 r = c.cmd({"configureFailPoint": a["point"], "$db": "admin", "mode": {"times": 1},
-                           "data": {"action": a["action"]}})
+                           "data": {"action": "hang" if a["action"] == "hangkill" else a["action"]}})
                 c.close()
             finally:
                 lk.release()
             if r.get("ok") != 1:
                 self.event("  failpoint not set: %s" % json.dumps(r)[:200])
                 return
-            self._sleep(a["hold_s"])
-            # off (a process restarted meanwhile has it off already); at the end of the run
-            # every process is restarted anyway
-            if not self._hold(lk):
+            if a["action"] == "hangkill":
+                self._kill_when_entered(p, lk, a)
                 return
-            try:
-                if p.alive():
-                    c = Client(p.url, 5000)
-                    c.cmd({"configureFailPoint": a["point"], "$db": "admin", "mode": "off"})
-                    c.close()
-            finally:
-                lk.release()
+            self._sleep(a["hold_s"])
+            self._fp_off(p, lk, a["point"])
         else:
             lk = self.pair_locks.setdefault(tuple(sorted((a["a"], a["b"]))), threading.Lock())
             if not self._hold(lk):
@@ -705,6 +803,42 @@ class Soak:
                     self.event("  healed %s %s" % (a["a"], a["b"]))
             finally:
                 lk.release()
+
+    def _kill_when_entered(self, p, lk, a):
+        """hangkill: once a thread hangs at the failpoint (timesEntered, polled up to hold_s),
+        kill -9 the process there — for hangAfterWriteCommit, a write committed whose reply
+        is never sent — and restart it; not entered by then: turned off."""
+        entered = False
+        end = time.monotonic() + a["hold_s"]
+        while not entered and time.monotonic() < end and not self.stop_ev.is_set():
+            try:
+                c = Client(p.url, 3000)
+                st = c.cmd({"serverStatus": 1})
+                c.close()
+                entered = lib.num(((st.get("failpoints") or {}).get(a["point"]) or {}).get("timesEntered", 0)) >= 1
+            except (AssertionError, ValueError, OSError):
+                pass
+            self._sleep(0.2)
+        self._fp_off(p, lk, a["point"], kill=entered)
+
+    def _fp_off(self, p, lk, point, kill=False):
+        """The failpoint off (a process restarted meanwhile has it off already; at the end of
+        the run every process is restarted anyway) — or, kill: the process kill -9'd where
+        it hangs, and restarted."""
+        if not self._hold(lk):
+            return
+        try:
+            if kill and p.alive():
+                self.event("  %s hangs at %s: kill -9" % (p.name, point))
+                p.kill()
+                self._sleep(0.5)
+                self._restart(p)
+            elif p.alive():
+                c = Client(p.url, 5000)
+                c.cmd({"configureFailPoint": point, "$db": "admin", "mode": "off"})
+                c.close()
+        finally:
+            lk.release()
 
     def _sleep(self, s):
         """Sleeps s seconds, cut short at the end of the run."""
@@ -852,6 +986,7 @@ class Soak:
         except AssertionError:
             h.anomaly("not quiet %ds after the balancer stopped: %s" % (QUIET_WAIT_S, "; ".join(quiet.last)[:1500]),
                       [x.split()[0] for x in quiet.last])
+        self.resolve_pending()
 
         # orphans: what the shards hold beyond what the routers return
         def orphans():
@@ -966,6 +1101,14 @@ class Soak:
             "%d batches deleted, %d scans" % (
                 self.seed, self.faults_injected, self.restarts, s["acked"], s["maybe"],
                 getattr(self, "checked", 0), s["ctr_acked"], s["ctr_maybe"], s["batches_deleted"], s["scans"]))
+        say("  retryable writes: %d checked exactly once (%d needed resends, %d resends in all), "
+            "%d answered IncompleteTransactionHistory (217), %d TransactionTooOld (225), %d without a "
+            "definite answer, %d wrong answers; resent after: %s" % (
+                s["rw_once"], s["rw_retried"], s["rw_resends"], s["rw_217"], s["rw_225"],
+                s["rw_unresolved"], s["rw_wrong"],
+                ", ".join("%s x%d" % (k, v) for k, v in sorted(h.rw_codes.items(), key=lambda x: -x[1])[:12])))
+        for line in h.rw_legit[:30]:
+            say("    " + line)
         say("  admin: " + ", ".join("%s %d ok/%d err" % (k, v[0], v[1]) for k, v in sorted(self.admin_counts.items())))
         say("  admin errors: " + "; ".join("%s: %s" % (k, ", ".join("%s x%d" % e for e in sorted(v[2].items())))
                                            for k, v in sorted(self.admin_counts.items()) if v[2]))
@@ -1028,6 +1171,20 @@ class Soak:
             self.net.close()
         if not keep:
             os.system("rm -rf '%s'" % self.dir)
+
+
+class RetryableWrite:
+    """One retryable write of the workload: the command (with lsid and txnNumber, and stmtIds
+    for some batches) sent on every try unchanged, the (document, value one execution leaves)
+    pairs, and what one execution answers (rw_outcome's want)."""
+
+    def __init__(self, kind, cmd, writes, want):
+        self.kind, self.cmd, self.writes, self.want = kind, cmd, writes, want
+        self.tries = 0
+
+
+def lsid_of(u):
+    return {"id": {"$binary": {"base64": base64.b64encode(u.bytes).decode(), "subType": "04"}}}
 
 
 def rng_index(pick):

@@ -3,7 +3,8 @@
 test_chaos.py — make test's chaos soak (issue 22 item 6): tests/chaos/soak.py for
 T_CHAOS_S seconds (default 120) with a seed that changes every run and is printed (T_SEED
 reruns one; so does `make chaos SECONDS=120 SEED=S`). It passes when the history checker
-(tests/chaos/history.py) finds no anomaly: every acknowledged write applied exactly once,
+(tests/chaos/history.py) finds no anomaly: every acknowledged write applied exactly once
+(retryable writes answered after resends too, with the answer one execution gives),
 multi-write counters exact, no read with a duplicate or a missing committed document, the
 routers agreeing, checkMetadataConsistency (with indexes) clean, and once quiet no
 migration, critical section, coordinator or range-deletion task left, no orphan, chunks

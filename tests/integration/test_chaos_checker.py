@@ -2,7 +2,8 @@
 """
 test_chaos_checker.py — the chaos soak's history checker (tests/chaos/history.py) catches
 what it is there to catch: each check is fed a history with one planted anomaly (a lost
-acknowledged write, a write applied twice, a duplicate or missing document in a scan, a
+acknowledged write, a write applied twice, a retryable write applied twice or
+answered as no single execution answers, a duplicate or missing document in a scan, a
 deleted document read back, a counter off by one, a batch half deleted, chunks with a gap
 or an overlap) and must report it, and the same history without the anomaly must pass —
 including the ambiguous ("maybe") outcomes it has to accept either way. No processes.
@@ -15,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "chaos"))
 from lib import *  # noqa: E402,F403
-from history import ABSENT, History, tiles  # noqa: E402
+from history import ABSENT, History, rw_outcome, tiles  # noqa: E402
 
 
 def hist():
@@ -107,6 +108,59 @@ def test_counters_and_batches(t):
     assert len(h.anomalies) == 1
     h.check_final_batches([{"_id": "b2-0", "b": 2}], "half")
     assert len(h.anomalies) == 2
+
+
+@test
+def test_retryable_exactly_once(t):
+    """A retryable write answered (after resends) is exactly once: its $inc applied twice,
+    an insert or a delete undone, is reported; applied once passes. 217 / 225 stay maybe."""
+    h = hist()
+    a = write(h, "a", 10)
+    b = write(h, "b", 3)
+    c = write(h, "c", 1)
+    for d, value, outcome in ((a, 15, "ok"), (b, ABSENT, "ok"), (c, 9, "217")):
+        h.begin(d)
+        h.end_retryable([(d, value)], outcome, "update", 4)
+    n = h.new_doc("n", 1)
+    h.begin(n)
+    h.end_retryable([(n, 7)], "ok", "insert", 2)
+    good = [{"_id": "a", "v": 15}, {"_id": "n", "v": 7}, {"_id": "c", "v": 9}]
+    h.check_final_docs(good, "once, 217 applied")
+    h.check_final_docs(good[:2] + [{"_id": "c", "v": 1}], "217 not applied")
+    assert h.anomalies == [], [str(x) for x in h.anomalies]
+    assert (h.stats["rw_once"], h.stats["rw_retried"], h.stats["rw_resends"], h.stats["rw_217"]) == (3, 3, 7, 1)
+    assert len(h.rw_legit) == 1 and "217" in h.rw_legit[0]
+    for what, docs in {"applied twice": [{"_id": "a", "v": 20}] + good[1:],
+                       "not applied": [{"_id": "a", "v": 10}] + good[1:],
+                       "insert lost": good[:1] + good[2:],
+                       "delete undone": good + [{"_id": "b", "v": 3}]}.items():
+        k = len(h.anomalies)
+        h.check_final_docs(docs, what)
+        assert len(h.anomalies) > k, "exactly-once check missed: %s" % what
+    assert "retryable" in str(h.anomalies[0]), str(h.anomalies[0])
+
+
+@test
+def test_retry_answers(t):
+    """rw_outcome: a resend's answer must be one execution's; errors are resent, 217/225 kept."""
+    one = {"n": 1}
+    assert rw_outcome("insert", {"ok": 1, "n": 1}, one) == ("ok", None)
+    assert rw_outcome("update", {"ok": 1, "n": 1, "nModified": {"$numberInt": "1"}}, one) == ("ok", None)
+    assert rw_outcome("delete", {"ok": 1, "n": 0}, {"n": 0}) == ("ok", None)
+    assert rw_outcome("fam", {"ok": 1, "value": {"_id": "a", "v": 10}}, {"value": 10}) == ("ok", None)
+    assert rw_outcome("fam", {"ok": 1, "value": None}, {"value": ABSENT}) == ("ok", None)
+    wrong = {"insert DuplicateKey": ("insert", {"ok": 1, "n": 0, "writeErrors": [{"index": 0, "code": 11000}]}, one),
+             "delete ran again": ("delete", {"ok": 1, "n": 0}, one),
+             "update ran again on nothing": ("update", {"ok": 1, "n": 1, "nModified": 0}, one),
+             "findAndModify value after two": ("fam", {"ok": 1, "value": {"v": 15}}, {"value": 10}),
+             "batch short": ("batch", {"ok": 1, "n": 3}, {"n": 4})}
+    for what, (kind, r, want) in wrong.items():
+        assert rw_outcome(kind, r, want)[0] == "wrong", what
+    assert rw_outcome("insert", {"ok": 0, "code": 217}, one) == ("217", None)
+    assert rw_outcome("batch", {"ok": 1, "n": 2, "writeErrors": [{"index": 1, "code": 225}]}, {"n": 4}) == ("225", None)
+    for r in ({"ok": 0, "errmsg": "client pipe failed"}, {"ok": 0, "code": 89}, {"ok": 0, "code": 91},
+              {"ok": 1, "n": 0, "writeErrors": [{"index": 0, "code": 6}]}):
+        assert rw_outcome("insert", r, one)[0] == "retry", r
 
 
 @test
