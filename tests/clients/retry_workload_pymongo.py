@@ -13,6 +13,16 @@ import random
 import sys
 
 import pymongo
+from pymongo import common, network
+
+# Every fourth first attempt's reply is lost. After each loss pymongo marks the server
+# unknown and cancels its monitor's streaming hello, which notices the cancel only at its
+# next 500 ms poll of the socket (network._POLL_TIMEOUT), then re-checks no sooner than
+# minHeartbeatFrequencyMS (500 ms): the retry waits for both, and 500 losses would cost
+# minutes of waiting. Test knobs, as pymongo's own test suite lowers them; what is sent
+# does not change.
+common.MIN_HEARTBEAT_INTERVAL = 0.02
+network._POLL_TIMEOUT = 0.02
 
 
 def main():
