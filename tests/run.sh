@@ -42,7 +42,8 @@ tally() {
 # SIGTERM first, so a Python suite's handler stops the daemons it started; KILL 10 s later.
 suite_exec() {
     local name=$1 log=$2; shift 2
-    local rc start=$(date +%s)
+    local rc start
+    start=$(date +%s)
     timeout -k 10 "${SUITE_TIMEOUT_S:-600}" "$@" >"$log" 2>&1; rc=$?
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
         echo "  $name: stopped after ${SUITE_TIMEOUT_S:-600}s (hung?)" >>"$log"
