@@ -321,6 +321,7 @@ typedef struct sd_apply_arg {
     mig_sessdest_t *s;
     bson_iter_t recs;
     int64_t records, sentinels;
+    sess_apply_memo_t memo;      /* the session decided last in this transaction */
 } sd_apply_arg_t;
 
 /* A dead-end sentinel: the transaction is marked incomplete here, and — when this shard's
@@ -360,6 +361,7 @@ static int sd_apply_one(store_txn_t *t, sd_apply_arg_t *a, const bson_t *rec, ms
                        "_getNextSessionMods record without lsid or txnNumber");
     if (bson_iter_init_find(&it, rec, "incompleteHistory") && bson_iter_as_bool(&it)) {
         a->sentinels++;
+        sess_apply_memo_reset(&a->memo);   /* the sentinel may change a session's row */
         return sd_apply_sentinel(t, a->s, rec, &lsid, txn, err);
     }
     {
@@ -378,21 +380,23 @@ static int sd_apply_one(store_txn_t *t, sd_apply_arg_t *a, const bson_t *rec, ms
         if (!inside) return 0;
     }
     a->records++;
-    return sess_apply_migrated(t, rec, err);
+    return sess_apply_migrated(t, rec, &a->memo, err);
 }
 
 static int sd_apply_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     sd_apply_arg_t *a = arg;
     bson_iter_t it = a->recs;
-    int rc;
+    int rc = 0;
     a->records = a->sentinels = 0;
-    while (bson_iter_next(&it)) {
+    sess_apply_memo_reset(&a->memo);   /* a retried transaction starts over */
+    while (rc == 0 && bson_iter_next(&it)) {
         bson_t rec;
         if (!bsonx_view_container(&it, &rec))
-            return err_set(err, MS_ERR_FAILED_TO_PARSE, "_getNextSessionMods oplog holds a non-document");
-        if ((rc = sd_apply_one(t, a, &rec, err)) != 0) return rc;
+            rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "_getNextSessionMods oplog holds a non-document");
+        else
+            rc = sd_apply_one(t, a, &rec, err);
     }
-    return 0;
+    return rc;
 }
 
 /* One pull's answer. */
@@ -458,6 +462,7 @@ static void *sd_fetch_main(void *p) {
 static int sd_persist(mig_sessdest_t *s, sd_batch_t *b, ms_error_t *err) {
     sd_apply_arg_t a = {.s = s, .recs = b->recs};
     int rc = store_write(s->m->app->st, sd_apply_fn, &a, err);
+    sess_apply_memo_free(&a.memo);
     if (rc != 0) return rc;
     pthread_mutex_lock(&s->mu);
     s->after_seq = b->last;
