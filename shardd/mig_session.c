@@ -278,7 +278,10 @@ int cmd_get_next_session_mods(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         if (a.last_seq > d->sess_last_seq) d->sess_last_seq = a.last_seq;
         /* The bulk of the history has moved once a pull finds nothing new: the critical
          * section may come (step 3 waits for this, MongoDB's inCatchupPhase). */
-        if (a.n == 0) d->sess_caught_up = true;
+        if (a.n == 0 && !d->sess_caught_up) {
+            d->sess_caught_up = true;
+            pthread_cond_broadcast(&d->cv);   /* step 3 may be waiting for just this */
+        }
         pthread_mutex_unlock(&d->mu);
     }
     mig_donor_release(app->mig, d);
