@@ -47,6 +47,7 @@ static void slot_free(void *p) {
     pthread_mutex_unlock(&slots_mu);
     pthread_mutex_destroy(&slot->mu);
     free(slot);
+    my_slot = NULL;   /* runs on the ending thread: a later command there makes a new one */
 }
 
 static void slot_key_make(void) { pthread_key_create(&slot_key, slot_free); }
