@@ -28,10 +28,10 @@
 #define LCLOCK_SIGNATURE_BYTES 20
 #define LCLOCK_MARK_TEXT_MAX 32
 
-/* The process's clock. Owned by this file; every field under mu. now and applied are
- * also published, and role only there, in atomics (below), written under mu together with their field, so
- * that the gossip on every request and reply reads them without taking mu: only a tick
- * (a write) or a move of the clock locks. */
+/* The process's clock. Owned by this file; every field under mu. now and applied are also
+ * published in atomics (below), stored under mu together with their field, and role lives
+ * only there: the gossip on every request and reply reads them without taking mu, and
+ * only a tick (a write) or a move of the clock locks. */
 static struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;            /* a pending write ended (signalled under mu) */

@@ -395,7 +395,8 @@ static int sd_apply_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     while (rc == 0 && bson_iter_next(&it)) {
         bson_t rec;
         if (!bsonx_view_container(&it, &rec))
-            rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "_getNextSessionMods oplog holds a non-document");
+            rc = err_set(err, MS_ERR_FAILED_TO_PARSE,
+                         "_getNextSessionMods oplog holds a non-document");
         else
             rc = sd_apply_one(t, a, &rec, err);
     }

@@ -1,8 +1,8 @@
 /*
  * test_common_lclock.c — the cluster time (common/lclock.c): ticks, gossip and its rate
  * limiter, the high-water mark across a restart, the afterClusterTime wait, and the
- * $clusterTime / operationTime of replies, also from several threads at once. The clock is process state, so the cases run
- * in order and each builds on what the one before left.
+ * $clusterTime / operationTime of replies, also from several threads at once. The clock
+ * is process state, so the cases run in order and each builds on what the one before left.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -235,8 +235,9 @@ static void *race_main(void *p) {
         }
         lclock_op_reset();   /* no write of its own: the applied time, bounded */
         lclock_reply_out(&reply);
-        if (!ts_at(&reply, "$clusterTime.clusterTime", &ct) || !ts_at(&reply, "operationTime", &op) ||
-            lclock_cmp(op, ct) > 0 || lclock_cmp(ct, last) < 0)
+        if (!ts_at(&reply, "$clusterTime.clusterTime", &ct) ||
+            !ts_at(&reply, "operationTime", &op) || lclock_cmp(op, ct) > 0 ||
+            lclock_cmp(ct, last) < 0)
             (*bad)++;
         bson_destroy(&reply);
     }
@@ -247,7 +248,8 @@ static void lclock_concurrent(void) {
     pthread_t th[RACE_THREADS];
     int bad[RACE_THREADS] = {0};
     lclock_init(LCLOCK_DATA);
-    for (int i = 0; i < RACE_THREADS; i++) CHECK_INT(pthread_create(&th[i], NULL, race_main, &bad[i]), 0);
+    for (int i = 0; i < RACE_THREADS; i++)
+        CHECK_INT(pthread_create(&th[i], NULL, race_main, &bad[i]), 0);
     for (int i = 0; i < RACE_THREADS; i++) {
         pthread_join(th[i], NULL);
         CHECK_INT(bad[i], 0);
