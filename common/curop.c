@@ -17,15 +17,65 @@
 #include "common/log.h"
 #include "common/opctx.h"
 
-/* The registry: a list of the running commands' entries. curop_mu guards head and every
- * entry's links; an entry's other fields are written before it is linked and read only
- * under curop_mu while it is linked. */
-static pthread_mutex_t curop_mu = PTHREAD_MUTEX_INITIALIZER;
-static curop_t *curop_head;
+/* The registry: one slot per thread that ever ran a command, made on its first one and
+ * freed when the thread ends. A command's begin and end take only its own thread's slot
+ * mutex, which nothing else holds but a $currentOp listing passing by: dispatch never
+ * waits on another command. slots_mu guards the list of curop_slots (a thread's first command,
+ * a thread's end, a listing); a slot's mu guards its ops and every entry's links there.
+ * An entry's other fields are written before it is linked and read only under its slot's
+ * mu while it is linked. Lock order: slots_mu, then a slot's mu. */
+typedef struct curop_slot {
+    pthread_mutex_t mu;
+    curop_t *ops;                       /* this thread's running commands, newest first */
+    struct curop_slot *prev, *next;     /* guarded by slots_mu */
+} curop_slot_t;
+
+static pthread_mutex_t slots_mu = PTHREAD_MUTEX_INITIALIZER;
+static curop_slot_t *curop_slots;
+static pthread_key_t slot_key;          /* its destructor frees the thread's slot */
+static pthread_once_t slot_key_once = PTHREAD_ONCE_INIT;
+static _Thread_local curop_slot_t *my_slot;
 static atomic_int_fast32_t curop_next_id = 1;
+
+/* A thread ends: its slot leaves the list (no command of it is running any more). */
+static void slot_free(void *p) {
+    curop_slot_t *slot = p;
+    pthread_mutex_lock(&slots_mu);
+    if (slot->prev) slot->prev->next = slot->next;
+    else curop_slots = slot->next;
+    if (slot->next) slot->next->prev = slot->prev;
+    pthread_mutex_unlock(&slots_mu);
+    pthread_mutex_destroy(&slot->mu);
+    free(slot);
+    my_slot = NULL;   /* runs on the ending thread: a later command there makes a new one */
+}
+
+static void slot_key_make(void) { pthread_key_create(&slot_key, slot_free); }
+
+/* The calling thread's slot, made and listed on its first command; NULL when memory ran
+ * out (the command then runs unlisted). */
+static curop_slot_t *slot_mine(void) {
+    curop_slot_t *slot;
+    if (my_slot) return my_slot;
+    pthread_once(&slot_key_once, slot_key_make);
+    if (!(slot = calloc(1, sizeof *slot))) {
+        log_warn("operation not listed in $currentOp: out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&slot->mu, NULL);
+    pthread_mutex_lock(&slots_mu);
+    slot->next = curop_slots;
+    if (curop_slots) curop_slots->prev = slot;
+    curop_slots = slot;
+    pthread_mutex_unlock(&slots_mu);
+    pthread_setspecific(slot_key, slot);
+    my_slot = slot;
+    return slot;
+}
 
 void curop_begin(curop_t *op, const bson_t *cmd, const char *name, const char *db, unsigned flags) {
     int32_t id = (int32_t)atomic_fetch_add(&curop_next_id, 1);
+    curop_slot_t *slot = slot_mine();
     if (id <= 0) {   /* wrapped after 2^31 commands: opids stay positive, as MongoDB's */
         atomic_store(&curop_next_id, 2);
         id = 1;
@@ -40,19 +90,23 @@ void curop_begin(curop_t *op, const bson_t *cmd, const char *name, const char *d
     op->conn = op_conn();
     snprintf(op->client, sizeof op->client, "%s", op_peer());
     op->prev = NULL;
-    pthread_mutex_lock(&curop_mu);
-    op->next = curop_head;
-    if (curop_head) curop_head->prev = op;
-    curop_head = op;
-    pthread_mutex_unlock(&curop_mu);
+    op->slot = slot;
+    if (!slot) return;
+    pthread_mutex_lock(&slot->mu);
+    op->next = slot->ops;
+    if (slot->ops) slot->ops->prev = op;
+    slot->ops = op;
+    pthread_mutex_unlock(&slot->mu);
 }
 
 void curop_end(curop_t *op) {
-    pthread_mutex_lock(&curop_mu);
+    curop_slot_t *slot = op->slot;
+    if (!slot) return;
+    pthread_mutex_lock(&slot->mu);
     if (op->prev) op->prev->next = op->next;
-    else curop_head = op->next;
+    else slot->ops = op->next;
     if (op->next) op->next->prev = op->prev;
-    pthread_mutex_unlock(&curop_mu);
+    pthread_mutex_unlock(&slot->mu);
 }
 
 /* ---- the $currentOp stage ------------------------------------------------------------ */
@@ -159,7 +213,7 @@ static void append_command(bson_t *d, const bson_t *cmd, bool truncate) {
 }
 
 /* One operation as MongoDB 7.0's $currentOp shows an active one (a shard answering a
- * router: shard first, opid "shard:N", client_s). Called under curop_mu. */
+ * router: shard first, opid "shard:N", client_s). Called under op's slot mutex. */
 static void append_op(bson_t *d, const curop_t *op, const curop_spec_t *spec, const char *host,
                       const char *shard, long long now_us) {
     char buf[MS_NS_BYTES_MAX + 32];
@@ -208,18 +262,23 @@ int curop_stage_run(const bson_t *pipeline, const curop_spec_t *spec, const char
     int rc, k = 0;
     agg_pipeline_rest(pipeline, &rest);
     if ((rc = agg_parse(&rest, &o, &p, err)) != 0) goto out;
-    /* The listing is built under the mutex, then fed to the pipeline outside it. */
-    pthread_mutex_lock(&curop_mu);
+    /* The listing is built under the mutexes, each slot's held only while its own entries
+     * are copied, then fed to the pipeline outside them. */
+    pthread_mutex_lock(&slots_mu);
     long long now_us = time_mono_us();
-    for (const curop_t *op = curop_head; op; op = op->next) {
-        char key[16];
-        bson_t d;
-        snprintf(key, sizeof key, "%d", k++);
-        BSON_APPEND_DOCUMENT_BEGIN(&listed, key, &d);
-        append_op(&d, op, spec, host, shard, now_us);
-        bson_append_document_end(&listed, &d);
+    for (curop_slot_t *slot = curop_slots; slot; slot = slot->next) {
+        pthread_mutex_lock(&slot->mu);
+        for (const curop_t *op = slot->ops; op; op = op->next) {
+            char key[16];
+            bson_t d;
+            snprintf(key, sizeof key, "%d", k++);
+            BSON_APPEND_DOCUMENT_BEGIN(&listed, key, &d);
+            append_op(&d, op, spec, host, shard, now_us);
+            bson_append_document_end(&listed, &d);
+        }
+        pthread_mutex_unlock(&slot->mu);
     }
-    pthread_mutex_unlock(&curop_mu);
+    pthread_mutex_unlock(&slots_mu);
     if ((rc = agg_run_new(p, 0, &run, err)) != 0) goto out;
     bson_iter_init(&it, &listed);
     while (rc == 0 && bson_iter_next(&it)) {

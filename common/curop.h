@@ -5,9 +5,10 @@
  * router's localOps: true; through a router, every shard's list tagged with its name).
  *
  * An entry lives in dispatch's stack frame and borrows the request: both outlive the
- * entry, which is unlinked before dispatch returns. The registry is one list under one
- * mutex; its length is bounded by the process's worker threads (one command each), so a
- * listing is bounded too. Nothing is allocated per command.
+ * entry, which is unlinked before dispatch returns. The registry is one slot per thread
+ * (made on the thread's first command, freed when it ends), each with its own list and
+ * mutex, so that commands on different threads never contend; its length is bounded by
+ * the process's threads, so a listing is bounded too. Nothing is allocated per command.
  */
 #ifndef MS_CUROP_H
 #define MS_CUROP_H
@@ -19,7 +20,8 @@
 #include "errors.h"
 
 typedef struct curop {
-    struct curop *prev, *next;   /* guarded by the registry mutex */
+    struct curop *prev, *next;   /* guarded by the slot's mutex (curop.c) */
+    struct curop_slot *slot;     /* the registering thread's slot; NULL: not listed */
     int32_t opid;                /* MongoDB's opid: unique in this process, never reused soon */
     long long start_mono_us;
     long long start_ms;          /* wall clock, for currentOpTime */

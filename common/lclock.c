@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,11 +28,13 @@
 #define LCLOCK_SIGNATURE_BYTES 20
 #define LCLOCK_MARK_TEXT_MAX 32
 
-/* The process's clock. Owned by this file; every field under mu. */
+/* The process's clock. Owned by this file; every field under mu. now and applied are also
+ * published in atomics (below), stored under mu together with their field, and role lives
+ * only there: the gossip on every request and reply reads them without taking mu, and
+ * only a tick (a write) or a move of the clock locks. */
 static struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;            /* a pending write ended (signalled under mu) */
-    lclock_role_t role;
     lclock_ts_t now;              /* the cluster time; {0,0} until first used */
     lclock_ts_t applied;          /* the last committed write's time (MongoDB's lastApplied) */
     lclock_ts_t pending[MS_CLOCK_PENDING_MAX];
@@ -40,6 +43,25 @@ static struct {
     char path[4096];
     uint32_t mark;                /* persisted: every time handed out has secs < mark */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+/* The published copies: a time packed as secs << 32 | inc (the order of lclock_cmp). */
+static atomic_uint_fast64_t now_pub, applied_pub;
+static atomic_int role_pub;
+
+static uint64_t ts_pack(lclock_ts_t t) { return (uint64_t)t.secs << 32 | t.inc; }
+static lclock_ts_t ts_unpack(uint64_t v) {
+    return (lclock_ts_t){(uint32_t)(v >> 32), (uint32_t)v};
+}
+
+static void now_set_locked(lclock_ts_t t) {
+    g.now = t;
+    atomic_store(&now_pub, ts_pack(t));
+}
+
+static void applied_set_locked(lclock_ts_t t) {
+    g.applied = t;
+    atomic_store(&applied_pub, ts_pack(t));
+}
 
 /* The operation's time (lclock_op_note): per RPC worker thread, reset by dispatch. */
 static _Thread_local lclock_ts_t op_time;
@@ -61,12 +83,12 @@ static uint32_t wall_secs(void) {
 
 /* A process that never called lclock_init (shardctl) still gossips a sensible time. */
 static void started_locked(void) {
-    if (lclock_is_null(g.now)) g.now = (lclock_ts_t){wall_secs(), 0};
+    if (lclock_is_null(g.now)) now_set_locked((lclock_ts_t){wall_secs(), 0});
 }
 
 void lclock_init(lclock_role_t role) {
     pthread_mutex_lock(&g.mu);
-    g.role = role;
+    atomic_store(&role_pub, (int)role);
     started_locked();
     pthread_mutex_unlock(&g.mu);
 }
@@ -116,7 +138,7 @@ static int set_locked(lclock_ts_t t, ms_error_t *err) {
         if (rc != 0) return rc;
         g.mark = mark;
     }
-    g.now = t;
+    now_set_locked(t);
     return 0;
 }
 
@@ -160,7 +182,7 @@ int lclock_open(const char *dbpath, ms_error_t *err) {
     g.mark = 0;  /* forces a new mark past start */
     rc = set_locked(start, err);
     if (rc != 0) g.mark = mark;
-    g.applied = ts_max(g.applied, start);
+    applied_set_locked(ts_max(g.applied, start));
     pthread_mutex_unlock(&g.mu);
     if (rc == 0) log_info("cluster time restored mark=%u clusterTime=%u|%u", mark, start.secs,
                           start.inc);
@@ -170,19 +192,18 @@ int lclock_open(const char *dbpath, ms_error_t *err) {
 /* ---- reading and ticking -------------------------------------------------------------- */
 
 lclock_ts_t lclock_now(void) {
-    pthread_mutex_lock(&g.mu);
+    lclock_ts_t t = ts_unpack(atomic_load(&now_pub));
+    if (!lclock_is_null(t)) return t;
+    pthread_mutex_lock(&g.mu);   /* the first use: the clock starts */
     started_locked();
-    lclock_ts_t t = g.now;
+    t = g.now;
     pthread_mutex_unlock(&g.mu);
     return t;
 }
 
-lclock_ts_t lclock_applied(void) {
-    pthread_mutex_lock(&g.mu);
-    lclock_ts_t t = g.applied;
-    pthread_mutex_unlock(&g.mu);
-    return t;
-}
+lclock_ts_t lclock_applied(void) { return ts_unpack(atomic_load(&applied_pub)); }
+
+static lclock_role_t role_get(void) { return (lclock_role_t)atomic_load(&role_pub); }
 
 /* The next tick: the wall clock's second when it is ahead (the hybrid part), else the
  * next increment of the clock's second (rolling into the next second at the maximum). */
@@ -216,7 +237,7 @@ void lclock_write_end(lclock_ts_t t, bool committed) {
         g.pending[i] = g.pending[--g.npending];
         break;
     }
-    if (committed) g.applied = ts_max(g.applied, t);
+    if (committed) applied_set_locked(ts_max(g.applied, t));
     pthread_cond_broadcast(&g.cv);
     pthread_mutex_unlock(&g.mu);
     if (committed) lclock_op_note(t);
@@ -240,6 +261,9 @@ static int check_advance(lclock_ts_t t, ms_error_t *err) {
 int lclock_advance(lclock_ts_t t, ms_error_t *err) {
     int rc;
     if ((rc = check_advance(t, err)) != 0) return rc;
+    /* Most gossip carries a time this clock has reached already: no lock for it. The
+     * clock only moves forward, so a time at or behind a published one stays behind. */
+    if (lclock_cmp(t, lclock_now()) <= 0) return 0;
     pthread_mutex_lock(&g.mu);
     started_locked();
     if (lclock_cmp(t, g.now) > 0) rc = set_locked(t, err);
@@ -318,9 +342,7 @@ void lclock_gossip_reply(const bson_t *reply) {
         log_warn("peer's $clusterTime not taken code=%d errmsg=%s", e.code, log_str(e.msg));
         return;
     }
-    pthread_mutex_lock(&g.mu);
-    role = g.role;
-    pthread_mutex_unlock(&g.mu);
+    role = role_get();
     /* mongos's OperationTimeTracker: the operation's time is the latest of its shards'. */
     if (role == LCLOCK_ROUTER && bson_iter_init_find(&it, reply, "operationTime") &&
         BSON_ITER_HOLDS_TIMESTAMP(&it)) {
@@ -376,7 +398,7 @@ int lclock_wait_reached(lclock_ts_t t, ms_error_t *err) {
     }
     /* Nothing at or before t is in flight: this node has reached t (a primary would
      * write a noop to get there; one writer needs nothing more). */
-    g.applied = ts_max(g.applied, t);
+    applied_set_locked(ts_max(g.applied, t));
 out:
     pthread_mutex_unlock(&g.mu);
     return rc;
@@ -414,9 +436,7 @@ int lclock_request_in(const bson_t *req, ms_error_t *err) {
         if ((rc = parse_signed(&it, &t, err)) != 0) return rc;
         if ((rc = lclock_advance(t, err)) != 0) return rc;
     }
-    pthread_mutex_lock(&g.mu);
-    lclock_role_t role = g.role;
-    pthread_mutex_unlock(&g.mu);
+    lclock_role_t role = role_get();
     /* A router passes readConcern to the shards, which wait (mongos does not wait). */
     if (role != LCLOCK_DATA || !bson_iter_init(&it, req) ||
         !bson_iter_find_descendant(&it, "readConcern.afterClusterTime", &it) ||
@@ -427,15 +447,12 @@ int lclock_request_in(const bson_t *req, ms_error_t *err) {
 }
 
 void lclock_reply_out(bson_t *reply) {
-    lclock_ts_t now, op = lclock_op_time();
-    pthread_mutex_lock(&g.mu);
-    started_locked();
-    now = g.now;
+    lclock_ts_t now = lclock_now(), op = lclock_op_time(), applied = lclock_applied();
     /* Without an own write (or, on a router, a peer's reply): a data-bearing node's last
-     * applied write, as mongod's computeOperationTime; a router's cluster time. */
-    if (lclock_is_null(op)) op = g.role == LCLOCK_DATA && !lclock_is_null(g.applied) ? g.applied
-                                                                                   : now;
-    pthread_mutex_unlock(&g.mu);
+     * applied write, as mongod's computeOperationTime; a router's cluster time. applied,
+     * read after now, may have passed it since: the bound below keeps the order. */
+    if (lclock_is_null(op)) op = role_get() == LCLOCK_DATA && !lclock_is_null(applied) ? applied
+                                                                                      : now;
     if (lclock_cmp(op, now) > 0) op = now;  /* operationTime <= $clusterTime, always */
     if (bson_has_field(reply, "$clusterTime") || bson_has_field(reply, "operationTime")) {
         bson_t copy = BSON_INITIALIZER;

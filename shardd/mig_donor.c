@@ -264,6 +264,18 @@ static int recv_status(mig_donor_t *d, bool wait, bson_t *reply, ms_error_t *err
     return rc;
 }
 
+/* Sleeps ms between status polls of step 3, cut short when the session history catches
+ * up (cmd_get_next_session_mods broadcasts on cv): often the last thing the step waits
+ * for, it should not wait a whole backoff more. */
+static void backoff(mig_donor_t *d, int ms) {
+    long long until = time_mono_ms() + ms, left;
+    pthread_mutex_lock(&d->mu);
+    bool was = d->sess_caught_up;
+    while (d->sess_caught_up == was && (left = until - time_mono_ms()) > 0)
+        time_cond_wait_ms(&d->cv, &d->mu, left);
+    pthread_mutex_unlock(&d->mu);
+}
+
 /* Step 3 (awaitToCatchUp): goes on once the clone is done and what remains of the
  * captured writes would take the recipient no longer than the write-pause budget at the
  * rate it has been applying them (MongoDB waits for zero or for < 10 % of the chunk size:
@@ -327,10 +339,7 @@ static int step_catch_up(mig_donor_t *d, ms_error_t *err) {
                            MS_MIG_CLONE_TIMEOUT_MS);
         }
         /* The recipient waited for us up to a second; when it did not, back off. */
-        if (time_mono_ms() - t0 < 5) {
-            int ms = 1 << (iter < 6 ? iter : 6);
-            nanosleep(&(struct timespec){0, ms * 1000000L}, NULL);
-        }
+        if (time_mono_ms() - t0 < 5) backoff(d, 1 << (iter < 6 ? iter : 6));
     }
 }
 

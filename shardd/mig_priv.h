@@ -50,7 +50,7 @@ struct mig_donor {
     long long started_ms;
     /* the clone list (MongoDB's recordIds) and capture, used by the command workers */
     pthread_mutex_t mu;
-    pthread_cond_t cv;               /* broadcast when x_users drops */
+    pthread_cond_t cv;               /* broadcast when x_users drops or sess_caught_up is set */
     int64_t *rids;
     size_t nrids, pos;
     /* The write capture. Owner: the donor thread, which alone creates and frees it,

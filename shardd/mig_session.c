@@ -278,7 +278,10 @@ int cmd_get_next_session_mods(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         if (a.last_seq > d->sess_last_seq) d->sess_last_seq = a.last_seq;
         /* The bulk of the history has moved once a pull finds nothing new: the critical
          * section may come (step 3 waits for this, MongoDB's inCatchupPhase). */
-        if (a.n == 0) d->sess_caught_up = true;
+        if (a.n == 0 && !d->sess_caught_up) {
+            d->sess_caught_up = true;
+            pthread_cond_broadcast(&d->cv);   /* step 3 may be waiting for just this */
+        }
         pthread_mutex_unlock(&d->mu);
     }
     mig_donor_release(app->mig, d);
@@ -321,6 +324,7 @@ typedef struct sd_apply_arg {
     mig_sessdest_t *s;
     bson_iter_t recs;
     int64_t records, sentinels;
+    sess_apply_memo_t memo;      /* the session decided last in this transaction */
 } sd_apply_arg_t;
 
 /* A dead-end sentinel: the transaction is marked incomplete here, and — when this shard's
@@ -360,6 +364,7 @@ static int sd_apply_one(store_txn_t *t, sd_apply_arg_t *a, const bson_t *rec, ms
                        "_getNextSessionMods record without lsid or txnNumber");
     if (bson_iter_init_find(&it, rec, "incompleteHistory") && bson_iter_as_bool(&it)) {
         a->sentinels++;
+        sess_apply_memo_reset(&a->memo);   /* the sentinel may change a session's row */
         return sd_apply_sentinel(t, a->s, rec, &lsid, txn, err);
     }
     {
@@ -378,21 +383,24 @@ static int sd_apply_one(store_txn_t *t, sd_apply_arg_t *a, const bson_t *rec, ms
         if (!inside) return 0;
     }
     a->records++;
-    return sess_apply_migrated(t, rec, err);
+    return sess_apply_migrated(t, rec, &a->memo, err);
 }
 
 static int sd_apply_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     sd_apply_arg_t *a = arg;
     bson_iter_t it = a->recs;
-    int rc;
+    int rc = 0;
     a->records = a->sentinels = 0;
-    while (bson_iter_next(&it)) {
+    sess_apply_memo_reset(&a->memo);   /* a retried transaction starts over */
+    while (rc == 0 && bson_iter_next(&it)) {
         bson_t rec;
         if (!bsonx_view_container(&it, &rec))
-            return err_set(err, MS_ERR_FAILED_TO_PARSE, "_getNextSessionMods oplog holds a non-document");
-        if ((rc = sd_apply_one(t, a, &rec, err)) != 0) return rc;
+            rc = err_set(err, MS_ERR_FAILED_TO_PARSE,
+                         "_getNextSessionMods oplog holds a non-document");
+        else
+            rc = sd_apply_one(t, a, &rec, err);
     }
-    return 0;
+    return rc;
 }
 
 /* One pull's answer. */
@@ -458,6 +466,7 @@ static void *sd_fetch_main(void *p) {
 static int sd_persist(mig_sessdest_t *s, sd_batch_t *b, ms_error_t *err) {
     sd_apply_arg_t a = {.s = s, .recs = b->recs};
     int rc = store_write(s->m->app->st, sd_apply_fn, &a, err);
+    sess_apply_memo_free(&a.memo);
     if (rc != 0) return rc;
     pthread_mutex_lock(&s->mu);
     s->after_seq = b->last;

@@ -354,24 +354,60 @@ static int mrec_parse(const bson_t *rec, mrec_t *m, ms_error_t *err) {
     return 0;
 }
 
-int sess_apply_migrated(store_txn_t *t, const bson_t *rec, ms_error_t *err) {
-    mrec_t m;
-    bool exists = false, incomplete = false, added = false;
+void sess_apply_memo_reset(sess_apply_memo_t *memo) {
+    if (memo) memo->lsid.len = 0;
+}
+
+void sess_apply_memo_free(sess_apply_memo_t *memo) {
+    if (memo) buf_free(&memo->lsid);
+}
+
+/* Whether memo decided m's (lsid, txn) already. */
+static bool memo_holds(const sess_apply_memo_t *memo, const mrec_t *m) {
+    return memo && memo->lsid.len > 0 && memo->txn == m->txn && memo->lsid.len == m->lsid.len &&
+           memcmp(memo->lsid.data, bson_get_data(&m->lsid), m->lsid.len) == 0;
+}
+
+static void memo_set(sess_apply_memo_t *memo, const mrec_t *m, bool keep) {
+    if (!memo) return;
+    memo->lsid.len = 0;
+    buf_put(&memo->lsid, bson_get_data(&m->lsid), m->lsid.len);
+    memo->txn = m->txn;
+    memo->keep = keep;
+}
+
+/* The session's row brought to the record's txn: *keep says whether its statement is
+ * kept (false: the session moved on here). */
+static int apply_session_row(store_txn_t *t, const mrec_t *m, bool *keep, ms_error_t *err) {
+    bool exists = false, incomplete = false;
     int64_t cur = 0;
+    int rc;
+    *keep = false;
+    if ((rc = txn_row(t, &m->lsid, &exists, &cur, &incomplete, err)) != 0) return rc;
+    if (exists && m->txn < cur) return 0;   /* the session moved on here: nothing to keep */
+    if (!exists || m->txn > cur) rc = txn_advance(t, &m->lsid, m->txn, err);
+    else rc = txn_put(t, &m->lsid, m->txn, incomplete, err);
+    *keep = rc == 0;
+    return rc;
+}
+
+int sess_apply_migrated(store_txn_t *t, const bson_t *rec, sess_apply_memo_t *memo,
+                        ms_error_t *err) {
+    mrec_t m;
+    bool keep = false, added = false;
     int rc;
     if ((rc = need_write(t, "sess_apply_migrated", err)) != 0) return rc;
     if ((rc = mrec_parse(rec, &m, err)) != 0) return rc;
-    if ((rc = txn_row(t, &m.lsid, &exists, &cur, &incomplete, err)) != 0) return rc;
-    if (exists && m.txn < cur) return 0;   /* the session moved on here: nothing to keep */
-    if (!exists || m.txn > cur) {
-        if ((rc = txn_advance(t, &m.lsid, m.txn, err)) != 0) return rc;
-    } else if ((rc = txn_put(t, &m.lsid, m.txn, incomplete, err)) != 0) {
-        return rc;
+    if (memo_holds(memo, &m)) {
+        keep = memo->keep;
+    } else {
+        if ((rc = apply_session_row(t, &m, &keep, err)) != 0) return rc;
+        memo_set(memo, &m, keep);
     }
+    if (!keep) return 0;
     /* No count per record (it made applying a session's batch quadratic): the donor held
      * at most the cap plus one batch of this txn, so the records here stay bounded until
      * the next command on the txn trims them (sess_txn_start). */
-    (void)added;
     return stmt_insert(t, &m.lsid, m.txn, m.stmt, m.ns, m.key, m.keylen, &m.result, m.date_ms,
                        &added, err);
 }

@@ -89,8 +89,23 @@ int sess_max_seq(store_txn_t *t, int64_t *seq, ms_error_t *err);
 /* Recipient side: persists one migrated record (the document sess_scan_range produced) inside a
  * write transaction. If the local session is at an older txnNumber it moves to the record's one
  * (older local statements removed); same txnNumber -> the statement is added (idempotent if
- * present); the record's txnNumber older than the local session's -> ignored (not an error). */
-int sess_apply_migrated(store_txn_t *t, const bson_t *rec, ms_error_t *err);
+ * present); the record's txnNumber older than the local session's -> ignored (not an error).
+ *
+ * memo (may be NULL) carries that decision from one record to the next of one transaction: a
+ * batch holds a session's statements together, so a record of the (lsid, txnNumber) just
+ * decided adds its statement row only, without reading and rewriting the session's row
+ * again. Zero it before a transaction's first record, sess_apply_memo_reset it after
+ * anything else changes a session in that transaction, and free it after the last. */
+typedef struct sess_apply_memo {
+    buf_t lsid;      /* the last record's lsid bytes (len 0: nothing decided) */
+    int64_t txn;
+    bool keep;       /* its statements are kept (false: the session moved on here) */
+} sess_apply_memo_t;
+
+int sess_apply_migrated(store_txn_t *t, const bson_t *rec, sess_apply_memo_t *memo,
+                        ms_error_t *err);
+void sess_apply_memo_reset(sess_apply_memo_t *memo);
+void sess_apply_memo_free(sess_apply_memo_t *memo);
 
 /* Marks (lsid, txn) history incomplete on this shard, so later lookups of statements that are
  * not found answer 217 (MongoDB's "dead-end sentinel" of session migration). */

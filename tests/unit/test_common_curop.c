@@ -3,8 +3,11 @@
  * the stage's options parsed as MongoDB parses them (texts and codes), operations listed
  * while registered and gone once ended, their fields (op kind, ns, opid, client), the
  * shard form a router gets (shard first, "shard:N" opid, client_s), the rest of the
- * pipeline run over the listing, and truncateOps.
+ * pipeline run over the listing, truncateOps, and commands of other threads (each thread
+ * its own registry slot, gone when the thread ends).
  */
+#include <pthread.h>
+
 #include "common/cmd.h"
 #include "common/curop.h"
 #include "common/opctx.h"
@@ -180,5 +183,66 @@ static void curop_namespaces_and_truncation(void) {
     bson_destroy(&big);
 }
 
+/* A command on another thread: registered there, listed here while it runs. */
+typedef struct worker {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool begun, release;
+    const bson_t *cmd;
+} worker_t;
+
+static void *worker_main(void *p) {
+    worker_t *w = p;
+    curop_t op;
+    curop_begin(&op, w->cmd, "find", "thr", CMD_NS_ARG);
+    pthread_mutex_lock(&w->mu);
+    w->begun = true;
+    pthread_cond_broadcast(&w->cv);
+    while (!w->release) pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    curop_end(&op);
+    return NULL;
+}
+
+static int listed_in(const char *db_ns) {
+    char json[200];
+    bson_t out;
+    snprintf(json, sizeof json, "{\"p\": [{\"$currentOp\": {}}, {\"$match\": {\"ns\": \"%s\"}}]}",
+             db_ns);
+    if (!run(json, NULL, &out)) return -1;
+    int n = (int)bson_count_keys(&out);
+    bson_destroy(&out);
+    return n;
+}
+
+static void curop_lists_other_threads(void) {
+    enum { NTHREADS = 8 };
+    worker_t w[NTHREADS];
+    pthread_t th[NTHREADS];
+    bson_t find;
+    CHECK(t_json("{\"find\": \"t\", \"filter\": {}, \"$db\": \"thr\"}", &find));
+    for (int i = 0; i < NTHREADS; i++) {
+        w[i] = (worker_t){.cmd = &find};
+        pthread_mutex_init(&w[i].mu, NULL);
+        pthread_cond_init(&w[i].cv, NULL);
+        CHECK_INT(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+        pthread_mutex_lock(&w[i].mu);
+        while (!w[i].begun) pthread_cond_wait(&w[i].cv, &w[i].mu);
+        pthread_mutex_unlock(&w[i].mu);
+    }
+    CHECK_INT(listed_in("thr.t"), NTHREADS);
+    for (int i = 0; i < NTHREADS; i++) {
+        pthread_mutex_lock(&w[i].mu);
+        w[i].release = true;
+        pthread_cond_broadcast(&w[i].cv);
+        pthread_mutex_unlock(&w[i].mu);
+        pthread_join(th[i], NULL);
+        CHECK_INT(listed_in("thr.t"), NTHREADS - 1 - i);   /* its slot went with the thread */
+        pthread_cond_destroy(&w[i].cv);
+        pthread_mutex_destroy(&w[i].mu);
+    }
+    bson_destroy(&find);
+}
+
 T_MAIN(T_CASE(curop_spec_parsing), T_CASE(curop_namespace_check), T_CASE(curop_lists_registered_ops),
-       T_CASE(curop_namespaces_and_truncation))
+       T_CASE(curop_namespaces_and_truncation), T_CASE(curop_lists_other_threads))

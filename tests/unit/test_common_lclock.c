@@ -1,8 +1,8 @@
 /*
  * test_common_lclock.c — the cluster time (common/lclock.c): ticks, gossip and its rate
  * limiter, the high-water mark across a restart, the afterClusterTime wait, and the
- * $clusterTime / operationTime of replies. The clock is process state, so the cases run
- * in order and each builds on what the one before left.
+ * $clusterTime / operationTime of replies, also from several threads at once. The clock
+ * is process state, so the cases run in order and each builds on what the one before left.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -212,5 +212,50 @@ static void lclock_gossip_out_rules(void) {
     bson_destroy(&cmd);
 }
 
+/* Threads ticking, gossiping and answering at once (the published times are read without
+ * the lock): each thread's ticks only grow, every reply's operationTime is at most its
+ * $clusterTime, and a reply's $clusterTime is never behind a tick its thread saw. */
+#define RACE_THREADS 4
+#define RACE_ITERS 5000
+
+static void *race_main(void *p) {
+    int *bad = p;
+    lclock_ts_t last = {0, 0};
+    for (int i = 0; i < RACE_ITERS; i++) {
+        lclock_ts_t t, ct, op;
+        ms_error_t e = {0};
+        bson_t reply = BSON_INITIALIZER;
+        lclock_op_reset();
+        if (lclock_write_begin(&t, &e) != 0 || lclock_cmp(t, last) <= 0) (*bad)++;
+        last = t;
+        lclock_write_end(t, true);
+        if (i % 7 == 0) {
+            lclock_ts_t ahead = {t.secs, t.inc + 2};
+            if (lclock_advance(ahead, &e) != 0) (*bad)++;
+        }
+        lclock_op_reset();   /* no write of its own: the applied time, bounded */
+        lclock_reply_out(&reply);
+        if (!ts_at(&reply, "$clusterTime.clusterTime", &ct) ||
+            !ts_at(&reply, "operationTime", &op) || lclock_cmp(op, ct) > 0 ||
+            lclock_cmp(ct, last) < 0)
+            (*bad)++;
+        bson_destroy(&reply);
+    }
+    return NULL;
+}
+
+static void lclock_concurrent(void) {
+    pthread_t th[RACE_THREADS];
+    int bad[RACE_THREADS] = {0};
+    lclock_init(LCLOCK_DATA);
+    for (int i = 0; i < RACE_THREADS; i++)
+        CHECK_INT(pthread_create(&th[i], NULL, race_main, &bad[i]), 0);
+    for (int i = 0; i < RACE_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_INT(bad[i], 0);
+    }
+    CHECK(lclock_cmp(lclock_applied(), lclock_now()) <= 0);
+}
+
 T_MAIN(T_CASE(lclock_ticks), T_CASE(lclock_gossip), T_CASE(lclock_restart), T_CASE(lclock_wait),
-       T_CASE(lclock_replies), T_CASE(lclock_gossip_out_rules))
+       T_CASE(lclock_replies), T_CASE(lclock_gossip_out_rules), T_CASE(lclock_concurrent))

@@ -354,28 +354,37 @@ static void test_seq_never_reused(void) {
     store_close(st);
 }
 
+static bool g_apply_memo;   /* apply_fn carries a memo from record to record */
+
 static int apply_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     sa_t *a = arg;
+    sess_apply_memo_t memo = {0};
     int rc = 0;
-    for (int i = 0; i < a->cap_n && rc == 0; i++) rc = sess_apply_migrated(t, &a->recs[i], err);
+    for (int i = 0; i < a->cap_n && rc == 0; i++)
+        rc = sess_apply_migrated(t, &a->recs[i], g_apply_memo ? &memo : NULL, err);
+    sess_apply_memo_free(&memo);
     return rc;
 }
 
-static void test_apply_migrated(void) {
-    store_t *donor = open_at("don"), *rcpt = open_at("rcp");
+/* The same records applied one by one, or with a memo (two of session 1's txn 7 kept,
+ * two of session 2's txn 3 ignored in a row): the same rows either way. */
+static void apply_migrated_case(bool with_memo, const char *don, const char *rcp) {
+    store_t *donor = open_at(don), *rcpt = open_at(rcp);
     sa_t a = {0};
     ms_error_t e = {0};
     int64_t n;
     CHECK_INT(record_key(donor, 1, 7, 0, "db.c", "k1", 11), 0);
     CHECK_INT(record_key(donor, 1, 7, 1, "db.c", "k2", 12), 0);
     CHECK_INT(record_key(donor, 2, 3, 0, "db.c", "k3", 13), 0);
+    CHECK_INT(record_key(donor, 2, 3, 1, "db.c", "k5", 15), 0);
     CHECK_INT(record_key(donor, 3, 4, 0, "db.c", "k4", 14), 0);
     /* recipient: session 2 already newer (record ignored), session 3 older (moves on) */
     CHECK_INT(record_key(rcpt, 2, 5, 0, "db.c", "x", 21), 0);
     CHECK_INT(record_key(rcpt, 3, 2, 0, "db.c", "y", 22), 0);
     scan_args_t s = {&a, (const uint8_t *)"k", (const uint8_t *)"l", 1, 1, 0, 100};
     CHECK_INT(store_read(donor, range_scan_fn, &s, &e), 0);
-    CHECK_INT(a.cap_n, 4);
+    CHECK_INT(a.cap_n, 5);
+    g_apply_memo = with_memo;
     CHECK_INT(store_write(rcpt, apply_fn, &a, &e), 0);
     CHECK_INT(store_write(rcpt, apply_fn, &a, &e), 0);    /* idempotent */
     CHECK_INT(lookup(rcpt, 1, 7, 0, &n), 0);
@@ -388,10 +397,14 @@ static void test_apply_migrated(void) {
     CHECK_INT(lookup(rcpt, 3, 4, 0, &n), 0);
     CHECK_INT(n, 14);
     CHECK_INT(lookup(rcpt, 3, 2, 0, &n), MS_ERR_TRANSACTION_TOO_OLD);
+    g_apply_memo = false;
     free_recs(&a);
     store_close(donor);
     store_close(rcpt);
 }
+
+static void test_apply_migrated(void) { apply_migrated_case(false, "don", "rcp"); }
+static void test_apply_migrated_memo(void) { apply_migrated_case(true, "donm", "rcpm"); }
 
 static int docs_cb(void *arg, const bson_t *doc) {
     sa_t *a = arg;
@@ -422,4 +435,4 @@ static void test_txn_docs(void) {
 T_MAIN(T_CASE(test_record_then_lookup), T_CASE(test_rollback_leaves_no_record),
        T_CASE(test_too_old_and_newer), T_CASE(test_incomplete), T_CASE(test_cap_marks_incomplete), T_CASE(test_expiry),
        T_CASE(test_scan_range), T_CASE(test_seq_never_reused),
-       T_CASE(test_apply_migrated), T_CASE(test_txn_docs))
+       T_CASE(test_apply_migrated), T_CASE(test_apply_migrated_memo), T_CASE(test_txn_docs))
