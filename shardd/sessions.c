@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "common/bsonx.h"
+#include "common/lclock.h"
 #include "common/log.h"
 #include "shardd/store_priv.h"
 
@@ -65,16 +66,20 @@ static int txn_row(store_txn_t *t, const bson_t *lsid, bool *exists, int64_t *tx
     return rc;
 }
 
-/* The session's row set to (txn, incomplete) with its last use now. */
+/* The session's row set to (txn, incomplete) with its last use now: the wall clock (for
+ * expiry and lastWriteDate) and the cluster time of the write transaction it is part of
+ * (lastWriteOpTime.ts, the same time the write's reply carries as operationTime). */
 static int txn_put(store_txn_t *t, const bson_t *lsid, int64_t txn, bool incomplete,
                    ms_error_t *err) {
+    lclock_ts_t ts = store_txn_time(t);
     sqlite3_stmt *s = store_stmt(t, "INSERT OR REPLACE INTO sess_txn(lsid, txn, incomplete,"
-                                    " last_ms) VALUES(?,?,?,?)", err);
+                                    " last_ms, last_ts) VALUES(?,?,?,?,?)", err);
     if (!s) return err->code;
     bind_lsid(s, 1, lsid);
     sqlite3_bind_int64(s, 2, txn);
     sqlite3_bind_int(s, 3, incomplete ? 1 : 0);
     sqlite3_bind_int64(s, 4, now_ms());
+    sqlite3_bind_int64(s, 5, (int64_t)((uint64_t)ts.secs << 32 | ts.inc));
     return store_step_done(t, s, "sess_txn put", err);
 }
 
@@ -465,7 +470,7 @@ int sess_reap(store_t *st, int64_t timeout_ms) {
 int sess_txn_docs(store_txn_t *t, sess_doc_fn fn, void *arg, ms_error_t *err) {
     sqlite3_stmt *s = NULL;
     sqlite3 *db = t->c->db;
-    int src = sqlite3_prepare_v2(db, "SELECT lsid, txn, incomplete, last_ms FROM sess_txn"
+    int src = sqlite3_prepare_v2(db, "SELECT lsid, txn, incomplete, last_ms, last_ts FROM sess_txn"
                                      " ORDER BY lsid", -1, &s, NULL), rc = 0;
     if (src != SQLITE_OK) return err_from_sqlite(err, src, "sess_txn scan", db);
     while ((src = sqlite3_step(s)) == SQLITE_ROW) {
@@ -477,10 +482,12 @@ int sess_txn_docs(store_txn_t *t, sess_doc_fn fn, void *arg, ms_error_t *err) {
         bson_init(&doc);
         BSON_APPEND_DOCUMENT(&doc, "_id", &lsid);
         BSON_APPEND_INT64(&doc, "txnNum", sqlite3_column_int64(s, 1));
-        /* MongoDB's lastWriteOpTime names an oplog entry; a shard here has no oplog, so the
-         * time of the last write stands in for its timestamp (term -1: no replica set). */
+        /* MongoDB's lastWriteOpTime names the session's last oplog entry; a shard here has
+         * no oplog, so the cluster time of its last write stands in for the entry's
+         * timestamp (docs/cluster-time.md; term -1: no replica set). */
+        uint64_t ts = (uint64_t)sqlite3_column_int64(s, 4);
         BSON_APPEND_DOCUMENT_BEGIN(&doc, "lastWriteOpTime", &op);
-        BSON_APPEND_TIMESTAMP(&op, "ts", (uint32_t)(ms / 1000), (uint32_t)(ms % 1000));
+        BSON_APPEND_TIMESTAMP(&op, "ts", (uint32_t)(ts >> 32), (uint32_t)ts);
         BSON_APPEND_INT64(&op, "t", -1);
         bson_append_document_end(&doc, &op);
         BSON_APPEND_DATE_TIME(&doc, "lastWriteDate", ms);

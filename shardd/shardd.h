@@ -48,6 +48,7 @@
 #include "common/cursor.h"
 #include "common/errors.h"
 #include "common/keys.h"
+#include "common/lclock.h"
 #include "common/krange.h"
 #include "common/limits.h"
 #include "common/sortspec.h"
@@ -158,6 +159,9 @@ int store_ddl(store_t *st, store_txn_fn fn, void *arg, ms_error_t *err);
 
 void *store_txn_db(store_txn_t *t);          /* the sqlite3* of the transaction */
 store_t *store_txn_store(store_txn_t *t);
+/* A write transaction's cluster time: the tick its reply carries as operationTime
+ * (docs/cluster-time.md); {0, 0} in a read transaction. */
+lclock_ts_t store_txn_time(const store_txn_t *t);
 
 /* Catalog, inside a transaction. Borrowed results. */
 store_coll_t *store_coll_get(store_txn_t *t, const char *ns);

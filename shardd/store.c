@@ -435,7 +435,8 @@ static const char *SCHEMA =
      * orders records for session migration. Few b-trees on purpose: every retryable write
      * commits pages of each. */
     "CREATE TABLE IF NOT EXISTS sess_txn(lsid BLOB PRIMARY KEY, txn INTEGER NOT NULL,"
-    " incomplete INTEGER NOT NULL DEFAULT 0, last_ms INTEGER NOT NULL) WITHOUT ROWID;"
+    " incomplete INTEGER NOT NULL DEFAULT 0, last_ms INTEGER NOT NULL,"
+    " last_ts INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS sess_stmt(seq INTEGER PRIMARY KEY,"
     " lsid BLOB NOT NULL, txn INTEGER NOT NULL, stmt INTEGER NOT NULL, ns TEXT NOT NULL,"
     " key BLOB, result BLOB NOT NULL, date_ms INTEGER NOT NULL, UNIQUE(lsid, txn, stmt));";
@@ -577,11 +578,12 @@ int store_set_write_observer(store_t *st, store_write_observer_fn fn, store_writ
 
 void *store_txn_db(store_txn_t *t) { return t->c->db; }
 store_t *store_txn_store(store_txn_t *t) { return t->st; }
+lclock_ts_t store_txn_time(const store_txn_t *t) { return t->time; }
 
 /* ---- transactions ------------------------------------------------------------------- */
 
 int store_read(store_t *st, store_txn_fn fn, void *arg, ms_error_t *err) {
-    store_txn_t t = {st, NULL, false};
+    store_txn_t t = {st, NULL, false, {0, 0}};
     int rc;
     if (!(t.c = reader_conn(st, err))) return err ? err->code : MS_ERR_INTERNAL;
     pthread_rwlock_rdlock(&st->cat_lock);
@@ -597,7 +599,7 @@ int store_read(store_t *st, store_txn_fn fn, void *arg, ms_error_t *err) {
 
 int store_read_fenced(store_t *st, void (*fence)(void *farg), void *farg, store_txn_fn fn,
                       void *arg, ms_error_t *err) {
-    store_txn_t t = {st, NULL, false};
+    store_txn_t t = {st, NULL, false, {0, 0}};
     int rc;
     if (!(t.c = reader_conn(st, err))) return err ? err->code : MS_ERR_INTERNAL;
     if ((rc = conn_exec(t.c, "BEGIN", err)) != 0) return rc;
@@ -669,7 +671,7 @@ static void counts_end(store_t *st, bool committed) {
 }
 
 static int write_txn(store_t *st, bool ddl, store_txn_fn fn, void *arg, ms_error_t *err) {
-    store_txn_t t = {st, st->writer, true};
+    store_txn_t t = {st, st->writer, true, {0, 0}};
     int rc;
     atomic_fetch_add(&st->wwaiting, 1);
     pthread_mutex_lock(&st->wmu);
@@ -683,6 +685,7 @@ static int write_txn(store_t *st, bool ddl, store_txn_fn fn, void *arg, ms_error
          * (a read after it waits) until the COMMIT below ends it, either way. */
         lclock_ts_t wtime = {0, 0};
         bool timed = (rc = lclock_write_begin(&wtime, err)) == 0;
+        t.time = wtime;
         if (rc == 0) rc = fn(&t, arg, err);
         if (rc == 0) rc = counts_flush(&t, err);  /* in the transaction it counts */
         if (rc == 0) {

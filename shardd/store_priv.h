@@ -63,6 +63,7 @@ struct store_txn {
     store_t *st;
     conn_t *c;
     bool write;
+    lclock_ts_t time;   /* a write transaction's cluster time ({0, 0} for a read) */
 };
 
 /* Unique-key conflicts met by writes to an index being built: (key, rid) of a document

@@ -366,6 +366,14 @@ def test_too_old_incomplete_multi_and_config_transactions(t):
     docs = cl.shards[0].client().ok({"find": "transactions", "$db": "config"})["cursor"]["firstBatch"]
     mine = [d for d in docs if d["_id"] == ls]
     assert len(mine) == 1 and mine[0]["txnNum"] == 10 and "lastWriteDate" in mine[0], docs
+    # lastWriteOpTime.ts is the cluster time of the session's last write: the operationTime
+    # its reply carried
+    s0, ls2 = cl.shards[0].client(), lsid_of(uuid.uuid4())
+    r = s0.ok({"insert": "c", "$db": "app", "documents": [{"_id": 501}], "lsid": ls2,
+               "txnNumber": long(1)})
+    docs = s0.ok({"find": "transactions", "$db": "config"})["cursor"]["firstBatch"]
+    mine = [d for d in docs if d["_id"] == ls2]
+    assert len(mine) == 1 and mine[0]["lastWriteOpTime"]["ts"] == r["operationTime"], (mine, r)
 
 
 @test
