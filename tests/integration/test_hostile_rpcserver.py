@@ -72,7 +72,10 @@ def test_stuck_reader_costs_its_connection(t):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         for p in kinds(cl):
-            assert_responsive(p, what="while a client does not read its replies")
+            # 3 s, not the usual 1 s: up to 12 workers build 4 MB replies on two cores
+            # meanwhile (and make test runs another suite beside this one). A daemon the
+            # stuck reader froze would answer only after its 10 s send stall.
+            assert_responsive(p, within_ms=3000.0, what="while a client does not read its replies")
             # Replies queued on one connection are capped (64 MiB); on top of that, up to
             # 12 workers (3/4 of 16) each build one ~4 MB find reply with its working set,
             # and the shard also serves the router's 12 parallel finds for the router's
