@@ -39,11 +39,12 @@ READY_TIMEOUT_S=20
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'   # the header comment
     exit "${1:-0}"
 }
 
 cmd=${1:-}; [ -n "$cmd" ] || usage 2; shift
+case "$cmd" in -h|--help|help) usage 0 ;; esac
 dir=""; shards=3; shards_given=0; routers=1; base=27017; base_given=0; test_flag=""; config_flags=""
 reuse=0; kill_flag=0; target=""
 while [ $# -gt 0 ]; do
