@@ -102,12 +102,32 @@ static const cmd_spec_t *cmd_find_in(const cmd_spec_t *table, int n, const char 
     return NULL;
 }
 
-const cmd_spec_t *cmd_lookup(const cmd_server_t *s, const char *name) {
+/* The daemon's own table first, then the commands every daemon answers. */
+static const cmd_spec_t *cmd_find(const cmd_server_t *s, const char *name) {
     const cmd_spec_t *spec = cmd_find_in(s->table, s->table_len, name);
-    if (!spec) spec = cmd_find_in(cmd_common_table, cmd_common_table_len, name);
+    return spec ? spec : cmd_find_in(cmd_common_table, cmd_common_table_len, name);
+}
+
+const cmd_spec_t *cmd_lookup(const cmd_server_t *s, const char *name) {
+    const cmd_spec_t *spec = cmd_find(s, name);
     /* Without --enable-test-commands a test command does not exist at all. */
     if (spec && (spec->flags & CMD_TEST) && !s->test_commands) return NULL;
     return spec;
+}
+
+/* The reply to a name cmd_lookup did not find. MongoDB answers CommandNotFound for a
+ * test-only command when testing is off, as for any unknown name; the errmsg keeps
+ * MongoDB's start and, for a test command, adds how to turn them on, so that a learner
+ * who types configureFailPoint at a plain cluster learns the flag instead of a typo hunt. */
+static int cmd_not_found(const cmd_server_t *s, const char *name, const char *shown,
+                         ms_error_t *err) {
+    const cmd_spec_t *spec = cmd_find(s, name);
+    if (spec && (spec->flags & CMD_TEST))
+        return err_set(err, MS_ERR_COMMAND_NOT_FOUND,
+                       "no such command: '%s' (a test-only command: start the daemon with "
+                       "--enable-test-commands, e.g. scripts/cluster.sh start --test ...)",
+                       shown);
+    return err_set(err, MS_ERR_COMMAND_NOT_FOUND, "no such command: '%s'", shown);
 }
 
 cmd_counter_t *cmd_counter_of(cmd_server_t *s, const cmd_spec_t *spec) {
@@ -460,7 +480,7 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
     cmd_printable(shown, sizeof shown, bson_iter_key(&ctx.arg));
     ctx.spec = cmd_lookup(s, bson_iter_key(&ctx.arg));
     if (!ctx.spec) {
-        rc = err_set(&err, MS_ERR_COMMAND_NOT_FOUND, "no such command: '%s'", shown);
+        rc = cmd_not_found(s, bson_iter_key(&ctx.arg), shown, &err);
         goto out;
     }
     ctx.name = ctx.spec->name;

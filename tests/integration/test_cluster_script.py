@@ -4,7 +4,9 @@ start prints exactly one `NAME URL PID WIRE` line per process with the names con
 shard0.., router0.., every process answers, routers and shards also over MongoDB's wire
 protocol at the printed mongodb:// URL (base+100+i, base+200+i), listShards shows the same URLs, status
 reports them up, add-shard adds the next shard, --config-flags reaches the config server,
-and stop ends exactly those PIDs.
+and stop ends exactly those PIDs; restart NAME [--kill] brings one process back with the
+same command line, start refuses an earlier cluster's directory unless --reuse, and a
+test-only command on a daemon without --enable-test-commands says how to enable it.
 """
 import os
 import subprocess
@@ -129,6 +131,90 @@ def test_stop_finds_binaries_started_from_another_bin(t):
         for pid in pids:
             if pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def cluster_sh_fails(*args):
+    """Runs cluster.sh expecting exit status 1; returns its stderr."""
+    p = subprocess.run(["bash", SCRIPT] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=120)
+    assert p.returncode == 1, (args, p.returncode, p.stdout, p.stderr)
+    return p.stderr
+
+
+def cmdline(pid):
+    with open("/proc/%d/cmdline" % pid, "rb") as f:
+        return f.read().split(b"\0")
+
+
+@test
+def test_restart_keeps_flags(t):
+    """restart shard1, gracefully and with --kill: a new PID with the same command line
+    (ports, --enable-test-commands), recorded in cluster.pids, and the router writes to it again."""
+    base = free_ports(310)[0]  # every port cluster.sh derives: up to base+300 (web view)
+    d = os.path.join(t.dir, "c")
+    pids = []
+    try:
+        out = cluster_sh("start", "--dir", d, "--shards", "2", "--routers", "1", "--base-port", str(base), "--test")
+        lines = {l.split()[0]: l.split() for l in out.strip().splitlines()}
+        pids = [int(l[2]) for l in lines.values()]
+        router = Client(lines["router0"][1])
+        # db "r" lives on shard1: its unsharded collection's writes go there
+        router.ok({"enableSharding": "r", "primaryShard": "shard1", "$db": "admin"})
+        router.ok({"insert": "c", "$db": "r", "documents": [{"_id": 0}]})
+        argv = cmdline(int(lines["shard1"][2]))
+        assert b"--enable-test-commands" in argv, argv
+        for i, how in enumerate([[], ["--kill"]], start=1):
+            old = int(lines["shard1"][2])
+            out = cluster_sh("restart", "--dir", d, "shard1", *how)
+            name, url, pid, wire = out.split()
+            pid = int(pid)
+            pids.append(pid)
+            assert [name, url, wire] == [lines["shard1"][0], lines["shard1"][1], lines["shard1"][3]], out
+            assert pid != old, (how, pid)
+            wait_until(lambda: not pid_alive(old), 10, "the old shard1 to be reaped")
+            assert cmdline(pid) == argv, (how, cmdline(pid), argv)
+            with open(os.path.join(d, "cluster.pids")) as f:
+                assert "shard1 %s %d " % (url, pid) in f.read(), how
+            Client(url).ok({"configureFailPoint": "failCommand", "mode": "off"})  # still a test daemon
+            router.ok({"insert": "c", "$db": "r", "documents": [{"_id": i}]})
+            assert len(Client(url).find_all("c", "r")) == i + 1, how  # on shard1, old writes kept
+            lines["shard1"] = [name, url, str(pid), wire]
+        err = cluster_sh_fails("restart", "--dir", d, "shard9")
+        assert "no process named 'shard9'" in err and "shard1" in err, err
+        assert cluster_sh("status", "--dir", d).count(" up") == 4
+    finally:
+        if os.path.exists(os.path.join(d, "cluster.pids")):
+            cluster_sh("stop", "--dir", d)
+        for pid in pids:
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@test
+def test_old_dir_refused_unless_reuse(t):
+    """start on a stopped cluster's directory is refused with both ways on; --reuse keeps its
+    data (and its ports); a test-only command without --enable-test-commands says how to enable it."""
+    base = free_ports(310)[0]  # every port cluster.sh derives: up to base+300 (web view)
+    d = os.path.join(t.dir, "c")
+    try:
+        out = cluster_sh("start", "--dir", d, "--shards", "1", "--routers", "1", "--base-port", str(base))
+        urls = {l.split()[0]: l.split()[1] for l in out.strip().splitlines()}
+        Client(urls["router0"]).ok({"insert": "c", "$db": "o", "documents": [{"_id": 1}]})
+        r = Client(urls["shard0"]).err({"configureFailPoint": "failCommand", "mode": "off"}, code=59)
+        assert r["errmsg"].startswith("no such command: 'configureFailPoint' (") and \
+            "--enable-test-commands" in r["errmsg"] and "cluster.sh start --test" in r["errmsg"], r
+        cluster_sh("stop", "--dir", d)
+        err = cluster_sh_fails("start", "--dir", d, "--base-port", str(base))
+        assert "earlier cluster" in err and "shard0" in err and "--reuse" in err and "new --dir" in err, err
+        assert not os.path.exists(os.path.join(d, "cluster.pids")), "refused, yet something started"
+        out = cluster_sh("start", "--dir", d, "--reuse")  # its --base-port and one shard come back
+        assert sorted(l.split()[0] for l in out.strip().splitlines()) == ["config", "router0", "shard0"], out
+        assert Client(urls["router0"]).find_all("c", "o") == [{"_id": 1}]
+        err = cluster_sh_fails("start", "--dir", d, "--reuse")
+        assert "already running" in err and "shard0 (pid " in err, err
+    finally:
+        if os.path.exists(os.path.join(d, "cluster.pids")):
+            cluster_sh("stop", "--dir", d)
 
 
 if __name__ == "__main__":

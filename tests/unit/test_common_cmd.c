@@ -323,10 +323,13 @@ static void cmd_test_only_hidden(void) {
     CHECK(!cmd_server_test_commands(s));
     call_json(c, "{\"testOnly\": \"x\", \"n\": 1}", &r);
     EXPECT_ERR(r, MS_ERR_COMMAND_NOT_FOUND);
-    CHECK_STR(get_str(&r, "errmsg"), "no such command: 'testOnly'");
+    /* MongoDB's text first, then how to turn test commands on */
+    CHECK_STR(get_str(&r, "errmsg"), "no such command: 'testOnly' (a test-only command: start "
+              "the daemon with --enable-test-commands, e.g. scripts/cluster.sh start --test ...)");
     bson_destroy(&r);
     call_json(c, "{\"configureFailPoint\": \"failCommand\", \"mode\": \"off\"}", &r);
     EXPECT_ERR(r, MS_ERR_COMMAND_NOT_FOUND);
+    CHECK(strstr(get_str(&r, "errmsg"), "--enable-test-commands") != NULL);
     bson_destroy(&r);
     call_json(c, "{\"waitForFailPoint\": \"failCommand\", \"timesEntered\": 1}", &r);
     EXPECT_ERR(r, MS_ERR_COMMAND_NOT_FOUND);
