@@ -4,7 +4,8 @@ raw sockets: what a hand-written or hostile client sends that a browser does not
 
 - No request to this port has a body, and the server does not read one: a GET with
   Content-Length > 0, or with any Transfer-Encoding, gets 400 with Connection: close and the
-  connection is closed (logged), so the body's bytes are never read as a request. (They
+  connection is closed (logged), so the body's bytes are never read as a request; another
+  method with a body gets its 405, and the connection closed too. (They
   were: `GET / ... Content-Length: N` followed by a body that is itself a request got two
   answers, the second one to the smuggled request.)
 - Content-Length: 0 is no body: answered, the connection kept.
@@ -78,6 +79,18 @@ def test_get_with_a_body_is_refused_and_closed(t):
     assert data.count(b"HTTP/1.1 ") == 1, data[:600]   # the body was not answered as a request
     assert b"Connection: close" in data and b"Content-Length" in data, data[:300]
     wait_until(lambda: "http request refused, connection closed: Content-Length" in cfg.log_text(), 5, "the log line")
+
+
+@test
+def test_other_method_with_a_body_gets_405_and_closed(t):
+    cfg, hport = http_port(t)
+    smuggled = b"GET /style.css HTTP/1.1\r\nHost: x\r\n\r\n"
+    sk = socket.create_connection(("127.0.0.1", hport))
+    sk.sendall(b"POST /api/state HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(smuggled) + smuggled)
+    data = read_until_closed(sk)
+    sk.close()
+    assert status_of(data) == 405 and data.count(b"HTTP/1.1 ") == 1, data[:600]
+    assert b"Allow: GET, HEAD" in data and b"Connection: close" in data, data[:300]
 
 
 @test
