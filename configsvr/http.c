@@ -105,14 +105,17 @@ struct cfg_http {
 
 /* ---- replies --------------------------------------------------------------------------- */
 
+/* allow: the Allow header of a 405, or NULL; close: Connection: close, which makes NNG close
+ * the connection once the answer is sent. */
 static void reply(nng_aio *aio, uint16_t status, const char *ctype, const void *body, size_t len,
-                  bool head, const char *allow) {
+                  bool head, const char *allow, bool close) {
     nng_http_res *res = NULL;
     int rv = nng_http_res_alloc(&res);
     if (rv == 0) rv = nng_http_res_set_status(res, status);
     if (rv == 0) rv = nng_http_res_set_header(res, "Content-Type", ctype);
     if (rv == 0) rv = nng_http_res_set_header(res, "Cache-Control", "no-store");
     if (rv == 0 && allow) rv = nng_http_res_set_header(res, "Allow", allow);
+    if (rv == 0 && close) rv = nng_http_res_set_header(res, "Connection", "close");
     /* HEAD: the headers of the GET answer; the server sends no body for it. */
     if (rv == 0 && len > 0 && !head) rv = nng_http_res_copy_data(res, body, len);
     if (rv != 0) {
@@ -124,9 +127,9 @@ static void reply(nng_aio *aio, uint16_t status, const char *ctype, const void *
     nng_aio_finish(aio, 0);
 }
 
-static void reply_error(nng_aio *aio, uint16_t status, const char *allow, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void reply_error(nng_aio *aio, uint16_t status, const char *allow, const char *fmt, ...) {
+static void reply_error(nng_aio *aio, uint16_t status, const char *allow, bool close, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void reply_error(nng_aio *aio, uint16_t status, const char *allow, bool close, const char *fmt, ...) {
     char msg[256], body[512];
     va_list ap;
     va_start(ap, fmt);
@@ -141,7 +144,7 @@ static void reply_error(nng_aio *aio, uint16_t status, const char *allow, const 
     snprintf(body, sizeof body, "%s", json ? json : "{}");
     bson_free(json);
     bson_destroy(&b);
-    reply(aio, status, "application/json", body, strlen(body), false, allow);
+    reply(aio, status, "application/json", body, strlen(body), false, allow, close);
 }
 
 /* Appends the newest n (0: all) elements of the array it points at to dst under key. */
@@ -179,7 +182,7 @@ static void reply_from_state(cfg_http_t *h, nng_aio *aio, const web_req_t *r) {
                 if (n > 0) {
                     memcpy(body, h->state_json, n - 1);
                     memcpy(body + n - 1, tail, (size_t)tl);
-                    reply(aio, 200, "application/json", body, n - 1 + (size_t)tl, r->head, NULL);
+                    reply(aio, 200, "application/json", body, n - 1 + (size_t)tl, r->head, NULL, false);
                     free(body);
                     bson_destroy(&out);
                     return;
@@ -224,10 +227,10 @@ static void reply_from_state(cfg_http_t *h, nng_aio *aio, const web_req_t *r) {
     char *json = bson_as_relaxed_extended_json(&out, &len);
     bson_destroy(&out);
     if (!json) {
-        reply_error(aio, 500, NULL, "state is not JSON");
+        reply_error(aio, 500, NULL, false, "state is not JSON");
         return;
     }
-    reply(aio, 200, "application/json", json, len, r->head, NULL);
+    reply(aio, 200, "application/json", json, len, r->head, NULL, false);
     bson_free(json);
 }
 
@@ -366,6 +369,25 @@ static void pending_cancel(nng_aio *aio, void *arg, int rv) {
     pthread_mutex_unlock(&h->mu);  /* already taken by the collector, which finishes it */
 }
 
+/* Whether the request carries a body (msg says which header). No request to this port has
+ * one, and the server is told not to read bodies (collect_body false), so a body's bytes
+ * would be read as the next request: a GET or HEAD with a Content-Length other than 0, or
+ * any Transfer-Encoding, gets 400, another method its 405, and the connection is closed
+ * after the answer, as RFC 9112 §6.3 asks of a server that does not read a body. */
+static bool has_body(nng_http_req *req, char *msg, size_t cap) {
+    const char *te = nng_http_req_get_header(req, "Transfer-Encoding");
+    const char *cl = nng_http_req_get_header(req, "Content-Length");
+    if (te) {
+        snprintf(msg, cap, "Transfer-Encoding %.32s: this port takes no request body", te);
+        return true;
+    }
+    if (cl && (cl[0] == '\0' || strspn(cl, "0") != strlen(cl))) {
+        snprintf(msg, cap, "Content-Length %.32s: this port takes no request body", cl);
+        return true;
+    }
+    return false;
+}
+
 static void web_handle(nng_aio *aio) {
     nng_http_req *req = nng_aio_get_input(aio, 0);
     nng_http_handler *hd = nng_aio_get_input(aio, 1);
@@ -378,26 +400,32 @@ static void web_handle(nng_aio *aio) {
     const char *ctype = NULL, *body = NULL;
     size_t blen = 0;
     bool head = method && !strcmp(method, "HEAD");
+    bool with_body = has_body(req, msg, sizeof msg);
+    if (with_body) log_info("http request refused, connection closed: %s", msg);
     if (!method || (strcmp(method, "GET") != 0 && !head)) {
-        reply_error(aio, 405, "GET, HEAD", "method %.32s not allowed: this port is read-only",
+        reply_error(aio, 405, "GET, HEAD", with_body, "method %.32s not allowed: this port is read-only",
                     method ? method : "?");
+        return;
+    }
+    if (with_body) {
+        reply_error(aio, 400, NULL, true, "%s", msg);
         return;
     }
     int st = parse_target(uri ? uri : "", &r, &is_static, &ctype, &body, &blen, msg, sizeof msg);
     if (st) {
-        reply_error(aio, (uint16_t)st, NULL, "%s", msg);
+        reply_error(aio, (uint16_t)st, NULL, false, "%s", msg);
         return;
     }
     r.head = head;
     if (is_static) {
-        reply(aio, 200, ctype, body, blen, head, NULL);
+        reply(aio, 200, ctype, body, blen, head, NULL, false);
         return;
     }
     pthread_mutex_lock(&h->mu);
     h->requests++;
     if (h->stop) {
         pthread_mutex_unlock(&h->mu);
-        reply_error(aio, 503, NULL, "shutting down");
+        reply_error(aio, 503, NULL, false, "shutting down");
         return;
     }
     if (h->have_state && time_mono_ms() - h->built_ms < MS_HTTP_STATE_TTL_MS) {
@@ -407,7 +435,7 @@ static void web_handle(nng_aio *aio) {
     }
     if (h->npending >= MS_HTTP_PENDING_MAX) {
         pthread_mutex_unlock(&h->mu);
-        reply_error(aio, 503, NULL, "too many requests waiting for the cluster state");
+        reply_error(aio, 503, NULL, false, "too many requests waiting for the cluster state");
         return;
     }
     nng_aio_defer(aio, pending_cancel, h);
