@@ -7,7 +7,9 @@
 # `shardctl watch --bars` (chunks per shard as bars, migrations in flight with their phase
 # and progress, the balancer's last rounds) until the cluster is balanced; then the
 # changelog's summary of the migrations and how to explore and stop the cluster, which
-# keeps running afterwards.
+# keeps running afterwards: commands that work pasted in order from the repository's
+# root (tests/integration/test_demo.py runs each). For the demo only, each migration
+# waits for its range deletion (_waitForDelete), so each one stays on screen.
 #   DEMO_DIR (default ./demo-cluster), DEMO_DOCS (default 200000), DEMO_PORT (27017),
 #   DEMO_CHUNK_BYTES (chunk size, default 2 MiB: ~20 chunks of ~9,000 documents).
 set -euo pipefail
