@@ -7,7 +7,9 @@
 # `shardctl watch --bars` (chunks per shard as bars, migrations in flight with their phase
 # and progress, the balancer's last rounds) until the cluster is balanced; then the
 # changelog's summary of the migrations and how to explore and stop the cluster, which
-# keeps running afterwards.
+# keeps running afterwards: commands that work pasted in order from the repository's
+# root (tests/integration/test_demo.py runs each). For the demo only, each migration
+# waits for its range deletion (_waitForDelete), so each one stays on screen.
 #   DEMO_DIR (default ./demo-cluster), DEMO_DOCS (default 200000), DEMO_PORT (27017),
 #   DEMO_CHUNK_BYTES (chunk size, default 2 MiB: ~20 chunks of ~9,000 documents).
 set -euo pipefail
@@ -22,6 +24,10 @@ ROUTER="tcp://127.0.0.1:$PORT"
 # MongoDB's own default pause of 1 s, slow enough to watch each move happen.
 CONFIG_FLAGS="--balancer-idle-ms 1000 --balancer-throttle-ms 1000"
 ctl() { "$ROOT/bin/shardctl" --host "$ROUTER" "$@"; }
+# The hints at the end are typed from the repository's root: shardctl there names the
+# router only when it is not on shardctl's default port.
+SHARDCTL=bin/shardctl
+[ "$PORT" = 27017 ] || SHARDCTL="bin/shardctl --host $ROUTER"
 if [ -t 1 ]; then
     say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
     WATCH_MS=500
@@ -48,9 +54,14 @@ say "starting a cluster: 1 config server (a balancer round every second), 3 shar
     --config-flags "$CONFIG_FLAGS"
 say "watch it live in a browser: http://127.0.0.1:$((PORT + 300))/ (the config server's web view)"
 
+say "demo pace (for the demo only): each migration also waits for the donor's range deletion (config.settings balancer _waitForDelete: true), so it stays on screen a second or more"
 say "sharding $NS on a ranged _id (one chunk, on shard0), chunk size $CHUNK_BYTES bytes (test-only valueBytes)"
 ctl '{"balancerStop": 1, "$db": "admin"}' >/dev/null     # still while the data is loaded
 ctl "{\"update\": \"settings\", \"\$db\": \"config\", \"updates\": [{\"q\": {\"_id\": \"chunksize\"}, \"u\": {\"\$set\": {\"valueBytes\": $CHUNK_BYTES}}, \"upsert\": true}]}" >/dev/null
+# The demo's pace, for the demo only: each migration waits for its range deletion on the
+# donor (MongoDB's balancer setting _waitForDelete), ~1-2 s for a chunk of ~11,700
+# documents at the range deleter's default pace, so every move stays on screen.
+ctl '{"update": "settings", "$db": "config", "updates": [{"q": {"_id": "balancer"}, "u": {"$set": {"_waitForDelete": true}}, "upsert": true}]}' >/dev/null
 ctl '{"enableSharding": "demo", "primaryShard": "shard0", "$db": "admin"}' >/dev/null
 ctl "{\"shardCollection\": \"$NS\", \"key\": {\"_id\": 1}, \"\$db\": \"admin\"}" >/dev/null
 
@@ -71,22 +82,35 @@ ctl changelog --ns "$NS" --summary
 printf '  documents through the router: %s\n' "$(ctl '{"count": "users", "$db": "demo"}')"
 printf '  demo time: %d s\n' $((SECONDS - t0))
 
+# A chunk of $NS and a shard it is not on, from the live chunk map, for the moveChunk
+# hint: the last chunk in key order (its min is a plain _id; the first one's is MinKey).
+json_field() { { grep -o "\"$1\" : $2" || true; } | head -n 1 | sed "s/^\"$1\" : //"; }
+coll_uuid=$(ctl "{\"find\": \"collections\", \"\$db\": \"config\", \"filter\": {\"_id\": \"$NS\"}}" |
+    json_field uuid '{ "$binary" : { "base64" : "[^"]*", "subType" : "04" } }')
+last_chunk=$(ctl "{\"find\": \"chunks\", \"\$db\": \"config\", \"filter\": {\"uuid\": $coll_uuid}, \"sort\": {\"min\": -1}, \"limit\": 1}")
+move_id=$(json_field min '{ "_id" : [0-9]* }' <<<"$last_chunk" | tr -dc '0-9')
+from_shard=$(json_field shard '"[^"]*"' <<<"$last_chunk" | tr -d '"')
+to_shard=$(ctl "{\"find\": \"shards\", \"\$db\": \"config\", \"filter\": {\"_id\": {\"\$ne\": \"$from_shard\"}}, \"limit\": 1}" |
+    json_field _id '"[^"]*"' | tr -d '"')
+
 hint() { printf '  %-46s # %s\n' "$1" "$2"; }
-printf '\nThe cluster is still running. Explore it:\n'
+printf '\nThe cluster is still running. Explore it (the commands work pasted in this order):\n'
 hint "http://127.0.0.1:$((PORT + 300))/" "the live web view: open it in a browser"
-hint "bin/shardctl status" "shards, balancer, migrations, chunks per shard"
+hint "$SHARDCTL status" "shards, balancer, migrations, chunks per shard"
 if [ -x "$ROOT/build/mongosh/node_modules/.bin/mongosh" ]; then
     hint "build/mongosh/node_modules/.bin/mongosh mongodb://127.0.0.1:$((PORT + 100))" "MongoDB's shell: sh.status(), db.users.find()"
 fi
-hint "bin/shardctl watch --bars" "the view above, live (plain: bin/shardctl watch)"
-hint "bin/shardctl explain-balance $NS" "why the balancer would or would not move now"
-hint "bin/shardctl changelog --ns $NS" "every split and migration step (--summary: costs)"
-hint "bin/shardctl '{\"balancerStop\": 1, \"\$db\": \"admin\"}'" "and balancerStart, balancerStatus"
-hint "scripts/cluster.sh add-shard --dir $DIR" "a 5th shard; watch it fill"
-hint "tail -f $DIR/config.log" "the balancer's log lines"
+hint "$SHARDCTL watch --bars" "the view above, live, until Ctrl-C (plain: watch)"
+hint "$SHARDCTL explain-balance $NS" "why the balancer would or would not move now"
+hint "$SHARDCTL changelog --ns $NS" "every split and migration step (--summary: costs)"
+hint "tail -f $DIR/config.log" "the balancer's log lines, until Ctrl-C"
+hint "$SHARDCTL '{\"balancerStop\": 1, \"\$db\": \"admin\"}'" "and balancerStart, balancerStatus"
+hint "scripts/cluster.sh add-shard --dir $DIR" "a 5th shard; balancerStart fills it"
+printf '  %s\n' "$SHARDCTL '{\"find\": \"actionlog\", \"\$db\": \"config\", \"filter\": {\"what\": \"balancer.round\"}, \"sort\": {\"time\": -1}, \"limit\": 5}'"
+if [ -n "$move_id" ] && [ -n "$to_shard" ]; then
+    printf '  %s\n' "$SHARDCTL '{\"moveChunk\": \"$NS\", \"find\": {\"_id\": $move_id}, \"to\": \"$to_shard\", \"\$db\": \"admin\"}'"
+fi
 cat <<EOT
-  bin/shardctl '{"find": "actionlog", "\$db": "config", "filter": {"what": "balancer.round"}, "sort": {"time": -1}, "limit": 5}'
-  bin/shardctl '{"moveChunk": "$NS", "find": {"_id": 7}, "to": "shard3", "\$db": "admin"}'
 Stop it:
   scripts/cluster.sh stop --dir $DIR
 EOT
