@@ -17,12 +17,10 @@
 #include "common/log.h"
 #include "common/opctx.h"
 
-/* hello's logicalSessionTimeoutMinutes: MongoDB's default (30). Drivers use sessions
- * (and retryable writes) only when a server reports it. Sessions and their
- * retryable-write records expire after the process's session timeout (common/lsess.c),
- * 30 minutes unless a test shortens it with --session-timeout-ms; hello keeps 30, the
- * figure drivers plan their session pools by. */
-#define CMD_SESSION_TIMEOUT_MINUTES 30
+/* hello's logicalSessionTimeoutMinutes (MS_SESSION_TIMEOUT_MINUTES): drivers use sessions
+ * (and retryable writes) only when a server reports it. A test may shorten the process's
+ * session timeout (--session-timeout-ms); hello keeps the default, the figure drivers plan
+ * their session pools by. */
 
 /* ---- hello's awaitable protocol ------------------------------------------------------
  * MongoDB's server monitoring: a driver's monitor sends hello with the topologyVersion of
@@ -188,7 +186,7 @@ static int cmd_hello(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     BSON_APPEND_INT32(reply, "maxMessageSizeBytes", MS_MSG_BYTES_MAX);
     BSON_APPEND_INT32(reply, "maxWriteBatchSize", MS_WRITE_BATCH_OPS_MAX);
     BSON_APPEND_DATE_TIME(reply, "localTime", time_now_ms());
-    BSON_APPEND_INT32(reply, "logicalSessionTimeoutMinutes", CMD_SESSION_TIMEOUT_MINUTES);
+    BSON_APPEND_INT32(reply, "logicalSessionTimeoutMinutes", MS_SESSION_TIMEOUT_MINUTES);
     /* The id of the connection this request came on (op_conn: unique in the process,
      * shared by every transport), as mongod's connectionId. */
     BSON_APPEND_INT64(reply, "connectionId", (int64_t)op_conn());

@@ -617,6 +617,12 @@
  * marked incomplete (its retry answers IncompleteTransactionHistory, never runs twice). */
 #define MS_SESSION_STMTS_MAX MS_WRITE_BATCH_OPS_MAX
 
+/* A session not used for this long expires, with its retryable-write records: MongoDB's
+ * localLogicalSessionTimeoutMinutes default, reported by hello as
+ * logicalSessionTimeoutMinutes; --session-timeout-ms shortens it for tests. */
+#define MS_SESSION_TIMEOUT_MINUTES 30
+#define MS_SESSION_TIMEOUT_MS (MS_SESSION_TIMEOUT_MINUTES * 60 * 1000)
+
 /* Sessions one process's session cache holds (startSession, refreshSessions): MongoDB's
  * maxSessions default; past it startSession answers TooManyLogicalSessions. */
 #define MS_LOGICAL_SESSIONS_MAX 1000000

@@ -32,7 +32,7 @@ static struct {
     int64_t n;
     int64_t last_sweep_ms;
     int64_t timeout_ms;
-} g_ls = {.mu = PTHREAD_MUTEX_INITIALIZER, .timeout_ms = 30LL * 60 * 1000};
+} g_ls = {.mu = PTHREAD_MUTEX_INITIALIZER, .timeout_ms = MS_SESSION_TIMEOUT_MS};
 
 static int64_t now_ms(void) {
     struct timespec ts;

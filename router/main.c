@@ -23,7 +23,7 @@ static const char rt_usage[] =
 
 int main(int argc, char **argv) {
     const char *configdb = NULL;
-    int peer_timeout_ms = RT_CALL_TIMEOUT_MS, session_timeout_ms = 30 * 60 * 1000;
+    int peer_timeout_ms = RT_CALL_TIMEOUT_MS, session_timeout_ms = MS_SESSION_TIMEOUT_MS;
     const flag_spec_t own[] = {
         {"configdb", FLAG_STR, &configdb, "URL of the config server (required)"},
         {"peer-timeout-ms", FLAG_INT, &peer_timeout_ms,

@@ -66,7 +66,7 @@ int main(int argc, char **argv) {
     const char *dbpath = NULL, *name = NULL, *sync = "normal";
     int pause_budget_ms = MS_MIG_WRITE_PAUSE_BUDGET_MS_DEFAULT, catchup_ms = MS_MIG_CATCHUP_MS_DEFAULT;
     bool archive = false;
-    int session_timeout_ms = 30 * 60 * 1000, session_stmts_max = MS_SESSION_STMTS_MAX;
+    int session_timeout_ms = MS_SESSION_TIMEOUT_MS, session_stmts_max = MS_SESSION_STMTS_MAX;
     const flag_spec_t own[] = {
         {"dbpath", FLAG_STR, &dbpath, "directory of the data file (required)"},
         {"name", FLAG_STR, &name, "process name in logs (default shardd)"},
