@@ -67,14 +67,21 @@ def http_port(t):
     return cfg, hport
 
 
+def send_with_smuggled_body(hport, request_line):
+    """request_line with a Content-Length body that is itself a whole GET; returns all the
+    server sent until it closed."""
+    smuggled = b"GET /style.css HTTP/1.1\r\nHost: x\r\n\r\n"
+    sk = socket.create_connection(("127.0.0.1", hport))
+    sk.sendall(request_line + b"\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(smuggled) + smuggled)
+    data = read_until_closed(sk)
+    sk.close()
+    return data
+
+
 @test
 def test_get_with_a_body_is_refused_and_closed(t):
     cfg, hport = http_port(t)
-    smuggled = b"GET /style.css HTTP/1.1\r\nHost: x\r\n\r\n"
-    sk = socket.create_connection(("127.0.0.1", hport))
-    sk.sendall(b"GET /api/nothing HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(smuggled) + smuggled)
-    data = read_until_closed(sk)
-    sk.close()
+    data = send_with_smuggled_body(hport, b"GET /api/nothing HTTP/1.1")
     assert status_of(data) == 400, data[:300]
     assert data.count(b"HTTP/1.1 ") == 1, data[:600]   # the body was not answered as a request
     assert b"Connection: close" in data and b"Content-Length" in data, data[:300]
@@ -84,11 +91,7 @@ def test_get_with_a_body_is_refused_and_closed(t):
 @test
 def test_other_method_with_a_body_gets_405_and_closed(t):
     cfg, hport = http_port(t)
-    smuggled = b"GET /style.css HTTP/1.1\r\nHost: x\r\n\r\n"
-    sk = socket.create_connection(("127.0.0.1", hport))
-    sk.sendall(b"POST /api/state HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(smuggled) + smuggled)
-    data = read_until_closed(sk)
-    sk.close()
+    data = send_with_smuggled_body(hport, b"POST /api/state HTTP/1.1")
     assert status_of(data) == 405 and data.count(b"HTTP/1.1 ") == 1, data[:600]
     assert b"Allow: GET, HEAD" in data and b"Connection: close" in data, data[:300]
 
