@@ -10,6 +10,7 @@
 #include "common/bsonx.h"
 #include "shardd/shardd.h"
 #include "tests/unit/t.h"
+#include "tests/unit/t_store.h"
 
 typedef struct sd {
     const char *coll, *id, *json;
@@ -51,16 +52,6 @@ static int sdscan_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     int rc = store_sdoc_scan(t, a->coll, scan_one, a, err);
     a->rc = rc;
     return 0;
-}
-
-static store_t *open_at(const char *name) {
-    char dir[512];
-    store_t *st = NULL;
-    ms_error_t e;
-    store_opts_t o = {0};
-    snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), name);
-    CHECK_INT(store_open(dir, &o, &st, &e), 0);
-    return st;
 }
 
 static int put(store_t *st, const char *coll, const char *id, const char *json) {

@@ -15,6 +15,7 @@
 #include "common/bsonx.h"
 #include "shardd/sessions.h"
 #include "tests/unit/t.h"
+#include "tests/unit/t_store.h"
 
 /* What one transaction function is asked to do, and what it saw. */
 typedef struct sa {
@@ -40,16 +41,6 @@ static void lsid_of(int i, bson_t *out) {
     id[0] = 0x5e;
     bson_init(out);
     BSON_APPEND_BINARY(out, "id", BSON_SUBTYPE_UUID, id, sizeof id);
-}
-
-static store_t *open_at(const char *name) {
-    char dir[512];
-    store_t *st = NULL;
-    ms_error_t e;
-    store_opts_t o = {0};
-    snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), name);
-    CHECK_INT(store_open(dir, &o, &st, &e), 0);
-    return st;
 }
 
 static int begin_record_fn(store_txn_t *t, void *arg, ms_error_t *err) {
