@@ -65,8 +65,6 @@ void cmd_fail_done(cmd_fail_t *fc);
 /* hello/isMaster on a wire connection: keeps the first hello's client.application.name
  * (op_client); ClientMetadataAppNameTooLarge (184) past 128 bytes. */
 int cmd_note_client(const cmd_ctx_t *ctx, ms_error_t *err);
-/* The error code is in error_codes.yml's RetriableError category. */
-bool cmd_code_is_retriable(int code);
 /* Appends errorLabels to a finished reply by MongoDB's rules: fc's data.errorLabels when
  * it fired with them, else ["RetryableWriteError"] for a retryable write whose error
  * (or writeConcernError) code is retriable. req/name NULL: no command was recognised. */

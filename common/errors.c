@@ -27,6 +27,28 @@ const char *err_code_name(int code) {
     }
 }
 
+bool err_code_is_retriable(int code) {
+    switch (code) {
+    case MS_ERR_HOST_UNREACHABLE:
+    case MS_ERR_HOST_NOT_FOUND:
+    case MS_ERR_NETWORK_TIMEOUT:
+    case MS_ERR_SHUTDOWN_IN_PROGRESS:
+    case MS_ERR_READ_CONCERN_MAJORITY_NOT_AVAILABLE_YET:
+    case MS_ERR_PRIMARY_STEPPED_DOWN:
+    case MS_ERR_EXCEEDED_TIME_LIMIT:
+    case MS_ERR_CONNECTION_POOL_EXPIRED:
+    case MS_ERR_SOCKET_EXCEPTION:
+    case MS_ERR_NOT_WRITABLE_PRIMARY:
+    case MS_ERR_INTERRUPTED_AT_SHUTDOWN:
+    case MS_ERR_INTERRUPTED_DUE_TO_REPL_STATE_CHANGE:
+    case MS_ERR_NOT_PRIMARY_NO_SECONDARY_OK:
+    case MS_ERR_NOT_PRIMARY_OR_SECONDARY:
+        return true;
+    default:
+        return false;
+    }
+}
+
 int err_setv(ms_error_t *err, int code, const char *fmt, va_list ap) {
     if (err) {
         err->code = code;

@@ -11,6 +11,7 @@
 #define MS_ERRORS_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 /* X(ENUM_SUFFIX, code, "codeName") — one row per code we send. */
@@ -269,6 +270,12 @@ typedef struct ms_error {
  * names an assertion code that error_codes.yml does not list. The string of an unlisted
  * code lives in a thread-local buffer until the calling thread's next call. */
 const char *err_code_name(int code);
+
+/* The code is in MongoDB's RetriableError category (error_codes.yml: network errors,
+ * shutdown, not-primary): a retryable write failing with it may be sent again — the
+ * RetryableWriteError label of a reply (common/fail_command.c) and the router's own
+ * resends (router/rt_write.c) both ask this. */
+bool err_code_is_retriable(int code);
 
 /* Fills *err (when non-NULL) and returns code, so call sites read `return err_set(err, ...)`. */
 int err_set(ms_error_t *err, int code, const char *fmt, ...)

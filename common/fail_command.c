@@ -189,28 +189,6 @@ int cmd_note_client(const cmd_ctx_t *ctx, ms_error_t *err) {
 
 /* ---- errorLabels ------------------------------------------------------------------- */
 
-bool cmd_code_is_retriable(int code) {
-    switch (code) {
-    case MS_ERR_HOST_UNREACHABLE:
-    case MS_ERR_HOST_NOT_FOUND:
-    case MS_ERR_NETWORK_TIMEOUT:
-    case MS_ERR_SHUTDOWN_IN_PROGRESS:
-    case MS_ERR_READ_CONCERN_MAJORITY_NOT_AVAILABLE_YET:
-    case MS_ERR_PRIMARY_STEPPED_DOWN:
-    case MS_ERR_EXCEEDED_TIME_LIMIT:
-    case MS_ERR_CONNECTION_POOL_EXPIRED:
-    case MS_ERR_SOCKET_EXCEPTION:
-    case MS_ERR_NOT_WRITABLE_PRIMARY:
-    case MS_ERR_INTERRUPTED_AT_SHUTDOWN:
-    case MS_ERR_INTERRUPTED_DUE_TO_REPL_STATE_CHANGE:
-    case MS_ERR_NOT_PRIMARY_NO_SECONDARY_OK:
-    case MS_ERR_NOT_PRIMARY_OR_SECONDARY:
-        return true;
-    default:
-        return false;
-    }
-}
-
 /* A retryable write: a write command with a txnNumber outside a transaction; or the end
  * of a transaction (commitTransaction/abortTransaction with its txnNumber). */
 static bool cmd_is_retryable_write(const bson_t *req, const char *name) {
@@ -249,7 +227,7 @@ void cmd_error_labels(const bson_t *req, const char *name, const cmd_fail_t *fc,
         return;
     }
     if (!req || !name || !cmd_is_retryable_write(req, name)) return;
-    if (cmd_code_is_retriable(code) || cmd_code_is_retriable(wce)) {
+    if (err_code_is_retriable(code) || err_code_is_retriable(wce)) {
         bson_t arr;
         BSON_APPEND_ARRAY_BEGIN(reply, "errorLabels", &arr);
         BSON_APPEND_UTF8(&arr, "0", "RetryableWriteError");

@@ -210,9 +210,6 @@ void rt_kill_shard_cursor(router_t *r, const char *shard, const char *db, const 
 
 /* ================================ rt_retry.c ========================================= */
 
-/* MongoDB's RetryableWriteError codes (network, shutdown, not primary): a retryable
- * write's statement failing with one may be sent again. */
-bool rt_retryable_code(int code);
 /* Sleeps before resend `attempt` (0-based) of a retryable write: doubling backoff, cut to
  * the operation's time left. false when no resend remains (count or deadline). */
 bool rt_write_retry_wait(int attempt);

@@ -126,26 +126,6 @@ int rt_dispatch(router_t *r, const rt_dispatch_t *d, rt_req_t *reqs, int *nreqs,
 
 /* ---- retryable writes: resends after network and retryable errors --------------------- */
 
-bool rt_retryable_code(int code) {
-    switch (code) {
-    case MS_ERR_HOST_UNREACHABLE:          /* 6 */
-    case MS_ERR_HOST_NOT_FOUND:            /* 7 */
-    case MS_ERR_NETWORK_TIMEOUT:           /* 89 */
-    case MS_ERR_SHUTDOWN_IN_PROGRESS:      /* 91 */
-    case 189:                              /* PrimarySteppedDown */
-    case MS_ERR_EXCEEDED_TIME_LIMIT:       /* 262 */
-    case 9001:                             /* SocketException */
-    case 10107:                            /* NotWritablePrimary */
-    case 11600:                            /* InterruptedAtShutdown */
-    case 11602:                            /* InterruptedDueToReplStateChange */
-    case 13435:                            /* NotPrimaryNoSecondaryOk */
-    case 13436:                            /* NotPrimaryOrSecondary */
-        return true;
-    default:
-        return false;
-    }
-}
-
 bool rt_write_retry_wait(int attempt) {
     long long ms = (long long)MS_ROUTER_WRITE_RETRY_BACKOFF_MS << (attempt < 5 ? attempt : 5);
     ms_error_t e;

@@ -918,7 +918,7 @@ static int wb_absorb(void *p, router_t *r, rt_req_t *q, int code) {
         if (!q->rc) err_prefix(&e, "shard %s", q->shard);  /* rt_shard_call named it */
         for (int j = 0; j < sb->nops; j++) {
             wop_t *op = &ops[sb->ops[j]];
-            if (b->retryable && !op->multi && rt_retryable_code(code) &&
+            if (b->retryable && !op->multi && err_code_is_retriable(code) &&
                 b->resends < MS_ROUTER_WRITE_RETRIES_MAX) {
                 b->resend = true;   /* pending: sent again after a backoff */
                 continue;
@@ -1058,7 +1058,7 @@ static int retryable_top_level(const wbatch_t *b, ms_error_t *err) {
     if (!b->retryable) return 0;
     for (int i = 0; i < b->nops; i++) {
         const wop_t *op = &b->ops[i];
-        if (op->state == OP_ERROR && !op->multi && rt_retryable_code(op->code))
+        if (op->state == OP_ERROR && !op->multi && err_code_is_retriable(op->code))
             return err_set(err, op->code, "%s", op->msg ? op->msg : "shard unreachable");
     }
     return 0;
@@ -1288,7 +1288,7 @@ int rt_cmd_find_and_modify(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     for (int attempt = 0;; attempt++) {
         if ((rc = rt_dispatch(r, &d, &req, &n, &fail, err)) != 0) return rc;
         int code = req.rc ? req.rc : rt_reply_status(&req.reply, NULL);
-        if (!retryable || !rt_retryable_code(code) || !rt_write_retry_wait(attempt)) break;
+        if (!retryable || !err_code_is_retriable(code) || !rt_write_retry_wait(attempt)) break;
         rt_req_clear(&req);
     }
     if (req.rc) {

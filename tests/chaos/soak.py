@@ -786,7 +786,9 @@ class Soak:
                 self.event("  failpoint not set: %s" % json.dumps(r)[:200])
                 return
             if a["action"] == "hangkill":
-                self._kill_when_entered(p, lk, a)
+                # configureFailPoint answers the point's timesEntered so far (it never
+                # resets): a thread hangs there now once it has grown past that count
+                self._kill_when_entered(p, lk, a, lib.num(r.get("count", 0)))
                 return
             self._sleep(a["hold_s"])
             self._fp_off(p, lk, a["point"])
@@ -804,8 +806,9 @@ class Soak:
             finally:
                 lk.release()
 
-    def _kill_when_entered(self, p, lk, a):
-        """hangkill: once a thread hangs at the failpoint (timesEntered, polled up to hold_s),
+    def _kill_when_entered(self, p, lk, a, before):
+        """hangkill: once a thread hangs at the failpoint (timesEntered past `before`, its
+        count when it was set; polled up to hold_s),
         kill -9 the process there — for hangAfterWriteCommit, a write committed whose reply
         is never sent — and restart it; not entered by then: turned off."""
         entered = False
@@ -815,7 +818,7 @@ class Soak:
                 c = Client(p.url, 3000)
                 st = c.cmd({"serverStatus": 1})
                 c.close()
-                entered = lib.num(((st.get("failpoints") or {}).get(a["point"]) or {}).get("timesEntered", 0)) >= 1
+                entered = lib.num(((st.get("failpoints") or {}).get(a["point"]) or {}).get("timesEntered", 0)) > before
             except (AssertionError, ValueError, OSError):
                 pass
             self._sleep(0.2)

@@ -21,15 +21,6 @@ PY_CHECKS = os.path.join(ROOT, "tests", "clients", "fail_command_pymongo.py")
 NODE_CHECKS = os.path.join(ROOT, "tests", "clients", "fail_command_node.js")
 
 
-def node_modules():
-    """The Node driver: the pinned one of build/nodedriver when present, else mongosh's."""
-    for d in ("build/nodedriver/node_modules", "build/mongosh/node_modules"):
-        path = os.path.join(ROOT, d)
-        if os.path.isdir(os.path.join(path, "mongodb")):
-            return path
-    return None
-
-
 def run_checks(argv, env=None):
     p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=180, env=env)
@@ -56,8 +47,8 @@ def test_pymongo(t):
 def test_node_driver(t):
     """The Node driver's retryable writes, writeConcernError, appName and monitor meet
     failCommand."""
-    mods = node_modules()
-    assert mods, "no Node driver: build/mongosh/node_modules/mongodb is missing"
+    mods = node_driver_dir()
+    assert mods, "no Node driver in build/nodedriver (scripts/deps.sh --nodedriver installs it)"
     cl, wp = t.wire_cluster(1)
     env = dict(os.environ, NODE_PATH=mods)
     run_checks(["node", NODE_CHECKS, "mongodb://127.0.0.1:%d/?directConnection=true" % wp], env)

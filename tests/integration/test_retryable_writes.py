@@ -227,14 +227,6 @@ def write_code(c, cmd):
     return errs[0]["code"]
 
 
-def node_driver():
-    for rel in ("build/nodedriver/node_modules/mongodb", "build/mongosh/node_modules/mongodb"):
-        p = os.path.join(ROOT, rel)
-        if os.path.exists(os.path.join(p, "package.json")):
-            return p
-    return None
-
-
 def run_workload(argv):
     p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=240)
     assert p.returncode == 0, "workload %s failed: %s %s" % (argv[:2], p.stdout[-2000:], p.stderr[-2000:])
@@ -247,8 +239,9 @@ def run_workload(argv):
 def test_drivers_exactly_once_through_dropped_replies(t):
     """pymongo and the Node driver through the reply-dropping proxy: >= 1,000 dropped
     replies, every acknowledged write applied exactly once, checked per document."""
-    node = node_driver()
-    assert node, "no Node driver under build/ (make builds build/mongosh)"
+    mods = node_driver_dir()
+    assert mods, "no Node driver in build/nodedriver (scripts/deps.sh --nodedriver installs it)"
+    node = os.path.join(mods, "mongodb")
     cl, c, wp = sharded_cluster(t)
     px = DropProxy(wp)
     ops = 2200
@@ -259,16 +252,23 @@ def test_drivers_exactly_once_through_dropped_replies(t):
                   "documents": [{"g": "%s-%d" % (prefix, i)} for i in range(lo, min(ops, lo + 1000))
                                 for _ in range(2)]})
     url = "mongodb://127.0.0.1:%d/?directConnection=true" % px.port
-    py = threading.Thread(target=lambda: results.__setitem__("py", run_workload(
-        ["/usr/bin/python3", os.path.join(CLIENTS, "retry_workload_pymongo.py"), url, str(s),
-         str(ops), "py"])))
     results = {}
+
+    def pymongo_workload():
+        try:
+            results["py"] = run_workload(["/usr/bin/python3", os.path.join(
+                CLIENTS, "retry_workload_pymongo.py"), url, str(s), str(ops), "py"])
+        except Exception as e:  # noqa: BLE001 — reported below, as the test's failure
+            results["py_err"] = "%s: %s" % (type(e).__name__, e)
+
+    py = threading.Thread(target=pymongo_workload)
     py.start()
     results["js"] = run_workload(["node", os.path.join(CLIENTS, "retry_workload_node.js"), node,
                                   url, str(s), str(ops), "js"])
     py.join(300)
     px.close()
-    assert "py" in results, "the pymongo workload did not finish"
+    assert "py" in results, "the pymongo workload did not finish: %s" % results.get(
+        "py_err", "still running after 300 s")
     print("  dropped replies: %d of %d first attempts" % (px.dropped, px.first_attempts))
     assert px.dropped >= 1000, "only %d replies dropped" % px.dropped
     for who, r in results.items():
@@ -308,8 +308,9 @@ def _send_update(port, result):
 @test
 def test_kill9_after_commit_before_reply(t):
     """The shard commits the write and its record, then hangs before replying
-    (hangAfterWriteCommit); kill -9 there and restart: the router's resend reaches the
-    restarted shard and is answered from the record — applied once."""
+    (hangAfterWriteCommit); kill -9 there and restart: a resend (the router's own, or the
+    driver's retry when the router gave up) reaches the restarted shard and is answered
+    from the record — applied once."""
     cl, c, wp = sharded_cluster(t)
     s1 = cl.shards[1]
     sc = s1.client()

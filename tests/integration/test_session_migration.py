@@ -233,7 +233,8 @@ def crash_case(t, who, point, action="crash", kill=None):
         if procs[kill] is not procs[who]:
             fp(target, point, "off")
     th.join(90)
-    assert res.get("r", {}).get("ok") != 1, res      # aborted: never committed half-moved
+    assert not th.is_alive() and "r" in res, "moveChunk gave no answer: %r" % res
+    assert res["r"].get("ok") != 1, res              # aborted: never committed half-moved
     for p in procs.values():
         if not p.alive():
             p.start()

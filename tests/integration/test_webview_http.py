@@ -107,7 +107,8 @@ def test_transfer_encoding_is_refused_and_closed(t):
         sk.close()
         assert status_of(data) == 400 and data.count(b"HTTP/1.1 ") == 1, (te, data[:400])
         assert b"Transfer-Encoding" in data, data[:400]
-    assert "http request refused, connection closed: Transfer-Encoding chunked" in cfg.log_text()
+    wait_until(lambda: "http request refused, connection closed: Transfer-Encoding chunked"
+               in cfg.log_text(), 5, "the log line")
 
 
 @test
