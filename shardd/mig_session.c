@@ -208,9 +208,14 @@ static int scan_stream(store_txn_t *t, mig_donor_t *d, int64_t after, bool unpla
     return rc;
 }
 
+/* Whether the scan stopped before the stream's end (the record or byte cap of one batch). */
+static bool pick_cut(const sess_pick_t *p) { return p->full || p->n == p->cap; }
+
 /* One snapshot: both streams read, then merged in seq order into the batch. Each stream
  * holds its own smallest seqs, so the merged prefix is exactly the records after after_seq
- * up to the batch's last seq. */
+ * up to the batch's last seq — as long as the merge stops where a stream that was cut
+ * short runs out: the other stream's next record may come after records of the cut one
+ * that were not read. */
 static int next_mods_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     next_mods_arg_t *a = arg;
     sess_pick_t in = {0}, out = {0};
@@ -218,7 +223,8 @@ static int next_mods_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     if ((rc = scan_stream(t, a->d, a->after_seq, false, &in, err)) != 0 ||
         (rc = scan_stream(t, a->d, a->after_seq, true, &out, err)) != 0)
         goto out;
-    while (i < in.n || j < out.n) {
+    while ((i < in.n || j < out.n) && !(i == in.n && pick_cut(&in)) &&
+           !(j == out.n && pick_cut(&out))) {
         bool take_in = j >= out.n || (i < in.n && in.seq[i] < out.seq[j]);
         sess_pick_t *p = take_in ? &in : &out;
         int k = take_in ? i++ : j++;

@@ -143,6 +143,35 @@ def test_many_batches_all_arrive(t):
     assert int(num(to["sessionRecords"])) == 40000, to
 
 
+@test
+def test_a_batch_cut_by_its_byte_cap_loses_no_record(t):
+    """The donor reads a pull's records in two seq-ordered streams, the range's and the
+    unplaced ones (key NULL), each cut at the batch's byte cap (4 MiB). Range records of
+    1.2 MB and 3 MB (findAndModify results hold the whole document) cut the range stream
+    after the first; an unplaced record written after them must not carry the pull past the
+    3 MB one (the old merge did: that record never moved, and its retry ran again)."""
+    cl, r = setup(t)
+    s0, s1 = cl.shards[0].client(), cl.shards[1].client()
+    r.ok({"update": "c", "$db": DB, "updates": [
+        {"q": {"k": 60}, "u": {"$set": {"pad": "a" * 1200000}}},
+        {"q": {"k": 61}, "u": {"$set": {"pad": "b" * 3000000}}}]})
+    fa, fb = lsid(), lsid()
+    first = s0.ok(fam(fa, 1, 60))
+    second = s0.ok(fam(fb, 1, 61))
+    assert first["value"]["v"] == 1 and second["value"]["v"] == 1
+    # a retryable delete that matches nothing, by a field that is not the shard key: its
+    # record has no key (an unplaced statement), with a seq after both
+    nothing = {"delete": "c", "$db": DB, "lsid": lsid(), "txnNumber": long(1),
+               "deletes": [{"q": {"v": -1}, "limit": 1}]}
+    assert n_of(s0.ok(nothing)) == 0
+    move(r)
+    for sid, k, was in ((fa, 60, first), (fb, 61, second)):
+        again = s1.ok(fam(sid, 1, k))
+        assert again["value"]["v"] == 1 and again["lastErrorObject"] == was["lastErrorObject"], \
+            (k, again["lastErrorObject"], again["value"]["v"])
+        assert doc(r, k)["v"] == 1, (k, doc(r, k)["v"])
+
+
 # ---- a write made during catch-up ----------------------------------------------------------
 
 @test
