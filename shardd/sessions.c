@@ -443,7 +443,8 @@ int sess_expire(store_txn_t *t, int64_t cutoff_ms, int limit, int *removed, ms_e
 
 typedef struct reap_arg {
     int64_t cutoff_ms;
-    int removed;
+    bool any;      /* a session expired before the cutoff */
+    int removed;   /* sessions the last batch removed */
 } reap_arg_t;
 
 static int reap_fn(store_txn_t *t, void *arg, ms_error_t *err) {
@@ -451,9 +452,26 @@ static int reap_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     return sess_expire(t, a->cutoff_ms, MS_SESSION_REAP_BATCH, &a->removed, err);
 }
 
+/* Whether any session expired before the cutoff: asked in a read transaction, which no
+ * writer waits for, so that the writer lock is taken only when there is work. */
+static int any_expired_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    reap_arg_t *a = arg;
+    sqlite3_stmt *s = store_stmt(t, "SELECT 1 FROM sess_txn WHERE last_ms < ? LIMIT 1", err);
+    int src;
+    if (!s) return err->code;
+    sqlite3_bind_int64(s, 1, a->cutoff_ms);
+    src = sqlite3_step(s);
+    a->any = src == SQLITE_ROW;
+    sqlite3_reset(s);
+    return src == SQLITE_ROW || src == SQLITE_DONE ? 0
+                                                   : err_from_sqlite(err, src, "sess_txn expiry", t->c->db);
+}
+
 int sess_reap(store_t *st, int64_t timeout_ms) {
     reap_arg_t a = {.cutoff_ms = now_ms() - timeout_ms};
     int total = 0;
+    ms_error_t e0 = {0};
+    if (store_read(st, any_expired_fn, &a, &e0) != 0 || !a.any) return 0;
     for (int i = 0; i < MS_SESSION_REAP_BATCHES_MAX; i++) {
         ms_error_t e = {0};
         if (store_write(st, reap_fn, &a, &e) != 0) {
