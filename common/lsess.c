@@ -34,12 +34,6 @@ static struct {
     int64_t timeout_ms;
 } g_ls = {.mu = PTHREAD_MUTEX_INITIALIZER, .timeout_ms = MS_SESSION_TIMEOUT_MS};
 
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void lsess_set_timeout_ms(int64_t ms) {
     pthread_mutex_lock(&g_ls.mu);
     g_ls.timeout_ms = ms > 0 ? ms : 1;
@@ -155,7 +149,7 @@ static int each_lsid(cmd_ctx_t *ctx, ls_op_t op, ms_error_t *err) {
             rc = lsid_uuid(&arr, ctx->name, ids[n++], err);
     }
     if (rc == 0) {
-        int64_t now = now_ms();
+        int64_t now = time_mono_ms();   /* a wall-clock step expires nothing */
         pthread_mutex_lock(&g_ls.mu);
         sweep(now);
         for (int i = 0; i < n && rc == 0; i++) {
@@ -177,7 +171,7 @@ int lsess_cmd_start(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         return err_set(err, MS_ERR_INTERNAL, "startSession: no random bytes");
     id[6] = (uint8_t)((id[6] & 0x0f) | 0x40);   /* a version 4 UUID, as MongoDB makes */
     id[8] = (uint8_t)((id[8] & 0x3f) | 0x80);
-    int64_t now = now_ms();
+    int64_t now = time_mono_ms();   /* a wall-clock step expires nothing */
     pthread_mutex_lock(&g_ls.mu);
     sweep(now);
     rc = touch(id, now, err);
@@ -203,7 +197,8 @@ int lsess_cmd_end(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 }
 
 /* killSessions: the sessions leave the cache. MongoDB also kills their operations and
- * cursors; no operation or cursor here belongs to a session, so there is nothing more. */
+ * cursors; here a cursor remembers its session (common/cursor.c, for getMore's rule) but
+ * is not killed with it: it ends when exhausted, killed or idle, as any cursor. */
 int lsess_cmd_kill(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     (void)reply;
     return each_lsid(ctx, LS_END, err);
