@@ -485,8 +485,10 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
     }
     ctx.name = ctx.spec->name;
     ctr = cmd_counter_of(s, ctx.spec);
-    /* A parked request's second run (opctx.h, op_await_t) is the same command: counted once. */
-    if (!op_await() || !op_await()->woken) atomic_fetch_add(&ctr->total, 1);
+    /* A parked request's second run (opctx.h, op_await_t) is the same command: counted,
+     * and failCommand evaluated, once. */
+    bool rerun = op_await() && op_await()->woken;
+    if (!rerun) atomic_fetch_add(&ctr->total, 1);
     if ((rc = cmd_check_unique_keys(ctx.name, &req, &err)) != 0) goto out;
     if ((rc = cmd_check_fields(&ctx, &err)) != 0) goto out;
     if (bson_iter_init_find(&it, &req, "$db")) {
@@ -514,7 +516,7 @@ void cmd_dispatch(cmd_server_t *s, const uint8_t *data, size_t len, bson_t *repl
         if (max_ms > 0) op_set_deadline_ms(time_mono_ms() + max_ms);
     }
     if ((rc = cmd_note_client(&ctx, &err)) != 0) goto out;
-    if ((rc = cmd_fail_command_before(&ctx, &fail, &err)) != 0) goto out;
+    if (!rerun && (rc = cmd_fail_command_before(&ctx, &fail, &err)) != 0) goto out;
     /* MongoDB checks for interrupt before running a command: an operation whose time is
      * already up (or that maxTimeAlwaysTimeOut kills) never starts. */
     if (strcmp(ctx.name, "configureFailPoint") != 0 && (rc = op_check(&err)) != 0) goto out;
