@@ -708,3 +708,22 @@ int cmd_wait_for_signal(void) {
     }
     return sig;
 }
+
+void cmd_ns_of(const char *name, unsigned flags, const char *db, const bson_t *cmd, char *ns,
+               size_t cap) {
+    bson_iter_t it, f;
+    const char *coll = NULL;
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it)) {
+        snprintf(ns, cap, "%s.$cmd", db);
+        return;
+    }
+    if (strcmp(name, "getMore") == 0 && bson_iter_init_find(&f, cmd, "collection") &&
+        BSON_ITER_HOLDS_UTF8(&f))
+        coll = bson_iter_utf8(&f, NULL);
+    else if ((flags & (CMD_NS_ARG | CMD_FULL_NS_ARG)) && BSON_ITER_HOLDS_UTF8(&it))
+        coll = bson_iter_utf8(&it, NULL);
+    if (coll && (flags & CMD_FULL_NS_ARG)) snprintf(ns, cap, "%s", coll);
+    else if (coll) snprintf(ns, cap, "%s.%s", db, coll);
+    else if (strcmp(name, "aggregate") == 0) snprintf(ns, cap, "%s.$cmd.aggregate", db);
+    else snprintf(ns, cap, "%s.$cmd", db);
+}

@@ -313,4 +313,11 @@ int cmd_wait_for_signal(void);
  * cmd_wait_for_signal. A daemon's main calls it first, before any other library call. */
 void cmd_block_signals(void);
 
+/* The namespace a command works on, as MongoDB names it in currentOp and failCommand's
+ * `namespace` filter: "db.coll" for a command whose value is a collection (flags
+ * CMD_NS_ARG) or a whole namespace (CMD_FULL_NS_ARG), getMore's `collection`,
+ * "db.$cmd.aggregate" for a collectionless aggregate, else "db.$cmd". */
+void cmd_ns_of(const char *name, unsigned flags, const char *db, const bson_t *cmd, char *ns,
+               size_t cap);
+
 #endif

@@ -164,27 +164,6 @@ static const char *op_kind(const char *name) {
     return "command";
 }
 
-/* The namespace an operation works on, as MongoDB reports it: db.coll for commands on a
- * collection, the full name for the admin commands that take one (shardCollection,
- * moveRange), db.$cmd.aggregate for {aggregate: 1}, db.$cmd otherwise. */
-static void op_ns(const curop_t *op, char *ns, size_t cap) {
-    bson_iter_t it, f;
-    const char *coll = NULL;
-    if (!bson_iter_init(&it, op->cmd) || !bson_iter_next(&it)) {
-        snprintf(ns, cap, "%s.$cmd", op->db);
-        return;
-    }
-    if (strcmp(op->name, "getMore") == 0 && bson_iter_init_find(&f, op->cmd, "collection") &&
-        BSON_ITER_HOLDS_UTF8(&f))
-        coll = bson_iter_utf8(&f, NULL);
-    else if ((op->flags & (CMD_NS_ARG | CMD_FULL_NS_ARG)) && BSON_ITER_HOLDS_UTF8(&it))
-        coll = bson_iter_utf8(&it, NULL);
-    if (coll && (op->flags & CMD_FULL_NS_ARG)) snprintf(ns, cap, "%s", coll);
-    else if (coll) snprintf(ns, cap, "%s.%s", op->db, coll);
-    else if (strcmp(op->name, "aggregate") == 0) snprintf(ns, cap, "%s.$cmd.aggregate", op->db);
-    else snprintf(ns, cap, "%s.$cmd", op->db);
-}
-
 /* currentOpTime: the start as ISO 8601 with milliseconds and the UTC offset, as MongoDB
  * prints it ("2024-01-02T03:04:05.678+00:00"). */
 static void iso_time(long long ms, char *out, size_t cap) {
@@ -239,7 +218,7 @@ static void append_op(bson_t *d, const curop_t *op, const curop_spec_t *spec, co
     BSON_APPEND_INT64(d, "secs_running", (int64_t)(us / 1000000));
     BSON_APPEND_INT64(d, "microsecs_running", (int64_t)us);
     BSON_APPEND_UTF8(d, "op", op_kind(op->name));
-    op_ns(op, buf, sizeof buf);
+    cmd_ns_of(op->name, op->flags, op->db, op->cmd, buf, sizeof buf);
     BSON_APPEND_UTF8(d, "ns", buf);
     BSON_APPEND_BOOL(d, "redacted", false);
     append_command(d, op->cmd, spec->truncate_ops);

@@ -50,8 +50,7 @@ typedef struct fail_subject {
     const char *name;       /* the command, as its row names it */
     const char *app_name;   /* the wire connection's appName; NULL for an internal client */
     bool internal;
-    const char *db;
-    const char *coll;       /* the command's value when it is a collection name, or NULL */
+    char ns[MS_NS_BYTES_MAX + 16];   /* the command's namespace (cmd_ns_of) */
 } fail_subject_t;
 
 static bool fail_is_hello(const char *name) {
@@ -76,18 +75,12 @@ static bool fail_listed(const bson_t *data, const char *name) {
     return false;
 }
 
-/* data.namespace ("db.coll"): only commands on that collection. */
+/* data.namespace ("db.coll"): only commands on that namespace, as currentOp names it
+ * (a getMore by its collection, shardCollection by its value). */
 static bool fail_namespace_matches(const bson_t *data, const fail_subject_t *sub) {
     bson_iter_t it;
-    const char *ns, *dot;
-    size_t dblen;
     if (!bson_iter_init_find(&it, data, "namespace") || !BSON_ITER_HOLDS_UTF8(&it)) return true;
-    ns = bson_iter_utf8(&it, NULL);
-    dot = strchr(ns, '.');
-    if (!sub->coll || !dot) return false;
-    dblen = (size_t)(dot - ns);
-    return strlen(sub->db) == dblen && strncmp(ns, sub->db, dblen) == 0 &&
-           strcmp(dot + 1, sub->coll) == 0;
+    return strcmp(bson_iter_utf8(&it, NULL), sub->ns) == 0;
 }
 
 static bool fail_matches(const bson_t *data, void *arg) {
@@ -123,12 +116,12 @@ static void fail_block(const bson_t *data) {
 int cmd_fail_command_before(const cmd_ctx_t *ctx, cmd_fail_t *fc, ms_error_t *err) {
     op_client_t *client = op_client();
     fail_subject_t sub = {.name = ctx->name, .app_name = client ? client->app_name : NULL,
-                          .internal = client == NULL, .db = ctx->db};
+                          .internal = client == NULL};
     bson_iter_t it;
     int64_t code;
 
     memset(fc, 0, sizeof *fc);
-    if (BSON_ITER_HOLDS_UTF8(&ctx->arg)) sub.coll = bson_iter_utf8(&ctx->arg, NULL);
+    cmd_ns_of(ctx->name, ctx->spec->flags, ctx->db, ctx->req, sub.ns, sizeof sub.ns);
     if (!fp_check("failCommand", fail_matches, &sub, &fc->data)) return 0;
     fc->fired = true;
     if (bson_iter_init_find(&it, &fc->data, "closeConnection") && bsonx_truthy(&it)) {

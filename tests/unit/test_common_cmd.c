@@ -842,7 +842,7 @@ static int h_write(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 
 static const cmd_spec_t write_table[] = {
     {.name = "insert", .handler = h_write, .arg_types = CT_STR, .help = "a write"},
-    {.name = "find", .handler = h_write, .arg_types = CT_STR, .help = "not a write"},
+    {.name = "find", .handler = h_write, .flags = CMD_NS_ARG, .arg_types = CT_STR, .help = "not a write"},
     {.name = "commitTransaction", .handler = h_write, .help = "ends a transaction"},
 };
 
