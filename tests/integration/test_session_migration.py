@@ -172,6 +172,42 @@ def test_a_batch_cut_by_its_byte_cap_loses_no_record(t):
         assert doc(r, k)["v"] == 1, (k, doc(r, k)["v"])
 
 
+@test
+def test_stale_router_write_in_the_critical_section_applies_once(t):
+    """A retryable update through a router whose routing table predates the move reaches
+    the donor while the donor holds its critical section (moveChunkHangAtStep4); released,
+    the commit makes it stale, and the router sends it on to the new owner, where it runs.
+    Sent again through the same router, it is answered from the record: applied once."""
+    cl = t.cluster(2, 2, SHARD_FLAGS)
+    r, stale = cl.client(0), cl.client(1)
+    r.ok({"enableSharding": DB, "primaryShard": "shard0", "$db": "admin"})
+    r.ok({"shardCollection": NS, "key": {"k": 1}, "$db": "admin"})
+    r.ok({"insert": "c", "$db": DB, "documents": [{"_id": i, "k": i, "v": 0} for i in range(N)]})
+    r.ok({"split": NS, "middle": {"k": N // 2}, "$db": "admin"})
+    assert doc(stale, 70)["v"] == 0            # router 1 caches the table: [50, MaxKey) on shard0
+    donor = cl.shards[0].client()
+    n0 = fp(donor, "moveChunkHangAtStep4")
+    mover = threading.Thread(target=lambda: move(r), daemon=True)
+    mover.start()
+    fp_wait(donor, "moveChunkHangAtStep4", n0 + 1)
+    sid, res = lsid(), {}
+    writer = threading.Thread(target=lambda: res.update(w=Client(cl.routers[1].url, 60000).cmd(
+        upd(sid, 1, 70))), daemon=True)
+    writer.start()
+    time.sleep(0.5)                            # the write waits on the donor's critical section
+    assert "w" not in res, res
+    fp(donor, "moveChunkHangAtStep4", "off")
+    mover.join(60)
+    writer.join(60)
+    assert not mover.is_alive() and not writer.is_alive()
+    assert n_of(res["w"]) == 1, res
+    assert doc(r, 70)["v"] == 1, doc(r, 70)
+    assert n_of(stale.ok(upd(sid, 1, 70))) == 1   # the retry: the record, on the new owner
+    assert doc(r, 70)["v"] == 1, doc(r, 70)
+    owner = r.find_all("chunks", "config", {"min.k": N // 2})
+    assert [c["shard"] for c in owner] == ["shard1"], owner
+
+
 # ---- a write made during catch-up ----------------------------------------------------------
 
 @test
