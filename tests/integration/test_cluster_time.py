@@ -206,7 +206,9 @@ def test_migration_commit_ticks_config_and_reaches_donor(t):
     after = cluster_time_of(cfgc)
     assert after > split_at, (after, split_at)
     donor = cluster_time_of(cl.shards[0].client())
-    assert donor >= (ahead, 1), (donor, ahead)
+    # past the split's time, which the donor already had from the split itself: a time
+    # the config server ticked during the migration (its commit) reached the donor
+    assert donor > split_at, (donor, split_at)
 
 
 @test
