@@ -215,6 +215,7 @@ struct wbatch {
     int nerr, nups;
     bson_t errs;             /* writeErrors entries */
     bson_t upserted;         /* update: {index, _id} of each upsert */
+    bson_t last_upserted;    /* {upserted: _id} of the latest upsert (a statement's record) */
     fp_early_t fpe;          /* hangBeforeWriteCommit, evaluated before the transaction */
     sess_write_t sw;         /* lsid, txnNumber, stmtIds of a retryable write */
     bool sess_fresh;         /* its txnNumber started in this transaction: nothing ran */
@@ -256,17 +257,18 @@ static int wb_refuse_multi(const wbatch_t *b, const bson_t *op, ms_error_t *e) {
     return 0;
 }
 
-/* The _id of the batch's last upsert entry into res as "upserted". */
-static void wb_last_upserted(const wbatch_t *b, bson_t *res) {
-    bson_iter_t it, d, last;
-    bool have = false;
-    if (!bson_iter_init(&it, &b->upserted)) return;
-    while (bson_iter_next(&it))
-        if (bson_iter_recurse(&it, &d) && bson_iter_find(&d, "_id")) {
-            last = d;
-            have = true;
-        }
-    if (have) bsonx_append_iter(res, "upserted", &last);
+/* One upsert of statement index into the reply's `upserted` list; its _id (when id is
+ * non-NULL) is also kept apart, for the statement's record (wb_record). */
+static void wb_add_upserted(wbatch_t *b, int index, const bson_iter_t *id) {
+    bson_t up;
+    char key[16];
+    snprintf(key, sizeof key, "%d", b->nups++);
+    BSON_APPEND_DOCUMENT_BEGIN(&b->upserted, key, &up);
+    BSON_APPEND_INT32(&up, "index", index);
+    if (id) bsonx_append_iter(&up, "_id", id);
+    bson_append_document_end(&b->upserted, &up);
+    bson_reinit(&b->last_upserted);
+    if (id) bsonx_append_iter(&b->last_upserted, "upserted", id);
 }
 
 /* A recorded statement answers as it did: its n, nModified and upserted _id counted in. */
@@ -275,15 +277,7 @@ static void wb_replay(wbatch_t *b, int index, const bson_t *res) {
     int64_t v;
     if (bson_iter_init_find(&it, res, "n") && bsonx_as_int64(&it, &v)) b->n += v;
     if (bson_iter_init_find(&it, res, "nModified") && bsonx_as_int64(&it, &v)) b->nmod += v;
-    if (bson_iter_init_find(&it, res, "upserted")) {
-        bson_t up;
-        char key[16];
-        snprintf(key, sizeof key, "%d", b->nups++);
-        BSON_APPEND_DOCUMENT_BEGIN(&b->upserted, key, &up);
-        BSON_APPEND_INT32(&up, "index", index);
-        bsonx_append_iter(&up, "_id", &it);
-        bson_append_document_end(&b->upserted, &up);
-    }
+    if (bson_iter_init_find(&it, res, "upserted")) wb_add_upserted(b, index, &it);
 }
 
 /* Records what statement index answered (its share of n, nModified, upserted) with its
@@ -296,7 +290,7 @@ static int wb_record(store_txn_t *t, const store_coll_t *c, wbatch_t *b, int32_t
     int rc = 0;
     BSON_APPEND_INT32(&res, "n", (int32_t)(b->n - n0));
     if (b->kind->counts_modified) BSON_APPEND_INT32(&res, "nModified", (int32_t)(b->nmod - nmod0));
-    if (b->nups > nups0) wb_last_upserted(b, &res);
+    if (b->nups > nups0) bson_concat(&res, &b->last_upserted);
     if (!b->touched_set && bson_iter_init_find(&it, op, "q") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
         bsonx_view_container(&it, &q))
         rc = sess_key_of(c, NULL, &q, &b->touched, &b->touched_set, e);
@@ -368,6 +362,7 @@ static int wbatch_txn(store_txn_t *t, void *arg, ms_error_t *err) {
     memset(&b->expired, 0, sizeof b->expired);
     bson_reinit(&b->errs);
     bson_reinit(&b->upserted);
+    bson_reinit(&b->last_upserted);
     if (crit_check_write(b->ctx, b->ns, &b->ctx->err_info, &b->crit_refused, err) != 0)
         return err->code;
     if (b->sw.on && sess_txn_start(t, &b->sw.lsid, b->sw.txn, &b->sess_fresh, err) != 0)
@@ -410,6 +405,7 @@ static void wbatch_init(wbatch_t *b, const wbatch_kind_t *kind) {
     b->kind = kind;
     bson_init(&b->errs);
     bson_init(&b->upserted);
+    bson_init(&b->last_upserted);
 }
 
 static void wbatch_free(wbatch_t *b) {
@@ -417,6 +413,7 @@ static void wbatch_free(wbatch_t *b) {
     buf_free(&b->touched);
     bson_destroy(&b->errs);
     bson_destroy(&b->upserted);
+    bson_destroy(&b->last_upserted);
     shv_filter_release(b->own);
 }
 
@@ -824,14 +821,8 @@ static int update_op(store_txn_t *t, store_coll_t *c, wbatch_t *b, int index,
         if (rc == 0) rc = store_write_doc(t, c, 0, NULL, &nd, &rid, info, e);
         if (rc == 0) wb_touch(b, c, &nd);
         if (rc == 0) {
-            bson_t up;
-            char key[16];
             bson_iter_t idit;
-            snprintf(key, sizeof key, "%d", b->nups++);
-            BSON_APPEND_DOCUMENT_BEGIN(&b->upserted, key, &up);
-            BSON_APPEND_INT32(&up, "index", index);
-            if (bson_iter_init_find(&idit, &nd, "_id")) bsonx_append_iter(&up, "_id", &idit);
-            bson_append_document_end(&b->upserted, &up);
+            wb_add_upserted(b, index, bson_iter_init_find(&idit, &nd, "_id") ? &idit : NULL);
             b->n++;
         }
         bson_destroy(&nd);

@@ -330,6 +330,28 @@ def test_kill9_after_commit_before_reply(t):
 
 
 @test
+def test_upserts_answer_their_record(t):
+    """A retryable batch of upserts over both shards: resent, every statement answers its
+    recorded upserted _id at its own index, and no document is inserted twice."""
+    cl, c, wp = sharded_cluster(t)
+    cmd = {"update": "c", "$db": "app", "lsid": lsid_of(uuid.uuid4()), "txnNumber": long(1),
+           "ordered": False, "updates": [
+               {"q": {"_id": -1}, "u": {"$set": {"up": 1}}, "upsert": True},
+               {"q": {"_id": 300}, "u": {"$set": {"up": 1}}, "upsert": True},
+               {"q": {"_id": 5}, "u": {"$inc": {"n": 1}}, "upsert": True},
+               {"q": {"_id": -2}, "u": {"$set": {"up": 1}}, "upsert": True}]}
+    first = c.ok(cmd)
+    assert first["n"] == 4 and first["nModified"] == 1, first
+    ups = sorted((u["index"], u["_id"]) for u in first["upserted"])
+    assert ups == [(0, -1), (1, 300), (3, -2)], first
+    again = c.ok(cmd)
+    assert (again["n"], again["nModified"]) == (4, 1), again
+    assert sorted((u["index"], u["_id"]) for u in again["upserted"]) == ups, again
+    assert c.find_all("c", "app", {"_id": 5})[0]["n"] == 1
+    assert len(c.find_all("c", "app", {"up": 1})) == 3
+
+
+@test
 def test_too_old_incomplete_multi_and_config_transactions(t):
     """TransactionTooOld for an older txnNumber; a session over its statement cap answers
     IncompleteTransactionHistory for a statement it no longer knows (and the recorded answer
