@@ -81,7 +81,7 @@ struct mig_donor {
      * sess_caught_up: a pull found nothing new (the bulk of the history has moved; step 3
      * waits for it). The counters are for currentOp and moveChunk.from. */
     bool sess_commit_started, sess_caught_up;
-    int64_t sess_sent, sess_sentinels, sess_last_seq;
+    int64_t sess_sent, sess_sentinels;
 };
 
 typedef struct persist_arg {

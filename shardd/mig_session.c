@@ -281,7 +281,6 @@ int cmd_get_next_session_mods(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         pthread_mutex_lock(&d->mu);
         d->sess_sent += a.records;
         d->sess_sentinels += a.sentinels;
-        if (a.last_seq > d->sess_last_seq) d->sess_last_seq = a.last_seq;
         /* The bulk of the history has moved once a pull finds nothing new: the critical
          * section may come (step 3 waits for this, MongoDB's inCatchupPhase). */
         if (a.n == 0 && !d->sess_caught_up) {
