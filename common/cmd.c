@@ -727,3 +727,25 @@ void cmd_ns_of(const char *name, unsigned flags, const char *db, const bson_t *c
     else if (strcmp(name, "aggregate") == 0) snprintf(ns, cap, "%s.$cmd.aggregate", db);
     else snprintf(ns, cap, "%s.$cmd", db);
 }
+
+int cmd_parse_stmt_ids(const bson_iter_t *it, int nops, int32_t *ids, ms_error_t *err) {
+    bson_iter_t arr;
+    int n = 0;
+    if (!BSON_ITER_HOLDS_ARRAY(it) || !bson_iter_recurse(it, &arr))
+        return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'stmtIds' is the wrong type '%s', "
+                       "expected type 'array'", bsonx_type_name(bson_iter_type(it)));
+    while (bson_iter_next(&arr)) {   /* bounded by nops (the batch's own bound) */
+        int64_t v;
+        if (n == nops) {             /* one id more than statements */
+            n++;
+            break;
+        }
+        if (!bsonx_as_int64(&arr, &v) || v < INT32_MIN || v > INT32_MAX)
+            return err_set(err, MS_ERR_TYPE_MISMATCH, "stmtIds elements must be 32-bit integers");
+        ids[n++] = (int32_t)v;
+    }
+    if (n != nops)
+        return err_set(err, MS_ERR_INVALID_LENGTH, "Number of statement ids must match the "
+                       "number of batch entries");
+    return 0;
+}

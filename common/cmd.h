@@ -313,6 +313,12 @@ int cmd_wait_for_signal(void);
  * cmd_wait_for_signal. A daemon's main calls it first, before any other library call. */
 void cmd_block_signals(void);
 
+/* A retryable write's `stmtIds` (the element it): one 32-bit id per statement of the
+ * batch into ids[0..nops) — TypeMismatch for a non-array or an element that is not a
+ * 32-bit integer, InvalidLength (16) for another count, as MongoDB answers. The router
+ * (passing them on per shard) and the shard (recording them) read them alike. */
+int cmd_parse_stmt_ids(const bson_iter_t *it, int nops, int32_t *ids, ms_error_t *err);
+
 /* The namespace a command works on, as MongoDB names it in currentOp and failCommand's
  * `namespace` filter: "db.coll" for a command whose value is a collection (flags
  * CMD_NS_ARG) or a whole namespace (CMD_FULL_NS_ARG), getMore's `collection`,

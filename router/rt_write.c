@@ -1024,8 +1024,7 @@ static bool op_is_multi(enum wkind kind, const wop_t *op) {
 /* A retryable write's stmtIds: the client's (one per op; InvalidLength otherwise, as a
  * shard checks) or each op's index. Not retryable (no lsid or txnNumber): none. */
 static int parse_stmt_ids(cmd_ctx_t *ctx, wbatch_t *b, ms_error_t *err) {
-    bson_iter_t it, arr;
-    int n = 0;
+    bson_iter_t it;
     if (!bson_iter_init_find(&it, ctx->req, "lsid") ||
         !bson_iter_init_find(&it, ctx->req, "txnNumber"))
         return 0;
@@ -1034,21 +1033,7 @@ static int parse_stmt_ids(cmd_ctx_t *ctx, wbatch_t *b, ms_error_t *err) {
     ASSERT(b->stmt_ids);
     for (int i = 0; i < b->nops; i++) b->stmt_ids[i] = i;
     if (!bson_iter_init_find(&it, ctx->req, "stmtIds")) return 0;
-    if (!BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr))
-        return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'stmtIds' is the wrong type '%s', "
-                       "expected type 'array'", bsonx_type_name(bson_iter_type(&it)));
-    while (bson_iter_next(&arr)) {
-        int64_t v;
-        if (n >= b->nops || !bsonx_as_int64(&arr, &v) || v < INT32_MIN || v > INT32_MAX) {
-            n = -1;
-            break;
-        }
-        b->stmt_ids[n++] = (int32_t)v;
-    }
-    if (n != b->nops)
-        return err_set(err, MS_ERR_INVALID_LENGTH, "Number of statement ids must match the "
-                       "number of batch entries");
-    return 0;
+    return cmd_parse_stmt_ids(&it, b->nops, b->stmt_ids, err);
 }
 
 /* A retryable write whose statement failed with a network or retryable error the router

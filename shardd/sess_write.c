@@ -14,25 +14,11 @@
 #include "common/bsonx.h"
 
 static int parse_ids(bson_iter_t *it, int nops, sess_write_t *w, ms_error_t *err) {
-    bson_iter_t arr;
-    int n = 0;
-    if (!BSON_ITER_HOLDS_ARRAY(it) || !bson_iter_recurse(it, &arr))
-        return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'stmtIds' is the wrong type '%s', "
-                       "expected type 'array'", bsonx_type_name(bson_iter_type(it)));
+    int rc;
     w->ids = calloc((size_t)(nops > 0 ? nops : 1), sizeof *w->ids);
     if (!w->ids) return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "out of memory");
-    while (bson_iter_next(&arr)) {   /* bounded by nops (the batch's own bound) */
-        int64_t v;
-        if (n >= nops) break;
-        if (!bsonx_as_int64(&arr, &v) || v < INT32_MIN || v > INT32_MAX)
-            return err_set(err, MS_ERR_TYPE_MISMATCH, "stmtIds elements must be 32-bit integers");
-        w->ids[n++] = (int32_t)v;
-    }
-    if (n != nops || bson_iter_next(&arr))
-        return err_set(err, MS_ERR_INVALID_LENGTH, "Number of statement ids must match the "
-                       "number of batch entries");
-    w->nids = n;
-    return 0;
+    if ((rc = cmd_parse_stmt_ids(it, nops, w->ids, err)) == 0) w->nids = nops;
+    return rc;
 }
 
 int sess_write_parse(const bson_t *req, int nops, sess_write_t *w, ms_error_t *err) {

@@ -330,6 +330,21 @@ def test_kill9_after_commit_before_reply(t):
 
 
 @test
+def test_stmt_ids_checked_alike_on_router_and_shard(t):
+    """stmtIds must hold one 32-bit id per statement: fewer or more is InvalidLength (16),
+    a non-array or a non-integer element TypeMismatch (14) — the router and a shard answer
+    alike (one parser), and nothing is written."""
+    cl, c, wp = sharded_cluster(t)
+    base = {"insert": "c", "$db": "app", "lsid": lsid_of(uuid.uuid4()), "txnNumber": long(1),
+            "documents": [{"_id": 900}, {"_id": 901}]}
+    for bad, code in (([0], 16), ([0, 1, 2], 16), ("x", 14), ([0, "a"], 14)):
+        for who, cl_ in (("router", c), ("shard0", cl.shards[0].client())):
+            r = cl_.cmd(dict(base, stmtIds=bad))
+            assert r.get("code") == code, (who, bad, r)
+    assert c.find_all("c", "app", {"_id": {"$gte": 900}}) == []
+
+
+@test
 def test_upserts_answer_their_record(t):
     """A retryable batch of upserts over both shards: resent, every statement answers its
     recorded upserted _id at its own index, and no document is inserted twice."""
