@@ -176,14 +176,57 @@ static void iso_time(long long ms, char *out, size_t cap) {
 }
 
 /* command: the request itself, or {$truncated: "<its start as JSON>"} past the bound. */
+/* Copies into dst the elements of src, in order, until dst holds more than budget bytes:
+ * a container is copied the same way (its own prefix), a long string cut at the budget.
+ * Nesting is bounded by the document's (validated) depth. */
+static void prefix_copy(const bson_t *src, bson_t *dst, size_t budget, int depth) {
+    bson_iter_t it;
+    if (!bson_iter_init(&it, src)) return;
+    while (dst->len <= budget && bson_iter_next(&it)) {
+        const char *key = bson_iter_key(&it);
+        size_t left = budget > dst->len ? budget - dst->len : 0;
+        uint32_t len = 0;
+        const uint8_t *data;
+        bson_t child, sub;
+        if ((BSON_ITER_HOLDS_DOCUMENT(&it) || BSON_ITER_HOLDS_ARRAY(&it)) && depth < 200) {
+            bool arr = BSON_ITER_HOLDS_ARRAY(&it);
+            if (arr) bson_iter_array(&it, &len, &data);
+            else bson_iter_document(&it, &len, &data);
+            if (len <= left || !bson_init_static(&sub, data, len)) {
+                bson_append_iter(dst, NULL, 0, &it);
+                continue;
+            }
+            if (arr) bson_append_array_begin(dst, key, -1, &child);
+            else bson_append_document_begin(dst, key, -1, &child);
+            prefix_copy(&sub, &child, left, depth + 1);
+            if (arr) bson_append_array_end(dst, &child);
+            else bson_append_document_end(dst, &child);
+        } else if (BSON_ITER_HOLDS_UTF8(&it)) {
+            const char *v = bson_iter_utf8(&it, &len);
+            size_t cut = len < left ? len : left;
+            while (cut > 0 && cut < len && ((unsigned char)v[cut] & 0xC0) == 0x80)
+                cut--;   /* not inside a UTF-8 sequence */
+            bson_append_utf8(dst, key, -1, v, (int)cut);
+        } else {
+            bson_append_iter(dst, NULL, 0, &it);
+        }
+    }
+}
+
 static void append_command(bson_t *d, const bson_t *cmd, bool truncate) {
     size_t bound = truncate ? MS_CUROP_TRUNCATE_BYTES : MS_CUROP_COMMAND_BYTES_MAX;
-    bson_t t;
+    bson_t t, part = BSON_INITIALIZER;
     if (cmd->len <= bound) {
         BSON_APPEND_DOCUMENT(d, "command", cmd);
         return;
     }
-    char *json = bson_as_relaxed_extended_json(cmd, NULL);
+    /* Only a prefix of the command is turned into text — its first elements, containers
+     * and strings cut where `bound` bytes are reached (prefix_copy) — so the work stays
+     * bounded by `bound`, not by the command (up to 16 MB): this runs under the
+     * operation's slot mutex. The text is the whole command's text up to `bound`. */
+    prefix_copy(cmd, &part, bound, 0);
+    char *json = bson_as_relaxed_extended_json(&part, NULL);
+    bson_destroy(&part);
     BSON_APPEND_DOCUMENT_BEGIN(d, "command", &t);
     if (json) bson_append_utf8(&t, "$truncated", -1, json, (int)strnlen(json, bound));
     else BSON_APPEND_UTF8(&t, "$truncated", "");
