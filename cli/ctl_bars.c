@@ -114,8 +114,8 @@ static void frame_migration(const bson_t *op, const bson_t *peer, bool tty) {
     ctl_print_json(out_fp, op, "min", "?");
     fprintf(out_fp, " -->> ");
     ctl_print_json(out_fp, op, "max", "?");
-    fprintf(out_fp, "\n      phase: %s", ctl_str(op, "phase"));
-    if (peer) fprintf(out_fp, " (%s: %s)", donor ? "recipient" : "donor", ctl_str(peer, "phase"));
+    fprintf(out_fp, "\n      ");
+    ctl_print_migration_phase(out_fp, op, peer);
     if (total > 0) {
         int filled = (int)(done * 20 / total);
         if (filled > 20) filled = 20;
