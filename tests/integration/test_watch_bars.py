@@ -76,7 +76,7 @@ def test_watch_bars_until_balanced_and_changelog_summary(t):
         rc, out = shardctl(r, "watch", "--bars", "--count", "1")
         assert rc == 0, out
         assert "  shard0 -> shard1  %s { \"_id\" : { \"$minKey\" : 1 } } -->> { \"_id\" : %d }" % (NS, PER) in out, out
-        assert "phase: catchup (recipient: steady)  [####################] %d / %d docs" % (PER, PER) in out, out
+        assert "phase: clone (recipient: steady)  held at moveChunkHangAtStep3  [####################] %d / %d docs" % (PER, PER) in out, out
         # stopped balancer, migration in flight: never "balanced", exit 1 when --count ends
         rc, out = shardctl(r, "watch", "--bars", "--ns", NS, "--until-balanced", "--interval-ms", "50",
                            "--count", "3")
