@@ -363,8 +363,9 @@ static void changelog_summary(const ctl_docs_t *log) {
     if (moves == 0) return;
     printf("  documents moved: %lld (%.1f MB), %.0f per move\n", (long long)docs, (double)bytes / 1e6,
            (double)docs / (double)moves);
-    printf("  donor's mean ms per step (moveChunk.from step 1..6; 3 is the clone, 6 the commit):");
-    for (int s = 0; s < 6; s++) printf(" %.0f", (double)steps[s] / (double)moves);
+    printf("  donor's mean ms per step (moveChunk.from step 1..6):");
+    for (int s = 0; s < 6; s++)
+        printf("%s %s %.0f", s ? "," : "", ctl_step_words(s + 1), (double)steps[s] / (double)moves);
     printf("\n  write pause (critical section): mean %.1f ms, max %lld ms\n",
            (double)pause_sum / (double)moves, (long long)pause_max);
 }

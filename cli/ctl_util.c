@@ -142,7 +142,8 @@ bool ctl_migration_shown(const ctl_docs_t *ops, int i, const bson_t **peer) {
     return strcmp(role, "donor") == 0 || !*peer;   /* a recipient with its donor is shown with it */
 }
 
-/* The donor's phases and their words, in step order. */
+/* The donor's phases and their words, in step order: the first six are moveChunk.from's
+ * steps 1..6. */
 static const struct {
     const char *phase, *words;
 } ctl_phases[] = {
@@ -174,4 +175,8 @@ void ctl_print_migration_phase(FILE *fp, const bson_t *op, const bson_t *peer) {
     }
     if (d && *ctl_str(d, "heldAt")) fprintf(fp, "  held at %s", ctl_str(d, "heldAt"));
     if (r && *ctl_str(r, "heldAt")) fprintf(fp, "  held at %s", ctl_str(r, "heldAt"));
+}
+
+const char *ctl_step_words(int n) {
+    return n >= 1 && n <= 6 ? ctl_phases[n - 1].words : "?";
 }
