@@ -12,7 +12,6 @@ point.
 import os
 import subprocess
 import sys
-import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lib import *  # noqa: E402,F403
@@ -47,18 +46,8 @@ def inprog(c):
 
 def start_move(router):
     """moveChunk of the upper half to shard1 from a thread with its own client."""
-    out = {}
-
-    def run():
-        mc = router.client()
-        try:
-            out["reply"] = mc.cmd({"moveChunk": NS, "find": {"k": N - 1}, "to": "shard1",
-                                   "_waitForDelete": True, "$db": "admin"})
-        finally:
-            mc.close()
-    th = threading.Thread(target=run, daemon=True)
-    th.start()
-    return th, out
+    return cmd_in_thread(router, {"moveChunk": NS, "find": {"k": N - 1}, "to": "shard1",
+                                  "_waitForDelete": True, "$db": "admin"})
 
 
 @test

@@ -14,7 +14,6 @@ donor's phase in words with the recipient's state beside it, and where it is hel
 import os
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -37,27 +36,6 @@ def cluster(t):
     return ss, r, c
 
 
-def start_move(router, key):
-    """moveChunk of the chunk holding k = key to shard1, from a thread with its own client."""
-    out = {}
-
-    def run():
-        mc = router.client()
-        try:
-            out["reply"] = mc.cmd({"moveChunk": NS, "find": {"k": key}, "to": "shard1",
-                                   "_waitForDelete": True, "$db": "admin"})
-        finally:
-            mc.close()
-    th = threading.Thread(target=run, daemon=True)
-    th.start()
-    return th, out
-
-
-def finish(th, res):
-    th.join(60)
-    assert not th.is_alive() and res["reply"]["ok"] == 1, res
-
-
 def inprog(c):
     return {op["role"]: op for op in c.ok({"currentOp": 1, "$db": "admin"})["inprog"]}
 
@@ -70,45 +48,45 @@ def status_line(router):
     return lines[0]
 
 
-def hold(c, name, times):
-    """Waits until the point holds the migration, returns the monotonic time it did."""
-    fp_wait(c, name, times)
-    return time.monotonic()
+def held_move(t, point, on_shard, look):
+    """Moves the upper chunk to shard1 with `point` on (on shards[on_shard]); once it
+    holds, look(c, r) checks what currentOp and shardctl show; the hold lasts HOLD_S,
+    then the move finishes. Returns (c, the hold in ms, moveChunk.from's details) — the
+    hold measured from waitForFailPoint's answer, so no longer than the real one."""
+    ss, r, c = cluster(t)
+    sc = ss[on_shard].client()
+    n0 = fp(sc, point)
+    th, res = cmd_in_thread(r, {"moveChunk": NS, "find": {"k": N - 1}, "to": "shard1",
+                                "_waitForDelete": True, "$db": "admin"})
+    try:
+        fp_wait(sc, point, n0 + 1)
+        since = time.monotonic()
+        look(c, r)
+        time.sleep(max(0.0, HOLD_S - (time.monotonic() - since)))
+        held_ms = (time.monotonic() - since) * 1000
+    finally:
+        fp(sc, point, "off")
+    th.join(60)
+    assert not th.is_alive() and res["reply"]["ok"] == 1, res
+    frm = change(c, "moveChunk.from")
+    assert frm["note"] == "success", frm
+    # the write pause lies inside steps 4-6 (it starts in step 4, ends in step 6)
+    assert frm["writePauseMS"] <= frm["step 4 of 6"] + frm["step 5 of 6"] + frm["step 6 of 6"], frm
+    return c, held_ms, frm
 
 
-def release(c, name, since):
-    """Keeps the point holding until HOLD_S after since, turns it off; the hold in ms
-    (no more than the thread was really held: it was held before since)."""
-    left = HOLD_S - (time.monotonic() - since)
-    if left > 0:
-        time.sleep(left)
-    held_ms = (time.monotonic() - since) * 1000
-    fp(c, name, "off")
-    return held_ms
-
-
-def change(c, what, n):
-    """The n-th (1-based) changelog entry `what` of NS, waited for."""
+def change(c, what):
+    """The one changelog entry `what` of NS (waited for: the recipient logs after the
+    move's reply)."""
     def entries():
         return c.find_all("changelog", "config", {"what": what, "ns": NS})
-    wait_until(lambda: len(entries()) >= n, 20, "%d %s entries" % (n, what))
-    return sorted(entries(), key=lambda e: e["time"])[n - 1]["details"]
-
-
-def pause_within_steps(d):
-    """The write pause lies inside steps 4-6 (it starts in step 4, ends in step 6)."""
-    steps = d["step 4 of 6"] + d["step 5 of 6"] + d["step 6 of 6"]
-    assert d["writePauseMS"] <= steps, d
+    wait_until(lambda: len(entries()) == 1, 20, "the %s entry" % what)
+    return entries()[0]["details"]
 
 
 @test
 def test_hold_at_step3_counts_in_step3_not_in_the_pause(t):
-    ss, r, c = cluster(t)
-    donor = ss[0].client()
-    n0 = fp(donor, "moveChunkHangAtStep3")
-    th, res = start_move(r, N - 1)
-    try:
-        since = hold(donor, "moveChunkHangAtStep3", n0 + 1)
+    def look(c, r):
         ops = inprog(c)
         d, rv = ops["donor"], ops["recipient"]
         # still step 3's phase, held at its point; the recipient is not held
@@ -117,39 +95,22 @@ def test_hold_at_step3_counts_in_step3_not_in_the_pause(t):
         assert "heldAt" not in rv, rv
         line = status_line(r)
         assert "phase: clone (recipient: steady)  held at moveChunkHangAtStep3" in line, line
-        held_ms = release(donor, "moveChunkHangAtStep3", since)
-    finally:
-        fp(donor, "moveChunkHangAtStep3", "off")
-    finish(th, res)
-    d = change(c, "moveChunk.from", 1)
-    assert d["note"] == "success", d
+    c, held_ms, d = held_move(t, "moveChunkHangAtStep3", 0, look)
     assert d["step 3 of 6"] >= held_ms, (held_ms, d)
     assert d["step 4 of 6"] < 1000, d
     assert d["writePauseMS"] < held_ms, (held_ms, d)
-    pause_within_steps(d)
 
 
 @test
 def test_hold_at_step4_counts_in_step4_and_in_the_pause(t):
-    ss, r, c = cluster(t)
-    donor = ss[0].client()
-    n0 = fp(donor, "moveChunkHangAtStep4")
-    th, res = start_move(r, N - 1)
-    try:
-        since = hold(donor, "moveChunkHangAtStep4", n0 + 1)
+    def look(c, r):
         d = inprog(c)["donor"]
         assert d["phase"] == "criticalSection" and d["heldAt"] == "moveChunkHangAtStep4", d
         line = status_line(r)
         assert "phase: critical section (recipient: steady)  held at moveChunkHangAtStep4" in line, line
-        held_ms = release(donor, "moveChunkHangAtStep4", since)
-    finally:
-        fp(donor, "moveChunkHangAtStep4", "off")
-    finish(th, res)
-    d = change(c, "moveChunk.from", 1)
-    assert d["note"] == "success", d
+    c, held_ms, d = held_move(t, "moveChunkHangAtStep4", 0, look)
     assert d["step 4 of 6"] >= held_ms and d["writePauseMS"] >= held_ms, (held_ms, d)
     assert d["step 3 of 6"] < held_ms and d["step 5 of 6"] < 1000, (held_ms, d)
-    pause_within_steps(d)
 
 
 @test
@@ -157,32 +118,20 @@ def test_recipient_cloning_donor_phase_is_clone_and_its_hold_counts_in_its_step(
     """The recipient held at the end of its clone (migrateThreadHangAtStep2, its state
     still `clone`): the donor's phase is clone (never catchup), the recipient's entry says
     where it is held, and moveChunk.to counts the hold in its step 2."""
-    ss, r, c = cluster(t)
-    recv = ss[1].client()
-    n0 = fp(recv, "migrateThreadHangAtStep2")
-    th, res = start_move(r, N - 1)
-    try:
-        since = hold(recv, "migrateThreadHangAtStep2", n0 + 1)
-
-        def donor_saw_clone():
-            d = inprog(c)["donor"]
-            return d["recipientState"] == "clone" and d
-        d = wait_until(donor_saw_clone, 20, "the donor sees the recipient cloning")
+    def look(c, r):
+        wait_until(lambda: inprog(c)["donor"]["recipientState"] == "clone", 20,
+                   "the donor sees the recipient cloning")
         ops = inprog(c)
         d, rv = ops["donor"], ops["recipient"]
         assert d["phase"] == "clone" and "heldAt" not in d, d
         assert rv["phase"] == "clone" and rv["heldAt"] == "migrateThreadHangAtStep2", rv
         line = status_line(r)
         assert "phase: clone (recipient: clone)  held at migrateThreadHangAtStep2" in line, line
-        held_ms = release(recv, "migrateThreadHangAtStep2", since)
-    finally:
-        fp(recv, "migrateThreadHangAtStep2", "off")
-    finish(th, res)
-    to = change(c, "moveChunk.to", 1)
+    c, held_ms, d = held_move(t, "migrateThreadHangAtStep2", 1, look)
+    assert d["step 3 of 6"] >= held_ms and d["writePauseMS"] < held_ms, (held_ms, d)
+    to = change(c, "moveChunk.to")
     assert to["note"] == "success", to
     assert to["step 2 of 5"] >= held_ms and to["step 3 of 5"] < 1000, (held_ms, to)
-    d = change(c, "moveChunk.from", 1)
-    assert d["step 3 of 6"] >= held_ms and d["writePauseMS"] < held_ms, (held_ms, d)
     # once released, nothing is held any more
     assert all("heldAt" not in op for op in inprog(c).values())
 
