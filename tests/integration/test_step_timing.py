@@ -48,15 +48,16 @@ def status_line(router):
     return lines[0]
 
 
-def held_move(t, point, on_shard, look):
-    """Moves the upper chunk to shard1 with `point` on (on shards[on_shard]); once it
-    holds, look(c, r) checks what currentOp and shardctl show; the hold lasts HOLD_S,
-    then the move finishes. Returns (c, the hold in ms, moveChunk.from's details) — the
-    hold measured from waitForFailPoint's answer, so no longer than the real one."""
-    ss, r, c = cluster(t)
+def held_move(cl, point, on_shard, look, key=N - 1, nth=1):
+    """Moves the chunk holding k = key from shard0 to shard1 (the cluster's nth move) with
+    `point` on (on shards[on_shard]); once it holds, look(c, r) checks what currentOp and
+    shardctl show; the hold lasts HOLD_S, then the move finishes. Returns (the hold in ms,
+    moveChunk.from's details) — the hold measured from waitForFailPoint's answer, so no
+    longer than the real one."""
+    ss, r, c = cl
     sc = ss[on_shard].client()
     n0 = fp(sc, point)
-    th, res = cmd_in_thread(r, {"moveChunk": NS, "find": {"k": N - 1}, "to": "shard1",
+    th, res = cmd_in_thread(r, {"moveChunk": NS, "find": {"k": key}, "to": "shard1",
                                 "_waitForDelete": True, "$db": "admin"})
     try:
         fp_wait(sc, point, n0 + 1)
@@ -68,20 +69,21 @@ def held_move(t, point, on_shard, look):
         fp(sc, point, "off")
     th.join(60)
     assert not th.is_alive() and res["reply"]["ok"] == 1, res
-    frm = change(c, "moveChunk.from")
+    frm = change(c, "moveChunk.from", nth)
     assert frm["note"] == "success", frm
     # the write pause lies inside steps 4-6 (it starts in step 4, ends in step 6)
     assert frm["writePauseMS"] <= frm["step 4 of 6"] + frm["step 5 of 6"] + frm["step 6 of 6"], frm
-    return c, held_ms, frm
+    return held_ms, frm
 
 
-def change(c, what):
-    """The one changelog entry `what` of NS (waited for: the recipient logs after the
+def change(c, what, nth=1):
+    """The nth changelog entry `what` of NS (waited for: the recipient logs after the
     move's reply)."""
     def entries():
-        return c.find_all("changelog", "config", {"what": what, "ns": NS})
-    wait_until(lambda: len(entries()) == 1, 20, "the %s entry" % what)
-    return entries()[0]["details"]
+        return sorted(c.find_all("changelog", "config", {"what": what, "ns": NS}),
+                      key=lambda e: e["time"]["$date"])
+    wait_until(lambda: len(entries()) >= nth, 20, "%d %s entries" % (nth, what))
+    return entries()[nth - 1]["details"]
 
 
 @test
@@ -95,7 +97,7 @@ def test_hold_at_step3_counts_in_step3_not_in_the_pause(t):
         assert "heldAt" not in rv, rv
         line = status_line(r)
         assert "phase: clone (recipient: steady)  held at moveChunkHangAtStep3" in line, line
-    c, held_ms, d = held_move(t, "moveChunkHangAtStep3", 0, look)
+    held_ms, d = held_move(cluster(t), "moveChunkHangAtStep3", 0, look)
     assert d["step 3 of 6"] >= held_ms, (held_ms, d)
     assert d["step 4 of 6"] < 1000, d
     assert d["writePauseMS"] < held_ms, (held_ms, d)
@@ -108,9 +110,34 @@ def test_hold_at_step4_counts_in_step4_and_in_the_pause(t):
         assert d["phase"] == "criticalSection" and d["heldAt"] == "moveChunkHangAtStep4", d
         line = status_line(r)
         assert "phase: critical section (recipient: steady)  held at moveChunkHangAtStep4" in line, line
-    c, held_ms, d = held_move(t, "moveChunkHangAtStep4", 0, look)
+    held_ms, d = held_move(cluster(t), "moveChunkHangAtStep4", 0, look)
     assert d["step 4 of 6"] >= held_ms and d["writePauseMS"] >= held_ms, (held_ms, d)
     assert d["step 3 of 6"] < held_ms and d["step 5 of 6"] < 1000, (held_ms, d)
+
+
+@test
+def test_hold_at_step5_is_in_the_pause_and_at_step6_is_not(t):
+    """Step 5's point stands inside the critical section; step 6's after it is left."""
+    cl = cluster(t)
+
+    def look5(c, r):
+        d = inprog(c)["donor"]
+        assert d["phase"] == "commitOnRecipient" and d["heldAt"] == "moveChunkHangAtStep5", d
+        line = status_line(r)
+        assert "phase: commit on recipient (recipient: done)  held at moveChunkHangAtStep5" in line, line
+    held_ms, d = held_move(cl, "moveChunkHangAtStep5", 0, look5)
+    assert d["step 5 of 6"] >= held_ms and d["writePauseMS"] >= held_ms, (held_ms, d)
+    assert d["step 6 of 6"] < 1000, d
+
+    def look6(c, r):
+        d = inprog(c)["donor"]
+        assert d["phase"] == "commitOnConfig" and d["heldAt"] == "moveChunkHangAtStep6", d
+        line = status_line(r)
+        assert "phase: commit on config server (recipient: " in line, line
+        assert line.count("held at ") == 1 and "held at moveChunkHangAtStep6" in line, line
+    held_ms, d = held_move(cl, "moveChunkHangAtStep6", 0, look6, key=0, nth=2)
+    assert d["step 6 of 6"] >= held_ms and d["writePauseMS"] < held_ms, (held_ms, d)
+    assert d["step 5 of 6"] < 1000, d
 
 
 @test
@@ -127,7 +154,9 @@ def test_recipient_cloning_donor_phase_is_clone_and_its_hold_counts_in_its_step(
         assert rv["phase"] == "clone" and rv["heldAt"] == "migrateThreadHangAtStep2", rv
         line = status_line(r)
         assert "phase: clone (recipient: clone)  held at migrateThreadHangAtStep2" in line, line
-    c, held_ms, d = held_move(t, "migrateThreadHangAtStep2", 1, look)
+    cl = cluster(t)
+    c = cl[2]
+    held_ms, d = held_move(cl, "migrateThreadHangAtStep2", 1, look)
     assert d["step 3 of 6"] >= held_ms and d["writePauseMS"] < held_ms, (held_ms, d)
     to = change(c, "moveChunk.to")
     assert to["note"] == "success", to
