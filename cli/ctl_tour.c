@@ -584,28 +584,32 @@ static void show_filtering(tour_t *t, ctl_t *shard, const char *who) {
     bson_destroy(&cmd);
 }
 
-/* Sends cmd with maxTimeMS through the router and says what came back, and how fast;
- * *reply_out initialised (caller destroys) only when 0 is returned. */
-static int probe(tour_t *t, const char *what, bson_t *cmd, bson_t *reply_out) {
+/* Says how a probe failed: code (its top-level error or its first write error) after ms. */
+static void say_failed(const char *what, int code, const char *msg, long long ms) {
+    if (code == MS_ERR_MAX_TIME_MS_EXPIRED)
+        printf("  %s: MaxTimeMSExpired (code 50) after %lld ms — it waited, and was not applied\n", what, ms);
+    else
+        printf("  %s: %s (code %d) after %lld ms: %s\n", what, err_code_name(code), code, ms, msg);
+}
+
+/* Sends cmd with maxTimeMS through the router; says how it failed, or returns 0 with
+ * *reply_out initialised (caller destroys) and *ms its time, for the caller to say more. */
+static int probe(tour_t *t, const char *what, bson_t *cmd, bson_t *reply_out, long long *ms) {
     ms_error_t err = {0};
     long long t0 = time_mono_ms();
     int rc;
     BSON_APPEND_INT32(cmd, "maxTimeMS", TOUR_PROBE_MAXTIME_MS);
     rc = ctl_command(t->router, cmd, reply_out, &err);
-    if (rc) {
-        printf("  %s: %s (%s, code %d) after %lld ms%s\n", what, err.msg, err_code_name(rc), rc,
-               time_mono_ms() - t0,
-               rc == MS_ERR_MAX_TIME_MS_EXPIRED ? " — it waited, and was not applied" : "");
-        return rc;
-    }
-    printf("  %s: ok in %lld ms", what, time_mono_ms() - t0);
-    return 0;
+    *ms = time_mono_ms() - t0;
+    if (rc) say_failed(what, rc, err.msg, *ms);
+    return rc;
 }
 
 /* A read and a write of the probe document through the router, now. */
 static void show_probes(tour_t *t) {
     bson_t cmd, reply, updates, u, inc, set;
     const char *coll = strchr(t->ns, '.') + 1;
+    long long ms;
     if (!t->has_probe) {
         printf("through the router: (no probe: the tour reads and writes a document only for a\n"
                "  single-field ranged shard key with a document in the chunk)\n");
@@ -618,10 +622,10 @@ static void show_probes(tour_t *t) {
     BSON_APPEND_UTF8(&cmd, "$db", t->db);
     BSON_APPEND_DOCUMENT(&cmd, "filter", &t->probe);
     BSON_APPEND_INT32(&cmd, "limit", 1);
-    if (probe(t, "read ", &cmd, &reply) == 0) {
+    if (probe(t, "read ", &cmd, &reply, &ms) == 0) {
         ctl_docs_t docs = {0};
         ctl_docs_add_array(&docs, &reply, "cursor", "firstBatch", 1);
-        printf(", %s\n", docs.n == 1 ? "found it" : "NOT FOUND");
+        printf("  read : ok in %lld ms, %s\n", ms, docs.n == 1 ? "found it" : "NOT FOUND");
         ctl_docs_free(&docs);
         bson_destroy(&reply);
     }
@@ -639,13 +643,14 @@ static void show_probes(tour_t *t) {
     bson_append_document_end(&u, &set);
     bson_append_document_end(&updates, &u);
     bson_append_array_end(&cmd, &updates);
-    if (probe(t, "write", &cmd, &reply) == 0) {
+    if (probe(t, "write", &cmd, &reply, &ms) == 0) {
         int64_t code = ctl_int(&reply, "writeErrors.0.code", 0);
-        if (code) {
-            printf(", but its write error says %s (code %lld)%s\n", err_code_name((int)code), (long long)code,
-                   code == MS_ERR_MAX_TIME_MS_EXPIRED ? " — it waited, and was not applied" : "");
+        bson_t we, first;
+        if (code) {   /* a write error: ok: 1 with the statement's error */
+            bool has = ctl_sub(&reply, "writeErrors", &we) && ctl_sub(&we, "0", &first);
+            say_failed("write", (int)code, has ? ctl_str(&first, "errmsg") : "", ms);
         } else {
-            printf(", nModified %lld\n", (long long)ctl_int(&reply, "nModified", 0));
+            printf("  write: ok in %lld ms, nModified %lld\n", ms, (long long)ctl_int(&reply, "nModified", 0));
             t->writes_ok += ctl_int(&reply, "nModified", 0) == 1;
         }
         bson_destroy(&reply);

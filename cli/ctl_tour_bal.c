@@ -179,7 +179,7 @@ static void show_migrations(tour_bal_t *b) {
         printf("  %s ", ctl_str(ops.v[i], "ns"));
         ctl_print_json(stdout, ops.v[i], "min", "?");
         printf(" -->> ");
-        ctl_print_json(stdout, ops.v[i], "max", "?");
+        ctl_print_json(stdout, ops.v[i], "max", "(max: shown once past step 1)");
         printf("  %s -> %s\n", ctl_str(ops.v[i], "from"), ctl_str(ops.v[i], "to"));
     }
     bson_destroy(&cmd);

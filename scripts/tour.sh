@@ -47,15 +47,12 @@ say "the tour: $SHARDCTL tour --ns $NS ${auto[*]}"
 status=0
 ctl tour --ns "$NS" "${auto[@]}" || status=$?
 
-cat <<EOT
-
-The cluster is still running ($DIR). Go on:
-  $WEB                       the web view
-  $SHARDCTL tour                  another migration, step by step
-  $SHARDCTL tour balancer         one balancer round, step by step
-  $SHARDCTL status                shards, chunks, migrations
-  $SHARDCTL changelog --ns $NS    every step of every migration
-Stop it:
-  scripts/cluster.sh stop --dir $DIR && rm -rf $DIR
-EOT
+hint() { printf '  %-66s # %s\n' "$1" "$2"; }
+printf '\nThe cluster is still running (%s). Go on:\n' "$DIR"
+hint "$WEB" "the web view"
+hint "$SHARDCTL tour" "another migration, step by step"
+hint "$SHARDCTL tour balancer" "one balancer round, step by step"
+hint "$SHARDCTL status" "shards, chunks, migrations"
+hint "$SHARDCTL changelog --ns $NS" "every step of every migration"
+printf 'Stop it:\n  scripts/cluster.sh stop --dir %s && rm -rf %s\n' "$DIR" "$DIR"
 exit "$status"
