@@ -252,7 +252,7 @@ static int pick_collection(tour_t *t, const char *ns, ms_error_t *err) {
     for (int i = 0; i < colls.n; i++) {
         const char *id = ctl_str(colls.v[i], "_id");
         if (ctl_bool(colls.v[i], "dropped") || strncmp(id, "config.", 7) == 0) continue;
-        if (ns ? strcmp(id, ns) != 0 : false) continue;
+        if (ns && strcmp(id, ns) != 0) continue;
         snprintf(t->ns, sizeof t->ns, "%s", id);
         bson_reinit(&t->coll);
         bson_concat(&t->coll, colls.v[i]);
@@ -820,8 +820,8 @@ static int tour_migration(ctl_t *router, const char *ns, bool automatic, int pau
     show_state(&t);
     tour_pause(t.automatic, t.pause_ms);
     rc = tour_interrupted() ? err_set(&err, MS_ERR_INTERRUPTED, "interrupted (Ctrl-C)") : run_steps(&t, &err);
-    failpoints_off(&t);   /* whatever happened: the donor is never left held */
     if (rc == 0) rc = run_end(&t, &err);
+    failpoints_off(&t);   /* whatever happened: the donor is never left held */
     if (t.balancer_stopped) tour_balancer_start(router);
     if (rc) {
         printf("\nshardctl tour stopped: %s (code %d)\n", err.msg, rc);
