@@ -16,7 +16,7 @@
  *
  * `shardctl tour balancer` (ctl_tour_bal.c) does the same for one balancer round.
  */
-#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -123,7 +123,7 @@ bool tour_interrupted(void) {
 void tour_catch_signals(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = tour_on_signal;   /* no SA_RESTART: a read of stdin returns EINTR */
+    sa.sa_handler = tour_on_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
@@ -135,8 +135,18 @@ void tour_sleep_ms(int ms) {
         nanosleep(&(struct timespec){0, 20 * 1000000L}, NULL);
 }
 
+/* Reads stdin up to a newline, a byte at a time (what follows stays for the next pause)
+ * and polling, so that Ctrl-C ends the wait whichever thread the signal reached. */
+static void wait_enter(void) {
+    char ch;
+    while (!tour_interrupted()) {
+        struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0) continue;
+        if (read(STDIN_FILENO, &ch, 1) != 1 || ch == '\n') return;   /* EOF goes on too */
+    }
+}
+
 void tour_pause(bool automatic, int pause_ms) {
-    char line[64];
     if (tour_interrupted()) return;
     if (automatic) {
         tour_sleep_ms(pause_ms);
@@ -144,7 +154,8 @@ void tour_pause(bool automatic, int pause_ms) {
     }
     printf("\n[Enter: go on   Ctrl-C: stop the tour, the cluster is released] ");
     fflush(stdout);
-    if (!fgets(line, sizeof line, stdin)) printf("\n");   /* EOF (or Ctrl-C): go on */
+    wait_enter();
+    printf("\n");
 }
 
 int tour_open(const char *url, ctl_t *out, ms_error_t *err) {
