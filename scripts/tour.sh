@@ -28,7 +28,7 @@ fi
 say "starting a cluster with test commands (--test): 1 config server, 3 shards, 1 router (logs in $DIR)"
 "$ROOT/scripts/cluster.sh" start --dir "$DIR" --shards 3 --routers 1 --base-port "$PORT" --test
 WEB="http://127.0.0.1:$((PORT + 300))/"
-say "the web view, live (it marks the step the donor is held at): $WEB"
+say "the web view, live (the migration in flight while the tour holds it): $WEB"
 
 say "sharding $NS on a ranged _id, split in 4 chunks on shard0, $DOCS documents"
 ctl '{"balancerStop": 1, "$db": "admin"}' >/dev/null   # the tour moves the chunk itself
