@@ -2,6 +2,7 @@
 #   make            build bin/configsvr bin/shardd bin/router bin/shardctl
 #   make test       unit + integration tests (prints "N passed, N failed")
 #   make demo       start a local cluster and show it working
+#   make tour       a guided tour of one migration, step by step (TOUR_AUTO=1: no Enter)
 #   make bench      measurements, printed and saved to bench-results.json
 #   make check-long long soak / chaos runs
 #   make check-model  spin checks the migration protocol's Promela model (docs/model/)
@@ -56,7 +57,7 @@ PROGRAMS  = $(BIN)/configsvr $(BIN)/shardd $(BIN)/router $(BIN)/shardctl
 UNIT_BINS = $(patsubst tests/unit/%.c,$(BUILD)/t/%,$(UNIT_SRC))
 BENCH_BINS= $(patsubst tests/bench/%.c,$(BUILD)/b/%,$(BENCH_SRC))
 
-.PHONY: all test unit integration demo bench check-long lint clean deps fuzz
+.PHONY: all test unit integration demo tour bench check-long lint clean deps fuzz
 # Keep every built object: test and bench objects are intermediates of pattern rules and
 # make would delete them after each run (and rebuild them the next time).
 .SECONDARY:
@@ -189,6 +190,9 @@ bench: all $(BENCH_BINS) $(BUILD)/b/raw_pipe $(CLIENT_BINS)
 
 demo: all
 	@bash scripts/demo.sh
+
+tour: all
+	@bash scripts/tour.sh
 
 lint: | $(DEPS_OK)
 	@bash scripts/deps.sh --lint

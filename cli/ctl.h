@@ -38,12 +38,41 @@ int ctl_status(ctl_t *c, int argc, char **argv);   /* like sh.status() */
 int ctl_watch(ctl_t *c, int argc, char **argv);    /* status, redrawn every second */
 int ctl_load(ctl_t *c, int argc, char **argv);     /* generate N documents */
 int ctl_explain_balance(ctl_t *c, int argc, char **argv); /* balancerExplain, readable */
+/* A balancerExplain reply r of ns as explain-balance prints it (r borrowed). */
+void ctl_print_explain(const char *ns, const bson_t *r);
 /* status's "balancerCompliant: ..." line of a collection (nothing when the call fails). */
 void ctl_print_compliance(ctl_t *c, const char *ns);
 /* ctl_bars.c: `watch --bars` (chunks per shard as bars, migrations, balancer rounds;
  * --until-balanced) and `changelog` (entries, or --summary of the migrations). */
 int ctl_watch_bars(ctl_t *c, int argc, char **argv);
 int ctl_changelog(ctl_t *c, int argc, char **argv);
+
+/* ctl_tour.c: `tour` — one chunk migration step by step, held at the donor's failpoints
+ * moveChunkHangAtStep1..6 (needs --enable-test-commands); `tour balancer` — one balancer
+ * round (ctl_tour_bal.c). Both turn every failpoint they set off again on any way out. */
+int ctl_tour(ctl_t *c, int argc, char **argv);
+int ctl_tour_balancer(ctl_t *router, const char *ns, bool automatic, int pause_ms);
+/* The tour's shared pieces. Ctrl-C / SIGTERM set a flag (tour_catch_signals) that every
+ * wait checks (tour_interrupted); tour_sleep_ms ends early then. */
+void tour_catch_signals(void);
+bool tour_interrupted(void);
+void tour_sleep_ms(int ms);
+/* Between two steps: Enter (EOF goes on), or pause_ms when automatic. */
+void tour_pause(bool automatic, int pause_ms);
+/* A ctl_t on url (borrowed: kept by the caller while *out lives) with the default
+ * deadline, for a shard the tour talks to directly. */
+int tour_open(const char *url, ctl_t *out, ms_error_t *err);
+void tour_close(ctl_t *c);
+/* configureFailPoint name alwaysOn (a hang) or off; *count = times entered so far. */
+int tour_fp(ctl_t *c, const char *name, bool on, int64_t *count, ms_error_t *err);
+/* waitForFailPoint name until entered `times` in all, at most max_ms (MaxTimeMSExpired). */
+int tour_fp_wait(ctl_t *c, const char *name, int64_t times, int max_ms, ms_error_t *err);
+/* What to do when a process answered configureFailPoint with CommandNotFound. */
+void tour_say_no_test_commands(const char *who, const ms_error_t *err);
+/* indent, then d as relaxed JSON, then a newline. */
+void tour_print_doc(const char *indent, const bson_t *d);
+/* balancerStart through the router; says so when it fails. */
+void tour_balancer_start(ctl_t *router);
 
 /* ctl_util.c: field readers shared by the views. A missing or mistyped field reads as
  * the default (a view prints what it can of a reply); d is borrowed throughout. */

@@ -18,7 +18,7 @@ static double mb(int64_t bytes) {
     return (double)bytes / (1024.0 * 1024.0);
 }
 
-static void print_explain(const char *ns, const bson_t *r) {
+void ctl_print_explain(const char *ns, const bson_t *r) {
     bson_t pol, bal, coll, arr, row;
     bson_iter_t it;
     if (!ctl_sub(r, "policy", &pol)) bson_init(&pol);
@@ -126,7 +126,7 @@ int ctl_explain_balance(ctl_t *c, int argc, char **argv) {
         printf("%s\n", s ? s : "{}");
         bson_free(s);
     } else {
-        print_explain(ns, &reply);
+        ctl_print_explain(ns, &reply);
     }
     bson_destroy(&reply);
     return 0;

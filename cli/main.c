@@ -3,7 +3,7 @@
  *
  *   shardctl [--host URL] [--timeout MS] '<command as extended JSON>'
  *   shardctl [--host URL] -            one command per line on stdin, one reply per line
- *   shardctl [--host URL] status | watch [--bars] | load | changelog | explain-balance ...
+ *   shardctl [--host URL] status | watch [--bars] | load | changelog | explain-balance | tour ...
  *
  * Prints each reply as relaxed extended JSON on one line; exits 0 when every reply
  * had ok: 1, else 1 (2 for usage errors).
@@ -31,6 +31,9 @@ static const char usage[] =
     "                                  [--key FIELD] [--quiet]\n"
     "       shardctl [--host URL] explain-balance DB.COLL [--json]\n"
     "                                  (why the balancer would or would not move it now)\n"
+    "       shardctl [--host URL] tour [--ns DB.COLL] [--auto] [--pause-ms N]\n"
+    "                                  (one migration step by step; needs --enable-test-commands)\n"
+    "       shardctl [--host URL] tour balancer [--ns DB.COLL] [--auto] [--pause-ms N]\n"
     "The host defaults to the local router (" CTL_HOST_DEFAULT ") or $MS_HOST.\n"
     "moveChunk / moveRange wait for the whole migration (their maxTimeMS, else 30 minutes)\n"
     "unless --timeout is given.\n"
@@ -185,6 +188,8 @@ int main(int argc, char **argv) {
         rc = ctl_load(&c, argc - first, argv + first);
     else if (strcmp(argv[first], "explain-balance") == 0)
         rc = ctl_explain_balance(&c, argc - first, argv + first);
+    else if (strcmp(argv[first], "tour") == 0)
+        rc = ctl_tour(&c, argc - first, argv + first);
     else if (strcmp(argv[first], "changelog") == 0)
         rc = ctl_changelog(&c, argc - first, argv + first);
     else if (argv[first][0] == '{') {

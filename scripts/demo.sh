@@ -8,7 +8,8 @@
 # and progress, the balancer's last rounds) until the cluster is balanced; then the
 # changelog's summary of the migrations and how to explore and stop the cluster, which
 # keeps running afterwards: commands that work pasted in order from the repository's
-# root (tests/integration/test_demo.py runs each). For the demo only, each migration
+# root (tests/integration/test_demo.py runs each), then `Next: make tour` (not indented:
+# a pointer to the guided tour of one migration, which starts a cluster of its own). For the demo only, each migration
 # waits for its range deletion (_waitForDelete), so each one stays on screen.
 #   DEMO_DIR (default ./demo-cluster), DEMO_DOCS (default 200000), DEMO_PORT (27017),
 #   DEMO_CHUNK_BYTES (chunk size, default 2 MiB: ~20 chunks of ~9,000 documents).
@@ -113,4 +114,5 @@ fi
 cat <<EOT
 Stop it:
   scripts/cluster.sh stop --dir $DIR
+Next: make tour   # one migration step by step (its own cluster; watch it at its web view)
 EOT

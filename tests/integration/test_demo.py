@@ -4,7 +4,8 @@ defaults: it runs to the end, says its pace is for the demo only, shows every mi
 made in at least one frame of `shardctl watch --bars`, ends by pointing at the web view,
 and every command it prints at the end works when pasted in order from the repository's
 root (exit 0; the web view answers; `watch` and `tail -f`, which run until Ctrl-C, are
-still running after a few seconds and have printed something). DEMO_SH=PATH runs
+still running after a few seconds and have printed something); its last line points at
+`make tour` (test_tour.py runs it). DEMO_SH=PATH runs
 another copy of the script (its own repository's bin/), e.g. an older one.
 """
 import os
@@ -88,6 +89,10 @@ def test_demo_runs_and_every_hint_works(t):
         shown = moves_shown(out)
         if done < 3 or len(shown) != done:
             problems.append("%d migrations done, %d seen in a frame: %s" % (done, len(shown), sorted(shown)))
+        # The last line points at the guided tour (`make tour`, a cluster of its own,
+        # tested by test_tour.py); it is not indented, so it is not one of the hints run here.
+        if not re.search(r"^Next: make tour\b", out, re.M):
+            problems.append("the final text does not point at make tour")
         cmds = hints(out)
         assert cmds[-1] == "scripts/cluster.sh stop --dir %s" % d, cmds[-1:]
         if not any("moveChunk" in c for c in cmds):
