@@ -314,6 +314,10 @@ def run_group(name, blocks, tmp, timeout=GROUP_TIMEOUT_S, echo=True):
     out = mapping.back(raw.decode("utf-8", "replace"))
     per, cur, end = _split_output(out, mark, len(blocks))
     problems = []
+    try:    # a job killed by the group's last lines may take a moment to go
+        wait_until(lambda: not _session_pids(p.pid), 2, "the group's jobs to end")
+    except AssertionError:
+        pass
     left = [(pid, _cmdline(pid)) for pid in _session_pids(p.pid)]
     clusters = _running_clusters(dirs)
     try:
