@@ -17,7 +17,8 @@ The convention (every page that shows commands to run follows it):
   the variables, background jobs and cluster of the blocks before it. Each group is
   self-contained: it starts the cluster it needs and stops it (a cluster of the group's
   still running when its last line ends fails the group).
-- Each line is one command (a line ending in a backslash continues on the next); a line
+- Each line is one command (a line ending in a backslash continues on the next, and a
+  here-document, `<<'EOF'`, runs to its terminator line as part of its command); a line
   that exits non-zero fails the group, named by file and line number. A line whose
   comment says `# fails:` (why) must exit non-zero instead. Lines that are only comments
   are not run. Background jobs (`&`, `kill %1`, `wait %1`) work as in a terminal; one
@@ -102,10 +103,20 @@ def _fence(lines, i, lang, path):
     raise DocError("%s:%d: ```%s block never closed" % (path, i + 1, lang))
 
 
+HEREDOC_RE = re.compile(r"<<-?\s*(['\"]?)(\w+)\1")
+
+
 def _logical_lines(body, first_lineno):
-    """[(lineno, command)]: comment-only and blank lines dropped, continuations joined."""
-    out, cur, start = [], "", None
+    """[(lineno, command)]: comment-only and blank lines dropped, continuations (a trailing
+    backslash, or a here-document up to its terminator) joined."""
+    out, cur, start, until = [], "", None, None
     for k, raw in enumerate(body):
+        if until is not None:           # inside a here-document: every line belongs to it
+            cur += "\n" + raw
+            if raw.strip() == until:
+                out.append((start, cur))
+                cur, start, until = "", None, None
+            continue
         if start is None:
             if not raw.strip() or raw.lstrip().startswith("#"):
                 continue
@@ -113,6 +124,10 @@ def _logical_lines(body, first_lineno):
         cur += raw
         if raw.endswith("\\"):
             cur += "\n"
+            continue
+        h = HEREDOC_RE.search(raw)
+        if h:
+            until = h.group(2)
             continue
         out.append((start, cur))
         cur, start = "", None

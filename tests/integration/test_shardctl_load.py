@@ -8,7 +8,6 @@ bound 0.5 +- 0.025 is 7 sd, so a uniform draw fails it with probability about 3e
 the load's seed is fixed: the same run every time). The old draw, a modulo of a 28-bit
 number, put 43 % of the keys above the middle.
 """
-import os
 import subprocess
 
 from lib import *
