@@ -47,7 +47,7 @@ the group's own session (it started the session: those are its descendants, noth
 
 Run alone: `bash tests/run.sh --integration docs_run` (or `python3
 tests/integration/test_docs_run.py [test_group_NAME ...]`). Also here: every relative
-link of README.md and docs/*.md resolves, and the runner's own checks (a broken line, a
+link of README.md and docs/*.md resolves and every repository path they name exists, and the runner's own checks (a broken line, a
 missing expect, a `# fails:` line that succeeds, a job left running: each fails its group).
 """
 import glob
@@ -136,6 +136,18 @@ def _logical_lines(body, first_lineno):
     return out
 
 
+def _skip_fence(lines, i):
+    """The index after lines[i]; when lines[i] opens an unmarked fenced block, after its
+    closing fence (a marker shown inside an example is not a marker)."""
+    m = re.match(r"^(`{3,})", lines[i])
+    if not m:
+        return i + 1
+    for j in range(i + 1, len(lines)):
+        if re.fullmatch(r"`{%d,}\s*" % len(m.group(1)), lines[j]):
+            return j + 1
+    return len(lines)
+
+
 def parse(path, text):
     """The marked blocks of one markdown file, in order."""
     lines = text.split("\n")
@@ -148,7 +160,7 @@ def parse(path, text):
         if not m and lines[i].startswith("<!-- run:"):
             raise DocError("%s:%d: malformed run marker %r" % (path, i + 1, lines[i]))
         if not m:
-            i += 1
+            i = _skip_fence(lines, i)
             continue
         body, i2 = _fence(lines, i + 1, "sh", path)
         b = Block(path, i + 3, m.group(1), _logical_lines(body, i + 3))
@@ -222,7 +234,7 @@ class Mapping:
 def _script(blocks, mapping, mark):
     """One bash script: every line, each followed by its exit-status check."""
     out = ["set -o pipefail", "cd %s" % _q(ROOT),
-           "__ms() { printf '\\n%s %%s\\n' \"$*\"; }" % mark]
+           "__ms() { printf '\\n%s %%s %%s\\n' \"$*\" \"$EPOCHREALTIME\"; }" % mark]
     for bi, b in enumerate(blocks):
         for li, (lineno, text) in enumerate(b.lines):
             run = mapping.line(text)
@@ -369,14 +381,17 @@ def run_group(name, blocks, tmp, timeout=GROUP_TIMEOUT_S, echo=True):
 
 
 def _shown(out, mark, blocks):
-    """The group's output for the log: each block under its place, marker lines dropped."""
-    lines, shown = [], set()
+    """The group's output for the log: each line's place and seconds, then its output."""
+    lines, last = [], None
     for l in out.rstrip("\n").split("\n"):
         if l.startswith(mark + " "):
             f = l.split()
-            if f[1] == "line" and f[2] not in shown:
-                shown.add(f[2])
-                lines.append("  --- %s" % blocks[int(f[2])].where())
+            if last is not None:
+                lines[last[0]] += "  (%.1f s)" % (float(f[-1]) - last[1])
+            if f[1] == "line":
+                b = blocks[int(f[2])]
+                lines.append("  --- %s" % b.where(b.lines[int(f[3])][0]))
+                last = (len(lines) - 1, float(f[4]))
             continue
         if l:
             lines.append("    | " + l)
@@ -464,6 +479,27 @@ def test_relative_links_resolve(t):
                 bad.append("%s: %s (no such heading)" % (os.path.relpath(path, ROOT), target))
     print("  %d relative links checked" % n)
     assert not bad, "dead links:\n  " + "\n  ".join(bad)
+
+
+SOURCE_PATH_RE = re.compile(r"(?<![\w/.-])((?:docs|tests|scripts|web|common|configsvr|shardd|router|cli)/"
+                            r"[\w./*-]*\w)")
+
+
+@test
+def test_named_paths_exist(t):
+    """A path of the repository named in the text of README.md or docs/*.md (`shardd/plan.c`,
+    tests/integration/test_*_crash.py) names files that exist: the pages point at code
+    that is there."""
+    bad, n = [], 0
+    for f in DOC_FILES:
+        path = os.path.join(ROOT, f)
+        with open(path, encoding="utf-8") as fh:
+            for name in SOURCE_PATH_RE.findall(fh.read()):
+                n += 1
+                if not (glob.glob(os.path.join(ROOT, name)) or glob.glob(os.path.join(ROOT, name) + "*")):
+                    bad.append("%s: %s" % (os.path.relpath(path, ROOT), name))
+    print("  %d paths checked" % n)
+    assert not bad, "paths named that do not exist:\n  " + "\n  ".join(bad)
 
 
 # The runner checked on a page written here: each way a doc can be wrong must fail it.
