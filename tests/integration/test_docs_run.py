@@ -204,8 +204,19 @@ class Mapping:
 
     def __init__(self, tmp):
         self.tmp = tmp
-        ports = free_ports(SPAN * len(BASES))[0]
-        self.bases = {b: ports + k * SPAN for k, b in enumerate(BASES)}
+        base = self._free_range()
+        self.bases = {b: base + k * SPAN for k, b in enumerate(BASES)}
+
+    @staticmethod
+    def _free_range():
+        """A free range for every doc base that overlaps none of the doc ranges: a cluster
+        someone runs on the default ports (or make demo's) never meets the suite's."""
+        n = SPAN * len(BASES)
+        for _ in range(100):
+            base = free_ports(n)[0]
+            if all(base + n <= b or b + SPAN <= base for b in BASES):
+                return base
+        raise RuntimeError("no free port range away from the default ones")
 
     def _port(self, p, back):
         for doc, mine in self.bases.items():
@@ -359,7 +370,7 @@ def run_group(name, blocks, tmp, timeout=GROUP_TIMEOUT_S, echo=True):
                 why = {"failed": "exited %s" % (end[3] if end and len(end) > 3 else "?"),
                        "ok-but-fails": "exited 0, but its comment says it fails"}.get(end[0] if end else "",
                                                                                      "did not finish")
-                problems.append("%s: `%s` %s" % (b.where(lineno), mapping.back(text).strip(), why))
+                problems.append("%s: `%s` %s" % (b.where(lineno), text.strip(), why))
         else:
             for bi, b in enumerate(blocks):
                 for lineno, rx in b.expects:
@@ -539,6 +550,17 @@ true   # fails: but it does not
 ```sh
 sleep 30 &
 ```
+<!-- run: hung -->
+```sh
+echo before
+sleep 60
+```
+<!-- run: stopped -->
+```sh
+scripts/cluster.sh start --dir /tmp/selftest --shards 1 --routers 0
+bin/shardctl --host tcp://127.0.0.1:27037 '{"ping": 1, "$db": "admin"}' >/dev/null
+bin/shardctl --host tcp://127.0.0.1:27037 '{"noSuchCommand": 1, "$db": "admin"}'
+```
 """
 
 
@@ -548,21 +570,28 @@ def test_runner_fails_a_broken_page(t):
     with open(path, "w") as f:
         f.write(SELF_DOC)
     groups = doc_groups([path])
-    assert list(groups) == ["good", "broken", "missing", "wrongfail", "leftover"], list(groups)
+    assert list(groups) == ["good", "broken", "missing", "wrongfail", "leftover", "hung", "stopped"], list(groups)
     run_group("good", groups["good"], os.path.join(t.dir, "good"), echo=False)
     want = {"broken": r"page\.md:20: `ls /nonexistent-dir-of-the-docs-runner` exited 2",
             "missing": r"page\.md:27: expect 'what the page promises' not found",
             "wrongfail": r"page\.md:30: `true   # fails: but it does not` exited 0, but its comment",
-            "leftover": r"left running when the group ended: \d+ sleep 30"}
+            "leftover": r"left running when the group ended: \d+ sleep 30",
+            "hung": r"timed out after 2 s\n  page\.md:39: `sleep 60` did not finish",
+            "stopped": r"page\.md:45: `bin/shardctl --host tcp://127\.0\.0\.1:27037 '\{\"noSuchCommand\"[^`]*` exited 1"}
     for name, rx in want.items():
         d = os.path.join(t.dir, name)
         try:
-            run_group(name, groups[name], d, echo=False)
+            run_group(name, groups[name], d, timeout=2 if name == "hung" else GROUP_TIMEOUT_S, echo=False)
         except AssertionError as e:
             assert re.search(rx, str(e)), "group %s failed, but not as expected: %s" % (name, e)
             print("  %s: fails as it must: %s" % (name, str(e).splitlines()[0][:160]))
         else:
             raise AssertionError("group %s passed: the runner does not bite" % name)
+    # the failed group's cluster was stopped: cluster.sh stop removes cluster.pids only when
+    # none of the processes it started still runs
+    d = os.path.join(t.dir, "stopped", "selftest")
+    assert os.path.isdir(os.path.join(d, "shard0")), "the self-test's cluster never started"
+    assert not os.path.exists(os.path.join(d, "cluster.pids")), "the failed group's cluster still runs"
     for bad in ("<!-- run: x -->\n```js\n1\n```\n", "<!-- run: x -->\n```sh\necho\n",
                 "<!-- expect: a -->\n", "<!-- run: x mongosh -->\n```sh\necho\n```\n```js\n1\n```\n"):
         try:
