@@ -35,29 +35,30 @@ The convention (every page that shows commands to run follows it):
 
 How the blocks are kept off the ports and directories of anything else: each group gets
 a free port range for every port base the docs use (27017: cluster.sh's default; 28017:
-`make demo`'s), and every literal port in a line (`127.0.0.1:P`, `--port P`, `--base-port
-P`, ...) inside [base, base+310) is moved into it; `/tmp/NAME` becomes a directory of the
-group's own temp dir. The session's environment points the defaults there too:
-MS_BASE_PORT (cluster.sh start's default base) and MS_HOST (shardctl's default URL, the
-moved router0). `bin/X` runs $MS_BIN/X (the sanitizer build under `make SAN=...`). The
-output is mapped back (ports and /tmp paths as the page shows them) before the expects
-are searched and before it is printed. On failure or timeout the runner stops every
-cluster directory the group named (`cluster.sh stop --dir`) and kills the processes of
-the group's own session (it started the session: those are its descendants, nothing else).
+`make demo`'s), away from those defaults, and every literal port in a line
+(`127.0.0.1:P`, `--port P`, `--base-port P`, ...) inside [base, base+310) is moved into
+it; `/tmp/NAME` becomes a directory of the group's own temp dir. The session's
+environment points the defaults there too: MS_BASE_PORT (cluster.sh start's default
+base) and MS_HOST (shardctl's default URL, the moved router0); HOME is a temp dir
+(mongosh writes there). `bin/X` runs $MS_BIN/X (the sanitizer build under `make
+SAN=...`). The output is mapped back (ports and /tmp paths as the page shows them) before
+the expects are searched and before it is printed, each line with its seconds. On failure
+or timeout the runner stops every cluster directory the group named (`cluster.sh stop
+--dir`) and kills the processes of the group's own session (it started the session:
+those are its descendants, nothing else).
 
 Run alone: `bash tests/run.sh --integration docs_run` (or `python3
 tests/integration/test_docs_run.py [test_group_NAME ...]`). Also here: every relative
-link of README.md and docs/*.md resolves and every repository path they name exists, and the runner's own checks (a broken line, a
-missing expect, a `# fails:` line that succeeds, a job left running: each fails its group).
+link of README.md and docs/*.md resolves and every repository path they name exists; and
+the runner's own check on a page written for it: a failing line, a missing expect, a
+`# fails:` line that succeeds, a job left running, a hung line, each fails its group,
+and a failed group's cluster is stopped.
 """
 import glob
 import os
 import re
-import shutil
 import signal
 import subprocess
-import tempfile
-import time
 
 from lib import *
 
