@@ -15,7 +15,8 @@
 # WIRE is the mongodb:// URL where a router or shard serves MongoDB's wire protocol
 # (mongosh, drivers), "-" for the config server. Ports: routerI = P+I, config = P+10,
 # shardI = P+20+I; wire: routerI = P+100+I, shardI = P+200+I (P defaults to 27017, so
-# router0 is on shardctl's default URL and mongodb://127.0.0.1:27117); the config server's
+# router0 is on shardctl's default URL and mongodb://127.0.0.1:27117; $MS_BASE_PORT changes
+# that default, with $MS_HOST, shardctl's default URL, set to router0's); the config server's
 # live web view (--http-port) on P+300, http://127.0.0.1:27317/ by default, whose URL is
 # printed on stderr as `web http://127.0.0.1:PORT/` (stdout keeps one line per process,
 # which scripts parse). All listen on 127.0.0.1 only. --test adds --enable-test-commands to every
@@ -45,7 +46,7 @@ usage() {
 
 cmd=${1:-}; [ -n "$cmd" ] || usage 2; shift
 case "$cmd" in -h|--help|help) usage 0 ;; esac
-dir=""; shards=3; shards_given=0; routers=1; base=27017; base_given=0; test_flag=""; config_flags=""
+dir=""; shards=3; shards_given=0; routers=1; base=${MS_BASE_PORT:-27017}; base_given=0; test_flag=""; config_flags=""
 reuse=0; kill_flag=0; target=""
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -78,7 +79,7 @@ is_ours() {
     local path=$2 argv0
     [[ "$path" == /* ]] || path="$BIN/$path"
     [ -r "/proc/$1/cmdline" ] || return 1
-    argv0=$(tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | head -n 1) || return 1
+    argv0=$(tr '\0' '\n' 2>/dev/null <"/proc/$1/cmdline" | head -n 1) || return 1
     [ "$argv0" = "$path" ] || return 1
     # (not cmp: /proc files claim size 0, and cmp takes differing sizes as a difference)
     [ -z "${3:-}" ] || [ "$(tr '\0' '\n' <"/proc/$1/cmdline")" = "$(tr '\0' '\n' <"$dir/$3.argv")" ]

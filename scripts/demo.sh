@@ -11,13 +11,14 @@
 # root (tests/integration/test_demo.py runs each), then `Next: make tour` (not indented:
 # a pointer to the guided tour of one migration, which starts a cluster of its own). For the demo only, each migration
 # waits for its range deletion (_waitForDelete), so each one stays on screen.
-#   DEMO_DIR (default ./demo-cluster), DEMO_DOCS (default 200000), DEMO_PORT (27017),
+#   DEMO_DIR (default ./demo-cluster), DEMO_DOCS (default 200000), DEMO_PORT (28017: its
+#   own ports, so that a cluster on cluster.sh's default ports, 27017.., can run beside it),
 #   DEMO_CHUNK_BYTES (chunk size, default 2 MiB: ~20 chunks of ~9,000 documents).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${DEMO_DIR:-$ROOT/demo-cluster}
 DOCS=${DEMO_DOCS:-200000}
-PORT=${DEMO_PORT:-27017}
+PORT=${DEMO_PORT:-28017}
 CHUNK_BYTES=${DEMO_CHUNK_BYTES:-2097152}
 NS=demo.users
 ROUTER="tcp://127.0.0.1:$PORT"
@@ -26,7 +27,7 @@ ROUTER="tcp://127.0.0.1:$PORT"
 CONFIG_FLAGS="--balancer-idle-ms 1000 --balancer-throttle-ms 1000"
 ctl() { "$ROOT/bin/shardctl" --host "$ROUTER" "$@"; }
 # The hints at the end are typed from the repository's root: shardctl there names the
-# router only when it is not on shardctl's default port.
+# router unless it is on shardctl's default URL (27017, when DEMO_PORT says so).
 SHARDCTL=bin/shardctl
 [ "$PORT" = 27017 ] || SHARDCTL="bin/shardctl --host $ROUTER"
 if [ -t 1 ]; then
