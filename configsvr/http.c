@@ -495,7 +495,7 @@ static int parse_request_line(char *line, web_head_t *hd, char *msg, size_t cap)
         return 400;
     }
     if (v[5] != '1') {
-        snprintf(msg, cap, "HTTP version %.8s not supported (HTTP/1.0 and HTTP/1.1 are)", v);
+        snprintf(msg, cap, "HTTP version %.3s not supported (1.0 and 1.1 are)", v + 5);
         return 505;
     }
     hd->method = line;
@@ -692,6 +692,22 @@ static void conn_close(cfg_http_t *h, int i, const char *reason) {
     h->conns[i] = h->conns[--h->nconns];
 }
 
+/* Makes s the connection's last answer: Connection: close in its headers, now or when it
+ * is answered. */
+static void slot_mark_last(web_slot_t *s) {
+    static const char hdr[] = "Connection: close\r\n";
+    s->close = true;
+    if (s->parked) return;
+    const char *end = memmem((const char *)s->resp.data, s->resp.len, "\r\n\r\n", 4);
+    if (!end || memmem((const char *)s->resp.data, (size_t)(end - (const char *)s->resp.data), "\r\nConnection:", 13))
+        return;
+    size_t at = (size_t)(end - (const char *)s->resp.data) + 2, tail = s->resp.len - at;
+    buf_reserve(&s->resp, sizeof hdr - 1);
+    memmove(s->resp.data + at + sizeof hdr - 1, s->resp.data + at, tail);
+    memcpy(s->resp.data + at, hdr, sizeof hdr - 1);
+    s->resp.len += sizeof hdr - 1;
+}
+
 /* Answers a request the server refuses to read further (bad framing, a head over a cap):
  * the last answer of the connection, logged. */
 static void conn_refuse(web_conn_t *c, int status, const char *reason, const char *msg) {
@@ -752,6 +768,7 @@ static void conn_process(cfg_http_t *h, web_conn_t *c) {
         if (c->q_n == MS_HTTP_PIPELINE_MAX) {
             log_info("http pipelined requests over the cap, connection closed after the %d queued: conn=%llu "
                      "peer=%s", MS_HTTP_PIPELINE_MAX, c->id, c->peer);
+            slot_mark_last(slot_at(c, c->q_n - 1));
             c->closing = "pipelineCap";
             break;
         }
