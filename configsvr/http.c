@@ -145,6 +145,7 @@ struct cfg_http {
     unsigned long long next_id;
     int nparked;
     int64_t seen_builds;
+    long long accept_paused_until;
     int64_t requests, closed_idle, closed_over_cap, closed_other;
 };
 
@@ -933,7 +934,15 @@ static int conn_longest_silent(const cfg_http_t *h) {
 static void accept_conns(cfg_http_t *h) {
     for (int i = 0; i < 16; i++) {  /* bounded: the rest wait for the next turn */
         int fd = accept4(h->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) return;  /* EAGAIN, or out of descriptors: retried next turn */
+        if (fd < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED))
+            return;
+        if (fd < 0) {
+            /* out of descriptors or memory: the listener stays readable, so it is left out of
+             * poll for a tick instead of spinning on it */
+            log_warn("http accept failed, retried in %d ms: %s", MS_HTTP_TICK_MS, strerror(errno));
+            h->accept_paused_until = time_mono_ms() + MS_HTTP_TICK_MS;
+            return;
+        }
         web_conn_t *c = calloc(1, sizeof *c);
         if (!c) {
             close(fd);
@@ -957,6 +966,7 @@ static int loop_timeout(const cfg_http_t *h) {
         long long d = conn_deadline(h, h->conns[i]);
         if (d < until) until = d;
     }
+    if (h->accept_paused_until > now && h->accept_paused_until < until) until = h->accept_paused_until;
     return until <= now ? 1 : (int)(until - now);
 }
 
@@ -994,7 +1004,7 @@ static void *loop(void *arg) {
         if (stop) break;
         int n = h->nconns;
         pf[0] = (struct pollfd){.fd = h->wake[0], .events = POLLIN};
-        pf[1] = (struct pollfd){.fd = h->lfd, .events = POLLIN};
+        pf[1] = (struct pollfd){.fd = time_mono_ms() < h->accept_paused_until ? -1 : h->lfd, .events = POLLIN};
         for (int i = 0; i < n; i++) {
             web_conn_t *c = polled[i] = h->conns[i];
             short ev = (short)((conn_wants_read(c) ? POLLIN : 0) | (out_unsent(c) > 0 ? POLLOUT : 0));
