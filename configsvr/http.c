@@ -646,10 +646,8 @@ static web_slot_t *slot_at(web_conn_t *c, int i) {
 /* The next slot of the queue, empty (the caller checked q_n < MS_HTTP_PIPELINE_MAX). */
 static web_slot_t *slot_push(web_conn_t *c) {
     web_slot_t *s = slot_at(c, c->q_n++);
-    buf_t keep = s->resp;  /* its buffer's memory is reused */
-    buf_reset(&keep);
+    buf_free(&s->resp);
     memset(s, 0, sizeof *s);
-    s->resp = keep;
     return s;
 }
 
@@ -663,7 +661,7 @@ static void conn_flush(web_conn_t *c) {
             c->out_since_ms = time_mono_ms();
         }
         buf_put(&c->out, s->resp.data, s->resp.len);
-        buf_reset(&s->resp);
+        buf_free(&s->resp);  /* an answer may be a whole state: not kept by an idle slot */
         if (s->close && !c->closing) c->closing = "connectionClose";
         c->q_first = (c->q_first + 1) % MS_HTTP_PIPELINE_MAX;
         c->q_n--;
@@ -859,7 +857,7 @@ static bool conn_write(web_conn_t *c, const char **reason) {
         c->out_off += (size_t)n;
     }
     if (out_unsent(c) == 0 && c->out.len > 0) {
-        buf_reset(&c->out);
+        buf_free(&c->out);  /* up to MS_HTTP_OUT_BYTES_MAX and an answer: not kept while idle */
         c->out_off = 0;
         c->answered_ms = time_mono_ms();
     }
