@@ -38,7 +38,9 @@
  * Connections. At most MS_HTTP_CONNS_MAX: a new one past the cap closes the one that has
  * waited longest since its last answer. One with nothing to answer and no answer for
  * --http-idle-ms is closed (an abandoned keep-alive, a client that never finishes its
- * request or trickles it). Every close is logged with its reason
+ * request or trickles it). After a connection's last answer our side is shut and what the
+ * client still sends is drained for MS_HTTP_LINGER_MS at most, so that the close does not
+ * reset the answer away. Every close is logged with its reason
  * (`http connection closed conn=N peer=... reason=...`).
  */
 #include <errno.h>
@@ -52,6 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -395,11 +398,12 @@ static int parse_target(const char *uri, web_req_t *r, bool *is_static, const ch
                 }
                 r->n = v > MS_HTTP_CHANGELOG_MAX ? MS_HTTP_CHANGELOG_MAX : (int)v;
             } else if (!strcmp(key, "ns") && takes_ns) {
-                if (strlen(val) > MS_NS_BYTES_MAX || !strchr(val, '.')) {
+                size_t vl = strlen(val);
+                if (vl > MS_NS_BYTES_MAX || !strchr(val, '.')) {
                     snprintf(msg, cap, "ns must be a namespace db.collection");
                     return 400;
                 }
-                snprintf(r->ns, sizeof r->ns, "%s", val);
+                memcpy(r->ns, val, vl + 1);  /* fits: checked just above */
             } else if (!strcmp(key, "_")) {
                 /* a cache buster some clients add: accepted and ignored */
             } else {
@@ -682,10 +686,10 @@ static void conn_close(cfg_http_t *h, int i, const char *reason) {
     web_conn_t *c = h->conns[i];
     log_info("http connection closed conn=%llu peer=%s reason=%s requests=%lld queued=%d unsent=%zu "
              "unread=%zu ageMS=%lld",
-             c->id, c->peer, reason, c->requests, c->q_n, out_unsent(c), c->in_len - c->in_off,
+             c->id, c->peer, reason ? reason : "unknown", c->requests, c->q_n, out_unsent(c), c->in_len - c->in_off,
              time_mono_ms() - c->accepted_ms);
-    if (!strcmp(reason, "idle")) h->closed_idle++;
-    else if (!strcmp(reason, "overCap")) h->closed_over_cap++;
+    if (reason && !strcmp(reason, "idle")) h->closed_idle++;
+    else if (reason && !strcmp(reason, "overCap")) h->closed_over_cap++;
     else h->closed_other++;
     conn_free(h, c);
     h->conns[i] = h->conns[--h->nconns];
@@ -913,7 +917,7 @@ static void answer_parked(cfg_http_t *h) {
 static void peer_name(int fd, char *out, size_t cap) {
     struct sockaddr_storage a;
     socklen_t al = sizeof a;
-    char host[64] = "?", serv[16] = "?";
+    char host[INET6_ADDRSTRLEN] = "?", serv[8] = "?";  /* fit peer[64] with the ':' */
     if (getpeername(fd, (struct sockaddr *)&a, &al) == 0)
         getnameinfo((struct sockaddr *)&a, al, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV);
     snprintf(out, cap, "%s:%s", host, serv);
