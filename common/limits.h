@@ -602,7 +602,7 @@
 #define MS_HTTP_LINE_BYTES_MAX 8192
 #define MS_HTTP_HEADERS_MAX 100
 /* Pipelined requests of one connection waiting for their answers (behind one that waits
- * for a build; answers leave in request order). The one past it is not read: the queued
+ * for a build; answers leave in request order). The one past it is not answered: the queued
  * ones are answered, then the connection is closed. Browsers do not pipeline. */
 #define MS_HTTP_PIPELINE_MAX 32
 /* Answers of one connection handed to us and not yet taken by its socket: past it no

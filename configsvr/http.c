@@ -23,7 +23,7 @@
  * must fit MS_HTTP_HEAD_BYTES_MAX, the read buffer, with lines of at most
  * MS_HTTP_LINE_BYTES_MAX and at most MS_HTTP_HEADERS_MAX fields (else 400 for the request
  * line, 431 for the headers, and the connection closed); at most MS_HTTP_PIPELINE_MAX
- * requests wait in the queue (the one past it is not read: the queued ones are answered,
+ * requests wait in the queue (the one past it is not answered: the queued ones are,
  * then the connection is closed); while MS_HTTP_OUT_BYTES_MAX bytes of answers are unsent
  * no further request is read (the client's own socket buffer holds them), and answers
  * unsent for --http-idle-ms get the connection cut (a client that never reads).
