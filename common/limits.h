@@ -563,7 +563,7 @@
 #define MS_HTTP_QUERY_PARAMS_MAX 8
 /* How long an assembled cluster state is served before it is rebuilt: N open pages polling
  * every second cost one build per this interval, like one page. A request finding an
- * older state waits for the next build (deferred on its nng_aio, never on an NNG thread),
+ * older state waits for the next build (parked in its connection's queue, never blocking),
  * and nothing is built while nobody asks: an idle web port costs no shard call at all. */
 #define MS_HTTP_STATE_TTL_MS 400
 /* Deadline of each shard call of a build (listDatabases, collStats, currentOp): short, so
@@ -581,18 +581,38 @@
  * ?n= may ask for fewer, never more. */
 #define MS_HTTP_CHANGELOG_MAX 100
 #define MS_HTTP_ROUNDS_MAX 20
-/* NNG 1.5's HTTP server has neither an idle timeout nor a connection cap; configsvr/http.c
- * sweeps the port's connections itself every MS_HTTP_SWEEP_MS. One we have sent nothing
- * for MS_HTTP_IDLE_MS_DEFAULT (--http-idle-ms) is closed: a page polls every second and is
- * answered within one, so only an abandoned keep-alive, a client that never finishes its
- * request or one trickling it byte by byte gets there. Beyond MS_HTTP_CONNS_MAX open
- * connections the longest silent are closed (a browser opens at most 6 per host; 64 is
- * ten open pages with room to spare). */
-#define MS_HTTP_SWEEP_MS 500
+/* Connections of the web port (configsvr/http.c, its own HTTP/1.1 server). One with no
+ * request waiting and no answer for MS_HTTP_IDLE_MS_DEFAULT (--http-idle-ms) is closed: a
+ * page polls every second and is answered within one, so only an abandoned keep-alive, a
+ * client that never finishes its request or one trickling it byte by byte gets there; the
+ * same time bounds answers left unsent (a client that does not read them). Beyond
+ * MS_HTTP_CONNS_MAX open connections the longest silent is closed for each new one (a
+ * browser opens at most 6 per host; 64 is ten open pages with room to spare). The loop
+ * looks at its deadlines at least every MS_HTTP_TICK_MS * 10 ms. */
+#define MS_HTTP_TICK_MS 100
 #define MS_HTTP_IDLE_MS_DEFAULT 10000
 #define MS_HTTP_IDLE_MS_MIN 1000
 #define MS_HTTP_IDLE_MS_MAX 3600000
 #define MS_HTTP_CONNS_MAX 64
+/* A request head (request line and header fields; no request here has a body) must fit
+ * the connection's read buffer, MS_HTTP_HEAD_BYTES_MAX, with lines of at most
+ * MS_HTTP_LINE_BYTES_MAX and at most MS_HTTP_HEADERS_MAX fields: a browser sends about 1 KB
+ * in 15 fields. Over: 400 (the request line) or 431, and the connection closed. */
+#define MS_HTTP_HEAD_BYTES_MAX 16384
+#define MS_HTTP_LINE_BYTES_MAX 8192
+#define MS_HTTP_HEADERS_MAX 100
+/* Pipelined requests of one connection waiting for their answers (behind one that waits
+ * for a build; answers leave in request order). The one past it is not answered: the queued
+ * ones are answered, then the connection is closed. Browsers do not pipeline. */
+#define MS_HTTP_PIPELINE_MAX 32
+/* Answers of one connection handed to us and not yet taken by its socket: past it no
+ * further request is read until they drain (one answer may pass it; the state is capped). */
+#define MS_HTTP_OUT_BYTES_MAX (256 * 1024)
+/* After a connection's last answer (Connection: close, a refused request) our side is shut
+ * and what the client still sends is read and dropped for at most this long and this many
+ * bytes before the close, so that the close does not reset the answer away. */
+#define MS_HTTP_LINGER_MS 1000
+#define MS_HTTP_LINGER_BYTES_MAX (256 * 1024)
 
 /* checkMetadataConsistency (docs/protocol.md): the sharded collections of one database a
  * check covers (the participant's request and its reply of index specs, up to

@@ -675,13 +675,14 @@ void cfg_ddl_unlock(cfg_ddl_guard_t *g);
 
 /* ---- the web view (http.c, http_api.c; --http-port) ---------------------------------- */
 typedef struct cfg_http cfg_http_t;
-/* Serves the page and the JSON endpoints on http://bind_addr:port/ (NNG's HTTP server)
- * with its collector thread, and sweeps the port's connections (idle_ms: a connection
- * sent nothing for this long is closed). *out set on success only; an NNG error
- * (err_from_nng) when the port cannot be bound. */
+/* Serves the page and the JSON endpoints on http://bind_addr:port/ (our own HTTP/1.1
+ * server: a loop thread for every connection, and the collector thread) and bounds the
+ * port's connections (idle_ms: one with nothing waiting and no answer for this long is
+ * closed, and so is one whose answers stay unsent this long). *out set on success only;
+ * SocketException when the port cannot be bound. */
 int cfg_http_start(cfg_t *cfg, const char *bind_addr, int port, int idle_ms, cfg_http_t **out,
                    ms_error_t *err);
-/* Finishes parked requests, stops the server and the collector; NULL-safe. Call before
+/* Closes every connection, stops the loop and the collector; NULL-safe. Call before
  * the catalog is closed. */
 void cfg_http_stop(cfg_http_t *h);
 const char *cfg_http_url(const cfg_http_t *h);  /* "http://bind:port/" */
