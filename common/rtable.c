@@ -3,9 +3,18 @@
  * used by the router's cache (bin/router) and the shard's filtering metadata
  * (bin/shardd): parse, merge an incremental refresh, check the tiling, derive the
  * collection and per-shard versions, find a key's chunk, compare versions (notes §2.1).
+ *
+ * Storage: chunks in refcounted, immutable blocks (rtable.h). A full reply is packed
+ * into full blocks in one pass. An incremental reply is cut into runs of adjacent fresh
+ * chunks; each run replaces the base chunks between two of base's boundaries; the
+ * blocks those runs touch are rebuilt (with a neighbour when they would shrink below
+ * half a block), every other block is shared with base. Derived versions are updated by
+ * the chunks removed and added; a shard that loses every chunk at its version is
+ * recomputed from the per-block summaries (O(blocks)), the only non-local step.
  */
 #include "common/rtable.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,19 +37,121 @@ static void chunk_free(rtable_chunk_t *c) {
     buf_free(&c->max);
 }
 
+/* ---- blocks ------------------------------------------------------------------------------ */
+
+_Static_assert(MS_SHARDS_MAX <= 64, "a block's owners mask has one bit per shard index");
+
+/* One allocation: the header, n chunks, then their bounds' bytes (the chunks' buffers
+ * point there with cap 0). Written only before a table publishes it (or while it is the
+ * only holder: rtable_rotate_shards); then read-only and shared by refcount. */
+struct rtable_block {
+    atomic_int refs;
+    int n;
+    uint64_t owners;                     /* bit s: shard index s owns a chunk here */
+    uint64_t shard_max[MS_SHARDS_MAX];   /* per shard index: max lastmod of its chunks here */
+    rtable_chunk_t c[];
+};
+
+static uint64_t lastmod(const rtable_chunk_t *c) {
+    return (uint64_t)c->major << 32 | c->minor;
+}
+
+static void block_summarize(rtable_block_t *b) {
+    b->owners = 0;
+    memset(b->shard_max, 0, sizeof b->shard_max);
+    for (int i = 0; i < b->n; i++) {
+        int s = b->c[i].shard;
+        b->owners |= 1ull << s;
+        if (lastmod(&b->c[i]) > b->shard_max[s]) b->shard_max[s] = lastmod(&b->c[i]);
+    }
+}
+
+static void bound_into(buf_t *dst, const buf_t *src, uint8_t **arena) {
+    memcpy(*arena, src->data, src->len);
+    *dst = (buf_t){.data = *arena, .len = src->len, .cap = 0};
+    *arena += src->len;
+}
+
+/* A new block holding copies of the n chunks src points to (in that order). */
+static rtable_block_t *block_new(const rtable_chunk_t *const *src, int n) {
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) bytes += src[i]->min.len + src[i]->max.len;
+    rtable_block_t *b = xrealloc(NULL, sizeof *b + (size_t)n * sizeof b->c[0] + bytes);
+    uint8_t *arena = (uint8_t *)&b->c[n];
+    atomic_init(&b->refs, 1);
+    b->n = n;
+    for (int i = 0; i < n; i++) {
+        b->c[i] = *src[i];
+        bound_into(&b->c[i].min, &src[i]->min, &arena);
+        bound_into(&b->c[i].max, &src[i]->max, &arena);
+    }
+    block_summarize(b);
+    return b;
+}
+
+static void block_release(rtable_block_t *b) {
+    if (b && atomic_fetch_sub(&b->refs, 1) == 1) free(b);
+}
+
+static rtable_block_t *block_share(rtable_block_t *b) {
+    atomic_fetch_add(&b->refs, 1);
+    return b;
+}
+
+/* A table's block index under construction. */
+typedef struct blist {
+    rtable_block_t **v;
+    int n, cap;
+} blist_t;
+
+static void blist_push(blist_t *l, rtable_block_t *b) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 16;
+        l->v = xrealloc(l->v, (size_t)l->cap * sizeof *l->v);
+    }
+    l->v[l->n++] = b;
+}
+
+/* Packs n chunks into ceil(n / RTABLE_BLOCK_CHUNKS) blocks of even size. */
+static void blist_pack(blist_t *l, const rtable_chunk_t *const *src, int n) {
+    int nb = (n + RTABLE_BLOCK_CHUNKS - 1) / RTABLE_BLOCK_CHUNKS, off = 0;
+    for (int k = 0; k < nb; k++) {
+        int size = n / nb + (k < n % nb);
+        blist_push(l, block_new(src + off, size));
+        off += size;
+    }
+}
+
+/* Moves l's blocks into t and indexes them. */
+static void table_take_blocks(rtable_t *t, blist_t *l) {
+    t->blocks = l->v;
+    t->nblocks = l->n;
+    t->block_start = xrealloc(NULL, (size_t)(l->n + 1) * sizeof *t->block_start);
+    int start = 0;
+    for (int b = 0; b < l->n; b++) {
+        t->block_start[b] = start;
+        start += l->v[b]->n;
+    }
+    t->block_start[l->n] = start;
+    t->nchunks = start;
+    memset(l, 0, sizeof *l);
+}
+
 void rtable_clear(rtable_t *t) {
     if (!t) return;
-    for (int i = 0; i < t->nchunks; i++) chunk_free(&t->chunks[i]);
-    free(t->chunks);
+    for (int b = 0; b < t->nblocks; b++) block_release(t->blocks[b]);
+    free(t->blocks);
+    free(t->block_start);
     keys_pattern_free(&t->pattern);
     memset(t, 0, sizeof *t);
 }
 
-int rtable_find(const rtable_t *t, const uint8_t *key, size_t len) {
-    int lo = 0, hi = t->nchunks - 1, found = 0;
-    while (lo <= hi) {   /* the last chunk with min <= key */
+/* The block holding chunk i: the last whose start <= i. */
+static int block_of(const rtable_t *t, int i) {
+    int lo = 0, hi = t->nblocks - 1, found = 0;
+    while (lo <= hi) {
         int mid = lo + (hi - lo) / 2;
-        if (rtable_bytes_cmp(t->chunks[mid].min.data, t->chunks[mid].min.len, key, len) <= 0) {
+        if (t->block_start[mid] <= i) {
             found = mid;
             lo = mid + 1;
         } else {
@@ -48,6 +159,46 @@ int rtable_find(const rtable_t *t, const uint8_t *key, size_t len) {
         }
     }
     return found;
+}
+
+const rtable_chunk_t *rtable_chunk(const rtable_t *t, int i) {
+    int b = block_of(t, i);
+    return &t->blocks[b]->c[i - t->block_start[b]];
+}
+
+/* Index in a sorted run of n chunks of the last whose min <= key (0 when none is). */
+static int last_min_le(const rtable_chunk_t *c, int n, const uint8_t *key, size_t len) {
+    int lo = 0, hi = n - 1, found = 0;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (rtable_bytes_cmp(c[mid].min.data, c[mid].min.len, key, len) <= 0) {
+            found = mid;
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return found;
+}
+
+int rtable_find(const rtable_t *t, const uint8_t *key, size_t len) {
+    int lo = 0, hi = t->nblocks - 1, b = 0;
+    if (t->nblocks == 0) return 0;
+    while (lo <= hi) {   /* the last block whose first min <= key */
+        int mid = lo + (hi - lo) / 2;
+        const buf_t *m = &t->blocks[mid]->c[0].min;
+        if (rtable_bytes_cmp(m->data, m->len, key, len) <= 0) {
+            b = mid;
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return t->block_start[b] + last_min_le(t->blocks[b]->c, t->blocks[b]->n, key, len);
+}
+
+const rtable_chunk_t *rtable_find_chunk(const rtable_t *t, const uint8_t *key, size_t len) {
+    return t->nchunks ? rtable_chunk(t, rtable_find(t, key, len)) : NULL;
 }
 
 int rtable_shard_index(const rtable_t *t, const char *name) {
@@ -205,11 +356,68 @@ static int chunk_cmp_min(const void *a, const void *b) {
     return buf_cmp(&((const rtable_chunk_t *)a)->min, &((const rtable_chunk_t *)b)->min);
 }
 
-/* Tiling check and derived versions. False when the chunks do not tile [MinKey, MaxKey). */
-static bool table_finish(rtable_t *t) {
+/* ---- derived versions -------------------------------------------------------------------- */
+
+static uint64_t shard_max(const rtable_t *t, int s) {
+    return (uint64_t)t->shard_major[s] << 32 | t->shard_minor[s];
+}
+
+static void set_shard_max(rtable_t *t, int s, uint64_t v, int at_max) {
+    t->shard_major[s] = (uint32_t)(v >> 32);
+    t->shard_minor[s] = (uint32_t)v;
+    t->shard_at_max[s] = at_max;
+}
+
+static void derive_add(rtable_t *t, const rtable_chunk_t *c) {
+    int s = c->shard;
+    t->shard_nchunks[s]++;
+    if (lastmod(c) > shard_max(t, s) || t->shard_nchunks[s] == 1) set_shard_max(t, s, lastmod(c), 1);
+    else if (lastmod(c) == shard_max(t, s)) t->shard_at_max[s]++;
+}
+
+/* A chunk leaves: its shard's version stands while another chunk has it (shard_at_max). */
+static void derive_remove(rtable_t *t, const rtable_chunk_t *c) {
+    int s = c->shard;
+    t->shard_nchunks[s]--;
+    if (lastmod(c) == shard_max(t, s)) t->shard_at_max[s]--;
+}
+
+/* Shard s's version from the block summaries: the max over the blocks it owns chunks
+ * in, then how many chunks have it (only the blocks whose summary reaches it). */
+static void recompute_shard(rtable_t *t, int s) {
+    uint64_t best = 0, bit = 1ull << s;
+    int at = 0;
+    for (int b = 0; b < t->nblocks; b++)
+        if ((t->blocks[b]->owners & bit) && t->blocks[b]->shard_max[s] > best)
+            best = t->blocks[b]->shard_max[s];
+    for (int b = 0; b < t->nblocks; b++) {
+        const rtable_block_t *k = t->blocks[b];
+        if (!(k->owners & bit) || k->shard_max[s] != best) continue;
+        for (int i = 0; i < k->n; i++) at += k->c[i].shard == s && lastmod(&k->c[i]) == best;
+    }
+    set_shard_max(t, s, best, at);
+}
+
+/* Completes the shard versions (after derive_add/derive_remove) and the collection
+ * version, which the reply's collectionVersion floors (coll_* hold that floor). */
+static void derive_finish(rtable_t *t) {
+    uint64_t coll = (uint64_t)t->coll_major << 32 | t->coll_minor;
+    for (int s = 0; s < t->nshards; s++) {
+        if (t->shard_nchunks[s] == 0) set_shard_max(t, s, 0, 0);
+        else if (t->shard_at_max[s] == 0) recompute_shard(t, s);
+        if (shard_max(t, s) > coll) coll = shard_max(t, s);
+    }
+    t->coll_major = (uint32_t)(coll >> 32);
+    t->coll_minor = (uint32_t)coll;
+}
+
+/* ---- full load --------------------------------------------------------------------------- */
+
+/* Whether the sorted chunks tile [MinKey, MaxKey) of t's pattern. */
+static bool chunks_tile(const rtable_t *t, const rtable_chunk_t *c, int n) {
     bson_t bmin, bmax;
     buf_t gmin = {0}, gmax = {0};
-    bool ok = t->nchunks > 0;
+    bool ok = n > 0;
     bson_init(&bmin);
     bson_init(&bmax);
     keys_global_min(&t->pattern, &bmin);
@@ -217,25 +425,8 @@ static bool table_finish(rtable_t *t) {
     if (keys_encode_bound(&t->pattern, &bmin, &gmin, NULL) ||
         keys_encode_bound(&t->pattern, &bmax, &gmax, NULL))
         ok = false;
-    if (ok) {
-        if (buf_cmp(&t->chunks[0].min, &gmin) != 0) ok = false;
-        if (buf_cmp(&t->chunks[t->nchunks - 1].max, &gmax) != 0) ok = false;
-        for (int i = 0; ok && i + 1 < t->nchunks; i++)
-            if (buf_cmp(&t->chunks[i].max, &t->chunks[i + 1].min) != 0) ok = false;
-    }
-    memset(t->shard_major, 0, sizeof t->shard_major);
-    memset(t->shard_minor, 0, sizeof t->shard_minor);
-    for (int i = 0; i < t->nchunks; i++) {
-        const rtable_chunk_t *c = &t->chunks[i];
-        if (vless(t->coll_major, t->coll_minor, c->major, c->minor)) {
-            t->coll_major = c->major;
-            t->coll_minor = c->minor;
-        }
-        if (vless(t->shard_major[c->shard], t->shard_minor[c->shard], c->major, c->minor)) {
-            t->shard_major[c->shard] = c->major;
-            t->shard_minor[c->shard] = c->minor;
-        }
-    }
+    if (ok) ok = buf_cmp(&c[0].min, &gmin) == 0 && buf_cmp(&c[n - 1].max, &gmax) == 0;
+    for (int i = 0; ok && i + 1 < n; i++) ok = buf_cmp(&c[i].max, &c[i + 1].min) == 0;
     bson_destroy(&bmin);
     bson_destroy(&bmax);
     buf_free(&gmin);
@@ -243,35 +434,185 @@ static bool table_finish(rtable_t *t) {
     return ok;
 }
 
-/* Merges sorted, disjoint fresh chunks into base's: an old chunk survives when no fresh
- * chunk overlaps it. Takes ownership of fresh's buffers (moved into t). */
-static void merge_into(rtable_t *t, const rtable_t *base, rtable_chunk_t *fresh, int nfresh) {
-    t->chunks = xrealloc(NULL, (size_t)(base->nchunks + nfresh + 1) * sizeof *t->chunks);
-    int j = 0;
-    for (int i = 0; i < base->nchunks; i++) {
-        const rtable_chunk_t *oc = &base->chunks[i];
-        int lo = 0, hi = nfresh - 1, cand = -1;
-        while (lo <= hi) {   /* the last fresh chunk with min < oc.max decides */
-            int mid = lo + (hi - lo) / 2;
-            if (buf_cmp(&fresh[mid].min, &oc->max) < 0) {
-                cand = mid;
-                lo = mid + 1;
-            } else {
-                hi = mid - 1;
-            }
-        }
-        if (cand >= 0 && buf_cmp(&fresh[cand].max, &oc->min) > 0) continue;   /* replaced */
-        rtable_chunk_t *nc = &t->chunks[j++];
-        memset(nc, 0, sizeof *nc);
-        buf_put(&nc->min, oc->min.data, oc->min.len);
-        buf_put(&nc->max, oc->max.data, oc->max.len);
-        nc->shard = oc->shard;   /* t starts with base's shard numbering */
-        nc->major = oc->major;
-        nc->minor = oc->minor;
+/* Packs the sorted, tiling chunks into t's blocks in one pass. */
+static void build_full(rtable_t *t, const rtable_chunk_t *c, int n) {
+    const rtable_chunk_t **src = xrealloc(NULL, (size_t)n * sizeof *src);
+    blist_t l = {0};
+    for (int i = 0; i < n; i++) {
+        src[i] = &c[i];
+        derive_add(t, &c[i]);
     }
-    for (int i = 0; i < nfresh; i++) t->chunks[j++] = fresh[i];
-    t->nchunks = j;
-    if (t->nchunks > 1) qsort(t->chunks, (size_t)t->nchunks, sizeof *t->chunks, chunk_cmp_min);
+    blist_pack(&l, src, n);
+    free(src);
+    table_take_blocks(t, &l);
+    derive_finish(t);
+}
+
+/* ---- incremental merge ------------------------------------------------------------------- */
+
+/* A run of adjacent fresh chunks fresh[f0, f0 + nf) replacing base's chunks [i0, i1). */
+typedef struct edit {
+    int f0, nf;
+    int i0, i1;
+} edit_t;
+
+/* Where the run [min, max) sits in base: [*i0, *i1) when min is the start of base's chunk
+ * *i0 and max the end of chunk *i1 - 1. False when either is inside a chunk or outside
+ * the key space: the merged table would have a gap or an overlap there. */
+static bool run_in_base(const rtable_t *base, const buf_t *min, const buf_t *max, int *i0,
+                        int *i1) {
+    *i0 = rtable_find(base, min->data, min->len);
+    if (buf_cmp(&rtable_chunk(base, *i0)->min, min) != 0) return false;
+    int k = rtable_find(base, max->data, max->len);
+    const rtable_chunk_t *c = rtable_chunk(base, k);
+    if (buf_cmp(&c->min, max) == 0) *i1 = k;   /* the next base chunk starts there */
+    else if (k == base->nchunks - 1 && buf_cmp(&c->max, max) == 0) *i1 = k + 1;   /* MaxKey */
+    else return false;
+    return *i1 > *i0;
+}
+
+/* Cuts the sorted fresh chunks into runs and places each in base (*edits, caller frees).
+ * False when the fresh chunks overlap each other or a run does not fit base. */
+static bool plan_edits(const rtable_t *base, const rtable_chunk_t *fresh, int nfresh,
+                       edit_t **edits, int *nedits) {
+    *edits = xrealloc(NULL, (size_t)(nfresh > 0 ? nfresh : 1) * sizeof **edits);
+    *nedits = 0;
+    for (int f = 0; f < nfresh;) {
+        edit_t *e = &(*edits)[(*nedits)++];
+        int last = f;
+        while (last + 1 < nfresh && buf_cmp(&fresh[last].max, &fresh[last + 1].min) == 0) last++;
+        if (last + 1 < nfresh && buf_cmp(&fresh[last].max, &fresh[last + 1].min) > 0)
+            return false;   /* two fresh chunks overlap */
+        e->f0 = f;
+        e->nf = last + 1 - f;
+        if (!run_in_base(base, &fresh[f].min, &fresh[last].max, &e->i0, &e->i1)) return false;
+        f = last + 1;
+    }
+    return true;
+}
+
+/* Appends pointers to base's chunks [from, to) to dst (walking blocks, not searching). */
+static int push_base(const rtable_chunk_t **dst, const rtable_t *base, int from, int to) {
+    int n = 0, b = from < to ? block_of(base, from) : 0;
+    for (int i = from; i < to; i++) {
+        while (i >= base->block_start[b + 1]) b++;
+        dst[n++] = &base->blocks[b]->c[i - base->block_start[b]];
+    }
+    return n;
+}
+
+/* The chunks blocks [b0, b1] of base hold once edits e[0, ne) are applied. */
+static int group_count(const rtable_t *base, int b0, int b1, const edit_t *e, int ne) {
+    int n = base->block_start[b1 + 1] - base->block_start[b0];
+    for (int k = 0; k < ne; k++) n += e[k].nf - (e[k].i1 - e[k].i0);
+    return n;
+}
+
+/* Rebuilds blocks [b0, b1] of base with edits e[0, ne) applied, into l. */
+static void emit_group(blist_t *l, const rtable_t *base, int b0, int b1,
+                       const rtable_chunk_t *fresh, const edit_t *e, int ne) {
+    int n = group_count(base, b0, b1, e, ne), j = 0, pos = base->block_start[b0];
+    const rtable_chunk_t **src = xrealloc(NULL, (size_t)n * sizeof *src);
+    for (int k = 0; k < ne; k++) {
+        j += push_base(src + j, base, pos, e[k].i0);
+        for (int f = 0; f < e[k].nf; f++) src[j++] = &fresh[e[k].f0 + f];
+        pos = e[k].i1;
+    }
+    j += push_base(src + j, base, pos, base->block_start[b1 + 1]);
+    blist_pack(l, src, j);
+    free(src);
+}
+
+/* The last block edit e touches. */
+static int edit_last_block(const rtable_t *base, const edit_t *e) {
+    return block_of(base, e->i1 - 1);
+}
+
+/* t = base with the edits applied: blocks no edit touches are shared; the edits that
+ * touch the same blocks are applied together, taking in a neighbour block when the
+ * result would hold fewer than half a block of chunks (so blocks stay at least half
+ * full and the block index stays O(n / RTABLE_BLOCK_CHUNKS)). */
+static void apply_edits(rtable_t *t, const rtable_t *base, const rtable_chunk_t *fresh,
+                        const edit_t *ed, int ned) {
+    blist_t l = {0};
+    int next = 0;   /* base's first block not yet in l */
+    for (int e = 0; e < ned;) {
+        int b0 = block_of(base, ed[e].i0), b1 = edit_last_block(base, &ed[e]), e1 = e + 1;
+        for (;;) {
+            for (; e1 < ned && block_of(base, ed[e1].i0) <= b1; e1++)
+                if (edit_last_block(base, &ed[e1]) > b1) b1 = edit_last_block(base, &ed[e1]);
+            if (group_count(base, b0, b1, ed + e, e1 - e) >= RTABLE_BLOCK_CHUNKS / 2) break;
+            if (b1 + 1 < base->nblocks) b1++;
+            else if (b0 > next) b0--;
+            else break;
+        }
+        for (; next < b0; next++) blist_push(&l, block_share(base->blocks[next]));
+        emit_group(&l, base, b0, b1, fresh, ed + e, e1 - e);
+        next = b1 + 1;
+        e = e1;
+    }
+    for (; next < base->nblocks; next++) blist_push(&l, block_share(base->blocks[next]));
+    table_take_blocks(t, &l);
+}
+
+/* Merges the sorted fresh chunks into base (t starts with base's shard numbering).
+ * False when they do not fit base's boundaries. */
+static bool merge_into(rtable_t *t, const rtable_t *base, const rtable_chunk_t *fresh,
+                       int nfresh) {
+    edit_t *ed;
+    int ned;
+    if (!plan_edits(base, fresh, nfresh, &ed, &ned)) {
+        free(ed);
+        return false;
+    }
+    memcpy(t->shard_nchunks, base->shard_nchunks, sizeof t->shard_nchunks);
+    memcpy(t->shard_at_max, base->shard_at_max, sizeof t->shard_at_max);
+    memcpy(t->shard_major, base->shard_major, sizeof t->shard_major);
+    memcpy(t->shard_minor, base->shard_minor, sizeof t->shard_minor);
+    for (int e = 0; e < ned; e++)
+        for (int i = ed[e].i0; i < ed[e].i1; i++) derive_remove(t, rtable_chunk(base, i));
+    for (int f = 0; f < nfresh; f++) derive_add(t, &fresh[f]);
+    apply_edits(t, base, fresh, ed, ned);
+    free(ed);
+    derive_finish(t);
+    return true;
+}
+
+/* A private copy of block k (same chunks). */
+static rtable_block_t *block_copy(const rtable_block_t *k) {
+    const rtable_chunk_t **src = xrealloc(NULL, (size_t)k->n * sizeof *src);
+    for (int i = 0; i < k->n; i++) src[i] = &k->c[i];
+    rtable_block_t *b = block_new(src, k->n);
+    free(src);
+    return b;
+}
+
+/* Moves element 0 of an array of n to the end. */
+static void rotate_left(void *arr, size_t size, int n) {
+    uint8_t first[RTABLE_NAME_BYTES_MAX];
+    memcpy(first, arr, size);
+    memmove(arr, (uint8_t *)arr + size, (size_t)(n - 1) * size);
+    memcpy((uint8_t *)arr + (size_t)(n - 1) * size, first, size);
+}
+
+void rtable_rotate_shards(rtable_t *t) {
+    int n = t->nshards;
+    if (n < 2) return;
+    for (int b = 0; b < t->nblocks; b++) {
+        rtable_block_t *k = t->blocks[b];
+        if (atomic_load(&k->refs) > 1) {   /* shared with another table: write a copy */
+            t->blocks[b] = block_copy(k);
+            block_release(k);
+            k = t->blocks[b];
+        }
+        for (int i = 0; i < k->n; i++) k->c[i].shard = (k->c[i].shard + n - 1) % n;
+        block_summarize(k);
+    }
+    rotate_left(t->shards, sizeof t->shards[0], n);
+    rotate_left(t->shard_major, sizeof t->shard_major[0], n);
+    rotate_left(t->shard_minor, sizeof t->shard_minor[0], n);
+    rotate_left(t->shard_nchunks, sizeof t->shard_nchunks[0], n);
+    rotate_left(t->shard_at_max, sizeof t->shard_at_max[0], n);
 }
 
 int rtable_from_reply(const bson_t *reply, const rtable_t *base, rtable_t *out,
@@ -348,27 +689,19 @@ int rtable_from_reply(const bson_t *reply, const rtable_t *base, rtable_t *out,
         if (rc) goto out;
     }
     if (nfresh > 1) qsort(fresh, (size_t)nfresh, sizeof *fresh, chunk_cmp_min);
-    if (incremental) {
-        merge_into(t, base, fresh, nfresh);   /* moves fresh's buffers */
-        free(fresh);
-    } else {
-        t->chunks = fresh;
-        t->nchunks = nfresh;
-    }
-    fresh = NULL;
-    nfresh = 0;
     /* The reply's collection version is a floor (the maximum over all chunks, also those
-     * an incremental reply leaves out). */
+     * an incremental reply leaves out); derive_finish raises it to the chunks' max. */
     if (have_cv && bson_oid_equal(&cv.epoch, &t->epoch) && cv.ts_t == t->ts_t &&
         cv.ts_i == t->ts_i) {
         t->coll_major = cv.major;
         t->coll_minor = cv.minor;
     }
-    if (!table_finish(t)) {
-        if (incremental) *need_full = true;
-        else rc = err_set(err, MS_ERR_FAILED_TO_PARSE,
-                          "getRoutingTable: chunks do not tile the key space");
-        goto out;
+    if (incremental) {
+        if (!merge_into(t, base, fresh, nfresh)) *need_full = true;   /* a gap or overlap */
+    } else if (chunks_tile(t, fresh, nfresh)) {
+        build_full(t, fresh, nfresh);
+    } else {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable: chunks do not tile the key space");
     }
 out:
     for (int i = 0; i < nfresh; i++) chunk_free(&fresh[i]);

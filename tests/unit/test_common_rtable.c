@@ -86,7 +86,7 @@ static const char *owner(const rtable_t *t, int64_t x) {
     enc(t, x, &k);
     int i = rtable_find(t, k.data, k.len);
     buf_free(&k);
-    return t->shards[t->chunks[i].shard];
+    return t->shards[rtable_chunk(t, i)->shard];
 }
 
 static void check_shard_version(const rtable_t *t, const char *shard, uint32_t major,
