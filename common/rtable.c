@@ -4,13 +4,14 @@
  * (bin/shardd): parse, merge an incremental refresh, check the tiling, derive the
  * collection and per-shard versions, find a key's chunk, compare versions (notes §2.1).
  *
- * Storage: chunks in refcounted, immutable blocks (rtable.h). A full reply is packed
- * into full blocks in one pass. An incremental reply is cut into runs of adjacent fresh
- * chunks; each run replaces the base chunks between two of base's boundaries; the
- * blocks those runs touch are rebuilt (with a neighbour when they would shrink below
- * half a block), every other block is shared with base. Derived versions are updated by
+ * Storage: chunks in refcounted, immutable blocks, blocks in refcounted, immutable
+ * pages (rtable.h). A full reply is packed into full blocks and pages in one pass. An
+ * incremental reply is cut into runs of adjacent fresh chunks; each run replaces the
+ * base chunks between two of base's boundaries; the blocks those runs touch are rebuilt
+ * (with a neighbour when they would shrink below half a block), then the pages holding
+ * them (likewise); every other page is shared with base. Derived versions are updated by
  * the chunks removed and added; a shard that loses every chunk at its version is
- * recomputed from the per-block summaries (O(blocks)), the only non-local step.
+ * recomputed from the page and block summaries, the only step not local to the change.
  */
 #include "common/rtable.h"
 
@@ -37,9 +38,16 @@ static void chunk_free(rtable_chunk_t *c) {
     buf_free(&c->max);
 }
 
-/* ---- blocks ------------------------------------------------------------------------------ */
+/* ---- blocks and pages -------------------------------------------------------------------- */
 
-_Static_assert(MS_SHARDS_MAX <= 64, "a block's owners mask has one bit per shard index");
+_Static_assert(MS_SHARDS_MAX <= 64, "a summary's owners mask has one bit per shard index");
+
+/* What a block or page holds per shard index: which own chunks there, and the max
+ * lastmod of each one's chunks there (recompute_shard reads these instead of chunks). */
+typedef struct summary {
+    uint64_t owners;
+    uint64_t shard_max[MS_SHARDS_MAX];
+} summary_t;
 
 /* One allocation: the header, n chunks, then their bounds' bytes (the chunks' buffers
  * point there with cap 0). Written only before a table publishes it (or while it is the
@@ -47,23 +55,51 @@ _Static_assert(MS_SHARDS_MAX <= 64, "a block's owners mask has one bit per shard
 struct rtable_block {
     atomic_int refs;
     int n;
-    uint64_t owners;                     /* bit s: shard index s owns a chunk here */
-    uint64_t shard_max[MS_SHARDS_MAX];   /* per shard index: max lastmod of its chunks here */
+    summary_t sum;
     rtable_chunk_t c[];
 };
+
+/* Up to RTABLE_PAGE_BLOCKS blocks in key order, shared the same way. */
+struct rtable_page {
+    atomic_int refs;
+    int nblocks;
+    summary_t sum;
+    int block_start[RTABLE_PAGE_BLOCKS + 1];   /* chunk offset of each block in the page */
+    rtable_block_t *blocks[RTABLE_PAGE_BLOCKS];
+};
+
+/* The most chunks a new block holds and blocks a new page holds: the maxima, unless a
+ * test asked for less (rtable_set_geometry). */
+static int block_chunks = RTABLE_BLOCK_CHUNKS, page_blocks = RTABLE_PAGE_BLOCKS;
+
+void rtable_set_geometry(int chunks_per_block, int blocks_per_page) {
+    block_chunks = chunks_per_block >= 2 && chunks_per_block <= RTABLE_BLOCK_CHUNKS
+                       ? chunks_per_block : RTABLE_BLOCK_CHUNKS;
+    page_blocks = blocks_per_page >= 2 && blocks_per_page <= RTABLE_PAGE_BLOCKS
+                      ? blocks_per_page : RTABLE_PAGE_BLOCKS;
+}
 
 static uint64_t lastmod(const rtable_chunk_t *c) {
     return (uint64_t)c->major << 32 | c->minor;
 }
 
+static void summary_add(summary_t *s, int shard, uint64_t v) {
+    if (!(s->owners & (1ull << shard)) || v > s->shard_max[shard]) s->shard_max[shard] = v;
+    s->owners |= 1ull << shard;
+}
+
 static void block_summarize(rtable_block_t *b) {
-    b->owners = 0;
-    memset(b->shard_max, 0, sizeof b->shard_max);
-    for (int i = 0; i < b->n; i++) {
-        int s = b->c[i].shard;
-        b->owners |= 1ull << s;
-        if (lastmod(&b->c[i]) > b->shard_max[s]) b->shard_max[s] = lastmod(&b->c[i]);
-    }
+    memset(&b->sum, 0, sizeof b->sum);
+    for (int i = 0; i < b->n; i++) summary_add(&b->sum, b->c[i].shard, lastmod(&b->c[i]));
+}
+
+static void page_summarize(rtable_page_t *p) {
+    memset(&p->sum, 0, sizeof p->sum);
+    for (int b = 0; b < p->nblocks; b++)
+        for (uint64_t o = p->blocks[b]->sum.owners; o; o &= o - 1) {
+            int s = __builtin_ctzll(o);
+            summary_add(&p->sum, s, p->blocks[b]->sum.shard_max[s]);
+        }
 }
 
 static void bound_into(buf_t *dst, const buf_t *src, uint8_t **arena) {
@@ -89,89 +125,112 @@ static rtable_block_t *block_new(const rtable_chunk_t *const *src, int n) {
     return b;
 }
 
-static void block_release(rtable_block_t *b) {
-    if (b && atomic_fetch_sub(&b->refs, 1) == 1) free(b);
-}
-
 static rtable_block_t *block_share(rtable_block_t *b) {
     atomic_fetch_add(&b->refs, 1);
     return b;
 }
 
-/* A table's block index under construction. */
-typedef struct blist {
-    rtable_block_t **v;
-    int n, cap;
-} blist_t;
+static void block_release(rtable_block_t *b) {
+    if (atomic_fetch_sub(&b->refs, 1) == 1) free(b);
+}
 
-static void blist_push(blist_t *l, rtable_block_t *b) {
+/* A new page taking over one reference to each of the n blocks. */
+static rtable_page_t *page_new(rtable_block_t *const *blocks, int n) {
+    rtable_page_t *p = xrealloc(NULL, sizeof *p);
+    atomic_init(&p->refs, 1);
+    p->nblocks = n;
+    p->block_start[0] = 0;
+    for (int b = 0; b < n; b++) {
+        p->blocks[b] = blocks[b];
+        p->block_start[b + 1] = p->block_start[b] + blocks[b]->n;
+    }
+    page_summarize(p);
+    return p;
+}
+
+static rtable_page_t *page_share(rtable_page_t *p) {
+    atomic_fetch_add(&p->refs, 1);
+    return p;
+}
+
+static void page_release(rtable_page_t *p) {
+    if (atomic_fetch_sub(&p->refs, 1) != 1) return;
+    for (int b = 0; b < p->nblocks; b++) block_release(p->blocks[b]);
+    free(p);
+}
+
+/* A list of blocks or pages under construction, each entry holding one reference. */
+typedef struct plist {
+    void **v;
+    int n, cap;
+} plist_t;
+
+static void plist_push(plist_t *l, void *p) {
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 16;
         l->v = xrealloc(l->v, (size_t)l->cap * sizeof *l->v);
     }
-    l->v[l->n++] = b;
+    l->v[l->n++] = p;
 }
 
-/* Packs n chunks into ceil(n / RTABLE_BLOCK_CHUNKS) blocks of even size. */
-static void blist_pack(blist_t *l, const rtable_chunk_t *const *src, int n) {
-    int nb = (n + RTABLE_BLOCK_CHUNKS - 1) / RTABLE_BLOCK_CHUNKS, off = 0;
-    for (int k = 0; k < nb; k++) {
-        int size = n / nb + (k < n % nb);
-        blist_push(l, block_new(src + off, size));
+/* n items into ceil(n / max) groups of even size: group k's size. */
+static int even_share(int n, int max, int k) {
+    int groups = (n + max - 1) / max;
+    return n / groups + (k < n % groups);
+}
+
+/* Packs n chunks into blocks of at most block_chunks, of even size, onto l. */
+static void blocks_pack(plist_t *l, const rtable_chunk_t *const *src, int n) {
+    for (int off = 0, k = 0; off < n; k++) {
+        int size = even_share(n, block_chunks, k);
+        plist_push(l, block_new(src + off, size));
         off += size;
     }
 }
 
-/* Moves l's blocks into t and indexes them. */
-static void table_take_blocks(rtable_t *t, blist_t *l) {
-    t->blocks = l->v;
-    t->nblocks = l->n;
-    t->block_start = xrealloc(NULL, (size_t)(l->n + 1) * sizeof *t->block_start);
-    int start = 0;
-    for (int b = 0; b < l->n; b++) {
-        t->block_start[b] = start;
-        start += l->v[b]->n;
+/* Packs n blocks (their references taken over) into pages the same way, onto l. */
+static void pages_pack(plist_t *l, rtable_block_t *const *blocks, int n) {
+    for (int off = 0, k = 0; off < n; k++) {
+        int size = even_share(n, page_blocks, k);
+        plist_push(l, page_new(blocks + off, size));
+        off += size;
     }
-    t->block_start[l->n] = start;
-    t->nchunks = start;
+}
+
+/* Moves l's pages into t and indexes them. */
+static void table_take_pages(rtable_t *t, plist_t *l) {
+    t->pages = (rtable_page_t **)l->v;
+    t->npages = l->n;
+    t->page_start = xrealloc(NULL, (size_t)(l->n + 1) * sizeof *t->page_start);
+    t->page_bstart = xrealloc(NULL, (size_t)(l->n + 1) * sizeof *t->page_bstart);
+    t->page_start[0] = t->page_bstart[0] = 0;
+    for (int p = 0; p < l->n; p++) {
+        t->page_start[p + 1] = t->page_start[p] + t->pages[p]->block_start[t->pages[p]->nblocks];
+        t->page_bstart[p + 1] = t->page_bstart[p] + t->pages[p]->nblocks;
+    }
+    t->nchunks = t->page_start[l->n];
+    t->nblocks = t->page_bstart[l->n];
     memset(l, 0, sizeof *l);
 }
 
 void rtable_clear(rtable_t *t) {
     if (!t) return;
-    for (int b = 0; b < t->nblocks; b++) block_release(t->blocks[b]);
-    free(t->blocks);
-    free(t->block_start);
+    for (int p = 0; p < t->npages; p++) page_release(t->pages[p]);
+    free(t->pages);
+    free(t->page_start);
+    free(t->page_bstart);
     keys_pattern_free(&t->pattern);
     memset(t, 0, sizeof *t);
 }
 
-/* The block holding chunk i: the last whose start <= i. */
-static int block_of(const rtable_t *t, int i) {
-    int lo = 0, hi = t->nblocks - 1, found = 0;
-    while (lo <= hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (t->block_start[mid] <= i) {
-            found = mid;
-            lo = mid + 1;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    return found;
-}
+/* ---- positions --------------------------------------------------------------------------- */
 
-const rtable_chunk_t *rtable_chunk(const rtable_t *t, int i) {
-    int b = block_of(t, i);
-    return &t->blocks[b]->c[i - t->block_start[b]];
-}
-
-/* Index in a sorted run of n chunks of the last whose min <= key (0 when none is). */
-static int last_min_le(const rtable_chunk_t *c, int n, const uint8_t *key, size_t len) {
+/* In ascending a[0, n): the last index whose value <= x (0 when none is). */
+static int last_le(const int *a, int n, int x) {
     int lo = 0, hi = n - 1, found = 0;
     while (lo <= hi) {
         int mid = lo + (hi - lo) / 2;
-        if (rtable_bytes_cmp(c[mid].min.data, c[mid].min.len, key, len) <= 0) {
+        if (a[mid] <= x) {
             found = mid;
             lo = mid + 1;
         } else {
@@ -181,20 +240,73 @@ static int last_min_le(const rtable_chunk_t *c, int n, const uint8_t *key, size_
     return found;
 }
 
-int rtable_find(const rtable_t *t, const uint8_t *key, size_t len) {
-    int lo = 0, hi = t->nblocks - 1, b = 0;
-    if (t->nblocks == 0) return 0;
-    while (lo <= hi) {   /* the last block whose first min <= key */
+/* Global block g (0 <= g < nblocks): its page and its index there. */
+static rtable_block_t *block_at(const rtable_t *t, int g) {
+    int p = last_le(t->page_bstart, t->npages, g);
+    return t->pages[p]->blocks[g - t->page_bstart[p]];
+}
+
+/* Index of the first chunk of global block g (g == nblocks: nchunks). */
+static int block_first(const rtable_t *t, int g) {
+    if (g >= t->nblocks) return t->nchunks;
+    int p = last_le(t->page_bstart, t->npages, g);
+    return t->page_start[p] + t->pages[p]->block_start[g - t->page_bstart[p]];
+}
+
+/* The global block holding chunk i. */
+static int block_of(const rtable_t *t, int i) {
+    int p = last_le(t->page_start, t->npages, i);
+    const rtable_page_t *pg = t->pages[p];
+    return t->page_bstart[p] + last_le(pg->block_start, pg->nblocks, i - t->page_start[p]);
+}
+
+const rtable_chunk_t *rtable_chunk(const rtable_t *t, int i) {
+    int p = last_le(t->page_start, t->npages, i);
+    const rtable_page_t *pg = t->pages[p];
+    int off = i - t->page_start[p], b = last_le(pg->block_start, pg->nblocks, off);
+    return &pg->blocks[b]->c[off - pg->block_start[b]];
+}
+
+/* The first key of item k of an array of pages, blocks or chunks. */
+typedef const buf_t *(*min_of_fn)(const void *items, int k);
+
+static const buf_t *page_min(const void *items, int k) {
+    return &((rtable_page_t *const *)items)[k]->blocks[0]->c[0].min;
+}
+
+static const buf_t *block_min(const void *items, int k) {
+    return &((rtable_block_t *const *)items)[k]->c[0].min;
+}
+
+static const buf_t *chunk_min(const void *items, int k) {
+    return &((const rtable_chunk_t *)items)[k].min;
+}
+
+/* Of n items in key order: the last whose first key <= key (0 when none is). */
+static int last_min_le(const void *items, int n, min_of_fn min_of, const uint8_t *key,
+                       size_t len) {
+    int lo = 0, hi = n - 1, found = 0;
+    while (lo <= hi) {
         int mid = lo + (hi - lo) / 2;
-        const buf_t *m = &t->blocks[mid]->c[0].min;
+        const buf_t *m = min_of(items, mid);
         if (rtable_bytes_cmp(m->data, m->len, key, len) <= 0) {
-            b = mid;
+            found = mid;
             lo = mid + 1;
         } else {
             hi = mid - 1;
         }
     }
-    return t->block_start[b] + last_min_le(t->blocks[b]->c, t->blocks[b]->n, key, len);
+    return found;
+}
+
+/* Page, then block, then chunk: three binary searches. */
+int rtable_find(const rtable_t *t, const uint8_t *key, size_t len) {
+    if (t->npages == 0) return 0;
+    int p = last_min_le(t->pages, t->npages, page_min, key, len);
+    const rtable_page_t *pg = t->pages[p];
+    int b = last_min_le(pg->blocks, pg->nblocks, block_min, key, len);
+    int c = last_min_le(pg->blocks[b]->c, pg->blocks[b]->n, chunk_min, key, len);
+    return t->page_start[p] + pg->block_start[b] + c;
 }
 
 const rtable_chunk_t *rtable_find_chunk(const rtable_t *t, const uint8_t *key, size_t len) {
@@ -382,18 +494,25 @@ static void derive_remove(rtable_t *t, const rtable_chunk_t *c) {
     if (lastmod(c) == shard_max(t, s)) t->shard_at_max[s]--;
 }
 
-/* Shard s's version from the block summaries: the max over the blocks it owns chunks
- * in, then how many chunks have it (only the blocks whose summary reaches it). */
+static bool reaches(const summary_t *sum, int s, uint64_t v) {
+    return (sum->owners & (1ull << s)) && sum->shard_max[s] == v;
+}
+
+/* Shard s's version from the summaries: the max over the pages it owns chunks in, then
+ * how many chunks have it (only in the pages and blocks whose summary reaches it). */
 static void recompute_shard(rtable_t *t, int s) {
-    uint64_t best = 0, bit = 1ull << s;
+    uint64_t best = 0;
     int at = 0;
-    for (int b = 0; b < t->nblocks; b++)
-        if ((t->blocks[b]->owners & bit) && t->blocks[b]->shard_max[s] > best)
-            best = t->blocks[b]->shard_max[s];
-    for (int b = 0; b < t->nblocks; b++) {
-        const rtable_block_t *k = t->blocks[b];
-        if (!(k->owners & bit) || k->shard_max[s] != best) continue;
-        for (int i = 0; i < k->n; i++) at += k->c[i].shard == s && lastmod(&k->c[i]) == best;
+    for (int p = 0; p < t->npages; p++)
+        if ((t->pages[p]->sum.owners & (1ull << s)) && t->pages[p]->sum.shard_max[s] > best)
+            best = t->pages[p]->sum.shard_max[s];
+    for (int p = 0; p < t->npages; p++) {
+        const rtable_page_t *pg = t->pages[p];
+        for (int b = 0; reaches(&pg->sum, s, best) && b < pg->nblocks; b++) {
+            const rtable_block_t *k = pg->blocks[b];
+            for (int i = 0; reaches(&k->sum, s, best) && i < k->n; i++)
+                at += k->c[i].shard == s && lastmod(&k->c[i]) == best;
+        }
     }
     set_shard_max(t, s, best, at);
 }
@@ -434,17 +553,19 @@ static bool chunks_tile(const rtable_t *t, const rtable_chunk_t *c, int n) {
     return ok;
 }
 
-/* Packs the sorted, tiling chunks into t's blocks in one pass. */
+/* Packs the sorted, tiling chunks into full blocks and pages in one pass. */
 static void build_full(rtable_t *t, const rtable_chunk_t *c, int n) {
     const rtable_chunk_t **src = xrealloc(NULL, (size_t)n * sizeof *src);
-    blist_t l = {0};
+    plist_t blocks = {0}, pages = {0};
     for (int i = 0; i < n; i++) {
         src[i] = &c[i];
         derive_add(t, &c[i]);
     }
-    blist_pack(&l, src, n);
+    blocks_pack(&blocks, src, n);
     free(src);
-    table_take_blocks(t, &l);
+    pages_pack(&pages, (rtable_block_t *const *)blocks.v, blocks.n);
+    free(blocks.v);
+    table_take_pages(t, &pages);
     derive_finish(t);
 }
 
@@ -455,6 +576,13 @@ typedef struct edit {
     int f0, nf;
     int i0, i1;
 } edit_t;
+
+/* Base's global blocks [b0, b1] rebuilt as the blocks in nb (which hold one reference
+ * each): the block-level result of the edits that touch them. */
+typedef struct regroup {
+    int b0, b1;
+    plist_t nb;
+} regroup_t;
 
 /* Where the run [min, max) sits in base: [*i0, *i1) when min is the start of base's chunk
  * *i0 and max the end of chunk *i1 - 1. False when either is inside a chunk or outside
@@ -491,68 +619,108 @@ static bool plan_edits(const rtable_t *base, const rtable_chunk_t *fresh, int nf
     return true;
 }
 
-/* Appends pointers to base's chunks [from, to) to dst (walking blocks, not searching). */
+/* Appends pointers to base's chunks [from, to) to dst. */
 static int push_base(const rtable_chunk_t **dst, const rtable_t *base, int from, int to) {
-    int n = 0, b = from < to ? block_of(base, from) : 0;
-    for (int i = from; i < to; i++) {
-        while (i >= base->block_start[b + 1]) b++;
-        dst[n++] = &base->blocks[b]->c[i - base->block_start[b]];
-    }
-    return n;
+    for (int i = from; i < to; i++) dst[i - from] = rtable_chunk(base, i);
+    return to > from ? to - from : 0;
 }
 
 /* The chunks blocks [b0, b1] of base hold once edits e[0, ne) are applied. */
-static int group_count(const rtable_t *base, int b0, int b1, const edit_t *e, int ne) {
-    int n = base->block_start[b1 + 1] - base->block_start[b0];
+static int chunks_after(const rtable_t *base, int b0, int b1, const edit_t *e, int ne) {
+    int n = block_first(base, b1 + 1) - block_first(base, b0);
     for (int k = 0; k < ne; k++) n += e[k].nf - (e[k].i1 - e[k].i0);
     return n;
 }
 
-/* Rebuilds blocks [b0, b1] of base with edits e[0, ne) applied, into l. */
-static void emit_group(blist_t *l, const rtable_t *base, int b0, int b1,
-                       const rtable_chunk_t *fresh, const edit_t *e, int ne) {
-    int n = group_count(base, b0, b1, e, ne), j = 0, pos = base->block_start[b0];
+/* The new blocks for base's blocks [g->b0, g->b1] with edits e[0, ne) applied. */
+static void rebuild_blocks(regroup_t *g, const rtable_t *base, const rtable_chunk_t *fresh,
+                           const edit_t *e, int ne) {
+    int n = chunks_after(base, g->b0, g->b1, e, ne), j = 0, pos = block_first(base, g->b0);
     const rtable_chunk_t **src = xrealloc(NULL, (size_t)n * sizeof *src);
     for (int k = 0; k < ne; k++) {
         j += push_base(src + j, base, pos, e[k].i0);
         for (int f = 0; f < e[k].nf; f++) src[j++] = &fresh[e[k].f0 + f];
         pos = e[k].i1;
     }
-    j += push_base(src + j, base, pos, base->block_start[b1 + 1]);
-    blist_pack(l, src, j);
+    j += push_base(src + j, base, pos, block_first(base, g->b1 + 1));
+    blocks_pack(&g->nb, src, j);
     free(src);
 }
 
-/* The last block edit e touches. */
-static int edit_last_block(const rtable_t *base, const edit_t *e) {
-    return block_of(base, e->i1 - 1);
-}
-
-/* t = base with the edits applied: blocks no edit touches are shared; the edits that
- * touch the same blocks are applied together, taking in a neighbour block when the
- * result would hold fewer than half a block of chunks (so blocks stay at least half
- * full and the block index stays O(n / RTABLE_BLOCK_CHUNKS)). */
-static void apply_edits(rtable_t *t, const rtable_t *base, const rtable_chunk_t *fresh,
-                        const edit_t *ed, int ned) {
-    blist_t l = {0};
-    int next = 0;   /* base's first block not yet in l */
+/* The edits that touch the same blocks are applied together, taking in a neighbour
+ * block when the result would hold fewer than half a block of chunks (so blocks stay at
+ * least half full). One regroup per such set into *out (caller frees); their count. */
+static int regroup_blocks(const rtable_t *base, const rtable_chunk_t *fresh, const edit_t *ed,
+                          int ned, regroup_t **out) {
+    int n = 0, next = 0;   /* base's first block no regroup took yet */
+    *out = xrealloc(NULL, (size_t)(ned > 0 ? ned : 1) * sizeof **out);
     for (int e = 0; e < ned;) {
-        int b0 = block_of(base, ed[e].i0), b1 = edit_last_block(base, &ed[e]), e1 = e + 1;
+        int b0 = block_of(base, ed[e].i0), b1 = block_of(base, ed[e].i1 - 1), e1 = e + 1;
         for (;;) {
             for (; e1 < ned && block_of(base, ed[e1].i0) <= b1; e1++)
-                if (edit_last_block(base, &ed[e1]) > b1) b1 = edit_last_block(base, &ed[e1]);
-            if (group_count(base, b0, b1, ed + e, e1 - e) >= RTABLE_BLOCK_CHUNKS / 2) break;
+                if (block_of(base, ed[e1].i1 - 1) > b1) b1 = block_of(base, ed[e1].i1 - 1);
+            if (chunks_after(base, b0, b1, ed + e, e1 - e) >= block_chunks / 2) break;
             if (b1 + 1 < base->nblocks) b1++;
             else if (b0 > next) b0--;
             else break;
         }
-        for (; next < b0; next++) blist_push(&l, block_share(base->blocks[next]));
-        emit_group(&l, base, b0, b1, fresh, ed + e, e1 - e);
+        regroup_t *g = &(*out)[n++];
+        *g = (regroup_t){.b0 = b0, .b1 = b1};
+        rebuild_blocks(g, base, fresh, ed + e, e1 - e);
         next = b1 + 1;
         e = e1;
     }
-    for (; next < base->nblocks; next++) blist_push(&l, block_share(base->blocks[next]));
-    table_take_blocks(t, &l);
+    return n;
+}
+
+/* The blocks pages [p0, p1] of base hold once regroups g[0, ng) are applied. */
+static int blocks_after(const rtable_t *base, int p0, int p1, const regroup_t *g, int ng) {
+    int n = base->page_bstart[p1 + 1] - base->page_bstart[p0];
+    for (int k = 0; k < ng; k++) n += g[k].nb.n - (g[k].b1 + 1 - g[k].b0);
+    return n;
+}
+
+/* New pages for base's pages [p0, p1] with regroups g[0, ng) applied, onto pages: base's
+ * blocks there are shared, the regroups' new blocks moved in. */
+static void rebuild_pages(plist_t *pages, const rtable_t *base, int p0, int p1, regroup_t *g,
+                          int ng) {
+    plist_t blocks = {0};
+    int pos = base->page_bstart[p0];
+    for (int k = 0; k < ng; k++) {
+        for (; pos < g[k].b0; pos++) plist_push(&blocks, block_share(block_at(base, pos)));
+        for (int b = 0; b < g[k].nb.n; b++) plist_push(&blocks, g[k].nb.v[b]);
+        pos = g[k].b1 + 1;
+    }
+    for (; pos < base->page_bstart[p1 + 1]; pos++)
+        plist_push(&blocks, block_share(block_at(base, pos)));
+    pages_pack(pages, (rtable_block_t *const *)blocks.v, blocks.n);
+    free(blocks.v);
+}
+
+/* t = base with the regroups applied, one level up: the regroups in the same pages are
+ * applied together (taking in a neighbour page below half a page of blocks), every
+ * other page is shared with base. */
+static void apply_regroups(rtable_t *t, const rtable_t *base, regroup_t *g, int ng) {
+    plist_t pages = {0};
+    int next = 0;   /* base's first page not yet in pages */
+    for (int k = 0; k < ng;) {
+        int p0 = last_le(base->page_bstart, base->npages, g[k].b0);
+        int p1 = last_le(base->page_bstart, base->npages, g[k].b1), k1 = k + 1;
+        for (;;) {
+            for (; k1 < ng && last_le(base->page_bstart, base->npages, g[k1].b0) <= p1; k1++)
+                p1 = last_le(base->page_bstart, base->npages, g[k1].b1);
+            if (blocks_after(base, p0, p1, g + k, k1 - k) >= page_blocks / 2) break;
+            if (p1 + 1 < base->npages) p1++;
+            else if (p0 > next) p0--;
+            else break;
+        }
+        for (; next < p0; next++) plist_push(&pages, page_share(base->pages[next]));
+        rebuild_pages(&pages, base, p0, p1, g + k, k1 - k);
+        next = p1 + 1;
+        k = k1;
+    }
+    for (; next < base->npages; next++) plist_push(&pages, page_share(base->pages[next]));
+    table_take_pages(t, &pages);
 }
 
 /* Merges the sorted fresh chunks into base (t starts with base's shard numbering).
@@ -560,6 +728,7 @@ static void apply_edits(rtable_t *t, const rtable_t *base, const rtable_chunk_t 
 static bool merge_into(rtable_t *t, const rtable_t *base, const rtable_chunk_t *fresh,
                        int nfresh) {
     edit_t *ed;
+    regroup_t *g;
     int ned;
     if (!plan_edits(base, fresh, nfresh, &ed, &ned)) {
         free(ed);
@@ -572,19 +741,32 @@ static bool merge_into(rtable_t *t, const rtable_t *base, const rtable_chunk_t *
     for (int e = 0; e < ned; e++)
         for (int i = ed[e].i0; i < ed[e].i1; i++) derive_remove(t, rtable_chunk(base, i));
     for (int f = 0; f < nfresh; f++) derive_add(t, &fresh[f]);
-    apply_edits(t, base, fresh, ed, ned);
+    int ng = regroup_blocks(base, fresh, ed, ned, &g);
+    apply_regroups(t, base, g, ng);
+    for (int k = 0; k < ng; k++) free(g[k].nb.v);   /* their references went to pages */
+    free(g);
     free(ed);
     derive_finish(t);
     return true;
 }
 
-/* A private copy of block k (same chunks). */
-static rtable_block_t *block_copy(const rtable_block_t *k) {
-    const rtable_chunk_t **src = xrealloc(NULL, (size_t)k->n * sizeof *src);
-    for (int i = 0; i < k->n; i++) src[i] = &k->c[i];
-    rtable_block_t *b = block_new(src, k->n);
+/* ---- renumbering (a test hook) ------------------------------------------------------------ */
+
+/* A private copy of page *pp (sharing its blocks) or block *bp, replacing the shared one. */
+static void page_unshare(rtable_page_t **pp) {
+    rtable_page_t *old = *pp;
+    for (int b = 0; b < old->nblocks; b++) block_share(old->blocks[b]);
+    *pp = page_new(old->blocks, old->nblocks);
+    page_release(old);
+}
+
+static void block_unshare(rtable_block_t **bp) {
+    rtable_block_t *old = *bp;
+    const rtable_chunk_t **src = xrealloc(NULL, (size_t)old->n * sizeof *src);
+    for (int i = 0; i < old->n; i++) src[i] = &old->c[i];
+    *bp = block_new(src, old->n);
     free(src);
-    return b;
+    block_release(old);
 }
 
 /* Moves element 0 of an array of n to the end. */
@@ -598,15 +780,16 @@ static void rotate_left(void *arr, size_t size, int n) {
 void rtable_rotate_shards(rtable_t *t) {
     int n = t->nshards;
     if (n < 2) return;
-    for (int b = 0; b < t->nblocks; b++) {
-        rtable_block_t *k = t->blocks[b];
-        if (atomic_load(&k->refs) > 1) {   /* shared with another table: write a copy */
-            t->blocks[b] = block_copy(k);
-            block_release(k);
-            k = t->blocks[b];
+    for (int p = 0; p < t->npages; p++) {
+        if (atomic_load(&t->pages[p]->refs) > 1) page_unshare(&t->pages[p]);
+        rtable_page_t *pg = t->pages[p];
+        for (int b = 0; b < pg->nblocks; b++) {
+            if (atomic_load(&pg->blocks[b]->refs) > 1) block_unshare(&pg->blocks[b]);
+            rtable_block_t *k = pg->blocks[b];
+            for (int i = 0; i < k->n; i++) k->c[i].shard = (k->c[i].shard + n - 1) % n;
+            block_summarize(k);
         }
-        for (int i = 0; i < k->n; i++) k->c[i].shard = (k->c[i].shard + n - 1) % n;
-        block_summarize(k);
+        page_summarize(pg);
     }
     rotate_left(t->shards, sizeof t->shards[0], n);
     rotate_left(t->shard_major, sizeof t->shard_major[0], n);

@@ -50,13 +50,16 @@ typedef struct rtable_chunk {
     uint32_t major, minor;    /* lastmod */
 } rtable_chunk_t;
 
-/* A table's chunks live in blocks of at most RTABLE_BLOCK_CHUNKS, in key order. A block
- * never changes once a table holds it, and tables share blocks by reference count: an
- * incremental refresh builds the new table from base's blocks, copying only the blocks
- * the fresh chunks touch plus the block index, so a reader holding either table always
- * sees a whole one (no lock: nothing a reader can reach is ever written). */
+/* A table's chunks live in blocks of at most RTABLE_BLOCK_CHUNKS, blocks in pages of at
+ * most RTABLE_PAGE_BLOCKS, all in key order (at 1,000,000 chunks: ~120 pages). Blocks and
+ * pages never change once a table holds them, and tables share them by reference count:
+ * an incremental refresh builds the new table from base's pages, copying only the blocks
+ * the fresh chunks touch, the pages holding those, and the page index. A reader holding
+ * either table always sees a whole one, with no lock: nothing it can reach is written. */
 #define RTABLE_BLOCK_CHUNKS 64
+#define RTABLE_PAGE_BLOCKS 128
 typedef struct rtable_block rtable_block_t;
+typedef struct rtable_page rtable_page_t;
 
 /* Built in place by rtable_from_reply and released with rtable_clear. Never copy or
  * move one by value: the key pattern holds a bson_t, which may point into itself. */
@@ -74,14 +77,15 @@ typedef struct rtable {
      * last of them away, only that shard's version is recomputed (from block summaries). */
     int shard_at_max[MS_SHARDS_MAX];
     int nchunks;              /* sorted by min, tiling the key space (rtable_chunk) */
-    int nblocks;
-    rtable_block_t **blocks;  /* shared with other tables: read-only */
-    int *block_start;         /* index of each block's first chunk; [nblocks] = nchunks */
+    int nblocks, npages;
+    rtable_page_t **pages;    /* shared with other tables: read-only */
+    int *page_start;          /* index of each page's first chunk; [npages] = nchunks */
+    int *page_bstart;         /* index of each page's first block; [npages] = nblocks */
 } rtable_t;
 
 /* Builds *out from a getRoutingTable reply (borrowed). base (borrowed, may be NULL) is
  * the previous table: an incremental reply of base's generation is merged into it,
- * sharing base's untouched blocks (cost O(changes x log n) plus the block index). On 0
+ * sharing base's untouched pages (cost O(changes x log n) plus the page index). On 0
  * either *out is initialised (caller releases with rtable_clear) and *need_full is
  * false, or *need_full is true and nothing is initialised: the reply was incremental
  * but not applicable (no base, another generation, or the fresh chunks do not fit
@@ -93,8 +97,12 @@ int rtable_from_reply(const bson_t *reply, const rtable_t *base, rtable_t *out,
 /* Releases what rtable_from_reply allocated (NULL-safe; a zeroed table is fine). Blocks
  * another table still shares stay. */
 void rtable_clear(rtable_t *t);
-/* Chunk i (0 <= i < nchunks) of t: O(log(nchunks / RTABLE_BLOCK_CHUNKS)). */
+/* Chunk i (0 <= i < nchunks) of t: two binary searches (page, block). */
 const rtable_chunk_t *rtable_chunk(const rtable_t *t, int i);
+/* Test hook: new blocks hold at most chunks_per_block chunks and new pages at most
+ * blocks_per_page blocks (2 up to the RTABLE_ maxima; out of range: the maxima), so a
+ * small table spans many pages. Call before building tables, from one thread. */
+void rtable_set_geometry(int chunks_per_block, int blocks_per_page);
 /* Renumbers t's shards so index i becomes i-1 and the first goes last (the router's
  * test hook: nothing may rely on a shard keeping its index across refreshes). Copies
  * the blocks t shares with other tables before writing them. */
@@ -102,8 +110,8 @@ void rtable_rotate_shards(rtable_t *t);
 
 /* memcmp order of two byte strings; a proper prefix sorts first. */
 int rtable_bytes_cmp(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen);
-/* Index of the chunk containing the encoded key (binary search over the blocks, then in
- * one: the last chunk whose min <= key — chunks tile the key space, so there is always
+/* Index of the chunk containing the encoded key (binary search over the pages, then the
+ * blocks of one, then the chunks of one: the last chunk whose min <= key — chunks tile the key space, so there is always
  * one). 0 for an empty table. rtable_find_chunk: that chunk (NULL for an empty table). */
 int rtable_find(const rtable_t *t, const uint8_t *key, size_t len);
 const rtable_chunk_t *rtable_find_chunk(const rtable_t *t, const uint8_t *key, size_t len);
