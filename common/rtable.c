@@ -313,6 +313,13 @@ const rtable_chunk_t *rtable_find_chunk(const rtable_t *t, const uint8_t *key, s
     return t->nchunks ? rtable_chunk(t, rtable_find(t, key, len)) : NULL;
 }
 
+int rtable_first_ending_after(const rtable_t *t, const uint8_t *key, size_t len) {
+    if (t->nchunks == 0) return 0;
+    int i = rtable_find(t, key, len);
+    const buf_t *max = &rtable_chunk(t, i)->max;
+    return rtable_bytes_cmp(max->data, max->len, key, len) > 0 ? i : i + 1;
+}
+
 int rtable_shard_index(const rtable_t *t, const char *name) {
     for (int i = 0; i < t->nshards; i++)
         if (strcmp(t->shards[i], name) == 0) return i;

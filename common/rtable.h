@@ -115,6 +115,9 @@ int rtable_bytes_cmp(const uint8_t *a, size_t alen, const uint8_t *b, size_t ble
  * one). 0 for an empty table. rtable_find_chunk: that chunk (NULL for an empty table). */
 int rtable_find(const rtable_t *t, const uint8_t *key, size_t len);
 const rtable_chunk_t *rtable_find_chunk(const rtable_t *t, const uint8_t *key, size_t len);
+/* Index of the first chunk whose max > key: the one containing key, or nchunks when key
+ * is at or past the last chunk's max (MaxKey). Where a scan of [key, ...) starts. */
+int rtable_first_ending_after(const rtable_t *t, const uint8_t *key, size_t len);
 /* Index of name in t->shards, -1 if it is not there. After an incremental refresh a shard
  * that gave away its last chunk keeps its index (shard_nchunks[i] == 0, version (0,0)). */
 int rtable_shard_index(const rtable_t *t, const char *name);

@@ -28,8 +28,7 @@ int rt_target_doc(const rt_table_t *t, const bson_t *doc, int *shard, ms_error_t
  * and the chunks themselves in marks (indexes of t's chunks) when marks is not NULL. */
 static void mark_range(const rt_table_t *t, const bounds_range_t *rg, uint64_t *mask,
                        bool *marks) {
-    /* the first chunk whose max > lo: the one containing lo (chunks tile the key space) */
-    int first = rtable_find(&t->rt, rg->lo.data, rg->lo.len);
+    int first = rtable_first_ending_after(&t->rt, rg->lo.data, rg->lo.len);
     for (int i = first; i < t->rt.nchunks; i++) {
         const rtable_chunk_t *c = rtable_chunk(&t->rt, i);
         int cmp = rtable_bytes_cmp(c->min.data, c->min.len, rg->hi.data, rg->hi.len);

@@ -868,9 +868,8 @@ void shv_append_status(shv_t *s, bson_t *reply) {
 /* Whether f owns any key of [min, max) (encoded): an owned chunk overlapping it. */
 static bool snap_owns_any(const shv_filter_t *f, const buf_t *min, const buf_t *max) {
     if (f->me < 0) return false;
-    /* From the chunk containing min (its max, and every later one's, is past min) to the
-     * last that starts before max. */
-    int first = f->rt.nchunks ? rtable_find(&f->rt, min->data, min->len) : 0;
+    /* From the first chunk ending past min to the last that starts before max. */
+    int first = rtable_first_ending_after(&f->rt, min->data, min->len);
     for (int i = first; i < f->rt.nchunks; i++) {
         const rtable_chunk_t *c = rtable_chunk(&f->rt, i);
         if (rtable_bytes_cmp(c->min.data, c->min.len, max->data, max->len) >= 0) break;

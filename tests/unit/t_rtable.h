@@ -29,15 +29,17 @@ static inline void bound(bson_t *dst, const char *key, int64_t v) {
     bson_append_document_end(dst, &d);
 }
 
-/* A getRoutingTable reply over {x: 1}; full = false lists only the chunks given. */
-static inline void reply_of(bson_t *r, const bson_oid_t *epoch, uint32_t ts, bool full, const ch_t *c,
-                     int n) {
+/* A getRoutingTable reply with shard key x: 1, or "hashed" when hashed (bounds are the
+ * int64 hash values then); full = false lists only the chunks given. */
+static inline void reply_of_key(bson_t *r, bool hashed, const bson_oid_t *epoch, uint32_t ts,
+                                bool full, const ch_t *c, int n) {
     bson_t key, arr;
     bson_init(r);
     BSON_APPEND_INT32(r, "ok", 1);
     BSON_APPEND_UTF8(r, "ns", "db.c");
     BSON_APPEND_DOCUMENT_BEGIN(r, "key", &key);
-    BSON_APPEND_INT32(&key, "x", 1);
+    if (hashed) BSON_APPEND_UTF8(&key, "x", "hashed");
+    else BSON_APPEND_INT32(&key, "x", 1);
     bson_append_document_end(r, &key);
     BSON_APPEND_BOOL(r, "unique", false);
     BSON_APPEND_OID(r, "epoch", epoch);
@@ -56,6 +58,12 @@ static inline void reply_of(bson_t *r, const bson_oid_t *epoch, uint32_t ts, boo
         bson_append_document_end(&arr, &d);
     }
     bson_append_array_end(r, &arr);
+}
+
+/* reply_of_key over {x: 1}. */
+static inline void reply_of(bson_t *r, const bson_oid_t *epoch, uint32_t ts, bool full,
+                            const ch_t *c, int n) {
+    reply_of_key(r, false, epoch, ts, full, c, n);
 }
 
 /* Builds t from a reply; returns rtable_from_reply's code, *need_full as it said. */

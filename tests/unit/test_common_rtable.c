@@ -2,8 +2,9 @@
  * test_common_rtable.c — unit tests of the shared routing table (common/rtable.c):
  * parsing a getRoutingTable reply, incremental merges after a split, a merge and a
  * migration (new owner, control chunk, a shard left with nothing), a merge that leaves a
- * gap, a generation change, chunk lookup by binary search against a linear scan, the
- * version comparison rules of notes §2.1, and database versions.
+ * gap, a generation change, chunk lookup by binary search against a linear scan (and
+ * where a range scan starts), the version comparison rules of notes §2.1, and database
+ * versions.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -237,7 +238,20 @@ static void test_find_matches_linear_scan(void) {
             if ((c[i].min == MINK || c[i].min <= x) && (c[i].max == MAXK || x < c[i].max))
                 want = i;
         CHECK_MSG(strcmp(owner(&t, x), c[want].shard) == 0, "seed=%llu x=%lld", (unsigned long long)seed, (long long)x);
+        buf_t kx;
+        enc(&t, x, &kx);
+        CHECK_INT(rtable_first_ending_after(&t, kx.data, kx.len), want);
+        buf_free(&kx);
     }
+    /* MaxKey is no chunk's interior: a scan from it starts past the last chunk */
+    bson_t bmax = BSON_INITIALIZER;
+    buf_t kmax = {0};
+    keys_global_max(&t.pattern, &bmax);
+    CHECK_INT(keys_encode_bound(&t.pattern, &bmax, &kmax, NULL), 0);
+    CHECK_INT(rtable_first_ending_after(&t, kmax.data, kmax.len), t.nchunks);
+    CHECK_INT(rtable_find(&t, kmax.data, kmax.len), t.nchunks - 1);
+    buf_free(&kmax);
+    bson_destroy(&bmax);
     rtable_clear(&t);
 }
 
