@@ -74,7 +74,8 @@ typedef struct rtable {
     uint32_t shard_major[MS_SHARDS_MAX], shard_minor[MS_SHARDS_MAX];
     int shard_nchunks[MS_SHARDS_MAX];   /* chunks each shard owns */
     /* Chunks of each shard whose lastmod is the shard's version: when a refresh takes the
-     * last of them away, only that shard's version is recomputed (from block summaries). */
+     * last of them away, only that shard's version is recomputed (from page and block
+     * summaries). */
     int shard_at_max[MS_SHARDS_MAX];
     int nchunks;              /* sorted by min, tiling the key space (rtable_chunk) */
     int nblocks, npages;
@@ -94,8 +95,8 @@ typedef struct rtable {
  * zeroed (rtable_clear is harmless). base stays valid and unchanged either way. */
 int rtable_from_reply(const bson_t *reply, const rtable_t *base, rtable_t *out,
                       bool *need_full, ms_error_t *err);
-/* Releases what rtable_from_reply allocated (NULL-safe; a zeroed table is fine). Blocks
- * another table still shares stay. */
+/* Releases what rtable_from_reply allocated (NULL-safe; a zeroed table is fine). Pages
+ * and blocks another table still shares stay. */
 void rtable_clear(rtable_t *t);
 /* Chunk i (0 <= i < nchunks) of t: two binary searches (page, block). */
 const rtable_chunk_t *rtable_chunk(const rtable_t *t, int i);
@@ -105,7 +106,7 @@ const rtable_chunk_t *rtable_chunk(const rtable_t *t, int i);
 void rtable_set_geometry(int chunks_per_block, int blocks_per_page);
 /* Renumbers t's shards so index i becomes i-1 and the first goes last (the router's
  * test hook: nothing may rely on a shard keeping its index across refreshes). Copies
- * the blocks t shares with other tables before writing them. */
+ * the pages and blocks t shares with other tables before writing them. */
 void rtable_rotate_shards(rtable_t *t);
 
 /* memcmp order of two byte strings; a proper prefix sorts first. */
