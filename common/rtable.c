@@ -3,9 +3,19 @@
  * used by the router's cache (bin/router) and the shard's filtering metadata
  * (bin/shardd): parse, merge an incremental refresh, check the tiling, derive the
  * collection and per-shard versions, find a key's chunk, compare versions (notes §2.1).
+ *
+ * Storage: chunks in refcounted, immutable blocks, blocks in refcounted, immutable
+ * pages (rtable.h). A full reply is packed into full blocks and pages in one pass. An
+ * incremental reply is cut into runs of adjacent fresh chunks; each run replaces the
+ * base chunks between two of base's boundaries; the blocks those runs touch are rebuilt
+ * (with a neighbour when they would shrink below half a block), then the pages holding
+ * them (likewise); every other page is shared with base. Derived versions are updated by
+ * the chunks removed and added; a shard that loses every chunk at its version is
+ * recomputed from the page and block summaries, the only step not local to the change.
  */
 #include "common/rtable.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,19 +38,199 @@ static void chunk_free(rtable_chunk_t *c) {
     buf_free(&c->max);
 }
 
+/* ---- blocks and pages -------------------------------------------------------------------- */
+
+_Static_assert(MS_SHARDS_MAX <= 64, "a summary's owners mask has one bit per shard index");
+
+/* What a block or page holds per shard index: which own chunks there, and the max
+ * lastmod of each one's chunks there (recompute_shard reads these instead of chunks). */
+typedef struct summary {
+    uint64_t owners;
+    uint64_t shard_max[MS_SHARDS_MAX];
+} summary_t;
+
+/* One allocation: the header, n chunks, then their bounds' bytes (the chunks' buffers
+ * point there with cap 0). Written only before a table publishes it (or while it is the
+ * only holder: rtable_rotate_shards); then read-only and shared by refcount. */
+struct rtable_block {
+    atomic_int refs;
+    int n;
+    summary_t sum;
+    rtable_chunk_t c[];
+};
+
+/* Up to RTABLE_PAGE_BLOCKS blocks in key order, shared the same way. */
+struct rtable_page {
+    atomic_int refs;
+    int nblocks;
+    summary_t sum;
+    int block_start[RTABLE_PAGE_BLOCKS + 1];   /* chunk offset of each block in the page */
+    rtable_block_t *blocks[RTABLE_PAGE_BLOCKS];
+};
+
+/* The most chunks a new block holds and blocks a new page holds: the maxima, unless a
+ * test asked for less (rtable_set_geometry). */
+static int block_chunks = RTABLE_BLOCK_CHUNKS, page_blocks = RTABLE_PAGE_BLOCKS;
+
+void rtable_set_geometry(int chunks_per_block, int blocks_per_page) {
+    block_chunks = chunks_per_block >= 2 && chunks_per_block <= RTABLE_BLOCK_CHUNKS
+                       ? chunks_per_block : RTABLE_BLOCK_CHUNKS;
+    page_blocks = blocks_per_page >= 2 && blocks_per_page <= RTABLE_PAGE_BLOCKS
+                      ? blocks_per_page : RTABLE_PAGE_BLOCKS;
+}
+
+static uint64_t lastmod(const rtable_chunk_t *c) {
+    return (uint64_t)c->major << 32 | c->minor;
+}
+
+static void summary_add(summary_t *s, int shard, uint64_t v) {
+    if (!(s->owners & (1ull << shard)) || v > s->shard_max[shard]) s->shard_max[shard] = v;
+    s->owners |= 1ull << shard;
+}
+
+static void block_summarize(rtable_block_t *b) {
+    memset(&b->sum, 0, sizeof b->sum);
+    for (int i = 0; i < b->n; i++) summary_add(&b->sum, b->c[i].shard, lastmod(&b->c[i]));
+}
+
+static void page_summarize(rtable_page_t *p) {
+    memset(&p->sum, 0, sizeof p->sum);
+    for (int b = 0; b < p->nblocks; b++)
+        for (uint64_t o = p->blocks[b]->sum.owners; o; o &= o - 1) {
+            int s = __builtin_ctzll(o);
+            summary_add(&p->sum, s, p->blocks[b]->sum.shard_max[s]);
+        }
+}
+
+static void bound_into(buf_t *dst, const buf_t *src, uint8_t **arena) {
+    memcpy(*arena, src->data, src->len);
+    *dst = (buf_t){.data = *arena, .len = src->len, .cap = 0};
+    *arena += src->len;
+}
+
+/* A new block holding copies of the n chunks src points to (in that order). */
+static rtable_block_t *block_new(const rtable_chunk_t *const *src, int n) {
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) bytes += src[i]->min.len + src[i]->max.len;
+    rtable_block_t *b = xrealloc(NULL, sizeof *b + (size_t)n * sizeof b->c[0] + bytes);
+    uint8_t *arena = (uint8_t *)&b->c[n];
+    atomic_init(&b->refs, 1);
+    b->n = n;
+    for (int i = 0; i < n; i++) {
+        b->c[i] = *src[i];
+        bound_into(&b->c[i].min, &src[i]->min, &arena);
+        bound_into(&b->c[i].max, &src[i]->max, &arena);
+    }
+    block_summarize(b);
+    return b;
+}
+
+static rtable_block_t *block_share(rtable_block_t *b) {
+    atomic_fetch_add(&b->refs, 1);
+    return b;
+}
+
+static void block_release(rtable_block_t *b) {
+    if (atomic_fetch_sub(&b->refs, 1) == 1) free(b);
+}
+
+/* A new page taking over one reference to each of the n blocks. */
+static rtable_page_t *page_new(rtable_block_t *const *blocks, int n) {
+    rtable_page_t *p = xrealloc(NULL, sizeof *p);
+    atomic_init(&p->refs, 1);
+    p->nblocks = n;
+    p->block_start[0] = 0;
+    for (int b = 0; b < n; b++) {
+        p->blocks[b] = blocks[b];
+        p->block_start[b + 1] = p->block_start[b] + blocks[b]->n;
+    }
+    page_summarize(p);
+    return p;
+}
+
+static rtable_page_t *page_share(rtable_page_t *p) {
+    atomic_fetch_add(&p->refs, 1);
+    return p;
+}
+
+static void page_release(rtable_page_t *p) {
+    if (atomic_fetch_sub(&p->refs, 1) != 1) return;
+    for (int b = 0; b < p->nblocks; b++) block_release(p->blocks[b]);
+    free(p);
+}
+
+/* A list of blocks or pages under construction, each entry holding one reference. */
+typedef struct plist {
+    void **v;
+    int n, cap;
+} plist_t;
+
+static void plist_push(plist_t *l, void *p) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 16;
+        l->v = xrealloc(l->v, (size_t)l->cap * sizeof *l->v);
+    }
+    l->v[l->n++] = p;
+}
+
+/* n items into ceil(n / max) groups of even size: group k's size. */
+static int even_share(int n, int max, int k) {
+    int groups = (n + max - 1) / max;
+    return n / groups + (k < n % groups);
+}
+
+/* Packs n chunks into blocks of at most block_chunks, of even size, onto l. */
+static void blocks_pack(plist_t *l, const rtable_chunk_t *const *src, int n) {
+    for (int off = 0, k = 0; off < n; k++) {
+        int size = even_share(n, block_chunks, k);
+        plist_push(l, block_new(src + off, size));
+        off += size;
+    }
+}
+
+/* Packs n blocks (their references taken over) into pages the same way, onto l. */
+static void pages_pack(plist_t *l, rtable_block_t *const *blocks, int n) {
+    for (int off = 0, k = 0; off < n; k++) {
+        int size = even_share(n, page_blocks, k);
+        plist_push(l, page_new(blocks + off, size));
+        off += size;
+    }
+}
+
+/* Moves l's pages into t and indexes them. */
+static void table_take_pages(rtable_t *t, plist_t *l) {
+    t->pages = (rtable_page_t **)l->v;
+    t->npages = l->n;
+    t->page_start = xrealloc(NULL, (size_t)(l->n + 1) * sizeof *t->page_start);
+    t->page_bstart = xrealloc(NULL, (size_t)(l->n + 1) * sizeof *t->page_bstart);
+    t->page_start[0] = t->page_bstart[0] = 0;
+    for (int p = 0; p < l->n; p++) {
+        t->page_start[p + 1] = t->page_start[p] + t->pages[p]->block_start[t->pages[p]->nblocks];
+        t->page_bstart[p + 1] = t->page_bstart[p] + t->pages[p]->nblocks;
+    }
+    t->nchunks = t->page_start[l->n];
+    t->nblocks = t->page_bstart[l->n];
+    memset(l, 0, sizeof *l);
+}
+
 void rtable_clear(rtable_t *t) {
     if (!t) return;
-    for (int i = 0; i < t->nchunks; i++) chunk_free(&t->chunks[i]);
-    free(t->chunks);
+    for (int p = 0; p < t->npages; p++) page_release(t->pages[p]);
+    free(t->pages);
+    free(t->page_start);
+    free(t->page_bstart);
     keys_pattern_free(&t->pattern);
     memset(t, 0, sizeof *t);
 }
 
-int rtable_find(const rtable_t *t, const uint8_t *key, size_t len) {
-    int lo = 0, hi = t->nchunks - 1, found = 0;
-    while (lo <= hi) {   /* the last chunk with min <= key */
+/* ---- positions --------------------------------------------------------------------------- */
+
+/* In ascending a[0, n): the last index whose value <= x (0 when none is). */
+static int last_le(const int *a, int n, int x) {
+    int lo = 0, hi = n - 1, found = 0;
+    while (lo <= hi) {
         int mid = lo + (hi - lo) / 2;
-        if (rtable_bytes_cmp(t->chunks[mid].min.data, t->chunks[mid].min.len, key, len) <= 0) {
+        if (a[mid] <= x) {
             found = mid;
             lo = mid + 1;
         } else {
@@ -48,6 +238,86 @@ int rtable_find(const rtable_t *t, const uint8_t *key, size_t len) {
         }
     }
     return found;
+}
+
+/* Global block g (0 <= g < nblocks): its page and its index there. */
+static rtable_block_t *block_at(const rtable_t *t, int g) {
+    int p = last_le(t->page_bstart, t->npages, g);
+    return t->pages[p]->blocks[g - t->page_bstart[p]];
+}
+
+/* Index of the first chunk of global block g (g == nblocks: nchunks). */
+static int block_first(const rtable_t *t, int g) {
+    if (g >= t->nblocks) return t->nchunks;
+    int p = last_le(t->page_bstart, t->npages, g);
+    return t->page_start[p] + t->pages[p]->block_start[g - t->page_bstart[p]];
+}
+
+/* The global block holding chunk i. */
+static int block_of(const rtable_t *t, int i) {
+    int p = last_le(t->page_start, t->npages, i);
+    const rtable_page_t *pg = t->pages[p];
+    return t->page_bstart[p] + last_le(pg->block_start, pg->nblocks, i - t->page_start[p]);
+}
+
+const rtable_chunk_t *rtable_chunk(const rtable_t *t, int i) {
+    int p = last_le(t->page_start, t->npages, i);
+    const rtable_page_t *pg = t->pages[p];
+    int off = i - t->page_start[p], b = last_le(pg->block_start, pg->nblocks, off);
+    return &pg->blocks[b]->c[off - pg->block_start[b]];
+}
+
+/* The first key of item k of an array of pages, blocks or chunks. */
+typedef const buf_t *(*min_of_fn)(const void *items, int k);
+
+static const buf_t *page_min(const void *items, int k) {
+    return &((rtable_page_t *const *)items)[k]->blocks[0]->c[0].min;
+}
+
+static const buf_t *block_min(const void *items, int k) {
+    return &((rtable_block_t *const *)items)[k]->c[0].min;
+}
+
+static const buf_t *chunk_min(const void *items, int k) {
+    return &((const rtable_chunk_t *)items)[k].min;
+}
+
+/* Of n items in key order: the last whose first key <= key (0 when none is). */
+static int last_min_le(const void *items, int n, min_of_fn min_of, const uint8_t *key,
+                       size_t len) {
+    int lo = 0, hi = n - 1, found = 0;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        const buf_t *m = min_of(items, mid);
+        if (rtable_bytes_cmp(m->data, m->len, key, len) <= 0) {
+            found = mid;
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return found;
+}
+
+/* Page, then block, then chunk: three binary searches. */
+int rtable_find(const rtable_t *t, const uint8_t *key, size_t len) {
+    if (t->npages == 0) return 0;
+    int p = last_min_le(t->pages, t->npages, page_min, key, len);
+    const rtable_page_t *pg = t->pages[p];
+    int b = last_min_le(pg->blocks, pg->nblocks, block_min, key, len);
+    int c = last_min_le(pg->blocks[b]->c, pg->blocks[b]->n, chunk_min, key, len);
+    return t->page_start[p] + pg->block_start[b] + c;
+}
+
+const rtable_chunk_t *rtable_find_chunk(const rtable_t *t, const uint8_t *key, size_t len) {
+    return t->nchunks ? rtable_chunk(t, rtable_find(t, key, len)) : NULL;
+}
+
+int rtable_first_ending_after(const rtable_t *t, const uint8_t *key, size_t len) {
+    if (t->nchunks == 0) return 0;
+    int i = rtable_find(t, key, len);
+    const buf_t *max = &rtable_chunk(t, i)->max;
+    return rtable_bytes_cmp(max->data, max->len, key, len) > 0 ? i : i + 1;
 }
 
 int rtable_shard_index(const rtable_t *t, const char *name) {
@@ -205,11 +475,75 @@ static int chunk_cmp_min(const void *a, const void *b) {
     return buf_cmp(&((const rtable_chunk_t *)a)->min, &((const rtable_chunk_t *)b)->min);
 }
 
-/* Tiling check and derived versions. False when the chunks do not tile [MinKey, MaxKey). */
-static bool table_finish(rtable_t *t) {
+/* ---- derived versions -------------------------------------------------------------------- */
+
+static uint64_t shard_max(const rtable_t *t, int s) {
+    return (uint64_t)t->shard_major[s] << 32 | t->shard_minor[s];
+}
+
+static void set_shard_max(rtable_t *t, int s, uint64_t v, int at_max) {
+    t->shard_major[s] = (uint32_t)(v >> 32);
+    t->shard_minor[s] = (uint32_t)v;
+    t->shard_at_max[s] = at_max;
+}
+
+static void derive_add(rtable_t *t, const rtable_chunk_t *c) {
+    int s = c->shard;
+    t->shard_nchunks[s]++;
+    if (lastmod(c) > shard_max(t, s) || t->shard_nchunks[s] == 1) set_shard_max(t, s, lastmod(c), 1);
+    else if (lastmod(c) == shard_max(t, s)) t->shard_at_max[s]++;
+}
+
+/* A chunk leaves: its shard's version stands while another chunk has it (shard_at_max). */
+static void derive_remove(rtable_t *t, const rtable_chunk_t *c) {
+    int s = c->shard;
+    t->shard_nchunks[s]--;
+    if (lastmod(c) == shard_max(t, s)) t->shard_at_max[s]--;
+}
+
+static bool reaches(const summary_t *sum, int s, uint64_t v) {
+    return (sum->owners & (1ull << s)) && sum->shard_max[s] == v;
+}
+
+/* Shard s's version from the summaries: the max over the pages it owns chunks in, then
+ * how many chunks have it (only in the pages and blocks whose summary reaches it). */
+static void recompute_shard(rtable_t *t, int s) {
+    uint64_t best = 0;
+    int at = 0;
+    for (int p = 0; p < t->npages; p++)
+        if ((t->pages[p]->sum.owners & (1ull << s)) && t->pages[p]->sum.shard_max[s] > best)
+            best = t->pages[p]->sum.shard_max[s];
+    for (int p = 0; p < t->npages; p++) {
+        const rtable_page_t *pg = t->pages[p];
+        for (int b = 0; reaches(&pg->sum, s, best) && b < pg->nblocks; b++) {
+            const rtable_block_t *k = pg->blocks[b];
+            for (int i = 0; reaches(&k->sum, s, best) && i < k->n; i++)
+                at += k->c[i].shard == s && lastmod(&k->c[i]) == best;
+        }
+    }
+    set_shard_max(t, s, best, at);
+}
+
+/* Completes the shard versions (after derive_add/derive_remove) and the collection
+ * version, which the reply's collectionVersion floors (coll_* hold that floor). */
+static void derive_finish(rtable_t *t) {
+    uint64_t coll = (uint64_t)t->coll_major << 32 | t->coll_minor;
+    for (int s = 0; s < t->nshards; s++) {
+        if (t->shard_nchunks[s] == 0) set_shard_max(t, s, 0, 0);
+        else if (t->shard_at_max[s] == 0) recompute_shard(t, s);
+        if (shard_max(t, s) > coll) coll = shard_max(t, s);
+    }
+    t->coll_major = (uint32_t)(coll >> 32);
+    t->coll_minor = (uint32_t)coll;
+}
+
+/* ---- full load --------------------------------------------------------------------------- */
+
+/* Whether the sorted chunks tile [MinKey, MaxKey) of t's pattern. */
+static bool chunks_tile(const rtable_t *t, const rtable_chunk_t *c, int n) {
     bson_t bmin, bmax;
     buf_t gmin = {0}, gmax = {0};
-    bool ok = t->nchunks > 0;
+    bool ok = n > 0;
     bson_init(&bmin);
     bson_init(&bmax);
     keys_global_min(&t->pattern, &bmin);
@@ -217,25 +551,8 @@ static bool table_finish(rtable_t *t) {
     if (keys_encode_bound(&t->pattern, &bmin, &gmin, NULL) ||
         keys_encode_bound(&t->pattern, &bmax, &gmax, NULL))
         ok = false;
-    if (ok) {
-        if (buf_cmp(&t->chunks[0].min, &gmin) != 0) ok = false;
-        if (buf_cmp(&t->chunks[t->nchunks - 1].max, &gmax) != 0) ok = false;
-        for (int i = 0; ok && i + 1 < t->nchunks; i++)
-            if (buf_cmp(&t->chunks[i].max, &t->chunks[i + 1].min) != 0) ok = false;
-    }
-    memset(t->shard_major, 0, sizeof t->shard_major);
-    memset(t->shard_minor, 0, sizeof t->shard_minor);
-    for (int i = 0; i < t->nchunks; i++) {
-        const rtable_chunk_t *c = &t->chunks[i];
-        if (vless(t->coll_major, t->coll_minor, c->major, c->minor)) {
-            t->coll_major = c->major;
-            t->coll_minor = c->minor;
-        }
-        if (vless(t->shard_major[c->shard], t->shard_minor[c->shard], c->major, c->minor)) {
-            t->shard_major[c->shard] = c->major;
-            t->shard_minor[c->shard] = c->minor;
-        }
-    }
+    if (ok) ok = buf_cmp(&c[0].min, &gmin) == 0 && buf_cmp(&c[n - 1].max, &gmax) == 0;
+    for (int i = 0; ok && i + 1 < n; i++) ok = buf_cmp(&c[i].max, &c[i + 1].min) == 0;
     bson_destroy(&bmin);
     bson_destroy(&bmax);
     buf_free(&gmin);
@@ -243,35 +560,249 @@ static bool table_finish(rtable_t *t) {
     return ok;
 }
 
-/* Merges sorted, disjoint fresh chunks into base's: an old chunk survives when no fresh
- * chunk overlaps it. Takes ownership of fresh's buffers (moved into t). */
-static void merge_into(rtable_t *t, const rtable_t *base, rtable_chunk_t *fresh, int nfresh) {
-    t->chunks = xrealloc(NULL, (size_t)(base->nchunks + nfresh + 1) * sizeof *t->chunks);
-    int j = 0;
-    for (int i = 0; i < base->nchunks; i++) {
-        const rtable_chunk_t *oc = &base->chunks[i];
-        int lo = 0, hi = nfresh - 1, cand = -1;
-        while (lo <= hi) {   /* the last fresh chunk with min < oc.max decides */
-            int mid = lo + (hi - lo) / 2;
-            if (buf_cmp(&fresh[mid].min, &oc->max) < 0) {
-                cand = mid;
-                lo = mid + 1;
-            } else {
-                hi = mid - 1;
-            }
-        }
-        if (cand >= 0 && buf_cmp(&fresh[cand].max, &oc->min) > 0) continue;   /* replaced */
-        rtable_chunk_t *nc = &t->chunks[j++];
-        memset(nc, 0, sizeof *nc);
-        buf_put(&nc->min, oc->min.data, oc->min.len);
-        buf_put(&nc->max, oc->max.data, oc->max.len);
-        nc->shard = oc->shard;   /* t starts with base's shard numbering */
-        nc->major = oc->major;
-        nc->minor = oc->minor;
+/* Packs the sorted, tiling chunks into full blocks and pages in one pass. */
+static void build_full(rtable_t *t, const rtable_chunk_t *c, int n) {
+    const rtable_chunk_t **src = xrealloc(NULL, (size_t)n * sizeof *src);
+    plist_t blocks = {0}, pages = {0};
+    for (int i = 0; i < n; i++) {
+        src[i] = &c[i];
+        derive_add(t, &c[i]);
     }
-    for (int i = 0; i < nfresh; i++) t->chunks[j++] = fresh[i];
-    t->nchunks = j;
-    if (t->nchunks > 1) qsort(t->chunks, (size_t)t->nchunks, sizeof *t->chunks, chunk_cmp_min);
+    blocks_pack(&blocks, src, n);
+    free(src);
+    pages_pack(&pages, (rtable_block_t *const *)blocks.v, blocks.n);
+    free(blocks.v);
+    table_take_pages(t, &pages);
+    derive_finish(t);
+}
+
+/* ---- incremental merge ------------------------------------------------------------------- */
+
+/* A run of adjacent fresh chunks fresh[f0, f0 + nf) replacing base's chunks [i0, i1). */
+typedef struct edit {
+    int f0, nf;
+    int i0, i1;
+} edit_t;
+
+/* Base's global blocks [b0, b1] rebuilt as the blocks in nb (which hold one reference
+ * each): the block-level result of the edits that touch them. */
+typedef struct regroup {
+    int b0, b1;
+    plist_t nb;
+} regroup_t;
+
+/* Where the run [min, max) sits in base: [*i0, *i1) when min is the start of base's chunk
+ * *i0 and max the end of chunk *i1 - 1. False when either is inside a chunk or outside
+ * the key space: the merged table would have a gap or an overlap there. */
+static bool run_in_base(const rtable_t *base, const buf_t *min, const buf_t *max, int *i0,
+                        int *i1) {
+    *i0 = rtable_find(base, min->data, min->len);
+    if (buf_cmp(&rtable_chunk(base, *i0)->min, min) != 0) return false;
+    int k = rtable_find(base, max->data, max->len);
+    const rtable_chunk_t *c = rtable_chunk(base, k);
+    if (buf_cmp(&c->min, max) == 0) *i1 = k;   /* the next base chunk starts there */
+    else if (k == base->nchunks - 1 && buf_cmp(&c->max, max) == 0) *i1 = k + 1;   /* MaxKey */
+    else return false;
+    return *i1 > *i0;
+}
+
+/* Cuts the sorted fresh chunks into runs and places each in base (*edits, caller frees).
+ * False when the fresh chunks overlap each other or a run does not fit base. */
+static bool plan_edits(const rtable_t *base, const rtable_chunk_t *fresh, int nfresh,
+                       edit_t **edits, int *nedits) {
+    *edits = xrealloc(NULL, (size_t)(nfresh > 0 ? nfresh : 1) * sizeof **edits);
+    *nedits = 0;
+    for (int f = 0; f < nfresh;) {
+        edit_t *e = &(*edits)[(*nedits)++];
+        int last = f;
+        while (last + 1 < nfresh && buf_cmp(&fresh[last].max, &fresh[last + 1].min) == 0) last++;
+        if (last + 1 < nfresh && buf_cmp(&fresh[last].max, &fresh[last + 1].min) > 0)
+            return false;   /* two fresh chunks overlap */
+        e->f0 = f;
+        e->nf = last + 1 - f;
+        if (!run_in_base(base, &fresh[f].min, &fresh[last].max, &e->i0, &e->i1)) return false;
+        f = last + 1;
+    }
+    return true;
+}
+
+/* Appends pointers to base's chunks [from, to) to dst. */
+static int push_base(const rtable_chunk_t **dst, const rtable_t *base, int from, int to) {
+    for (int i = from; i < to; i++) dst[i - from] = rtable_chunk(base, i);
+    return to > from ? to - from : 0;
+}
+
+/* The chunks blocks [b0, b1] of base hold once edits e[0, ne) are applied. */
+static int chunks_after(const rtable_t *base, int b0, int b1, const edit_t *e, int ne) {
+    int n = block_first(base, b1 + 1) - block_first(base, b0);
+    for (int k = 0; k < ne; k++) n += e[k].nf - (e[k].i1 - e[k].i0);
+    return n;
+}
+
+/* The new blocks for base's blocks [g->b0, g->b1] with edits e[0, ne) applied. */
+static void rebuild_blocks(regroup_t *g, const rtable_t *base, const rtable_chunk_t *fresh,
+                           const edit_t *e, int ne) {
+    int n = chunks_after(base, g->b0, g->b1, e, ne), j = 0, pos = block_first(base, g->b0);
+    const rtable_chunk_t **src = xrealloc(NULL, (size_t)n * sizeof *src);
+    for (int k = 0; k < ne; k++) {
+        j += push_base(src + j, base, pos, e[k].i0);
+        for (int f = 0; f < e[k].nf; f++) src[j++] = &fresh[e[k].f0 + f];
+        pos = e[k].i1;
+    }
+    j += push_base(src + j, base, pos, block_first(base, g->b1 + 1));
+    blocks_pack(&g->nb, src, j);
+    free(src);
+}
+
+/* The edits that touch the same blocks are applied together, taking in a neighbour
+ * block when the result would hold fewer than half a block of chunks (so blocks stay at
+ * least half full). One regroup per such set into *out (caller frees); their count. */
+static int regroup_blocks(const rtable_t *base, const rtable_chunk_t *fresh, const edit_t *ed,
+                          int ned, regroup_t **out) {
+    int n = 0, next = 0;   /* base's first block no regroup took yet */
+    *out = xrealloc(NULL, (size_t)(ned > 0 ? ned : 1) * sizeof **out);
+    for (int e = 0; e < ned;) {
+        int b0 = block_of(base, ed[e].i0), b1 = block_of(base, ed[e].i1 - 1), e1 = e + 1;
+        for (;;) {
+            for (; e1 < ned && block_of(base, ed[e1].i0) <= b1; e1++)
+                if (block_of(base, ed[e1].i1 - 1) > b1) b1 = block_of(base, ed[e1].i1 - 1);
+            if (chunks_after(base, b0, b1, ed + e, e1 - e) >= block_chunks / 2) break;
+            if (b1 + 1 < base->nblocks) b1++;
+            else if (b0 > next) b0--;
+            else break;
+        }
+        regroup_t *g = &(*out)[n++];
+        *g = (regroup_t){.b0 = b0, .b1 = b1};
+        rebuild_blocks(g, base, fresh, ed + e, e1 - e);
+        next = b1 + 1;
+        e = e1;
+    }
+    return n;
+}
+
+/* The blocks pages [p0, p1] of base hold once regroups g[0, ng) are applied. */
+static int blocks_after(const rtable_t *base, int p0, int p1, const regroup_t *g, int ng) {
+    int n = base->page_bstart[p1 + 1] - base->page_bstart[p0];
+    for (int k = 0; k < ng; k++) n += g[k].nb.n - (g[k].b1 + 1 - g[k].b0);
+    return n;
+}
+
+/* New pages for base's pages [p0, p1] with regroups g[0, ng) applied, onto pages: base's
+ * blocks there are shared, the regroups' new blocks moved in. */
+static void rebuild_pages(plist_t *pages, const rtable_t *base, int p0, int p1, regroup_t *g,
+                          int ng) {
+    plist_t blocks = {0};
+    int pos = base->page_bstart[p0];
+    for (int k = 0; k < ng; k++) {
+        for (; pos < g[k].b0; pos++) plist_push(&blocks, block_share(block_at(base, pos)));
+        for (int b = 0; b < g[k].nb.n; b++) plist_push(&blocks, g[k].nb.v[b]);
+        pos = g[k].b1 + 1;
+    }
+    for (; pos < base->page_bstart[p1 + 1]; pos++)
+        plist_push(&blocks, block_share(block_at(base, pos)));
+    pages_pack(pages, (rtable_block_t *const *)blocks.v, blocks.n);
+    free(blocks.v);
+}
+
+/* t = base with the regroups applied, one level up: the regroups in the same pages are
+ * applied together (taking in a neighbour page below half a page of blocks), every
+ * other page is shared with base. */
+static void apply_regroups(rtable_t *t, const rtable_t *base, regroup_t *g, int ng) {
+    plist_t pages = {0};
+    int next = 0;   /* base's first page not yet in pages */
+    for (int k = 0; k < ng;) {
+        int p0 = last_le(base->page_bstart, base->npages, g[k].b0);
+        int p1 = last_le(base->page_bstart, base->npages, g[k].b1), k1 = k + 1;
+        for (;;) {
+            for (; k1 < ng && last_le(base->page_bstart, base->npages, g[k1].b0) <= p1; k1++)
+                p1 = last_le(base->page_bstart, base->npages, g[k1].b1);
+            if (blocks_after(base, p0, p1, g + k, k1 - k) >= page_blocks / 2) break;
+            if (p1 + 1 < base->npages) p1++;
+            else if (p0 > next) p0--;
+            else break;
+        }
+        for (; next < p0; next++) plist_push(&pages, page_share(base->pages[next]));
+        rebuild_pages(&pages, base, p0, p1, g + k, k1 - k);
+        next = p1 + 1;
+        k = k1;
+    }
+    for (; next < base->npages; next++) plist_push(&pages, page_share(base->pages[next]));
+    table_take_pages(t, &pages);
+}
+
+/* Merges the sorted fresh chunks into base (t starts with base's shard numbering).
+ * False when they do not fit base's boundaries. */
+static bool merge_into(rtable_t *t, const rtable_t *base, const rtable_chunk_t *fresh,
+                       int nfresh) {
+    edit_t *ed;
+    regroup_t *g;
+    int ned;
+    if (!plan_edits(base, fresh, nfresh, &ed, &ned)) {
+        free(ed);
+        return false;
+    }
+    memcpy(t->shard_nchunks, base->shard_nchunks, sizeof t->shard_nchunks);
+    memcpy(t->shard_at_max, base->shard_at_max, sizeof t->shard_at_max);
+    memcpy(t->shard_major, base->shard_major, sizeof t->shard_major);
+    memcpy(t->shard_minor, base->shard_minor, sizeof t->shard_minor);
+    for (int e = 0; e < ned; e++)
+        for (int i = ed[e].i0; i < ed[e].i1; i++) derive_remove(t, rtable_chunk(base, i));
+    for (int f = 0; f < nfresh; f++) derive_add(t, &fresh[f]);
+    int ng = regroup_blocks(base, fresh, ed, ned, &g);
+    apply_regroups(t, base, g, ng);
+    for (int k = 0; k < ng; k++) free(g[k].nb.v);   /* their references went to pages */
+    free(g);
+    free(ed);
+    derive_finish(t);
+    return true;
+}
+
+/* ---- renumbering (a test hook) ------------------------------------------------------------ */
+
+/* A private copy of page *pp (sharing its blocks) or block *bp, replacing the shared one. */
+static void page_unshare(rtable_page_t **pp) {
+    rtable_page_t *old = *pp;
+    for (int b = 0; b < old->nblocks; b++) block_share(old->blocks[b]);
+    *pp = page_new(old->blocks, old->nblocks);
+    page_release(old);
+}
+
+static void block_unshare(rtable_block_t **bp) {
+    rtable_block_t *old = *bp;
+    const rtable_chunk_t **src = xrealloc(NULL, (size_t)old->n * sizeof *src);
+    for (int i = 0; i < old->n; i++) src[i] = &old->c[i];
+    *bp = block_new(src, old->n);
+    free(src);
+    block_release(old);
+}
+
+/* Moves element 0 of an array of n to the end. */
+static void rotate_left(void *arr, size_t size, int n) {
+    uint8_t first[RTABLE_NAME_BYTES_MAX];
+    memcpy(first, arr, size);
+    memmove(arr, (uint8_t *)arr + size, (size_t)(n - 1) * size);
+    memcpy((uint8_t *)arr + (size_t)(n - 1) * size, first, size);
+}
+
+void rtable_rotate_shards(rtable_t *t) {
+    int n = t->nshards;
+    if (n < 2) return;
+    for (int p = 0; p < t->npages; p++) {
+        if (atomic_load(&t->pages[p]->refs) > 1) page_unshare(&t->pages[p]);
+        rtable_page_t *pg = t->pages[p];
+        for (int b = 0; b < pg->nblocks; b++) {
+            if (atomic_load(&pg->blocks[b]->refs) > 1) block_unshare(&pg->blocks[b]);
+            rtable_block_t *k = pg->blocks[b];
+            for (int i = 0; i < k->n; i++) k->c[i].shard = (k->c[i].shard + n - 1) % n;
+            block_summarize(k);
+        }
+        page_summarize(pg);
+    }
+    rotate_left(t->shards, sizeof t->shards[0], n);
+    rotate_left(t->shard_major, sizeof t->shard_major[0], n);
+    rotate_left(t->shard_minor, sizeof t->shard_minor[0], n);
+    rotate_left(t->shard_nchunks, sizeof t->shard_nchunks[0], n);
+    rotate_left(t->shard_at_max, sizeof t->shard_at_max[0], n);
 }
 
 int rtable_from_reply(const bson_t *reply, const rtable_t *base, rtable_t *out,
@@ -348,27 +879,19 @@ int rtable_from_reply(const bson_t *reply, const rtable_t *base, rtable_t *out,
         if (rc) goto out;
     }
     if (nfresh > 1) qsort(fresh, (size_t)nfresh, sizeof *fresh, chunk_cmp_min);
-    if (incremental) {
-        merge_into(t, base, fresh, nfresh);   /* moves fresh's buffers */
-        free(fresh);
-    } else {
-        t->chunks = fresh;
-        t->nchunks = nfresh;
-    }
-    fresh = NULL;
-    nfresh = 0;
     /* The reply's collection version is a floor (the maximum over all chunks, also those
-     * an incremental reply leaves out). */
+     * an incremental reply leaves out); derive_finish raises it to the chunks' max. */
     if (have_cv && bson_oid_equal(&cv.epoch, &t->epoch) && cv.ts_t == t->ts_t &&
         cv.ts_i == t->ts_i) {
         t->coll_major = cv.major;
         t->coll_minor = cv.minor;
     }
-    if (!table_finish(t)) {
-        if (incremental) *need_full = true;
-        else rc = err_set(err, MS_ERR_FAILED_TO_PARSE,
-                          "getRoutingTable: chunks do not tile the key space");
-        goto out;
+    if (incremental) {
+        if (!merge_into(t, base, fresh, nfresh)) *need_full = true;   /* a gap or overlap */
+    } else if (chunks_tile(t, fresh, nfresh)) {
+        build_full(t, fresh, nfresh);
+    } else {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable: chunks do not tile the key space");
     }
 out:
     for (int i = 0; i < nfresh; i++) chunk_free(&fresh[i]);

@@ -11,9 +11,11 @@
  * chunks, (0,0) when it owns none) — notes §2.1. An incremental reply (full: false, only
  * chunks with lastmod >= sinceVersion) is merged into the previous table: old chunks
  * that no fresh chunk overlaps survive, the fresh ones replace the rest (a split or merge
- * changes boundaries, a migration the owner). A merge that does not tile, or a reply of
- * another generation, asks the caller to fetch in full (MongoDB's refresh falls back the
- * same way).
+ * changes boundaries, a migration the owner). Each run of adjacent fresh chunks must
+ * start and end on base's chunk boundaries (checked against the neighbours only, so the
+ * result tiles because base did); a run that does not, or a reply of another
+ * generation, asks the caller to fetch in full (MongoDB's refresh falls back the same
+ * way). docs/versioning-and-routing.md describes the structure and its costs.
  *
  * Versions compare as notes §2.1 says: timestamp first (different generations are
  * ordered only by it), then major, then minor; UNSHARDED is comparable with nothing.
@@ -42,10 +44,22 @@ typedef struct rtable_version {
 } rtable_version_t;
 
 typedef struct rtable_chunk {
-    buf_t min, max;           /* encoded bounds (keys_encode_bound) */
+    buf_t min, max;           /* encoded bounds (keys_encode_bound); in a table: read-only,
+                                 pointing into the chunk's block (cap 0: owned by it) */
     int shard;                /* index into rtable_t.shards */
     uint32_t major, minor;    /* lastmod */
 } rtable_chunk_t;
+
+/* A table's chunks live in blocks of at most RTABLE_BLOCK_CHUNKS, blocks in pages of at
+ * most RTABLE_PAGE_BLOCKS, all in key order (at 1,000,000 chunks: ~120 pages). Blocks and
+ * pages never change once a table holds them, and tables share them by reference count:
+ * an incremental refresh builds the new table from base's pages, copying only the blocks
+ * the fresh chunks touch, the pages holding those, and the page index. A reader holding
+ * either table always sees a whole one, with no lock: nothing it can reach is written. */
+#define RTABLE_BLOCK_CHUNKS 64
+#define RTABLE_PAGE_BLOCKS 128
+typedef struct rtable_block rtable_block_t;
+typedef struct rtable_page rtable_page_t;
 
 /* Built in place by rtable_from_reply and released with rtable_clear. Never copy or
  * move one by value: the key pattern holds a bson_t, which may point into itself. */
@@ -58,28 +72,55 @@ typedef struct rtable {
     int nshards;
     char shards[MS_SHARDS_MAX][RTABLE_NAME_BYTES_MAX];
     uint32_t shard_major[MS_SHARDS_MAX], shard_minor[MS_SHARDS_MAX];
-    int nchunks;
-    rtable_chunk_t *chunks;   /* sorted by min, tiling the key space */
+    int shard_nchunks[MS_SHARDS_MAX];   /* chunks each shard owns */
+    /* Chunks of each shard whose lastmod is the shard's version: when a refresh takes the
+     * last of them away, only that shard's version is recomputed (from page and block
+     * summaries). */
+    int shard_at_max[MS_SHARDS_MAX];
+    int nchunks;              /* sorted by min, tiling the key space (rtable_chunk) */
+    int nblocks, npages;
+    rtable_page_t **pages;    /* shared with other tables: read-only */
+    int *page_start;          /* index of each page's first chunk; [npages] = nchunks */
+    int *page_bstart;         /* index of each page's first block; [npages] = nblocks */
 } rtable_t;
 
 /* Builds *out from a getRoutingTable reply (borrowed). base (borrowed, may be NULL) is
- * the previous table: an incremental reply of base's generation is merged into it. On 0
+ * the previous table: an incremental reply of base's generation is merged into it,
+ * sharing base's untouched pages (cost O(changes x log n) plus the page index). On 0
  * either *out is initialised (caller releases with rtable_clear) and *need_full is
  * false, or *need_full is true and nothing is initialised: the reply was incremental
- * but not applicable (no base, another generation, or the merge left a gap or overlap)
- * and the caller asks again without sinceVersion. A full reply that does not tile is
- * FailedToParse. On error or need_full *out is left zeroed (rtable_clear is harmless). */
+ * but not applicable (no base, another generation, or the fresh chunks do not fit
+ * base's boundaries: a gap or overlap) and the caller asks again without sinceVersion.
+ * A full reply that does not tile is FailedToParse. On error or need_full *out is left
+ * zeroed (rtable_clear is harmless). base stays valid and unchanged either way. */
 int rtable_from_reply(const bson_t *reply, const rtable_t *base, rtable_t *out,
                       bool *need_full, ms_error_t *err);
-/* Releases what rtable_from_reply allocated (NULL-safe; a zeroed table is fine). */
+/* Releases what rtable_from_reply allocated (NULL-safe; a zeroed table is fine). Pages
+ * and blocks another table still shares stay. */
 void rtable_clear(rtable_t *t);
+/* Chunk i (0 <= i < nchunks) of t: two binary searches (page, block). */
+const rtable_chunk_t *rtable_chunk(const rtable_t *t, int i);
+/* Test hook: new blocks hold at most chunks_per_block chunks and new pages at most
+ * blocks_per_page blocks (2 up to the RTABLE_ maxima; out of range: the maxima), so a
+ * small table spans many pages. Call before building tables, from one thread. */
+void rtable_set_geometry(int chunks_per_block, int blocks_per_page);
+/* Renumbers t's shards so index i becomes i-1 and the first goes last (the router's
+ * test hook: nothing may rely on a shard keeping its index across refreshes). Copies
+ * the pages and blocks t shares with other tables before writing them. */
+void rtable_rotate_shards(rtable_t *t);
 
 /* memcmp order of two byte strings; a proper prefix sorts first. */
 int rtable_bytes_cmp(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen);
-/* Index of the chunk containing the encoded key (binary search; the last chunk whose
- * min <= key — chunks tile the key space, so there is always one). 0 for an empty table. */
+/* Index of the chunk containing the encoded key (binary search over the pages, then the
+ * blocks of one, then the chunks of one: the last chunk whose min <= key — chunks tile the key space, so there is always
+ * one). 0 for an empty table. rtable_find_chunk: that chunk (NULL for an empty table). */
 int rtable_find(const rtable_t *t, const uint8_t *key, size_t len);
-/* Index of name in t->shards, -1 if it owns no chunk. */
+const rtable_chunk_t *rtable_find_chunk(const rtable_t *t, const uint8_t *key, size_t len);
+/* Index of the first chunk whose max > key: the one containing key, or nchunks when key
+ * is at or past the last chunk's max (MaxKey). Where a scan of [key, ...) starts. */
+int rtable_first_ending_after(const rtable_t *t, const uint8_t *key, size_t len);
+/* Index of name in t->shards, -1 if it is not there. After an incremental refresh a shard
+ * that gave away its last chunk keeps its index (shard_nchunks[i] == 0, version (0,0)). */
 int rtable_shard_index(const rtable_t *t, const char *name);
 
 /* The collection version / the version of shard index i (-1 → (0,0)), with generation. */

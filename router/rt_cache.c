@@ -96,25 +96,6 @@ int rt_config_call_ms(router_t *r, const bson_t *cmd, int dflt_ms, bson_t *reply
     return rc;
 }
 
-/* Test hook: renumbers a fresh table's shards (index i becomes i-1, the first goes last),
- * as a full refresh may number them differently from the table it replaces (names are
- * numbered in the order the chunks mention them). Nothing may rely on a shard keeping its
- * index across refreshes; the failpoint makes that visible. */
-static void rotate_shards(rtable_t *t) {
-    int n = t->nshards;
-    char first[RTABLE_NAME_BYTES_MAX];
-    uint32_t ma = t->shard_major[0], mi = t->shard_minor[0];
-    if (n < 2) return;
-    memcpy(first, t->shards[0], sizeof first);
-    memmove(t->shards[0], t->shards[1], (size_t)(n - 1) * sizeof t->shards[0]);
-    memcpy(t->shards[n - 1], first, sizeof first);
-    memmove(&t->shard_major[0], &t->shard_major[1], (size_t)(n - 1) * sizeof t->shard_major[0]);
-    memmove(&t->shard_minor[0], &t->shard_minor[1], (size_t)(n - 1) * sizeof t->shard_minor[0]);
-    t->shard_major[n - 1] = ma;
-    t->shard_minor[n - 1] = mi;
-    for (int i = 0; i < t->nchunks; i++) t->chunks[i].shard = (t->chunks[i].shard + n - 1) % n;
-}
-
 static int fetch_table(router_t *r, const char *ns, const rt_table_t *base, rt_table_t **out,
                        ms_error_t *err) {
     /* RT_FP_FORCE_FULL_REFRESH: a refresh of a cached table asks in full (no
@@ -156,7 +137,10 @@ static int fetch_table(router_t *r, const char *ns, const rt_table_t *base, rt_t
         }
         rc = table_from_reply(ns, &reply, round == 0 ? base : NULL, out, &retry_full, err);
         bson_destroy(&reply);
-        if (rc == 0 && !retry_full && rotate && (*out)->sharded) rotate_shards(&(*out)->rt);
+        /* Test hook: a full refresh may number shards differently from the table it
+         * replaces (in the order the chunks mention them); nothing may rely on a shard
+         * keeping its index, and rotateShards makes that visible. */
+        if (rc == 0 && !retry_full && rotate && (*out)->sharded) rtable_rotate_shards(&(*out)->rt);
         if (rc || !retry_full) return rc;
     }
     return err_set(err, MS_ERR_INTERNAL, "routing table of %s could not be applied", ns);

@@ -152,9 +152,7 @@ static int idx_build(void *p, router_t *r, const rt_table_t *t, rt_req_t *reqs, 
     char owners[MS_SHARDS_MAX][RT_NAME_BYTES_MAX];
     int nowners = 0;
     bool owns[MS_SHARDS_MAX] = {0};
-    for (int i = 0; i < t->rt.nchunks; i++)
-        if (t->rt.chunks[i].shard >= 0 && t->rt.chunks[i].shard < MS_SHARDS_MAX)
-            owns[t->rt.chunks[i].shard] = true;
+    for (int s = 0; s < t->rt.nshards; s++) owns[s] = t->rt.shard_nchunks[s] > 0;
     for (int s = 0; s < t->rt.nshards; s++) {
         if (!owns[s]) continue;
         snprintf(owners[nowners++], RT_NAME_BYTES_MAX, "%s", t->rt.shards[s]);

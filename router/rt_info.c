@@ -54,8 +54,9 @@ static int append_chunks(const rtable_t *t, bson_t *reply, ms_error_t *err) {
     for (int i = 0; i < t->nchunks && rc == 0; i++) {
         bson_t pair, min = BSON_INITIALIZER, max = BSON_INITIALIZER;
         char key[16];
-        if ((rc = decode_bound(&t->pattern, &t->chunks[i].min, &min, err)) == 0 &&
-            (rc = decode_bound(&t->pattern, &t->chunks[i].max, &max, err)) == 0) {
+        const rtable_chunk_t *c = rtable_chunk(t, i);
+        if ((rc = decode_bound(&t->pattern, &c->min, &min, err)) == 0 &&
+            (rc = decode_bound(&t->pattern, &c->max, &max, err)) == 0) {
             if (reply->len + arr.len + min.len + max.len + 64 > MS_DOC_BYTES_MAX) {
                 exceeded = true;
             } else {

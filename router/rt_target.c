@@ -15,7 +15,7 @@
 int rt_target_doc(const rt_table_t *t, const bson_t *doc, int *shard, ms_error_t *err) {
     buf_t k = {0};
     int rc = keys_extract(&t->rt.pattern, doc, NULL, &k, err);
-    if (rc == 0) *shard = t->rt.chunks[rtable_find(&t->rt, k.data, k.len)].shard;
+    if (rc == 0) *shard = rtable_find_chunk(&t->rt, k.data, k.len)->shard;
     else if (rc == MS_ERR_BAD_VALUE && err && strstr(err->msg, "array"))
         /* an array on a key path: MongoDB's insert targeter code and wording */
         rc = err_set(err, MS_ERR_SHARD_KEY_NOT_FOUND,
@@ -28,20 +28,9 @@ int rt_target_doc(const rt_table_t *t, const bson_t *doc, int *shard, ms_error_t
  * and the chunks themselves in marks (indexes of t's chunks) when marks is not NULL. */
 static void mark_range(const rt_table_t *t, const bounds_range_t *rg, uint64_t *mask,
                        bool *marks) {
-    /* first chunk whose max > lo */
-    int lo = 0, hi = t->rt.nchunks - 1, first = t->rt.nchunks;
-    while (lo <= hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (rtable_bytes_cmp(t->rt.chunks[mid].max.data, t->rt.chunks[mid].max.len, rg->lo.data,
-                         rg->lo.len) > 0) {
-            first = mid;
-            hi = mid - 1;
-        } else {
-            lo = mid + 1;
-        }
-    }
+    int first = rtable_first_ending_after(&t->rt, rg->lo.data, rg->lo.len);
     for (int i = first; i < t->rt.nchunks; i++) {
-        const rtable_chunk_t *c = &t->rt.chunks[i];
+        const rtable_chunk_t *c = rtable_chunk(&t->rt, i);
         int cmp = rtable_bytes_cmp(c->min.data, c->min.len, rg->hi.data, rg->hi.len);
         if (cmp > 0 || (cmp == 0 && !rg->hi_incl)) break;
         *mask |= 1ull << c->shard;
@@ -59,16 +48,15 @@ static int target_filter(const rt_table_t *t, const bson_t *filter, uint64_t *ma
     int rc = bounds_from_filter(filter, &t->rt.pattern, RT_TARGET_RANGES_MAX, &b, err);
     if (rc) return rc;
     if (b.all) {
-        for (int i = 0; i < t->rt.nchunks; i++) {
-            *mask |= 1ull << t->rt.chunks[i].shard;
-            if (marks) marks[i] = true;
-        }
+        for (int s = 0; s < t->rt.nshards; s++)
+            if (t->rt.shard_nchunks[s] > 0) *mask |= 1ull << s;
+        if (marks) memset(marks, true, (size_t)t->rt.nchunks * sizeof *marks);
     } else {
         *point = bounds_is_point(&b);
         for (int i = 0; i < b.n; i++) mark_range(t, &b.r[i], mask, marks);
         /* Nothing can match: one owning shard still answers (notes §8.1 step 4). */
         if (!*mask && t->rt.nchunks) {
-            *mask = 1ull << t->rt.chunks[0].shard;
+            *mask = 1ull << rtable_chunk(&t->rt, 0)->shard;
             if (marks) marks[0] = true;
         }
     }

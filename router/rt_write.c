@@ -418,7 +418,7 @@ static int target_op(const rt_table_t *t, enum wkind k, const wop_t *op, uint64_
             return rc;
         }
         if (known && nt > 1) {
-            mask = 1ull << t->rt.chunks[rtable_find(&t->rt, rk.data, rk.len)].shard;
+            mask = 1ull << rtable_find_chunk(&t->rt, rk.data, rk.len)->shard;
             nt = 1;
         }
         buf_free(&rk);
@@ -512,12 +512,12 @@ static void mw_add(mwrite_t *mw, const uint8_t *lo, size_t lolen, const uint8_t 
  * (the next chunk's start; the last chunk: unbounded) — what rtable_find decides by. */
 static const buf_t *chunk_lo(const rtable_t *rt, int i) {
     static const buf_t none = {0};
-    return i == 0 ? &none : &rt->chunks[i].min;
+    return i == 0 ? &none : &rtable_chunk(rt, i)->min;
 }
 
 static const buf_t *chunk_hi(const rtable_t *rt, int i) {
     static const buf_t none = {0};
-    return i + 1 >= rt->nchunks ? &none : &rt->chunks[i + 1].min;
+    return i + 1 >= rt->nchunks ? &none : &rtable_chunk(rt, i + 1)->min;
 }
 
 /* The pieces of an op partly applied in the attempt that used w's table: the chunks the
@@ -532,7 +532,7 @@ static int mw_start(mwrite_t *mw, const wtarget_t *w, const bson_t *q, uint64_t 
     rtable_coll_version(rt, &mw->genv);
     int rc = rt_target_chunks(w->t, q, marks, err);
     for (int i = 0; rc == 0 && i < rt->nchunks; i++) {
-        int bit = w->bit_of[rt->chunks[i].shard];
+        int bit = w->bit_of[rtable_chunk(rt, i)->shard];
         if (!marks[i] || !(keep & (1ull << bit))) continue;
         const buf_t *lo = chunk_lo(rt, i), *hi = chunk_hi(rt, i);
         mw_add(mw, lo->data, lo->len, hi->data, hi->len, bit);
@@ -559,7 +559,7 @@ static void mw_recut(mwrite_t *mw, const wtarget_t *w) {
                 hi = phi;       /* the piece ends inside (or at the end of) chunk i */
                 last = true;
             }
-            mw_add(mw, lo->data, lo->len, hi->data, hi->len, w->bit_of[rt->chunks[i].shard]);
+            mw_add(mw, lo->data, lo->len, hi->data, hi->len, w->bit_of[rtable_chunk(rt, i)->shard]);
             if (last) break;
         }
     }

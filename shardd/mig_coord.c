@@ -352,12 +352,12 @@ static int fetch_owner(mig_t *m, const coord_t *c, char *owner, size_t cap, bool
         }
     }
     if (rc == 0 && (rc = keys_encode_bound(&rt->pattern, &c->range_min, &key, err)) == 0) {
-        int i = rt->nchunks ? rtable_find(rt, key.data, key.len) : -1;
-        if (i < 0 || rt->chunks[i].shard < 0 || rt->chunks[i].shard >= rt->nshards)
+        const rtable_chunk_t *ch = rtable_find_chunk(rt, key.data, key.len);
+        if (!ch || ch->shard < 0 || ch->shard >= rt->nshards)
             rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "routing table of %s has no chunk for the "
                          "migrated range", c->ns);
         else
-            snprintf(owner, cap, "%s", rt->shards[rt->chunks[i].shard]);
+            snprintf(owner, cap, "%s", rt->shards[ch->shard]);
     }
     buf_free(&key);
     rtable_clear(rt);

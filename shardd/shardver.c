@@ -176,15 +176,13 @@ const keys_pattern_t *shv_filter_pattern(const shv_filter_t *f) {
 bool shv_filter_owns(const shv_filter_t *f, const uint8_t *key, size_t len) {
     if (!f || f->me < 0 || f->rt.nchunks == 0) return false;
     /* The chunks tile the key space: the one containing key decides. */
-    return f->rt.chunks[rtable_find(&f->rt, key, len)].shard == f->me;
+    return rtable_find_chunk(&f->rt, key, len)->shard == f->me;
 }
 
 /* This shard's place in the table: its index, version and owned count. */
 static void snap_finish(shv_filter_t *f, const char *me) {
     f->me = rtable_shard_index(&f->rt, me);
-    f->nowned = 0;
-    for (int i = 0; f->me >= 0 && i < f->rt.nchunks; i++)
-        if (f->rt.chunks[i].shard == f->me) f->nowned++;
+    f->nowned = f->me >= 0 ? f->rt.shard_nchunks[f->me] : 0;
     rtable_version_t v;
     rtable_shard_version(&f->rt, f->me, &v);
     f->shard_major = v.major;
@@ -870,12 +868,12 @@ void shv_append_status(shv_t *s, bson_t *reply) {
 /* Whether f owns any key of [min, max) (encoded): an owned chunk overlapping it. */
 static bool snap_owns_any(const shv_filter_t *f, const buf_t *min, const buf_t *max) {
     if (f->me < 0) return false;
-    for (int i = 0; i < f->rt.nchunks; i++) {
-        const rtable_chunk_t *c = &f->rt.chunks[i];
-        if (c->shard != f->me) continue;
-        if (rtable_bytes_cmp(c->min.data, c->min.len, max->data, max->len) < 0 &&
-            rtable_bytes_cmp(min->data, min->len, c->max.data, c->max.len) < 0)
-            return true;
+    /* From the first chunk ending past min to the last that starts before max. */
+    int first = rtable_first_ending_after(&f->rt, min->data, min->len);
+    for (int i = first; i < f->rt.nchunks; i++) {
+        const rtable_chunk_t *c = rtable_chunk(&f->rt, i);
+        if (rtable_bytes_cmp(c->min.data, c->min.len, max->data, max->len) >= 0) break;
+        if (c->shard == f->me) return true;
     }
     return false;
 }
@@ -961,13 +959,12 @@ int shv_owned_chunk(shv_t *s, const char *ns, const buf_t *key, bson_t *min_out,
     if (!f)
         return err_set(err, MS_ERR_STALE_CONFIG,
                        "sharding status of %s is not currently known on shard %s", ns, me);
-    int i = f->rt.nchunks ? rtable_find(&f->rt, key->data, key->len) : -1;
-    if (i < 0 || f->me < 0 || f->rt.chunks[i].shard != f->me) {
+    const rtable_chunk_t *c = rtable_find_chunk(&f->rt, key->data, key->len);
+    if (!c || f->me < 0 || c->shard != f->me) {
         snap_unref(f);
         return err_set(err, MS_ERR_STALE_CONFIG, "shard %s owns no chunk of %s containing the key",
                        me, ns);
     }
-    const rtable_chunk_t *c = &f->rt.chunks[i];
     if (min_out) store_key_decode(&f->rt.pattern, c->min.data, c->min.len, min_out);
     if (max_out) store_key_decode(&f->rt.pattern, c->max.data, c->max.len, max_out);
     if (chunk_version_out) {

@@ -2,74 +2,18 @@
  * test_common_rtable.c — unit tests of the shared routing table (common/rtable.c):
  * parsing a getRoutingTable reply, incremental merges after a split, a merge and a
  * migration (new owner, control chunk, a shard left with nothing), a merge that leaves a
- * gap, a generation change, chunk lookup by binary search against a linear scan, the
- * version comparison rules of notes §2.1, and database versions.
+ * gap, a generation change, chunk lookup by binary search against a linear scan (and
+ * where a range scan starts), the version comparison rules of notes §2.1, and database
+ * versions.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/rtable.h"
 #include "tests/unit/t.h"
-
-#define MINK INT64_MIN   /* stands for MinKey in a bound */
-#define MAXK INT64_MAX   /* stands for MaxKey */
-
-typedef struct ch {
-    int64_t min, max;
-    const char *shard;
-    uint32_t major, minor;
-} ch_t;
+#include "tests/unit/t_rtable.h"
 
 static bson_oid_t epoch_a, epoch_b;
-
-static void bound(bson_t *dst, const char *key, int64_t v) {
-    bson_t d;
-    bson_append_document_begin(dst, key, -1, &d);
-    if (v == MINK) BSON_APPEND_MINKEY(&d, "x");
-    else if (v == MAXK) BSON_APPEND_MAXKEY(&d, "x");
-    else BSON_APPEND_INT64(&d, "x", v);
-    bson_append_document_end(dst, &d);
-}
-
-/* A getRoutingTable reply over {x: 1}; full = false lists only the chunks given. */
-static void reply_of(bson_t *r, const bson_oid_t *epoch, uint32_t ts, bool full, const ch_t *c,
-                     int n) {
-    bson_t key, arr;
-    bson_init(r);
-    BSON_APPEND_INT32(r, "ok", 1);
-    BSON_APPEND_UTF8(r, "ns", "db.c");
-    BSON_APPEND_DOCUMENT_BEGIN(r, "key", &key);
-    BSON_APPEND_INT32(&key, "x", 1);
-    bson_append_document_end(r, &key);
-    BSON_APPEND_BOOL(r, "unique", false);
-    BSON_APPEND_OID(r, "epoch", epoch);
-    BSON_APPEND_TIMESTAMP(r, "timestamp", ts, 1);
-    BSON_APPEND_BOOL(r, "full", full);
-    BSON_APPEND_ARRAY_BEGIN(r, "chunks", &arr);
-    for (int i = 0; i < n; i++) {
-        char idx[16];
-        bson_t d;
-        snprintf(idx, sizeof idx, "%d", i);
-        bson_append_document_begin(&arr, idx, -1, &d);
-        bound(&d, "min", c[i].min);
-        bound(&d, "max", c[i].max);
-        BSON_APPEND_UTF8(&d, "shard", c[i].shard);
-        BSON_APPEND_TIMESTAMP(&d, "lastmod", c[i].major, c[i].minor);
-        bson_append_document_end(&arr, &d);
-    }
-    bson_append_array_end(r, &arr);
-}
-
-/* Builds t from a reply; returns rtable_from_reply's code, *need_full as it said. */
-static int build(rtable_t *t, const rtable_t *base, const bson_oid_t *epoch, uint32_t ts,
-                 bool full, const ch_t *c, int n, bool *need_full) {
-    bson_t r;
-    ms_error_t err = {0};
-    reply_of(&r, epoch, ts, full, c, n);
-    int rc = rtable_from_reply(&r, base, t, need_full, &err);
-    bson_destroy(&r);
-    return rc;
-}
 
 static void enc(const rtable_t *t, int64_t x, buf_t *out) {
     bson_t doc = BSON_INITIALIZER;
@@ -86,7 +30,7 @@ static const char *owner(const rtable_t *t, int64_t x) {
     enc(t, x, &k);
     int i = rtable_find(t, k.data, k.len);
     buf_free(&k);
-    return t->shards[t->chunks[i].shard];
+    return t->shards[rtable_chunk(t, i)->shard];
 }
 
 static void check_shard_version(const rtable_t *t, const char *shard, uint32_t major,
@@ -294,7 +238,20 @@ static void test_find_matches_linear_scan(void) {
             if ((c[i].min == MINK || c[i].min <= x) && (c[i].max == MAXK || x < c[i].max))
                 want = i;
         CHECK_MSG(strcmp(owner(&t, x), c[want].shard) == 0, "seed=%llu x=%lld", (unsigned long long)seed, (long long)x);
+        buf_t kx;
+        enc(&t, x, &kx);
+        CHECK_INT(rtable_first_ending_after(&t, kx.data, kx.len), want);
+        buf_free(&kx);
     }
+    /* MaxKey is no chunk's interior: a scan from it starts past the last chunk */
+    bson_t bmax = BSON_INITIALIZER;
+    buf_t kmax = {0};
+    keys_global_max(&t.pattern, &bmax);
+    CHECK_INT(keys_encode_bound(&t.pattern, &bmax, &kmax, NULL), 0);
+    CHECK_INT(rtable_first_ending_after(&t, kmax.data, kmax.len), t.nchunks);
+    CHECK_INT(rtable_find(&t, kmax.data, kmax.len), t.nchunks - 1);
+    buf_free(&kmax);
+    bson_destroy(&bmax);
     rtable_clear(&t);
 }
 

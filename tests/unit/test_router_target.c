@@ -11,37 +11,24 @@
 #include "common/mem.h"
 #include "router/router.h"
 #include "tests/unit/t.h"
+#include "tests/unit/t_rtable.h"
 
 /* A table over {x: 1} (or hashed) with chunks [Min,0) s0, [0,100) s1, [100,Max) s2. */
 static rt_table_t *make_table(bool hashed) {
+    static const ch_t chunks[] = {
+        {MINK, 0, "s0", 1, 0}, {0, 100, "s1", 1, 1}, {100, MAXK, "s2", 1, 2}};
     rt_table_t *t = mem_calloc_aligned(1, sizeof *t);   /* holds a bson_t */
-    bson_t pat = BSON_INITIALIZER;
+    bson_t reply;
+    bson_oid_t epoch;
+    bool need_full;
     ms_error_t err = {0};
     atomic_init(&t->refs, 1);
     t->sharded = true;
-    if (hashed) BSON_APPEND_UTF8(&pat, "x", "hashed");
-    else BSON_APPEND_INT32(&pat, "x", 1);
-    CHECK(keys_pattern_parse(&pat, &t->rt.pattern, &err) == 0);
-    bson_destroy(&pat);
-    t->rt.nshards = 3;
-    for (int i = 0; i < 3; i++) snprintf(t->rt.shards[i], RT_NAME_BYTES_MAX, "s%d", i);
-    t->rt.nchunks = 3;
-    t->rt.chunks = calloc(3, sizeof *t->rt.chunks);
-    int64_t cut[2] = {0, 100};
-    for (int i = 0; i < 3; i++) {
-        bson_t lo = BSON_INITIALIZER, hi = BSON_INITIALIZER;
-        if (i == 0) BSON_APPEND_MINKEY(&lo, "x");
-        else BSON_APPEND_INT64(&lo, "x", cut[i - 1]);
-        if (i == 2) BSON_APPEND_MAXKEY(&hi, "x");
-        else BSON_APPEND_INT64(&hi, "x", cut[i]);
-        CHECK(keys_encode_bound(&t->rt.pattern, &lo, &t->rt.chunks[i].min, &err) == 0);
-        CHECK(keys_encode_bound(&t->rt.pattern, &hi, &t->rt.chunks[i].max, &err) == 0);
-        t->rt.chunks[i].shard = i;
-        t->rt.chunks[i].major = 1;
-        t->rt.chunks[i].minor = (uint32_t)i;
-        bson_destroy(&lo);
-        bson_destroy(&hi);
-    }
+    bson_oid_init(&epoch, NULL);
+    reply_of_key(&reply, hashed, &epoch, 1, true, chunks, 3);
+    CHECK_INT(rtable_from_reply(&reply, NULL, &t->rt, &need_full, &err), 0);
+    CHECK(!need_full);
+    bson_destroy(&reply);
     return t;
 }
 
