@@ -24,7 +24,6 @@ const STEP_WORDS = Object.fromEntries(STEPS.map(([p, w]) => [p, w]));
 const STEP_BY_NUMBER = Object.fromEntries(STEPS.filter(s => s[2]).map(([p, w, n]) => [n, w]));
 
 const $ = (id) => document.getElementById(id);
-const SVG_NS = "http://www.w3.org/2000/svg";
 const naturally = new Intl.Collator("en", { numeric: true }).compare;
 let lastOk = 0;
 
@@ -42,7 +41,7 @@ function el(tag, attrs, ...kids) {
 }
 
 function svg(tag, attrs) {
-  const e = document.createElementNS(SVG_NS, tag);
+  const e = document.createElementNS($("arrows").namespaceURI, tag);  // the SVG namespace
   for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
   return e;
 }

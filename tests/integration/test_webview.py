@@ -112,6 +112,7 @@ def test_endpoints_and_page_show_shards_chunks_and_a_held_migration(t):
     assert [k["min"] for k in ch] == [{"k": {"$minKey": 1}}, {"k": 1000}, {"k": 2000}], ch
     assert all(k["shard"] == "shard0" and not k["jumbo"] and k["sizeEstimate"] > 0 and "|" in k["version"]
                for k in ch), ch
+    assert all(k["sizeFrom"] in ("dataSize", "share") for k in ch), ch
     assert st["collections"]["truncated"] is False, st["collections"]
     assert st["migrations"]["inprog"] == [] and st["migrations"]["shardErrors"] == []
     assert [e["ns"] for e in st["balancer"]["explain"]] == [NS], st["balancer"]
@@ -123,7 +124,7 @@ def test_endpoints_and_page_show_shards_chunks_and_a_held_migration(t):
     assert get_json(hport, "/api/collections?ns=no.such")["collections"] == []
     assert len(get_json(hport, "/api/changelog?n=2")["entries"]) == 2
 
-    # a migration held after catch-up, before the critical section
+    # a migration held at the end of step 3 (clone), before the critical section
     donor = ss[0].client()
     n0 = fp(donor, "moveChunkHangAtStep3")
     th, res = start_move(r, 2000, "shard1")
@@ -135,8 +136,8 @@ def test_endpoints_and_page_show_shards_chunks_and_a_held_migration(t):
         donors = [x for x in m["inprog"] if x["role"] == "donor"]
         assert len(donors) == 1, m
         d = donors[0]
-        assert d["from"] == "shard0" and d["to"] == "shard1" and d["ns"] == NS and d["step"] == "catch-up", d
-        assert d["docsCloned"] == 1000 and d["recipient"]["shard"] == "shard1", d
+        assert d["from"] == "shard0" and d["to"] == "shard1" and d["ns"] == NS and d["step"] == "clone", d
+        assert d["stepNumber"] == 3 and d["docsCloned"] == 1000 and d["recipient"]["shard"] == "shard1", d
         exe = chromium()
         if exe:
             os.makedirs(OUT, exist_ok=True)
@@ -146,9 +147,9 @@ def test_endpoints_and_page_show_shards_chunks_and_a_held_migration(t):
                          'data-shard="shard0" data-chunks="3"', 'data-state="live"'):
                 assert want in dom, (want, dom[:3000])
             assert 'class="mover"' in dom and 'data-from="shard0"' in dom and 'data-to="shard1"' in dom, dom[:4000]
-            assert 'data-phase="catch-up"' in dom, dom[:4000]
+            assert 'data-phase="clone"' in dom, dom[:4000]
             assert dom.count('class="chunk moving"') == 1, dom[:4000]
-            assert '<span class="key">' in dom, dom[:4000]   # blocks say where they start
+            assert 'data-size="' in dom and 'marker-end="url(#head)"' in dom, dom[:4000]
             png = os.path.join(OUT, "webview.png")
             if os.path.exists(png):
                 os.unlink(png)
