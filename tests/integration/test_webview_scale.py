@@ -23,6 +23,7 @@ import os
 import re
 import sys
 import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lib import *  # noqa: E402,F403
@@ -336,7 +337,9 @@ def test_sixteen_shards_thirty_collections_at_two_sizes(t):
     if not exe:
         return
     os.makedirs(OUT, exist_ok=True)
+    t0 = time.monotonic()
     c, r, ss, hport = build(t)
+    print("  cluster built in %.1f s" % (time.monotonic() - t0), flush=True)
     st = get_json(hport, "/api/state")
     assert len(st["cluster"]["shards"]) == NSHARDS and st["collections"]["collectionsTotal"] == 30, st["cluster"]
     # every chunk measured on its shard within a few builds (48 dataSize calls a build)
@@ -345,8 +348,6 @@ def test_sixteen_shards_thirty_collections_at_two_sizes(t):
     zc = [co for co in get_json(hport, "/api/collections")["collections"] if co["ns"] == ZONE_NS][0]
     assert zc["zones"] == [{"tag": "hot", "min": {"k": 0}, "max": {"k": 100}}], zc["zones"]
     donor = ss[int(HELD_FROM[5:])].client()
-    n0 = fp(donor, "moveChunkHangAtStep3")
-    th, res = start_move(r, HELD_NS, 0, HELD_TO)
     quick = {}
 
     def quick_move():
@@ -356,18 +357,21 @@ def test_sixteen_shards_thirty_collections_at_two_sizes(t):
         quick["reply"] = r.client().cmd(adm({"moveChunk": QUICK_NS, "find": {"k": 400}, "to": QUICK_TO}))
         wait_until(lambda: any(x["ns"] == QUICK_NS for x in get_json(hport, "/api/migrations")["recent"]),
                    5, "the finished move in migrations.recent")
-    try:
-        fp_wait(donor, "moveChunkHangAtStep3", n0 + 1)
-        wait_until(lambda: [x for x in get_json(hport, "/api/migrations")["inprog"] if x["role"] == "donor"],
-                   10, "the held migration in the state")
-        d = [x for x in get_json(hport, "/api/migrations")["inprog"] if x["role"] == "donor"][0]
-        assert d["step"] == "clone" and d["stepNumber"] == 3, d
-        held_at = d.get("heldAt")
-        if held_at is None:
-            print("  note: this shardd's currentOp has no heldAt (branch h/steps adds it); "
-                  "the held-step checks are skipped", flush=True)
-        fails = []
-        for i, size in enumerate(SIZES):
+    fails = []
+    # one held migration per size (a chunk of HELD_NS each: the router waits 30 s at most)
+    for i, (size, k) in enumerate(zip(SIZES, (0, 400))):
+        n0 = fp(donor, "moveChunkHangAtStep3")
+        th, res = start_move(r, HELD_NS, k, HELD_TO)
+        try:
+            fp_wait(donor, "moveChunkHangAtStep3", n0 + 1)
+            wait_until(lambda: [x for x in get_json(hport, "/api/migrations")["inprog"] if x["role"] == "donor"],
+                       10, "the held migration in the state")
+            d = [x for x in get_json(hport, "/api/migrations")["inprog"] if x["role"] == "donor"][0]
+            assert d["step"] == "clone" and d["stepNumber"] == 3, d
+            held_at = d.get("heldAt")
+            if held_at is None and i == 0:
+                print("  note: this shardd's currentOp has no heldAt (branch h/steps adds it); "
+                      "the held-step checks are skipped", flush=True)
             front = MeasuringFront(hport, quick_move if i == 0 else None)
             try:
                 m = measure(exe, front.port, size)
@@ -389,14 +393,14 @@ def test_sixteen_shards_thirty_collections_at_two_sizes(t):
             with open(png, "rb") as f:
                 assert f.read(8) == b"\x89PNG\r\n\x1a\n", png
             print("  screenshot: %s" % png, flush=True)
-        for f in fails:
-            print("  FAIL " + f, flush=True)
-        assert not fails, "%d things wrong on the page" % len(fails)
-        assert th.is_alive(), res
-    finally:
-        fp(donor, "moveChunkHangAtStep3", "off")
-    th.join(60)
-    assert res["reply"]["ok"] == 1, res
+            assert th.is_alive(), res
+        finally:
+            fp(donor, "moveChunkHangAtStep3", "off")
+        th.join(60)
+        assert res["reply"]["ok"] == 1, res
+    for f in fails:
+        print("  FAIL " + f, flush=True)
+    assert not fails, "%d things wrong on the page" % len(fails)
 
 
 if __name__ == "__main__":
