@@ -84,5 +84,15 @@ int ctl_find_all(ctl_t *c, const char *db, const char *coll, const bson_t *filte
  * recipient whose donor is not in ops. *peer = the other side's entry (borrowed from ops)
  * or NULL, set in every case. */
 bool ctl_migration_shown(const ctl_docs_t *ops, int i, const bson_t **peer);
+/* A donor phase (currentOp's `phase`: the step it is in, docs/protocol.md) in words:
+ * "start clone", "critical section", ...; a phase it does not know comes back as is. */
+const char *ctl_phase_words(const char *phase);
+/* The words of the donor's step n (1..6, moveChunk.from's "step n of 6"): "checks" ..
+ * "commit on config server". */
+const char *ctl_step_words(int n);
+/* A migration's phase as status and watch print it: the donor's in words, the recipient's
+ * state beside it, and where a failpoint holds either side ("phase: clone (recipient:
+ * catchup)  held at moveChunkHangAtStep3"). op and peer as ctl_migration_shown gives them. */
+void ctl_print_migration_phase(FILE *fp, const bson_t *op, const bson_t *peer);
 
 #endif

@@ -114,8 +114,8 @@ static void frame_migration(const bson_t *op, const bson_t *peer, bool tty) {
     ctl_print_json(out_fp, op, "min", "?");
     fprintf(out_fp, " -->> ");
     ctl_print_json(out_fp, op, "max", "?");
-    fprintf(out_fp, "\n      phase: %s", ctl_str(op, "phase"));
-    if (peer) fprintf(out_fp, " (%s: %s)", donor ? "recipient" : "donor", ctl_str(peer, "phase"));
+    fprintf(out_fp, "\n      ");
+    ctl_print_migration_phase(out_fp, op, peer);
     if (total > 0) {
         int filled = (int)(done * 20 / total);
         if (filled > 20) filled = 20;
@@ -363,8 +363,9 @@ static void changelog_summary(const ctl_docs_t *log) {
     if (moves == 0) return;
     printf("  documents moved: %lld (%.1f MB), %.0f per move\n", (long long)docs, (double)bytes / 1e6,
            (double)docs / (double)moves);
-    printf("  donor's mean ms per step (moveChunk.from step 1..6; 3 is the clone, 6 the commit):");
-    for (int s = 0; s < 6; s++) printf(" %.0f", (double)steps[s] / (double)moves);
+    printf("  donor's mean ms per step (moveChunk.from step 1..6):");
+    for (int s = 0; s < 6; s++)
+        printf("%s %s %.0f", s ? "," : "", ctl_step_words(s + 1), (double)steps[s] / (double)moves);
     printf("\n  write pause (critical section): mean %.1f ms, max %lld ms\n",
            (double)pause_sum / (double)moves, (long long)pause_max);
 }

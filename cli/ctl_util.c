@@ -141,3 +141,42 @@ bool ctl_migration_shown(const ctl_docs_t *ops, int i, const bson_t **peer) {
         if (k != i && *id && strcmp(ctl_str(ops->v[k], "migrationId"), id) == 0) *peer = ops->v[k];
     return strcmp(role, "donor") == 0 || !*peer;   /* a recipient with its donor is shown with it */
 }
+
+/* The donor's phases and their words, in step order: the first six are moveChunk.from's
+ * steps 1..6. */
+static const struct {
+    const char *phase, *words;
+} ctl_phases[] = {
+    {"checks", "checks"},
+    {"startClone", "start clone"},
+    {"clone", "clone"},
+    {"criticalSection", "critical section"},
+    {"commitOnRecipient", "commit on recipient"},
+    {"commitOnConfig", "commit on config server"},
+    {"completing", "completing"},
+    {"done", "done"},
+};
+
+const char *ctl_phase_words(const char *phase) {
+    for (size_t i = 0; i < sizeof ctl_phases / sizeof ctl_phases[0]; i++)
+        if (strcmp(ctl_phases[i].phase, phase) == 0) return ctl_phases[i].words;
+    return phase;
+}
+
+void ctl_print_migration_phase(FILE *fp, const bson_t *op, const bson_t *peer) {
+    bool donor = strcmp(ctl_str(op, "role"), "donor") == 0;
+    const bson_t *d = donor ? op : peer, *r = donor ? peer : op;
+    if (!d) {
+        fprintf(fp, "phase: ? (recipient: %s; donor not answering)", ctl_str(r, "phase"));
+    } else {
+        /* The recipient's own entry is the fresher; without it, the state the donor saw last. */
+        fprintf(fp, "phase: %s (recipient: %s)", ctl_phase_words(ctl_str(d, "phase")),
+                r ? ctl_str(r, "phase") : ctl_str(d, "recipientState"));
+    }
+    if (d && *ctl_str(d, "heldAt")) fprintf(fp, "  held at %s", ctl_str(d, "heldAt"));
+    if (r && *ctl_str(r, "heldAt")) fprintf(fp, "  held at %s", ctl_str(r, "heldAt"));
+}
+
+const char *ctl_step_words(int n) {
+    return n >= 1 && n <= 6 ? ctl_phases[n - 1].words : "?";
+}

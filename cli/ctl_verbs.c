@@ -102,9 +102,8 @@ static void print_migration(const bson_t *op, const bson_t *peer) {
     ctl_print_json(stdout, op, "max", "?");
     if (donor) printf("  %s -> %s", ctl_str(op, "from"), ctl_str(op, "to"));
     else printf("  %s -> %s", ctl_str(op, "fromShardId"), ctl_str(op, "to"));
-    printf("  phase: %s", ctl_str(op, "phase"));
-    if (peer) printf(" (%s: %s)", donor ? "recipient" : "donor", ctl_str(peer, "phase"));
-    else if (!donor) printf(" (recipient; donor not answering)");
+    printf("  ");
+    ctl_print_migration_phase(stdout, op, peer);
     printf("  docs: %lld", (long long)ctl_int(op, "docsCloned", 0));
     if (total >= 0) printf(" / %lld", (long long)total);
     printf("  %.1f MB", (double)ctl_int(op, "bytesCloned", 0) / (1024.0 * 1024.0));

@@ -155,11 +155,21 @@ bool fp_active(const char *name) {
     return p && atomic_load_explicit(&p->on, memory_order_relaxed);
 }
 
-int fp_eval_data(const char *name, bson_t *data_out, bool *fired, ms_error_t *err) {
+/* Sets a caller's heldAt slot under its own lock (never with fp_mu held). */
+static void fp_publish_held(const fp_held_t *held, const char *name) {
+    pthread_mutex_lock(held->mu);
+    *held->slot = name;
+    pthread_mutex_unlock(held->mu);
+}
+
+/* fp_eval_data and fp_eval_held: held, when non-NULL, is told while a hang holds us. */
+static int fp_eval_impl(const char *name, bson_t *data_out, bool *fired, const fp_held_t *held,
+                        ms_error_t *err) {
     fp_t *p = fp_find(name);
     enum fp_action action;
     char errmsg[MS_ERRMSG_BYTES];
     int code;
+    uint64_t gen;
     bson_iter_t it;
 
     if (fired) *fired = false;
@@ -170,24 +180,32 @@ int fp_eval_data(const char *name, bson_t *data_out, bool *fired, ms_error_t *er
         pthread_mutex_unlock(&fp_mu);
         return 0;
     }
-    p->entered++;
-    pthread_cond_broadcast(&fp_cv);  /* waitForFailPoint callers */
     action = p->action;
     code = p->code;
+    gen = p->off_gen;   /* a turn-off from here on releases the hang below */
     if (bson_iter_init_find(&it, &p->data, "errmsg") && BSON_ITER_HOLDS_UTF8(&it))
         snprintf(errmsg, sizeof errmsg, "%s", bson_iter_utf8(&it, NULL));
     else
         snprintf(errmsg, sizeof errmsg, "Failing command due to failpoint '%s'", name);
     if (data_out) bson_copy_to(&p->data, data_out);
     if (fired) *fired = true;
+    if (action == FP_HANG && held) {
+        /* Published before the point counts as entered, so whoever waitForFailPoint
+         * wakes already sees where we are held. */
+        pthread_mutex_unlock(&fp_mu);
+        fp_publish_held(held, p->name);
+        pthread_mutex_lock(&fp_mu);
+    }
+    p->entered++;
+    pthread_cond_broadcast(&fp_cv);  /* waitForFailPoint callers */
     if (action == FP_HANG) {
         /* MongoDB's pauseWhileSet: hold here until a configureFailPoint turns it off. */
-        uint64_t gen = p->off_gen;
         log_info("failpoint hang name=%s entered=%llu", name, (unsigned long long)p->entered);
         while (p->off_gen == gen) pthread_cond_wait(&fp_cv, &fp_mu);
         log_info("failpoint released name=%s", name);
     }
     pthread_mutex_unlock(&fp_mu);
+    if (action == FP_HANG && held) fp_publish_held(held, NULL);
 
     if (action == FP_CRASH) {
         log_error("failpoint crash name=%s pid=%d signal=SIGKILL", name, (int)getpid());
@@ -196,6 +214,14 @@ int fp_eval_data(const char *name, bson_t *data_out, bool *fired, ms_error_t *er
     }
     if (action == FP_ERROR) return err_set(err, code, "%s", errmsg);
     return 0;
+}
+
+int fp_eval_data(const char *name, bson_t *data_out, bool *fired, ms_error_t *err) {
+    return fp_eval_impl(name, data_out, fired, NULL, err);
+}
+
+int fp_eval_held(const char *name, const fp_held_t *held, ms_error_t *err) {
+    return fp_eval_impl(name, NULL, NULL, held, err);
 }
 
 int fp_eval(const char *name, ms_error_t *err) { return fp_eval_data(name, NULL, NULL, err); }

@@ -16,6 +16,7 @@
 #define MS_FAILPOINT_H
 
 #include <bson/bson.h>
+#include <pthread.h>
 #include <stdbool.h>
 
 #include "errors.h"
@@ -30,6 +31,20 @@ int fp_eval(const char *name, ms_error_t *err);
 /* Like fp_eval; when the point fires and data_out is non-NULL, *data_out is initialised
  * with a copy of the point's data (caller destroys) and *fired set true. */
 int fp_eval_data(const char *name, bson_t *data_out, bool *fired, ms_error_t *err);
+
+/* Where a thread says which point holds it, for its own status readers (a migration's
+ * currentOp `heldAt`): *slot, guarded by mu (the caller's own lock, which its readers
+ * take), names the point while a hang holds the thread and is NULL otherwise. */
+typedef struct fp_held {
+    pthread_mutex_t *mu;
+    const char **slot;
+} fp_held_t;
+
+/* Like fp_eval; while a hang holds the thread, held->slot names the point. It is set
+ * before the point counts as entered, so a waitForFailPoint that returns sees it set;
+ * it is cleared once the hang is released. fp's own lock is never held while mu is
+ * taken: the caller's lock order is untouched. */
+int fp_eval_held(const char *name, const fp_held_t *held, ms_error_t *err);
 
 /* A point whose place is inside a lock other requests need (a catalog transaction, the
  * shard's writer lock), split in two so that a hang never holds that lock (issue 21):

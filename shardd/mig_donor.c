@@ -6,17 +6,18 @@
  *
  * `_shardsvrMoveRange` (from the config server) starts a donor thread and waits for its
  * end. The thread runs MongoDB's six timed steps, each followed by its failpoint
- * moveChunkHangAtStepN:
+ * moveChunkHangAtStepN (a hold there counts in step N's time; the phase in currentOp
+ * names the step, held or not, and heldAt the point while one holds the thread):
  *   1 checks       the range lies in one chunk this shard owns (max computed with
  *                  autoSplitVector when absent); overlapping range deletions finished
  *   2 startClone   changelog moveChunk.start; write capture on; coordinator document
  *                  and a pending range-deletion task persisted (one transaction) before
  *                  any data moves; clone list built (ChunkTooBig past the limit);
  *                  `_recvChunkStart` to the recipient
- *   3 catch-up     polls `_recvChunkStatus` while the recipient pulls `_migrateClone`,
- *                  `_transferMods` and `_getNextSessionMods` (mig_session.c); goes on once
- *                  what is left fits the write-pause budget and a session pull found
- *                  nothing new
+ *   3 clone        polls `_recvChunkStatus` while the recipient pulls `_migrateClone`
+ *                  (its state `clone`), then `_transferMods` (`catchup`, `steady`) and
+ *                  `_getNextSessionMods` (mig_session.c); goes on once what is left fits
+ *                  the write-pause budget and a session pull found nothing new
  *   4 critical section: index commands of the collection wait from here to the end
  *                  (mig_index_ddl_fence); writes to it wait (shv_crit_enter_as, owned by
  *                  this migration's id, fences those already past their version check)
@@ -50,7 +51,7 @@
 #include "shardd/mig.h"
 #include "shardd/mig_priv.h"
 
-static const char *const phase_names[] = {"checks", "clone", "catchup", "criticalSection",
+static const char *const phase_names[] = {"checks", "startClone", "clone", "criticalSection",
                                           "commitOnRecipient", "commitOnConfig", "completing",
                                           "done"};
 
@@ -62,11 +63,21 @@ static void donor_set_phase(mig_donor_t *d, enum donor_phase p) {
     pthread_mutex_unlock(&d->mu);
 }
 
+/* Every failpoint the donor thread evaluates: while one holds it, currentOp says where
+ * (heldAt). */
+static int donor_fp(mig_donor_t *d, const char *name, ms_error_t *err) {
+    fp_held_t held = {.mu = &d->mu, .slot = &d->held_at};
+    return fp_eval_held(name, &held, err);
+}
+
+/* Ends step N: its failpoint moveChunkHangAtStepN first, then the clock, so a hold there
+ * counts in step N's time (as the phase, still step N's, shows it). */
 static int step_done(mig_donor_t *d, int step, long long *t0, ms_error_t *err) {
+    int rc = donor_fp(d, mig_donor_step_fps[step - 1], err);
     long long now = time_mono_ms();
     d->step_ms[step - 1] = now - *t0;
     *t0 = now;
-    return fp_eval(mig_donor_step_fps[step - 1], err);
+    return rc;
 }
 
 /* Step 1: the range lies in one chunk this shard owns, of the generation the config
@@ -276,12 +287,13 @@ static void backoff(mig_donor_t *d, int ms) {
     pthread_mutex_unlock(&d->mu);
 }
 
-/* Step 3 (awaitToCatchUp): goes on once the clone is done and what remains of the
- * captured writes would take the recipient no longer than the write-pause budget at the
- * rate it has been applying them (MongoDB waits for zero or for < 10 % of the chunk size:
- * minishard bounds the pause instead). Aborts when the recipient fails, the capture
- * overflows, or writes keep it from converging within the catch-up bound. */
-static int step_catch_up(mig_donor_t *d, ms_error_t *err) {
+/* Step 3, clone (MongoDB's awaitToCatchUp): goes on once the recipient has cloned and
+ * what remains of the captured writes would take it no longer than the write-pause
+ * budget at the rate it has been applying them (MongoDB waits for zero or for < 10 % of
+ * the chunk size: minishard bounds the pause instead). Aborts when the recipient fails,
+ * the capture overflows, or writes keep its catch-up from converging within
+ * --migration-catchup-timeout-ms. */
+static int step_clone(mig_donor_t *d, ms_error_t *err) {
     mig_t *m = d->m;
     long long start = time_mono_ms(), last_t = start;
     int64_t last_applied = 0;
@@ -332,7 +344,8 @@ static int step_catch_up(mig_donor_t *d, ms_error_t *err) {
             if (now - start > m->catchup_timeout_ms)
                 return err_set(err, MS_ERR_EXCEEDED_TIME_LIMIT,
                                "migration could not converge: %lld writes still pending after "
-                               "%lld ms of catch-up (writes outpace the recipient at %.2f/ms)",
+                               "%lld ms of step 3, clone (writes outpace the recipient's catch-up at "
+                               "%.2f/ms)",
                                (long long)pending, now - start, rate_per_ms);
         } else if (now - start > MS_MIG_CLONE_TIMEOUT_MS) {
             return err_set(err, MS_ERR_EXCEEDED_TIME_LIMIT, "migration clone took longer than %d ms",
@@ -412,7 +425,7 @@ static int step_commit_config(mig_donor_t *d, bool *sent, ms_error_t *err) {
     /* The critical section is held across the commit (by this migration). */
     ASSERT(d->crit_held && shv_crit_held(m->app->shv, d->ns));
     shv_crit_block_reads(m->app->shv, d->ns);
-    if ((rc = fp_eval(FP_MIGRATION_COMMIT_NETWORK_ERROR, err)) != 0) {
+    if ((rc = donor_fp(d, FP_MIGRATION_COMMIT_NETWORK_ERROR, err)) != 0) {
         *sent = true;   /* as if the connection broke after the request left */
         return err_set(err, MS_ERR_HOST_UNREACHABLE, "failpoint %s: network error on commit",
                        FP_MIGRATION_COMMIT_NETWORK_ERROR);
@@ -436,7 +449,7 @@ static int step_commit_config(mig_donor_t *d, bool *sent, ms_error_t *err) {
     rc = mig_call(url, &cmd, MS_RPC_CONFIG_TIMEOUT_MS_DEFAULT, &reply, err);
     bson_destroy(&cmd);
     if (rc == 0) bson_destroy(&reply);
-    if (rc == 0 && (rc = fp_eval(FP_FAIL_MIGRATION_COMMIT, err)) != 0)
+    if (rc == 0 && (rc = donor_fp(d, FP_FAIL_MIGRATION_COMMIT, err)) != 0)
         rc = err_set(err, MS_ERR_INTERNAL, "failpoint %s generated error after the commit",
                      FP_FAIL_MIGRATION_COMMIT);
     /* A refusal that certainly did not commit (the config server checked and said no)
@@ -483,12 +496,12 @@ static void donor_run(mig_donor_t *d) {
     donor_set_phase(d, DP_CHECKS);
     if ((rc = step_checks(d, err)) != 0 || (rc = step_done(d, ++step, &t0, err)) != 0) goto early;
 
-    donor_set_phase(d, DP_CLONE);
+    donor_set_phase(d, DP_START_CLONE);
     if ((rc = step_start_clone(d, err)) != 0 || (rc = step_done(d, ++step, &t0, err)) != 0)
         goto abort;
 
-    donor_set_phase(d, DP_CATCHUP);
-    if ((rc = step_catch_up(d, err)) != 0 || (rc = step_done(d, ++step, &t0, err)) != 0) goto abort;
+    donor_set_phase(d, DP_CLONE);
+    if ((rc = step_clone(d, err)) != 0 || (rc = step_done(d, ++step, &t0, err)) != 0) goto abort;
 
     donor_set_phase(d, DP_CRITSEC);
     /* Index commands of the collection wait from here to the end (mig_index_ddl_begin);
@@ -558,14 +571,16 @@ static void donor_run(mig_donor_t *d) {
     }
     /* After the commit a point's "error" cannot undo anything: the command reports it
      * once the migration is complete (as MongoDB's failpoints after the commit do). */
-    late_rc = fp_eval(FP_HANG_BEFORE_LEAVING_CRIT_SEC, &late_err);
+    late_rc = donor_fp(d, FP_HANG_BEFORE_LEAVING_CRIT_SEC, &late_err);
     ASSERT(d->crit_held && shv_crit_held(m->app->shv, d->ns));
     d->pause_ms = time_mono_ms() - d->pause_start_ms;
     shv_crit_leave_as(m->app->shv, d->ns, d->co.id);
     d->crit_held = false;
-    d->step_ms[5] = time_mono_ms() - t0;
+    /* Step 6's point fires after the critical section is left: its hold is in step 6's
+     * time, not in the write pause. */
     step = 6;
-    if (late_rc == 0) late_rc = fp_eval(mig_donor_step_fps[5], &late_err);
+    if (late_rc == 0) late_rc = donor_fp(d, mig_donor_step_fps[5], &late_err);
+    d->step_ms[5] = time_mono_ms() - t0;
     mig_cloner_stop(d);
 
     donor_set_phase(d, DP_COMPLETING);
@@ -860,6 +875,7 @@ void mig_donor_status(mig_donor_t *d, bson_t *out) {
     if (d->has_max && d->phase > DP_CHECKS) BSON_APPEND_DOCUMENT(out, "max", &d->req_max);
     BSON_APPEND_UTF8(out, "phase", phase_names[d->phase]);
     BSON_APPEND_UTF8(out, "recipientState", d->recv_state[0] ? d->recv_state : "none");
+    if (d->held_at) BSON_APPEND_UTF8(out, "heldAt", d->held_at);
     BSON_APPEND_INT64(out, "docsToClone", (int64_t)d->nrids);
     BSON_APPEND_INT64(out, "docsCloned", d->cloned_docs);
     BSON_APPEND_INT64(out, "bytesCloned", d->cloned_bytes);

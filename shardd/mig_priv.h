@@ -9,7 +9,10 @@
 
 #include "shardd/mig.h"
 
-enum donor_phase { DP_CHECKS, DP_CLONE, DP_CATCHUP, DP_CRITSEC, DP_COMMIT_RECIPIENT,
+/* The donor's phase: the step it is in (moveChunk.from's "step N of 6"), then the
+ * coordinator's completion. A hold at moveChunkHangAtStepN, at the end of step N, is
+ * still in step N's phase. */
+enum donor_phase { DP_CHECKS, DP_START_CLONE, DP_CLONE, DP_CRITSEC, DP_COMMIT_RECIPIENT,
                    DP_COMMIT_CONFIG, DP_COMPLETING, DP_DONE };
 
 /* What a coordinator document says: everything recovery needs to finish a migration. */
@@ -63,6 +66,8 @@ struct mig_donor {
     xfer_t *x;
     int x_users;
     enum donor_phase phase;
+    const char *held_at;             /* under mu: the failpoint whose hang holds the donor
+                                      * thread now, or NULL (currentOp's heldAt) */
     int64_t cloned_docs, cloned_bytes, mods_sent;
     int64_t step_ms[6];
     long long pause_start_ms;

@@ -6,7 +6,8 @@
  * (so a crash or an abort can never leave copied documents behind unnoticed), then starts
  * the migrate thread, whose states `_recvChunkStatus` reports:
  *   ready → clone → catchup → steady → commitStart → done, or fail / abort.
- * Timed steps (moveChunk.to), each followed by migrateThreadHangAtStepN:
+ * Timed steps (moveChunk.to), each followed by migrateThreadHangAtStepN (a hold there
+ * counts in step N's time; currentOp's heldAt names the point while one holds the thread):
  *   1 wait for overlapping range deletions here (bounded), then the collection with the
  *     donor's uuid and every index the donor has, built before any document arrives
  *   2 clone: `_migrateClone` batches applied in shard-key order
@@ -63,6 +64,8 @@ struct mig_recv {
     uint64_t range_sum;
     int64_t step_ms[5];
     long long started_ms;
+    const char *held_at;             /* under mu: the failpoint whose hang holds the migrate
+                                      * thread now, or NULL (currentOp's heldAt) */
     /* Session migration's puller (mig_session.c). Owner: the migrate thread, which sets it
      * and clears it under mu before freeing it; status readers use it under mu. */
     mig_sessdest_t *sd;
@@ -337,11 +340,21 @@ static void *fetch_main(void *p) {
 
 /* ---- the migrate thread ------------------------------------------------------------------ */
 
+/* Every failpoint the migrate thread evaluates: while one holds it, currentOp says where
+ * (heldAt). */
+static int recv_fp(mig_recv_t *r, const char *name, ms_error_t *err) {
+    fp_held_t held = {.mu = &r->mu, .slot = &r->held_at};
+    return fp_eval_held(name, &held, err);
+}
+
+/* Ends timed step N (1..5): its failpoint migrateThreadHangAtStepN first, then the clock,
+ * so a hold there counts in step N's time. */
 static int step_done(mig_recv_t *r, int step, long long *t0, ms_error_t *err) {
+    int rc = recv_fp(r, mig_recv_step_fps[step - 1], err);
     long long now = time_mono_ms();
-    if (step <= 5) r->step_ms[step - 1] = now - *t0;
+    r->step_ms[step - 1] = now - *t0;
     *t0 = now;
-    return fp_eval(mig_recv_step_fps[step - 1], err);
+    return rc;
 }
 
 /* Step 1's second half: the collection with the donor's uuid, sharded by the same key, and
@@ -583,7 +596,7 @@ static void *recv_main(void *p) {
         }
         bool ab = r->abort_req;
         pthread_mutex_unlock(&r->mu);
-        fp_eval(mig_recv_step_fps[5], NULL);
+        recv_fp(r, mig_recv_step_fps[5], NULL);
         if (ab) {
             err_set(&e, MS_ERR_OPERATION_FAILED, "migration aborted by the donor after the final drain");
             goto failed;
@@ -608,7 +621,7 @@ failed:
     }
 finish:
     sessdest_end(r);
-    fp_eval(mig_recv_step_fps[6], NULL);
+    recv_fp(r, mig_recv_step_fps[6], NULL);
     {
         bool ok;
         pthread_mutex_lock(&r->mu);
@@ -1108,6 +1121,7 @@ void mig_recv_status(mig_recv_t *r, bson_t *out) {
     long long elapsed = time_now_ms() - r->started_ms;
     BSON_APPEND_UTF8(out, "to", r->to_shard);
     BSON_APPEND_UTF8(out, "phase", rstate_names[r->state]);
+    if (r->held_at) BSON_APPEND_UTF8(out, "heldAt", r->held_at);
     BSON_APPEND_INT64(out, "docsCloned", r->cloned);
     BSON_APPEND_INT64(out, "bytesCloned", r->cloned_bytes);
     BSON_APPEND_INT64(out, "modsApplied", r->catchup + r->steady);

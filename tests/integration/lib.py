@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -310,6 +311,23 @@ def fp(c, name, mode="alwaysOn", **data):
 
 def fp_wait(c, name, times):
     c.ok({"waitForFailPoint": name, "$db": "admin", "timesEntered": times, "maxTimeMS": 20000})
+
+
+def cmd_in_thread(proc, doc):
+    """Sends doc through a client of its own on a thread, for a command a test holds (a
+    migration at a failpoint); returns (thread, out): out["reply"] once it answered."""
+    import threading
+    out = {}
+
+    def run():
+        cl = proc.client()
+        try:
+            out["reply"] = cl.cmd(doc)
+        finally:
+            cl.close()
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    return th, out
 
 
 def send(client, doc):

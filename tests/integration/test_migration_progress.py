@@ -5,12 +5,13 @@ router's currentOp gathers every shard's entries (the donor's with phase, docume
 bytes cloned, mods pending, rate, elapsed, estimate; the recipient's with its state),
 each tagged with its shard, a silent shard listed in shardErrors; `shardctl status` and
 `shardctl watch` print one line per migration. The move is held on the donor with
-moveChunkHangAtStep3 (after catch-up, before the critical section) so it can be looked at.
+moveChunkHangAtStep3 (at the end of step 3, clone: the recipient has caught up; before the
+critical section) so it can be looked at: the donor's phase is still `clone`, heldAt names the
+point.
 """
 import os
 import subprocess
 import sys
-import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lib import *  # noqa: E402,F403
@@ -45,18 +46,8 @@ def inprog(c):
 
 def start_move(router):
     """moveChunk of the upper half to shard1 from a thread with its own client."""
-    out = {}
-
-    def run():
-        mc = router.client()
-        try:
-            out["reply"] = mc.cmd({"moveChunk": NS, "find": {"k": N - 1}, "to": "shard1",
-                                   "_waitForDelete": True, "$db": "admin"})
-        finally:
-            mc.close()
-    th = threading.Thread(target=run, daemon=True)
-    th.start()
-    return th, out
+    return cmd_in_thread(router, {"moveChunk": NS, "find": {"k": N - 1}, "to": "shard1",
+                                  "_waitForDelete": True, "$db": "admin"})
 
 
 @test
@@ -77,7 +68,8 @@ def test_router_current_op_and_shardctl_status_show_a_held_migration(t):
         # the donor's entry: tagged with its shard, the range and both ends, its progress
         assert d["shard"] == "shard0" and d["ns"] == NS and d["from"] == "shard0" and d["to"] == "shard1", d
         assert d["min"] == {"k": N // 2} and d["max"] == {"k": {"$maxKey": 1}}, d
-        assert d["phase"] == "catchup" and d["recipientState"] == "steady", d
+        assert d["phase"] == "clone" and d["recipientState"] == "steady", d
+        assert d["heldAt"] == "moveChunkHangAtStep3", d
         assert d["docsToClone"] == N // 2 and d["docsCloned"] == d["docsToClone"], d
         assert d["bytesCloned"] > (N // 2) * 100, d
         assert d["modsPending"] == 0 and d["estimatedMSLeft"] == 0, d
@@ -86,6 +78,7 @@ def test_router_current_op_and_shardctl_status_show_a_held_migration(t):
         assert rv["shard"] == "shard1" and rv["migrationId"] == d["migrationId"], rv
         assert rv["ns"] == NS and rv["fromShardId"] == "shard0" and rv["to"] == "shard1", rv
         assert rv["state"] == "steady" and rv["phase"] == "steady" and rv["active"] is True, rv
+        assert "heldAt" not in rv, rv
         assert rv["docsCloned"] == N // 2 and rv["counts"]["cloned"] == N // 2, rv
         # a write now is captured on the donor (pending, then sent: the recipient keeps
         # pulling in steady state) and applied on the recipient
@@ -103,12 +96,13 @@ def test_router_current_op_and_shardctl_status_show_a_held_migration(t):
         lines = [l for l in out.splitlines() if "shard0 -> shard1" in l]
         assert rc == 0 and len(lines) == 1, out
         line = lines[0]
-        for want in (NS, '{ "k" : %d }' % (N // 2), "phase: catchup (recipient: steady)",
+        for want in (NS, '{ "k" : %d }' % (N // 2),
+                     "phase: clone (recipient: steady)  held at moveChunkHangAtStep3",
                      "docs: %d / %d" % (N // 2, N // 2), " MB", "mods pending: ", "docs/s",
                      "elapsed: ", "left: ~"):
             assert want in line, (want, line)
         rc, out = shardctl(r, "watch", "--interval-ms", "50", "--count", "2")
-        assert rc == 0 and out.count("shard0 -> shard1  phase: catchup") == 2, out
+        assert rc == 0 and out.count("shard0 -> shard1  phase: clone (recipient: steady)") == 2, out
         assert th.is_alive() and "reply" not in res
     finally:
         fp(donor, "moveChunkHangAtStep3", "off")

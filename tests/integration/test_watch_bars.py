@@ -76,7 +76,7 @@ def test_watch_bars_until_balanced_and_changelog_summary(t):
         rc, out = shardctl(r, "watch", "--bars", "--count", "1")
         assert rc == 0, out
         assert "  shard0 -> shard1  %s { \"_id\" : { \"$minKey\" : 1 } } -->> { \"_id\" : %d }" % (NS, PER) in out, out
-        assert "phase: catchup (recipient: steady)  [####################] %d / %d docs" % (PER, PER) in out, out
+        assert "phase: clone (recipient: steady)  held at moveChunkHangAtStep3  [####################] %d / %d docs" % (PER, PER) in out, out
         # stopped balancer, migration in flight: never "balanced", exit 1 when --count ends
         rc, out = shardctl(r, "watch", "--bars", "--ns", NS, "--until-balanced", "--interval-ms", "50",
                            "--count", "3")
@@ -107,6 +107,9 @@ def test_watch_bars_until_balanced_and_changelog_summary(t):
     assert rc == 0, out
     assert "migrations (config.changelog moveChunk.from): %d done, 0 not done" % len(done) in out, out
     assert "documents moved: %d " % docs in out and "write pause (critical section): mean " in out, out
+    assert ("donor's mean ms per step (moveChunk.from step 1..6): checks " in out and
+            ", start clone " in out and ", clone " in out and ", critical section " in out and
+            ", commit on recipient " in out and ", commit on config server " in out), out
     rc, out = shardctl(r, "changelog", "--ns", NS, "--what", "moveChunk.commit")
     lines = out.strip().splitlines()
     assert rc == 0 and len(lines) == len(done) and all(" moveChunk.commit   %s  {" % NS in l for l in lines), out

@@ -435,6 +435,58 @@ static void fp_early_late(void) {
     CHECK_INT(a.late_rc, 0);
 }
 
+/* fp_eval_held: the caller's slot names the point exactly while a hang holds the thread
+ * (already when waitForFailPoint's count moves), and never for a point that does not hang. */
+typedef struct held_call {
+    pthread_mutex_t mu;
+    const char *held_at;   /* under mu */
+    atomic_int done;
+    int rc;
+} held_call_t;
+
+static void *held_main(void *p) {
+    held_call_t *a = p;
+    ms_error_t err = {0};
+    fp_held_t h = {.mu = &a->mu, .slot = &a->held_at};
+    a->rc = fp_eval_held("fpHeld", &h, &err);
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+static const char *held_at(held_call_t *a) {
+    pthread_mutex_lock(&a->mu);
+    const char *s = a->held_at;
+    pthread_mutex_unlock(&a->mu);
+    return s;
+}
+
+static void fp_held_slot(void) {
+    held_call_t a = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    pthread_t th;
+    ms_error_t err = {0};
+    fp_held_t h = {.mu = &a.mu, .slot = &a.held_at};
+    fp_register("fpHeld");
+    CHECK_INT(fp_eval_held("fpHeld", &h, &err), 0);   /* off */
+    CHECK(held_at(&a) == NULL);
+    conf("{\"configureFailPoint\": \"fpHeld\", \"mode\": {\"times\": 1}, "
+         "\"data\": {\"action\": \"error\", \"code\": 96}}");
+    CHECK_INT(fp_eval_held("fpHeld", &h, &err), 96);  /* an error is not a hold */
+    CHECK(held_at(&a) == NULL);
+    int64_t n = entered("fpHeld");
+    conf("{\"configureFailPoint\": \"fpHeld\", \"mode\": \"alwaysOn\"}");
+    pthread_create(&th, NULL, held_main, &a);
+    for (int i = 0; i < 500 && entered("fpHeld") == n; i++) t_sleep_ms(10);
+    CHECK_INT(entered("fpHeld"), n + 1);
+    CHECK_STR(held_at(&a), "fpHeld");   /* set before the count moved */
+    t_sleep_ms(30);
+    CHECK_INT(atomic_load(&a.done), 0);
+    CHECK_STR(held_at(&a), "fpHeld");
+    conf("{\"configureFailPoint\": \"fpHeld\", \"mode\": \"off\"}");
+    pthread_join(th, NULL);
+    CHECK_INT(a.rc, 0);
+    CHECK(held_at(&a) == NULL);
+}
+
 T_MAIN(T_CASE(fp_modes), T_CASE(fp_error_action), T_CASE(fp_bad_config), T_CASE(fp_status),
        T_CASE(fp_check_predicate), T_CASE(fp_hang_release), T_CASE(fp_crash_action),
-       T_CASE(fp_release_everything), T_CASE(fp_early_late))
+       T_CASE(fp_release_everything), T_CASE(fp_early_late), T_CASE(fp_held_slot))
