@@ -506,26 +506,20 @@ static void append_collections(web_build_t *b, bson_t *out) {
     bson_append_document_end(out, &sec);
 }
 
-/* A donor phase as the step it is in (docs/how-a-migration-works.md: the six timed steps
- * of moveChunk.from, then completing and done). A shard that still reports the phase list
- * without startClone says "catchup" for the end of step 3: it is the clone step (the word
- * catch-up names only the recipient's state). stepNumber is 1..6, 0 after step 6. */
+/* A donor phase (mig_donor.c) with the number of its timed step of moveChunk.from
+ * (docs/how-a-migration-works.md: "step N of 6"; 0 for completing and done, after them). */
 static const struct {
     const char *phase;
     int number;
-} donor_steps[] = {{"checks", 1}, {"startClone", 2}, {"clone", 3}, {"catchup", 3},
-                   {"criticalSection", 4}, {"commitOnRecipient", 5}, {"commitOnConfig", 6},
-                   {"completing", 0}, {"done", 0}};
+} donor_steps[] = {{"checks", 1}, {"startClone", 2}, {"clone", 3}, {"criticalSection", 4},
+                   {"commitOnRecipient", 5}, {"commitOnConfig", 6}, {"completing", 0}, {"done", 0}};
 
 static void append_step(bson_t *d, const char *phase) {
+    int number = 0;
     for (size_t i = 0; i < sizeof donor_steps / sizeof donor_steps[0]; i++)
-        if (strcmp(phase, donor_steps[i].phase) == 0) {
-            BSON_APPEND_UTF8(d, "step", donor_steps[i].number == 3 ? "clone" : phase);
-            BSON_APPEND_INT32(d, "stepNumber", donor_steps[i].number);
-            return;
-        }
+        if (strcmp(phase, donor_steps[i].phase) == 0) number = donor_steps[i].number;
     BSON_APPEND_UTF8(d, "step", phase);
-    BSON_APPEND_INT32(d, "stepNumber", 0);
+    BSON_APPEND_INT32(d, "stepNumber", number);
 }
 
 /* The migrations committed in the last WEB_RECENT_MS (the donor's moveChunk.commit
