@@ -246,10 +246,10 @@ function drawArrows(migs, recent) {
     arrow(m.from, m.to, m.ns + " · " + (STEP_WORDS[m.step] || m.step) + (m.heldAt ? " · held" : ""),
           { class: "mover", data: { "data-phase": m.step, "data-ns": m.ns } }, 1);
   const inflight = new Set(migs.map(m => m.ns + "|" + keyDoc(m.min)));
-  for (const r of recent) {
-    if (num(r.agoMS) > RECENT_SHOWN_MS || inflight.has(r.ns + "|" + keyDoc(r.min))) continue;
+  for (const [r, age] of recent) {
+    if (inflight.has(r.ns + "|" + keyDoc(r.min))) continue;
     arrow(r.from, r.to, r.ns + " · moved", { class: "mover recent", data: { "data-ns": r.ns } },
-          0.25 + 0.5 * (1 - num(r.agoMS) / RECENT_SHOWN_MS));
+          0.25 + 0.5 * (1 - age / RECENT_SHOWN_MS));
   }
   over.replaceChildren(...kids);
 }
@@ -285,14 +285,31 @@ function drawMigration(m) {
       (m.recipient ? " · recipient: " + m.recipient.state : "")));
 }
 
-function drawMigrations(mig) {
+// The migrations finished lately, each shown for RECENT_SHOWN_MS from the poll that first
+// listed it (the server lists them for 5 s, so one poll a second sees each; counting from
+// that poll keeps a move on screen for the whole time even when a poll came late).
+const finished = new Map();   // key -> [entry, first seen (Date.now())]
+const finishedShown = new Set();   // shown their time already, while the server still lists them
+function recentMoves(list) {
+  const now = Date.now(), listed = new Set();
+  for (const r of list) {
+    const key = r.ns + "|" + keyDoc(r.min) + "|" + JSON.stringify(r.committedAt);
+    listed.add(key);
+    if (!finished.has(key) && !finishedShown.has(key)) finished.set(key, [r, now]);
+  }
+  for (const [key, [, seen]] of finished)
+    if (now - seen > RECENT_SHOWN_MS) { finished.delete(key); if (listed.has(key)) finishedShown.add(key); }
+  for (const key of finishedShown) if (!listed.has(key)) finishedShown.delete(key);
+  return [...finished.values()].map(([r, seen]) => [r, now - seen]);
+}
+
+function drawMigrations(mig, recent) {
   const inprog = mig.inprog || [];
-  const recent = (mig.recent || []).filter(r => num(r.agoMS) <= RECENT_SHOWN_MS);
   const errs = (mig.shardErrors || []).map(e =>
     el("p", { class: "kv", "data-shard-error": e.shard }, "shard " + e.shard + " did not answer"));
-  const done = recent.map(r => el("div", { class: "mig recent", "data-ns": r.ns, "data-from": r.from,
+  const done = recent.map(([r, age]) => el("div", { class: "mig recent", "data-ns": r.ns, "data-from": r.from,
                                             "data-to": r.to },
-    el("span", { class: "title" }, r.ns + "  " + r.from + " → " + r.to), " finished " + ms(r.agoMS) +
+    el("span", { class: "title" }, r.ns + "  " + r.from + " → " + r.to), " finished " + ms(num(r.agoMS) + age) +
     " ago · write pause " + (num(r.writePauseMS) >= 0 ? ms(r.writePauseMS) : "?")));
   if (!inprog.length && !done.length) {
     $("migrations").replaceChildren(el("p", { class: "muted" }, "none"), ...errs);
@@ -387,8 +404,9 @@ function draw(st) {
   drawSummary(st);
   drawLegend();
   drawShards(st, moving);
-  drawArrows(migs, st.migrations.recent || []);
-  drawMigrations(st.migrations);
+  const recent = recentMoves(st.migrations.recent || []);
+  drawArrows(migs, recent);
+  drawMigrations(st.migrations, recent);
   drawCollections(colls);
   drawBalancer(st.balancer || {});
   drawChangelog((st.changelog || {}).entries || []);
