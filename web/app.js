@@ -230,7 +230,7 @@ function drawArrows(migs, recent) {
     // A curve bowed off the straight line into the gap above the cards, so two cards in one
     // row are not joined through their neighbours' names.
     const mx = (a[0] + b[0]) / 2, my = (a[1] + b[1]) / 2, dx = b[0] - a[0], dy = b[1] - a[1];
-    const len = Math.hypot(dx, dy) || 1, bow = Math.min(50, len / 4);
+    const len = Math.hypot(dx, dy) || 1, bow = Math.min(36, len / 4);
     const up = -dx / len > 0 ? -1 : 1;   // the bow's side: upwards (or aside for one column)
     const cx = mx + up * dy / len * bow, cy = my - up * dx / len * bow;
     const g = svg("g", Object.assign({ class: attrs.class, "data-from": from, "data-to": to }, attrs.data));
