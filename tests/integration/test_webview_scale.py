@@ -16,6 +16,7 @@ into the DOM, which chromium's --dump-dom prints. The front also makes the short
 happen once the page has loaded (at its first /api/state poll), so that the page sees it
 only as finished. Screenshots of both sizes are kept under build/rel/test-out/webview/.
 """
+import html
 import http.server
 import json
 import math
@@ -98,6 +99,7 @@ setTimeout(() => {
     .map(e => e.textContent);
   const out = document.createElement("pre");
   out.id = "test-measure";
+  out.hidden = true;
   out.textContent = JSON.stringify({panels, shards, chunks, swatches, arrows, migs, colls, changelog,
     boardRect: board ? box(board) : null, vw: innerWidth, vh: innerHeight});
   document.body.append(out);
@@ -244,12 +246,18 @@ def start_move(router, ns, k, to):
     return th, out
 
 
-def measure(exe, port, size, extra=()):
+def measure(exe, port, size):
+    """The page's measurements at this window size, and its screenshot (the same run)."""
+    png = os.path.join(OUT, "scale-%dx%d.png" % size)
+    if os.path.exists(png):
+        os.unlink(png)
     dom = browser(exe, "http://127.0.0.1:%d/" % port, "--virtual-time-budget=4000",
-                  "--window-size=%d,%d" % size, "--hide-scrollbars", *extra, "--dump-dom")
-    m = re.search(r'<pre id="test-measure">(.*?)</pre>', dom, re.S)
+                  "--window-size=%d,%d" % size, "--hide-scrollbars", "--screenshot=" + png, "--dump-dom")
+    with open(png, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n", png
+    print("  screenshot: %s" % png, flush=True)
+    m = re.search(r'<pre id="test-measure"[^>]*>(.*?)</pre>', dom, re.S)
     assert m, ("no measurements in the DOM", dom[:2000])
-    import html
     return json.loads(html.unescape(m.group(1)))
 
 
@@ -402,14 +410,6 @@ def test_sixteen_shards_thirty_collections_at_two_sizes(t):
                     fails.append("the finished move is not drawn faded: %s" % m["arrows"])
                 if not [x for x in m["migs"] if x["recent"] and x["ns"] == QUICK_NS and "write pause" in x["text"]]:
                     fails.append("the finished move is not listed: %s" % m["migs"])
-            png = os.path.join(OUT, "scale-%dx%d.png" % size)
-            if os.path.exists(png):
-                os.unlink(png)
-            browser(exe, "http://127.0.0.1:%d/" % hport, "--virtual-time-budget=3000",
-                    "--window-size=%d,%d" % size, "--hide-scrollbars", "--screenshot=" + png)
-            with open(png, "rb") as f:
-                assert f.read(8) == b"\x89PNG\r\n\x1a\n", png
-            print("  screenshot: %s" % png, flush=True)
         finally:
             fp(donor, "moveChunkHangAtStep3", "off")
         th.join(60)
