@@ -17,18 +17,16 @@ happen once the page has loaded (at its first /api/state poll), so that the page
 only as finished. Screenshots of both sizes are kept under build/rel/test-out/webview/.
 """
 import html
-import http.server
 import json
 import math
 import os
 import re
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lib import *  # noqa: E402,F403
-from test_webview import OUT, browser, chromium, get, get_json  # noqa: E402
+from test_webview import OUT, Front, browser, chromium, get_json  # noqa: E402
 
 NSHARDS = 16
 SIZES = ((1280, 800), (1920, 1080))
@@ -108,42 +106,23 @@ setTimeout(() => {
 """
 
 
-class MeasuringFront:
-    """An HTTP front between chromium and the config server: adds MEASURE_JS to the page,
-    and runs on_first_poll() before answering the page's first /api/state."""
+class MeasuringFront(Front):
+    """Adds MEASURE_JS to the page, and runs on_first_poll() before the page's first
+    /api/state is answered."""
 
     def __init__(self, backend_port, on_first_poll=None):
-        front = self
-        self.polls = 0
-        self.lock = threading.Lock()
         self.first = on_first_poll
+        super().__init__(backend_port)
 
-        class H(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
+    def poll(self, n):
+        if n == 1 and self.first:
+            self.first()
+        return True
 
-            def do_GET(self):
-                if self.path.startswith("/api/state"):
-                    with front.lock:
-                        front.polls += 1
-                        if front.polls == 1 and front.first:
-                            front.first()
-                st, hd, body = get(backend_port, self.path)
-                if self.path in ("/", "/index.html"):
-                    body = body.replace(b"</body>", MEASURE_JS.encode() + b"</body>")
-                self.send_response(st)
-                self.send_header("Content-Type", hd.get("content-type", "text/plain"))
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.port = self.srv.server_address[1]
-        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.srv.shutdown()
-        self.srv.server_close()
+    def rewrite(self, path, body):
+        if path in ("/", "/index.html"):
+            return body.replace(b"</body>", MEASURE_JS.encode() + b"</body>")
+        return body
 
 
 def adm(doc):
@@ -230,20 +209,6 @@ def build(t):
     c.ok(adm({"moveChunk": "iot.tags", "find": {"k": 400}, "to": DRAIN}))
     assert c.ok(adm({"removeShard": DRAIN}))["state"] == "started"
     return c, r, cl.shards, hport
-
-
-def start_move(router, ns, k, to):
-    out = {}
-
-    def run():
-        mc = router.client()
-        try:
-            out["reply"] = mc.cmd(adm({"moveChunk": ns, "find": {"k": k}, "to": to, "_waitForDelete": True}))
-        finally:
-            mc.close()
-    th = threading.Thread(target=run, daemon=True)
-    th.start()
-    return th, out
 
 
 def measure(exe, port, size):
@@ -384,7 +349,8 @@ def test_sixteen_shards_thirty_collections_at_two_sizes(t):
     # one held migration per size (a chunk of HELD_NS each: the router waits 30 s at most)
     for i, (size, k) in enumerate(zip(SIZES, (0, 400))):
         n0 = fp(donor, "moveChunkHangAtStep3")
-        th, res = start_move(r, HELD_NS, k, HELD_TO)
+        th, res = cmd_in_thread(r, adm({"moveChunk": HELD_NS, "find": {"k": k}, "to": HELD_TO,
+                                         "_waitForDelete": True}))
         try:
             fp_wait(donor, "moveChunkHangAtStep3", n0 + 1)
             wait_until(lambda: [x for x in get_json(hport, "/api/migrations")["inprog"] if x["role"] == "donor"],
