@@ -600,7 +600,7 @@ static void append_migrations(web_build_t *b, const bson_t *ops, bson_t *out) {
             BSON_APPEND_DOCUMENT_BEGIN(&arr, k, &d);
             bson_concat(&d, &op);
             const char *phase = bsonx_utf8_or(&op, "phase", "");
-            append_step(&d, pass == 0 ? phase : "clone");
+            if (pass == 0) append_step(&d, phase);  /* a recipient alone: its state says where it is */
             if (pass == 0 && bson_iter_init(&jt, ops)) {
                 while (!found && bson_iter_next(&jt)) {
                     if (bsonx_view_container(&jt, &other) && !strcmp(bsonx_utf8_or(&other, "role", ""), "recipient") &&
