@@ -12,8 +12,8 @@
  * MS_HTTP_CHUNKS_MAX chunks (cut ones are counted and flagged `truncated`), the newest
  * MS_HTTP_CHANGELOG_MAX changelog entries and MS_HTTP_ROUNDS_MAX balancer rounds.
  *
- * Each chunk's size is measured on its shard with dataSize {estimate: true} (what the
- * defragmenter asks), at most WEB_SIZE_PROBES per build, and remembered across builds for
+ * Each chunk's size is measured on its shard with dataSize (what the defragmenter asks),
+ * at most WEB_SIZE_PROBES per build, and remembered across builds for
  * WEB_SIZE_TTL_MS under the chunk's identity (collection, min, shard, version: a split, a
  * merge or a move makes a new chunk, measured afresh). Until then a chunk is drawn at its
  * share of the collection's bytes on its shard (`sizeFrom: "share"`).
@@ -29,9 +29,10 @@
 /* Upper bound of shards shown: the balancer's own (it cannot balance more). */
 #define WEB_SHARDS_MAX MS_BALANCER_SHARDS_MAX
 /* Chunk sizes: dataSize calls per build (a build runs at most every MS_HTTP_STATE_TTL_MS
- * while someone looks: a few dozen cheap index counts a second), how long a measure is
- * kept before it is taken again, and the memo's slots (twice the chunks listed). */
-#define WEB_SIZE_PROBES 48
+ * while someone looks, and each call walks its range on the shard: at most 40 ranges a
+ * second), how long a measure is kept before it is taken again, and the memo's slots
+ * (twice the chunks listed). */
+#define WEB_SIZE_PROBES 16
 #define WEB_SIZE_TTL_MS 15000
 #define WEB_SIZE_SLOTS (2 * MS_HTTP_CHUNKS_MAX)
 /* A migration committed this recently is listed under migrations.recent: the page polls
@@ -64,7 +65,7 @@ typedef struct web_chunk {
     int64_t est;             /* estimatedDataSizeBytes, -1 when unknown */
     uint64_t fp;             /* identity for the size memo (size_fp) */
     int64_t measured;        /* dataSize of the range on its shard, -1 when not (yet) */
-    long long measured_at;   /* time_mono_ms of that measure */
+    long long probed_at;     /* time_mono_ms of the last dataSize asked (answered or not), 0: never */
 } web_chunk_t;
 
 typedef struct web_build {
@@ -77,7 +78,7 @@ typedef struct web_build {
     int nchunks;
     int64_t chunks_total;
     bool chunks_cut;
-    bson_t tags;             /* config.tags rows of the shown collections, as an array */
+    bson_t tags;             /* config.tags rows (at most MS_HTTP_CHUNKS_MAX), as an array */
     int ntags;
 } web_build_t;
 
@@ -270,7 +271,7 @@ static void shard_probe(web_build_t *b, web_shard_t *s, bson_t *migs, int *nmig)
  * chunk's fingerprint. */
 typedef struct size_memo {
     uint64_t fp;             /* 0: empty slot */
-    int64_t bytes;
+    int64_t bytes;           /* -1: asked, no answer (asked again after WEB_SIZE_TTL_MS) */
     long long at_ms;
 } size_memo_t;
 
@@ -284,7 +285,7 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
 }
 
 /* A chunk's identity: collection uuid, min, shard and version, as a 64-bit FNV-1a hash
- * (a collision among a few thousand chunks would take ~10^12 of them to be likely). */
+ * (a collision is unlikely until some 10^9 chunks; the memo holds at most 2000). */
 static uint64_t size_fp(const web_build_t *b, const web_chunk_t *k) {
     uint64_t h = 14695981039346656037ULL;
     const char *shard = b->shards[k->shard].name;
@@ -302,8 +303,9 @@ static size_memo_t *size_slot(size_memo_t *t, uint64_t fp) {
     return &t[i];
 }
 
-/* dataSize {keyPattern, min, max, estimate: true} of one chunk on its shard: the shard's
- * index count of the range times its average document (the defragmenter's measure). */
+/* dataSize {keyPattern, min, max, estimate: true} of one chunk on its shard, as the
+ * defragmenter asks it: the bytes of the range's documents there (shardd sums them along
+ * the shard-key index; estimate is accepted and answered exactly). */
 static void size_probe(web_build_t *b, web_chunk_t *k) {
     web_shard_t *s = &b->shards[k->shard];
     const web_coll_t *co = &b->colls[k->coll];
@@ -318,17 +320,20 @@ static void size_probe(web_build_t *b, web_chunk_t *k) {
     BSON_APPEND_DOCUMENT(&cmd, "max", &k->max);
     BSON_APPEND_BOOL(&cmd, "estimate", true);
     BSON_APPEND_UTF8(&cmd, "$db", db);
+    k->probed_at = time_mono_ms();
+    k->measured = -1;        /* no answer: drawn from the catalog or its share until next time */
     if (shard_call(b, s, &cmd, &reply) == 0) {
         k->measured = bsonx_int64_or(&reply, "size", 0);
-        k->measured_at = time_mono_ms();
         bson_destroy(&reply);
     }
     bson_destroy(&cmd);
 }
 
 /* Each listed chunk takes its last measure from the memo; up to WEB_SIZE_PROBES chunks
- * are measured now: the never measured first, then those measured more than
- * WEB_SIZE_TTL_MS ago (both in catalog order). What is known then goes into the next build's table. */
+ * are measured now: the never asked first, then those asked more than WEB_SIZE_TTL_MS ago
+ * (both in catalog order; a chunk whose shard did not answer waits its turn like the
+ * others, so a few failing ones cannot starve the rest). What is known then goes into the
+ * next build's table. */
 static void chunk_sizes(web_build_t *b) {
     size_memo_t *old = size_tables[size_cur], *fresh = size_tables[1 - size_cur];
     long long now = time_mono_ms();
@@ -341,14 +346,14 @@ static void chunk_sizes(web_build_t *b) {
         size_memo_t *m = size_slot(old, k->fp);
         if (m->fp) {
             k->measured = m->bytes;
-            k->measured_at = m->at_ms;
+            k->probed_at = m->at_ms;
         }
     }
     for (int pass = 0; pass < 2 && probes < WEB_SIZE_PROBES; pass++) {
         for (int i = 0; i < b->nchunks && probes < WEB_SIZE_PROBES; i++) {
             web_chunk_t *k = &b->chunks[i];
             if (k->shard < 0 || !b->shards[k->shard].reachable) continue;
-            if (pass == 0 ? k->measured >= 0 : k->measured < 0 || now - k->measured_at < WEB_SIZE_TTL_MS)
+            if (pass == 0 ? k->probed_at != 0 : k->probed_at == 0 || now - k->probed_at < WEB_SIZE_TTL_MS)
                 continue;
             size_probe(b, k);
             probes++;
@@ -356,9 +361,9 @@ static void chunk_sizes(web_build_t *b) {
     }
     for (int i = 0; i < b->nchunks; i++) {
         web_chunk_t *k = &b->chunks[i];
-        if (k->shard < 0 || k->measured < 0) continue;
+        if (k->shard < 0 || k->probed_at == 0) continue;
         size_memo_t *m = size_slot(fresh, k->fp);
-        *m = (size_memo_t){k->fp, k->measured, k->measured_at};
+        *m = (size_memo_t){k->fp, k->measured, k->probed_at};
     }
     size_cur = 1 - size_cur;
 }
@@ -496,7 +501,7 @@ static void append_collections(web_build_t *b, bson_t *out) {
             BSON_APPEND_INT64(&c, "sizeEstimate", chunk_size(b, kk, &from));
             BSON_APPEND_UTF8(&c, "sizeFrom", from);
             BSON_APPEND_BOOL(&c, "sizeFromShare", strcmp(from, "share") == 0);
-            if (kk->measured >= 0) BSON_APPEND_INT64(&c, "sizeAgeMS", time_mono_ms() - kk->measured_at);
+            if (kk->measured >= 0) BSON_APPEND_INT64(&c, "sizeAgeMS", time_mono_ms() - kk->probed_at);
             bson_append_document_end(&ch, &c);
         }
         bson_append_array_end(&d, &ch);

@@ -322,11 +322,11 @@ def test_sixteen_shards_thirty_collections_at_two_sizes(t):
     st = get_json(hport, "/api/state")
     assert len(st["cluster"]["shards"]) == NSHARDS and st["collections"]["collectionsTotal"] == 30, st["cluster"]
     fails = []   # everything wrong is listed before the test fails (an old build shows all)
-    # every chunk measured on its shard within a few builds (48 dataSize calls a build)
+    # every chunk measured on its shard within a few builds (16 dataSize calls a build)
     try:
         wait_until(lambda: all(k.get("sizeFrom") == "dataSize"
                                for co in get_json(hport, "/api/collections")["collections"] for k in co["chunks"]),
-                   20, "every chunk measured")
+                   30, "every chunk measured")
     except AssertionError as e:
         fails.append("state: %s" % e)
     zc = [co for co in get_json(hport, "/api/collections")["collections"] if co["ns"] == ZONE_NS][0]
