@@ -172,6 +172,24 @@ function chunkBlock(c, k, shard, scale, moving) {
            " · " + bytes(size) + " (" + how + ")" + (k.jumbo ? " · jumbo" : "") });
 }
 
+// Which of a shard's chunks a card draws when it has more than CHUNKS_DRAWN_MAX: the moving
+// and jumbo ones, then the collections in turn (each one's chunks in key order), so that no
+// collection drops out of the picture; drawn in collection and key order.
+function pickDrawn(mine, moving) {
+  if (mine.length <= CHUNKS_DRAWN_MAX) return mine;
+  const keep = new Set(mine.filter(([c, k]) => k.jumbo || moving.has(c.ns + "|" + keyDoc(k.min)))
+                           .slice(0, CHUNKS_DRAWN_MAX));
+  const byColl = new Map();
+  for (const ck of mine) {
+    if (!byColl.has(ck[0].ns)) byColl.set(ck[0].ns, []);
+    byColl.get(ck[0].ns).push(ck);
+  }
+  for (let i = 0; keep.size < CHUNKS_DRAWN_MAX; i++)
+    for (const list of byColl.values())
+      if (i < list.length && keep.size < CHUNKS_DRAWN_MAX) keep.add(list[i]);
+  return mine.filter(ck => keep.has(ck));
+}
+
 function drawShards(st, moving) {
   const shards = [...st.cluster.shards].sort((a, b) => naturally(a.name, b.name));
   const colls = st.collections.collections;
@@ -181,7 +199,7 @@ function drawShards(st, moving) {
   const cards = shards.map(s => {
     const mine = [];
     for (const c of colls) for (const k of c.chunks) if (k.shard === s.name) mine.push([c, k]);
-    const drawn = mine.slice(0, CHUNKS_DRAWN_MAX).map(([c, k]) => chunkBlock(c, k, s.name, scale, moving));
+    const drawn = pickDrawn(mine, moving).map(([c, k]) => chunkBlock(c, k, s.name, scale, moving));
     const more = num(s.chunks) - drawn.length;
     return el("div", { class: "shard" + (s.reachable ? "" : " unreachable") + (s.draining ? " draining" : ""),
                        id: "shard-" + s.name, "data-shard": s.name, "data-chunks": num(s.chunks),

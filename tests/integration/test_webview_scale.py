@@ -38,6 +38,8 @@ COLLS = ["%s.%s" % (db, c) for db in DBS for c in ("users", "orders", "events", 
 JUMBO_NS = "app.users"
 ZONE_NS = "shop.orders"
 DEFRAG_NS = "demo.tags"
+MANY_NS = "app.events"        # 60 documents in [300, 360) on shard0: split into 60 chunks
+CHUNKS_DRAWN_MAX = 60         # web/app.js: a card draws this many, then "+N more"
 DRAIN = "shard15"
 HELD_NS, HELD_FROM, HELD_TO = "geo.items", "shard8", "shard9"
 QUICK_NS, QUICK_FROM, QUICK_TO = "logs.events", "shard6", "shard7"
@@ -70,7 +72,7 @@ setTimeout(() => {
       }
       portLines = new Set([...rng.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top))).size;
     }
-    return Object.assign({name: e.dataset.shard, url: text, portLines,
+    return Object.assign({name: e.dataset.shard, url: text, portLines, chunks: Number(e.dataset.chunks),
       cls: e.className, text: e.textContent}, box(e));
   });
   const chunks = [...document.querySelectorAll(".chunk")].map(e => {
@@ -199,6 +201,9 @@ def build(t):
             c.ok(adm({"split": ns, "middle": {"k": m}}))
         home = DBS.index(db) * 2
         c.ok(adm({"moveChunk": ns, "find": {"k": 100}, "to": "shard%d" % (home + 1)}))
+    # a shard with more chunks than a card draws: [300, MaxKey) of MANY_NS cut at every key
+    for m in range(301, 360):
+        c.ok(adm({"split": MANY_NS, "middle": {"k": m}}))
     # a zone on shard3 holding [0, 100) of ZONE_NS (its first chunk moved there)
     c.ok(adm({"moveChunk": ZONE_NS, "find": {"k": 0}, "to": "shard3"}))
     c.ok(adm({"addShardToZone": "shard3", "zone": "hot"}))
@@ -261,6 +266,10 @@ def judge(m, size, fails, held_at):
     zc = [c for c in m["colls"] if c["ns"] == ZONE_NS]
     if not zc or "zone hot { k: 0 } → { k: 100 }" not in zc[0]["text"]:
         fails.append(w + "the collection's zone range not shown: %s" % zc)
+    s0 = [s for s in sh if s["name"] == "shard0"]
+    drawn = len([k for k in m["chunks"] if k["shard"] == "shard0"])
+    if not s0 or drawn != CHUNKS_DRAWN_MAX or "+%d more" % (s0[0]["chunks"] - CHUNKS_DRAWN_MAX) not in s0[0]["text"]:
+        fails.append(w + "shard0: %d chunks drawn, no \"+N more\" for the rest" % drawn)
     dc = [c for c in m["colls"] if c["ns"] == DEFRAG_NS]
     if not dc or not re.search(r"defragmenting: \w+", dc[0]["text"]):
         fails.append(w + "the collection's defragmentation phase not shown: %s" % dc)
