@@ -300,7 +300,9 @@ function drawMigration(m) {
       done.toLocaleString() + " / " + total.toLocaleString() + " docs · " + bytes(m.bytesCloned) +
       " · " + num(m.modsPending) + " mods pending · " + Math.round(num(m.docsPerSec)) +
       " docs/s · elapsed " + ms(m.elapsedMS) + " · left ~" + ms(m.estimatedMSLeft) +
-      (m.recipient ? " · recipient: " + m.recipient.state : "")));
+      (m.recipient ? " · recipient: " + m.recipient.state : "") +
+      (m.role === "recipient" ? " · recipient: " + m.state + " (the donor did not answer)" : "")),
+    n >= 4 ? el("div", { class: "kv pause" }, "write pause: writes to the range wait (steps 4–6)") : null);
 }
 
 // The migrations finished lately, each shown for RECENT_SHOWN_MS from the poll that first
