@@ -11,6 +11,12 @@
  * Sizes are bounded by common/limits.h: at most MS_HTTP_COLLS_MAX collections and
  * MS_HTTP_CHUNKS_MAX chunks (cut ones are counted and flagged `truncated`), the newest
  * MS_HTTP_CHANGELOG_MAX changelog entries and MS_HTTP_ROUNDS_MAX balancer rounds.
+ *
+ * Each chunk's size is measured on its shard with dataSize (what the defragmenter asks),
+ * at most WEB_SIZE_PROBES per build, and remembered across builds for
+ * WEB_SIZE_TTL_MS under the chunk's identity (collection, min, shard, version: a split, a
+ * merge or a move makes a new chunk, measured afresh). Until then a chunk is drawn at its
+ * share of the collection's bytes on its shard (`sizeFrom: "share"`).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +28,16 @@
 
 /* Upper bound of shards shown: the balancer's own (it cannot balance more). */
 #define WEB_SHARDS_MAX MS_BALANCER_SHARDS_MAX
+/* Chunk sizes: dataSize calls per build (a build runs at most every MS_HTTP_STATE_TTL_MS
+ * while someone looks, and each call walks its range on the shard: at most 40 ranges a
+ * second), how long a measure is kept before it is taken again, and the memo's slots
+ * (twice the chunks listed). */
+#define WEB_SIZE_PROBES 16
+#define WEB_SIZE_TTL_MS 15000
+#define WEB_SIZE_SLOTS (2 * MS_HTTP_CHUNKS_MAX)
+/* A migration committed this recently is listed under migrations.recent: the page polls
+ * once a second, so a 100 ms move would otherwise never be seen. */
+#define WEB_RECENT_MS 5000
 
 typedef struct web_shard {
     char name[CAT_SHARD_NAME_BYTES_MAX];
@@ -47,6 +63,9 @@ typedef struct web_chunk {
     uint32_t major, minor;
     bool jumbo;
     int64_t est;             /* estimatedDataSizeBytes, -1 when unknown */
+    uint64_t fp;             /* identity for the size memo (size_fp) */
+    int64_t measured;        /* dataSize of the range on its shard, -1 when not (yet) */
+    long long probed_at;     /* time_mono_ms of the last dataSize asked (answered or not), 0: never */
 } web_chunk_t;
 
 typedef struct web_build {
@@ -59,6 +78,8 @@ typedef struct web_build {
     int nchunks;
     int64_t chunks_total;
     bool chunks_cut;
+    bson_t tags;             /* config.tags rows (at most MS_HTTP_CHUNKS_MAX), as an array */
+    int ntags;
 } web_build_t;
 
 static int shard_index(const web_build_t *b, const char *name) {
@@ -142,6 +163,7 @@ static int chunk_row(void *arg, const bson_t *doc) {
         bson_iter_timestamp(&it, &k->major, &k->minor);
     k->jumbo = bson_iter_init_find(&it, doc, "jumbo") && bsonx_truthy(&it);
     k->est = bsonx_int64_or(doc, "estimatedDataSizeBytes", -1);
+    k->measured = -1;
     b->nchunks++;
     return 0;
 }
@@ -158,6 +180,16 @@ static int tail_row(void *arg, const bson_t *doc) {
     if (a->what && strcmp(bsonx_utf8_or(doc, "what", ""), a->what) != 0) return 0;
     snprintf(k, sizeof k, "%d", a->n++);
     bson_append_document(a->arr, k, -1, doc);
+    return 0;
+}
+
+/* A zone range (config.tags) of a shown collection; attached to it in append_collections. */
+static int tag_row(void *arg, const bson_t *doc) {
+    web_build_t *b = arg;
+    char k[16];
+    if (b->ntags >= MS_HTTP_CHUNKS_MAX) return 0;
+    snprintf(k, sizeof k, "%d", b->ntags++);
+    bson_append_document(&b->tags, k, -1, doc);
     return 0;
 }
 
@@ -231,6 +263,111 @@ static void shard_probe(web_build_t *b, web_shard_t *s, bson_t *migs, int *nmig)
     }
 }
 
+/* ---- chunk sizes ---------------------------------------------------------------------- */
+
+/* The memo of measured chunk sizes, kept across builds. Only the collector thread (http.c)
+ * builds, so it needs no lock; two tables: the last build's, read, and this build's,
+ * filled with what is still listed (so a chunk gone is forgotten). Open addressing on the
+ * chunk's fingerprint. */
+typedef struct size_memo {
+    uint64_t fp;             /* 0: empty slot */
+    int64_t bytes;           /* -1: asked, no answer (asked again after WEB_SIZE_TTL_MS) */
+    long long at_ms;
+} size_memo_t;
+
+static size_memo_t size_tables[2][WEB_SIZE_SLOTS];
+static int size_cur;
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    const uint8_t *c = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* A chunk's identity: collection uuid, min, shard and version, as a 64-bit FNV-1a hash
+ * (a collision is unlikely until some 10^9 chunks; the memo holds at most 2000). */
+static uint64_t size_fp(const web_build_t *b, const web_chunk_t *k) {
+    uint64_t h = 14695981039346656037ULL;
+    const char *shard = b->shards[k->shard].name;
+    h = fnv1a(h, b->colls[k->coll].uuid, 16);
+    h = fnv1a(h, bson_get_data(&k->min), k->min.len);
+    h = fnv1a(h, shard, strlen(shard) + 1);
+    h = fnv1a(h, &k->major, sizeof k->major);
+    h = fnv1a(h, &k->minor, sizeof k->minor);
+    return h ? h : 1;
+}
+
+static size_memo_t *size_slot(size_memo_t *t, uint64_t fp) {
+    size_t i = fp % WEB_SIZE_SLOTS;
+    while (t[i].fp != 0 && t[i].fp != fp) i = (i + 1) % WEB_SIZE_SLOTS;
+    return &t[i];
+}
+
+/* dataSize {keyPattern, min, max, estimate: true} of one chunk on its shard, as the
+ * defragmenter asks it: the bytes of the range's documents there (shardd sums them along
+ * the shard-key index; estimate is accepted and answered exactly). */
+static void size_probe(web_build_t *b, web_chunk_t *k) {
+    web_shard_t *s = &b->shards[k->shard];
+    const web_coll_t *co = &b->colls[k->coll];
+    char db[CAT_DB_NAME_BYTES_MAX];
+    bson_t cmd = BSON_INITIALIZER, reply, key;
+    bson_iter_t it;
+    if (cfg_ns_split(co->ns, db, sizeof db, NULL, NULL) != 0) return;
+    if (!bson_iter_init_find(&it, &co->doc, "key") || !bsonx_view_container(&it, &key)) return;
+    BSON_APPEND_UTF8(&cmd, "dataSize", co->ns);
+    BSON_APPEND_DOCUMENT(&cmd, "keyPattern", &key);
+    BSON_APPEND_DOCUMENT(&cmd, "min", &k->min);
+    BSON_APPEND_DOCUMENT(&cmd, "max", &k->max);
+    BSON_APPEND_BOOL(&cmd, "estimate", true);
+    BSON_APPEND_UTF8(&cmd, "$db", db);
+    k->probed_at = time_mono_ms();
+    k->measured = -1;        /* no answer: drawn from the catalog or its share until next time */
+    if (shard_call(b, s, &cmd, &reply) == 0) {
+        k->measured = bsonx_int64_or(&reply, "size", 0);
+        bson_destroy(&reply);
+    }
+    bson_destroy(&cmd);
+}
+
+/* Each listed chunk takes its last measure from the memo; up to WEB_SIZE_PROBES chunks
+ * are measured now: the never asked first, then those asked more than WEB_SIZE_TTL_MS ago
+ * (both in catalog order; a chunk whose shard did not answer waits its turn like the
+ * others, so a few failing ones cannot starve the rest). What is known then goes into the
+ * next build's table. */
+static void chunk_sizes(web_build_t *b) {
+    size_memo_t *old = size_tables[size_cur], *fresh = size_tables[1 - size_cur];
+    long long now = time_mono_ms();
+    int probes = 0;
+    memset(fresh, 0, sizeof size_tables[0]);
+    for (int i = 0; i < b->nchunks; i++) {
+        web_chunk_t *k = &b->chunks[i];
+        if (k->shard < 0) continue;
+        k->fp = size_fp(b, k);
+        size_memo_t *m = size_slot(old, k->fp);
+        if (m->fp) {
+            k->measured = m->bytes;
+            k->probed_at = m->at_ms;
+        }
+    }
+    for (int pass = 0; pass < 2 && probes < WEB_SIZE_PROBES; pass++) {
+        for (int i = 0; i < b->nchunks && probes < WEB_SIZE_PROBES; i++) {
+            web_chunk_t *k = &b->chunks[i];
+            if (k->shard < 0 || !b->shards[k->shard].reachable) continue;
+            if (pass == 0 ? k->probed_at != 0 : k->probed_at == 0 || now - k->probed_at < WEB_SIZE_TTL_MS)
+                continue;
+            size_probe(b, k);
+            probes++;
+        }
+    }
+    for (int i = 0; i < b->nchunks; i++) {
+        web_chunk_t *k = &b->chunks[i];
+        if (k->shard < 0 || k->probed_at == 0) continue;
+        size_memo_t *m = size_slot(fresh, k->fp);
+        *m = (size_memo_t){k->fp, k->measured, k->probed_at};
+    }
+    size_cur = 1 - size_cur;
+}
+
 /* ---- sections ------------------------------------------------------------------------ */
 
 static void append_cluster(web_build_t *b, bson_t *out) {
@@ -275,18 +412,44 @@ static void append_cluster(web_build_t *b, bson_t *out) {
     bson_append_document_end(out, &sec);
 }
 
-/* A chunk's size estimate: the shard's own estimate when the catalog has one, else the
- * collection's bytes on that shard shared evenly among its chunks there. */
-static int64_t chunk_est(const web_build_t *b, const web_chunk_t *k, bool *estimated) {
-    *estimated = true;
+/* A chunk's size and where it comes from: its dataSize measure ("dataSize"), else the
+ * catalog's estimatedDataSizeBytes that defragmentation keeps ("catalog"), else the
+ * collection's bytes on that shard shared evenly among its chunks there ("share"). */
+static int64_t chunk_size(const web_build_t *b, const web_chunk_t *k, const char **from) {
+    if (k->measured >= 0) {
+        *from = "dataSize";
+        return k->measured;
+    }
     if (k->est >= 0) {
-        *estimated = false;
+        *from = "catalog";
         return k->est;
     }
+    *from = "share";
     if (k->shard < 0) return 0;
     const web_shard_t *s = &b->shards[k->shard];
     int n = s->coll_chunks[k->coll];
     return n > 0 ? s->coll_bytes[k->coll] / n : 0;
+}
+
+/* The zone ranges of collection ns (config.tags, in min order) as {tag, min, max}. */
+static void append_zone_ranges(const web_build_t *b, const char *ns, bson_t *d) {
+    bson_t arr, z, v;
+    bson_iter_t it, f;
+    int n = 0;
+    BSON_APPEND_ARRAY_BEGIN(d, "zones", &arr);
+    if (bson_iter_init(&it, &b->tags))
+        while (bson_iter_next(&it)) {
+            bson_t tag;
+            char k[16];
+            if (!bsonx_view_container(&it, &tag) || strcmp(bsonx_utf8_or(&tag, "ns", ""), ns) != 0) continue;
+            snprintf(k, sizeof k, "%d", n++);
+            BSON_APPEND_DOCUMENT_BEGIN(&arr, k, &z);
+            BSON_APPEND_UTF8(&z, "tag", bsonx_utf8_or(&tag, "tag", ""));
+            if (bson_iter_init_find(&f, &tag, "min") && bsonx_view_container(&f, &v)) BSON_APPEND_DOCUMENT(&z, "min", &v);
+            if (bson_iter_init_find(&f, &tag, "max") && bsonx_view_container(&f, &v)) BSON_APPEND_DOCUMENT(&z, "max", &v);
+            bson_append_document_end(&arr, &z);
+        }
+    bson_append_array_end(d, &arr);
 }
 
 static void append_collections(web_build_t *b, bson_t *out) {
@@ -312,6 +475,11 @@ static void append_collections(web_build_t *b, bson_t *out) {
             if (bsonx_view_container(&it, &key)) BSON_APPEND_DOCUMENT(&d, "key", &key);
         }
         BSON_APPEND_BOOL(&d, "noBalance", bson_iter_init_find(&it, &co->doc, "noBalance") && bsonx_truthy(&it));
+        BSON_APPEND_BOOL(&d, "defragmentCollection",
+                         bson_iter_init_find(&it, &co->doc, "defragmentCollection") && bsonx_truthy(&it));
+        if (bson_iter_init_find(&it, &co->doc, "defragmentationPhase") && BSON_ITER_HOLDS_UTF8(&it))
+            BSON_APPEND_UTF8(&d, "defragmentationPhase", bson_iter_utf8(&it, NULL));
+        append_zone_ranges(b, co->ns, &d);
         BSON_APPEND_INT64(&d, "dataSize", bytes);
         BSON_APPEND_INT64(&d, "chunkCount", co->nchunks);
         BSON_APPEND_BOOL(&d, "truncated", co->truncated);
@@ -320,7 +488,7 @@ static void append_collections(web_build_t *b, bson_t *out) {
         for (int j = 0; j < b->nchunks; j++) {
             web_chunk_t *kk = &b->chunks[j];
             char key[16], ver[32];
-            bool estimated;
+            const char *from;
             if (kk->coll != i) continue;
             snprintf(key, sizeof key, "%d", n++);
             snprintf(ver, sizeof ver, "%u|%u", kk->major, kk->minor);
@@ -330,8 +498,10 @@ static void append_collections(web_build_t *b, bson_t *out) {
             BSON_APPEND_UTF8(&c, "shard", kk->shard >= 0 ? b->shards[kk->shard].name : "");
             BSON_APPEND_UTF8(&c, "version", ver);
             BSON_APPEND_BOOL(&c, "jumbo", kk->jumbo);
-            BSON_APPEND_INT64(&c, "sizeEstimate", chunk_est(b, kk, &estimated));
-            BSON_APPEND_BOOL(&c, "sizeFromShare", estimated);
+            BSON_APPEND_INT64(&c, "sizeEstimate", chunk_size(b, kk, &from));
+            BSON_APPEND_UTF8(&c, "sizeFrom", from);
+            BSON_APPEND_BOOL(&c, "sizeFromShare", strcmp(from, "share") == 0);
+            if (kk->measured >= 0) BSON_APPEND_INT64(&c, "sizeAgeMS", time_mono_ms() - kk->probed_at);
             bson_append_document_end(&ch, &c);
         }
         bson_append_array_end(&d, &ch);
@@ -341,15 +511,62 @@ static void append_collections(web_build_t *b, bson_t *out) {
     bson_append_document_end(out, &sec);
 }
 
-/* The page's name for a donor phase (mig_donor.c's phase_names): the five steps of a
- * migration as the issue names them. */
-static const char *step_of(const char *phase) {
-    if (!strcmp(phase, "checks") || !strcmp(phase, "clone")) return "clone";
-    if (!strcmp(phase, "catchup")) return "catch-up";
-    if (!strcmp(phase, "criticalSection") || !strcmp(phase, "commitOnRecipient")) return "critical section";
-    if (!strcmp(phase, "commitOnConfig")) return "commit";
-    if (!strcmp(phase, "completing") || !strcmp(phase, "done")) return "range deletion";
-    return phase;
+/* A donor phase (mig_donor.c) with the number of its timed step of moveChunk.from
+ * (docs/how-a-migration-works.md: "step N of 6"; 0 for completing and done, after them). */
+static const struct {
+    const char *phase;
+    int number;
+} donor_steps[] = {{"checks", 1}, {"startClone", 2}, {"clone", 3}, {"criticalSection", 4},
+                   {"commitOnRecipient", 5}, {"commitOnConfig", 6}, {"completing", 0}, {"done", 0}};
+
+static void append_step(bson_t *d, const char *phase) {
+    int number = 0;
+    for (size_t i = 0; i < sizeof donor_steps / sizeof donor_steps[0]; i++)
+        if (strcmp(phase, donor_steps[i].phase) == 0) number = donor_steps[i].number;
+    BSON_APPEND_UTF8(d, "step", phase);
+    BSON_APPEND_INT32(d, "stepNumber", number);
+}
+
+/* The migrations committed in the last WEB_RECENT_MS (the donor's moveChunk.commit
+ * changelog entries, newest first), so that the page can show a move that began and
+ * ended between two of its polls. */
+typedef struct recent_arg {
+    bson_t *arr;
+    int n;
+    long long since_ms;
+} recent_arg_t;
+
+static int recent_row(void *arg, const bson_t *doc) {
+    recent_arg_t *a = arg;
+    bson_iter_t it, f;
+    bson_t det, v, d;
+    char k[16];
+    if (strcmp(bsonx_utf8_or(doc, "what", ""), "moveChunk.commit") != 0) return 0;
+    if (!bson_iter_init_find(&it, doc, "time") || !BSON_ITER_HOLDS_DATE_TIME(&it)) return 0;
+    long long t = bson_iter_date_time(&it);
+    if (t < a->since_ms) return 1;  /* newest first: the rest are older still */
+    if (!bson_iter_init_find(&it, doc, "details") || !bsonx_view_container(&it, &det)) return 0;
+    snprintf(k, sizeof k, "%d", a->n++);
+    BSON_APPEND_DOCUMENT_BEGIN(a->arr, k, &d);
+    BSON_APPEND_UTF8(&d, "ns", bsonx_utf8_or(doc, "ns", ""));
+    BSON_APPEND_UTF8(&d, "from", bsonx_utf8_or(&det, "from", ""));
+    BSON_APPEND_UTF8(&d, "to", bsonx_utf8_or(&det, "to", ""));
+    if (bson_iter_init_find(&f, &det, "min") && bsonx_view_container(&f, &v)) BSON_APPEND_DOCUMENT(&d, "min", &v);
+    if (bson_iter_init_find(&f, &det, "max") && bsonx_view_container(&f, &v)) BSON_APPEND_DOCUMENT(&d, "max", &v);
+    BSON_APPEND_DATE_TIME(&d, "committedAt", t);
+    BSON_APPEND_INT64(&d, "agoMS", time_now_ms() - t);
+    BSON_APPEND_INT64(&d, "writePauseMS", bsonx_int64_or(&det, "writePauseMS", -1));
+    bson_append_document_end(a->arr, &d);
+    return 0;
+}
+
+static void append_recent(web_build_t *b, bson_t *sec) {
+    bson_t arr;
+    ms_error_t e = {0};
+    BSON_APPEND_ARRAY_BEGIN(sec, "recent", &arr);
+    recent_arg_t ra = {&arr, 0, time_now_ms() - WEB_RECENT_MS};
+    cat_log_tail(b->cfg->cat, "changelog", MS_HTTP_CHANGELOG_MAX, recent_row, &ra, &e);
+    bson_append_array_end(sec, &arr);
 }
 
 /* One entry per migration: the donor's view (the progress), with the recipient's state
@@ -388,7 +605,7 @@ static void append_migrations(web_build_t *b, const bson_t *ops, bson_t *out) {
             BSON_APPEND_DOCUMENT_BEGIN(&arr, k, &d);
             bson_concat(&d, &op);
             const char *phase = bsonx_utf8_or(&op, "phase", "");
-            BSON_APPEND_UTF8(&d, "step", pass == 0 ? step_of(phase) : "clone");
+            if (pass == 0) append_step(&d, phase);  /* a recipient alone: its state says where it is */
             if (pass == 0 && bson_iter_init(&jt, ops)) {
                 while (!found && bson_iter_next(&jt)) {
                     if (bsonx_view_container(&jt, &other) && !strcmp(bsonx_utf8_or(&other, "role", ""), "recipient") &&
@@ -402,6 +619,7 @@ static void append_migrations(web_build_t *b, const bson_t *ops, bson_t *out) {
         }
     }
     bson_append_array_end(&sec, &arr);
+    append_recent(b, &sec);
     BSON_APPEND_ARRAY_BEGIN(&sec, "shardErrors", &errs);
     int ne = 0;
     for (int i = 0; i < b->nshards; i++) {
@@ -488,6 +706,7 @@ static void build_free(web_build_t *b) {
         bson_destroy(&b->chunks[i].min);
         bson_destroy(&b->chunks[i].max);
     }
+    bson_destroy(&b->tags);
     free(b->shards);
     free(b->colls);
     free(b->chunks);
@@ -516,10 +735,14 @@ void cfg_web_state_build(cfg_t *cfg, bson_t *out) {
     if (cat_config_scan(cfg->cat, "collections", coll_row, &b, &e) != 0 ||
         cat_config_scan(cfg->cat, "chunks", chunk_row, &b, &e) != 0)
         log_warn("web state catalog read failed errmsg=%s", log_str(e.msg));
+    bson_init(&b.tags);
+    if (cat_config_scan(cfg->cat, "tags", tag_row, &b, &e) != 0)
+        log_warn("web state zones read failed errmsg=%s", log_str(e.msg));
     for (int i = 0; i < b.nshards; i++) {
         shard_probe(&b, &b.shards[i], &ops, &nmig);
         if (!b.shards[i].reachable) all_reachable = false;
     }
+    chunk_sizes(&b);
     BSON_APPEND_DATE_TIME(out, "builtAt", time_now_ms());
     append_cluster(&b, out);
     append_collections(&b, out);
