@@ -185,7 +185,7 @@ def migration():
     y += 26
     s.box(X["donor"] - 75, y, 150, 34, "#ffffff", ["completing", "(coordinator)"], size=11, bold_first=True)
     s.arrow(X["donor"] + 77, X["recip"] - 92, y + 14, "_recvChunkReleaseCritSec")
-    persist(X["recip"] - 105, y + 22, ["persist: its task deleted", "(the range is its own)"])
+    persist(X["recip"] - 70, y + 22, ["persist: its task deleted", "(the range is its own)"], w=180)
     persist(X["donor"] + 82, y + 28, ["persist: donor's task", "ready, coordinator", "document deleted"], w=140)
     y += 90
     s.arrow(X["donor"] - 77, X["config"], y, "reply to _shardsvrMoveRange", dash=True)
@@ -208,7 +208,7 @@ def migration():
 
 def recovery():
     W = 1100
-    s = Svg(W, 560, "Range-deletion tasks over a migration, and the coordinator's recovery after a crash")
+    s = Svg(W, 650, "Range-deletion tasks over a migration, and the coordinator's recovery after a crash")
     s.text(W // 2, 26, "The range-deletion tasks over a migration", size=15, anchor="middle", bold=True)
     cols = ["step 1", "step 2", "steps 3-5", "step 6: commit", "completing", "range deleter"]
     x0, cw = 170, 150
