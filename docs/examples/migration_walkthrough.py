@@ -5,7 +5,7 @@ of it, the details behind docs/how-a-migration-works.md (whose try-it boxes show
 steps from the shell): a cluster of a config server, two shards and a
 router on 127.0.0.1 (tests/integration/lib.py starts and stops them), app.c sharded on
 {k: 1}, 10,000 documents, a split at k = 5000, then moveChunk of [5000, MaxKey) from
-shard0 to shard1. The donor is held at moveChunkHangAtStep3 (after the catch-up, before
+shard0 to shard1. The donor is held at moveChunkHangAtStep3 (the end of step 3, clone, before
 the critical section) while the script reads both shards' currentOp and their
 config.rangeDeletions / config.migrationCoordinators; then the move is let go and the
 changelog and the log lines are printed.
