@@ -178,7 +178,7 @@ def migration():
     state(y - 6, "done")
     s.arrow(X["donor"] - 77, X["config"], y + 30, "_configsvrCommitChunkMigration")
     persist(X["config"] - 105, y + 36, ["persist, one transaction: config.chunks", "moved chunk (M+1, 0) on recipient,",
-                                        "control chunk (M+1, 1) on donor"])
+                                        "control chunk (M+1, minor) on donor"])
     persist(X["donor"] + 82, y + 30, ["persist: decision committed", "refresh filtering metadata"], w=180)
     y = y_left
     s.text(X["donor"] - 234, y + 16, "critical section left: the write pause ends", size=11, bold=True)
