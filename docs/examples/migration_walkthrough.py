@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """
-migration_walkthrough.py — runs the migration that docs/how-a-migration-works.md walks
-through and prints what the page quotes: a cluster of a config server, two shards and a
+migration_walkthrough.py — runs one held migration and prints every document and log line
+of it, the details behind docs/how-a-migration-works.md (whose try-it boxes show the same
+steps from the shell): a cluster of a config server, two shards and a
 router on 127.0.0.1 (tests/integration/lib.py starts and stops them), app.c sharded on
 {k: 1}, 10,000 documents, a split at k = 5000, then moveChunk of [5000, MaxKey) from
 shard0 to shard1. The donor is held at moveChunkHangAtStep3 (the end of step 3, clone:
