@@ -73,16 +73,14 @@ static int routing_locked(cat_t *c, const char *ns, const cat_version_t *since, 
     cat_version_append(reply, "collectionVersion", &cv);
     /* Incremental: the chunks with lastmod >= sinceVersion.v (MongoDB's refresh query),
      * which include every chunk created or changed since. */
-    rc = cat_sql_prep(c, full ? "SELECT " CHUNK_COLS " FROM chunks WHERE ns = ? ORDER BY min_enc"
-                         : "SELECT " CHUNK_COLS " FROM chunks WHERE ns = ? AND"
-                           " (major > ? OR (major = ? AND minor >= ?)) ORDER BY min_enc",
+    rc = cat_sql_prep(c, full ? "SELECT " CHUNK_COLS " FROM chunks WHERE ns = ?1 ORDER BY min_enc"
+                         : CAT_SQL_ROUTING_SINCE,
                  &st, err);
     if (rc) goto out;
     cat_bind_text(st, 1, ns);
     if (!full) {
         sqlite3_bind_int64(st, 2, since->major);
-        sqlite3_bind_int64(st, 3, since->major);
-        sqlite3_bind_int64(st, 4, since->minor);
+        sqlite3_bind_int64(st, 3, since->minor);
     }
     bson_append_array_begin(reply, "chunks", -1, &arr);
     while ((s = sqlite3_step(st)) == SQLITE_ROW) {
