@@ -1,0 +1,214 @@
+/*
+ * bench_configsvr_catalog.c — the cost of one chunk change in the config server's catalog
+ * (bin/configsvr's cat_chunk_split, cat_chunk_merge, cat_migration_commit called directly
+ * on a catalog file, each its own SQLite transaction with synchronous=FULL, as the
+ * commands run them) against the size of the collection: 2,000, 100,000 and 1,000,000
+ * chunks. Each change checks the tiling of the range it changes (O(log n)); the goal is a
+ * flat curve: each change at 1,000,000 chunks ≤ 10 ms and ≤ 3 × its cost at 2,000.
+ *
+ * The table is built the way shardCollection builds a pre-split one — cat_coll_create,
+ * every row in one transaction — with the chunks of a hashed key over two shards in
+ * blocks of four (so a block's chunks can merge). Building it by splits would be
+ * quadratic before this change and is what the bench measures one step of. The
+ * command-level numInitialChunks cap (8,192 per shard, MongoDB's rule) is not the
+ * catalog's: the bench bypasses the command, not the catalog.
+ *
+ * Per size: OPS splits (of chunks chosen at random over the key space), OPS merges (of
+ * two chunks of one block) and OPS migration commits (a whole chunk to the other shard),
+ * each timed alone, median and p99; the whole-collection tiling scan (what each change
+ * used to run under the catalog lock) once, for comparison. Prints a table and one
+ * `BENCH_JSON {"catalog_scale": {...}}` line.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "configsvr/configsvr.h"
+#include "tests/unit/t.h"
+
+#define OPS 150  /* 3 blocks each: 450 of the 500 blocks of 2,000 chunks */
+#define BLOCK 4  /* chunks per owner run */
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(double *v, int n, double p) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    int i = (int)(p * (n - 1) + 0.5);
+    return v[i];
+}
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+typedef struct row {
+    int n;
+    double build_s, scan_ms, split_p50, split_p99, merge_p50, merge_p99, commit_p50, commit_p99;
+} row_t;
+
+static void die(const char *what, const ms_error_t *e) {
+    fprintf(stderr, "bench_configsvr_catalog: %s: %s\n", what, e->msg);
+    exit(1);
+}
+
+/* Blocks (of BLOCK chunks) in random order, none of the first two (chunk 0 is MinKey's
+ * and the donors' control chunks are their lowest ones). */
+static int *block_order(int nblocks) {
+    int *o = malloc(sizeof *o * (size_t)nblocks);
+    if (!o) abort();
+    for (int i = 0; i < nblocks; i++) o[i] = i;
+    for (int i = nblocks - 1; i > 2; i--) {
+        int j = 2 + (int)(rnd() % (uint64_t)(i - 1));
+        int t = o[i];
+        o[i] = o[j];
+        o[j] = t;
+    }
+    return o;
+}
+
+static void measure(int n, row_t *r) {
+    char path[512];
+    cat_t *c = NULL;
+    ms_error_t e = {0};
+    keys_pattern_t p;
+    cat_coll_t coll;
+    bson_t *key = bson_new(), *b = malloc(sizeof *b * (size_t)(n + 1));
+    cat_chunk_plan_t *plan = malloc(sizeof *plan * (size_t)n);
+    double split[OPS], merge[OPS], commit[OPS];
+    bool created;
+    if (!b || !plan) abort();
+    snprintf(path, sizeof path, "%s/scale%d.db", t_tmpdir(), n);
+    if (cat_open(path, &c, &e)) die("open", &e);
+    for (int i = 0; i < 2; i++) {
+        char name[64], host[64];
+        bool already;
+        snprintf(host, sizeof host, "tcp://127.0.0.1:%d", 10000 + i);
+        if (cat_shard_prepare(c, NULL, host, name, sizeof name, &already, &e) ||
+            cat_shard_insert(c, name, host, 0, &e))
+            die("add shard", &e);
+    }
+    if (cat_db_ensure(c, "bench", "shard0", &created, NULL, &e)) die("database", &e);
+    BSON_APPEND_UTF8(key, "h", "hashed");
+    memset(&p, 0, sizeof p);
+    memset(&coll, 0, sizeof coll);
+    if (keys_pattern_parse(key, &p, &e)) die("pattern", &e);
+    cat_hashed_initial_bounds(&p, n, b);
+    for (int i = 0; i < n; i++) plan[i] = (cat_chunk_plan_t){&b[i], &b[i + 1], (i / BLOCK) % 2 ? "shard1" : "shard0"};
+    snprintf(coll.ns, sizeof coll.ns, "bench.c");
+    bson_copy_to(key, &coll.key);
+    bson_oid_init(&coll.epoch, NULL);
+    if (cat_next_ts(c, &coll.ts, &e)) die("ts", &e);
+    cat_uuid_new(coll.uuid);
+    double t0 = now_ms();
+    if (cat_coll_create(c, &coll, plan, n, &e)) die("create", &e);
+    r->build_s = (now_ms() - t0) / 1e3;
+    t0 = now_ms();
+    if (cat_verify_tiling(c, "bench.c", &e)) die("tiling", &e);
+    r->scan_ms = now_ms() - t0;
+
+    /* Each op takes its own block: splits its chunk 1, merges its chunks 2 and 3,
+     * commits its chunk 0 (three different blocks per round, never the same one twice). */
+    int *order = block_order(n / BLOCK);
+    for (int k = 0; k < OPS; k++) {
+        int bs = order[3 * k] * BLOCK + 1, bm = order[3 * k + 1] * BLOCK + 2,
+            bc = order[3 * k + 2] * BLOCK;
+        bson_iter_t lo, hi;
+        bson_t mid = BSON_INITIALIZER;
+        if (!bson_iter_init_find(&lo, &b[bs], "h") || !bson_iter_init_find(&hi, &b[bs + 1], "h")) abort();
+        BSON_APPEND_INT64(&mid, "h", bson_iter_int64(&lo) / 2 + bson_iter_int64(&hi) / 2);
+        const bson_t *pts[] = {&mid};
+        t0 = now_ms();
+        if (cat_chunk_split(c, "bench.c", &b[bs], &b[bs + 1], pts, 1, NULL, &e)) die("split", &e);
+        split[k] = now_ms() - t0;
+        bson_destroy(&mid);
+
+        t0 = now_ms();
+        if (cat_chunk_merge(c, "bench.c", &b[bm], &b[bm + 2], NULL, &e)) die("merge", &e);
+        merge[k] = now_ms() - t0;
+
+        cat_chunk_info_t ci;
+        cat_mig_commit_t m;
+        cat_version_t donor;
+        if (cat_chunk_for_range(c, "bench.c", &b[bc], &b[bc + 1], &ci, &e)) die("chunk", &e);
+        memset(&m, 0, sizeof m);
+        m.ns = "bench.c";
+        m.from = ci.shard;
+        m.to = strcmp(ci.shard, "shard0") == 0 ? "shard1" : "shard0";
+        m.min = &b[bc];
+        m.max = &b[bc + 1];
+        m.chunk_major = ci.major;
+        m.chunk_minor = ci.minor;
+        bson_oid_copy(&coll.epoch, &m.epoch);
+        m.ts = coll.ts;
+        t0 = now_ms();
+        if (cat_migration_commit(c, &m, &donor, &e)) die("commit", &e);
+        commit[k] = now_ms() - t0;
+        bson_destroy(&ci.min);
+        bson_destroy(&ci.max);
+    }
+    if (cat_verify_tiling(c, "bench.c", &e)) die("tiling after", &e);
+    r->n = n;
+    r->split_p50 = pct(split, OPS, 0.5);
+    r->split_p99 = pct(split, OPS, 0.99);
+    r->merge_p50 = pct(merge, OPS, 0.5);
+    r->merge_p99 = pct(merge, OPS, 0.99);
+    r->commit_p50 = pct(commit, OPS, 0.5);
+    r->commit_p99 = pct(commit, OPS, 0.99);
+    free(order);
+    for (int i = 0; i <= n; i++) bson_destroy(&b[i]);
+    free(b);
+    free(plan);
+    bson_destroy(key);
+    keys_pattern_free(&p);
+    cat_coll_free(&coll);
+    cat_close(c);
+    remove(path);
+}
+
+int main(int argc, char **argv) {
+    static const int sizes[] = {2000, 100000, 1000000};
+    int nsizes = argc > 1 ? atoi(argv[1]) : 3;  /* a quick run: the first sizes only */
+    row_t r[3];
+    log_init("bench", LOG_WARN);
+    if (nsizes < 1 || nsizes > 3) nsizes = 3;
+    printf("%9s %8s %9s | %-15s | %-15s | %-15s\n", "chunks", "build s", "scan ms", "split p50/p99",
+           "merge p50/p99", "commit p50/p99");
+    for (int i = 0; i < nsizes; i++) {
+        measure(sizes[i], &r[i]);
+        printf("%9d %8.1f %9.1f | %6.2f / %6.2f | %6.2f / %6.2f | %6.2f / %6.2f ms\n", r[i].n,
+               r[i].build_s, r[i].scan_ms, r[i].split_p50, r[i].split_p99, r[i].merge_p50,
+               r[i].merge_p99, r[i].commit_p50, r[i].commit_p99);
+        fflush(stdout);
+    }
+    const row_t *lo = &r[0], *hi = &r[nsizes - 1];
+    printf("ratio %d vs %d chunks (p50): split %.2f, merge %.2f, commit %.2f (goal <= 3)\n", hi->n,
+           lo->n, hi->split_p50 / lo->split_p50, hi->merge_p50 / lo->merge_p50,
+           hi->commit_p50 / lo->commit_p50);
+    printf("BENCH_JSON {\"catalog_scale\": {");
+    for (int i = 0; i < nsizes; i++)
+        printf("\"split_ms_p50_%d\": %.3f, \"merge_ms_p50_%d\": %.3f, \"commit_ms_p50_%d\": %.3f, "
+               "\"split_ms_p99_%d\": %.3f, \"merge_ms_p99_%d\": %.3f, \"commit_ms_p99_%d\": %.3f, "
+               "\"build_s_%d\": %.2f, \"tiling_scan_ms_%d\": %.1f, ",
+               r[i].n, r[i].split_p50, r[i].n, r[i].merge_p50, r[i].n, r[i].commit_p50, r[i].n,
+               r[i].split_p99, r[i].n, r[i].merge_p99, r[i].n, r[i].commit_p99, r[i].n,
+               r[i].build_s, r[i].n, r[i].scan_ms);
+    printf("\"split_ratio\": %.2f, \"merge_ratio\": %.2f, \"commit_ratio\": %.2f}}\n",
+           hi->split_p50 / lo->split_p50, hi->merge_p50 / lo->merge_p50,
+           hi->commit_p50 / lo->commit_p50);
+    return 0;
+}
