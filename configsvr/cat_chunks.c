@@ -179,48 +179,33 @@ static int edge_chunk_locked(cat_t *c, const char *sql, const char *ns, const bu
     return rc;
 }
 
-/* The edge below lo: the chunk before ends at lo; none before MinKey. */
-static int tiling_edge_below(cat_t *c, const char *ns, const buf_t *lo, const buf_t *gmin,
-                             ms_error_t *err) {
+/* One edge of the changed range: below (at = lo) the chunk before ends exactly at lo, and
+ * there is none when lo is MinKey; above (at = hi) the chunk after starts exactly at hi,
+ * and there is none when hi is MaxKey. end is that global bound (encoded). */
+static int tiling_edge(cat_t *c, const char *ns, bool below, const buf_t *at, const buf_t *end,
+                       ms_error_t *err) {
     buf_t mn = {0}, mx = {0};
     bool found = false;
-    int rc = edge_chunk_locked(c, CAT_SQL_TILING_BELOW, ns, lo, &mn, &mx,
-                               &found, err);
+    const char *end_type = below ? "RoutingTableMissingMinKey" : "RoutingTableMissingMaxKey";
+    int rc = edge_chunk_locked(c, below ? CAT_SQL_TILING_BELOW : CAT_SQL_TILING_ABOVE, ns, at,
+                               &mn, &mx, &found, err);
     if (rc == 0) {
-        bool at_min = cat_buf_cmp(lo, gmin) == 0;
-        if (at_min && found)
-            rc = tiling_fault(err, "RoutingTableMissingMinKey", ns, "a chunk starts before MinKey");
-        else if (!at_min && !found)
-            rc = tiling_fault(err, "RoutingTableMissingMinKey", ns, "no chunk starts at MinKey");
+        bool at_end = cat_buf_cmp(at, end) == 0;
+        /* where the neighbour meets the range: its max below, its min above */
+        int d = found ? cat_buf_cmp(below ? &mx : &mn, at) : 0;
+        if (at_end && found)
+            rc = tiling_fault(err, end_type, ns, below ? "a chunk starts before MinKey"
+                                                       : "a chunk starts at MaxKey");
+        else if (!at_end && !found)
+            rc = tiling_fault(err, end_type, ns, below ? "no chunk starts at MinKey"
+                                                       : "no chunk reaches MaxKey");
         else if (found && cat_buf_cmp(&mn, &mx) >= 0)
             rc = tiling_fault(err, "RoutingTableRangeOverlap", ns, "a chunk with min >= max");
-        else if (found && cat_buf_cmp(&mx, lo) != 0)
-            rc = tiling_fault(err, cat_buf_cmp(&mx, lo) < 0 ? "RoutingTableRangeGap"
-                                                            : "RoutingTableRangeOverlap",
-                              ns, "between the changed range and the chunk before it");
-    }
-    buf_free(&mn);
-    buf_free(&mx);
-    return rc;
-}
-
-/* The edge at hi: the chunk after starts at hi; none at or after MaxKey. */
-static int tiling_edge_above(cat_t *c, const char *ns, const buf_t *hi, const buf_t *gmax,
-                             ms_error_t *err) {
-    buf_t mn = {0}, mx = {0};
-    bool found = false;
-    int rc = edge_chunk_locked(c, CAT_SQL_TILING_ABOVE, ns, hi, &mn, &mx,
-                               &found, err);
-    if (rc == 0) {
-        bool at_max = cat_buf_cmp(hi, gmax) == 0;
-        if (at_max && found)
-            rc = tiling_fault(err, "RoutingTableMissingMaxKey", ns, "a chunk starts at MaxKey");
-        else if (!at_max && !found)
-            rc = tiling_fault(err, "RoutingTableMissingMaxKey", ns, "no chunk reaches MaxKey");
-        else if (found && cat_buf_cmp(&mn, &mx) >= 0)
-            rc = tiling_fault(err, "RoutingTableRangeOverlap", ns, "a chunk with min >= max");
-        else if (found && cat_buf_cmp(&mn, hi) != 0)
-            rc = tiling_fault(err, "RoutingTableRangeGap", ns, "between the changed range and the chunk after it");
+        else if (d != 0)
+            rc = tiling_fault(err, (below ? d < 0 : d > 0) ? "RoutingTableRangeGap"
+                                                          : "RoutingTableRangeOverlap",
+                              ns, below ? "between the changed range and the chunk before it"
+                                        : "between the changed range and the chunk after it");
     }
     buf_free(&mn);
     buf_free(&mx);
@@ -280,9 +265,9 @@ int cat_tiling_check_range_locked(cat_t *c, const char *ns, const keys_pattern_t
     keys_global_max(p, &gmax_doc);
     int rc = keys_encode_bound(p, &gmin_doc, &gmin, err);
     if (rc == 0) rc = keys_encode_bound(p, &gmax_doc, &gmax, err);
-    if (rc == 0) rc = tiling_edge_below(c, ns, lo, &gmin, err);
+    if (rc == 0) rc = tiling_edge(c, ns, true, lo, &gmin, err);
     if (rc == 0) rc = tiling_inside(c, ns, lo, hi, above, err);
-    if (rc == 0) rc = tiling_edge_above(c, ns, hi, &gmax, err);
+    if (rc == 0) rc = tiling_edge(c, ns, false, hi, &gmax, err);
     buf_free(&gmin);
     buf_free(&gmax);
     bson_destroy(&gmin_doc);
@@ -324,11 +309,14 @@ int cat_chunk_insert_locked(cat_t *c, const char *ns, const uint8_t uuid[16],
                                const buf_t *min_enc, const buf_t *max_enc, const char *shard,
                                uint32_t major, uint32_t minor, cat_ts_t since,
                                const bson_t *history, ms_error_t *err) {
-    sqlite3_stmt *st = NULL;
-    int rc = cat_sql_prep(c, "INSERT INTO chunks (id, ns, uuid, min, max, min_enc, max_enc, shard,"
-                        " major, minor, jumbo, est_size, since_t, since_i, history)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, ?, ?, ?)", &st, err);
+    int rc = 0;
+    if (!c->chunk_insert)
+        rc = cat_sql_prep(c, "INSERT INTO chunks (id, ns, uuid, min, max, min_enc, max_enc, shard,"
+                          " major, minor, jumbo, est_size, since_t, since_i, history)"
+                          " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, ?, ?, ?)",
+                          &c->chunk_insert, err);
     if (rc) return rc;
+    sqlite3_stmt *st = c->chunk_insert;
     sqlite3_bind_blob(st, 1, id->bytes, 12, SQLITE_TRANSIENT);
     cat_bind_text(st, 2, ns);
     sqlite3_bind_blob(st, 3, uuid, 16, SQLITE_TRANSIENT);
@@ -343,7 +331,7 @@ int cat_chunk_insert_locked(cat_t *c, const char *ns, const uint8_t uuid[16],
     sqlite3_bind_int64(st, 12, since.i);
     cat_bind_bson(st, 13, history);
     rc = cat_sql_done(c, st, "insert chunk", err);
-    sqlite3_finalize(st);
+    sqlite3_reset(st);  /* every parameter is bound again on the next use */
     return rc;
 }
 

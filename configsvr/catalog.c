@@ -239,6 +239,7 @@ out:
 
 void cat_close(cat_t *c) {
     if (!c) return;
+    sqlite3_finalize(c->chunk_insert);
     if (c->db) sqlite3_close(c->db);
     pthread_mutex_destroy(&c->mu);
     free(c);

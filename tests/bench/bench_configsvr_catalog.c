@@ -16,7 +16,9 @@
  * Per size: OPS splits (of chunks chosen at random over the key space), OPS merges (of
  * two chunks of one block) and OPS migration commits (a whole chunk to the other shard),
  * each timed alone, median and p99; the whole-collection tiling scan (what each change
- * used to run under the catalog lock) once, for comparison. Prints a table and one
+ * used to run under the catalog lock) once, for comparison; the config server's side of
+ * a shard's refresh after one change (an incremental getRoutingTable), and whether the
+ * full getRoutingTable still fits one message (MS_MSG_BYTES_MAX). Prints a table and one
  * `BENCH_JSON {"catalog_scale": {...}}` line.
  */
 #include <stdio.h>
@@ -59,6 +61,9 @@ static uint64_t rnd(void) {
 typedef struct row {
     int n;
     double build_s, scan_ms, split_p50, split_p99, merge_p50, merge_p99, commit_p50, commit_p99;
+    double refresh_ms;     /* an incremental getRoutingTable after one commit */
+    int full_rc;           /* the full getRoutingTable: 0 or its error code */
+    double full_mb;        /* its size (what it reached before the limit refused it) */
 } row_t;
 
 static void die(const char *what, const ms_error_t *e) {
@@ -79,6 +84,36 @@ static int *block_order(int nblocks) {
         o[j] = t;
     }
     return o;
+}
+
+/* The config server's side of a shard's refresh: incremental after one more commit (the
+ * chunks changed since the version before it), and the full table (one message). */
+static void routing(cat_t *c, row_t *r) {
+    cat_version_t before;
+    cat_chunk_info_t ci;
+    ms_error_t e = {0};
+    bson_t reply = BSON_INITIALIZER;
+    if (cat_coll_version(c, "bench.c", &before, &e)) die("version", &e);
+    bson_t *lo = bson_new();
+    BSON_APPEND_INT64(lo, "h", 0);
+    if (cat_chunk_for_range(c, "bench.c", lo, NULL, &ci, &e)) die("chunk", &e);
+    const bson_t *pts[1];
+    bson_t *mid = bson_new();
+    BSON_APPEND_INT64(mid, "h", 1);
+    pts[0] = mid;
+    if (cat_chunk_split(c, "bench.c", &ci.min, &ci.max, pts, 1, NULL, &e)) die("split", &e);
+    double t0 = now_ms();
+    if (cat_routing_table(c, "bench.c", &before, &reply, &e)) die("incremental", &e);
+    r->refresh_ms = now_ms() - t0;
+    bson_reinit(&reply);
+    r->full_rc = cat_routing_table(c, "bench.c", NULL, &reply, &e);
+    r->full_mb = r->full_rc ? 0 : reply.len / 1e6;
+    if (r->full_rc) log_warn("full routing table refused: %s", e.msg);
+    bson_destroy(&reply);
+    bson_destroy(&ci.min);
+    bson_destroy(&ci.max);
+    bson_destroy(lo);
+    bson_destroy(mid);
 }
 
 static void measure(int n, row_t *r) {
@@ -162,6 +197,7 @@ static void measure(int n, row_t *r) {
         bson_destroy(&ci.max);
     }
     if (cat_verify_tiling(c, "bench.c", &e)) die("tiling after", &e);
+    routing(c, r);
     r->n = n;
     r->split_p50 = pct(split, OPS, 0.5);
     r->split_p99 = pct(split, OPS, 0.99);
@@ -186,13 +222,16 @@ int main(int argc, char **argv) {
     row_t r[3];
     log_init("bench", LOG_WARN);
     if (nsizes < 1 || nsizes > 3) nsizes = 3;
-    printf("%9s %8s %9s | %-15s | %-15s | %-15s\n", "chunks", "build s", "scan ms", "split p50/p99",
-           "merge p50/p99", "commit p50/p99");
+    printf("%9s %8s %9s | %-15s | %-15s | %-15s | %10s | %s\n", "chunks", "build s", "scan ms",
+           "split p50/p99", "merge p50/p99", "commit p50/p99", "refresh ms", "full table");
     for (int i = 0; i < nsizes; i++) {
         measure(sizes[i], &r[i]);
-        printf("%9d %8.1f %9.1f | %6.2f / %6.2f | %6.2f / %6.2f | %6.2f / %6.2f ms\n", r[i].n,
-               r[i].build_s, r[i].scan_ms, r[i].split_p50, r[i].split_p99, r[i].merge_p50,
-               r[i].merge_p99, r[i].commit_p50, r[i].commit_p99);
+        char full[64];
+        if (r[i].full_rc) snprintf(full, sizeof full, "refused (%s)", err_code_name(r[i].full_rc));
+        else snprintf(full, sizeof full, "%.1f MB", r[i].full_mb);
+        printf("%9d %8.1f %9.1f | %6.2f / %6.2f | %6.2f / %6.2f | %6.2f / %6.2f | %10.2f | %s\n",
+               r[i].n, r[i].build_s, r[i].scan_ms, r[i].split_p50, r[i].split_p99, r[i].merge_p50,
+               r[i].merge_p99, r[i].commit_p50, r[i].commit_p99, r[i].refresh_ms, full);
         fflush(stdout);
     }
     const row_t *lo = &r[0], *hi = &r[nsizes - 1];
@@ -203,10 +242,11 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nsizes; i++)
         printf("\"split_ms_p50_%d\": %.3f, \"merge_ms_p50_%d\": %.3f, \"commit_ms_p50_%d\": %.3f, "
                "\"split_ms_p99_%d\": %.3f, \"merge_ms_p99_%d\": %.3f, \"commit_ms_p99_%d\": %.3f, "
-               "\"build_s_%d\": %.2f, \"tiling_scan_ms_%d\": %.1f, ",
+               "\"build_s_%d\": %.2f, \"tiling_scan_ms_%d\": %.1f, \"refresh_ms_%d\": %.3f, "
+               "\"full_table_code_%d\": %d, ",
                r[i].n, r[i].split_p50, r[i].n, r[i].merge_p50, r[i].n, r[i].commit_p50, r[i].n,
                r[i].split_p99, r[i].n, r[i].merge_p99, r[i].n, r[i].commit_p99, r[i].n,
-               r[i].build_s, r[i].n, r[i].scan_ms);
+               r[i].build_s, r[i].n, r[i].scan_ms, r[i].n, r[i].refresh_ms, r[i].n, r[i].full_rc);
     printf("\"split_ratio\": %.2f, \"merge_ratio\": %.2f, \"commit_ratio\": %.2f}}\n",
            hi->split_p50 / lo->split_p50, hi->merge_p50 / lo->merge_p50,
            hi->commit_p50 / lo->commit_p50);
