@@ -15,7 +15,8 @@
  *
  * Per size: OPS splits (of chunks chosen at random over the key space), OPS merges (of
  * two chunks of one block) and OPS migration commits (a whole chunk to the other shard),
- * each timed alone, median and p99; the whole-collection tiling scan (what each change
+ * each timed alone, median and p99, the sizes' rounds interleaved (the three catalogs are
+ * built first and stay open); the whole-collection tiling scan (what each change
  * used to run under the catalog lock) once, for comparison; the config server's side of
  * a shard's refresh after one change (an incremental getRoutingTable), and whether the
  * full getRoutingTable still fits one message (MS_MSG_BYTES_MAX). Prints a table and one
@@ -116,104 +117,120 @@ static void routing(cat_t *c, row_t *r) {
     bson_destroy(mid);
 }
 
-static void measure(int n, row_t *r) {
+/* One size's catalog, built and ready for the changes. */
+typedef struct scale {
+    int n;
     char path[512];
-    cat_t *c = NULL;
+    cat_t *c;
+    cat_coll_t coll;
+    bson_t *b;      /* the n + 1 initial bounds */
+    int *order;     /* blocks in random order */
+    double split[OPS], merge[OPS], commit[OPS];
+} scale_t;
+
+static void setup(scale_t *s, int n, row_t *r) {
     ms_error_t e = {0};
     keys_pattern_t p;
-    cat_coll_t coll;
-    bson_t *key = bson_new(), *b = malloc(sizeof *b * (size_t)(n + 1));
+    bson_t *key = bson_new();
     cat_chunk_plan_t *plan = malloc(sizeof *plan * (size_t)n);
-    double split[OPS], merge[OPS], commit[OPS];
     bool created;
-    if (!b || !plan) abort();
-    snprintf(path, sizeof path, "%s/scale%d.db", t_tmpdir(), n);
-    if (cat_open(path, &c, &e)) die("open", &e);
+    s->n = r->n = n;
+    s->b = malloc(sizeof *s->b * (size_t)(n + 1));
+    if (!s->b || !plan) abort();
+    snprintf(s->path, sizeof s->path, "%s/scale%d.db", t_tmpdir(), n);
+    if (cat_open(s->path, &s->c, &e)) die("open", &e);
     for (int i = 0; i < 2; i++) {
         char name[64], host[64];
         bool already;
         snprintf(host, sizeof host, "tcp://127.0.0.1:%d", 10000 + i);
-        if (cat_shard_prepare(c, NULL, host, name, sizeof name, &already, &e) ||
-            cat_shard_insert(c, name, host, 0, &e))
+        if (cat_shard_prepare(s->c, NULL, host, name, sizeof name, &already, &e) ||
+            cat_shard_insert(s->c, name, host, 0, &e))
             die("add shard", &e);
     }
-    if (cat_db_ensure(c, "bench", "shard0", &created, NULL, &e)) die("database", &e);
+    if (cat_db_ensure(s->c, "bench", "shard0", &created, NULL, &e)) die("database", &e);
     BSON_APPEND_UTF8(key, "h", "hashed");
     memset(&p, 0, sizeof p);
-    memset(&coll, 0, sizeof coll);
+    memset(&s->coll, 0, sizeof s->coll);
     if (keys_pattern_parse(key, &p, &e)) die("pattern", &e);
-    cat_hashed_initial_bounds(&p, n, b);
-    for (int i = 0; i < n; i++) plan[i] = (cat_chunk_plan_t){&b[i], &b[i + 1], (i / BLOCK) % 2 ? "shard1" : "shard0"};
-    snprintf(coll.ns, sizeof coll.ns, "bench.c");
-    bson_copy_to(key, &coll.key);
-    bson_oid_init(&coll.epoch, NULL);
-    if (cat_next_ts(c, &coll.ts, &e)) die("ts", &e);
-    cat_uuid_new(coll.uuid);
+    cat_hashed_initial_bounds(&p, n, s->b);
+    for (int i = 0; i < n; i++)
+        plan[i] = (cat_chunk_plan_t){&s->b[i], &s->b[i + 1], (i / BLOCK) % 2 ? "shard1" : "shard0"};
+    snprintf(s->coll.ns, sizeof s->coll.ns, "bench.c");
+    bson_copy_to(key, &s->coll.key);
+    bson_oid_init(&s->coll.epoch, NULL);
+    if (cat_next_ts(s->c, &s->coll.ts, &e)) die("ts", &e);
+    cat_uuid_new(s->coll.uuid);
     double t0 = now_ms();
-    if (cat_coll_create(c, &coll, plan, n, &e)) die("create", &e);
+    if (cat_coll_create(s->c, &s->coll, plan, n, &e)) die("create", &e);
     r->build_s = (now_ms() - t0) / 1e3;
     t0 = now_ms();
-    if (cat_verify_tiling(c, "bench.c", &e)) die("tiling", &e);
+    if (cat_verify_tiling(s->c, "bench.c", &e)) die("tiling", &e);
     r->scan_ms = now_ms() - t0;
-
-    /* Each op takes its own block: splits its chunk 1, merges its chunks 2 and 3,
-     * commits its chunk 0 (three different blocks per round, never the same one twice). */
-    int *order = block_order(n / BLOCK);
-    for (int k = 0; k < OPS; k++) {
-        int bs = order[3 * k] * BLOCK + 1, bm = order[3 * k + 1] * BLOCK + 2,
-            bc = order[3 * k + 2] * BLOCK;
-        bson_iter_t lo, hi;
-        bson_t mid = BSON_INITIALIZER;
-        if (!bson_iter_init_find(&lo, &b[bs], "h") || !bson_iter_init_find(&hi, &b[bs + 1], "h")) abort();
-        BSON_APPEND_INT64(&mid, "h", bson_iter_int64(&lo) / 2 + bson_iter_int64(&hi) / 2);
-        const bson_t *pts[] = {&mid};
-        t0 = now_ms();
-        if (cat_chunk_split(c, "bench.c", &b[bs], &b[bs + 1], pts, 1, NULL, &e)) die("split", &e);
-        split[k] = now_ms() - t0;
-        bson_destroy(&mid);
-
-        t0 = now_ms();
-        if (cat_chunk_merge(c, "bench.c", &b[bm], &b[bm + 2], NULL, &e)) die("merge", &e);
-        merge[k] = now_ms() - t0;
-
-        cat_chunk_info_t ci;
-        cat_mig_commit_t m;
-        cat_version_t donor;
-        if (cat_chunk_for_range(c, "bench.c", &b[bc], &b[bc + 1], &ci, &e)) die("chunk", &e);
-        memset(&m, 0, sizeof m);
-        m.ns = "bench.c";
-        m.from = ci.shard;
-        m.to = strcmp(ci.shard, "shard0") == 0 ? "shard1" : "shard0";
-        m.min = &b[bc];
-        m.max = &b[bc + 1];
-        m.chunk_major = ci.major;
-        m.chunk_minor = ci.minor;
-        bson_oid_copy(&coll.epoch, &m.epoch);
-        m.ts = coll.ts;
-        t0 = now_ms();
-        if (cat_migration_commit(c, &m, &donor, &e)) die("commit", &e);
-        commit[k] = now_ms() - t0;
-        bson_destroy(&ci.min);
-        bson_destroy(&ci.max);
-    }
-    if (cat_verify_tiling(c, "bench.c", &e)) die("tiling after", &e);
-    routing(c, r);
-    r->n = n;
-    r->split_p50 = pct(split, OPS, 0.5);
-    r->split_p99 = pct(split, OPS, 0.99);
-    r->merge_p50 = pct(merge, OPS, 0.5);
-    r->merge_p99 = pct(merge, OPS, 0.99);
-    r->commit_p50 = pct(commit, OPS, 0.5);
-    r->commit_p99 = pct(commit, OPS, 0.99);
-    free(order);
-    for (int i = 0; i <= n; i++) bson_destroy(&b[i]);
-    free(b);
+    s->order = block_order(n / BLOCK);
     free(plan);
     bson_destroy(key);
     keys_pattern_free(&p);
-    cat_coll_free(&coll);
-    cat_close(c);
-    remove(path);
+}
+
+/* Round k: one split, one merge, one commit, each in a block of its own (never the same
+ * block twice): the split of the block's chunk 1, the merge of its chunks 2 and 3, the
+ * move of its chunk 0 to the other shard. */
+static void round_k(scale_t *s, int k) {
+    ms_error_t e = {0};
+    const bson_t *b = s->b;
+    int bs = s->order[3 * k] * BLOCK + 1, bm = s->order[3 * k + 1] * BLOCK + 2,
+        bc = s->order[3 * k + 2] * BLOCK;
+    bson_iter_t lo, hi;
+    bson_t mid = BSON_INITIALIZER;
+    if (!bson_iter_init_find(&lo, &b[bs], "h") || !bson_iter_init_find(&hi, &b[bs + 1], "h")) abort();
+    BSON_APPEND_INT64(&mid, "h", bson_iter_int64(&lo) / 2 + bson_iter_int64(&hi) / 2);
+    const bson_t *pts[] = {&mid};
+    double t0 = now_ms();
+    if (cat_chunk_split(s->c, "bench.c", &b[bs], &b[bs + 1], pts, 1, NULL, &e)) die("split", &e);
+    s->split[k] = now_ms() - t0;
+    bson_destroy(&mid);
+
+    t0 = now_ms();
+    if (cat_chunk_merge(s->c, "bench.c", &b[bm], &b[bm + 2], NULL, &e)) die("merge", &e);
+    s->merge[k] = now_ms() - t0;
+
+    cat_chunk_info_t ci;
+    cat_mig_commit_t m;
+    cat_version_t donor;
+    if (cat_chunk_for_range(s->c, "bench.c", &b[bc], &b[bc + 1], &ci, &e)) die("chunk", &e);
+    memset(&m, 0, sizeof m);
+    m.ns = "bench.c";
+    m.from = ci.shard;
+    m.to = strcmp(ci.shard, "shard0") == 0 ? "shard1" : "shard0";
+    m.min = &b[bc];
+    m.max = &b[bc + 1];
+    m.chunk_major = ci.major;
+    m.chunk_minor = ci.minor;
+    bson_oid_copy(&s->coll.epoch, &m.epoch);
+    m.ts = s->coll.ts;
+    t0 = now_ms();
+    if (cat_migration_commit(s->c, &m, &donor, &e)) die("commit", &e);
+    s->commit[k] = now_ms() - t0;
+    bson_destroy(&ci.min);
+    bson_destroy(&ci.max);
+}
+
+static void finish(scale_t *s, row_t *r) {
+    ms_error_t e = {0};
+    if (cat_verify_tiling(s->c, "bench.c", &e)) die("tiling after", &e);
+    routing(s->c, r);
+    r->split_p50 = pct(s->split, OPS, 0.5);
+    r->split_p99 = pct(s->split, OPS, 0.99);
+    r->merge_p50 = pct(s->merge, OPS, 0.5);
+    r->merge_p99 = pct(s->merge, OPS, 0.99);
+    r->commit_p50 = pct(s->commit, OPS, 0.5);
+    r->commit_p99 = pct(s->commit, OPS, 0.99);
+    free(s->order);
+    for (int i = 0; i <= s->n; i++) bson_destroy(&s->b[i]);
+    free(s->b);
+    cat_coll_free(&s->coll);
+    cat_close(s->c);
+    remove(s->path);
 }
 
 int main(int argc, char **argv) {
@@ -224,15 +241,20 @@ int main(int argc, char **argv) {
     if (nsizes < 1 || nsizes > 3) nsizes = 3;
     printf("%9s %8s %9s | %-15s | %-15s | %-15s | %10s | %s\n", "chunks", "build s", "scan ms",
            "split p50/p99", "merge p50/p99", "commit p50/p99", "refresh ms", "full table");
+    /* Build every size first, then interleave the rounds (2,000, 100,000, 1,000,000, then
+     * again): the machine's load drifts, and each size sees the same drift. */
+    static scale_t sc[3];
+    for (int i = 0; i < nsizes; i++) setup(&sc[i], sizes[i], &r[i]);
+    for (int k = 0; k < OPS; k++)
+        for (int i = 0; i < nsizes; i++) round_k(&sc[i], k);
     for (int i = 0; i < nsizes; i++) {
-        measure(sizes[i], &r[i]);
+        finish(&sc[i], &r[i]);
         char full[64];
         if (r[i].full_rc) snprintf(full, sizeof full, "refused (%s)", err_code_name(r[i].full_rc));
         else snprintf(full, sizeof full, "%.1f MB", r[i].full_mb);
         printf("%9d %8.1f %9.1f | %6.2f / %6.2f | %6.2f / %6.2f | %6.2f / %6.2f | %10.2f | %s\n",
                r[i].n, r[i].build_s, r[i].scan_ms, r[i].split_p50, r[i].split_p99, r[i].merge_p50,
                r[i].merge_p99, r[i].commit_p50, r[i].commit_p99, r[i].refresh_ms, full);
-        fflush(stdout);
     }
     const row_t *lo = &r[0], *hi = &r[nsizes - 1];
     printf("ratio %d vs %d chunks (p50): split %.2f, merge %.2f, commit %.2f (goal <= 3)\n", hi->n,
