@@ -81,11 +81,20 @@ enum { CC_ID, CC_MIN, CC_MAX, CC_SHARD, CC_MAJOR, CC_MINOR, CC_JUMBO, CC_EST, CC
 #define CAT_SQL_ROUTING_SINCE                                                        \
     "SELECT " CHUNK_COLS " FROM chunks INDEXED BY chunks_ns_lastmod WHERE ns = ?1 AND" \
     " (major, minor) >= (?2, ?3) ORDER BY min_enc"
+/* {query, the index its plan must search} */
 #define CAT_HOT_CHUNK_SQL                                                            \
-    {CAT_SQL_TILING_BELOW, CAT_SQL_TILING_ABOVE, CAT_SQL_TILING_INSIDE,             \
-     CAT_SQL_COLL_VERSION, CAT_SQL_SHARD_VERSION, CAT_SQL_CHUNK_AT,                  \
-     CAT_SQL_CHUNK_CONTAINING, CAT_SQL_CHUNK_ENDING_AT, CAT_SQL_MERGE_PIECES,         \
-     CAT_SQL_MERGE_DELETE, CAT_SQL_CONTROL_CHUNK, CAT_SQL_ROUTING_SINCE}
+    {{CAT_SQL_TILING_BELOW, "chunks_ns_min"},                                        \
+     {CAT_SQL_TILING_ABOVE, "chunks_ns_min"},                                        \
+     {CAT_SQL_TILING_INSIDE, "chunks_ns_min"},                                       \
+     {CAT_SQL_COLL_VERSION, "chunks_ns_lastmod"},                                    \
+     {CAT_SQL_SHARD_VERSION, "chunks_ns_shard_lastmod"},                             \
+     {CAT_SQL_CHUNK_AT, "chunks_ns_min"},                                            \
+     {CAT_SQL_CHUNK_CONTAINING, "chunks_ns_min"},                                    \
+     {CAT_SQL_CHUNK_ENDING_AT, "chunks_ns_min"},                                     \
+     {CAT_SQL_MERGE_PIECES, "chunks_ns_min"},                                        \
+     {CAT_SQL_MERGE_DELETE, "chunks_ns_min"},                                        \
+     {CAT_SQL_CONTROL_CHUNK, "chunks_ns_shard_min"},                                 \
+     {CAT_SQL_ROUTING_SINCE, "chunks_ns_lastmod"}}
 
 /* ---- SQLite helpers (catalog.c); SQLite codes become ms_err codes here ---------------- */
 int cat_sql_exec(cat_t *c, const char *sql, ms_error_t *err);
