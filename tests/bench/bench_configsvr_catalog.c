@@ -237,6 +237,7 @@ int main(int argc, char **argv) {
     static const int sizes[] = {2000, 100000, 1000000};
     int nsizes = argc > 1 ? atoi(argv[1]) : 3;  /* a quick run: the first sizes only */
     row_t r[3];
+    memset(r, 0, sizeof r);
     log_init("bench", LOG_WARN);
     if (nsizes < 1 || nsizes > 3) nsizes = 3;
     printf("%9s %8s %9s | %-15s | %-15s | %-15s | %10s | %s\n", "chunks", "build s", "scan ms",
