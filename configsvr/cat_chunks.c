@@ -3,9 +3,8 @@
  * tiling invariant (a collection's chunks cover [MinKey, MaxKey) with no gap or overlap:
  * checked whole when shardCollection writes every chunk, and around the changed range —
  * O(log n) — by every split, merge and migration commit, before and after its writes),
- * chunk lookups,
- * split and merge with MongoDB's version rules (notes §2.2), and the initial split points
- * of a hashed key. Chunk bounds are stored twice: as BSON (what users and routers see)
+ * chunk lookups, split and merge with MongoDB's version rules (notes §2.2), and the
+ * initial split points of a hashed key. Chunk bounds are stored twice: as BSON (what users and routers see)
  * and encoded with common/keys.h (memcmp order = MongoDB's BSON order), so ordering,
  * containment and tiling are plain BLOB comparisons. Part of the catalog module
  * (catalog.c says how the files divide it).
