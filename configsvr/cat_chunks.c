@@ -65,6 +65,18 @@ void cat_hashed_initial_bounds(const keys_pattern_t *p, int n, bson_t *bounds) {
     free(pts);
 }
 
+/* The encoded global min and max of pattern p ({f: MinKey, ...} and {f: MaxKey, ...}). */
+static int global_bounds_enc(const keys_pattern_t *p, buf_t *gmin, buf_t *gmax, ms_error_t *err) {
+    bson_t lo = BSON_INITIALIZER, hi = BSON_INITIALIZER;
+    keys_global_min(p, &lo);
+    keys_global_max(p, &hi);
+    int rc = keys_encode_bound(p, &lo, gmin, err);
+    if (rc == 0) rc = keys_encode_bound(p, &hi, gmax, err);
+    bson_destroy(&lo);
+    bson_destroy(&hi);
+    return rc;
+}
+
 /* The tiling invariant of ns, whole: ordered by min, the first chunk starts at the global
  * min, each starts where the previous ended, min < max, and the last ends at the global
  * max. O(chunks): run where every chunk is written anyway (shardCollection) and by tests
@@ -72,19 +84,13 @@ void cat_hashed_initial_bounds(const keys_pattern_t *p, int n, bson_t *bounds) {
 int cat_tiling_check_locked(cat_t *c, const char *ns, ms_error_t *err) {
     cat_coll_t coll;
     keys_pattern_t p;
-    bson_t gmin_doc, gmax_doc;
     buf_t gmin = {0}, gmax = {0}, prev = {0};
     sqlite3_stmt *st = NULL;
     int64_t n = 0;
     int rc, s;
     rc = cat_coll_pattern_locked(c, ns, &coll, &p, err);
     if (rc) return rc;
-    bson_init(&gmin_doc);
-    bson_init(&gmax_doc);
-    keys_global_min(&p, &gmin_doc);
-    keys_global_max(&p, &gmax_doc);
-    rc = keys_encode_bound(&p, &gmin_doc, &gmin, err);
-    if (rc == 0) rc = keys_encode_bound(&p, &gmax_doc, &gmax, err);
+    rc = global_bounds_enc(&p, &gmin, &gmax, err);
     if (rc) goto out;
     buf_put(&prev, gmin.data, gmin.len);
     rc = cat_sql_prep(c, "SELECT min_enc, max_enc FROM chunks WHERE ns = ? ORDER BY min_enc", &st, err);
@@ -119,8 +125,6 @@ out:
     buf_free(&gmin);
     buf_free(&gmax);
     buf_free(&prev);
-    bson_destroy(&gmin_doc);
-    bson_destroy(&gmax_doc);
     keys_pattern_free(&p);
     cat_coll_free(&coll);
     return rc;
@@ -258,19 +262,13 @@ static int tiling_inside(cat_t *c, const char *ns, const buf_t *lo, const buf_t 
 int cat_tiling_check_range_locked(cat_t *c, const char *ns, const keys_pattern_t *p,
                                   const buf_t *lo, const buf_t *hi, const cat_lastmod_t *above,
                                   ms_error_t *err) {
-    bson_t gmin_doc = BSON_INITIALIZER, gmax_doc = BSON_INITIALIZER;
     buf_t gmin = {0}, gmax = {0};
-    keys_global_min(p, &gmin_doc);
-    keys_global_max(p, &gmax_doc);
-    int rc = keys_encode_bound(p, &gmin_doc, &gmin, err);
-    if (rc == 0) rc = keys_encode_bound(p, &gmax_doc, &gmax, err);
+    int rc = global_bounds_enc(p, &gmin, &gmax, err);
     if (rc == 0) rc = tiling_edge(c, ns, true, lo, &gmin, err);
     if (rc == 0) rc = tiling_inside(c, ns, lo, hi, above, err);
     if (rc == 0) rc = tiling_edge(c, ns, false, hi, &gmax, err);
     buf_free(&gmin);
     buf_free(&gmax);
-    bson_destroy(&gmin_doc);
-    bson_destroy(&gmax_doc);
     return rc;
 }
 
