@@ -54,7 +54,7 @@ static int routing_locked(cat_t *c, const char *ns, const cat_version_t *since, 
     cat_version_t cv;
     bson_t arr;
     bool full;
-    int rc, s, i = 0;
+    int rc, s = SQLITE_DONE, i = 0;
     rc = cat_coll_get_locked(c, ns, &coll, err);
     if (rc) return rc;
     bson_oid_copy(&coll.epoch, &cv.epoch);
@@ -83,7 +83,9 @@ static int routing_locked(cat_t *c, const char *ns, const cat_version_t *since, 
         sqlite3_bind_int64(st, 3, since->minor);
     }
     bson_append_array_begin(reply, "chunks", -1, &arr);
-    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+    /* Stop as soon as the table cannot fit one message: a full table of a million chunks
+     * would otherwise be built whole (90 MB) under the catalog lock, only to be refused. */
+    while (arr.len <= MS_MSG_BYTES_MAX && (s = sqlite3_step(st)) == SQLITE_ROW) {
         char idx[16];
         bson_t d, b;
         snprintf(idx, sizeof idx, "%d", i++);
@@ -99,11 +101,11 @@ static int routing_locked(cat_t *c, const char *ns, const cat_version_t *since, 
         bson_append_document_end(&arr, &d);
     }
     bson_append_array_end(reply, &arr);
-    if (s != SQLITE_DONE) rc = err_from_sqlite(err, s, "routing table", c->db);
-    else if (reply->len > MS_MSG_BYTES_MAX)
+    if (s != SQLITE_DONE && s != SQLITE_ROW) rc = err_from_sqlite(err, s, "routing table", c->db);
+    else if (s == SQLITE_ROW || reply->len > MS_MSG_BYTES_MAX)
         rc = err_set(err, MS_ERR_BSON_OBJECT_TOO_LARGE,
-                     "routing table of %s is %u bytes, over the %d-byte message limit", ns,
-                     reply->len, MS_MSG_BYTES_MAX);
+                     "routing table of %s is over the %d-byte message limit (%d chunks read)",
+                     ns, MS_MSG_BYTES_MAX, i);
 out:
     sqlite3_finalize(st);
     cat_coll_free(&coll);

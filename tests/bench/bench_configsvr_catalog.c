@@ -64,7 +64,8 @@ typedef struct row {
     double build_s, scan_ms, split_p50, split_p99, merge_p50, merge_p99, commit_p50, commit_p99;
     double refresh_ms;     /* an incremental getRoutingTable after one commit */
     int full_rc;           /* the full getRoutingTable: 0 or its error code */
-    double full_mb;        /* its size (what it reached before the limit refused it) */
+    double full_mb;        /* its size (0 when refused) */
+    double full_ms;        /* the time it took, the refusal's too */
 } row_t;
 
 static void die(const char *what, const ms_error_t *e) {
@@ -107,7 +108,9 @@ static void routing(cat_t *c, row_t *r) {
     if (cat_routing_table(c, "bench.c", &before, &reply, &e)) die("incremental", &e);
     r->refresh_ms = now_ms() - t0;
     bson_reinit(&reply);
+    t0 = now_ms();
     r->full_rc = cat_routing_table(c, "bench.c", NULL, &reply, &e);
+    r->full_ms = now_ms() - t0;
     r->full_mb = r->full_rc ? 0 : reply.len / 1e6;
     if (r->full_rc) log_warn("full routing table refused: %s", e.msg);
     bson_destroy(&reply);
@@ -251,8 +254,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nsizes; i++) {
         finish(&sc[i], &r[i]);
         char full[64];
-        if (r[i].full_rc) snprintf(full, sizeof full, "refused (%s)", err_code_name(r[i].full_rc));
-        else snprintf(full, sizeof full, "%.1f MB", r[i].full_mb);
+        if (r[i].full_rc)
+            snprintf(full, sizeof full, "refused (%s), %.0f ms", err_code_name(r[i].full_rc), r[i].full_ms);
+        else
+            snprintf(full, sizeof full, "%.1f MB, %.0f ms", r[i].full_mb, r[i].full_ms);
         printf("%9d %8.1f %9.1f | %6.2f / %6.2f | %6.2f / %6.2f | %6.2f / %6.2f | %10.2f | %s\n",
                r[i].n, r[i].build_s, r[i].scan_ms, r[i].split_p50, r[i].split_p99, r[i].merge_p50,
                r[i].merge_p99, r[i].commit_p50, r[i].commit_p99, r[i].refresh_ms, full);
