@@ -139,6 +139,9 @@ $(BUILD)/b/bench_shardd_%: $(BUILD)/tests/bench/bench_shardd_%.o $(T_OBJ) $(LIB_
 $(BUILD)/b/bench_router_%: $(BUILD)/tests/bench/bench_router_%.o $(T_OBJ) $(LIB_ROUTER) $(LIB_COMMON)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/b/bench_configsvr_%: $(BUILD)/tests/bench/bench_configsvr_%.o $(T_OBJ) $(LIB_CONFIGSVR) $(LIB_COMMON)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # Client programs run by tests and benches (tests/clients/): nng_client always, the
 # libmongoc client when pkg-config finds libmongoc-1.0 (libmongoc-dev, scripts/deps.sh).

@@ -1,9 +1,10 @@
 /*
  * cat_chunks.c — config.chunks in the config server's catalog (bin/configsvr): the
- * tiling invariant (a collection's chunks cover [MinKey, MaxKey) with no gap or overlap,
- * asserted inside every transaction that changes chunks, before COMMIT), chunk lookups,
- * split and merge with MongoDB's version rules (notes §2.2), and the initial split points
- * of a hashed key. Chunk bounds are stored twice: as BSON (what users and routers see)
+ * tiling invariant (a collection's chunks cover [MinKey, MaxKey) with no gap or overlap:
+ * checked whole when shardCollection writes every chunk, and around the changed range —
+ * O(log n) — by every split, merge and migration commit, before and after its writes),
+ * chunk lookups, split and merge with MongoDB's version rules (notes §2.2), and the
+ * initial split points of a hashed key. Chunk bounds are stored twice: as BSON (what users and routers see)
  * and encoded with common/keys.h (memcmp order = MongoDB's BSON order), so ordering,
  * containment and tiling are plain BLOB comparisons. Part of the catalog module
  * (catalog.c says how the files divide it).
@@ -64,24 +65,32 @@ void cat_hashed_initial_bounds(const keys_pattern_t *p, int n, bson_t *bounds) {
     free(pts);
 }
 
-/* The tiling invariant of ns: ordered by min, the first chunk starts at the global min,
- * each starts where the previous ended, min < max, and the last ends at the global max. */
+/* The encoded global min and max of pattern p ({f: MinKey, ...} and {f: MaxKey, ...}). */
+static int global_bounds_enc(const keys_pattern_t *p, buf_t *gmin, buf_t *gmax, ms_error_t *err) {
+    bson_t lo = BSON_INITIALIZER, hi = BSON_INITIALIZER;
+    keys_global_min(p, &lo);
+    keys_global_max(p, &hi);
+    int rc = keys_encode_bound(p, &lo, gmin, err);
+    if (rc == 0) rc = keys_encode_bound(p, &hi, gmax, err);
+    bson_destroy(&lo);
+    bson_destroy(&hi);
+    return rc;
+}
+
+/* The tiling invariant of ns, whole: ordered by min, the first chunk starts at the global
+ * min, each starts where the previous ended, min < max, and the last ends at the global
+ * max. O(chunks): run where every chunk is written anyway (shardCollection) and by tests
+ * (cat_verify_tiling); a change of some chunks checks only its range (below). */
 int cat_tiling_check_locked(cat_t *c, const char *ns, ms_error_t *err) {
     cat_coll_t coll;
     keys_pattern_t p;
-    bson_t gmin_doc, gmax_doc;
     buf_t gmin = {0}, gmax = {0}, prev = {0};
     sqlite3_stmt *st = NULL;
     int64_t n = 0;
     int rc, s;
     rc = cat_coll_pattern_locked(c, ns, &coll, &p, err);
     if (rc) return rc;
-    bson_init(&gmin_doc);
-    bson_init(&gmax_doc);
-    keys_global_min(&p, &gmin_doc);
-    keys_global_max(&p, &gmax_doc);
-    rc = keys_encode_bound(&p, &gmin_doc, &gmin, err);
-    if (rc == 0) rc = keys_encode_bound(&p, &gmax_doc, &gmax, err);
+    rc = global_bounds_enc(&p, &gmin, &gmax, err);
     if (rc) goto out;
     buf_put(&prev, gmin.data, gmin.len);
     rc = cat_sql_prep(c, "SELECT min_enc, max_enc FROM chunks WHERE ns = ? ORDER BY min_enc", &st, err);
@@ -116,14 +125,12 @@ out:
     buf_free(&gmin);
     buf_free(&gmax);
     buf_free(&prev);
-    bson_destroy(&gmin_doc);
-    bson_destroy(&gmax_doc);
     keys_pattern_free(&p);
     cat_coll_free(&coll);
     return rc;
 }
 
-/* Our invariant, checked inside every transaction that changes chunks, before COMMIT. */
+/* Our invariant after shardCollection wrote every chunk, before COMMIT. */
 void cat_tiling_assert_locked(cat_t *c, const char *ns) {
     ms_error_t e = {0};
     int rc = cat_tiling_check_locked(c, ns, &e);
@@ -137,6 +144,151 @@ int cat_verify_tiling(cat_t *c, const char *ns, ms_error_t *err) {
     rc = cat_tiling_check_locked(c, ns, err);
     pthread_mutex_unlock(&c->mu);
     return rc;
+}
+
+/* ---- the tiling around one changed range ----------------------------------------------
+ * A split, a merge and a migration's commit each rewrite one range [lo, hi) of the key
+ * space and leave every other chunk alone. So the tiling holds after the change when it
+ * holds in [lo, hi) and at its two edges: the chunks starting in [lo, hi) follow one
+ * another from lo to hi, the chunk before lo ends exactly at lo (none when lo is MinKey)
+ * and the chunk after starts exactly at hi (none when hi is MaxKey). Three range reads of
+ * the index chunks_ns_min: O(log n + pieces), whatever the collection's size. A fault
+ * elsewhere is left to checkMetadataConsistency (cat_consistency.c) and to the whole
+ * check of the tests (cat_verify_tiling). The faults carry MongoDB's inconsistency type
+ * names (checkMetadataConsistency's) so a log line reads like its report. */
+
+static int tiling_fault(ms_error_t *err, const char *type, const char *ns, const char *what) {
+    return err_set(err, MS_ERR_INTERNAL, "%s in %s: %s", type, ns, what);
+}
+
+/* The one chunk of ns that sql (ns = ?1, key = ?2, LIMIT 1) finds, bounds into *mn, *mx;
+ * *found false when there is none. */
+static int edge_chunk_locked(cat_t *c, const char *sql, const char *ns, const buf_t *key,
+                             buf_t *mn, buf_t *mx, bool *found, ms_error_t *err) {
+    sqlite3_stmt *st = NULL;
+    int rc = cat_sql_prep(c, sql, &st, err), s;
+    if (rc) return rc;
+    cat_bind_text(st, 1, ns);
+    cat_bind_buf(st, 2, key);
+    s = sqlite3_step(st);
+    *found = s == SQLITE_ROW;
+    if (*found) {
+        buf_put(mn, sqlite3_column_blob(st, 0), (size_t)sqlite3_column_bytes(st, 0));
+        buf_put(mx, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1));
+    } else if (s != SQLITE_DONE) {
+        rc = err_from_sqlite(err, s, "tiling edge", c->db);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* One edge of the changed range: below (at = lo) the chunk before ends exactly at lo, and
+ * there is none when lo is MinKey; above (at = hi) the chunk after starts exactly at hi,
+ * and there is none when hi is MaxKey. end is that global bound (encoded). */
+static int tiling_edge(cat_t *c, const char *ns, bool below, const buf_t *at, const buf_t *end,
+                       ms_error_t *err) {
+    buf_t mn = {0}, mx = {0};
+    bool found = false;
+    const char *end_type = below ? "RoutingTableMissingMinKey" : "RoutingTableMissingMaxKey";
+    int rc = edge_chunk_locked(c, below ? CAT_SQL_TILING_BELOW : CAT_SQL_TILING_ABOVE, ns, at,
+                               &mn, &mx, &found, err);
+    if (rc == 0) {
+        bool at_end = cat_buf_cmp(at, end) == 0;
+        /* where the neighbour meets the range: its max below, its min above */
+        int d = found ? cat_buf_cmp(below ? &mx : &mn, at) : 0;
+        if (at_end && found)
+            rc = tiling_fault(err, end_type, ns, below ? "a chunk starts before MinKey"
+                                                       : "a chunk starts at MaxKey");
+        else if (!at_end && !found)
+            rc = tiling_fault(err, end_type, ns, below ? "no chunk starts at MinKey"
+                                                       : "no chunk reaches MaxKey");
+        else if (found && cat_buf_cmp(&mn, &mx) >= 0)
+            rc = tiling_fault(err, "RoutingTableRangeOverlap", ns, "a chunk with min >= max");
+        else if (d != 0)
+            rc = tiling_fault(err, (below ? d < 0 : d > 0) ? "RoutingTableRangeGap"
+                                                          : "RoutingTableRangeOverlap",
+                              ns, below ? "between the changed range and the chunk before it"
+                                        : "between the changed range and the chunk after it");
+    }
+    buf_free(&mn);
+    buf_free(&mx);
+    return rc;
+}
+
+/* Inside [lo, hi): chunks follow one another from lo to hi, each min < max, and (above
+ * given) each lastmod newer than *above: the version rule of a change (notes §2.2) —
+ * every chunk it writes gets a version above the collection version it started from. */
+static int tiling_inside(cat_t *c, const char *ns, const buf_t *lo, const buf_t *hi,
+                         const cat_lastmod_t *above, ms_error_t *err) {
+    sqlite3_stmt *st = NULL;
+    buf_t prev = {0};
+    int64_t n = 0;
+    int rc = cat_sql_prep(c, CAT_SQL_TILING_INSIDE, &st, err), s = SQLITE_DONE;
+    if (rc) return rc;
+    cat_bind_text(st, 1, ns);
+    cat_bind_buf(st, 2, lo);
+    cat_bind_buf(st, 3, hi);
+    buf_put(&prev, lo->data, lo->len);
+    while (rc == 0 && (s = sqlite3_step(st)) == SQLITE_ROW) {
+        const void *mn = sqlite3_column_blob(st, 0), *mx = sqlite3_column_blob(st, 1);
+        size_t mnl = (size_t)sqlite3_column_bytes(st, 0), mxl = (size_t)sqlite3_column_bytes(st, 1);
+        uint32_t M = (uint32_t)sqlite3_column_int64(st, 2), m = (uint32_t)sqlite3_column_int64(st, 3);
+        int gap = cat_blob_cmp(mn, mnl, prev.data, prev.len);
+        if (gap != 0)
+            rc = tiling_fault(err, gap > 0 ? "RoutingTableRangeGap" : "RoutingTableRangeOverlap",
+                              ns, "between two chunks of the changed range");
+        else if (cat_blob_cmp(mn, mnl, mx, mxl) >= 0)
+            rc = tiling_fault(err, "RoutingTableRangeOverlap", ns, "a chunk with min >= max");
+        else if (above && !(M > above->major || (M == above->major && m > above->minor)))
+            rc = err_set(err, MS_ERR_INTERNAL, "a changed chunk of %s has version %u|%u, not "
+                         "above the collection version %u|%u", ns, M, m, above->major,
+                         above->minor);
+        buf_reset(&prev);
+        buf_put(&prev, mx, mxl);
+        n++;
+    }
+    if (rc == 0 && s != SQLITE_DONE) rc = err_from_sqlite(err, s, "tiling range", c->db);
+    else if (rc == 0 && n == 0)
+        rc = tiling_fault(err, "RoutingTableRangeGap", ns, "no chunk starts in the changed range");
+    else if (rc == 0 && cat_buf_cmp(&prev, hi) != 0)
+        rc = tiling_fault(err, cat_buf_cmp(&prev, hi) < 0 ? "RoutingTableRangeGap"
+                                                          : "RoutingTableRangeOverlap",
+                          ns, "between the changed range's last chunk and the chunk after it");
+    sqlite3_finalize(st);
+    buf_free(&prev);
+    return rc;
+}
+
+int cat_tiling_check_range_locked(cat_t *c, const char *ns, const keys_pattern_t *p,
+                                  const buf_t *lo, const buf_t *hi, const cat_lastmod_t *above,
+                                  ms_error_t *err) {
+    buf_t gmin = {0}, gmax = {0};
+    int rc = global_bounds_enc(p, &gmin, &gmax, err);
+    if (rc == 0) rc = tiling_edge(c, ns, true, lo, &gmin, err);
+    if (rc == 0) rc = tiling_inside(c, ns, lo, hi, above, err);
+    if (rc == 0) rc = tiling_edge(c, ns, false, hi, &gmax, err);
+    buf_free(&gmin);
+    buf_free(&gmax);
+    return rc;
+}
+
+int cat_tiling_refuse_locked(cat_t *c, const char *ns, const keys_pattern_t *p, const buf_t *lo,
+                             const buf_t *hi, ms_error_t *err) {
+    int rc = cat_tiling_check_range_locked(c, ns, p, lo, hi, NULL, err);
+    if (rc) {
+        log_error("chunk change refused: stored chunks are inconsistent ns=%s err=%s",
+                  log_str(ns), log_str(err->msg));
+        err_prefix(err, "refusing to change the chunks of %s, run checkMetadataConsistency", ns);
+    }
+    return rc;
+}
+
+void cat_tiling_assert_range_locked(cat_t *c, const char *ns, const keys_pattern_t *p,
+                                    const buf_t *lo, const buf_t *hi, const cat_lastmod_t *above) {
+    ms_error_t e = {0};
+    int rc = cat_tiling_check_range_locked(c, ns, p, lo, hi, above, &e);
+    if (rc) log_error("tiling invariant broken by a change ns=%s err=%s", log_str(ns), log_str(e.msg));
+    ASSERT(rc == 0);
 }
 
 /* History array [{validAfter, shard}] (newest first, as MongoDB keeps it). */
@@ -154,11 +306,14 @@ int cat_chunk_insert_locked(cat_t *c, const char *ns, const uint8_t uuid[16],
                                const buf_t *min_enc, const buf_t *max_enc, const char *shard,
                                uint32_t major, uint32_t minor, cat_ts_t since,
                                const bson_t *history, ms_error_t *err) {
-    sqlite3_stmt *st = NULL;
-    int rc = cat_sql_prep(c, "INSERT INTO chunks (id, ns, uuid, min, max, min_enc, max_enc, shard,"
-                        " major, minor, jumbo, est_size, since_t, since_i, history)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, ?, ?, ?)", &st, err);
+    int rc = 0;
+    if (!c->chunk_insert)
+        rc = cat_sql_prep(c, "INSERT INTO chunks (id, ns, uuid, min, max, min_enc, max_enc, shard,"
+                          " major, minor, jumbo, est_size, since_t, since_i, history)"
+                          " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, ?, ?, ?)",
+                          &c->chunk_insert, err);
     if (rc) return rc;
+    sqlite3_stmt *st = c->chunk_insert;
     sqlite3_bind_blob(st, 1, id->bytes, 12, SQLITE_TRANSIENT);
     cat_bind_text(st, 2, ns);
     sqlite3_bind_blob(st, 3, uuid, 16, SQLITE_TRANSIENT);
@@ -173,7 +328,7 @@ int cat_chunk_insert_locked(cat_t *c, const char *ns, const uint8_t uuid[16],
     sqlite3_bind_int64(st, 12, since.i);
     cat_bind_bson(st, 13, history);
     rc = cat_sql_done(c, st, "insert chunk", err);
-    sqlite3_finalize(st);
+    sqlite3_reset(st);  /* every parameter is bound again on the next use */
     return rc;
 }
 
@@ -208,7 +363,7 @@ static int chunk_exact_locked(cat_t *c, const char *ns, const buf_t *min_enc,
                               const buf_t *max_enc, const bson_t *min, const bson_t *max,
                               sqlite3_stmt **out, ms_error_t *err) {
     sqlite3_stmt *st = NULL;
-    int rc = cat_sql_prep(c, "SELECT " CHUNK_COLS " FROM chunks WHERE ns = ? AND min_enc = ?", &st, err);
+    int rc = cat_sql_prep(c, CAT_SQL_CHUNK_AT, &st, err);
     if (rc) return rc;
     cat_bind_text(st, 1, ns);
     cat_bind_buf(st, 2, min_enc);
@@ -266,8 +421,7 @@ int cat_chunk_containing(cat_t *c, const char *ns, const bson_t *key, bson_t *mi
     if (rc) goto unlock;
     rc = keys_encode_bound(&p, key, &k, err);
     if (rc == 0)
-        rc = cat_sql_prep(c, "SELECT " CHUNK_COLS " FROM chunks WHERE ns = ? AND min_enc <= ?"
-                        " ORDER BY min_enc DESC LIMIT 1", &st, err);
+        rc = cat_sql_prep(c, CAT_SQL_CHUNK_CONTAINING, &st, err);
     if (rc == 0) {
         cat_bind_text(st, 1, ns);
         cat_bind_buf(st, 2, &k);
@@ -382,6 +536,8 @@ static int split_locked(cat_t *c, const char *ns, const bson_t *min, const bson_
     chunk_brief(st, &before, "before");
     sqlite3_finalize(st);
     st = NULL;
+    rc = cat_tiling_refuse_locked(c, ns, &p, &mn, &mx, err);
+    if (rc) goto out;
 
     rc = cat_coll_version_locked(c, ns, NULL, &cM, &cm, err);
     if (rc) goto out;
@@ -411,7 +567,7 @@ static int split_locked(cat_t *c, const char *ns, const bson_t *min, const bson_
     }
     if (rc) goto out;
     ASSERT(cm + 1 + (uint32_t)n > cm);  /* version only grows */
-    cat_tiling_assert_locked(c, ns);
+    cat_tiling_assert_range_locked(c, ns, &p, &mn, &mx, &(cat_lastmod_t){cM, cm});
 
     /* Changelog: `split` {before, left, right, owningShard} for two pieces, else one
      * `multi-split` {before, number, of, chunk, owningShard} per piece. */
@@ -500,8 +656,7 @@ static int merge_locked(cat_t *c, const char *ns, const bson_t *min, const bson_
         rc = err_set(err, MS_ERR_BAD_VALUE, "mergeChunks: min must be less than max");
         goto out;
     }
-    rc = cat_sql_prep(c, "SELECT " CHUNK_COLS " FROM chunks WHERE ns = ? AND min_enc >= ? AND min_enc < ?"
-                    " ORDER BY min_enc", &st, err);
+    rc = cat_sql_prep(c, CAT_SQL_MERGE_PIECES, &st, err);
     if (rc) goto out;
     cat_bind_text(st, 1, ns);
     cat_bind_buf(st, 2, &mn);
@@ -565,9 +720,10 @@ static int merge_locked(cat_t *c, const char *ns, const bson_t *min, const bson_
         goto out;
     }
     rc = cat_coll_version_locked(c, ns, shard, &sM, &sm, err);  /* prevPlacementVersion */
+    if (rc == 0) rc = cat_tiling_refuse_locked(c, ns, &p, &mn, &mx, err);
     if (rc) goto out;
     cat_history_one(&hist, latest, shard);
-    rc = cat_sql_prep(c, "DELETE FROM chunks WHERE ns = ? AND min_enc > ? AND min_enc < ?", &up, err);
+    rc = cat_sql_prep(c, CAT_SQL_MERGE_DELETE, &up, err);
     if (rc) goto out;
     cat_bind_text(up, 1, ns);
     cat_bind_buf(up, 2, &mn);
@@ -589,7 +745,7 @@ static int merge_locked(cat_t *c, const char *ns, const bson_t *min, const bson_
     sqlite3_bind_blob(up, 8, first_id.bytes, 12, SQLITE_TRANSIENT);
     rc = cat_sql_done(c, up, "merge: extend first chunk", err);
     if (rc) goto out;
-    cat_tiling_assert_locked(c, ns);
+    cat_tiling_assert_range_locked(c, ns, &p, &mn, &mx, &(cat_lastmod_t){cM, cm});
 
     /* Changelog `merge` {prevPlacementVersion, mergedVersion, owningShard, min, max, numChunks}. */
     bson_append_timestamp(&details, "prevPlacementVersion", -1, sM, sm);

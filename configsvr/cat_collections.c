@@ -83,11 +83,7 @@ int cat_coll_pattern_locked(cat_t *c, const char *ns, cat_coll_t *coll, keys_pat
 int cat_coll_version_locked(cat_t *c, const char *ns, const char *shard, uint32_t *major,
                                uint32_t *minor, ms_error_t *err) {
     sqlite3_stmt *st = NULL;
-    int rc = cat_sql_prep(c, shard ? "SELECT major, minor FROM chunks WHERE ns = ? AND shard = ?"
-                                " ORDER BY major DESC, minor DESC LIMIT 1"
-                              : "SELECT major, minor FROM chunks WHERE ns = ?"
-                                " ORDER BY major DESC, minor DESC LIMIT 1",
-                     &st, err);
+    int rc = cat_sql_prep(c, shard ? CAT_SQL_SHARD_VERSION : CAT_SQL_COLL_VERSION, &st, err);
     if (rc) return rc;
     cat_bind_text(st, 1, ns);
     if (shard) cat_bind_text(st, 2, shard);

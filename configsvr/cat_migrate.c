@@ -4,8 +4,9 @@
  * version rules (notes §2.2), the recovery fence (_configsvrEnsureChunkVersionIsGreaterThan),
  * the lookup of the one chunk holding a requested range, changelog entries sent by shards,
  * and config.migrations (the requests in flight, MongoDB 3.4–4.4's shape). Every change of
- * config.chunks here asserts the tiling invariant before COMMIT. Part of the catalog
- * module (catalog.c says how the files divide it).
+ * config.chunks here checks the tiling around the range it changes (cat_chunks.c): refused
+ * when the stored chunks there are already inconsistent, asserted after its writes before
+ * COMMIT. Part of the catalog module (catalog.c says how the files divide it).
  */
 #include "configsvr/cat_priv.h"
 
@@ -41,10 +42,7 @@ static int range_chunk_locked(cat_t *c, const char *ns, const buf_t *mn, const b
     char txt[600];
     /* With min: the chunk starting at or before it. With only max: the chunk starting
      * strictly before it (max is exclusive). */
-    int rc = cat_sql_prep(c, mn ? "SELECT " CHUNK_COLS " FROM chunks WHERE ns = ? AND min_enc <= ?"
-                                  " ORDER BY min_enc DESC LIMIT 1"
-                                : "SELECT " CHUNK_COLS " FROM chunks WHERE ns = ? AND min_enc < ?"
-                                  " ORDER BY min_enc DESC LIMIT 1", &st, err);
+    int rc = cat_sql_prep(c, mn ? CAT_SQL_CHUNK_CONTAINING : CAT_SQL_CHUNK_ENDING_AT, &st, err);
     if (rc) return rc;
     cat_bind_text(st, 1, ns);
     cat_bind_buf(st, 2, mn ? mn : mx);
@@ -211,7 +209,8 @@ static int commit_locked(cat_t *c, const cat_mig_commit_t *m, cat_version_t *don
     sqlite3_finalize(st);
     st = NULL;
 
-    rc = cat_coll_version_locked(c, m->ns, NULL, &M, &mm, err);
+    rc = cat_tiling_refuse_locked(c, m->ns, &p, &cmn, &cmx, err);
+    if (rc == 0) rc = cat_coll_version_locked(c, m->ns, NULL, &M, &mm, err);
     if (rc) goto out;
     if (M == UINT32_MAX) {
         rc = err_set(err, MS_ERR_OVERFLOW, "major version of %s would overflow", m->ns);
@@ -269,9 +268,7 @@ static int commit_locked(cat_t *c, const cat_mig_commit_t *m, cat_version_t *don
     up = NULL;
     /* The control chunk: the donor's lowest other chunk gets the new major too, so a
      * router using the donor's old version goes stale (notes §2.2). */
-    rc = cat_sql_prep(c, "UPDATE chunks SET major = ?, minor = ? WHERE id = (SELECT id FROM chunks"
-                         " WHERE ns = ? AND shard = ? AND major <= ? ORDER BY min_enc LIMIT 1)",
-                      &up, err);
+    rc = cat_sql_prep(c, CAT_SQL_CONTROL_CHUNK, &up, err);
     if (rc) goto out;
     sqlite3_bind_int64(up, 1, (int64_t)M + 1);
     sqlite3_bind_int64(up, 2, next_minor);
@@ -280,7 +277,9 @@ static int commit_locked(cat_t *c, const cat_mig_commit_t *m, cat_version_t *don
     sqlite3_bind_int64(up, 5, M);
     rc = cat_sql_done(c, up, "migrate: control chunk", err);
     if (rc) goto out;
-    cat_tiling_assert_locked(c, m->ns);
+    /* The chunk's range is all that changed bounds; the control chunk changed only its
+     * version (checked by commit_postcondition_locked through the donor's version). */
+    cat_tiling_assert_range_locked(c, m->ns, &p, &cmn, &cmx, &(cat_lastmod_t){M, mm});
     rc = donor_version_locked(c, &coll, m->from, donor_out, err);
     if (rc == 0)
         ASSERT(donor_out->major == 0 || donor_out->major == M + 1);  /* donor's major moved */
@@ -350,7 +349,7 @@ static int ensure_locked(cat_t *c, const char *ns, const uint8_t uuid[16], const
     rc = keys_encode_bound(&p, min, &mn, err);
     if (rc == 0) rc = keys_encode_bound(&p, max, &mx, err);
     if (rc) goto out;
-    rc = cat_sql_prep(c, "SELECT " CHUNK_COLS " FROM chunks WHERE ns = ? AND min_enc = ?", &st, err);
+    rc = cat_sql_prep(c, CAT_SQL_CHUNK_AT, &st, err);
     if (rc) goto out;
     cat_bind_text(st, 1, ns);
     cat_bind_buf(st, 2, &mn);
@@ -369,7 +368,8 @@ static int ensure_locked(cat_t *c, const char *ns, const uint8_t uuid[16], const
     cat_col_oid(st, CC_ID, &id);
     sqlite3_finalize(st);
     st = NULL;
-    rc = cat_coll_version_locked(c, ns, NULL, &M, &mm, err);
+    rc = cat_tiling_refuse_locked(c, ns, &p, &mn, &mx, err);
+    if (rc == 0) rc = cat_coll_version_locked(c, ns, NULL, &M, &mm, err);
     if (rc) goto out;
     if (M == UINT32_MAX) {
         rc = err_set(err, MS_ERR_OVERFLOW, "major version of %s would overflow", ns);
@@ -381,7 +381,7 @@ static int ensure_locked(cat_t *c, const char *ns, const uint8_t uuid[16], const
     sqlite3_bind_blob(up, 2, id.bytes, 12, SQLITE_TRANSIENT);
     rc = cat_sql_done(c, up, "fence chunk version", err);
     if (rc) goto out;
-    cat_tiling_assert_locked(c, ns);
+    cat_tiling_assert_range_locked(c, ns, &p, &mn, &mx, &(cat_lastmod_t){M, mm});
     *bumped = true;
 out:
     sqlite3_finalize(st);

@@ -22,6 +22,9 @@ struct cat {
     bson_oid_t cluster_id;
     cat_ts_t ts_last;                 /* last cluster Timestamp handed out (persisted) */
     char server[MS_URL_BYTES_MAX];    /* changelog `server` */
+    /* The chunk INSERT, prepared once (under mu) and reused: shardCollection writes up to
+     * a million rows in one transaction, and preparing per row was a third of that. */
+    sqlite3_stmt *chunk_insert;
 };
 
 /* Column lists of the tables that are read as documents, and the index of each column
@@ -35,6 +38,63 @@ struct cat {
     " min_enc, max_enc"
 enum { CC_ID, CC_MIN, CC_MAX, CC_SHARD, CC_MAJOR, CC_MINOR, CC_JUMBO, CC_EST, CC_SINCE_T,
        CC_SINCE_I, CC_HISTORY, CC_UUID, CC_MIN_ENC, CC_MAX_ENC };
+
+/* The hot queries of config.chunks: every split, merge and migration commit runs them, so
+ * each must be an index range read (O(log n) + rows read), never a scan or a sort of the
+ * collection's chunks. Named here so test_configsvr_catalog can assert each one's query
+ * plan (EXPLAIN QUERY PLAN) against the schema's indexes. Parameters: ?1 ns, then keys. */
+#define CAT_SQL_TILING_BELOW                                                         \
+    "SELECT min_enc, max_enc FROM chunks WHERE ns = ?1 AND min_enc < ?2"             \
+    " ORDER BY min_enc DESC LIMIT 1"
+#define CAT_SQL_TILING_ABOVE                                                         \
+    "SELECT min_enc, max_enc FROM chunks WHERE ns = ?1 AND min_enc >= ?2"            \
+    " ORDER BY min_enc LIMIT 1"
+#define CAT_SQL_TILING_INSIDE                                                        \
+    "SELECT min_enc, max_enc, major, minor FROM chunks WHERE ns = ?1 AND"           \
+    " min_enc >= ?2 AND min_enc < ?3 ORDER BY min_enc"
+#define CAT_SQL_COLL_VERSION                                                         \
+    "SELECT major, minor FROM chunks WHERE ns = ?1 ORDER BY major DESC, minor DESC LIMIT 1"
+#define CAT_SQL_SHARD_VERSION                                                        \
+    "SELECT major, minor FROM chunks WHERE ns = ?1 AND shard = ?2"                   \
+    " ORDER BY major DESC, minor DESC LIMIT 1"
+#define CAT_SQL_CHUNK_AT                                                             \
+    "SELECT " CHUNK_COLS " FROM chunks WHERE ns = ?1 AND min_enc = ?2"
+#define CAT_SQL_CHUNK_CONTAINING                                                     \
+    "SELECT " CHUNK_COLS " FROM chunks WHERE ns = ?1 AND min_enc <= ?2"              \
+    " ORDER BY min_enc DESC LIMIT 1"
+#define CAT_SQL_CHUNK_ENDING_AT                                                      \
+    "SELECT " CHUNK_COLS " FROM chunks WHERE ns = ?1 AND min_enc < ?2"               \
+    " ORDER BY min_enc DESC LIMIT 1"
+#define CAT_SQL_MERGE_PIECES                                                         \
+    "SELECT " CHUNK_COLS " FROM chunks WHERE ns = ?1 AND min_enc >= ?2 AND min_enc < ?3" \
+    " ORDER BY min_enc"
+#define CAT_SQL_MERGE_DELETE "DELETE FROM chunks WHERE ns = ?1 AND min_enc > ?2 AND min_enc < ?3"
+/* The donor's lowest chunk not yet at the new major (the control chunk): pinned to
+ * chunks_ns_shard_min, which the planner would otherwise trade for the lastmod index and
+ * a sort of all the donor's chunks. */
+#define CAT_SQL_CONTROL_CHUNK                                                        \
+    "UPDATE chunks SET major = ?1, minor = ?2 WHERE id = (SELECT id FROM chunks"       \
+    " INDEXED BY chunks_ns_shard_min WHERE ns = ?3 AND shard = ?4 AND major <= ?5"     \
+    " ORDER BY min_enc LIMIT 1)"
+/* The chunks changed since a version (an incremental refresh): read through the lastmod
+ * index, then sorted by min — a refresh after one split reads its few chunks only. */
+#define CAT_SQL_ROUTING_SINCE                                                        \
+    "SELECT " CHUNK_COLS " FROM chunks INDEXED BY chunks_ns_lastmod WHERE ns = ?1 AND" \
+    " (major, minor) >= (?2, ?3) ORDER BY min_enc"
+/* {query, the index its plan must search} */
+#define CAT_HOT_CHUNK_SQL                                                            \
+    {{CAT_SQL_TILING_BELOW, "chunks_ns_min"},                                        \
+     {CAT_SQL_TILING_ABOVE, "chunks_ns_min"},                                        \
+     {CAT_SQL_TILING_INSIDE, "chunks_ns_min"},                                       \
+     {CAT_SQL_COLL_VERSION, "chunks_ns_lastmod"},                                    \
+     {CAT_SQL_SHARD_VERSION, "chunks_ns_shard_lastmod"},                             \
+     {CAT_SQL_CHUNK_AT, "chunks_ns_min"},                                            \
+     {CAT_SQL_CHUNK_CONTAINING, "chunks_ns_min"},                                    \
+     {CAT_SQL_CHUNK_ENDING_AT, "chunks_ns_min"},                                     \
+     {CAT_SQL_MERGE_PIECES, "chunks_ns_min"},                                        \
+     {CAT_SQL_MERGE_DELETE, "chunks_ns_min"},                                        \
+     {CAT_SQL_CONTROL_CHUNK, "chunks_ns_shard_min"},                                 \
+     {CAT_SQL_ROUTING_SINCE, "chunks_ns_lastmod"}}
 
 /* ---- SQLite helpers (catalog.c); SQLite codes become ms_err codes here ---------------- */
 int cat_sql_exec(cat_t *c, const char *sql, ms_error_t *err);
@@ -89,8 +149,28 @@ int cat_coll_version_locked(cat_t *c, const char *ns, const char *shard, uint32_
 /* cat_databases.c: deletes a collection's rows (collection, chunks, zones). */
 int cat_coll_delete_locked(cat_t *c, const char *ns, ms_error_t *err);
 /* cat_chunks.c */
+/* The whole tiling of ns: O(chunks), for shardCollection and the tests. */
 int cat_tiling_check_locked(cat_t *c, const char *ns, ms_error_t *err);
 void cat_tiling_assert_locked(cat_t *c, const char *ns);  /* our invariant: aborts when broken */
+/* A chunk version (lastmod) within one collection generation. */
+typedef struct cat_lastmod {
+    uint32_t major, minor;
+} cat_lastmod_t;
+/* The tiling around one changed range [lo, hi) (encoded bounds): the chunks in it follow
+ * one another from lo to hi, the chunk before ends at lo and the chunk after starts at hi
+ * (MinKey and MaxKey at the ends); with above, every chunk in the range is newer than it.
+ * O(log n + chunks in the range). InternalError named by MongoDB's inconsistency type. */
+int cat_tiling_check_range_locked(cat_t *c, const char *ns, const keys_pattern_t *p,
+                                  const buf_t *lo, const buf_t *hi, const cat_lastmod_t *above,
+                                  ms_error_t *err);
+/* Before a change: the stored chunks around [lo, hi) are corrupt → the change is refused
+ * (logged; the error says to run checkMetadataConsistency). */
+int cat_tiling_refuse_locked(cat_t *c, const char *ns, const keys_pattern_t *p, const buf_t *lo,
+                             const buf_t *hi, ms_error_t *err);
+/* After a change's writes, before COMMIT: a fault is ours (the range was sound before) —
+ * aborts. */
+void cat_tiling_assert_range_locked(cat_t *c, const char *ns, const keys_pattern_t *p,
+                                    const buf_t *lo, const buf_t *hi, const cat_lastmod_t *above);
 /* History array [{validAfter, shard}] into arr_out (initialised here). */
 void cat_history_one(bson_t *arr_out, cat_ts_t valid_after, const char *shard);
 int cat_chunk_insert_locked(cat_t *c, const char *ns, const uint8_t uuid[16], const bson_oid_t *id,

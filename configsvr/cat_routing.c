@@ -54,7 +54,7 @@ static int routing_locked(cat_t *c, const char *ns, const cat_version_t *since, 
     cat_version_t cv;
     bson_t arr;
     bool full;
-    int rc, s, i = 0;
+    int rc, s = SQLITE_DONE, i = 0;
     rc = cat_coll_get_locked(c, ns, &coll, err);
     if (rc) return rc;
     bson_oid_copy(&coll.epoch, &cv.epoch);
@@ -73,19 +73,19 @@ static int routing_locked(cat_t *c, const char *ns, const cat_version_t *since, 
     cat_version_append(reply, "collectionVersion", &cv);
     /* Incremental: the chunks with lastmod >= sinceVersion.v (MongoDB's refresh query),
      * which include every chunk created or changed since. */
-    rc = cat_sql_prep(c, full ? "SELECT " CHUNK_COLS " FROM chunks WHERE ns = ? ORDER BY min_enc"
-                         : "SELECT " CHUNK_COLS " FROM chunks WHERE ns = ? AND"
-                           " (major > ? OR (major = ? AND minor >= ?)) ORDER BY min_enc",
+    rc = cat_sql_prep(c, full ? "SELECT " CHUNK_COLS " FROM chunks WHERE ns = ?1 ORDER BY min_enc"
+                         : CAT_SQL_ROUTING_SINCE,
                  &st, err);
     if (rc) goto out;
     cat_bind_text(st, 1, ns);
     if (!full) {
         sqlite3_bind_int64(st, 2, since->major);
-        sqlite3_bind_int64(st, 3, since->major);
-        sqlite3_bind_int64(st, 4, since->minor);
+        sqlite3_bind_int64(st, 3, since->minor);
     }
     bson_append_array_begin(reply, "chunks", -1, &arr);
-    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+    /* Stop as soon as the table cannot fit one message: a full table of a million chunks
+     * would otherwise be built whole (90 MB) under the catalog lock, only to be refused. */
+    while (arr.len <= MS_MSG_BYTES_MAX && (s = sqlite3_step(st)) == SQLITE_ROW) {
         char idx[16];
         bson_t d, b;
         snprintf(idx, sizeof idx, "%d", i++);
@@ -101,11 +101,11 @@ static int routing_locked(cat_t *c, const char *ns, const cat_version_t *since, 
         bson_append_document_end(&arr, &d);
     }
     bson_append_array_end(reply, &arr);
-    if (s != SQLITE_DONE) rc = err_from_sqlite(err, s, "routing table", c->db);
-    else if (reply->len > MS_MSG_BYTES_MAX)
+    if (s != SQLITE_DONE && s != SQLITE_ROW) rc = err_from_sqlite(err, s, "routing table", c->db);
+    else if (s == SQLITE_ROW || reply->len > MS_MSG_BYTES_MAX)
         rc = err_set(err, MS_ERR_BSON_OBJECT_TOO_LARGE,
-                     "routing table of %s is %u bytes, over the %d-byte message limit", ns,
-                     reply->len, MS_MSG_BYTES_MAX);
+                     "routing table of %s is over the %d-byte message limit (%d chunks read)",
+                     ns, MS_MSG_BYTES_MAX, i);
 out:
     sqlite3_finalize(st);
     cat_coll_free(&coll);

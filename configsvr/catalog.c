@@ -143,6 +143,9 @@ static const char *const SCHEMA =
     "CREATE UNIQUE INDEX IF NOT EXISTS chunks_ns_min ON chunks(ns, min_enc);"
     "CREATE UNIQUE INDEX IF NOT EXISTS chunks_ns_lastmod ON chunks(ns, major, minor);"
     "CREATE INDEX IF NOT EXISTS chunks_ns_shard_min ON chunks(ns, shard, min_enc);"
+    /* A shard's version (its highest lastmod: every migration commit, merge and refresh
+     * asks) as one index probe, not a sort of the shard's chunks. */
+    "CREATE INDEX IF NOT EXISTS chunks_ns_shard_lastmod ON chunks(ns, shard, major, minor);"
     "CREATE INDEX IF NOT EXISTS chunks_shard ON chunks(shard);"
     "CREATE TABLE IF NOT EXISTS tags ("
     "  id BLOB PRIMARY KEY, ns TEXT NOT NULL, min BLOB NOT NULL, max BLOB NOT NULL,"
@@ -236,6 +239,7 @@ out:
 
 void cat_close(cat_t *c) {
     if (!c) return;
+    sqlite3_finalize(c->chunk_insert);
     if (c->db) sqlite3_close(c->db);
     pthread_mutex_destroy(&c->mu);
     free(c);

@@ -29,6 +29,8 @@ import threading
 import time
 import traceback
 
+from catalog_check import tiling_faults
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("MS_BIN") or os.path.join(ROOT, "bin")   # make SAN=... points it at the sanitizer build
 SHARDCTL = os.path.join(BIN, "shardctl")
@@ -353,6 +355,17 @@ class Ctx:
         self.name = name
         self.dir = tempfile.mkdtemp(prefix="ms-it-%s-" % name)
         self.procs = []
+        self.catalog_corrupted = False  # set by a test that breaks config.chunks on purpose
+
+    def check_catalogs(self):
+        """The whole chunk tiling of every config server's catalog (catalog_check.py), once
+        a test has passed: the daemons check only the ranges they change."""
+        if self.catalog_corrupted:
+            return
+        for p in self.procs:
+            if os.path.basename(p.argv[0]) == "configsvr":
+                faults = tiling_faults(os.path.join(p.dbpath, "config.db"))
+                assert not faults, "%s: chunks do not tile: %s" % (p.name, "; ".join(faults[:5]))
 
     def _daemon(self, binary, name, extra, port=None, test_commands=True):
         port = port or free_ports(1)[0]
@@ -449,6 +462,7 @@ def main():
         start = time.monotonic()
         try:
             fn(ctx)
+            ctx.check_catalogs()
             ok = True
         except Exception as e:
             print("not ok %s: %s" % (fn.__name__, e), flush=True)

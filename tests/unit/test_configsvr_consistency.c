@@ -160,5 +160,162 @@ static void test_hidden_sharded_collection(void) {
     cat_close(c);
 }
 
-T_MAIN(T_CASE(test_healthy_catalog_lists_owners), T_CASE(test_broken_chunks_give_mongodb_types),
+/* ---- the local tiling check of a change ------------------------------------------------ */
+
+#define LOCAL_N 16
+
+/* ns sharded on {h: "hashed"} with LOCAL_N chunks: 0..11 on shard0, 12.. on shard1; the
+ * bounds into b (LOCAL_N + 1, caller destroys), the generation into *coll. */
+static void local_coll(cat_t *c, const char *ns, bson_t *b, cat_coll_t *coll) {
+    keys_pattern_t p;
+    bson_t *key = J("{\"h\": \"hashed\"}");
+    cat_chunk_plan_t plan[LOCAL_N];
+    ms_error_t e = {0};
+    memset(&p, 0, sizeof p);
+    memset(coll, 0, sizeof *coll);
+    CHECK_INT(keys_pattern_parse(key, &p, &e), 0);
+    cat_hashed_initial_bounds(&p, LOCAL_N, b);
+    for (int i = 0; i < LOCAL_N; i++) plan[i] = (cat_chunk_plan_t){&b[i], &b[i + 1], i < 12 ? "shard0" : "shard1"};
+    snprintf(coll->ns, sizeof coll->ns, "%s", ns);
+    bson_copy_to(key, &coll->key);
+    bson_oid_init(&coll->epoch, NULL);
+    CHECK_INT(cat_next_ts(c, &coll->ts, &e), 0);
+    cat_uuid_new(coll->uuid);
+    CHECK_INT(cat_coll_create(c, coll, plan, LOCAL_N, &e), 0);
+    keys_pattern_free(&p);
+    bson_destroy(key);
+}
+
+/* Splits chunk i ([b[i], b[i+1])) of ns at its hashed midpoint (i < LOCAL_N - 1). */
+static int split_mid(cat_t *c, const char *ns, const bson_t *b, int i, ms_error_t *e) {
+    bson_iter_t lo, hi;
+    bson_t mid = BSON_INITIALIZER;
+    CHECK(bson_iter_init_find(&lo, &b[i], "h") && bson_iter_init_find(&hi, &b[i + 1], "h"));
+    int64_t h = bson_iter_int64(&hi);  /* chunk 0 starts at MinKey: split just below its max */
+    BSON_APPEND_INT64(&mid, "h", BSON_ITER_HOLDS_INT64(&lo) ? bson_iter_int64(&lo) / 2 + h / 2 : h - 1000);
+    const bson_t *pts[] = {&mid};
+    int rc = cat_chunk_split(c, ns, &b[i], &b[i + 1], pts, 1, NULL, e);
+    bson_destroy(&mid);
+    return rc;
+}
+
+/* Moves chunk i of ns (at version (1, i), as created) from shard0 to shard1. */
+static int move_chunk(cat_t *c, const cat_coll_t *coll, const bson_t *b, int i, ms_error_t *e) {
+    cat_mig_commit_t m;
+    cat_version_t donor;
+    memset(&m, 0, sizeof m);
+    m.ns = coll->ns;
+    m.from = "shard0";
+    m.to = "shard1";
+    m.min = &b[i];
+    m.max = &b[i + 1];
+    m.chunk_major = 1;
+    m.chunk_minor = (uint32_t)i;
+    bson_oid_copy(&coll->epoch, &m.epoch);
+    m.ts = coll->ts;
+    return cat_migration_commit(c, &m, &donor, e);
+}
+
+/* Chunks of ns whose min is chunk i's min (1 when it is intact). */
+static int64_t rows_at(cat_t *c, const bson_t *b, int i) {
+    int64_t n = -1;
+    sqlite3_stmt *st = NULL;
+    CHECK_INT(sqlite3_prepare_v2(c->db, "SELECT count(*) FROM chunks WHERE ns = 'app.t' AND min = ?", -1,
+                                 &st, NULL), SQLITE_OK);
+    sqlite3_bind_blob(st, 1, bson_get_data(&b[i]), (int)b[i].len, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) == SQLITE_ROW) n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return n;
+}
+
+/* A gap and an overlap written into config.chunks by hand: a split, a merge or a commit
+ * whose range touches one is refused (InternalError naming the inconsistency, nothing
+ * written); one far from both succeeds — the local check does not see them — and
+ * checkMetadataConsistency reports both. */
+static void test_local_check_refuses_corrupt_neighbour(void) {
+    cat_t *c = tcat_open("cm", NULL, 0);
+    ms_error_t e = {0};
+    bool created;
+    bson_t b[LOCAL_N + 1];
+    cat_coll_t coll;
+    tcat_add_shards(c, 2);
+    CHECK_INT(cat_db_ensure(c, "app", "shard0", &created, NULL, &e), 0);
+    local_coll(c, "app.t", b, &coll);
+    /* a gap: chunk 1 gone (chunks 0 and 2 no longer meet); an overlap: chunk 9 stretched
+     * over chunk 10 */
+    sql(c, "DELETE FROM chunks WHERE ns = 'app.t' AND min_enc = (SELECT min_enc FROM chunks"
+           " WHERE ns = 'app.t' ORDER BY min_enc LIMIT 1 OFFSET 1)");
+    sql(c, "UPDATE chunks SET max = (SELECT max FROM chunks WHERE ns = 'app.t' ORDER BY min_enc"
+           " LIMIT 1 OFFSET 9), max_enc = (SELECT max_enc FROM chunks WHERE ns = 'app.t'"
+           " ORDER BY min_enc LIMIT 1 OFFSET 9) WHERE ns = 'app.t' AND min_enc = (SELECT min_enc"
+           " FROM chunks WHERE ns = 'app.t' ORDER BY min_enc LIMIT 1 OFFSET 8)");
+
+    /* next to the gap: chunk 2 (above it) and chunk 0 (below it) */
+    CHECK_INT(split_mid(c, "app.t", b, 2, &e), MS_ERR_INTERNAL);
+    CHECK_MSG(strstr(e.msg, "RoutingTableRangeGap") != NULL, "%s", e.msg);
+    CHECK_INT(split_mid(c, "app.t", b, 0, &e), MS_ERR_INTERNAL);
+    CHECK_INT(cat_chunk_merge(c, "app.t", &b[2], &b[4], NULL, &e), MS_ERR_INTERNAL);
+    CHECK_INT(move_chunk(c, &coll, b, 2, &e), MS_ERR_INTERNAL);
+    /* next to the overlap: chunk 10 (its lower neighbour reaches into it) */
+    CHECK_INT(split_mid(c, "app.t", b, 10, &e), MS_ERR_INTERNAL);
+    CHECK_MSG(strstr(e.msg, "RoutingTableRangeOverlap") != NULL, "%s", e.msg);
+    CHECK_INT(cat_chunk_merge(c, "app.t", &b[10], &b[12], NULL, &e), MS_ERR_INTERNAL);
+    CHECK_INT(move_chunk(c, &coll, b, 10, &e), MS_ERR_INTERNAL);
+    /* nothing written by the refusals */
+    CHECK_INT((int)rows_at(c, b, 2), 1);
+    CHECK_INT((int)rows_at(c, b, 3), 1);
+    CHECK_INT((int)rows_at(c, b, 10), 1);
+    CHECK_INT((int)rows_at(c, b, 11), 1);
+
+    /* far from both: chunks 4..6 */
+    CHECK_INT(split_mid(c, "app.t", b, 4, &e), 0);
+    CHECK_INT(cat_chunk_merge(c, "app.t", &b[4], &b[5], NULL, &e), 0);
+    CHECK_INT(move_chunk(c, &coll, b, 6, &e), 0);
+    CHECK_INT(cat_verify_tiling(c, "app.t", &e), MS_ERR_INTERNAL);  /* the test-time check */
+
+    /* checkMetadataConsistency finds both, wherever they are */
+    bson_t found = BSON_INITIALIZER;
+    cat_cm_coll_t *v = NULL;
+    int nfound = 0, n = 0;
+    CHECK_INT(cat_cm_check(c, "app", "app.t", &found, &nfound, &v, &n, &e), 0);
+    CHECK_INT(nfound, 2);
+    CHECK_STR(found_type(&found, 0, NULL), "RoutingTableRangeGap");
+    CHECK_STR(found_type(&found, 1, NULL), "RoutingTableRangeOverlap");
+    cat_cm_colls_free(v, n);
+    bson_destroy(&found);
+    for (int i = 0; i <= LOCAL_N; i++) bson_destroy(&b[i]);
+    cat_coll_free(&coll);
+    cat_close(c);
+}
+
+/* Each hot query of config.chunks (cat_priv.h's CAT_HOT_CHUNK_SQL) is a search of the
+ * index named beside it: no full scan of the table, no sort of the collection's chunks. The incremental refresh
+ * sorts its few changed rows by min; that sort is over the rows the lastmod index found. */
+static void test_hot_queries_use_indexes(void) {
+    cat_t *c = tcat_open("cm", NULL, 0);
+    static const struct {
+        const char *sql, *index;
+    } hot[] = CAT_HOT_CHUNK_SQL;
+    for (size_t i = 0; i < sizeof hot / sizeof hot[0]; i++) {
+        char q[1200], plan[2000] = "", want[128];
+        sqlite3_stmt *st = NULL;
+        snprintf(q, sizeof q, "EXPLAIN QUERY PLAN %s", hot[i].sql);
+        snprintf(want, sizeof want, "INDEX %s (", hot[i].index);
+        CHECK_MSG(sqlite3_prepare_v2(c->db, q, -1, &st, NULL) == SQLITE_OK, "%s: %s", hot[i].sql,
+                  sqlite3_errmsg(c->db));
+        while (st && sqlite3_step(st) == SQLITE_ROW) {
+            size_t len = strlen(plan);
+            snprintf(plan + len, sizeof plan - len, "%s; ", (const char *)sqlite3_column_text(st, 3));
+        }
+        sqlite3_finalize(st);
+        bool sorted_since = strcmp(hot[i].sql, CAT_SQL_ROUTING_SINCE) == 0;
+        CHECK_MSG(strstr(plan, want) != NULL, "%s: %s", hot[i].sql, plan);
+        CHECK_MSG(strstr(plan, "SCAN") == NULL, "%s: %s", hot[i].sql, plan);
+        CHECK_MSG(sorted_since || strstr(plan, "TEMP B-TREE") == NULL, "%s: %s", hot[i].sql, plan);
+    }
+    cat_close(c);
+}
+
+T_MAIN(T_CASE(test_local_check_refuses_corrupt_neighbour), T_CASE(test_hot_queries_use_indexes),
+       T_CASE(test_healthy_catalog_lists_owners), T_CASE(test_broken_chunks_give_mongodb_types),
        T_CASE(test_hidden_sharded_collection))
