@@ -292,10 +292,12 @@ static void backoff(mig_donor_t *d, int ms) {
  * budget at the rate it has been applying them (MongoDB waits for zero or for < 10 % of
  * the chunk size: minishard bounds the pause instead). Aborts when the recipient fails,
  * the capture overflows, or writes keep its catch-up from converging within
- * --migration-catchup-timeout-ms. */
+ * --migration-catchup-timeout-ms, counted from the end of the clone (the clone itself has
+ * MS_MIG_CLONE_TIMEOUT_MS). */
 static int step_clone(mig_donor_t *d, ms_error_t *err) {
     mig_t *m = d->m;
     long long start = time_mono_ms(), last_t = start;
+    long long catchup_start = 0;   /* when the clone was first found done: the catch-up's clock */
     int64_t last_applied = 0;
     double rate_per_ms = 0;   /* mods the recipient applies per ms (smoothed) */
     for (int iter = 0;; iter++) {
@@ -330,6 +332,7 @@ static int step_clone(mig_donor_t *d, ms_error_t *err) {
         bool sess_ready = d->sess_caught_up;
         pthread_mutex_unlock(&d->mu);
         if (cloned && sess_ready && (steady || catchup)) {
+            if (catchup_start == 0) catchup_start = now;
             int64_t ndel, nrel, bytes;
             mig_cloner_pending(d, &ndel, &nrel, &bytes);
             int64_t pending = ndel + nrel;
@@ -341,12 +344,12 @@ static int step_clone(mig_donor_t *d, ms_error_t *err) {
                          m->write_pause_budget_ms);
                 return 0;
             }
-            if (now - start > m->catchup_timeout_ms)
+            if (now - catchup_start > m->catchup_timeout_ms)
                 return err_set(err, MS_ERR_EXCEEDED_TIME_LIMIT,
                                "migration could not converge: %lld writes still pending after "
-                               "%lld ms of step 3, clone (writes outpace the recipient's catch-up at "
-                               "%.2f/ms)",
-                               (long long)pending, now - start, rate_per_ms);
+                               "%lld ms of catch-up in step 3, clone (writes outpace the "
+                               "recipient's catch-up at %.2f/ms)",
+                               (long long)pending, now - catchup_start, rate_per_ms);
         } else if (now - start > MS_MIG_CLONE_TIMEOUT_MS) {
             return err_set(err, MS_ERR_EXCEEDED_TIME_LIMIT, "migration clone took longer than %d ms",
                            MS_MIG_CLONE_TIMEOUT_MS);
