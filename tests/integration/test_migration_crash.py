@@ -53,6 +53,9 @@ def settled(cfg, shards, routers_client):
     def ok():
         for s in shards:
             if not s.alive():
+                # A crash point late in the recipient (steps 6 and 7 run after the donor's
+                # commit) can fire after moveChunk answered: bring that shard back too.
+                s.start()
                 return False
             sc = s.client(timeout_ms=5000)
             try:
