@@ -66,12 +66,13 @@ static const tour_step_text_t step_texts[TOUR_STEPS] = {
      "MigrationSourceManager::startClone: moveChunk.start in the changelog; the MigrationCoordinator's\n"
      "document (config.migrationCoordinators) and a pending range-deletion task\n"
      "(config.rangeDeletions) persisted in one transaction; the write capture on; then\n"
-     "_recvChunkStart to the recipient, which persists its own pending task.",
+     "_recvChunkStart to the recipient, whose migrate thread persists its own pending task first.",
      "the coordinator document is the migration's memory: if the donor dies from here on, its\n"
      "recovery reads it, asks the config server who owns the chunk and finishes either way.\n"
      "Without it, documents half-copied to the recipient would be orphans nobody deletes.",
      "the coordinator document appears on the donor; a pending task on each shard (the range\n"
-     "each would clean if the move fails); writes still succeed, and are captured."},
+     "each would clean if the move fails; the recipient's thread writes its own as its first act,\n"
+     "so it can appear a moment after this hold); writes still succeed, and are captured."},
     {"clone", "clone",
      "cloning: the recipient's MigrationDestinationManager pulls the documents with _migrateClone,\n"
      "then the writes made meanwhile with _transferMods (recipient: clone, catchup, steady);\n"

@@ -2,9 +2,10 @@
  * mig_recipient.c — the recipient side of a chunk migration, run by bin/shardd (notes
  * §1.4–1.5; MongoDB's MigrationDestinationManager).
  *
- * `_recvChunkStart` persists this shard's own pending range-deletion task for the range
- * (so a crash or an abort can never leave copied documents behind unnoticed), then starts
- * the migrate thread, whose states `_recvChunkStatus` reports:
+ * `_recvChunkStart` starts the migrate thread, whose first act (after overlapping range
+ * deletions here are gone) persists this shard's own pending range-deletion task for the
+ * range, so a crash or an abort can never leave copied documents behind unnoticed; its
+ * states `_recvChunkStatus` reports:
  *   ready → clone → catchup → steady → commitStart → done, or fail / abort.
  * Timed steps (moveChunk.to), each followed by migrateThreadHangAtStepN (a hold there
  * counts in step N's time; currentOp's heldAt names the point while one holds the thread):
