@@ -514,6 +514,15 @@ def test_named_paths_exist(t):
     assert not bad, "paths named that do not exist:\n  " + "\n  ".join(bad)
 
 
+@test
+def test_diagrams_are_regenerated(t):
+    """docs/img/*.svg are what scripts/diagrams.py draws now: a change to the drawing (or a
+    hand edit of an SVG) without regenerating fails here."""
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagrams.py"), "--check"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
 # The runner checked on a page written here: each way a doc can be wrong must fail it.
 SELF_DOC = """\
 text
