@@ -15,10 +15,8 @@
 #include "tests/unit/t.h"
 #include "tests/unit/t_rtable.h"
 
-/* A table over {x: 1} (or hashed) with chunks [Min,0) s0, [0,100) s1, [100,Max) s2. */
-static rt_table_t *make_table(bool hashed) {
-    static const ch_t chunks[] = {
-        {MINK, 0, "s0", 1, 0}, {0, 100, "s1", 1, 1}, {100, MAXK, "s2", 1, 2}};
+/* A table over {x: 1} (or hashed) with the n chunks given. */
+static rt_table_t *table_from(const ch_t *chunks, int n, bool hashed) {
     rt_table_t *t = mem_calloc_aligned(1, sizeof *t);   /* holds a bson_t */
     bson_t reply;
     bson_oid_t epoch;
@@ -27,11 +25,18 @@ static rt_table_t *make_table(bool hashed) {
     atomic_init(&t->refs, 1);
     t->sharded = true;
     bson_oid_init(&epoch, NULL);
-    reply_of_key(&reply, hashed, &epoch, 1, true, chunks, 3);
+    reply_of_key(&reply, hashed, &epoch, 1, true, chunks, n);
     CHECK_INT(rtable_from_reply(&reply, NULL, &t->rt, &need_full, &err), 0);
     CHECK(!need_full);
     bson_destroy(&reply);
     return t;
+}
+
+/* A table over {x: 1} (or hashed) with chunks [Min,0) s0, [0,100) s1, [100,Max) s2. */
+static rt_table_t *make_table(bool hashed) {
+    static const ch_t chunks[] = {
+        {MINK, 0, "s0", 1, 0}, {0, 100, "s1", 1, 1}, {100, MAXK, "s2", 1, 2}};
+    return table_from(chunks, 3, hashed);
 }
 
 static uint64_t mask_of(rt_table_t *t, const char *json, bool *point) {
@@ -175,17 +180,7 @@ static rt_table_t *random_table(int n, int nsh, int64_t step) {
         c[i] = (ch_t){i == 0 ? MINK : (int64_t)i * step, i == n - 1 ? MAXK : (int64_t)(i + 1) * step,
                       names[owner], 1, (uint32_t)i};
     }
-    rt_table_t *t = mem_calloc_aligned(1, sizeof *t);
-    bson_t reply;
-    bson_oid_t epoch;
-    bool need_full;
-    ms_error_t err = {0};
-    atomic_init(&t->refs, 1);
-    t->sharded = true;
-    bson_oid_init(&epoch, NULL);
-    reply_of_key(&reply, false, &epoch, 1, true, c, n);
-    CHECK_INT(rtable_from_reply(&reply, NULL, &t->rt, &need_full, &err), 0);
-    bson_destroy(&reply);
+    rt_table_t *t = table_from(c, n, false);
     free(c);
     return t;
 }
