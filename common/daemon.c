@@ -5,6 +5,7 @@
  */
 #include "common/daemon.h"
 
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,12 +13,27 @@
 #include "common/log.h"
 #include "common/rpc.h"
 
+/* Large buffers (a routing-table reply or batch, a bulk write) from mmap, unmapped when
+ * freed; free memory at the top of a heap past DAEMON_TRIM_BYTES given back. glibc starts
+ * with thresholds like these but raises them as it sees large buffers freed (up to 32 and
+ * 64 MB), after which every worker thread's arena keeps its last large buffer resident:
+ * a config server that had answered 14 refreshes of a 100,000-chunk table held 17 MB per
+ * thread, 1.6 KB per chunk, with 3 MB in use. Setting them keeps them fixed. */
+#define DAEMON_MMAP_BYTES (256 * 1024)
+#define DAEMON_TRIM_BYTES (1024 * 1024)
+
+static void malloc_setup(void) {
+    mallopt(M_MMAP_THRESHOLD, DAEMON_MMAP_BYTES);
+    mallopt(M_TRIM_THRESHOLD, DAEMON_TRIM_BYTES);
+}
+
 int daemon_parse(daemon_t *d, const char *process, int port_default, int argc, char **argv,
                  const flag_spec_t *own, const char *usage) {
     flag_spec_t specs[DAEMON_OWN_FLAGS_MAX + 9];
     int n = 0;
 
     cmd_block_signals();  /* before any thread starts: they all inherit the mask */
+    malloc_setup();       /* before any thread has an arena */
     memset(d, 0, sizeof *d);
     d->process = process;
     d->port = port_default;

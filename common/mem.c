@@ -1,9 +1,10 @@
 /*
- * mem.c — the aligned allocator for structs that hold a bson_t (see mem.h). Used by
- * every process.
+ * mem.c — the aligned allocator for structs that hold a bson_t, and giving freed memory
+ * back after large operations (see mem.h). Used by every process.
  */
 #include "common/mem.h"
 
+#include <malloc.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,4 +21,8 @@ void *mem_calloc_aligned(size_t n, size_t size) {
     p = aligned_alloc(MEM_ALIGN_BYTES, rounded);
     if (p) memset(p, 0, rounded);
     return p;
+}
+
+void mem_trim_after(size_t n) {
+    if (n >= MEM_TRIM_ITEMS) malloc_trim(0);
 }

@@ -1,6 +1,6 @@
 /*
  * mem.h — the one allocator for heap blocks that hold a bson_t or bson_iter_t by
- * value. Used by every process.
+ * value, and giving freed memory back after large operations. Used by every process.
  *
  * libbson declares bson_t and bson_iter_t 128-byte aligned, and the compiler may rely
  * on it; malloc and calloc only promise 16 bytes (UBSan reports every access through
@@ -24,5 +24,13 @@ _Static_assert(_Alignof(bson_iter_t) <= MEM_ALIGN_BYTES, "bson_iter_t needs a la
 /* n zeroed elements of size bytes, MEM_ALIGN_BYTES-aligned; released with free().
  * NULL when out of memory or when n * size overflows. */
 void *mem_calloc_aligned(size_t n, size_t size);
+
+/* After an operation that allocated and freed small pieces per chunk (or per item) for n
+ * of them: at n >= MEM_TRIM_ITEMS, gives the freed heap pages back to the system. Small
+ * frees leave holes between what stays allocated that the allocator keeps resident (at
+ * 100,000 chunks 20-25 MB in a router, a shard or the config server); malloc_trim
+ * releases whole free pages, at a cost of one pass over the free lists. */
+#define MEM_TRIM_ITEMS 4096
+void mem_trim_after(size_t n);
 
 #endif

@@ -14,6 +14,7 @@
 
 #include "common/buf.h"
 #include "common/log.h"
+#include "common/mem.h"
 
 void cat_coll_from_row(sqlite3_stmt *st, cat_coll_t *out) {
     bson_t key;
@@ -235,6 +236,7 @@ out:
     bson_destroy(&gmin_doc);
     bson_destroy(&gmax_doc);
     keys_pattern_free(&p);
+    mem_trim_after((size_t)n);   /* the encoded bounds, the statements' rows */
     return rc;
 }
 

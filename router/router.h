@@ -164,9 +164,11 @@ int rt_target_doc(const rt_table_t *t, const bson_t *doc, int *shard, ms_error_t
  * fixes the whole shard key (equality on every field). Never empty for a sharded table. */
 int rt_target_filter(const rt_table_t *t, const bson_t *filter, uint64_t *mask, bool *point,
                      ms_error_t *err);
-/* The chunks (indexes of t's chunks) a filter may touch, as rt_target_filter chooses them:
- * marks[i] set for each (marks holds t->rt.nchunks entries; cleared first). */
-int rt_target_chunks(const rt_table_t *t, const bson_t *filter, bool *marks, ms_error_t *err);
+/* The chunks a filter may touch, as rt_target_filter chooses them: visit(arg, i, chunk)
+ * once for each, in key order (i: the index in t's table). Costs O(chunks chosen + log n). */
+typedef void (*rt_chunk_visit_fn)(void *arg, int i, const rtable_chunk_t *c);
+int rt_target_chunks(const rt_table_t *t, const bson_t *filter, rt_chunk_visit_fn visit,
+                     void *arg, ms_error_t *err);
 /* True when the filter has an exact equality on _id (not an operator document). */
 bool rt_filter_has_exact_id(const bson_t *filter);
 

@@ -520,25 +520,31 @@ static const buf_t *chunk_hi(const rtable_t *rt, int i) {
     return i + 1 >= rt->nchunks ? &none : &rtable_chunk(rt, i + 1)->min;
 }
 
+/* What mw_start's walk over the chosen chunks keeps: pieces of the shards in keep. */
+typedef struct mw_walk {
+    mwrite_t *mw;
+    const wtarget_t *w;
+    uint64_t keep;
+} mw_walk_t;
+
+static void mw_visit(void *arg, int i, const rtable_chunk_t *c) {
+    mw_walk_t *k = arg;
+    int bit = k->w->bit_of[c->shard];
+    if (!(k->keep & (1ull << bit))) return;
+    const rtable_t *rt = &k->w->t->rt;
+    const buf_t *lo = chunk_lo(rt, i), *hi = chunk_hi(rt, i);
+    mw_add(k->mw, lo->data, lo->len, hi->data, hi->len, bit);
+}
+
 /* The pieces of an op partly applied in the attempt that used w's table: the chunks the
  * filter q may touch there whose owner is in keep (name bits: the shards that did not
- * apply it). */
+ * apply it). Walks only the chunks the filter chooses (each needs its owner). */
 static int mw_start(mwrite_t *mw, const wtarget_t *w, const bson_t *q, uint64_t keep,
                     ms_error_t *err) {
-    const rtable_t *rt = &w->t->rt;
-    bool *marks = calloc((size_t)rt->nchunks + 1, sizeof *marks);
-    ASSERT(marks);
     mw_clear(mw);
-    rtable_coll_version(rt, &mw->genv);
-    int rc = rt_target_chunks(w->t, q, marks, err);
-    for (int i = 0; rc == 0 && i < rt->nchunks; i++) {
-        int bit = w->bit_of[rtable_chunk(rt, i)->shard];
-        if (!marks[i] || !(keep & (1ull << bit))) continue;
-        const buf_t *lo = chunk_lo(rt, i), *hi = chunk_hi(rt, i);
-        mw_add(mw, lo->data, lo->len, hi->data, hi->len, bit);
-    }
-    free(marks);
-    return rc;
+    rtable_coll_version(&w->t->rt, &mw->genv);
+    mw_walk_t k = {.mw = mw, .w = w, .keep = keep};
+    return rt_target_chunks(w->t, q, mw_visit, &k, err);
 }
 
 /* Cuts the pieces at w's table's chunk boundaries and assigns each to its owner there. */
