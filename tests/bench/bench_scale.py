@@ -43,7 +43,7 @@ Slope, from the ratio r = figure(largest) ÷ figure(2,000) and the growth g = la
 proportional to log n gives, with the same 1.5 allowance for noise); linear otherwise.
 The exponent e = ln r ÷ ln g is printed too (0 flat, 1 linear, above 1 worse). Memory
 per chunk is a ratio too: flat there means memory proportional to the chunk count.
-Env: SCALE_MAX=N (largest size; sizes above it are skipped), SCALE_REPS (default 5),
+Env: SCALE_MAX=N (largest size; sizes above it are skipped), SCALE_REPS (default 7),
 SCALE_SHARDS (default 4), SCALE_SHARDS_MAX (default 16).
 Prints a table, then one line BENCH_JSON {"scale": {...}}. Asserts nothing on time.
 """
@@ -67,7 +67,7 @@ NS = DB + "." + COLL
 BASE = 2000
 GOAL_SIZES = [BASE, 100000, 1000000]
 SCALE_MAX = int(os.environ.get("SCALE_MAX", "1000000"))
-REPS = int(os.environ.get("SCALE_REPS", "5"))
+REPS = int(os.environ.get("SCALE_REPS", "7"))
 SHARDS = int(os.environ.get("SCALE_SHARDS", "4"))
 SHARDS_MAX = int(os.environ.get("SCALE_SHARDS_MAX", "16"))
 WARM_REPS = 30
@@ -140,7 +140,7 @@ class Size:
         i = len(self.cl.shards)
         s = self.ctx.shardd("shard%d" % i, extra=SHARD_FLAGS)
         self.cl.shards.append(s)
-        self.r0.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
+        self.cfg.ok({"addShard": s.url, "name": "shard%d" % i, "$db": "admin"})
 
     def create(self):
         """shardCollection with numInitialChunks = n; more shards while the per-shard cap
@@ -148,7 +148,9 @@ class Size:
         cmd = {"shardCollection": NS, "key": {"k": "hashed"}, "numInitialChunks": self.n, "$db": "admin"}
         while True:
             t0 = time.monotonic()
-            r = self.r0.cmd(cmd)
+            # To the config server itself: a router gives up on it after its peer
+            # timeout (20 s), and refreshing every shard at 100,000 chunks takes longer.
+            r = self.cfg.cmd(cmd)
             if r.get("ok") == 1:
                 self.out["create_s"] = round(ms_since(t0) / 1000, 2)
                 self.out["shards"] = len(self.cl.shards)
@@ -329,6 +331,19 @@ def table(results):
     return slopes
 
 
+def marginal_bytes(results):
+    """Bytes each extra chunk costs from the smallest to the largest size: the RSS
+    difference over the chunk difference, without the fixed cost of a first table."""
+    lo, hi = results[0], results[-1]
+    if hi["chunks"] <= lo["chunks"]:
+        return {}
+    out = {k: round((hi["rss_mb_" + k] - lo["rss_mb_" + k]) * 1048576 / (hi["chunks"] - lo["chunks"]))
+           for k in ("config", "router", "shard")}
+    print("B/chunk from %d to %d chunks: config %d, router %d, shard %d" % (
+        lo["chunks"], hi["chunks"], out["config"], out["router"], out["shard"]))
+    return out
+
+
 def sizes_wanted():
     s = sorted({n for n in GOAL_SIZES if n <= SCALE_MAX} | {min(SCALE_MAX, GOAL_SIZES[-1])})
     return [n for n in s if n >= BASE]
@@ -366,11 +381,12 @@ def main():
     print("\nscale: one collection, hashed key pre-split; ms (median of %d), bytes per chunk; "
           "ratio and slope: largest size over %d chunks" % (REPS, BASE))
     slopes = table(results)
+    marginal = marginal_bytes(results)
     total = time.monotonic() - t0
     print("total %.0f s" % total)
     for n, why in skipped.items():
         print("not measured: %d chunks: %s" % (n, why))
-    out = {"sizes": results, "slopes": slopes, "skipped": {str(k): v for k, v in skipped.items()},
+    out = {"sizes": results, "slopes": slopes, "marginal_B_per_chunk": marginal, "skipped": {str(k): v for k, v in skipped.items()},
            "reps": REPS, "total_s": round(total, 1)}
     print("BENCH_JSON " + json.dumps({"scale": out}))
 
