@@ -116,14 +116,16 @@ def log_size(proc):
 
 
 class Size:
-    """One cluster holding NS pre-split into n chunks, and the rows measured on it."""
+    """One cluster holding NS pre-split into n chunks, and the samples of its rows."""
 
     def __init__(self, n):
         self.n = n
         self.ctx = Ctx("scale-%d" % n)
         self.rng = random.Random(n)
         self.out = {"chunks": n}
+        self.samples = {}
         self.cap = None   # (per shard, in all) once the config server refused n
+        self.raw = None
 
     def start(self):
         cl = self.ctx.cluster(shards=SHARDS, routers=2, shard_extra=SHARD_FLAGS, config_extra=CFG_FLAGS)
@@ -154,6 +156,7 @@ class Size:
             if r.get("ok") == 1:
                 self.out["create_s"] = round(ms_since(t0) / 1000, 2)
                 self.out["shards"] = len(self.cl.shards)
+                self.find_ms(0)   # router0 loads the table, outside the rows
                 return None
             m = CAP_RE.search(r.get("errmsg", ""))
             if not m:
@@ -167,6 +170,9 @@ class Size:
             while len(self.cl.shards) < need:
                 self.add_shard()
 
+    def add(self, key, v):
+        self.samples.setdefault(key, []).append(v)
+
     def find_ms(self, key):
         t0 = time.monotonic()
         r = self.raw.call({"find": COLL, "$db": DB, "filter": {"k": key}})
@@ -177,90 +183,80 @@ class Size:
     def warm_find(self):
         return median([self.find_ms(self.rng.randrange(1 << 30)) for _ in range(WARM_REPS)])
 
-    def row_point_and_scatter(self):
-        self.out["point_find_ms"] = self.warm_find()
-        xs = []
-        for _ in range(REPS):
-            t0 = time.monotonic()
-            r = self.raw.call({"count": COLL, "$db": DB, "query": {}})
-            if r.get("ok") != 1:
-                raise AssertionError("count: %s" % r)
-            xs.append(ms_since(t0))
-        self.out["scatter_count_ms"] = median(xs)
+    def rep_point_and_scatter(self):
+        self.add("point_find_ms", self.warm_find())
+        t0 = time.monotonic()
+        r = self.raw.call({"count": COLL, "$db": DB, "query": {}})
+        if r.get("ok") != 1:
+            raise AssertionError("count: %s" % r)
+        self.add("scatter_count_ms", ms_since(t0))
 
-    def row_split_merge(self):
-        splits, merges = [], []
-        for _ in range(REPS):
-            mid = {"k": long(self.rng.randrange(-(1 << 62), 1 << 62))}
-            t0 = time.monotonic()
-            self.cfg.ok({"split": NS, "middle": mid, "$db": "admin"})
-            splits.append(ms_since(t0))
-            before = changelog_last(self.cfg, "split")["before"]
-            t0 = time.monotonic()
-            self.cfg.ok({"mergeChunks": NS, "bounds": [before["min"], before["max"]], "$db": "admin"})
-            merges.append(ms_since(t0))
-        self.out["split_ms"] = median(splits)
-        self.out["merge_ms"] = median(merges)
+    def rep_split_merge(self):
+        mid = {"k": long(self.rng.randrange(-(1 << 62), 1 << 62))}
+        t0 = time.monotonic()
+        self.cfg.ok({"split": NS, "middle": mid, "$db": "admin"})
+        self.add("split_ms", ms_since(t0))
+        before = changelog_last(self.cfg, "split")["before"]
+        t0 = time.monotonic()
+        self.cfg.ok({"mergeChunks": NS, "bounds": [before["min"], before["max"]], "$db": "admin"})
+        self.add("merge_ms", ms_since(t0))
 
     def move_one(self, key):
-        """moveChunk of key's chunk through router1 to the first shard that does not own it."""
+        """moveChunk of key's chunk through router1 to the first shard that does not own
+        it (a move to its owner succeeds without moving: no new moveChunk.from entry)."""
+        seen = len(self.cfg.find_all("changelog", "config", {"what": "moveChunk.from", "ns": NS}))
         for s in self.cl.shards:
-            r = self.r1.cmd({"moveChunk": NS, "find": {"k": key}, "to": s.name, "$db": "admin"})
-            if r.get("ok") == 1:
-                return changelog_last(self.cfg, "moveChunk.from")
-        raise AssertionError("no shard took the chunk of k=%s: %s" % (key, r))
+            self.r1.ok({"moveChunk": NS, "find": {"k": key}, "to": s.name, "$db": "admin"})
+            docs = self.cfg.find_all("changelog", "config", {"what": "moveChunk.from", "ns": NS})
+            if len(docs) > seen:
+                return docs[-1]["details"]
+        raise AssertionError("no shard took the chunk of k=%s" % key)
 
-    def row_moves(self):
-        commits, pauses, incr, incr_log = [], [], [], []
+    def rep_move(self):
         router0 = self.cl.routers[0]
-        for _ in range(REPS):
-            key = self.rng.randrange(1 << 30)
-            # Warm before the move: after it, any request to the donor (whose shard
-            # version changed) is stale, so the first routed op after it must be ours.
-            warm = self.warm_find()
-            d = self.move_one(key)
-            commits.append(num(d.get("step 6 of 6", float("nan"))))
-            pauses.append(num(d.get("writePauseMS", float("nan"))))
-            off = log_size(router0)
-            incr.append(self.find_ms(key) - warm)
-            incr_log.append(last_refresh_ms(router0, off))
-        self.out["commit_step_ms"] = median(commits)
-        self.out["write_pause_ms"] = median(pauses)
-        self.out["incr_refresh_ms"] = median(incr)
-        self.out["incr_refresh_log_ms"] = median(incr_log)
+        key = self.rng.randrange(1 << 30)
+        # Warm before the move: after it, any request to the donor (whose shard version
+        # changed) is stale, so the first routed op after it must be ours.
+        warm = self.warm_find()
+        d = self.move_one(key)
+        self.add("commit_step_ms", num(d.get("step 6 of 6", float("nan"))))
+        self.add("write_pause_ms", num(d.get("writePauseMS", float("nan"))))
+        off = log_size(router0)
+        self.add("incr_refresh_ms", self.find_ms(key) - warm)
+        self.add("incr_refresh_log_ms", last_refresh_ms(router0, off))
 
-    def row_full_refresh(self):
-        xs, logged = [], []
+    def rep_full_refresh(self):
         router0 = self.cl.routers[0]
-        for _ in range(REPS):
-            warm = self.warm_find()
-            self.r0.ok({"flushRouterConfig": 1, "$db": "admin"})
-            off = log_size(router0)
-            xs.append(self.find_ms(self.rng.randrange(1 << 30)) - warm)
-            logged.append(last_refresh_ms(router0, off))
-        self.out["full_refresh_ms"] = median(xs)
-        self.out["full_refresh_log_ms"] = median(logged)
+        warm = self.warm_find()
+        self.r0.ok({"flushRouterConfig": 1, "$db": "admin"})
+        off = log_size(router0)
+        self.add("full_refresh_ms", self.find_ms(self.rng.randrange(1 << 30)) - warm)
+        self.add("full_refresh_log_ms", last_refresh_ms(router0, off))
 
-    def row_balancer(self):
-        xs, why = [], ""
-        for _ in range(REPS):
-            before = len(rounds(self.cfg))
-            self.cfg.ok({"balancerStart": 1, "$db": "admin"})
-            wait_until(lambda: len(rounds(self.cfg)) > before, 300, "a balancer round")
-            d = rounds(self.cfg)[-1]["details"]
-            xs.append(num(d.get("executionTimeMillis", float("nan"))))
-            why = d.get("why", "")
-            self.cfg.ok({"balancerStop": 1, "$db": "admin"})
-        self.out["balancer_round_ms"] = median(xs)
-        self.out["balancer_round_why"] = why
-        ys = []
-        for _ in range(REPS):
-            t0 = time.monotonic()
-            self.cfg.ok({"balancerExplain": NS, "$db": "admin"})
-            ys.append(ms_since(t0))
-        self.out["explain_ms"] = median(ys)
+    def rep_balancer(self):
+        before = len(rounds(self.cfg))
+        self.cfg.ok({"balancerStart": 1, "$db": "admin"})
+        wait_until(lambda: len(rounds(self.cfg)) > before, 300, "a balancer round")
+        d = rounds(self.cfg)[-1]["details"]
+        self.add("balancer_round_ms", num(d.get("executionTimeMillis", float("nan"))))
+        self.out["balancer_round_why"] = d.get("why", "")
+        self.cfg.ok({"balancerStop": 1, "$db": "admin"})
+        t0 = time.monotonic()
+        self.cfg.ok({"balancerExplain": NS, "$db": "admin"})
+        self.add("explain_ms", ms_since(t0))
 
-    def row_memory(self):
+    def rep(self):
+        """One repetition of every row."""
+        self.rep_point_and_scatter()
+        self.rep_split_merge()
+        self.rep_move()
+        self.rep_full_refresh()
+        self.rep_balancer()
+
+    def finish(self):
+        """Medians of the samples, then the memory rows (after every row ran)."""
+        for k, xs in self.samples.items():
+            self.out[k] = median(xs)
         cl = self.cl
         now = {"config": rss_kb(cl.config.pid), "router": rss_kb(cl.routers[0].pid),
                "shard": rss_kb(cl.shards[0].pid)}
@@ -268,29 +264,11 @@ class Size:
             self.out["B_per_chunk_" + k] = (now[k] - self.idle[k]) * 1024.0 / self.n
             self.out["rss_mb_" + k] = round(now[k] / 1024.0, 1)
 
-    def run(self):
-        t0 = time.monotonic()
-        try:
-            self.start()
-            why = self.create()
-            if why:
-                return why
-            self.row_point_and_scatter()
-            self.row_split_merge()
-            self.row_moves()
-            self.row_full_refresh()
-            self.row_balancer()
-            self.row_memory()
-            self.out["size_s"] = round(ms_since(t0) / 1000, 1)
-            return None
-        finally:
-            self.raw_close()
-            self.ctx.close()
-
-    def raw_close(self):
-        raw = getattr(self, "raw", None)
-        if raw:
-            raw.sock.close()
+    def close(self):
+        if self.raw:
+            self.raw.sock.close()
+            self.raw = None
+        self.ctx.close()
 
 
 ROWS = [("split", "split_ms"), ("merge", "merge_ms"), ("commit step", "commit_step_ms"),
@@ -349,32 +327,60 @@ def sizes_wanted():
     return [n for n in s if n >= BASE]
 
 
-def measure(n, results, skipped):
-    """Runs size n; returns the Size (its cap tells what the config server allows)."""
+def build(n, live, skipped):
+    """Starts size n's cluster and builds its table; returns the Size (its cap tells
+    what the config server allows), added to live when built."""
     print("size %d ..." % n, flush=True)
     sz = Size(n)
-    why = sz.run()
+    try:
+        sz.start()
+        why = sz.create()
+    except BaseException:
+        sz.close()
+        raise
     if why:
         print("  %d chunks: out of reach today: %s" % (n, why), flush=True)
         skipped[n] = why
+        sz.close()
         return sz
-    results.append(sz.out)
-    print("  %d chunks on %d shards: built in %.2f s, measured in %.1f s" % (
-        n, sz.out["shards"], sz.out["create_s"], sz.out["size_s"]), flush=True)
+    live.append(sz)
+    print("  %d chunks on %d shards: built in %.2f s" % (n, sz.out["shards"], sz.out["create_s"]), flush=True)
     return sz
+
+
+def build_all(skipped):
+    """Every size's cluster, all running at once. When the largest size is refused, the
+    largest the caps allow instead, stated as such."""
+    live = []
+    wanted = sizes_wanted()
+    for n in wanted:
+        sz = build(n, live, skipped)
+        if n == wanted[-1] and n in skipped and sz.cap:
+            reach = min(sz.cap[1], sz.cap[0] * SHARDS_MAX)
+            if reach > max([BASE] + [x.n for x in live]):
+                build(reach, live, skipped)
+    return live
 
 
 def main():
     t0 = time.monotonic()
-    results, skipped = [], {}
-    wanted = sizes_wanted()
-    for n in wanted:
-        sz = measure(n, results, skipped)
-        # The largest size refused: the largest the caps allow instead, stated as such.
-        if n == wanted[-1] and n in skipped and sz.cap:
-            reach = min(sz.cap[1], sz.cap[0] * SHARDS_MAX)
-            if reach > max([BASE] + [r["chunks"] for r in results]):
-                measure(reach, results, skipped)
+    skipped = {}
+    live = []
+    try:
+        live = build_all(skipped)
+        # Repetitions interleaved over the sizes: the machine's load drifts over minutes
+        # more than some rows change with size, and this way it hits every size alike.
+        for i in range(REPS):
+            t1 = time.monotonic()
+            for sz in live:
+                sz.rep()
+            print("  repetition %d of %d: %.1f s" % (i + 1, REPS, time.monotonic() - t1), flush=True)
+        for sz in live:
+            sz.finish()
+    finally:
+        for sz in live:
+            sz.close()
+    results = [sz.out for sz in live]
     if not results or results[0]["chunks"] != BASE:
         print("the %d-chunk baseline did not run" % BASE)
         sys.exit(1)
@@ -386,8 +392,8 @@ def main():
     print("total %.0f s" % total)
     for n, why in skipped.items():
         print("not measured: %d chunks: %s" % (n, why))
-    out = {"sizes": results, "slopes": slopes, "marginal_B_per_chunk": marginal, "skipped": {str(k): v for k, v in skipped.items()},
-           "reps": REPS, "total_s": round(total, 1)}
+    out = {"sizes": results, "slopes": slopes, "marginal_B_per_chunk": marginal,
+           "skipped": {str(k): v for k, v in skipped.items()}, "reps": REPS, "total_s": round(total, 1)}
     print("BENCH_JSON " + json.dumps({"scale": out}))
 
 
