@@ -280,6 +280,12 @@ ROWS = [("split", "split_ms"), ("merge", "merge_ms"), ("commit step", "commit_st
         ("B/chunk router", "B_per_chunk_router"), ("B/chunk shard", "B_per_chunk_shard")]
 
 
+# Figures the daemons report in whole milliseconds: 0 means "under 1 ms", so they are
+# compared from 1 ms up (a 0 → 1 ms change is no slope).
+WHOLE_MS = {"commit_step_ms", "write_pause_ms", "incr_refresh_log_ms", "full_refresh_log_ms",
+            "balancer_round_ms"}
+
+
 def slope(base, top, n_top):
     """(class, ratio, exponent) of a figure from BASE chunks to n_top chunks."""
     if not (base > 0 and top == top and top >= 0) or n_top <= BASE:
@@ -302,7 +308,8 @@ def table(results):
     slopes = {}
     for label, key in ROWS:
         vals = [res.get(key, float("nan")) for res in results]
-        cls, r, e = slope(vals[0], top.get(key, float("nan")), top["chunks"])
+        floor = 1.0 if key in WHOLE_MS else 0.0
+        cls, r, e = slope(max(vals[0], floor), max(vals[-1], floor), top["chunks"])
         slopes[key] = {"ratio": round(r, 2) if r == r else None, "exponent": round(e, 2) if e == e else None,
                        "slope": cls}
         print("%-18s" % label + "".join("%12.2f" % v for v in vals) + "%10.2f%8.2f%8s" % (r, e, cls))
