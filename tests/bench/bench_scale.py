@@ -329,6 +329,17 @@ def marginal_bytes(results):
     return out
 
 
+def no_nan(v):
+    """v with every NaN (a figure not measured) as null: bench-results.json stays JSON."""
+    if isinstance(v, dict):
+        return {k: no_nan(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [no_nan(x) for x in v]
+    if isinstance(v, float) and v != v:
+        return None
+    return v
+
+
 def sizes_wanted():
     s = sorted({n for n in GOAL_SIZES if n <= SCALE_MAX} | {min(SCALE_MAX, GOAL_SIZES[-1])})
     return [n for n in s if n >= BASE]
@@ -401,7 +412,7 @@ def main():
         print("not measured: %d chunks: %s" % (n, why))
     out = {"sizes": results, "slopes": slopes, "marginal_B_per_chunk": marginal,
            "skipped": {str(k): v for k, v in skipped.items()}, "reps": REPS, "total_s": round(total, 1)}
-    print("BENCH_JSON " + json.dumps({"scale": out}))
+    print("BENCH_JSON " + json.dumps({"scale": no_nan(out)}))
 
 
 if __name__ == "__main__":
