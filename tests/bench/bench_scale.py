@@ -6,7 +6,8 @@ size reachable (1,000,000 when shardCollection accepts numInitialChunks 1,000,00
 four shards), with its ratio to the 2,000-chunk case and its slope. Run by `make bench`
 (tests/bench/run.py) or alone; per size it starts a config server, SHARDS shardd and two
 routers on 127.0.0.1 with the integration-test toolkit, and stops exactly the processes
-it started, by PID.
+it started, by PID. All sizes' clusters run at once and every repetition visits each
+size in turn, so that the machine's load drift hits every size alike.
 
 Building the table: one call per size, shardCollection of an empty collection with a
 hashed key {k: "hashed"} and numInitialChunks = size (chunks round-robin over the
@@ -91,6 +92,8 @@ def rss_kb(pid):
 
 
 def median(xs):
+    """Median of the figures measured (NaN: a repetition that gave none, e.g. no log line)."""
+    xs = [x for x in xs if x == x]
     return statistics.median(xs) if xs else float("nan")
 
 
