@@ -282,10 +282,11 @@ out:
     return rc;
 }
 
-/* count(*) of config.<coll>, of the pinned collection's rows, and of those on one shard
- * when shard is not NULL (chunks): read from the indexes, no document is built. */
+/* count(*) of config.<coll>, of the pinned collection's rows, of those on one shard when
+ * shard is not NULL and of the jumbo ones when jumbo (chunks): read from the indexes (the
+ * jumbo flag from the rows of the pinned collection), no document is built. */
 int cat_config_count(cat_t *c, const char *coll, const cat_pin_t *pin, const char *shard,
-                     int64_t *n, ms_error_t *err) {
+                     bool jumbo, int64_t *n, ms_error_t *err) {
     const cfg_table_t *t = cfg_table(coll);
     cat_page_pos_t start = {{NULL, NULL}, false};
     char where[160], sql[320];
@@ -293,8 +294,8 @@ int cat_config_count(cat_t *c, const char *coll, const cat_pin_t *pin, const cha
     int rc, s;
     if (!t) return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "config.%s is not a config collection", coll);
     page_where(t, pin, &start, where, sizeof where);
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s%s%s LIMIT ?4", t->table, where,
-             shard && t->by_ns ? " AND shard = ?5" : "");
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s%s%s%s LIMIT ?4", t->table, where,
+             shard && t->by_ns ? " AND shard = ?5" : "", jumbo && t->by_ns ? " AND jumbo = 1" : "");
     pthread_mutex_lock(&c->mu);
     if ((rc = cat_sql_prep(c, sql, &st, err)) != 0) goto out;
     page_bind(st, pin, &start, 1);

@@ -43,6 +43,7 @@ typedef struct pin_buf {
     uint8_t uuid[16];
     int nkeys, npinned;      /* the filter's top-level fields, and those that pinned */
     const char *shard;       /* a top-level {shard: "<name>"} (borrowed from the filter) */
+    bool jumbo;              /* a top-level {jumbo: true} */
 } pin_buf_t;
 
 static void pin_from_filter(const char *coll, const bson_t *filter, pin_buf_t *pb) {
@@ -70,6 +71,9 @@ static void pin_from_filter(const char *coll, const bson_t *filter, pin_buf_t *p
             pb->npinned++;
         } else if (chunks && strcmp(k, "shard") == 0 && BSON_ITER_HOLDS_UTF8(&it) && !pb->shard) {
             pb->shard = bson_iter_utf8(&it, NULL);
+        } else if (chunks && strcmp(k, "jumbo") == 0 && BSON_ITER_HOLDS_BOOL(&it) &&
+                   bson_iter_bool(&it)) {
+            pb->jumbo = true;
         }
     }
 }
@@ -735,7 +739,7 @@ static int count_fn(void *arg, const bson_t *doc) {
 }
 
 /* count {count: coll, query, skip, limit}: from the indexes when the query names at most
- * a collection (config.chunks / config.tags) and a shard (config.chunks), else the
+ * a collection (config.chunks / config.tags), a shard and jumbo: true (config.chunks), else the
  * matches are counted a page at a time; no document is kept either way. */
 int cfg_cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
@@ -753,11 +757,11 @@ int cfg_cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     if (rc) return rc;
     if ((rc = query_compile(f, &q, err)) != 0) return rc;
     pin_from_filter(coll, f, &pb);
-    bool indexed = pb.nkeys == pb.npinned + (pb.shard ? 1 : 0);
+    bool indexed = pb.nkeys == pb.npinned + (pb.shard ? 1 : 0) + (pb.jumbo ? 1 : 0);
     if (!cat_config_known(coll)) {
         n = 0;
     } else if (indexed) {
-        rc = cat_config_count(cfg->cat, coll, pin_of(&pb), pb.shard, &n, err);
+        rc = cat_config_count(cfg->cat, coll, pin_of(&pb), pb.shard, pb.jumbo, &n, err);
     } else {
         scan_t s = {.coll = coll, .q = q, .pin = pin_of(&pb), .pos = cat_page_pos_new(),
                     .take = count_fn, .arg = &n};

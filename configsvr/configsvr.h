@@ -341,9 +341,9 @@ bool cat_page_pos_done(const cat_page_pos_t *p);   /* a page came back short: no
 int cat_config_page(cat_t *c, const char *coll, const cat_pin_t *pin, cat_page_pos_t *pos,
                     int rows_max, cat_doc_fn fn, void *arg, ms_error_t *err);
 /* The number of rows of config.<coll> (narrowed by pin; chunks on shard only when shard
- * is not NULL), counted on the indexes. */
+ * is not NULL, jumbo ones only when jumbo), counted on the indexes. */
 int cat_config_count(cat_t *c, const char *coll, const cat_pin_t *pin, const char *shard,
-                     int64_t *n, ms_error_t *err);
+                     bool jumbo, int64_t *n, ms_error_t *err);
 /* Chunks per (ns, shard) of the pinned collection (pin NULL: of all), in (ns, shard)
  * order, counted on the (ns, shard, min) index. fn returning non-zero stops with it. */
 typedef int (*cat_count_fn)(void *arg, const char *ns, const char *shard, int64_t n);
