@@ -15,6 +15,9 @@
 
 #include "common/log.h"
 
+/* Index entries a per-shard chunk count reads under one hold of the catalog lock. */
+#define CAT_COUNT_SLICE_ROWS 65536
+
 /* config.shards document from a row (id, host, draining, state, topo_t, topo_i, tags,
  * max_size): maxSize (MB) only when addShard gave one (MongoDB 6.0's field). */
 void cat_shard_doc(sqlite3_stmt *st, bson_t *doc) {
@@ -308,27 +311,77 @@ out:
     return rc;
 }
 
-/* Chunks per (collection, shard), of the pinned collection or of all: one pass over the
- * (ns, shard, min) index, grouped, no chunk document built (sh.status()'s per-shard
- * counts, the web view's cards). fn gets ns, shard, count; non-zero from fn stops. */
+/* The group being counted by cat_chunk_counts and where its walk of the index stands:
+ * the last (ns, shard, min_enc) read, copied out of the statement (a slice's statement
+ * is finalised before the next is prepared). */
+typedef struct count_walk {
+    char ns[MS_NS_BYTES_MAX + 1], shard[CAT_SHARD_NAME_BYTES_MAX];
+    int64_t n;               /* chunks of (ns, shard) so far; 0: no group yet */
+    uint8_t *min;            /* the last min_enc (owned) */
+    int min_len, min_cap;
+} count_walk_t;
+
+static int count_row(count_walk_t *w, sqlite3_stmt *st, cat_count_fn fn, void *arg) {
+    const char *ns = cat_col_text(st, 0), *shard = cat_col_text(st, 1);
+    int rc = 0, len = sqlite3_column_bytes(st, 2);
+    if (w->n > 0 && (strcmp(ns, w->ns) != 0 || strcmp(shard, w->shard) != 0)) {
+        rc = fn(arg, w->ns, w->shard, w->n);
+        w->n = 0;
+    }
+    if (w->n == 0) {
+        snprintf(w->ns, sizeof w->ns, "%s", ns);
+        snprintf(w->shard, sizeof w->shard, "%s", shard);
+    }
+    w->n++;
+    if (len > w->min_cap) {
+        w->min_cap = len * 2;
+        w->min = realloc(w->min, (size_t)w->min_cap);
+        ASSERT(w->min);
+    }
+    if (len > 0) memcpy(w->min, sqlite3_column_blob(st, 2), (size_t)len);
+    w->min_len = len;
+    return rc;
+}
+
+/* Chunks per (collection, shard), of the pinned collection or of all: a walk of the
+ * (ns, shard, min) index entries, no chunk document built (sh.status()'s per-shard counts,
+ * the web view's cards), in slices of CAT_COUNT_SLICE_ROWS entries, each one statement
+ * seeking past the last entry of the one before, so the catalog lock is never held for
+ * more than a slice (a million chunks would otherwise hold it for a second). */
 int cat_chunk_counts(cat_t *c, const cat_pin_t *pin, cat_count_fn fn, void *arg, ms_error_t *err) {
     cat_page_pos_t start = {{NULL, NULL}, false};
-    char where[160], sql[320];
-    sqlite3_stmt *st = NULL;
-    int rc, s;
+    count_walk_t w = {.n = 0};
+    char where[160], sql[400];
+    bool pinned = pin && (pin->ns || pin->uuid), done = false;
+    int rc = 0;
     page_where(cfg_table("chunks"), pin, &start, where, sizeof where);
-    snprintf(sql, sizeof sql, "SELECT ns, shard, count(*) FROM chunks INDEXED BY chunks_ns_shard_min"
-             "%s GROUP BY ns, shard ORDER BY ns, shard LIMIT ?4", where);
-    pthread_mutex_lock(&c->mu);
-    if ((rc = cat_sql_prep(c, sql, &st, err)) != 0) goto out;
-    page_bind(st, pin, &start, -1);
-    while ((s = sqlite3_step(st)) == SQLITE_ROW)
-        if ((rc = fn(arg, cat_col_text(st, 0), cat_col_text(st, 1), sqlite3_column_int64(st, 2))) != 0)
-            goto out;
-    if (s != SQLITE_DONE) rc = err_from_sqlite(err, s, "count chunks per shard", c->db);
-out:
-    sqlite3_finalize(st);
-    pthread_mutex_unlock(&c->mu);
+    while (!done && rc == 0) {
+        sqlite3_stmt *st = NULL;
+        int s, rows = 0;
+        snprintf(sql, sizeof sql, "SELECT ns, shard, min_enc FROM chunks INDEXED BY chunks_ns_shard_min"
+                 "%s%s ORDER BY ns, shard, min_enc LIMIT ?4", where,
+                 w.n == 0 ? "" : pinned ? " AND (shard, min_enc) > (?5, ?3)"
+                                        : " AND (ns, shard, min_enc) > (?2, ?5, ?3)");
+        pthread_mutex_lock(&c->mu);
+        if ((rc = cat_sql_prep(c, sql, &st, err)) == 0) {
+            page_bind(st, pin, &start, CAT_COUNT_SLICE_ROWS);
+            if (w.n > 0) {
+                sqlite3_bind_text(st, 2, w.ns, -1, SQLITE_TRANSIENT);
+                sqlite3_bind_blob(st, 3, w.min, w.min_len, SQLITE_TRANSIENT);
+                sqlite3_bind_text(st, 5, w.shard, -1, SQLITE_TRANSIENT);
+            }
+            while (rc == 0 && (s = sqlite3_step(st)) == SQLITE_ROW) {
+                rc = count_row(&w, st, fn, arg);
+                rows++;
+            }
+            if (rc == 0 && s != SQLITE_DONE) rc = err_from_sqlite(err, s, "count chunks per shard", c->db);
+        }
+        sqlite3_finalize(st);
+        pthread_mutex_unlock(&c->mu);
+        done = rows < CAT_COUNT_SLICE_ROWS;
+    }
+    if (rc == 0 && w.n > 0) rc = fn(arg, w.ns, w.shard, w.n);
+    free(w.min);
     return rc;
 }
 

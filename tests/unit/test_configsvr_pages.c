@@ -164,6 +164,24 @@ static void test_index_counts(void) {
     cat_close(c);
 }
 
+/* More chunks than one slice of cat_chunk_counts' walk (65,536 index entries): the
+ * groups continue across slices and still add up. */
+static void test_counts_across_slices(void) {
+    uint8_t uuid[16];
+    cat_t *c = small_catalog(70000, uuid);
+    cat_pin_t pin = {.uuid = uuid};
+    ms_error_t e = {0};
+    int64_t pinned[4] = {0}, all[4] = {0}, on1 = -1;
+    CHECK(cat_chunk_counts(c, &pin, sum_fn, pinned, &e) == 0);
+    CHECK(cat_chunk_counts(c, NULL, sum_fn, all, &e) == 0);
+    CHECK(cat_config_count(c, "chunks", &pin, "shard1", false, &on1, &e) == 0);
+    CHECK_MSG(pinned[0] + pinned[1] + pinned[2] == 70000 && pinned[3] == 3 && pinned[1] == on1,
+              "per shard %lld %lld %lld in %lld groups; shard1 counted %lld", (long long)pinned[0],
+              (long long)pinned[1], (long long)pinned[2], (long long)pinned[3], (long long)on1);
+    CHECK(memcmp(pinned, all, sizeof all) == 0);
+    cat_close(c);
+}
+
 int main(int argc, char **argv) {
     if (argc >= 6 && strcmp(argv[1], "--build") == 0) {
         char path[4096];
@@ -180,6 +198,7 @@ int main(int argc, char **argv) {
     static const t_case_t cases[] = {
         {"walk_every_chunk_once_in_order", test_walk_every_chunk_once_in_order},
         {"index_counts", test_index_counts},
+        {"counts_across_slices", test_counts_across_slices},
     };
     log_init("test", LOG_WARN);
     return t_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
