@@ -285,24 +285,59 @@ out:
     return rc;
 }
 
+/* count(*) of the rows of config.chunks or config.tags (pinned to one collection or not)
+ * meeting cond, a SQL expression of the row (?5: the shard): the rows are walked in
+ * slices of CAT_COUNT_SLICE_ROWS in key order, each slice one statement seeking past the
+ * last, so the catalog lock is held for a slice at a time, however many rows there are. */
+static int count_sliced(cat_t *c, const cfg_table_t *t, const cat_pin_t *pin, const char *cond,
+                        const char *shard, int64_t *n, ms_error_t *err) {
+    cat_page_pos_t *pos = cat_page_pos_new();
+    char where[160], sql[512];
+    int64_t total = 0;
+    int rc = 0;
+    while (rc == 0 && !pos->done) {
+        sqlite3_stmt *st = NULL;
+        int s = SQLITE_DONE, rows = 0;
+        page_where(t, pin, pos, where, sizeof where);
+        snprintf(sql, sizeof sql, "SELECT %s, %s FROM %s%s ORDER BY %s LIMIT ?4", cond, t->key, t->table,
+                 where, t->key);
+        pthread_mutex_lock(&c->mu);
+        if ((rc = cat_sql_prep(c, sql, &st, err)) == 0) {
+            page_bind(st, pin, pos, CAT_COUNT_SLICE_ROWS);
+            if (shard) sqlite3_bind_text(st, 5, shard, -1, SQLITE_TRANSIENT);
+            while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+                total += sqlite3_column_int(st, 0);
+                page_advance(t, st, pos);
+                rows++;
+            }
+            if (s != SQLITE_DONE) rc = err_from_sqlite(err, s, "count config collection", c->db);
+        }
+        sqlite3_finalize(st);
+        pthread_mutex_unlock(&c->mu);
+        if (rows < CAT_COUNT_SLICE_ROWS) pos->done = true;
+    }
+    cat_page_pos_free(pos);
+    if (rc == 0) *n = total;
+    return rc;
+}
+
 /* count(*) of config.<coll>, of the pinned collection's rows, of those on one shard when
- * shard is not NULL and of the jumbo ones when jumbo (chunks): read from the indexes (the
- * jumbo flag from the rows of the pinned collection), no document is built. */
+ * shard is not NULL and of the jumbo ones when jumbo (chunks): no document is built; the
+ * chunks and tags a slice at a time (count_sliced), the small collections at once. */
 int cat_config_count(cat_t *c, const char *coll, const cat_pin_t *pin, const char *shard,
                      bool jumbo, int64_t *n, ms_error_t *err) {
     const cfg_table_t *t = cfg_table(coll);
-    cat_page_pos_t start = {{NULL, NULL}, false};
-    char where[160], sql[320];
+    char sql[160];
     sqlite3_stmt *st = NULL;
     int rc, s;
     if (!t) return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "config.%s is not a config collection", coll);
-    page_where(t, pin, &start, where, sizeof where);
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s%s%s%s LIMIT ?4", t->table, where,
-             shard && t->by_ns ? " AND shard = ?5" : "", jumbo && t->by_ns ? " AND jumbo = 1" : "");
+    if (t->by_ns) {
+        snprintf(sql, sizeof sql, "(1%s%s)", shard ? " AND shard = ?5" : "", jumbo ? " AND jumbo = 1" : "");
+        return count_sliced(c, t, pin, sql, shard, n, err);
+    }
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", t->table);
     pthread_mutex_lock(&c->mu);
     if ((rc = cat_sql_prep(c, sql, &st, err)) != 0) goto out;
-    page_bind(st, pin, &start, 1);
-    if (shard && t->by_ns) sqlite3_bind_text(st, 5, shard, -1, SQLITE_TRANSIENT);
     if ((s = sqlite3_step(st)) == SQLITE_ROW) *n = sqlite3_column_int64(st, 0);
     else rc = err_from_sqlite(err, s, "count config collection", c->db);
 out:
