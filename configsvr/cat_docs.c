@@ -292,7 +292,7 @@ out:
 static int count_sliced(cat_t *c, const cfg_table_t *t, const cat_pin_t *pin, const char *cond,
                         const char *shard, int64_t *n, ms_error_t *err) {
     cat_page_pos_t *pos = cat_page_pos_new();
-    char where[160], sql[512];
+    char where[160], sql[1024];
     int64_t total = 0;
     int rc = 0;
     while (rc == 0 && !pos->done) {
@@ -323,21 +323,35 @@ static int count_sliced(cat_t *c, const cfg_table_t *t, const cat_pin_t *pin, co
 
 /* count(*) of config.<coll>, of the pinned collection's rows, of those on one shard when
  * shard is not NULL and of the jumbo ones when jumbo (chunks): no document is built; the
- * chunks and tags a slice at a time (count_sliced), the small collections at once. */
+ * chunks and tags a slice at a time (count_sliced), the jumbo chunks on their partial
+ * index, the small collections at once. */
 int cat_config_count(cat_t *c, const char *coll, const cat_pin_t *pin, const char *shard,
                      bool jumbo, int64_t *n, ms_error_t *err) {
     const cfg_table_t *t = cfg_table(coll);
-    char sql[160];
+    char sql[384];
     sqlite3_stmt *st = NULL;
     int rc, s;
     if (!t) return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "config.%s is not a config collection", coll);
-    if (t->by_ns) {
-        snprintf(sql, sizeof sql, "(1%s%s)", shard ? " AND shard = ?5" : "", jumbo ? " AND jumbo = 1" : "");
+    if (t->by_ns && !jumbo) {
+        snprintf(sql, sizeof sql, "(1%s)", shard ? " AND shard = ?5" : "");
         return count_sliced(c, t, pin, sql, shard, n, err);
     }
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", t->table);
+    if (jumbo) {   /* on the partial index of the jumbo rows: reads those only */
+        cat_page_pos_t start = {{NULL, NULL}, false};
+        char where[160];
+        page_where(t, pin, &start, where, sizeof where);
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM chunks INDEXED BY chunks_jumbo%s AND jumbo = 1%s",
+                 where, shard ? " AND shard = ?5" : "");
+    } else {
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", t->table);
+    }
     pthread_mutex_lock(&c->mu);
     if ((rc = cat_sql_prep(c, sql, &st, err)) != 0) goto out;
+    if (jumbo) {
+        cat_page_pos_t start = {{NULL, NULL}, false};
+        page_bind(st, pin, &start, 0);
+        if (shard) sqlite3_bind_text(st, 5, shard, -1, SQLITE_TRANSIENT);
+    }
     if ((s = sqlite3_step(st)) == SQLITE_ROW) *n = sqlite3_column_int64(st, 0);
     else rc = err_from_sqlite(err, s, "count config collection", c->db);
 out:
