@@ -104,9 +104,22 @@ void ctl_docs_free(ctl_docs_t *d);
 /* Appends copies of the documents of the array reply.<outer>.<name> (a cursor batch), or
  * reply.<name> when outer is NULL (currentOp's inprog), until d holds max; reply borrowed. */
 void ctl_docs_add_array(ctl_docs_t *d, const bson_t *reply, const char *outer, const char *name, int max);
+/* find on db.coll with filter and sort (each may be NULL; borrowed) and limit (0 = none):
+ * fn gets each document (borrowed for the call) until it returns false or the cursor
+ * ends; a cursor left before its end is killed (killCursors). Errors: ctl_command's. */
+typedef bool (*ctl_doc_fn)(void *arg, const bson_t *doc);
+int ctl_find_each(ctl_t *c, const char *db, const char *coll, const bson_t *filter, const bson_t *sort,
+                  int64_t limit, ctl_doc_fn fn, void *arg, ms_error_t *err);
+/* Chunks per shard of the chunks matching filter (borrowed; {uuid} names a collection):
+ * sh.status()'s aggregate, [{$match}, {$group: {_id: "$shard", n: {$sum: 1}}}, {$sort}],
+ * which the config server counts on an index. out gets {_id: shard, n} in shard order. */
+int ctl_chunks_per_shard(ctl_t *c, const bson_t *filter, ctl_docs_t *out, ms_error_t *err);
+/* count {count: coll, query: filter} on db into *n. */
+int ctl_count(ctl_t *c, const char *db, const char *coll, const bson_t *filter, int64_t *n, ms_error_t *err);
 /* find on db.coll with filter and sort (each may be NULL; borrowed) and limit (0 = none),
  * draining the cursor with getMore into out (caller frees, also on error) until it holds
- * max documents (or limit, when smaller). Errors: those of ctl_command. */
+ * max documents (or limit, when smaller); a cursor left before its end is killed.
+ * Errors: those of ctl_command. */
 int ctl_find_all(ctl_t *c, const char *db, const char *coll, const bson_t *filter, const bson_t *sort, int limit,
                  int max, ctl_docs_t *out, ms_error_t *err);
 /* Whether currentOp entry ops->v[i] is a migration to print on its own line: a donor, or a

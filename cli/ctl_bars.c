@@ -61,27 +61,33 @@ typedef struct frame_state {
  * shard that may receive (not draining) owns none while there are enough chunks. */
 static void frame_collection(ctl_t *c, const bson_t *coll, const ctl_docs_t *shards, bool tty, frame_state_t *st) {
     const char *ns = ctl_str(coll, "_id");
-    ctl_docs_t chunks = {0};
-    bson_t filter;
+    ctl_docs_t per_shard = {0};
+    bson_t filter, jumbo_filter;
     bson_iter_t it;
     ms_error_t err = {0};
-    int counts[MS_SHARDS_MAX] = {0}, other = 0, max = 1, jumbo = 0, receivers = 0;
+    int64_t counts[MS_SHARDS_MAX] = {0}, other = 0, max = 1, jumbo = 0, total = 0;
+    int receivers = 0;
 
     bson_init(&filter);
     if (bson_iter_init_find(&it, coll, "uuid")) bsonx_append_iter(&filter, "uuid", &it);
     else BSON_APPEND_UTF8(&filter, "ns", ns);
-    if (ctl_find_all(c, "config", "chunks", &filter, NULL, 0, CTL_BARS_DOCS_MAX, &chunks, &err)) {
+    bson_copy_to(&filter, &jumbo_filter);
+    BSON_APPEND_BOOL(&jumbo_filter, "jumbo", true);
+    /* counted by the config server on an index: a frame costs the same at any chunk count */
+    if (ctl_chunks_per_shard(c, &filter, &per_shard, &err) ||
+        ctl_count(c, "config", "chunks", &jumbo_filter, &jumbo, &err)) {
         fprintf(out_fp, "  %s: (could not read config.chunks: %s)\n", ns, err.msg);
         goto out;
     }
-    for (int i = 0; i < chunks.n; i++) {
-        const char *sh = ctl_str(chunks.v[i], "shard");
+    for (int i = 0; i < per_shard.n; i++) {
+        const char *sh = ctl_str(per_shard.v[i], "_id");
+        int64_t n = ctl_int(per_shard.v[i], "n", 0);
         int k;
-        if (ctl_bool(chunks.v[i], "jumbo")) jumbo++;
+        total += n;
         for (k = 0; k < shards->n && k < MS_SHARDS_MAX; k++)
             if (strcmp(ctl_str(shards->v[k], "_id"), sh) == 0) break;
-        if (k < shards->n && k < MS_SHARDS_MAX) counts[k]++;
-        else other++;
+        if (k < shards->n && k < MS_SHARDS_MAX) counts[k] += n;
+        else other += n;
     }
     for (int k = 0; k < shards->n && k < MS_SHARDS_MAX; k++) {
         if (counts[k] > max) max = counts[k];
@@ -89,20 +95,22 @@ static void frame_collection(ctl_t *c, const bson_t *coll, const ctl_docs_t *sha
     }
     fprintf(out_fp, "chunks per shard — %s, key ", ns);
     ctl_print_json(out_fp, coll, "key", "?");
-    fprintf(out_fp, ", %d chunks\n", chunks.n);
+    fprintf(out_fp, ", %lld chunks\n", (long long)total);
     for (int k = 0; k < shards->n && k < MS_SHARDS_MAX; k++) {
         bool draining = ctl_bool(shards->v[k], "draining");
+        int w = (int)(counts[k] * CTL_BARS_WIDTH / max);
         fprintf(out_fp, "  %-10s ", ctl_str(shards->v[k], "_id"));
-        print_bar(counts[k] * CTL_BARS_WIDTH / max, tty);
-        fprintf(out_fp, "%*s %d%s\n", CTL_BARS_WIDTH - counts[k] * CTL_BARS_WIDTH / max, "", counts[k],
+        print_bar(w, tty);
+        fprintf(out_fp, "%*s %lld%s\n", CTL_BARS_WIDTH - w, "", (long long)counts[k],
                draining ? "  (draining)" : "");
-        if (!draining && counts[k] == 0 && chunks.n >= receivers) st->every_shard_has_chunks = false;
+        if (!draining && counts[k] == 0 && total >= receivers) st->every_shard_has_chunks = false;
     }
-    if (other) fprintf(out_fp, "  (%d chunks on shards not in config.shards)\n", other);
-    if (jumbo) fprintf(out_fp, "  jumbo chunks: %d\n", jumbo);
+    if (other) fprintf(out_fp, "  (%lld chunks on shards not in config.shards)\n", (long long)other);
+    if (jumbo) fprintf(out_fp, "  jumbo chunks: %lld\n", (long long)jumbo);
 out:
     bson_destroy(&filter);
-    ctl_docs_free(&chunks);
+    bson_destroy(&jumbo_filter);
+    ctl_docs_free(&per_shard);
 }
 
 /* One migration, compact: donor -> recipient, range, phase (both sides), clone progress. */

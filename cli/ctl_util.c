@@ -13,6 +13,7 @@
 #include "cli/ctl.h"
 #include "common/bsonx.h"
 #include "common/buf.h"
+#include "common/limits.h"
 
 /* Documents asked for per find / getMore: a config collection of a small cluster comes
  * back in one or two round trips. */
@@ -99,15 +100,30 @@ void ctl_docs_add_array(ctl_docs_t *d, const bson_t *reply, const char *outer, c
     }
 }
 
-int ctl_find_all(ctl_t *c, const char *db, const char *coll, const bson_t *filter, const bson_t *sort, int limit,
-                 int max, ctl_docs_t *out, ms_error_t *err) {
+/* killCursors of a cursor a reader leaves before its end (best effort: an idle cursor
+ * times out anyway). */
+static void kill_cursor(ctl_t *c, const char *db, const char *coll, int64_t id) {
+    bson_t cmd, reply, ids;
+    ms_error_t err = {0};
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "killCursors", coll);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &ids);
+    BSON_APPEND_INT64(&ids, "0", id);
+    bson_append_array_end(&cmd, &ids);
+    BSON_APPEND_UTF8(&cmd, "$db", db);
+    if (ctl_command(c, &cmd, &reply, &err) == 0) bson_destroy(&reply);
+    bson_destroy(&cmd);
+}
+
+int ctl_find_each(ctl_t *c, const char *db, const char *coll, const bson_t *filter, const bson_t *sort,
+                  int64_t limit, ctl_doc_fn fn, void *arg, ms_error_t *err) {
     bson_t cmd, reply;
+    bson_iter_t it, arr;
     int64_t id = 0;
-    bool first = true;
+    bool first = true, more = true;
     int rc;
-    if (limit > 0 && limit < max) max = limit;
-    /* find, then getMore while the cursor lives and the list has room */
-    while (first || (id != 0 && out->n < max)) {
+    /* find, then getMore while the cursor lives and fn wants more */
+    while (more && (first || id != 0)) {
         bson_init(&cmd);
         if (first) {
             BSON_APPEND_UTF8(&cmd, "find", coll);
@@ -120,15 +136,102 @@ int ctl_find_all(ctl_t *c, const char *db, const char *coll, const bson_t *filte
             BSON_APPEND_UTF8(&cmd, "collection", coll);
             BSON_APPEND_UTF8(&cmd, "$db", db);
         }
-        BSON_APPEND_INT32(&cmd, "batchSize", CTL_FIND_BATCH_DOCS);
+        BSON_APPEND_INT32(&cmd, "batchSize", limit > 0 && limit < CTL_FIND_BATCH_DOCS ? (int32_t)limit
+                                                                                      : CTL_FIND_BATCH_DOCS);
         rc = ctl_command(c, &cmd, &reply, err);
         bson_destroy(&cmd);
         if (rc) return rc;
-        ctl_docs_add_array(out, &reply, "cursor", first ? "firstBatch" : "nextBatch", max);
         id = ctl_cursor_id(&reply);
+        if (bson_iter_init_find(&it, &reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+            bson_iter_recurse(&it, &arr) && bson_iter_find(&arr, first ? "firstBatch" : "nextBatch") &&
+            BSON_ITER_HOLDS_ARRAY(&arr) && bson_iter_recurse(&arr, &arr)) {
+            while (more && bson_iter_next(&arr)) {
+                uint32_t len;
+                const uint8_t *data;
+                bson_t d;
+                if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) continue;
+                bson_iter_document(&arr, &len, &data);
+                if (bson_init_static(&d, data, len)) more = fn(arg, &d);
+            }
+        }
         bson_destroy(&reply);
         first = false;
     }
+    if (id != 0) kill_cursor(c, db, coll, id);
+    return 0;
+}
+
+typedef struct docs_arg {
+    ctl_docs_t *out;
+    int max;
+} docs_arg_t;
+
+static bool docs_add(void *arg, const bson_t *doc) {
+    docs_arg_t *a = arg;
+    if (a->out->n == a->out->cap) {
+        a->out->cap = a->out->cap ? a->out->cap * 2 : 32;
+        a->out->v = xrealloc(a->out->v, sizeof *a->out->v * (size_t)a->out->cap);
+    }
+    a->out->v[a->out->n++] = bson_copy(doc);
+    return a->out->n < a->max;
+}
+
+int ctl_find_all(ctl_t *c, const char *db, const char *coll, const bson_t *filter, const bson_t *sort, int limit,
+                 int max, ctl_docs_t *out, ms_error_t *err) {
+    docs_arg_t a = {out, limit > 0 && limit < max ? limit : max};
+    if (a.max <= 0) return 0;
+    return ctl_find_each(c, db, coll, filter, sort, limit, docs_add, &a, err);
+}
+
+int ctl_chunks_per_shard(ctl_t *c, const bson_t *filter, ctl_docs_t *out, ms_error_t *err) {
+    bson_t cmd, reply, pipe, st, g, sum, cur;
+    int rc;
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "aggregate", "chunks");
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "pipeline", &pipe);
+    BSON_APPEND_DOCUMENT_BEGIN(&pipe, "0", &st);
+    BSON_APPEND_DOCUMENT(&st, "$match", filter);
+    bson_append_document_end(&pipe, &st);
+    BSON_APPEND_DOCUMENT_BEGIN(&pipe, "1", &st);
+    BSON_APPEND_DOCUMENT_BEGIN(&st, "$group", &g);
+    BSON_APPEND_UTF8(&g, "_id", "$shard");
+    BSON_APPEND_DOCUMENT_BEGIN(&g, "n", &sum);
+    BSON_APPEND_INT32(&sum, "$sum", 1);
+    bson_append_document_end(&g, &sum);
+    bson_append_document_end(&st, &g);
+    bson_append_document_end(&pipe, &st);
+    BSON_APPEND_DOCUMENT_BEGIN(&pipe, "2", &st);
+    BSON_APPEND_DOCUMENT_BEGIN(&st, "$sort", &g);
+    BSON_APPEND_INT32(&g, "_id", 1);
+    bson_append_document_end(&st, &g);
+    bson_append_document_end(&pipe, &st);
+    bson_append_array_end(&cmd, &pipe);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "cursor", &cur);   /* one group per shard: one batch */
+    BSON_APPEND_INT32(&cur, "batchSize", MS_SHARDS_MAX + 1);
+    bson_append_document_end(&cmd, &cur);
+    BSON_APPEND_UTF8(&cmd, "$db", "config");
+    rc = ctl_command(c, &cmd, &reply, err);
+    bson_destroy(&cmd);
+    if (rc) return rc;
+    ctl_docs_add_array(out, &reply, "cursor", "firstBatch", MS_SHARDS_MAX + 1);
+    bson_destroy(&reply);
+    return 0;
+}
+
+int ctl_count(ctl_t *c, const char *db, const char *coll, const bson_t *filter, int64_t *n, ms_error_t *err) {
+    bson_t cmd, reply;
+    bson_iter_t it;
+    int rc;
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "count", coll);
+    BSON_APPEND_DOCUMENT(&cmd, "query", filter);
+    BSON_APPEND_UTF8(&cmd, "$db", db);
+    rc = ctl_command(c, &cmd, &reply, err);
+    bson_destroy(&cmd);
+    if (rc) return rc;
+    *n = 0;
+    if (bson_iter_init_find(&it, &reply, "n")) bsonx_as_int64(&it, n);
+    bson_destroy(&reply);
     return 0;
 }
 

@@ -20,8 +20,8 @@
 
 /* Upper bound on documents status reads from one config collection. */
 #define CTL_STATUS_DOCS_MAX 200000
-/* sh.status() lists chunk ranges only below this many chunks (unless --verbose). */
-#define CTL_STATUS_CHUNKS_LISTED_MAX 20
+/* Chunks listed per collection, as sh.status() (more with --chunks N; all with --verbose). */
+#define CTL_STATUS_CHUNKS_LISTED 20
 /* currentOp entries status reads: a shard takes part in one migration at a time (two
  * entries per migration), so this is far more than any cluster of MS_SHARDS_MAX shows. */
 #define CTL_STATUS_OPS_MAX 256
@@ -34,14 +34,29 @@ static void print_version(const bson_t *chunk) {
     printf("Timestamp(%u, %u)", t, i);
 }
 
-static void print_collection(ctl_t *c, const bson_t *coll, bool verbose) {
+static bool print_chunk(void *arg, const bson_t *chunk) {
+    int64_t *left = arg;
+    printf("        ");
+    ctl_print_json(stdout, chunk, "min", "?");
+    printf(" -->> ");
+    ctl_print_json(stdout, chunk, "max", "?");
+    printf(" on: %s ", ctl_str(chunk, "shard"));
+    print_version(chunk);
+    printf("%s\n", ctl_bool(chunk, "jumbo") ? " jumbo" : "");
+    return *left < 0 || --*left > 0;
+}
+
+/* One sharded collection as sh.status() prints it: chunks per shard (an aggregate the
+ * config server counts on an index), then the first `listed` chunks in key order (< 0:
+ * all of them, read batch by batch) and "too many chunks to print" when there are more.
+ * What it reads does not grow with the collection, except with --verbose. */
+static void print_collection(ctl_t *c, const bson_t *coll, int64_t listed) {
     const char *ns = ctl_str(coll, "_id");
-    ctl_docs_t chunks = {0};
-    bson_t filter, sort;
+    ctl_docs_t per_shard = {0};
+    bson_t filter, jumbo_filter, sort;
     ms_error_t err = {0};
     bson_iter_t it;
-    char shards[MS_SHARDS_MAX][64];
-    int counts[MS_SHARDS_MAX], nshards = 0, jumbo = 0;
+    int64_t total = 0, jumbo = 0;
 
     printf("      %s\n        shard key: ", ns);
     ctl_print_json(stdout, coll, "key", "?");
@@ -51,44 +66,32 @@ static void print_collection(ctl_t *c, const bson_t *coll, bool verbose) {
     bson_init(&filter);
     if (bson_iter_init_find(&it, coll, "uuid")) bsonx_append_iter(&filter, "uuid", &it);
     else BSON_APPEND_UTF8(&filter, "ns", ns);
+    bson_copy_to(&filter, &jumbo_filter);
+    BSON_APPEND_BOOL(&jumbo_filter, "jumbo", true);
     bson_init(&sort);
     BSON_APPEND_INT32(&sort, "min", 1);
-    if (ctl_find_all(c, "config", "chunks", &filter, &sort, 0, CTL_STATUS_DOCS_MAX, &chunks, &err)) {
+    if (ctl_chunks_per_shard(c, &filter, &per_shard, &err) ||
+        ctl_count(c, "config", "chunks", &jumbo_filter, &jumbo, &err)) {
         printf("        chunks: (could not read: %s)\n", err.msg);
         goto out;
     }
-    for (int i = 0; i < chunks.n; i++) {
-        const char *sh = ctl_str(chunks.v[i], "shard");
-        int k;
-        if (ctl_bool(chunks.v[i], "jumbo")) jumbo++;
-        for (k = 0; k < nshards; k++)
-            if (strcmp(shards[k], sh) == 0) break;
-        if (k == nshards && nshards < MS_SHARDS_MAX) {
-            snprintf(shards[nshards], sizeof shards[0], "%s", sh);
-            counts[nshards++] = 0;
-        }
-        if (k < nshards) counts[k]++;
-    }
-    printf("        chunks: %d total%s\n", chunks.n, jumbo ? "" : "");
-    for (int k = 0; k < nshards; k++) printf("          %-16s %d\n", shards[k], counts[k]);
-    if (jumbo) printf("          jumbo chunks: %d\n", jumbo);
-    if (chunks.n <= CTL_STATUS_CHUNKS_LISTED_MAX || verbose) {
-        for (int i = 0; i < chunks.n; i++) {
-            printf("        ");
-            ctl_print_json(stdout, chunks.v[i], "min", "?");
-            printf(" -->> ");
-            ctl_print_json(stdout, chunks.v[i], "max", "?");
-            printf(" on: %s ", ctl_str(chunks.v[i], "shard"));
-            print_version(chunks.v[i]);
-            printf("%s\n", ctl_bool(chunks.v[i], "jumbo") ? " jumbo" : "");
-        }
-    } else {
+    for (int i = 0; i < per_shard.n; i++) total += ctl_int(per_shard.v[i], "n", 0);
+    printf("        chunks: %lld total\n", (long long)total);
+    for (int i = 0; i < per_shard.n; i++)
+        printf("          %-16s %lld\n", ctl_str(per_shard.v[i], "_id"),
+               (long long)ctl_int(per_shard.v[i], "n", 0));
+    if (jumbo) printf("          jumbo chunks: %lld\n", (long long)jumbo);
+    int64_t left = listed;
+    if (listed != 0 && ctl_find_each(c, "config", "chunks", &filter, &sort, listed > 0 ? listed : 0,
+                                     print_chunk, &left, &err))
+        printf("        (could not list the chunks: %s)\n", err.msg);
+    if (listed >= 0 && total > listed)
         printf("        too many chunks to print, use --verbose if you want to force print\n");
-    }
 out:
     bson_destroy(&filter);
+    bson_destroy(&jumbo_filter);
     bson_destroy(&sort);
-    ctl_docs_free(&chunks);
+    ctl_docs_free(&per_shard);
 }
 
 /* One migration on one line. The donor's entry knows the whole story (documents to clone,
@@ -151,7 +154,7 @@ static void print_migrations(ctl_t *c) {
     ctl_docs_free(&ops);
 }
 
-static int status_once(ctl_t *c, bool verbose) {
+static int status_once(ctl_t *c, int64_t listed) {
     ctl_docs_t shards = {0}, dbs = {0}, colls = {0};
     bson_t cmd, reply, sort;
     ms_error_t err = {0};
@@ -202,7 +205,7 @@ static int status_once(ctl_t *c, bool verbose) {
         for (int k = 0; k < colls.n; k++) {
             const char *ns = ctl_str(colls.v[k], "_id");
             if (strncmp(ns, db, dblen) == 0 && ns[dblen] == '.' && !ctl_bool(colls.v[k], "dropped"))
-                print_collection(c, colls.v[k], verbose);
+                print_collection(c, colls.v[k], listed);
         }
     }
     if (dbs.n == 0) printf("    (none)\n");
@@ -216,14 +219,22 @@ out:
     return rc;
 }
 
+/* The chunks listed per collection: --chunks N, every one with --verbose (-1). */
+static int64_t chunks_listed(bool verbose, int chunks) {
+    if (verbose) return -1;
+    return chunks >= 0 ? chunks : CTL_STATUS_CHUNKS_LISTED;
+}
+
 int ctl_status(ctl_t *c, int argc, char **argv) {
     bool verbose = false;
+    int chunks = CTL_STATUS_CHUNKS_LISTED;
     const flag_spec_t specs[] = {
         {"verbose", FLAG_BOOL, &verbose, "list every chunk even when there are many"},
+        {"chunks", FLAG_INT, &chunks, "chunks listed per collection (default 20)"},
         {NULL, FLAG_BOOL, NULL, NULL},
     };
-    flags_parse(argc, argv, specs, "usage: shardctl [--host URL] status [--verbose]\n");
-    return status_once(c, verbose);
+    flags_parse(argc, argv, specs, "usage: shardctl [--host URL] status [--verbose] [--chunks N]\n");
+    return status_once(c, chunks_listed(verbose, chunks));
 }
 
 int ctl_watch(ctl_t *c, int argc, char **argv) {
@@ -247,7 +258,7 @@ int ctl_watch(ctl_t *c, int argc, char **argv) {
         strftime(when, sizeof when, "%H:%M:%S", localtime(&now));
         if (isatty(STDOUT_FILENO)) fputs("\033[H\033[2J", stdout);
         printf("shardctl watch — %s — every %d ms (Ctrl-C to stop)\n", when, interval_ms);
-        status_once(c, verbose);
+        status_once(c, chunks_listed(verbose, CTL_STATUS_CHUNKS_LISTED));
         usleep((useconds_t)interval_ms * 1000u);
     }
     return 0;

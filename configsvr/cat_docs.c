@@ -15,6 +15,9 @@
 
 #include "common/log.h"
 
+/* Index entries a per-shard chunk count reads under one hold of the catalog lock. */
+#define CAT_COUNT_SLICE_ROWS 65536
+
 /* config.shards document from a row (id, host, draining, state, topo_t, topo_i, tags,
  * max_size): maxSize (MB) only when addShard gave one (MongoDB 6.0's field). */
 void cat_shard_doc(sqlite3_stmt *st, bson_t *doc) {
@@ -77,22 +80,6 @@ void cat_chunk_doc(sqlite3_stmt *st, bson_t *doc) {
         BSON_APPEND_INT64(doc, "estimatedDataSizeBytes", sqlite3_column_int64(st, CC_EST));
 }
 
-static const char *const CONFIG_COLLS[] = {
-    "shards", "databases", "collections", "chunks", "tags", "settings", "locks",
-    "changelog", "actionlog", "migrations", "mongos", "version",
-};
-
-const char *cat_config_coll(int i) {
-    return i >= 0 && i < (int)(sizeof CONFIG_COLLS / sizeof CONFIG_COLLS[0]) ? CONFIG_COLLS[i]
-                                                                             : NULL;
-}
-
-bool cat_config_known(const char *coll) {
-    for (size_t i = 0; i < sizeof CONFIG_COLLS / sizeof CONFIG_COLLS[0]; i++)
-        if (strcmp(coll, CONFIG_COLLS[i]) == 0) return true;
-    return false;
-}
-
 static void tag_doc(sqlite3_stmt *st, bson_t *doc) {
     bson_oid_t id;
     bson_t b;
@@ -130,61 +117,69 @@ static void stored_doc(sqlite3_stmt *st, bson_t *doc) {
     bson_concat(doc, &b);
 }
 
+static void database_doc(sqlite3_stmt *st, bson_t *doc) {
+    BSON_APPEND_UTF8(doc, "_id", cat_col_text(st, 5));   /* {_id, primary, version} */
+    cat_db_version_append(st, doc);
+}
+
+/* How each config collection is read: its columns, then its order key (the columns of a
+ * unique index, so a page can resume strictly after the last row it served); by_ns when
+ * rows carry their collection's ns (first key column), so a filter that names one
+ * collection reads only that collection's rows. */
+typedef struct cfg_table {
+    const char *coll;
+    const char *table;
+    const char *cols;        /* the document's columns, as build reads them */
+    const char *key;         /* the order key's columns (selected after cols) */
+    int nkey;                /* 1 or 2 */
+    bool by_ns;
+    void (*build)(sqlite3_stmt *, bson_t *);
+} cfg_table_t;
+
+static const cfg_table_t CFG_TABLES[] = {
+    {"shards", "shards", SHARD_COLS, "id", 1, false, cat_shard_doc},
+    {"databases", "databases", "primary_shard, uuid, ts_t, ts_i, last_mod, name", "name", 1, false,
+     database_doc},
+    {"collections", "collections", COLL_COLS, "ns", 1, false, cat_coll_doc},
+    {"chunks", "chunks", CHUNK_COLS, "ns, min_enc", 2, true, cat_chunk_doc},
+    {"tags", "tags", "id, ns, min, max, tag", "ns, min_enc", 2, true, tag_doc},
+    {"settings", "settings", "doc", "id_enc", 1, false, stored_doc},
+    {"locks", "locks", "doc", "id", 1, false, stored_doc},
+    {"changelog", "changelog", "doc", "seq", 1, false, stored_doc},
+    {"actionlog", "actionlog", "doc", "seq", 1, false, stored_doc},
+    {"migrations", "migrations", "doc", "id", 1, false, stored_doc},
+    {"mongos", "mongos", "id, ping_ms, up, waiting, mongo_version", "id", 1, false, mongos_doc},
+    {"version", "version", "cluster_id", "id", 1, false, version_doc},
+};
+
+static const cfg_table_t *cfg_table(const char *coll) {
+    for (size_t i = 0; i < sizeof CFG_TABLES / sizeof CFG_TABLES[0]; i++)
+        if (strcmp(coll, CFG_TABLES[i].coll) == 0) return &CFG_TABLES[i];
+    return NULL;
+}
+
+const char *cat_config_coll(int i) {
+    return i >= 0 && i < (int)(sizeof CFG_TABLES / sizeof CFG_TABLES[0]) ? CFG_TABLES[i].coll
+                                                                         : NULL;
+}
+
+bool cat_config_known(const char *coll) {
+    return cfg_table(coll) != NULL;
+}
+
 int cat_config_scan(cat_t *c, const char *coll, cat_doc_fn fn, void *arg, ms_error_t *err) {
-    const char *sql = NULL;
-    void (*build)(sqlite3_stmt *, bson_t *) = NULL;
+    const cfg_table_t *t = cfg_table(coll);
+    char sql[512];
     sqlite3_stmt *st = NULL;
     int rc, s;
-    if (strcmp(coll, "shards") == 0) {
-        sql = "SELECT " SHARD_COLS " FROM shards ORDER BY id";
-        build = cat_shard_doc;
-    } else if (strcmp(coll, "databases") == 0) {
-        sql = "SELECT primary_shard, uuid, ts_t, ts_i, last_mod, name FROM databases ORDER BY name";
-        build = NULL;  /* below: _id first */
-    } else if (strcmp(coll, "collections") == 0) {
-        sql = "SELECT " COLL_COLS " FROM collections ORDER BY ns";
-        build = cat_coll_doc;
-    } else if (strcmp(coll, "chunks") == 0) {
-        sql = "SELECT " CHUNK_COLS " FROM chunks ORDER BY ns, min_enc";
-        build = cat_chunk_doc;
-    } else if (strcmp(coll, "tags") == 0) {
-        sql = "SELECT id, ns, min, max, tag FROM tags ORDER BY ns, min_enc";
-        build = tag_doc;
-    } else if (strcmp(coll, "settings") == 0) {
-        sql = "SELECT doc FROM settings ORDER BY id_enc";
-        build = stored_doc;
-    } else if (strcmp(coll, "locks") == 0) {
-        sql = "SELECT doc FROM locks ORDER BY id";
-        build = stored_doc;
-    } else if (strcmp(coll, "migrations") == 0) {
-        sql = "SELECT doc FROM migrations ORDER BY id";
-        build = stored_doc;
-    } else if (strcmp(coll, "changelog") == 0) {
-        sql = "SELECT doc FROM changelog ORDER BY seq";
-        build = stored_doc;
-    } else if (strcmp(coll, "actionlog") == 0) {
-        sql = "SELECT doc FROM actionlog ORDER BY seq";
-        build = stored_doc;
-    } else if (strcmp(coll, "mongos") == 0) {
-        sql = "SELECT id, ping_ms, up, waiting, mongo_version FROM mongos ORDER BY id";
-        build = mongos_doc;
-    } else if (strcmp(coll, "version") == 0) {
-        sql = "SELECT cluster_id FROM version";
-        build = version_doc;
-    } else {
-        return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "config.%s is not a config collection", coll);
-    }
+    if (!t) return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "config.%s is not a config collection", coll);
+    snprintf(sql, sizeof sql, "SELECT %s, %s FROM %s ORDER BY %s", t->cols, t->key, t->table, t->key);
     pthread_mutex_lock(&c->mu);
     rc = cat_sql_prep(c, sql, &st, err);
     if (rc) goto out;
     while ((s = sqlite3_step(st)) == SQLITE_ROW) {
         bson_t doc = BSON_INITIALIZER;
-        if (build) {
-            build(st, &doc);
-        } else {  /* databases: {_id, primary, version} */
-            BSON_APPEND_UTF8(&doc, "_id", cat_col_text(st, 5));
-            cat_db_version_append(st, &doc);
-        }
+        t->build(st, &doc);
         rc = fn(arg, &doc);
         bson_destroy(&doc);
         if (rc) goto out;
@@ -193,6 +188,249 @@ int cat_config_scan(cat_t *c, const char *coll, cat_doc_fn fn, void *arg, ms_err
 out:
     sqlite3_finalize(st);
     pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* ---- keyset paging ------------------------------------------------------------------- */
+
+struct cat_page_pos {
+    sqlite3_value *key[2];   /* the order key of the last row served (NULL before the first) */
+    bool done;               /* the last page came back short: nothing is left */
+};
+
+cat_page_pos_t *cat_page_pos_new(void) {
+    cat_page_pos_t *p = calloc(1, sizeof *p);
+    ASSERT(p);
+    return p;
+}
+
+void cat_page_pos_free(cat_page_pos_t *p) {
+    if (!p) return;
+    for (int i = 0; i < 2; i++) sqlite3_value_free(p->key[i]);
+    free(p);
+}
+
+bool cat_page_pos_done(const cat_page_pos_t *p) { return p->done; }
+
+/* The WHERE clause of a page: the collection named by pin (?1: ns, or ?1: a collection's
+ * uuid looked up in collections), and past the last key served (?2, ?3). */
+static void page_where(const cfg_table_t *t, const cat_pin_t *pin, const cat_page_pos_t *pos,
+                       char *out, size_t cap) {
+    const char *pin_sql = "", *after = "";
+    bool pinned = t->by_ns && pin && (pin->ns || pin->uuid);
+    if (t->by_ns && pin && pin->ns) pin_sql = " AND ns = ?1";
+    else if (t->by_ns && pin && pin->uuid) pin_sql = " AND ns = (SELECT ns FROM collections WHERE uuid = ?1)";
+    /* Within one collection the seek is on min_enc alone: SQLite would not seek on the
+     * row value (ns, min_enc) once ns is fixed, and would walk from the collection's first
+     * chunk on every page. */
+    if (pos->key[0]) after = t->nkey == 1 ? " > ?2" : pinned ? " AND min_enc > ?3"
+                                                             : " AND (ns, min_enc) > (?2, ?3)";
+    snprintf(out, cap, " WHERE 1%s%s%s%s", pin_sql, pos->key[0] && t->nkey == 1 ? " AND " : "",
+             pos->key[0] && t->nkey == 1 ? t->key : "", after);
+}
+
+static void page_bind(sqlite3_stmt *st, const cat_pin_t *pin, const cat_page_pos_t *pos, int rows) {
+    if (pin && pin->ns) sqlite3_bind_text(st, 1, pin->ns, -1, SQLITE_TRANSIENT);
+    else if (pin && pin->uuid) sqlite3_bind_blob(st, 1, pin->uuid, 16, SQLITE_TRANSIENT);
+    for (int i = 0; i < 2 && pos->key[i]; i++) sqlite3_bind_value(st, 2 + i, pos->key[i]);
+    sqlite3_bind_int(st, 4, rows);
+}
+
+static void page_advance(const cfg_table_t *t, sqlite3_stmt *st, cat_page_pos_t *pos) {
+    int first = sqlite3_column_count(st) - t->nkey;
+    for (int i = 0; i < t->nkey; i++) {
+        sqlite3_value_free(pos->key[i]);
+        pos->key[i] = sqlite3_value_dup(sqlite3_column_value(st, first + i));
+        ASSERT(pos->key[i]);
+    }
+}
+
+/* One statement per page, the catalog lock held for that page only: a cursor over a
+ * million chunks never holds the lock, nor memory, for more than rows_max rows. The rows
+ * come in the order key's order through its unique index (no OFFSET: each page starts at
+ * an index seek past the last key). */
+int cat_config_page(cat_t *c, const char *coll, const cat_pin_t *pin, cat_page_pos_t *pos,
+                    int rows_max, cat_doc_fn fn, void *arg, ms_error_t *err) {
+    const cfg_table_t *t = cfg_table(coll);
+    char where[160], sql[768];
+    sqlite3_stmt *st = NULL;
+    int rc, s = SQLITE_DONE, rows = 0;
+    if (!t) return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "config.%s is not a config collection", coll);
+    if (pos->done) return 0;
+    page_where(t, pin, pos, where, sizeof where);
+    snprintf(sql, sizeof sql, "SELECT %s, %s FROM %s%s ORDER BY %s LIMIT ?4", t->cols, t->key, t->table,
+             where, t->key);
+    pthread_mutex_lock(&c->mu);
+    rc = cat_sql_prep(c, sql, &st, err);
+    if (rc) goto out;
+    page_bind(st, pin, pos, rows_max);
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        bson_t doc = BSON_INITIALIZER;
+        t->build(st, &doc);
+        rc = fn(arg, &doc);
+        bson_destroy(&doc);
+        if (rc == CAT_PAGE_STOP) {   /* not taken: the next page starts with this row */
+            rc = 0;
+            goto out;
+        }
+        if (rc) goto out;
+        page_advance(t, st, pos);
+        rows++;
+    }
+    if (s != SQLITE_DONE) rc = err_from_sqlite(err, s, "page of config collection", c->db);
+    else if (rows < rows_max) pos->done = true;
+out:
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* count(*) of the rows of config.chunks or config.tags (pinned to one collection or not)
+ * meeting cond, a SQL expression of the row (?5: the shard): the rows are walked in
+ * slices of CAT_COUNT_SLICE_ROWS in key order, each slice one statement seeking past the
+ * last, so the catalog lock is held for a slice at a time, however many rows there are. */
+static int count_sliced(cat_t *c, const cfg_table_t *t, const cat_pin_t *pin, const char *cond,
+                        const char *shard, int64_t *n, ms_error_t *err) {
+    cat_page_pos_t *pos = cat_page_pos_new();
+    char where[160], sql[1024];
+    int64_t total = 0;
+    int rc = 0;
+    while (rc == 0 && !pos->done) {
+        sqlite3_stmt *st = NULL;
+        int s = SQLITE_DONE, rows = 0;
+        page_where(t, pin, pos, where, sizeof where);
+        snprintf(sql, sizeof sql, "SELECT %s, %s FROM %s%s ORDER BY %s LIMIT ?4", cond, t->key, t->table,
+                 where, t->key);
+        pthread_mutex_lock(&c->mu);
+        if ((rc = cat_sql_prep(c, sql, &st, err)) == 0) {
+            page_bind(st, pin, pos, CAT_COUNT_SLICE_ROWS);
+            if (shard) sqlite3_bind_text(st, 5, shard, -1, SQLITE_TRANSIENT);
+            while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+                total += sqlite3_column_int(st, 0);
+                page_advance(t, st, pos);
+                rows++;
+            }
+            if (s != SQLITE_DONE) rc = err_from_sqlite(err, s, "count config collection", c->db);
+        }
+        sqlite3_finalize(st);
+        pthread_mutex_unlock(&c->mu);
+        if (rows < CAT_COUNT_SLICE_ROWS) pos->done = true;
+    }
+    cat_page_pos_free(pos);
+    if (rc == 0) *n = total;
+    return rc;
+}
+
+/* count(*) of config.<coll>, of the pinned collection's rows, of those on one shard when
+ * shard is not NULL and of the jumbo ones when jumbo (chunks): no document is built; the
+ * chunks and tags a slice at a time (count_sliced), the jumbo chunks on their partial
+ * index, the small collections at once. */
+int cat_config_count(cat_t *c, const char *coll, const cat_pin_t *pin, const char *shard,
+                     bool jumbo, int64_t *n, ms_error_t *err) {
+    const cfg_table_t *t = cfg_table(coll);
+    char sql[384];
+    sqlite3_stmt *st = NULL;
+    int rc, s;
+    if (!t) return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "config.%s is not a config collection", coll);
+    if (t->by_ns && !jumbo) {
+        snprintf(sql, sizeof sql, "(1%s)", shard ? " AND shard = ?5" : "");
+        return count_sliced(c, t, pin, sql, shard, n, err);
+    }
+    if (jumbo) {   /* on the partial index of the jumbo rows: reads those only */
+        cat_page_pos_t start = {{NULL, NULL}, false};
+        char where[160];
+        page_where(t, pin, &start, where, sizeof where);
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM chunks INDEXED BY chunks_jumbo%s AND jumbo = 1%s",
+                 where, shard ? " AND shard = ?5" : "");
+    } else {
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", t->table);
+    }
+    pthread_mutex_lock(&c->mu);
+    if ((rc = cat_sql_prep(c, sql, &st, err)) != 0) goto out;
+    if (jumbo) {
+        cat_page_pos_t start = {{NULL, NULL}, false};
+        page_bind(st, pin, &start, 0);
+        if (shard) sqlite3_bind_text(st, 5, shard, -1, SQLITE_TRANSIENT);
+    }
+    if ((s = sqlite3_step(st)) == SQLITE_ROW) *n = sqlite3_column_int64(st, 0);
+    else rc = err_from_sqlite(err, s, "count config collection", c->db);
+out:
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* The group being counted by cat_chunk_counts and where its walk of the index stands:
+ * the last (ns, shard, min_enc) read, copied out of the statement (a slice's statement
+ * is finalised before the next is prepared). */
+typedef struct count_walk {
+    char ns[MS_NS_BYTES_MAX + 1], shard[CAT_SHARD_NAME_BYTES_MAX];
+    int64_t n;               /* chunks of (ns, shard) so far; 0: no group yet */
+    uint8_t *min;            /* the last min_enc (owned) */
+    int min_len, min_cap;
+} count_walk_t;
+
+static int count_row(count_walk_t *w, sqlite3_stmt *st, cat_count_fn fn, void *arg) {
+    const char *ns = cat_col_text(st, 0), *shard = cat_col_text(st, 1);
+    int rc = 0, len = sqlite3_column_bytes(st, 2);
+    if (w->n > 0 && (strcmp(ns, w->ns) != 0 || strcmp(shard, w->shard) != 0)) {
+        rc = fn(arg, w->ns, w->shard, w->n);
+        w->n = 0;
+    }
+    if (w->n == 0) {
+        snprintf(w->ns, sizeof w->ns, "%s", ns);
+        snprintf(w->shard, sizeof w->shard, "%s", shard);
+    }
+    w->n++;
+    if (len > w->min_cap) {
+        w->min_cap = len * 2;
+        w->min = realloc(w->min, (size_t)w->min_cap);
+        ASSERT(w->min);
+    }
+    if (len > 0) memcpy(w->min, sqlite3_column_blob(st, 2), (size_t)len);
+    w->min_len = len;
+    return rc;
+}
+
+/* Chunks per (collection, shard), of the pinned collection or of all: a walk of the
+ * (ns, shard, min) index entries, no chunk document built (sh.status()'s per-shard counts,
+ * the web view's cards), in slices of CAT_COUNT_SLICE_ROWS entries, each one statement
+ * seeking past the last entry of the one before, so the catalog lock is never held for
+ * more than a slice (a million chunks would otherwise hold it for a second). */
+int cat_chunk_counts(cat_t *c, const cat_pin_t *pin, cat_count_fn fn, void *arg, ms_error_t *err) {
+    cat_page_pos_t start = {{NULL, NULL}, false};
+    count_walk_t w = {.n = 0};
+    char where[160], sql[400];
+    bool pinned = pin && (pin->ns || pin->uuid), done = false;
+    int rc = 0;
+    page_where(cfg_table("chunks"), pin, &start, where, sizeof where);
+    while (!done && rc == 0) {
+        sqlite3_stmt *st = NULL;
+        int s, rows = 0;
+        snprintf(sql, sizeof sql, "SELECT ns, shard, min_enc FROM chunks INDEXED BY chunks_ns_shard_min"
+                 "%s%s ORDER BY ns, shard, min_enc LIMIT ?4", where,
+                 w.n == 0 ? "" : pinned ? " AND (shard, min_enc) > (?5, ?3)"
+                                        : " AND (ns, shard, min_enc) > (?2, ?5, ?3)");
+        pthread_mutex_lock(&c->mu);
+        if ((rc = cat_sql_prep(c, sql, &st, err)) == 0) {
+            page_bind(st, pin, &start, CAT_COUNT_SLICE_ROWS);
+            if (w.n > 0) {
+                sqlite3_bind_text(st, 2, w.ns, -1, SQLITE_TRANSIENT);
+                sqlite3_bind_blob(st, 3, w.min, w.min_len, SQLITE_TRANSIENT);
+                sqlite3_bind_text(st, 5, w.shard, -1, SQLITE_TRANSIENT);
+            }
+            while (rc == 0 && (s = sqlite3_step(st)) == SQLITE_ROW) {
+                rc = count_row(&w, st, fn, arg);
+                rows++;
+            }
+            if (rc == 0 && s != SQLITE_DONE) rc = err_from_sqlite(err, s, "count chunks per shard", c->db);
+        }
+        sqlite3_finalize(st);
+        pthread_mutex_unlock(&c->mu);
+        done = rows < CAT_COUNT_SLICE_ROWS;
+    }
+    if (rc == 0 && w.n > 0) rc = fn(arg, w.ns, w.shard, w.n);
+    free(w.min);
     return rc;
 }
 

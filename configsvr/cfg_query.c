@@ -6,10 +6,17 @@
  * killCursors, idle timeout), and update on config.settings (balancer, chunksize,
  * automerge, ...), validated. Every other config collection is read-only here.
  *
- * A find materialises its whole result when it runs — the snapshot a cursor serves is
- * the catalog as it was at find time (MongoDB's config reads are snapshot reads too) —
- * and hands it out in batches (first batch 101 documents unless batchSize says
- * otherwise, every batch at most 16 MB, getMore without batchSize fills 16 MB).
+ * A find in catalog order (no sort, or the sort the catalog's index already gives) reads
+ * the catalog a page at a time (cat_config_page: keyset paging on the collection's
+ * unique index) as its batches are asked for, so config.chunks of a million chunks is
+ * read in batches in bounded memory: the first batch 101 documents unless batchSize says
+ * otherwise, every batch at most 16 MB, a getMore without batchSize fills 16 MB. Like
+ * MongoDB's config reads without a snapshot read concern, a later batch sees the catalog
+ * as it is then. A find with another sort materialises its matches, sorts them and
+ * serves them from memory (at most MS_MSG_BYTES_MAX of matches). count and aggregate
+ * never hold more than one page of catalog rows: count is answered from the indexes
+ * when its filter names only a collection and a shard, sh.status()'s chunks-per-shard
+ * $group from the (ns, shard, min) index.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -24,23 +31,107 @@
 #include "common/sortspec.h"
 #include "configsvr/configsvr.h"
 
-/* Matching documents of one scan (owned copies). Pointers, not bson_t values: an
- * allocated bson_t points into itself, so bson_t structs must never be moved (realloc,
- * qsort). */
-typedef struct hits {
+/* Catalog rows read under the catalog lock at once: a page of a cursor's read. */
+#define CFG_PAGE_ROWS 256
+
+/* A filter's narrowing to one collection: config.chunks filtered on uuid (16 bytes of
+ * subtype 4; its documents name their collection so, as MongoDB 5.0's do) or
+ * config.tags on ns (a string), top-level equality. */
+typedef struct pin_buf {
+    cat_pin_t pin;
+    char ns[MS_NS_BYTES_MAX + 1];
+    uint8_t uuid[16];
+    int nkeys, npinned;      /* the filter's top-level fields, and those that pinned */
+    const char *shard;       /* a top-level {shard: "<name>"} (borrowed from the filter) */
+    bool jumbo;              /* a top-level {jumbo: true} */
+} pin_buf_t;
+
+static void pin_from_filter(const char *coll, const bson_t *filter, pin_buf_t *pb) {
+    bool chunks = strcmp(coll, "chunks") == 0, tags = strcmp(coll, "tags") == 0;
+    bson_iter_t it;
+    memset(pb, 0, sizeof *pb);
+    if (!filter || !bson_iter_init(&it, filter)) return;
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        bson_subtype_t sub;
+        uint32_t len = 0;
+        const uint8_t *data = NULL;
+        pb->nkeys++;
+        if (tags && strcmp(k, "ns") == 0 && BSON_ITER_HOLDS_UTF8(&it) && !pb->pin.ns &&
+            strlen(bson_iter_utf8(&it, NULL)) <= MS_NS_BYTES_MAX) {
+            snprintf(pb->ns, sizeof pb->ns, "%s", bson_iter_utf8(&it, NULL));
+            pb->pin.ns = pb->ns;
+            pb->npinned++;
+        } else if (chunks && strcmp(k, "uuid") == 0 && BSON_ITER_HOLDS_BINARY(&it) &&
+                   !pb->pin.uuid) {
+            bson_iter_binary(&it, &sub, &len, &data);
+            if (sub != BSON_SUBTYPE_UUID || len != 16) continue;
+            memcpy(pb->uuid, data, 16);
+            pb->pin.uuid = pb->uuid;
+            pb->npinned++;
+        } else if (chunks && strcmp(k, "shard") == 0 && BSON_ITER_HOLDS_UTF8(&it) && !pb->shard) {
+            pb->shard = bson_iter_utf8(&it, NULL);
+        } else if (chunks && strcmp(k, "jumbo") == 0 && BSON_ITER_HOLDS_BOOL(&it) &&
+                   bson_iter_bool(&it)) {
+            pb->jumbo = true;
+        }
+    }
+}
+
+static const cat_pin_t *pin_of(const pin_buf_t *pb) {
+    return pb->pin.ns || pb->pin.uuid ? &pb->pin : NULL;
+}
+
+/* ---- scans: the catalog in pages, through a filter ----------------------------------- */
+
+/* One scan of config.<coll> through a compiled filter, a page at a time; take() gets
+ * each matching document and answers as a cat_doc_fn does (CAT_PAGE_STOP: not taken). */
+typedef struct scan {
+    const char *coll;
     const query_t *q;
+    const cat_pin_t *pin;
+    cat_page_pos_t *pos;     /* owned by whoever owns the scan */
+    int (*take)(void *arg, const bson_t *doc);
+    void *arg;
+    bool stopped;            /* take() said CAT_PAGE_STOP */
+    int64_t seen;            /* documents looked at: paces the maxTimeMS check */
+    ms_error_t expired;      /* MaxTimeMSExpired, when op_check stopped the scan */
+} scan_t;
+
+static int scan_row(void *arg, const bson_t *doc) {
+    scan_t *s = arg;
+    if (++s->seen % MS_INTERRUPT_CHECK_DOCS == 0 && op_check(&s->expired) != 0)
+        return s->expired.code;
+    if (!query_match(s->q, doc)) return 0;
+    int rc = s->take(s->arg, doc);
+    if (rc == CAT_PAGE_STOP) s->stopped = true;
+    return rc;
+}
+
+/* Runs the scan until take() stops it or the collection ends. An unknown collection is
+ * empty, as in MongoDB. */
+static int scan_run(cfg_t *cfg, scan_t *s, ms_error_t *err) {
+    int rc = 0;
+    s->stopped = false;
+    if (!cat_config_known(s->coll)) return 0;
+    while (rc == 0 && !s->stopped && !cat_page_pos_done(s->pos)) {
+        rc = cat_config_page(cfg->cat, s->coll, s->pin, s->pos, CFG_PAGE_ROWS, scan_row, s, err);
+        if (rc == MS_ERR_MAX_TIME_MS_EXPIRED && s->expired.code) *err = s->expired;
+    }
+    return rc;
+}
+
+/* Matching documents of one scan (owned copies), for a sort the catalog does not give.
+ * Pointers, not bson_t values: an allocated bson_t points into itself, so bson_t structs
+ * must never be moved (realloc, qsort). */
+typedef struct hits {
     bson_t **docs;
     int n, cap;
     size_t bytes;
-    int64_t seen;          /* documents looked at: paces the maxTimeMS check */
-    ms_error_t expired;    /* MaxTimeMSExpired, when op_check stopped the scan */
 } hits_t;
 
 static int hit_fn(void *arg, const bson_t *doc) {
     hits_t *h = arg;
-    if (++h->seen % MS_INTERRUPT_CHECK_DOCS == 0 && op_check(&h->expired) != 0)
-        return h->expired.code;
-    if (!query_match(h->q, doc)) return 0;
     h->bytes += doc->len;
     if (h->bytes > (size_t)MS_MSG_BYTES_MAX)
         return MS_ERR_BSON_OBJECT_TOO_LARGE;  /* bounds memory; reported by the caller */
@@ -68,24 +159,17 @@ static int check_config_db(const cmd_ctx_t *ctx, ms_error_t *err) {
     return 0;
 }
 
-/* The matching documents of config.<coll> (an unknown name is an empty collection, as in
- * MongoDB). */
-static int scan(cfg_t *cfg, const char *coll, const bson_t *filter, hits_t *h, ms_error_t *err) {
-    query_t *q = NULL;
-    bson_t empty = BSON_INITIALIZER;
-    int rc = query_compile(filter ? filter : &empty, &q, err);
+/* Every document of config.<coll> matching q, held in memory (a sort the catalog's order
+ * does not give needs them all). */
+static int scan_all(cfg_t *cfg, const char *coll, const query_t *q, const cat_pin_t *pin, hits_t *h,
+                    ms_error_t *err) {
+    scan_t s = {.coll = coll, .q = q, .pin = pin, .pos = cat_page_pos_new(), .take = hit_fn, .arg = h};
     memset(h, 0, sizeof *h);
-    if (rc) return rc;
-    h->q = q;
-    if (cat_config_known(coll)) {
-        rc = cat_config_scan(cfg->cat, coll, hit_fn, h, err);
-        if (rc == MS_ERR_MAX_TIME_MS_EXPIRED && h->expired.code) *err = h->expired;
-        if (rc == MS_ERR_BSON_OBJECT_TOO_LARGE)
-            err_set(err, rc, "the result of find on config.%s exceeds %d bytes; add a filter", coll,
-                    MS_MSG_BYTES_MAX);
-    }
-    query_free(q);
-    h->q = NULL;
+    int rc = scan_run(cfg, &s, err);
+    if (rc == MS_ERR_BSON_OBJECT_TOO_LARGE)
+        err_set(err, rc, "the sorted result of find on config.%s exceeds %d bytes; add a filter, "
+                "or read it in the catalog's order (no sort) in batches", coll, MS_MSG_BYTES_MAX);
+    cat_page_pos_free(s.pos);
     return rc;
 }
 
@@ -101,18 +185,44 @@ static bool int_field(const cmd_ctx_t *ctx, const char *name, int64_t *out, ms_e
 
 /* ---- cursors ------------------------------------------------------------------------ */
 
-/* A cursor over a materialised result; the registry (common/cursor.c) holds its curs_t. */
+/* A cursor: either a live read of the catalog in its order (page set: a find without a
+ * sort of its own), or a materialised result (docs: an aggregate's results, a sorted
+ * find's matches). The registry (common/cursor.c) holds its curs_t. */
 typedef struct cfg_cursor {
     curs_t reg;                   /* id, ns, connection, pin state: the registry's */
-    bson_t **docs;                /* the materialised result (owned) */
+    /* the live read */
+    cfg_t *cfg;
+    char coll[MS_NS_BYTES_MAX + 1];
+    cat_page_pos_t *page;         /* where the next batch starts reading */
+    bson_t filter, proj_spec;     /* owned copies: the compiled forms may point into them */
+    query_t *q;
+    projection_t *proj;
+    pin_buf_t pin;
+    int64_t skip, left;           /* still to skip; still to return (< 0: no limit) */
+    /* the materialised result */
+    bson_t **docs;                /* owned */
     int n, pos;
     size_t bytes;                 /* of docs: counted against MS_CFG_CURSOR_BYTES_MAX */
 } cfg_cursor_t;
+
+static cfg_cursor_t *cursor_new(void) {
+    cfg_cursor_t *k = calloc(1, sizeof *k);
+    ASSERT(k);
+    bson_init(&k->filter);
+    bson_init(&k->proj_spec);
+    k->left = -1;
+    return k;
+}
 
 static void cursor_free(cfg_cursor_t *c) {
     if (!c) return;
     for (int i = 0; i < c->n; i++) bson_destroy(c->docs[i]);
     bson_free(c->docs);
+    cat_page_pos_free(c->page);
+    query_free(c->q);
+    projection_free(c->proj);
+    bson_destroy(&c->filter);
+    bson_destroy(&c->proj_spec);
     free(c);
 }
 
@@ -121,36 +231,89 @@ static void cursor_destroy(void *arg, curs_t *reg) {
     cursor_free(curs_entry(reg, cfg_cursor_t, reg));
 }
 
-/* What a cursor holds: its whole snapshot until it ends (read under the registry's lock). */
+/* What a cursor holds between batches: a materialised result until it ends; a live read
+ * holds one position (read under the registry's lock). */
 static size_t cursor_held(const curs_t *reg) {
     return curs_entry(reg, cfg_cursor_t, reg)->bytes;
 }
 
-int cfg_query_cursors_new(curs_reg_t **out, ms_error_t *err) {
+int cfg_query_cursors_new(int idle_ms, curs_reg_t **out, ms_error_t *err) {
     curs_opts_t o = {.noun = "cursors", .place = "on the config server", .conn_names_place = true,
                      .owner = "config server", .conn_max = MS_CFG_CURSORS_PER_CONN_MAX,
                      .total_max = MS_CFG_CURSORS_MAX, .bytes_max = MS_CFG_CURSOR_BYTES_MAX,
-                     .held_fn = cursor_held, .destroy_fn = cursor_destroy};
+                     .idle_ms = idle_ms, .held_fn = cursor_held, .destroy_fn = cursor_destroy};
     if (curs_reg_new(&o, out) != 0)
         return err_set(err, MS_ERR_EXCEEDED_MEMORY_LIMIT, "cursor table: out of memory");
     return 0;
 }
 
-/* Appends documents from k->pos: at most max_docs (< 0: no count limit) and at most
+/* A batch being filled: at most max_docs documents (< 0: no count limit) and at most
  * MS_BATCH_BYTES_MAX of them, but at least one when any is left (a document is at most
  * 16 MB, so progress is guaranteed). */
-static void fill_batch(cfg_cursor_t *k, int64_t max_docs, bson_t *arr) {
-    size_t bytes = 0;
-    int64_t out = 0;
-    while (k->pos < k->n && (max_docs < 0 || out < max_docs)) {
-        const bson_t *d = k->docs[k->pos];
-        if (out > 0 && bytes + d->len > (size_t)MS_BATCH_BYTES_MAX) break;
-        char idx[24];
-        snprintf(idx, sizeof idx, "%lld", (long long)out++);
-        BSON_APPEND_DOCUMENT(arr, idx, d);
-        bytes += d->len;
-        k->pos++;
+typedef struct batch {
+    bson_t *arr;
+    int64_t max_docs, out;
+    size_t bytes;
+    cfg_cursor_t *k;
+    ms_error_t err;          /* a projection's error */
+} batch_t;
+
+static bool batch_full(const batch_t *b, const bson_t *next) {
+    if (b->max_docs >= 0 && b->out >= b->max_docs) return true;
+    return b->out > 0 && b->bytes + next->len > (size_t)MS_BATCH_BYTES_MAX;
+}
+
+static void batch_append(batch_t *b, const bson_t *d) {
+    char idx[24];
+    snprintf(idx, sizeof idx, "%lld", (long long)b->out++);
+    BSON_APPEND_DOCUMENT(b->arr, idx, d);
+    b->bytes += d->len;
+}
+
+/* take() of a live read: skip, limit, projection, then into the batch. */
+static int batch_take(void *arg, const bson_t *doc) {
+    batch_t *b = arg;
+    cfg_cursor_t *k = b->k;
+    bson_t p;
+    if (k->left == 0 || (b->max_docs >= 0 && b->out >= b->max_docs)) return CAT_PAGE_STOP;
+    if (k->skip > 0) {
+        k->skip--;
+        return 0;
     }
+    if (k->proj) {
+        int rc = projection_apply(k->proj, doc, &p, &b->err);
+        if (rc) return rc;
+    } else {
+        bson_init(&p);
+        bson_concat(&p, doc);
+    }
+    if (batch_full(b, &p)) {
+        bson_destroy(&p);
+        return CAT_PAGE_STOP;
+    }
+    batch_append(b, &p);
+    bson_destroy(&p);
+    if (k->left > 0) k->left--;
+    return 0;
+}
+
+static bool cursor_exhausted(const cfg_cursor_t *k) {
+    if (k->page) return k->left == 0 || cat_page_pos_done(k->page);
+    return k->pos >= k->n;
+}
+
+/* Appends the next batch of k to arr. */
+static int fill_batch(cfg_cursor_t *k, int64_t max_docs, bson_t *arr, ms_error_t *err) {
+    batch_t b = {.arr = arr, .max_docs = max_docs, .k = k};
+    if (k->page) {
+        scan_t s = {.coll = k->coll, .q = k->q, .pin = pin_of(&k->pin), .pos = k->page,
+                    .take = batch_take, .arg = &b};
+        int rc = scan_run(k->cfg, &s, err);
+        if (rc && b.err.code) *err = b.err;
+        return rc;
+    }
+    while (k->pos < k->n && !batch_full(&b, k->docs[k->pos])) batch_append(&b, k->docs[k->pos++]);
+    return 0;
 }
 
 /* The first reply of a find or an aggregate: its first batch, and the rest behind a
@@ -161,9 +324,9 @@ static int reply_first_batch(cfg_t *cfg, cfg_cursor_t **kp, int64_t batch_size, 
                              const char *ns, bson_t *reply, ms_error_t *err) {
     bson_t batch = BSON_INITIALIZER, cursor;
     int64_t id = 0;
-    int rc = 0;
-    fill_batch(*kp, batch_size, &batch);
-    if ((*kp)->pos < (*kp)->n && !single) {
+    int rc = fill_batch(*kp, batch_size, &batch, err);
+    if (rc) goto out;
+    if (!cursor_exhausted(*kp) && !single) {
         if ((rc = curs_add(cfg->cursors, &(*kp)->reg, ns, op_conn(), 0, false, &id, err)) != 0)
             goto out;
         *kp = NULL;
@@ -221,51 +384,41 @@ int cfg_cmd_list_collections(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return 0;
 }
 
-/* find: the result is materialised now, the first batch returned, the rest kept behind
- * a cursor id for getMore (MongoDB's ClusterCursorManager on the config server). */
-int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
-    cfg_t *cfg = ctx->app;
-    const char *coll = BSON_ITER_HOLDS_UTF8(&ctx->arg) ? bson_iter_utf8(&ctx->arg, NULL) : "";
-    bson_t filter, sort_spec, proj_spec;
-    bool has_filter = cfg_field_doc(ctx, "filter", &filter);
-    sortspec_t *sort = NULL;
-    projection_t *proj = NULL;
-    cfg_cursor_t *k = NULL;
+/* True when sort asks for the order the catalog reads config.<coll> in (through its
+ * unique index): then a find streams, page by page, whatever the collection's size. The
+ * catalog orders by _id (shards, databases, collections, settings), and chunks and tags
+ * by (collection, min): {min: 1} once the filter names one collection. */
+static bool sort_is_catalog_order(const char *coll, const bson_t *sort, const cat_pin_t *pin) {
+    bson_iter_t it;
+    int64_t dir = 0;
+    if (!sort || bson_count_keys(sort) == 0) return true;
+    if (bson_count_keys(sort) != 1 || !bson_iter_init(&it, sort) || !bson_iter_next(&it) ||
+        !bsonx_as_int64(&it, &dir) || dir != 1)
+        return false;
+    const char *key = bson_iter_key(&it);
+    if (strcmp(key, "_id") == 0)
+        return strcmp(coll, "shards") == 0 || strcmp(coll, "databases") == 0 ||
+               strcmp(coll, "collections") == 0 || strcmp(coll, "settings") == 0;
+    return strcmp(key, "min") == 0 && pin && (strcmp(coll, "chunks") == 0 || strcmp(coll, "tags") == 0);
+}
+
+/* A sorted find: every match read now, sorted, skipped, limited, projected, and held by
+ * the cursor (bounded by MS_MSG_BYTES_MAX of matches). */
+static int find_sorted(cfg_t *cfg, cfg_cursor_t *k, const sortspec_t *sort, int64_t skip,
+                       int64_t limit, ms_error_t *err) {
     hits_t h;
-    int64_t skip = 0, limit = 0, batch_size = MS_FIRST_BATCH_DOCS_DEFAULT;
-    bool single = cmd_flag(ctx, "singleBatch", false);
-    int rc = check_config_db(ctx, err);
-    char ns[MS_NS_BYTES_MAX + 8];
-    memset(&h, 0, sizeof h);
-    if (rc) return rc;
-    snprintf(ns, sizeof ns, "config.%s", coll);
-    int_field(ctx, "skip", &skip, err, &rc);
-    int_field(ctx, "limit", &limit, err, &rc);
-    int_field(ctx, "batchSize", &batch_size, err, &rc);
-    if (rc) return rc;
-    curs_reap(cfg->cursors);   /* no timer thread here: every cursor command reaps */
-    if ((rc = curs_admit(cfg->cursors, op_conn(), err)) != 0) return rc;
-    /* Separate views: a compiled spec may keep pointing at the document it was given. */
-    if (cfg_field_doc(ctx, "sort", &sort_spec) && (rc = sortspec_compile(&sort_spec, &sort, err)) != 0)
-        goto out;
-    if (cfg_field_doc(ctx, "projection", &proj_spec) &&
-        (rc = projection_compile(&proj_spec, &proj, err)) != 0)
-        goto out;
-    rc = scan(cfg, coll, has_filter ? &filter : NULL, &h, err);
+    int rc = scan_all(cfg, k->coll, k->q, pin_of(&k->pin), &h, err);
     if (rc) goto out;
-    if (sort && h.n > 1) qsort_r(h.docs, (size_t)h.n, sizeof *h.docs, cmp_docs, sort);
+    if (h.n > 1) qsort_r(h.docs, (size_t)h.n, sizeof *h.docs, cmp_docs, (void *)sort);
     if ((rc = op_check(err)) != 0) goto out;
-    /* The snapshot: skip and limit applied, projected, owned by the cursor. */
-    k = calloc(1, sizeof *k);
-    ASSERT(k);
     int64_t first = skip < h.n ? skip : h.n, last = h.n;
     if (limit > 0 && last - first > limit) last = first + limit;
     k->docs = bson_malloc0(sizeof *k->docs * (size_t)(last - first + 1));
     for (int64_t i = first; i < last; i++) {
         bson_t *d = h.docs[i];
-        if (proj) {
+        if (k->proj) {
             bson_t p;
-            if ((rc = projection_apply(proj, h.docs[i], &p, err)) != 0) goto out;
+            if ((rc = projection_apply(k->proj, h.docs[i], &p, err)) != 0) goto out;
             d = bson_copy(&p);
             bson_destroy(&p);
         } else {
@@ -274,17 +427,66 @@ int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         k->bytes += d->len;
         k->docs[k->n++] = d;
     }
+out:
+    hits_free(&h);
+    return rc;
+}
+
+/* find: in the catalog's order a live read (cat_config_page) whose batches are read as
+ * they are asked for; with another sort the matches are materialised and sorted now.
+ * Either way the first batch is returned and the rest kept behind a cursor id for
+ * getMore (MongoDB's ClusterCursorManager on the config server). */
+int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    cfg_t *cfg = ctx->app;
+    const char *coll = BSON_ITER_HOLDS_UTF8(&ctx->arg) ? bson_iter_utf8(&ctx->arg, NULL) : "";
+    bson_t view, sort_spec;
+    bool has_sort = cfg_field_doc(ctx, "sort", &sort_spec);
+    sortspec_t *sort = NULL;
+    cfg_cursor_t *k = NULL;
+    int64_t skip = 0, limit = 0, batch_size = MS_FIRST_BATCH_DOCS_DEFAULT;
+    bool single = cmd_flag(ctx, "singleBatch", false);
+    int rc = check_config_db(ctx, err);
+    char ns[MS_NS_BYTES_MAX + 8];
+    if (rc) return rc;
+    if (strlen(coll) > MS_NS_BYTES_MAX - 7)
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "collection name too long");
+    snprintf(ns, sizeof ns, "config.%s", coll);
+    int_field(ctx, "skip", &skip, err, &rc);
+    int_field(ctx, "limit", &limit, err, &rc);
+    int_field(ctx, "batchSize", &batch_size, err, &rc);
+    if (rc) return rc;
+    curs_reap(cfg->cursors);   /* no timer thread here: every cursor command reaps */
+    if ((rc = curs_admit(cfg->cursors, op_conn(), err)) != 0) return rc;
+    k = cursor_new();
+    k->cfg = cfg;
+    snprintf(k->coll, sizeof k->coll, "%s", coll);
+    /* Owned copies: a compiled spec may keep pointing at the document it was given. */
+    if (cfg_field_doc(ctx, "filter", &view)) bson_concat(&k->filter, &view);
+    if ((rc = query_compile(&k->filter, &k->q, err)) != 0) goto out;
+    pin_from_filter(coll, &k->filter, &k->pin);
+    if (has_sort && (rc = sortspec_compile(&sort_spec, &sort, err)) != 0) goto out;
+    if (cfg_field_doc(ctx, "projection", &view)) {
+        bson_concat(&k->proj_spec, &view);
+        if ((rc = projection_compile(&k->proj_spec, &k->proj, err)) != 0) goto out;
+    }
+    if (!cat_config_known(coll)) {
+        /* an unknown collection is empty, as in MongoDB: nothing to read */
+    } else if (sort_is_catalog_order(coll, has_sort ? &sort_spec : NULL, pin_of(&k->pin))) {
+        k->page = cat_page_pos_new();
+        k->skip = skip;
+        k->left = limit > 0 ? limit : -1;
+    } else if ((rc = find_sorted(cfg, k, sort, skip, limit, err)) != 0) {
+        goto out;
+    }
     rc = reply_first_batch(cfg, &k, batch_size, single, ns, reply, err);
 out:
     cursor_free(k);
-    hits_free(&h);
     sortspec_free(sort);
-    projection_free(proj);
     return rc;
 }
 
 /* getMore {getMore: id, collection, batchSize?}: the next batch (16 MB when batchSize is
- * absent); id 0 in the reply once the snapshot is exhausted. */
+ * absent); id 0 in the reply once the read or the held result is exhausted. */
 int cfg_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
     curs_reg_t *cs = cfg->cursors;
@@ -318,12 +520,16 @@ int cfg_cmd_get_more(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     }
     k = curs_entry(reg, cfg_cursor_t, reg);
 
-    bson_t cursor, batch;
+    bson_t cursor, batch = BSON_INITIALIZER;
+    if ((rc = fill_batch(k, batch_size, &batch, err)) != 0) {
+        bson_destroy(&batch);
+        curs_unpin(cs, reg, true);   /* as on a shard: a failed getMore ends its cursor */
+        return rc;
+    }
+    bool done = cursor_exhausted(k);
     BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cursor);
-    BSON_APPEND_ARRAY_BEGIN(&cursor, "nextBatch", &batch);
-    fill_batch(k, batch_size, &batch);
-    bson_append_array_end(&cursor, &batch);
-    bool done = k->pos >= k->n;
+    bson_append_array(&cursor, "nextBatch", -1, &batch);
+    bson_destroy(&batch);
     BSON_APPEND_INT64(&cursor, "id", done ? 0 : id);
     BSON_APPEND_UTF8(&cursor, "ns", ns);
     bson_append_document_end(reply, &cursor);
@@ -346,10 +552,106 @@ int cfg_cmd_kill_cursors(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return 0;
 }
 
+/* The stage of pipeline at index i (a view), false when absent or not a document. */
+static bool pipeline_stage(const bson_t *pipeline, int i, bson_t *out) {
+    bson_iter_t it;
+    char key[16];
+    uint32_t len;
+    const uint8_t *data;
+    snprintf(key, sizeof key, "%d", i);
+    if (!bson_iter_init_find(&it, pipeline, key) || !BSON_ITER_HOLDS_DOCUMENT(&it)) return false;
+    bson_iter_document(&it, &len, &data);
+    return bson_init_static(out, data, len);
+}
+
+/* sh.status()'s chunks per shard: [{$match: {uuid | ns}}, {$group: {_id: "$shard",
+ * <f>: {$sum: 1}}}, ...]. When the pipeline starts so on config.chunks, the name of <f>
+ * (borrowed from pipeline), else NULL. */
+static const char *chunks_per_shard_group(const char *coll, const bson_t *pipeline,
+                                          const pin_buf_t *pb) {
+    bson_t stage, group, sum;
+    bson_iter_t it, f;
+    const char *field = NULL;
+    int64_t one = 0;
+    if (strcmp(coll, "chunks") != 0 || !pb->pin.uuid || pb->nkeys != 1) return NULL;
+    if (!pipeline_stage(pipeline, 1, &stage) || bson_count_keys(&stage) != 1 ||
+        !bson_iter_init_find(&it, &stage, "$group") || !bsonx_view_container(&it, &group) ||
+        bson_count_keys(&group) != 2 || !bson_iter_init_find(&it, &group, "_id") ||
+        !BSON_ITER_HOLDS_UTF8(&it) || strcmp(bson_iter_utf8(&it, NULL), "$shard") != 0)
+        return NULL;
+    bson_iter_init(&it, &group);
+    while (bson_iter_next(&it))
+        if (strcmp(bson_iter_key(&it), "_id") != 0) field = bson_iter_key(&it);
+    if (!field || !bson_iter_init_find(&it, &group, field) || !bsonx_view_container(&it, &sum) ||
+        bson_count_keys(&sum) != 1 || !bson_iter_init_find(&f, &sum, "$sum") ||
+        !bsonx_as_int64_exact(&f, &one) || one != 1)
+        return NULL;
+    return field;
+}
+
+typedef struct group_push {
+    agg_run_t *run;
+    const char *field;
+    ms_error_t *err;
+} group_push_t;
+
+/* One group of the chunks-per-shard $group, as the stage would emit it: $sum of int 1s
+ * is an int while it fits. */
+static int group_push_fn(void *arg, const char *ns, const char *shard, int64_t n) {
+    group_push_t *g = arg;
+    bson_t d = BSON_INITIALIZER;
+    (void)ns;
+    BSON_APPEND_UTF8(&d, "_id", shard);
+    if (n <= INT32_MAX) BSON_APPEND_INT32(&d, g->field, (int32_t)n);
+    else BSON_APPEND_INT64(&d, g->field, n);
+    int rc = agg_run_push(g->run, &d, g->err);
+    bson_destroy(&d);
+    return rc;
+}
+
+static int agg_push_fn(void *arg, const bson_t *doc) {
+    group_push_t *g = arg;
+    int rc = agg_run_push(g->run, doc, g->err);
+    if (rc == 0 && agg_run_done(g->run)) return CAT_PAGE_STOP;   /* a $limit is reached */
+    return rc;
+}
+
+/* Runs the parsed pipeline p over config.<coll> into *run (finished), holding one page of
+ * catalog rows at a time: the leading $match is the scan's filter; sh.status()'s chunks
+ * per shard are counted on the (ns, shard, min) index instead of read. */
+static int agg_feed(cfg_t *cfg, const char *coll, const bson_t *pipeline, const agg_pipeline_t *p,
+                    const bson_t *filter, agg_run_t **run, ms_error_t *err) {
+    bson_t empty = BSON_INITIALIZER;
+    pin_buf_t pb;
+    query_t *q = NULL;
+    group_push_t g = {.err = err};
+    const char *field;
+    int rc;
+    pin_from_filter(coll, filter, &pb);
+    if ((field = chunks_per_shard_group(coll, pipeline, &pb)) != NULL) {
+        if ((rc = agg_run_new(p, 2, run, err)) != 0) return rc;
+        g.run = *run;
+        g.field = field;
+        rc = cat_chunk_counts(cfg->cat, pin_of(&pb), group_push_fn, &g, err);
+    } else {
+        if ((rc = query_compile(filter ? filter : &empty, &q, err)) != 0) return rc;
+        if ((rc = agg_run_new(p, filter ? 1 : 0, run, err)) != 0) goto out;
+        g.run = *run;
+        scan_t s = {.coll = coll, .q = q, .pin = pin_of(&pb), .pos = cat_page_pos_new(),
+                    .take = agg_push_fn, .arg = &g};
+        rc = scan_run(cfg, &s, err);
+        cat_page_pos_free(s.pos);
+    }
+    if (rc == 0) rc = agg_run_finish(*run, err);
+out:
+    query_free(q);
+    return rc;
+}
+
 /* aggregate {aggregate: coll, pipeline, cursor: {batchSize}, explain, let, allowDiskUse}
  * over config.<coll>: the leading $match is the scan's filter (as find's), the rest of
- * the pipeline (common/agg.c) runs over the matching catalog documents; the results are
- * held by a cursor exactly like a find's (mongosh's sh.status() and countDocuments send
+ * the pipeline (common/agg.c) runs over the matching catalog documents, read a page at a
+ * time; the results are held by a cursor (mongosh's sh.status() and countDocuments send
  * these). */
 int cfg_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
@@ -362,13 +664,13 @@ int cfg_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     agg_run_t *run = NULL;
     const bson_t *filter;
     cfg_cursor_t *k = NULL;
-    hits_t h;
     int64_t batch_size = MS_FIRST_BATCH_DOCS_DEFAULT;
     bool explain = false, have_cursor = false;
     char ns[MS_NS_BYTES_MAX + 8];
     int rc = check_config_db(ctx, err);
-    memset(&h, 0, sizeof h);
     if (rc) return rc;
+    if (strlen(coll) > MS_NS_BYTES_MAX - 7)
+        return err_set(err, MS_ERR_INVALID_NAMESPACE, "collection name too long");
     snprintf(ns, sizeof ns, "config.%s", coll);
     if (!cfg_field_doc(ctx, "pipeline", &pipeline))
         return err_set(err, MS_ERR_TYPE_MISMATCH, "BSON field 'aggregate.pipeline' must be an "
@@ -411,13 +713,8 @@ int cfg_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     }
     curs_reap(cfg->cursors);
     if ((rc = curs_admit(cfg->cursors, op_conn(), err)) != 0) goto out;
-    if ((rc = scan(cfg, coll, filter, &h, err)) != 0) goto out;
-    if ((rc = agg_run_new(p, filter ? 1 : 0, &run, err)) != 0) goto out;
-    for (int i = 0; i < h.n && !agg_run_done(run); i++)
-        if ((rc = agg_run_push(run, h.docs[i], err)) != 0) goto out;
-    if ((rc = agg_run_finish(run, err)) != 0) goto out;
-    k = calloc(1, sizeof *k);
-    ASSERT(k);
+    if ((rc = agg_feed(cfg, coll, &pipeline, p, filter, &run, err)) != 0) goto out;
+    k = cursor_new();
     {
         size_t n = agg_run_count(run);
         k->docs = bson_malloc0(sizeof *k->docs * (n + 1));
@@ -429,34 +726,55 @@ int cfg_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     rc = reply_first_batch(cfg, &k, batch_size, false, ns, reply, err);
 out:
     cursor_free(k);
-    hits_free(&h);
     agg_run_free(run);
     agg_free(p);
     expr_vars_free(vars);
     return rc;
 }
 
+static int count_fn(void *arg, const bson_t *doc) {
+    (void)doc;
+    (*(int64_t *)arg)++;
+    return 0;
+}
+
+/* count {count: coll, query, skip, limit}: from the indexes when the query names at most
+ * a collection (config.chunks / config.tags), a shard and jumbo: true (config.chunks), else the
+ * matches are counted a page at a time; no document is kept either way. */
 int cfg_cmd_count(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
     const char *coll = BSON_ITER_HOLDS_UTF8(&ctx->arg) ? bson_iter_utf8(&ctx->arg, NULL) : "";
-    bson_t filter;
+    bson_t filter, empty = BSON_INITIALIZER;
     bool has_filter = cfg_field_doc(ctx, "query", &filter);
-    hits_t h;
-    int64_t skip = 0, limit = 0, n;
+    const bson_t *f = has_filter ? &filter : &empty;
+    query_t *q = NULL;
+    pin_buf_t pb;
+    int64_t skip = 0, limit = 0, n = 0;
     int rc = check_config_db(ctx, err);
     if (rc) return rc;
     int_field(ctx, "skip", &skip, err, &rc);
     int_field(ctx, "limit", &limit, err, &rc);
     if (rc) return rc;
-    rc = scan(cfg, coll, has_filter ? &filter : NULL, &h, err);
-    if (rc == 0) {
-        n = h.n > skip ? h.n - skip : 0;
-        if (limit > 0 && n > limit) n = limit;
-        if (n <= INT32_MAX) BSON_APPEND_INT32(reply, "n", (int32_t)n);   /* as MongoDB's appendNumber */
-        else BSON_APPEND_INT64(reply, "n", n);
+    if ((rc = query_compile(f, &q, err)) != 0) return rc;
+    pin_from_filter(coll, f, &pb);
+    bool indexed = pb.nkeys == pb.npinned + (pb.shard ? 1 : 0) + (pb.jumbo ? 1 : 0);
+    if (!cat_config_known(coll)) {
+        n = 0;
+    } else if (indexed) {
+        rc = cat_config_count(cfg->cat, coll, pin_of(&pb), pb.shard, pb.jumbo, &n, err);
+    } else {
+        scan_t s = {.coll = coll, .q = q, .pin = pin_of(&pb), .pos = cat_page_pos_new(),
+                    .take = count_fn, .arg = &n};
+        rc = scan_run(cfg, &s, err);
+        cat_page_pos_free(s.pos);
     }
-    hits_free(&h);
-    return rc;
+    query_free(q);
+    if (rc) return rc;
+    n = n > skip ? n - skip : 0;
+    if (limit > 0 && n > limit) n = limit;
+    if (n <= INT32_MAX) BSON_APPEND_INT32(reply, "n", (int32_t)n);   /* as MongoDB's appendNumber */
+    else BSON_APPEND_INT64(reply, "n", n);
+    return 0;
 }
 
 /* update on config.settings: {updates: [{q, u, upsert, multi}], ordered}; MongoDB's

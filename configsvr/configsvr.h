@@ -76,10 +76,12 @@
 #define CFG_HELLO_TIMEOUT_MS 5000
 /* The default when the request has no maxTimeMS: below the router's deadline toward us. */
 #define CFG_SHARD_CMD_TIMEOUT_MS MS_RPC_CONFIG_TIMEOUT_MS_DEFAULT
-/* Cursors on config collections (cfg_query.c). A find materialises its whole result
- * (bounded by MS_MSG_BYTES_MAX, as before) and serves it in batches: the first of
+/* Cursors on config collections (cfg_query.c). A find in the catalog's order reads the
+ * catalog a page at a time as batches are asked for (any size); a find with another sort
+ * materialises its matches (bounded by MS_MSG_BYTES_MAX). Batches: the first of
  * MS_FIRST_BATCH_DOCS_DEFAULT documents unless batchSize says otherwise, each batch
- * capped at MS_BATCH_BYTES_MAX; idle cursors die after MS_CURSOR_IDLE_MS_MAX. At most
+ * capped at MS_BATCH_BYTES_MAX; idle cursors die after --cursor-timeout-ms (at most and
+ * by default MS_CURSOR_IDLE_MS_MAX). At most
  * MS_CFG_CURSORS_MAX cursors holding MS_CFG_CURSOR_BYTES_MAX bytes in all stay open
  * (common/limits.h); the registry is common/cursor.c's. */
 
@@ -319,6 +321,33 @@ int cat_config_scan(cat_t *c, const char *coll, cat_doc_fn fn, void *arg, ms_err
 /* The newest n entries of config.changelog or config.actionlog (coll), newest first, to
  * fn as cat_config_scan does (the web view's feed). NamespaceNotFound for another coll. */
 int cat_log_tail(cat_t *c, const char *coll, int n, cat_doc_fn fn, void *arg, ms_error_t *err);
+/* Keyset paging over config.<coll> in the same order as cat_config_scan, for cursors
+ * that hand out a collection of any size in batches. A position starts before the first
+ * row; each cat_config_page call reads at most rows_max rows past it (one statement,
+ * the catalog lock held for that page only) and moves it past every row fn took. fn
+ * returns 0 (taken), CAT_PAGE_STOP (not taken: the page ends and the next one starts
+ * with this row) or an error code, which stops the page and is returned. pin, when not
+ * NULL, narrows config.chunks and config.tags to one collection (by ns, or chunks by
+ * the collection's uuid); the caller still applies its whole filter. */
+#define CAT_PAGE_STOP (-1)
+typedef struct cat_pin {
+    const char *ns;          /* or NULL */
+    const uint8_t *uuid;     /* 16 bytes, or NULL */
+} cat_pin_t;
+typedef struct cat_page_pos cat_page_pos_t;
+cat_page_pos_t *cat_page_pos_new(void);
+void cat_page_pos_free(cat_page_pos_t *p);   /* NULL-safe */
+bool cat_page_pos_done(const cat_page_pos_t *p);   /* a page came back short: no rows left */
+int cat_config_page(cat_t *c, const char *coll, const cat_pin_t *pin, cat_page_pos_t *pos,
+                    int rows_max, cat_doc_fn fn, void *arg, ms_error_t *err);
+/* The number of rows of config.<coll> (narrowed by pin; chunks on shard only when shard
+ * is not NULL, jumbo ones only when jumbo), counted on the indexes. */
+int cat_config_count(cat_t *c, const char *coll, const cat_pin_t *pin, const char *shard,
+                     bool jumbo, int64_t *n, ms_error_t *err);
+/* Chunks per (ns, shard) of the pinned collection (pin NULL: of all), in (ns, shard)
+ * order, counted on the (ns, shard, min) index. fn returning non-zero stops with it. */
+typedef int (*cat_count_fn)(void *arg, const char *ns, const char *shard, int64_t n);
+int cat_chunk_counts(cat_t *c, const cat_pin_t *pin, cat_count_fn fn, void *arg, ms_error_t *err);
 /* True for the names cat_config_scan serves. */
 bool cat_config_known(const char *coll);
 /* The i-th of those names (0, 1, ...), NULL past the last: listCollections lists them. */
@@ -744,7 +773,7 @@ int cfg_cmd_split(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_merge_chunks(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 /* cfg_query.c: reads and settings writes on the config database */
 /* The config server's cursor registry (common/cursor.h; curs_reg_free closes it). */
-int cfg_query_cursors_new(curs_reg_t **out, ms_error_t *err);
+int cfg_query_cursors_new(int idle_ms, curs_reg_t **out, ms_error_t *err);
 int cfg_cmd_find(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_list_collections(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cfg_cmd_aggregate(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);

@@ -10,7 +10,9 @@
  *
  * Sizes are bounded by common/limits.h: at most MS_HTTP_COLLS_MAX collections and
  * MS_HTTP_CHUNKS_MAX chunks (cut ones are counted and flagged `truncated`), the newest
- * MS_HTTP_CHANGELOG_MAX changelog entries and MS_HTTP_ROUNDS_MAX balancer rounds.
+ * MS_HTTP_CHANGELOG_MAX changelog entries and MS_HTTP_ROUNDS_MAX balancer rounds. Chunks
+ * per collection and shard are counted by the catalog on an index; only the chunks drawn
+ * are read, so a build costs the same at a thousand chunks or a million.
  *
  * Each chunk's size is measured on its shard with dataSize (what the defragmenter asks),
  * at most WEB_SIZE_PROBES per build, and remembered across builds for
@@ -133,24 +135,34 @@ static int coll_row(void *arg, const bson_t *doc) {
     return 0;
 }
 
-/* Every chunk is counted against its collection; the first MS_HTTP_CHUNKS_MAX of the
- * shown collections are kept. The scan reads config.chunks whole: one indexed pass,
- * at most once per MS_HTTP_STATE_TTL_MS and only while someone is looking. */
+static int coll_index_by_ns(const web_build_t *b, const char *ns) {
+    for (int i = 0; i < b->ncolls; i++)
+        if (strcmp(b->colls[i].ns, ns) == 0) return i;
+    return -1;
+}
+
+/* Chunks per (collection, shard), counted by the catalog on its (ns, shard, min) index:
+ * every chunk counts, listed or not, and none is read for it. */
+static int chunk_count_row(void *arg, const char *ns, const char *shard, int64_t n) {
+    web_build_t *b = arg;
+    b->chunks_total += n;
+    int ci = coll_index_by_ns(b, ns);
+    if (ci < 0) return 0;
+    b->colls[ci].nchunks += n;
+    int si = shard_index(b, shard);
+    if (si >= 0) b->shards[si].coll_chunks[ci] += (int)n;
+    return 0;
+}
+
+/* A chunk drawn: the first MS_HTTP_CHUNKS_MAX chunks of the shown collections, in
+ * catalog order, are read (chunk_pages) and kept. */
 static int chunk_row(void *arg, const bson_t *doc) {
     web_build_t *b = arg;
     bson_iter_t it;
     bson_t v;
-    b->chunks_total++;
     int ci = coll_index(b, doc);
-    if (ci < 0) return 0;
-    b->colls[ci].nchunks++;
+    if (ci < 0 || b->nchunks >= MS_HTTP_CHUNKS_MAX) return CAT_PAGE_STOP;
     int si = shard_index(b, bsonx_utf8_or(doc, "shard", ""));
-    if (si >= 0) b->shards[si].coll_chunks[ci]++;  /* every chunk, listed or not */
-    if (b->nchunks >= MS_HTTP_CHUNKS_MAX) {
-        b->colls[ci].truncated = true;
-        b->chunks_cut = true;
-        return 0;
-    }
     web_chunk_t *k = &b->chunks[b->nchunks];
     memset(k, 0, sizeof *k);
     k->coll = ci;
@@ -166,6 +178,26 @@ static int chunk_row(void *arg, const bson_t *doc) {
     k->measured = -1;
     b->nchunks++;
     return 0;
+}
+
+/* The chunks drawn, read collection by collection (each one page, at most what is left
+ * of MS_HTTP_CHUNKS_MAX): a build reads as many chunks as it draws, whatever exists. A
+ * collection with more chunks than were listed is flagged truncated. */
+static int chunk_pages(web_build_t *b, ms_error_t *err) {
+    int rc = 0;
+    for (int ci = 0; ci < b->ncolls && rc == 0; ci++) {
+        cat_pin_t pin = {.uuid = b->colls[ci].uuid};
+        int before = b->nchunks, room = MS_HTTP_CHUNKS_MAX - b->nchunks;
+        cat_page_pos_t *pos = cat_page_pos_new();
+        if (room > 0 && b->colls[ci].nchunks > 0)
+            rc = cat_config_page(b->cfg->cat, "chunks", &pin, pos, room, chunk_row, b, err);
+        cat_page_pos_free(pos);
+        if (b->nchunks - before < b->colls[ci].nchunks) {
+            b->colls[ci].truncated = true;
+            b->chunks_cut = true;
+        }
+    }
+    return rc;
 }
 
 typedef struct tail_arg {
@@ -733,7 +765,7 @@ void cfg_web_state_build(cfg_t *cfg, bson_t *out) {
         if (!b.shards[i].coll_bytes || !b.shards[i].coll_chunks) abort();
     }
     if (cat_config_scan(cfg->cat, "collections", coll_row, &b, &e) != 0 ||
-        cat_config_scan(cfg->cat, "chunks", chunk_row, &b, &e) != 0)
+        cat_chunk_counts(cfg->cat, NULL, chunk_count_row, &b, &e) != 0 || chunk_pages(&b, &e) != 0)
         log_warn("web state catalog read failed errmsg=%s", log_str(e.msg));
     bson_init(&b.tags);
     if (cat_config_scan(cfg->cat, "tags", tag_row, &b, &e) != 0)

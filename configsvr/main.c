@@ -62,7 +62,8 @@ static int cfg_lock_dbpath(cfg_t *cfg, const char *dbpath, ms_error_t *err) {
 }
 
 /* Opens the daemon's state: the catalog in dbpath and the config-collection cursors. */
-static int cfg_open(cfg_t *cfg, const char *dbpath, const char *url, ms_error_t *err) {
+static int cfg_open(cfg_t *cfg, const char *dbpath, const char *url, int cursor_idle_ms,
+                    ms_error_t *err) {
     char path[4096];
     int rc;
     memset(cfg, 0, sizeof *cfg);
@@ -79,7 +80,7 @@ static int cfg_open(cfg_t *cfg, const char *dbpath, const char *url, ms_error_t 
     if (rc) return rc;
     cat_set_server(cfg->cat, url);
     cfg_migrations_recover(cfg);
-    return cfg_query_cursors_new(&cfg->cursors, err);
+    return cfg_query_cursors_new(cursor_idle_ms, &cfg->cursors, err);
 }
 
 static void cfg_close(cfg_t *cfg) {
@@ -97,6 +98,7 @@ int main(int argc, char **argv) {
     int am_horizon_ms = MS_AUTOMERGER_HORIZON_MS_DEFAULT;
     int defrag_throttle_ms = MS_DEFRAG_THROTTLE_MS_DEFAULT;
     int http_port = 0, http_idle_ms = MS_HTTP_IDLE_MS_DEFAULT;
+    int cursor_idle_ms = MS_CURSOR_IDLE_MS_MAX;
     const char *http_bind = "127.0.0.1";
     cfg_http_t *http = NULL;
     const flag_spec_t own[] = {
@@ -119,6 +121,9 @@ int main(int argc, char **argv) {
         {"http-bind", FLAG_STR, &http_bind, "address of the web view (default 127.0.0.1)"},
         {"http-idle-ms", FLAG_INT, &http_idle_ms,
          "close a web-view connection sent nothing for this long (default 10000)"},
+        {"cursor-timeout-ms", FLAG_INT, &cursor_idle_ms,
+         "an idle config cursor is killed after this long (default 600000, MongoDB's "
+         "cursorTimeoutMillis)"},
         {NULL, FLAG_BOOL, NULL, NULL},
     };
     daemon_t d;
@@ -154,12 +159,16 @@ int main(int argc, char **argv) {
                 MS_HTTP_IDLE_MS_MAX);
         return 2;
     }
+    if (cursor_idle_ms < 1 || cursor_idle_ms > MS_CURSOR_IDLE_MS_MAX) {
+        fprintf(stderr, "configsvr: --cursor-timeout-ms must be 1..%d\n", MS_CURSOR_IDLE_MS_MAX);
+        return 2;
+    }
     log_init("configsvr", LOG_INFO);
     cat_settings_allow_test_fields(d.test_commands);
     cfg_register_failpoints();  /* before anything can evaluate one */
 
     lclock_init(LCLOCK_DATA);
-    if (cfg_open(&cfg, dbpath, d.url, &err) != 0 || lclock_open(dbpath, &err) != 0) {
+    if (cfg_open(&cfg, dbpath, d.url, cursor_idle_ms, &err) != 0 || lclock_open(dbpath, &err) != 0) {
         rc = daemon_fail("open", &err);
         cfg_close(&cfg);
         return rc;
