@@ -316,9 +316,9 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
             cat_coll_free(&coll);
             continue;
         }
-        bal_coll_t bc = {.ns = coll.ns, .chunks = d.chunks, .nchunks = d.nchunks,
-                         .zones = d.zones, .nzones = d.nzones, .no_balance = coll.no_balance,
+        bal_coll_t bc = {.ns = coll.ns, .no_balance = coll.no_balance,
                          .moved_last_round = moved_last(b, coll.ns), .chunk_size_bytes = csize};
+        bal_coll_view(&d, &bc);
         bal_move_t mv[cap];
         int n = bal_choose(&bc, shards, sn.nshards, st->policy, mv, cap - njobs);
         set_moved(b, coll.ns, n > 0);
