@@ -314,6 +314,29 @@ int cat_bal_load_summary(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error
     return rc;
 }
 
+int cat_bal_chunks_after(cat_t *c, const char *ns, const uint8_t *after, size_t after_len, int limit,
+                         cat_bal_data_t *out, ms_error_t *err) {
+    sqlite3_stmt *st = NULL;
+    int cap = 0;
+    memset(out, 0, sizeof *out);
+    cat_lock(c);
+    int rc = cat_sql_prep(c, after ? "SELECT " BAL_CHUNK_COLS " FROM chunks INDEXED BY chunks_ns_min WHERE ns = ?1"
+                                     " AND min_enc > ?2 AND jumbo = 0 ORDER BY min_enc LIMIT ?3"
+                                   : "SELECT " BAL_CHUNK_COLS " FROM chunks INDEXED BY chunks_ns_min WHERE ns = ?1"
+                                     " AND jumbo = 0 ORDER BY min_enc LIMIT ?3",
+                          &st, err);
+    if (rc == 0) {
+        cat_bind_text(st, 1, ns);
+        if (after) sqlite3_bind_blob(st, 2, after, (int)after_len, SQLITE_STATIC);
+        sqlite3_bind_int(st, 3, limit);
+        rc = chunks_read(c, st, out, &cap, err);
+    }
+    sqlite3_finalize(st);
+    cat_unlock(c);
+    if (rc) cat_bal_free(out);
+    return rc;
+}
+
 int cat_actionlog(cat_t *c, const char *what, const char *ns, const bson_t *details,
                   ms_error_t *err) {
     int rc;

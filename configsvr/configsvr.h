@@ -493,6 +493,10 @@ int cat_bal_load(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err)
  * in each zone range and in each gap between ranges, and the chunks holding each zone
  * bound. The policy's choice over them equals its choice over the whole collection. */
 int cat_bal_load_summary(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err);
+/* Up to limit non-jumbo chunks of ns whose min (encoded) is above after (NULL: from the
+ * start), in key order: one window of the auto-split's walk over the collection. */
+int cat_bal_chunks_after(cat_t *c, const char *ns, const uint8_t *after, size_t after_len, int limit,
+                         cat_bal_data_t *out, ms_error_t *err);
 void cat_bal_free(cat_bal_data_t *d);
 /* The jumbo flag of the chunk exactly [min, max) of ns (cat_balancer.c). set: the
  * balancer's markJumbo, no version change; a chunk no longer there → 0, *changed false.

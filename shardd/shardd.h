@@ -69,6 +69,8 @@
 
 /* Split points one splitVector/autoSplitVector reply may carry besides the 16 MB cap. */
 #define SHARDD_SPLIT_POINTS_MAX 8192
+/* Ranges one _shardsvrAutoSplitVectorBatch may ask about (a balancer round's budget). */
+#define SHARDD_AUTOSPLIT_BATCH_RANGES_MAX MS_BALANCER_AUTOSPLIT_CHUNKS_MAX
 
 /* ========================== store.c, store_write.c, store_index.c ==================== */
 
@@ -620,6 +622,7 @@ int cmd_flush_db_cache(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_data_size(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_split_vector(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_auto_split_vector(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_auto_split_vector_batch(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 
 /* Split-point computation over an index whose pattern starts with kp (split.c). Exposed
  * for tests. keys_out: array of key documents {field: value...} (caller destroys). */

@@ -487,3 +487,101 @@ int cmd_split_vector(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 int cmd_auto_split_vector(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return split_cmd(ctx, reply, true, err);
 }
+
+/* ---- the balancer's batch ------------------------------------------------------------- */
+
+/* One ranges[] element: {min, max} as views into the request. */
+static int batch_range(bson_iter_t *el, bson_t *min, bson_t *max, ms_error_t *err) {
+    bson_iter_t f;
+    uint32_t len;
+    const uint8_t *data;
+    bson_t doc;
+    bson_init(min);
+    bson_init(max);
+    if (!BSON_ITER_HOLDS_DOCUMENT(el))
+        return err_set(err, MS_ERR_TYPE_MISMATCH, "ranges elements must be {min, max} documents");
+    bson_iter_document(el, &len, &data);
+    if (!bson_init_static(&doc, data, len)) return err_set(err, MS_ERR_BAD_VALUE, "bad range document");
+    for (int k = 0; k < 2; k++) {
+        const char *name = k ? "max" : "min";
+        if (!bson_iter_init_find(&f, &doc, name) || !BSON_ITER_HOLDS_DOCUMENT(&f))
+            return err_set(err, MS_ERR_FAILED_TO_PARSE, "ranges element field '%s' must be a document", name);
+        bson_iter_document(&f, &len, &data);
+        if (!bson_init_static(k ? max : min, data, len)) return err_set(err, MS_ERR_BAD_VALUE, "bad %s", name);
+    }
+    return 0;
+}
+
+/* Appends {min, max, splitKeys} for one range with points to results; false when the
+ * reply would pass MS_BATCH_BYTES_MAX (the caller stops there: truncated). */
+static bool batch_result(bson_t *results, int *n, const bson_t *min, const bson_t *max, const bson_t *keys) {
+    if (results->len + min->len + max->len + keys->len + 64 > (uint32_t)MS_BATCH_BYTES_MAX) return false;
+    char k[16];
+    const char *key;
+    bson_t d;
+    bson_uint32_to_string((uint32_t)(*n)++, &key, k, sizeof k);
+    BSON_APPEND_DOCUMENT_BEGIN(results, key, &d);
+    BSON_APPEND_DOCUMENT(&d, "min", min);
+    BSON_APPEND_DOCUMENT(&d, "max", max);
+    BSON_APPEND_ARRAY(&d, "splitKeys", keys);
+    bson_append_document_end(results, &d);
+    return true;
+}
+
+/* _shardsvrAutoSplitVectorBatch (minishard's; MongoDB has no batch form): autoSplitVector
+ * for each of up to SHARDD_AUTOSPLIT_BATCH_RANGES_MAX ranges of one collection, so that a
+ * balancer round asks each shard once. Replies {results: [{min, max, splitKeys}] (only
+ * ranges with points), checked: ranges answered, truncated: the reply reached the batch
+ * limit before the last range (the rest are asked again later)}. */
+int cmd_auto_split_vector_batch(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    char ns[MS_NS_BYTES_MAX + 8];
+    split_args_t a;
+    bson_iter_t it, el;
+    bson_t results = BSON_INITIALIZER;
+    int rc, n = 0, checked = 0, nranges = 0;
+    bool truncated = false;
+    memset(&a, 0, sizeof a);
+    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) goto out;
+    a.ns = ns;
+    a.auto_mode = true;
+    if (!doc_field(ctx, "keyPattern", &a.key_pattern) || bson_empty(&a.key_pattern)) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'keyPattern' is missing");
+        goto out;
+    }
+    if (!cmd_field(ctx, "maxChunkSizeBytes", &it) || !bsonx_as_int64(&it, &a.max_chunk_bytes)) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'maxChunkSizeBytes' must be a number");
+        goto out;
+    }
+    if (!(ctx->srv && cmd_server_test_commands(ctx->srv) && a.max_chunk_bytes >= MS_CHUNKSIZE_VALUE_BYTES_MIN &&
+          a.max_chunk_bytes < 1024 * 1024) &&
+        (rc = split_args_check(&a, err)) != 0)
+        goto out;
+    if (cmd_field(ctx, "limit", &it)) bsonx_as_int64(&it, &a.limit);
+    if (!cmd_field(ctx, "ranges", &it) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &el)) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'ranges' must be an array");
+        goto out;
+    }
+    for (bson_iter_t cnt = el; bson_iter_next(&cnt);) nranges++;
+    if (nranges > SHARDD_AUTOSPLIT_BATCH_RANGES_MAX) {
+        rc = err_set(err, MS_ERR_BAD_VALUE, "ranges has %d elements, at most %d", nranges,
+                     SHARDD_AUTOSPLIT_BATCH_RANGES_MAX);
+        goto out;
+    }
+    while (!truncated && bson_iter_next(&el)) {
+        bson_t keys = BSON_INITIALIZER;
+        bool cont = false;
+        if ((rc = batch_range(&el, &a.min, &a.max, err)) == 0)
+            rc = split_compute(app->st, &a, &keys, &cont, err);
+        if (rc == 0 && !bson_empty(&keys)) truncated = !batch_result(&results, &n, &a.min, &a.max, &keys);
+        bson_destroy(&keys);
+        if (rc) goto out;
+        if (!truncated) checked++;
+    }
+    BSON_APPEND_ARRAY(reply, "results", &results);
+    BSON_APPEND_INT32(reply, "checked", checked);
+    BSON_APPEND_BOOL(reply, "truncated", truncated);
+out:
+    bson_destroy(&results);
+    return rc;
+}
