@@ -161,25 +161,56 @@ static cat_bal_count_t *count_of(cat_bal_data_t *d, const char *shard) {
     return NULL;
 }
 
-/* Chunks wholly inside each zone range per shard: a range of the (ns, min) index. This
- * is the one read that grows — with the chunks inside zone ranges, not the collection. */
+/* The chunk of ns whose min starts in [zmin, zmax) and whose max passes zmax (at most one:
+ * chunks tile), its owner into shard: it starts in the range but is not wholly inside. */
+static int range_straddler(cat_t *c, const char *ns, const bal_zone_range_t *r, char *shard, size_t cap,
+                           bool *found, ms_error_t *err) {
+    sqlite3_stmt *st = NULL;
+    *found = false;
+    int rc = cat_sql_prep(c, "SELECT shard, min_enc, max_enc FROM chunks INDEXED BY chunks_ns_min WHERE ns = ?1"
+                             " AND min_enc < ?2 ORDER BY min_enc DESC LIMIT 1", &st, err);
+    if (rc) return rc;
+    cat_bind_text(st, 1, ns);
+    sqlite3_bind_blob(st, 2, r->max_enc, (int)r->max_len, SQLITE_STATIC);
+    int s = sqlite3_step(st);
+    if (s == SQLITE_ROW) {
+        const void *mn = sqlite3_column_blob(st, 1), *mx = sqlite3_column_blob(st, 2);
+        size_t mnl = (size_t)sqlite3_column_bytes(st, 1), mxl = (size_t)sqlite3_column_bytes(st, 2);
+        *found = cat_blob_cmp(mn, mnl, r->min_enc, r->min_len) >= 0 &&
+                 cat_blob_cmp(mx, mxl, r->max_enc, r->max_len) > 0;
+        if (*found) cat_copy_str(shard, cap, cat_col_text(st, 0));
+    } else if (s != SQLITE_DONE) {
+        rc = err_from_sqlite(err, s, "read zone range end", cat_db_handle(c));
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Chunks wholly inside each zone range per shard: the chunks of the shard whose min lies
+ * in the range, counted on the (ns, shard, min) index alone (no row read), less the one
+ * chunk that starts inside and ends past the range. This is the one read that grows —
+ * with the chunks inside zone ranges, not with the collection. */
 static int range_counts_load(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err) {
     sqlite3_stmt *st = NULL;
-    int rc = cat_sql_prep(c, "SELECT shard, count(*) FROM chunks INDEXED BY chunks_ns_min WHERE ns = ?1"
-                             " AND min_enc >= ?2 AND min_enc < ?3 AND max_enc <= ?3 GROUP BY shard",
-                          &st, err);
+    int rc = cat_sql_prep(c, "SELECT count(*) FROM chunks INDEXED BY chunks_ns_shard_min WHERE ns = ?1"
+                             " AND shard = ?2 AND min_enc >= ?3 AND min_enc < ?4", &st, err);
     for (int z = 0; rc == 0 && z < out->nzones; z++) {
         const bal_zone_range_t *r = &out->zones[z];
-        int s;
-        sqlite3_reset(st);
-        cat_bind_text(st, 1, ns);
-        sqlite3_bind_blob(st, 2, r->min_enc, (int)r->min_len, SQLITE_STATIC);
-        sqlite3_bind_blob(st, 3, r->max_enc, (int)r->max_len, SQLITE_STATIC);
-        while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-            cat_bal_count_t *k = count_of(out, cat_col_text(st, 0));
-            if (k) k->in_range[z] = sqlite3_column_int(st, 1);
+        for (int k = 0; rc == 0 && k < out->ncounts; k++) {
+            sqlite3_reset(st);
+            cat_bind_text(st, 1, ns);
+            cat_bind_text(st, 2, out->counts[k].shard);
+            sqlite3_bind_blob(st, 3, r->min_enc, (int)r->min_len, SQLITE_STATIC);
+            sqlite3_bind_blob(st, 4, r->max_enc, (int)r->max_len, SQLITE_STATIC);
+            int s = sqlite3_step(st);
+            if (s == SQLITE_ROW) out->counts[k].in_range[z] = sqlite3_column_int(st, 0);
+            else rc = err_from_sqlite(err, s, "count zone range", cat_db_handle(c));
         }
-        if (s != SQLITE_DONE) rc = err_from_sqlite(err, s, "count zone range", cat_db_handle(c));
+        char owner[CAT_SHARD_NAME_BYTES_MAX];
+        bool found;
+        if (rc == 0) rc = range_straddler(c, ns, r, owner, sizeof owner, &found, err);
+        cat_bal_count_t *k = rc == 0 && found ? count_of(out, owner) : NULL;
+        if (k) k->in_range[z]--;
     }
     sqlite3_finalize(st);
     return rc;
