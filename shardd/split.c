@@ -369,9 +369,10 @@ static int split_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     avg = coll_bytes / coll_n;
     if (avg < 1) avg = 1;
     if (!a->force && !a->auto_mode && coll_bytes < a->max_chunk_bytes) goto out;
-    if (a->auto_mode && a->limit <= 0) {
+    if (a->auto_mode) {
         /* A range that fits in one chunk needs no point: decided from the index count
-         * before any key is read (the balancer asks this of every chunk each round). */
+         * before any key is read (the balancer asks this of every chunk each round).
+         * Exact with a limit too: a point needs more than max / avg keys (per below). */
         int64_t range_n;
         if ((rc = range_size(t, c, &ks, &lo, &hi, &range_n, NULL, err)) != 0) goto out;
         if (range_n * avg <= a->max_chunk_bytes) goto out;
