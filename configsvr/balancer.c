@@ -44,10 +44,22 @@ typedef struct bal_moved {
 
 /* A collection's auto-split walk: the encoded min of the last chunk a round asked about
  * (the next round goes on after it; at the end it starts again from the first chunk). */
+/* What an owner said when it last checked its chunks of a collection that fits one window:
+ * its growth token (nothing of the collection grew there while it is the same) and a hash
+ * of the ranges it checked (a merge or a migration changes them). Both the same → nothing
+ * can have passed the chunk size: the owner answers without checking. */
+typedef struct bal_split_seen {
+    char shard[CAT_SHARD_NAME_BYTES_MAX];
+    char token[64];
+    uint64_t ranges_hash;
+} bal_split_seen_t;
+
 typedef struct bal_split_pos {
     char ns[MS_NS_BYTES_MAX + 1];
     uint8_t *after;          /* NULL: from the first chunk */
     size_t len;
+    bal_split_seen_t *seen;  /* per owner, while the collection fits one window */
+    int nseen;
     struct bal_split_pos *next;
 } bal_split_pos_t;
 
@@ -179,12 +191,41 @@ static void autosplit_result(cfg_t *cfg, const cat_coll_t *coll, const char *own
     if (np > 0) autosplit_commit(cfg, coll, owner, &min, &max, pts, np, splits, nsplits);
 }
 
+/* FNV-1a of the encoded bounds of chunks idx[0..n) of d. */
+static uint64_t ranges_hash(const cat_bal_data_t *d, const int *idx, int n) {
+    uint64_t h = 1469598103934665603ull;
+    for (int k = 0; k < n; k++) {
+        const bal_chunk_t *ch = &d->chunks[idx[k]];
+        const uint8_t *parts[2] = {ch->min_enc, ch->max_enc};
+        size_t lens[2] = {ch->min_len, ch->max_len};
+        for (int p = 0; p < 2; p++) {
+            for (size_t i = 0; i < lens[p]; i++) h = (h ^ parts[p][i]) * 1099511628211ull;
+            h = (h ^ 0xff) * 1099511628211ull;  /* a separator: bounds do not run together */
+        }
+    }
+    return h;
+}
+
+/* The owner's entry in p->seen (added empty when absent). */
+static bal_split_seen_t *seen_of(bal_split_pos_t *p, const char *shard) {
+    for (int i = 0; i < p->nseen; i++)
+        if (strcmp(p->seen[i].shard, shard) == 0) return &p->seen[i];
+    p->seen = realloc(p->seen, sizeof *p->seen * (size_t)(p->nseen + 1));
+    if (!p->seen) abort();
+    bal_split_seen_t *e = &p->seen[p->nseen++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->shard, sizeof e->shard, "%s", shard);
+    return e;
+}
+
 /* Asks owner once for the split points of the chunks of d it owns (indexes idx[0..n))
- * with _shardsvrAutoSplitVectorBatch and commits each split it returns. */
+ * with _shardsvrAutoSplitVectorBatch and commits each split it returns. seen (NULL when
+ * the collection does not fit one window): what the owner said last time, updated. */
 static void autosplit_ask(cfg_t *cfg, const cat_coll_t *coll, const char *db, const char *cname,
                           int64_t chunk_size, const cat_bal_data_t *d, const int *idx, int n,
-                          bson_t *splits, int *nsplits) {
+                          bal_split_seen_t *seen, bson_t *splits, int *nsplits) {
     const char *owner = d->owners[idx[0]];
+    uint64_t h = ranges_hash(d, idx, n);
     bson_t cmd = BSON_INITIALIZER, ranges, r, results;
     bson_iter_t it, el;
     ms_error_t e = {0};
@@ -204,6 +245,7 @@ static void autosplit_ask(cfg_t *cfg, const cat_coll_t *coll, const char *db, co
     bson_append_array_end(&cmd, &ranges);
     BSON_APPEND_INT64(&cmd, "maxChunkSizeBytes", chunk_size);
     BSON_APPEND_INT32(&cmd, "limit", CAT_SPLIT_POINTS_MAX);
+    if (seen && seen->token[0] && seen->ranges_hash == h) BSON_APPEND_UTF8(&cmd, "ifGrownSince", seen->token);
     BSON_APPEND_UTF8(&cmd, "$db", db);
     int rc = cfg_shard_command(cfg, owner, &cmd, CFG_SHARD_CMD_TIMEOUT_MS, &r, &e);
     bson_destroy(&cmd);
@@ -211,6 +253,18 @@ static void autosplit_ask(cfg_t *cfg, const cat_coll_t *coll, const char *db, co
         log_warn("balancer autosplit batch failed ns=%s shard=%s ranges=%d err=%s", log_str(coll->ns),
                  log_str(owner), n, log_str(e.msg));
         return;
+    }
+    if (seen) {
+        /* Remembered only when everything was checked and nothing was to split (a split
+         * that failed to commit is asked for again; a truncated answer checked a part). */
+        bson_iter_t res;
+        bool whole = !(bson_iter_init_find(&it, &r, "truncated") && bson_iter_as_bool(&it)) &&
+                     !(bson_iter_init_find(&res, &r, "results") && BSON_ITER_HOLDS_ARRAY(&res) &&
+                       bson_iter_recurse(&res, &res) && bson_iter_next(&res));
+        seen->token[0] = '\0';
+        seen->ranges_hash = h;
+        if (whole && bson_iter_init_find(&it, &r, "grownToken") && BSON_ITER_HOLDS_UTF8(&it))
+            snprintf(seen->token, sizeof seen->token, "%s", bson_iter_utf8(&it, NULL));
     }
     if (bson_iter_init_find(&it, &r, "truncated") && bson_iter_as_bool(&it))
         log_info("balancer autosplit batch truncated ns=%s shard=%s", log_str(coll->ns), log_str(owner));
@@ -239,10 +293,14 @@ static int autosplit_coll(cfg_balancer_t *b, const cat_coll_t *coll, int64_t chu
     const char *cname = NULL;
     if (cfg_ns_split(coll->ns, db, sizeof db, &cname, NULL) != 0) return 0;
     bal_split_pos_t *pos = split_pos(b, coll->ns);
+    bool from_start = pos->after == NULL;
     if (cat_bal_chunks_after(cfg->cat, coll->ns, pos->after, pos->len, budget, &d, &e) != 0) {
         log_warn("balancer autosplit load failed ns=%s err=%s", log_str(coll->ns), log_str(e.msg));
         return 0;
     }
+    /* The whole collection in this window: the owners' growth tokens apply. */
+    bool whole = from_start && d.nchunks < budget;
+    if (!whole) pos->nseen = 0;
     split_pos_advance(pos, &d, budget);
     int *idx = malloc(sizeof *idx * (size_t)(d.nchunks > 0 ? d.nchunks : 1));
     bool *done = calloc((size_t)(d.nchunks > 0 ? d.nchunks : 1), sizeof *done);
@@ -255,7 +313,8 @@ static int autosplit_coll(cfg_balancer_t *b, const cat_coll_t *coll, int64_t chu
                 done[k] = true;
                 idx[n++] = k;
             }
-        autosplit_ask(cfg, coll, db, cname, chunk_size, &d, idx, n, splits, nsplits);
+        autosplit_ask(cfg, coll, db, cname, chunk_size, &d, idx, n, whole ? seen_of(pos, d.owners[i]) : NULL,
+                      splits, nsplits);
     }
     int checked = d.nchunks;
     free(idx);
@@ -628,6 +687,7 @@ void cfg_balancer_free(cfg_t *cfg) {
         bal_split_pos_t *p = b->split_pos;
         b->split_pos = p->next;
         free(p->after);
+        free(p->seen);
         free(p);
     }
     pthread_cond_destroy(&b->cv);

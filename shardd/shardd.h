@@ -118,6 +118,11 @@ typedef struct store_coll {
      * transaction's changes (writer only), folded in when it commits. */
     int64_t fast_n, fast_bytes;
     int64_t delta_n, delta_bytes;
+    /* Bytes added by growing changes (inserts, updates that grew a document) since this
+     * process opened the store: only goes up. The balancer's auto-split skips a shard
+     * whose chunks did not grow since it last checked them (delta_grown: the open write
+     * transaction's part). Not persisted. */
+    int64_t grown_bytes, delta_grown;
     bool dirty;
 } store_coll_t;
 
@@ -237,6 +242,8 @@ int store_get_by_rowid(store_txn_t *t, store_coll_t *c, int64_t rowid, bson_t *d
                        ms_error_t *err);
 
 /* count and total bytes of a collection's documents. */
+/* c's grown_bytes as of the last commit. */
+int64_t store_coll_grown(const store_coll_t *c);
 int store_coll_stats(store_txn_t *t, store_coll_t *c, int64_t *count, int64_t *bytes,
                      int64_t *storage_bytes, int64_t *index_bytes, ms_error_t *err);
 int64_t store_index_bytes(store_txn_t *t, store_coll_t *c, int i);  /* bytes of ix[i] */

@@ -132,7 +132,7 @@ const cmd_spec_t shardd_cmd_table[] = {
     {.name = "_shardsvrAutoSplitVectorBatch", .handler = cmd_auto_split_vector_batch,
      .flags = NSF | CMD_INTERNAL, .arg_types = CT_STR,
      .fields = {REQ("keyPattern", CT_DOC), REQ("ranges", CT_ARR), REQ("maxChunkSizeBytes", CT_NUM),
-                F("limit", CT_NUM)},
+                F("limit", CT_NUM), F("ifGrownSince", CT_STR)},
      .help = "autoSplitVector of many ranges at once (the balancer's auto-split; minishard's)"},
     /* cluster hooks (peers only) */
     {.name = "_addShard", .handler = cmd_add_shard,

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "common/bsonx.h"
 #include "common/log.h"
@@ -529,11 +531,35 @@ static bool batch_result(bson_t *results, int *n, const bson_t *min, const bson_
     return true;
 }
 
+/* This process's growth token of ns: "<incarnation>:<grown bytes>" — equal tokens mean
+ * no document of ns grew in between (the incarnation tells a restart apart). */
+typedef struct grown_arg {
+    const char *ns;
+    char *out;
+    size_t cap;
+} grown_arg_t;
+
+static int grown_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    static uint64_t incarnation;
+    grown_arg_t *g = arg;
+    (void)err;
+    uint64_t inc = __atomic_load_n(&incarnation, __ATOMIC_RELAXED);
+    if (inc == 0) {
+        inc = (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid();
+        __atomic_store_n(&incarnation, inc, __ATOMIC_RELAXED);
+    }
+    store_coll_t *c = store_coll_get(t, g->ns);
+    snprintf(g->out, g->cap, "%llx:%lld", (unsigned long long)inc, c ? (long long)store_coll_grown(c) : -1LL);
+    return 0;
+}
+
 /* _shardsvrAutoSplitVectorBatch (minishard's; MongoDB has no batch form): autoSplitVector
  * for each of up to SHARDD_AUTOSPLIT_BATCH_RANGES_MAX ranges of one collection, so that a
  * balancer round asks each shard once. Replies {results: [{min, max, splitKeys}] (only
  * ranges with points), checked: ranges answered, truncated: the reply reached the batch
- * limit before the last range (the rest are asked again later)}. */
+ * limit before the last range (the rest are asked again later), grownToken}. With
+ * ifGrownSince equal to the current grownToken nothing grew since that reply: {unchanged:
+ * true}, nothing checked. */
 int cmd_auto_split_vector_batch(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     shardd_t *app = ctx->app;
     char ns[MS_NS_BYTES_MAX + 8];
@@ -559,6 +585,16 @@ int cmd_auto_split_vector_batch(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) 
         (rc = split_args_check(&a, err)) != 0)
         goto out;
     if (cmd_field(ctx, "limit", &it)) bsonx_as_int64(&it, &a.limit);
+    /* Taken before the checks: a write during them makes the next token differ. */
+    char token[64];
+    grown_arg_t ga = {ns, token, sizeof token};
+    if ((rc = store_read(app->st, grown_fn, &ga, err)) != 0) goto out;
+    BSON_APPEND_UTF8(reply, "grownToken", token);
+    if (cmd_field(ctx, "ifGrownSince", &it) && BSON_ITER_HOLDS_UTF8(&it) &&
+        strcmp(bson_iter_utf8(&it, NULL), token) == 0) {
+        BSON_APPEND_BOOL(reply, "unchanged", true);  /* nothing grew: nothing to check */
+        goto done;
+    }
     if (!cmd_field(ctx, "ranges", &it) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &el)) {
         rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'ranges' must be an array");
         goto out;
@@ -579,6 +615,7 @@ int cmd_auto_split_vector_batch(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) 
         if (rc) goto out;
         if (!truncated) checked++;
     }
+done:
     BSON_APPEND_ARRAY(reply, "results", &results);
     BSON_APPEND_INT32(reply, "checked", checked);
     BSON_APPEND_BOOL(reply, "truncated", truncated);

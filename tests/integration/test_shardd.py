@@ -325,6 +325,14 @@ def test_split_points(t):
         if one["splitKeys"]:
             want.append({"min": rg["min"], "max": rg["max"], "splitKeys": one["splitKeys"]})
     assert len(want) == 2 and r["results"] == want and r["checked"] == 3 and r["truncated"] is False, r
+    # nothing grew since that answer: its token says so, and nothing is checked; a write
+    # that grows the collection changes the token
+    tok = r["grownToken"]
+    r2 = c.ok(dict(batch, ranges=ranges, ifGrownSince=tok))
+    assert r2["unchanged"] is True and r2["results"] == [] and r2["grownToken"] == tok, r2
+    c.ok({"insert": "c", "$db": "app", "documents": [{"_id": 99999, "k": 5, "pad": pad}]})
+    r3 = c.ok(dict(batch, ranges=ranges, ifGrownSince=tok))
+    assert "unchanged" not in r3 and r3["grownToken"] != tok and len(r3["results"]) == 2, r3
     c.err(dict(batch, ranges=[{"min": {"k": 0}}]), 9)
     c.err(dict(batch, ranges=[ranges[0]] * 1025), 2)
     c.err({"splitVector": "app.c", "keyPattern": {"k": 1}, "maxChunkSizeBytes": 100}, 72)
