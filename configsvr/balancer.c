@@ -124,37 +124,13 @@ static void split_pos_advance(bal_split_pos_t *p, const cat_bal_data_t *d, int b
 static void autosplit_commit(cfg_t *cfg, const cat_coll_t *coll, const char *owner, const bson_t *min,
                              const bson_t *max, const bson_t *const *pts, int np, bson_t *splits,
                              int *nsplits) {
-    /* The commit: under the collection's DDL lock (no network call inside), and
-     * cat_chunk_split re-checks that [min, max) is still one chunk. */
-    cfg_ddl_guard_t g = {0};
-    bson_t info = BSON_INITIALIZER;
     ms_error_t e = {0};
-    int rc = cfg_ddl_lock_coll(cfg, coll->ns, "balancer auto-split", &g, &e);
-    if (rc == 0) rc = cat_chunk_split(cfg->cat, coll->ns, min, max, pts, np, &info, &e);
-    cfg_ddl_unlock(&g);
-    bson_destroy(&info);
-    if (rc) {
+    if (bal_split_commit(cfg, coll->ns, min, max, owner, pts, np, "balancer auto-split", &e) != 0) {
         log_warn("balancer autosplit commit failed ns=%s err=%s", log_str(coll->ns), log_str(e.msg));
         return;
     }
-    bson_t s, arr;
-    char k[16];
-    const char *key;
-    bson_uint32_to_string((uint32_t)(*nsplits)++, &key, k, sizeof k);
-    BSON_APPEND_DOCUMENT_BEGIN(splits, key, &s);
-    BSON_APPEND_UTF8(&s, "ns", coll->ns);
-    BSON_APPEND_DOCUMENT(&s, "min", min);
-    BSON_APPEND_DOCUMENT(&s, "max", max);
-    BSON_APPEND_UTF8(&s, "shard", owner);
-    BSON_APPEND_ARRAY_BEGIN(&s, "points", &arr);
-    for (int p = 0; p < np; p++) {
-        bson_uint32_to_string((uint32_t)p, &key, k, sizeof k);
-        BSON_APPEND_DOCUMENT(&arr, key, pts[p]);
-    }
-    bson_append_array_end(&s, &arr);
-    bson_append_document_end(splits, &s);
+    bal_split_entry(splits, nsplits, coll->ns, min, max, owner, pts, np, NULL);
     log_info("balancer autosplit ns=%s shard=%s points=%d", log_str(coll->ns), log_str(owner), np);
-    cfg_flush_shard(cfg, owner, coll->ns);
 }
 
 /* The sub-document name of d as a view into d (false when absent or not a document). */

@@ -207,7 +207,7 @@ static int range_counts_load(cat_t *c, const char *ns, cat_bal_data_t *out, ms_e
             else rc = err_from_sqlite(err, s, "count zone range", cat_db_handle(c));
         }
         char owner[CAT_SHARD_NAME_BYTES_MAX];
-        bool found;
+        bool found = false;
         if (rc == 0) rc = range_straddler(c, ns, r, owner, sizeof owner, &found, err);
         cat_bal_count_t *k = rc == 0 && found ? count_of(out, owner) : NULL;
         if (k) k->in_range[z]--;

@@ -894,6 +894,17 @@ int bal_zone_cuts(const bal_chunk_t *ch, const bal_zone_range_t *zones, int nzon
  * appends a splits[] entry {ns, min, max, shard, points, reason: "zoneBoundary"} per
  * split to the round's splits array; returns how many chunks were split. */
 int bal_zone_split_coll(cfg_t *cfg, const char *ns, bson_t *splits, int *nsplits);
+/* Splits [min, max) of ns at pts under the collection's DDL lock (the catalog
+ * transaction re-checks the chunk; why names the lock's holder), then has the owner
+ * refresh (bal_jumbo.c). */
+int bal_split_commit(cfg_t *cfg, const char *ns, const bson_t *min, const bson_t *max,
+                     const char *owner, const bson_t *const *pts, int np, const char *why,
+                     ms_error_t *err);
+/* Appends one splits[] entry {ns, min, max, shard, points, reason} of a round (reason
+ * NULL: none, an auto-split). */
+void bal_split_entry(bson_t *splits, int *nsplits, const char *ns, const bson_t *min,
+                     const bson_t *max, const char *shard, const bson_t *const *pts, int np,
+                     const char *reason);
 /* After a balancer migration of [min, max) (max NULL: the chunk starting at min) from
  * owner failed with ChunkTooBig / ExceededMemoryLimit: one autoSplitVector point (limit
  * 1, the collection's chunk size) → split there, `splitAfterTooBig: point` appended to
