@@ -282,7 +282,7 @@ static void test_summary_equals_full_load(void) {
     CHECK_INT(cat_zone_add_shard(c, "shard0", "A", &e), 0);
     CHECK_INT(cat_zone_add_shard(c, "shard1", "B", &e), 0);
     create(c);
-    for (int step = 0; step < 1500; step++) {
+    for (int step = 0; step < 1000; step++) {
         cat_bal_data_t d;
         CHECK_INT(cat_bal_load(c, "d.c", &d, &e), 0);
         switch (rnd_in(8)) {
