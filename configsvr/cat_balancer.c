@@ -345,6 +345,41 @@ int cat_bal_load_summary(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error
     return rc;
 }
 
+int cat_bal_load_shard(cat_t *c, const char *ns, const char *shard, cat_bal_data_t *out, int64_t **since_out,
+                       ms_error_t *err) {
+    sqlite3_stmt *st = NULL;
+    int cap = 0, scap = 0, s;
+    int64_t *since = NULL;
+    memset(out, 0, sizeof *out);
+    cat_lock(c);
+    int rc = cat_sql_prep(c, "SELECT " BAL_CHUNK_COLS ", since_t FROM chunks INDEXED BY chunks_ns_shard_min"
+                             " WHERE ns = ?1 AND shard = ?2 ORDER BY min_enc", &st, err);
+    if (rc == 0) {
+        cat_bind_text(st, 1, ns);
+        cat_bind_text(st, 2, shard);
+        while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+            chunk_append(out, st, &cap);
+            if (out->nchunks > scap) {
+                scap = cap;
+                since = realloc(since, sizeof *since * (size_t)scap);
+                if (!since) abort();
+            }
+            since[out->nchunks - 1] = sqlite3_column_int64(st, 7);
+        }
+        if (s != SQLITE_DONE) rc = err_from_sqlite(err, s, "read a shard's chunks", cat_db_handle(c));
+    }
+    sqlite3_finalize(st);
+    if (rc == 0) rc = zones_load(c, ns, out, err);
+    cat_unlock(c);
+    if (rc) {
+        cat_bal_free(out);
+        free(since);
+        since = NULL;
+    }
+    *since_out = since;
+    return rc;
+}
+
 int cat_bal_chunks_after(cat_t *c, const char *ns, const uint8_t *after, size_t after_len, int limit,
                          cat_bal_data_t *out, ms_error_t *err) {
     sqlite3_stmt *st = NULL;

@@ -493,6 +493,11 @@ int cat_bal_load(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err)
  * in each zone range and in each gap between ranges, and the chunks holding each zone
  * bound. The policy's choice over them equals its choice over the whole collection. */
 int cat_bal_load_summary(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err);
+/* The chunks of ns on shard in key order (the (ns, shard, min) index; neighbours in the
+ * array meet only where their bounds do) with the zone ranges, and into *since_out
+ * (malloc'ed, caller frees; NULL when none) each chunk's onCurrentShardSince seconds. */
+int cat_bal_load_shard(cat_t *c, const char *ns, const char *shard, cat_bal_data_t *out, int64_t **since_out,
+                       ms_error_t *err);
 /* Up to limit non-jumbo chunks of ns whose min (encoded) is above after (NULL: from the
  * start), in key order: one window of the auto-split's walk over the collection. */
 int cat_bal_chunks_after(cat_t *c, const char *ns, const uint8_t *after, size_t after_len, int limit,
