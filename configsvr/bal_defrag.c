@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/rtable.h"
 #include "configsvr/configsvr.h"
 
 static const char *const phase_names[] = {
@@ -76,10 +77,13 @@ int bal_merge_runs(const bal_coll_t *c, const bool *eligible, bal_run_t *out, in
         int j = i;
         const char *z = bal_chunk_zone(c, i);
         bool ok_i = c->chunks[i].owner >= 0 && !c->chunks[i].jumbo && (!eligible || eligible[i]);
-        /* Chunks are in key order and tile the key space: neighbours in the array are
-         * contiguous. A run stops at another shard, a jumbo or ineligible chunk, or a
-         * zone boundary (a merge across it would create a zone violation). */
+        /* Chunks are in key order; a run goes on while neighbours meet (always, over a
+         * whole collection; one shard's chunks alone have gaps). A run stops at a gap,
+         * another shard, a jumbo or ineligible chunk, or a zone boundary (a merge across
+         * it would create a zone violation). */
         while (ok_i && j + 1 < c->nchunks && c->chunks[j + 1].owner == c->chunks[i].owner &&
+               rtable_bytes_cmp(c->chunks[j].max_enc, c->chunks[j].max_len, c->chunks[j + 1].min_enc,
+                                c->chunks[j + 1].min_len) == 0 &&
                !c->chunks[j + 1].jumbo && (!eligible || eligible[j + 1]) &&
                strcmp(bal_chunk_zone(c, j + 1), z) == 0)
             j++;

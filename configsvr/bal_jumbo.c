@@ -48,10 +48,9 @@ int bal_zone_cuts(const bal_chunk_t *ch, const bal_zone_range_t *zones, int nzon
     return n;
 }
 
-/* Appends one splits[] entry {ns, min, max, shard, points, reason} of a round. */
-static void split_entry(bson_t *splits, int *nsplits, const char *ns, const bson_t *min,
-                        const bson_t *max, const char *shard, const bson_t *const *pts, int np,
-                        const char *reason) {
+void bal_split_entry(bson_t *splits, int *nsplits, const char *ns, const bson_t *min,
+                     const bson_t *max, const char *shard, const bson_t *const *pts, int np,
+                     const char *reason) {
     bson_t s, arr;
     char k[16];
     const char *key;
@@ -67,15 +66,13 @@ static void split_entry(bson_t *splits, int *nsplits, const char *ns, const bson
         BSON_APPEND_DOCUMENT(&arr, key, pts[p]);
     }
     bson_append_array_end(&s, &arr);
-    BSON_APPEND_UTF8(&s, "reason", reason);
+    if (reason) BSON_APPEND_UTF8(&s, "reason", reason);
     bson_append_document_end(splits, &s);
 }
 
-/* Splits [min, max) of ns at pts under the collection's DDL lock, then has the owner
- * refresh. */
-static int split_commit(cfg_t *cfg, const char *ns, const bson_t *min, const bson_t *max,
-                        const char *owner, const bson_t *const *pts, int np, const char *why,
-                        ms_error_t *err) {
+int bal_split_commit(cfg_t *cfg, const char *ns, const bson_t *min, const bson_t *max,
+                     const char *owner, const bson_t *const *pts, int np, const char *why,
+                     ms_error_t *err) {
     cfg_ddl_guard_t g = {0};
     bson_t info = BSON_INITIALIZER;
     int rc = cfg_ddl_lock_coll(cfg, ns, why, &g, err);
@@ -90,7 +87,8 @@ int bal_zone_split_coll(cfg_t *cfg, const char *ns, bson_t *splits, int *nsplits
     cat_bal_data_t d;
     ms_error_t e = {0};
     int done = 0;
-    if (cat_bal_load(cfg->cat, ns, &d, &e) != 0) {
+    /* The summary holds the chunk around each zone bound: all a zone split needs. */
+    if (cat_bal_load_summary(cfg->cat, ns, &d, &e) != 0) {
         log_warn("balancer zone split load failed ns=%s err=%s", log_str(ns), log_str(e.msg));
         return 0;
     }
@@ -112,11 +110,11 @@ int bal_zone_split_coll(cfg_t *cfg, const char *ns, bson_t *splits, int *nsplits
         }
         if (!ok) continue;
         memset(&e, 0, sizeof e);
-        if (split_commit(cfg, ns, ch->min, ch->max, d.owners[i], pts, n, "balancer zone split", &e) != 0) {
+        if (bal_split_commit(cfg, ns, ch->min, ch->max, d.owners[i], pts, n, "balancer zone split", &e) != 0) {
             log_warn("balancer zone split failed ns=%s err=%s", log_str(ns), log_str(e.msg));
             continue;
         }
-        split_entry(splits, nsplits, ns, ch->min, ch->max, d.owners[i], pts, n, "zoneBoundary");
+        bal_split_entry(splits, nsplits, ns, ch->min, ch->max, d.owners[i], pts, n, "zoneBoundary");
         log_info("balancer zone split ns=%s shard=%s points=%d", log_str(ns), log_str(d.owners[i]), n);
         done++;
     }
@@ -184,7 +182,7 @@ void bal_split_or_mark_jumbo(cfg_t *cfg, const char *ns, const bson_t *min, cons
     if (found == 1) {
         const bson_t *pts[1] = {&point};
         memset(&e, 0, sizeof e);
-        if (split_commit(cfg, ns, &cmin, &cmax, owner, pts, 1, "balancer splitOrMarkJumbo", &e) == 0) {
+        if (bal_split_commit(cfg, ns, &cmin, &cmax, owner, pts, 1, "balancer splitOrMarkJumbo", &e) == 0) {
             BSON_APPEND_DOCUMENT(entry, "splitAfterTooBig", &point);
             log_info("balancer split after ChunkTooBig ns=%s shard=%s", log_str(ns), log_str(owner));
         } else {

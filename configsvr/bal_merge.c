@@ -70,19 +70,17 @@ int cfg_merge_all_on_shard(cfg_t *cfg, const char *ns, const char *shard, int ma
     if ((rc = cat_coll_get(cfg->cat, ns, &coll, err)) != 0) return rc;  /* NamespaceNotSharded */
     cat_coll_free(&coll);
     if ((rc = cat_shard_host(cfg->cat, shard, host, sizeof host, NULL, err)) != 0) return rc;
-    if ((rc = cat_bal_load(cfg->cat, ns, &d, err)) != 0) return rc;
+    /* Only this shard's chunks, with their onCurrentShardSince, in one indexed read. */
+    int64_t *since = NULL;
+    if ((rc = cat_bal_load_shard(cfg->cat, ns, shard, &d, &since, err)) != 0) return rc;
     int n = d.nchunks;
-    int64_t *since = calloc((size_t)(n > 0 ? n : 1), sizeof *since);
     bool *ok = calloc((size_t)(n > 0 ? n : 1), sizeof *ok);
     bal_run_t *runs = calloc((size_t)(n > 0 ? n : 1), sizeof *runs);
-    if (!since || !ok || !runs) abort();
-    rc = cat_chunks_since(cfg->cat, ns, d.chunks, n, since, err);
+    if (!ok || !runs) abort();
     int64_t now_ms = time_now_ms();
     for (int i = 0; i < n; i++) {
-        /* Only this shard's chunks take part: every other chunk is owner -1. */
-        d.chunks[i].owner = strcmp(d.owners[i], shard) == 0 ? 0 : -1;
-        ok[i] = d.chunks[i].owner == 0 && since[i] != INT64_MAX &&
-                since[i] * 1000 + horizon_ms <= now_ms;
+        d.chunks[i].owner = 0;
+        ok[i] = since[i] * 1000 + horizon_ms <= now_ms;
     }
     bal_coll_t bc = {.ns = ns, .chunks = d.chunks, .nchunks = n, .zones = d.zones,
                      .nzones = d.nzones};
@@ -197,17 +195,13 @@ static int pass(cfg_merger_t *m, bson_t *details) {
         if (cat_coll_get(cfg->cat, cl.v[c], &coll, &e) != 0) continue;
         bool skip = !coll.enable_auto_merge || coll.defragment;
         cat_coll_free(&coll);
-        if (skip || cat_bal_load(cfg->cat, cl.v[c], &d, &e) != 0) continue;
-        /* The distinct owners, in the order their first chunk comes. */
-        char (*owners)[CAT_SHARD_NAME_BYTES_MAX] = calloc((size_t)(d.nchunks > 0 ? d.nchunks : 1),
+        if (skip || cat_bal_load_summary(cfg->cat, cl.v[c], &d, &e) != 0) continue;
+        /* The shards owning chunks, in name order (the catalog's counts: no chunk read). */
+        char (*owners)[CAT_SHARD_NAME_BYTES_MAX] = calloc((size_t)(d.ncounts > 0 ? d.ncounts : 1),
                                                           sizeof *owners);
         int no = 0;
         if (!owners) abort();
-        for (int i = 0; i < d.nchunks; i++) {
-            int k = 0;
-            while (k < no && strcmp(owners[k], d.owners[i]) != 0) k++;
-            if (k == no) snprintf(owners[no++], CAT_SHARD_NAME_BYTES_MAX, "%s", d.owners[i]);
-        }
+        for (int k = 0; k < d.ncounts; k++) snprintf(owners[no++], CAT_SHARD_NAME_BYTES_MAX, "%s", d.counts[k].shard);
         cat_bal_free(&d);
         for (int s = 0; s < no && !stopping(m); s++) {
             int runs = 0, chunks = 0;

@@ -49,8 +49,31 @@ static bool can_receive(const bal_shard_t *s, const char *zone) {
     return !s->busy && !s->draining && !at_max_size(s) && shard_has_zone(s, zone);
 }
 
+/* The chunks of the collection: counted by a summary snapshot, else chunks[] is all. */
+static int coll_chunks(const bal_coll_t *c) {
+    return c->shard_chunks ? c->total_chunks : c->nchunks;
+}
+
+/* count_chunks from a summary's counts: a zone's chunks are those wholly inside its
+ * ranges; no zone's are the rest. */
+static void count_from_summary(const bal_coll_t *c, int nshards, const char *zone, int *counts) {
+    for (int s = 0; s < nshards; s++) {
+        int in_zone = 0, in_any = 0;
+        for (int z = 0; zone && z < c->nzones; z++) {
+            int k = c->range_chunks[z * nshards + s];
+            in_any += k;
+            if (strcmp(c->zones[z].zone, zone) == 0) in_zone += k;
+        }
+        counts[s] = !zone ? c->shard_chunks[s] : zone[0] ? in_zone : c->shard_chunks[s] - in_any;
+    }
+}
+
 /* Chunks of c per shard (counts[nshards]), only those of zone when zone != NULL. */
 static void count_chunks(const bal_coll_t *c, int nshards, const char *zone, int *counts) {
+    if (c->shard_chunks) {
+        count_from_summary(c, nshards, zone, counts);
+        return;
+    }
     for (int s = 0; s < nshards; s++) counts[s] = 0;
     for (int i = 0; i < c->nchunks; i++) {
         int o = c->chunks[i].owner;
@@ -113,7 +136,7 @@ static int first_movable(const bal_coll_t *c, int s, const char *zone) {
 int bal_choose(const bal_coll_t *c, bal_shard_t *shards, int nshards, bal_policy_t policy,
                bal_move_t *out, int cap) {
     int n = 0;
-    if (c->no_balance || nshards < 2 || c->nchunks == 0 || cap <= 0) return 0;
+    if (c->no_balance || nshards < 2 || coll_chunks(c) == 0 || cap <= 0) return 0;
     int counts[nshards];
     count_chunks(c, nshards, NULL, counts);
 
@@ -148,7 +171,7 @@ int bal_choose(const bal_coll_t *c, bal_shard_t *shards, int nshards, bal_policy
     /* 3. Imbalance, per zone among the shards carrying it (no zone: every shard). */
     const char *zl[c->nzones + 1];
     int nz = zone_list(c, zl, c->nzones + 1);
-    int threshold = c->moved_last_round ? 2 : bal_threshold(c->nchunks);
+    int threshold = c->moved_last_round ? 2 : bal_threshold(coll_chunks(c));
     int64_t sizes[nshards];
     for (int s = 0; s < nshards; s++) sizes[s] = shards[s].coll_bytes;
     for (int z = 0; z < nz; z++) {
@@ -212,18 +235,18 @@ static const char *policy_name(bal_policy_t p) {
 void bal_explain(const bal_coll_t *c, const bal_shard_t *shards, int nshards,
                  bal_policy_t policy, bson_t *out) {
     int counts[nshards > 0 ? nshards : 1], jumbo[nshards > 0 ? nshards : 1];
-    int threshold = c->moved_last_round ? 2 : bal_threshold(c->nchunks);
+    int threshold = c->moved_last_round ? 2 : bal_threshold(coll_chunks(c));
     int maxc = -1, minc = -1;
     int64_t maxb = -1, minb = -1;
     bson_t arr, d;
     count_chunks(c, nshards, NULL, counts);
-    for (int s = 0; s < nshards; s++) jumbo[s] = 0;
-    for (int i = 0; i < c->nchunks; i++)
+    for (int s = 0; s < nshards; s++) jumbo[s] = c->shard_jumbo ? c->shard_jumbo[s] : 0;
+    for (int i = 0; !c->shard_jumbo && i < c->nchunks; i++)
         if (c->chunks[i].jumbo && c->chunks[i].owner >= 0 && c->chunks[i].owner < nshards)
             jumbo[c->chunks[i].owner]++;
     BSON_APPEND_UTF8(out, "ns", c->ns);
     BSON_APPEND_UTF8(out, "policy", policy_name(policy));
-    BSON_APPEND_INT32(out, "nChunks", c->nchunks);
+    BSON_APPEND_INT32(out, "nChunks", coll_chunks(c));
     BSON_APPEND_INT32(out, "threshold", threshold);
     BSON_APPEND_INT64(out, "chunkSizeBytes", c->chunk_size_bytes);
     BSON_APPEND_BOOL(out, "noBalance", c->no_balance);

@@ -196,15 +196,43 @@ int bal_snap_index(const bal_snap_t *sn, const char *name) {
 
 /* ---- one collection --------------------------------------------------------------------------- */
 
+void bal_snap_map(const bal_snap_t *sn, cat_bal_data_t *d) {
+    for (int i = 0; i < d->nchunks; i++) d->chunks[i].owner = bal_snap_index(sn, d->owners[i]);
+    if (!d->summary) return;
+    int ns = sn->nshards > 0 ? sn->nshards : 1, nz = d->nzones;
+    d->shard_chunks = calloc((size_t)ns, sizeof *d->shard_chunks);
+    d->shard_jumbo = calloc((size_t)ns, sizeof *d->shard_jumbo);
+    d->range_chunks = calloc((size_t)ns * (size_t)(nz > 0 ? nz : 1), sizeof *d->range_chunks);
+    if (!d->shard_chunks || !d->shard_jumbo || !d->range_chunks) abort();
+    for (int k = 0; k < d->ncounts; k++) {
+        int s = bal_snap_index(sn, d->counts[k].shard);
+        if (s < 0) continue;
+        d->shard_chunks[s] = d->counts[k].chunks;
+        d->shard_jumbo[s] = d->counts[k].jumbo;
+        for (int z = 0; z < nz; z++) d->range_chunks[z * sn->nshards + s] = d->counts[k].in_range[z];
+    }
+}
+
 int bal_snap_coll(cfg_t *cfg, bal_snap_t *sn, const char *ns, bal_policy_t policy,
                   cat_bal_data_t *d, ms_error_t *err) {
-    int rc = cat_bal_load(cfg->cat, ns, d, err);
+    int rc = cat_bal_load_summary(cfg->cat, ns, d, err);
     if (rc) return rc;
-    for (int i = 0; i < d->nchunks; i++) d->chunks[i].owner = bal_snap_index(sn, d->owners[i]);
+    bal_snap_map(sn, d);
     for (int s = 0; s < sn->nshards; s++)
         sn->shards[s].coll_bytes = policy == BAL_POLICY_DATA_SIZE
                                        ? coll_bytes_on(cfg, sn->shards[s].name, ns) : 0;
     return 0;
+}
+
+void bal_coll_view(const cat_bal_data_t *d, bal_coll_t *bc) {
+    bc->chunks = d->chunks;
+    bc->nchunks = d->nchunks;
+    bc->zones = d->zones;
+    bc->nzones = d->nzones;
+    bc->shard_chunks = d->shard_chunks;
+    bc->shard_jumbo = d->shard_jumbo;
+    bc->range_chunks = d->range_chunks;
+    bc->total_chunks = d->summary ? d->total : d->nchunks;
 }
 
 /* ---- migrations in progress --------------------------------------------------------------------- */

@@ -42,6 +42,27 @@ typedef struct bal_moved {
     struct bal_moved *next;
 } bal_moved_t;
 
+/* A collection's auto-split walk: the encoded min of the last chunk a round asked about
+ * (the next round goes on after it; at the end it starts again from the first chunk). */
+/* What an owner said when it last checked its chunks of a collection that fits one window:
+ * its growth token (nothing of the collection grew there while it is the same) and a hash
+ * of the ranges it checked (a merge or a migration changes them). Both the same → nothing
+ * can have passed the chunk size: the owner answers without checking. */
+typedef struct bal_split_seen {
+    char shard[CAT_SHARD_NAME_BYTES_MAX];
+    char token[64];
+    uint64_t ranges_hash;
+} bal_split_seen_t;
+
+typedef struct bal_split_pos {
+    char ns[MS_NS_BYTES_MAX + 1];
+    uint8_t *after;          /* NULL: from the first chunk */
+    size_t len;
+    bal_split_seen_t *seen;  /* per owner, while the collection fits one window */
+    int nseen;
+    struct bal_split_pos *next;
+} bal_split_pos_t;
+
 struct cfg_balancer {
     cfg_t *cfg;
     pthread_t th;
@@ -53,6 +74,7 @@ struct cfg_balancer {
     long long last_batch_end; /* time_mono_ms() when the last batch of migrations ended */
     char last_off[64];       /* why balancing was off last round ("" = it was on) */
     bal_moved_t *moved;      /* collections whose last round moved chunks (thread only) */
+    bal_split_pos_t *split_pos; /* where each collection's auto-split walk is (thread only) */
 };
 
 /* ---- the cluster's collections ----------------------------------------------------------- */
@@ -73,97 +95,206 @@ static int coll_scan(void *arg, const bson_t *doc) {
 
 /* ---- auto-split ---------------------------------------------------------------------------- */
 
-/* Splits chunks of ns larger than chunk_size at their owner's autoSplitVector points.
- * Appends {ns, min, max, shard, points} per split to splits; returns how many chunks
- * were checked (budget). */
-static int autosplit_coll(cfg_t *cfg, const cat_coll_t *coll, int64_t chunk_size, int budget,
+static bal_split_pos_t *split_pos(cfg_balancer_t *b, const char *ns) {
+    bal_split_pos_t *p;
+    for (p = b->split_pos; p; p = p->next)
+        if (strcmp(p->ns, ns) == 0) return p;
+    p = calloc(1, sizeof *p);
+    if (!p) abort();
+    snprintf(p->ns, sizeof p->ns, "%s", ns);
+    p->next = b->split_pos;
+    b->split_pos = p;
+    return p;
+}
+
+/* The walk goes on after the window's last chunk, or starts again when it reached the end. */
+static void split_pos_advance(bal_split_pos_t *p, const cat_bal_data_t *d, int budget) {
+    free(p->after);
+    p->after = NULL;
+    p->len = 0;
+    if (d->nchunks < budget || d->nchunks == 0) return;
+    const bal_chunk_t *last = &d->chunks[d->nchunks - 1];
+    p->after = malloc(last->min_len ? last->min_len : 1);
+    if (!p->after) abort();
+    memcpy(p->after, last->min_enc, last->min_len);
+    p->len = last->min_len;
+}
+
+/* Commits one auto-split of [min, max) at pts and records it in splits. */
+static void autosplit_commit(cfg_t *cfg, const cat_coll_t *coll, const char *owner, const bson_t *min,
+                             const bson_t *max, const bson_t *const *pts, int np, bson_t *splits,
+                             int *nsplits) {
+    ms_error_t e = {0};
+    if (bal_split_commit(cfg, coll->ns, min, max, owner, pts, np, "balancer auto-split", &e) != 0) {
+        log_warn("balancer autosplit commit failed ns=%s err=%s", log_str(coll->ns), log_str(e.msg));
+        return;
+    }
+    bal_split_entry(splits, nsplits, coll->ns, min, max, owner, pts, np, NULL);
+    log_info("balancer autosplit ns=%s shard=%s points=%d", log_str(coll->ns), log_str(owner), np);
+}
+
+/* The sub-document name of d as a view into d (false when absent or not a document). */
+static bool doc_view(const bson_t *d, const char *name, bson_t *out) {
+    bson_iter_t it;
+    uint32_t len;
+    const uint8_t *data;
+    if (!bson_iter_init_find(&it, d, name) || !BSON_ITER_HOLDS_DOCUMENT(&it)) return false;
+    bson_iter_document(&it, &len, &data);
+    return bson_init_static(out, data, len);
+}
+
+/* One result {min, max, splitKeys} of the batch reply, committed. */
+static void autosplit_result(cfg_t *cfg, const cat_coll_t *coll, const char *owner, const bson_t *res,
+                             bson_t *splits, int *nsplits) {
+    bson_t min, max, keys, views[64];
+    const bson_t *pts[64];
+    bson_iter_t it, a;
+    uint32_t len;
+    const uint8_t *data;
+    int np = 0;
+    if (!doc_view(res, "min", &min) || !doc_view(res, "max", &max)) return;
+    if (!bson_iter_init_find(&it, res, "splitKeys") || !BSON_ITER_HOLDS_ARRAY(&it)) return;
+    bson_iter_array(&it, &len, &data);
+    if (!bson_init_static(&keys, data, len) || !bson_iter_init(&a, &keys)) return;
+    while (bson_iter_next(&a) && np < 64) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&a)) continue;
+        bson_iter_document(&a, &len, &data);
+        if (bson_init_static(&views[np], data, len)) {
+            pts[np] = &views[np];
+            np++;
+        }
+    }
+    if (np > 0) autosplit_commit(cfg, coll, owner, &min, &max, pts, np, splits, nsplits);
+}
+
+/* FNV-1a of the encoded bounds of chunks idx[0..n) of d. */
+static uint64_t ranges_hash(const cat_bal_data_t *d, const int *idx, int n) {
+    uint64_t h = 1469598103934665603ull;
+    for (int k = 0; k < n; k++) {
+        const bal_chunk_t *ch = &d->chunks[idx[k]];
+        const uint8_t *parts[2] = {ch->min_enc, ch->max_enc};
+        size_t lens[2] = {ch->min_len, ch->max_len};
+        for (int p = 0; p < 2; p++) {
+            for (size_t i = 0; i < lens[p]; i++) h = (h ^ parts[p][i]) * 1099511628211ull;
+            h = (h ^ 0xff) * 1099511628211ull;  /* a separator: bounds do not run together */
+        }
+    }
+    return h;
+}
+
+/* The owner's entry in p->seen (added empty when absent). */
+static bal_split_seen_t *seen_of(bal_split_pos_t *p, const char *shard) {
+    for (int i = 0; i < p->nseen; i++)
+        if (strcmp(p->seen[i].shard, shard) == 0) return &p->seen[i];
+    p->seen = realloc(p->seen, sizeof *p->seen * (size_t)(p->nseen + 1));
+    if (!p->seen) abort();
+    bal_split_seen_t *e = &p->seen[p->nseen++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->shard, sizeof e->shard, "%s", shard);
+    return e;
+}
+
+/* Asks owner once for the split points of the chunks of d it owns (indexes idx[0..n))
+ * with _shardsvrAutoSplitVectorBatch and commits each split it returns. seen (NULL when
+ * the collection does not fit one window): what the owner said last time, updated. */
+static void autosplit_ask(cfg_t *cfg, const cat_coll_t *coll, const char *db, const char *cname,
+                          int64_t chunk_size, const cat_bal_data_t *d, const int *idx, int n,
+                          bal_split_seen_t *seen, bson_t *splits, int *nsplits) {
+    const char *owner = d->owners[idx[0]];
+    uint64_t h = ranges_hash(d, idx, n);
+    bson_t cmd = BSON_INITIALIZER, ranges, r, results;
+    bson_iter_t it, el;
+    ms_error_t e = {0};
+    BSON_APPEND_UTF8(&cmd, "_shardsvrAutoSplitVectorBatch", cname);
+    BSON_APPEND_DOCUMENT(&cmd, "keyPattern", &coll->key);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "ranges", &ranges);
+    for (int k = 0; k < n; k++) {
+        char key[16];
+        const char *kp;
+        bson_t rg;
+        bson_uint32_to_string((uint32_t)k, &kp, key, sizeof key);
+        BSON_APPEND_DOCUMENT_BEGIN(&ranges, kp, &rg);
+        BSON_APPEND_DOCUMENT(&rg, "min", d->chunks[idx[k]].min);
+        BSON_APPEND_DOCUMENT(&rg, "max", d->chunks[idx[k]].max);
+        bson_append_document_end(&ranges, &rg);
+    }
+    bson_append_array_end(&cmd, &ranges);
+    BSON_APPEND_INT64(&cmd, "maxChunkSizeBytes", chunk_size);
+    BSON_APPEND_INT32(&cmd, "limit", CAT_SPLIT_POINTS_MAX);
+    if (seen && seen->token[0] && seen->ranges_hash == h) BSON_APPEND_UTF8(&cmd, "ifGrownSince", seen->token);
+    BSON_APPEND_UTF8(&cmd, "$db", db);
+    int rc = cfg_shard_command(cfg, owner, &cmd, CFG_SHARD_CMD_TIMEOUT_MS, &r, &e);
+    bson_destroy(&cmd);
+    if (rc) {
+        log_warn("balancer autosplit batch failed ns=%s shard=%s ranges=%d err=%s", log_str(coll->ns),
+                 log_str(owner), n, log_str(e.msg));
+        return;
+    }
+    if (seen) {
+        /* Remembered only when everything was checked and nothing was to split (a split
+         * that failed to commit is asked for again; a truncated answer checked a part). */
+        bson_iter_t res;
+        bool whole = !(bson_iter_init_find(&it, &r, "truncated") && bson_iter_as_bool(&it)) &&
+                     !(bson_iter_init_find(&res, &r, "results") && BSON_ITER_HOLDS_ARRAY(&res) &&
+                       bson_iter_recurse(&res, &res) && bson_iter_next(&res));
+        seen->token[0] = '\0';
+        seen->ranges_hash = h;
+        if (whole && bson_iter_init_find(&it, &r, "grownToken") && BSON_ITER_HOLDS_UTF8(&it))
+            snprintf(seen->token, sizeof seen->token, "%s", bson_iter_utf8(&it, NULL));
+    }
+    if (bson_iter_init_find(&it, &r, "truncated") && bson_iter_as_bool(&it))
+        log_info("balancer autosplit batch truncated ns=%s shard=%s", log_str(coll->ns), log_str(owner));
+    if (bson_iter_init_find(&it, &r, "results") && BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &el))
+        while (bson_iter_next(&el)) {
+            uint32_t len;
+            const uint8_t *data;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&el)) continue;
+            bson_iter_document(&el, &len, &data);
+            if (bson_init_static(&results, data, len))
+                autosplit_result(cfg, coll, owner, &results, splits, nsplits);
+        }
+    bson_destroy(&r);
+}
+
+/* Splits chunks of ns larger than chunk_size at their owners' split points: the next
+ * window of at most budget non-jumbo chunks of the collection's walk (an indexed read),
+ * one _shardsvrAutoSplitVectorBatch per owner. Appends {ns, min, max, shard, points} per
+ * split to splits; returns how many chunks were checked (budget). */
+static int autosplit_coll(cfg_balancer_t *b, const cat_coll_t *coll, int64_t chunk_size, int budget,
                           bson_t *splits, int *nsplits) {
+    cfg_t *cfg = b->cfg;
     cat_bal_data_t d;
     ms_error_t e = {0};
     char db[CAT_DB_NAME_BYTES_MAX];
     const char *cname = NULL;
-    int checked = 0;
     if (cfg_ns_split(coll->ns, db, sizeof db, &cname, NULL) != 0) return 0;
-    if (cat_bal_load(cfg->cat, coll->ns, &d, &e) != 0) {
+    bal_split_pos_t *pos = split_pos(b, coll->ns);
+    bool from_start = pos->after == NULL;
+    if (cat_bal_chunks_after(cfg->cat, coll->ns, pos->after, pos->len, budget, &d, &e) != 0) {
         log_warn("balancer autosplit load failed ns=%s err=%s", log_str(coll->ns), log_str(e.msg));
         return 0;
     }
-    for (int i = 0; i < d.nchunks && checked < budget; i++) {
-        bal_chunk_t *ch = &d.chunks[i];
-        bson_t cmd = BSON_INITIALIZER, r, keys;
-        bson_iter_t it;
-        int np = 0;
-        if (ch->jumbo) continue;
-        checked++;
-        BSON_APPEND_UTF8(&cmd, "autoSplitVector", cname);
-        BSON_APPEND_DOCUMENT(&cmd, "keyPattern", &coll->key);
-        BSON_APPEND_DOCUMENT(&cmd, "min", ch->min);
-        BSON_APPEND_DOCUMENT(&cmd, "max", ch->max);
-        BSON_APPEND_INT64(&cmd, "maxChunkSizeBytes", chunk_size);
-        BSON_APPEND_INT32(&cmd, "limit", CAT_SPLIT_POINTS_MAX);
-        BSON_APPEND_UTF8(&cmd, "$db", db);
-        memset(&e, 0, sizeof e);
-        int rc = cfg_shard_command(cfg, d.owners[i], &cmd, CFG_SHARD_CMD_TIMEOUT_MS, &r, &e);
-        bson_destroy(&cmd);
-        if (rc) {
-            log_warn("balancer autoSplitVector failed ns=%s shard=%s err=%s", log_str(coll->ns),
-                     log_str(d.owners[i]), log_str(e.msg));
-            continue;
-        }
-        const bson_t *pts[CAT_SPLIT_POINTS_MAX];
-        bson_t views[64];
-        if (bson_iter_init_find(&it, &r, "splitKeys") && BSON_ITER_HOLDS_ARRAY(&it)) {
-            uint32_t len;
-            const uint8_t *data;
-            bson_iter_t a;
-            bson_iter_array(&it, &len, &data);
-            if (bson_init_static(&keys, data, len) && bson_iter_init(&a, &keys))
-                while (bson_iter_next(&a) && np < 64) {
-                    if (!BSON_ITER_HOLDS_DOCUMENT(&a)) continue;
-                    bson_iter_document(&a, &len, &data);
-                    if (bson_init_static(&views[np], data, len)) {
-                        pts[np] = &views[np];
-                        np++;
-                    }
-                }
-        }
-        if (np > 0) {
-            /* The commit: under the collection's DDL lock (no network call inside), and
-             * cat_chunk_split re-checks that [min, max) is still one chunk. */
-            cfg_ddl_guard_t g = {0};
-            bson_t info = BSON_INITIALIZER;
-            memset(&e, 0, sizeof e);
-            rc = cfg_ddl_lock_coll(cfg, coll->ns, "balancer auto-split", &g, &e);
-            if (rc == 0) rc = cat_chunk_split(cfg->cat, coll->ns, ch->min, ch->max, pts, np, &info, &e);
-            cfg_ddl_unlock(&g);
-            bson_destroy(&info);
-            if (rc == 0) {
-                bson_t s, arr;
-                char k[16];
-                const char *key;
-                bson_uint32_to_string((uint32_t)(*nsplits)++, &key, k, sizeof k);
-                BSON_APPEND_DOCUMENT_BEGIN(splits, key, &s);
-                BSON_APPEND_UTF8(&s, "ns", coll->ns);
-                BSON_APPEND_DOCUMENT(&s, "min", ch->min);
-                BSON_APPEND_DOCUMENT(&s, "max", ch->max);
-                BSON_APPEND_UTF8(&s, "shard", d.owners[i]);
-                BSON_APPEND_ARRAY_BEGIN(&s, "points", &arr);
-                for (int p = 0; p < np; p++) {
-                    bson_uint32_to_string((uint32_t)p, &key, k, sizeof k);
-                    BSON_APPEND_DOCUMENT(&arr, key, pts[p]);
-                }
-                bson_append_array_end(&s, &arr);
-                bson_append_document_end(splits, &s);
-                log_info("balancer autosplit ns=%s shard=%s points=%d", log_str(coll->ns),
-                         log_str(d.owners[i]), np);
-                cfg_flush_shard(cfg, d.owners[i], coll->ns);
-            } else {
-                log_warn("balancer autosplit commit failed ns=%s err=%s", log_str(coll->ns),
-                         log_str(e.msg));
+    /* The whole collection in this window: the owners' growth tokens apply. */
+    bool whole = from_start && d.nchunks < budget;
+    if (!whole) pos->nseen = 0;
+    split_pos_advance(pos, &d, budget);
+    int *idx = malloc(sizeof *idx * (size_t)(d.nchunks > 0 ? d.nchunks : 1));
+    bool *done = calloc((size_t)(d.nchunks > 0 ? d.nchunks : 1), sizeof *done);
+    if (!idx || !done) abort();
+    for (int i = 0; i < d.nchunks; i++) {  /* one request per owner */
+        if (done[i]) continue;
+        int n = 0;
+        for (int k = i; k < d.nchunks; k++)
+            if (!done[k] && strcmp(d.owners[k], d.owners[i]) == 0) {
+                done[k] = true;
+                idx[n++] = k;
             }
-        }
-        bson_destroy(&r);
+        autosplit_ask(cfg, coll, db, cname, chunk_size, &d, idx, n, whole ? seen_of(pos, d.owners[i]) : NULL,
+                      splits, nsplits);
     }
+    int checked = d.nchunks;
+    free(idx);
+    free(done);
     cat_bal_free(&d);
     return checked;
 }
@@ -309,16 +440,16 @@ static int round_run(cfg_balancer_t *b, const bal_settings_t *st) {
             continue;
         }
         if (st->autosplit && budget > 0)
-            budget -= autosplit_coll(cfg, &coll, csize, budget, &splits, &nsplits);
+            budget -= autosplit_coll(b, &coll, csize, budget, &splits, &nsplits);
         cat_bal_data_t d;
         if (bal_snap_coll(cfg, &sn, coll.ns, st->policy, &d, &e) != 0) {
             log_warn("balancer load failed ns=%s err=%s", log_str(coll.ns), log_str(e.msg));
             cat_coll_free(&coll);
             continue;
         }
-        bal_coll_t bc = {.ns = coll.ns, .chunks = d.chunks, .nchunks = d.nchunks,
-                         .zones = d.zones, .nzones = d.nzones, .no_balance = coll.no_balance,
+        bal_coll_t bc = {.ns = coll.ns, .no_balance = coll.no_balance,
                          .moved_last_round = moved_last(b, coll.ns), .chunk_size_bytes = csize};
+        bal_coll_view(&d, &bc);
         bal_move_t mv[cap];
         int n = bal_choose(&bc, shards, sn.nshards, st->policy, mv, cap - njobs);
         set_moved(b, coll.ns, n > 0);
@@ -527,6 +658,13 @@ void cfg_balancer_free(cfg_t *cfg) {
         bal_moved_t *m = b->moved;
         b->moved = m->next;
         free(m);
+    }
+    while (b->split_pos) {
+        bal_split_pos_t *p = b->split_pos;
+        b->split_pos = p->next;
+        free(p->after);
+        free(p->seen);
+        free(p);
     }
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);

@@ -42,51 +42,55 @@ void cat_bal_free(cat_bal_data_t *d) {
         if (d->zones[i].min) bson_destroy((bson_t *)d->zones[i].min);
         if (d->zones[i].max) bson_destroy((bson_t *)d->zones[i].max);
     }
+    for (int i = 0; i < d->ncounts; i++) free(d->counts[i].in_range);
     free(d->chunks);
     free(d->owners);
     free(d->zones);
+    free(d->counts);
+    free(d->shard_chunks);
+    free(d->shard_jumbo);
+    free(d->range_chunks);
     memset(d, 0, sizeof *d);
 }
 
-int cat_bal_load(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err) {
+/* The columns every chunk read of this file selects, in chunk_append's order. */
+#define BAL_CHUNK_COLS "min, max, min_enc, max_enc, shard, jumbo, est_size"
+
+/* Appends the current row of st (BAL_CHUNK_COLS) to out's chunks; *cap is the capacity. */
+static void chunk_append(cat_bal_data_t *out, sqlite3_stmt *st, int *cap) {
+    if (out->nchunks == *cap) {
+        *cap = *cap ? *cap * 2 : 64;
+        out->chunks = realloc(out->chunks, sizeof *out->chunks * (size_t)*cap);
+        out->owners = realloc(out->owners, sizeof *out->owners * (size_t)*cap);
+        if (!out->chunks || !out->owners) abort();
+    }
+    bal_chunk_t *ch = &out->chunks[out->nchunks];
+    memset(ch, 0, sizeof *ch);
+    ch->min = bson_col_copy(st, 0);
+    ch->max = bson_col_copy(st, 1);
+    ch->min_enc = blob_copy(st, 2, &ch->min_len);
+    ch->max_enc = blob_copy(st, 3, &ch->max_len);
+    cat_copy_str(out->owners[out->nchunks], CAT_SHARD_NAME_BYTES_MAX, cat_col_text(st, 4));
+    ch->owner = -1;  /* the caller maps owners[] to its shard array */
+    ch->jumbo = sqlite3_column_int(st, 5) != 0;
+    ch->est_bytes = sqlite3_column_type(st, 6) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 6);
+    out->nchunks++;
+}
+
+/* Steps st to its end, appending every row; 0 or the SQLite error. */
+static int chunks_read(cat_t *c, sqlite3_stmt *st, cat_bal_data_t *out, int *cap, ms_error_t *err) {
+    int s;
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) chunk_append(out, st, cap);
+    return s == SQLITE_DONE ? 0 : err_from_sqlite(err, s, "read chunks", cat_db_handle(c));
+}
+
+static int zones_load(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err) {
     sqlite3_stmt *st = NULL;
-    int rc, s, cap = 0;
-    memset(out, 0, sizeof *out);
-    cat_lock(c);
-    rc = cat_sql_prep(c, "SELECT min, max, min_enc, max_enc, shard, jumbo, est_size FROM chunks "
-                         "WHERE ns = ? ORDER BY min_enc", &st, err);
-    if (rc) goto out;
+    int s, cap = 0;
+    int rc = cat_sql_prep(c, "SELECT min_enc, max_enc, tag, min, max FROM tags WHERE ns = ? ORDER BY min_enc",
+                          &st, err);
+    if (rc) return rc;
     cat_bind_text(st, 1, ns);
-    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-        if (out->nchunks == cap) {
-            cap = cap ? cap * 2 : 64;
-            out->chunks = realloc(out->chunks, sizeof *out->chunks * (size_t)cap);
-            out->owners = realloc(out->owners, sizeof *out->owners * (size_t)cap);
-            if (!out->chunks || !out->owners) abort();
-        }
-        bal_chunk_t *ch = &out->chunks[out->nchunks];
-        memset(ch, 0, sizeof *ch);
-        ch->min = bson_col_copy(st, 0);
-        ch->max = bson_col_copy(st, 1);
-        ch->min_enc = blob_copy(st, 2, &ch->min_len);
-        ch->max_enc = blob_copy(st, 3, &ch->max_len);
-        cat_copy_str(out->owners[out->nchunks], CAT_SHARD_NAME_BYTES_MAX, cat_col_text(st, 4));
-        ch->owner = -1;  /* the caller maps owners[] to its shard array */
-        ch->jumbo = sqlite3_column_int(st, 5) != 0;
-        ch->est_bytes = sqlite3_column_type(st, 6) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 6);
-        out->nchunks++;
-    }
-    if (s != SQLITE_DONE) {
-        rc = err_from_sqlite(err, s, "read chunks", cat_db_handle(c));
-        goto out;
-    }
-    sqlite3_finalize(st);
-    st = NULL;
-    rc = cat_sql_prep(c, "SELECT min_enc, max_enc, tag, min, max FROM tags WHERE ns = ? ORDER BY min_enc",
-                     &st, err);
-    if (rc) goto out;
-    cat_bind_text(st, 1, ns);
-    cap = 0;
     while ((s = sqlite3_step(st)) == SQLITE_ROW) {
         if (out->nzones == cap) {
             cap = cap ? cap * 2 : 8;
@@ -102,7 +106,297 @@ int cat_bal_load(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err)
         z->max = bson_col_copy(st, 4);
     }
     if (s != SQLITE_DONE) rc = err_from_sqlite(err, s, "read tags", cat_db_handle(c));
-out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int cat_bal_load(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err) {
+    sqlite3_stmt *st = NULL;
+    int cap = 0;
+    memset(out, 0, sizeof *out);
+    cat_lock(c);
+    int rc = cat_sql_prep(c, "SELECT " BAL_CHUNK_COLS " FROM chunks WHERE ns = ? ORDER BY min_enc", &st, err);
+    if (rc == 0) {
+        cat_bind_text(st, 1, ns);
+        rc = chunks_read(c, st, out, &cap, err);
+    }
+    sqlite3_finalize(st);
+    if (rc == 0) rc = zones_load(c, ns, out, err);
+    cat_unlock(c);
+    if (rc) cat_bal_free(out);
+    return rc;
+}
+
+/* ---- the summary: counts and candidates ------------------------------------------------ */
+
+/* The maintained counts of ns, one row per shard owning chunks (catalog.c chunk_counts). */
+static int counts_load(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err) {
+    sqlite3_stmt *st = NULL;
+    int s, cap = 0;
+    int rc = cat_sql_prep(c, "SELECT shard, n, jumbo FROM chunk_counts WHERE ns = ? ORDER BY shard", &st, err);
+    if (rc) return rc;
+    cat_bind_text(st, 1, ns);
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        if (out->ncounts == cap) {
+            cap = cap ? cap * 2 : 8;
+            out->counts = realloc(out->counts, sizeof *out->counts * (size_t)cap);
+            if (!out->counts) abort();
+        }
+        cat_bal_count_t *k = &out->counts[out->ncounts++];
+        cat_copy_str(k->shard, sizeof k->shard, cat_col_text(st, 0));
+        k->chunks = sqlite3_column_int(st, 1);
+        k->jumbo = sqlite3_column_int(st, 2);
+        k->in_range = calloc((size_t)(out->nzones > 0 ? out->nzones : 1), sizeof *k->in_range);
+        if (!k->in_range) abort();
+        out->total += k->chunks;
+    }
+    if (s != SQLITE_DONE) rc = err_from_sqlite(err, s, "read chunk counts", cat_db_handle(c));
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static cat_bal_count_t *count_of(cat_bal_data_t *d, const char *shard) {
+    for (int i = 0; i < d->ncounts; i++)
+        if (strcmp(d->counts[i].shard, shard) == 0) return &d->counts[i];
+    return NULL;
+}
+
+/* The chunk of ns whose min starts in [zmin, zmax) and whose max passes zmax (at most one:
+ * chunks tile), its owner into shard: it starts in the range but is not wholly inside. */
+static int range_straddler(cat_t *c, const char *ns, const bal_zone_range_t *r, char *shard, size_t cap,
+                           bool *found, ms_error_t *err) {
+    sqlite3_stmt *st = NULL;
+    *found = false;
+    int rc = cat_sql_prep(c, "SELECT shard, min_enc, max_enc FROM chunks INDEXED BY chunks_ns_min WHERE ns = ?1"
+                             " AND min_enc < ?2 ORDER BY min_enc DESC LIMIT 1", &st, err);
+    if (rc) return rc;
+    cat_bind_text(st, 1, ns);
+    sqlite3_bind_blob(st, 2, r->max_enc, (int)r->max_len, SQLITE_STATIC);
+    int s = sqlite3_step(st);
+    if (s == SQLITE_ROW) {
+        const void *mn = sqlite3_column_blob(st, 1), *mx = sqlite3_column_blob(st, 2);
+        size_t mnl = (size_t)sqlite3_column_bytes(st, 1), mxl = (size_t)sqlite3_column_bytes(st, 2);
+        *found = cat_blob_cmp(mn, mnl, r->min_enc, r->min_len) >= 0 &&
+                 cat_blob_cmp(mx, mxl, r->max_enc, r->max_len) > 0;
+        if (*found) cat_copy_str(shard, cap, cat_col_text(st, 0));
+    } else if (s != SQLITE_DONE) {
+        rc = err_from_sqlite(err, s, "read zone range end", cat_db_handle(c));
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Chunks wholly inside each zone range per shard: the chunks of the shard whose min lies
+ * in the range, counted on the (ns, shard, min) index alone (no row read), less the one
+ * chunk that starts inside and ends past the range. This is the one read that grows —
+ * with the chunks inside zone ranges, not with the collection. */
+static int range_counts_load(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err) {
+    sqlite3_stmt *st = NULL;
+    int rc = cat_sql_prep(c, "SELECT count(*) FROM chunks INDEXED BY chunks_ns_shard_min WHERE ns = ?1"
+                             " AND shard = ?2 AND min_enc >= ?3 AND min_enc < ?4", &st, err);
+    for (int z = 0; rc == 0 && z < out->nzones; z++) {
+        const bal_zone_range_t *r = &out->zones[z];
+        for (int k = 0; rc == 0 && k < out->ncounts; k++) {
+            sqlite3_reset(st);
+            cat_bind_text(st, 1, ns);
+            cat_bind_text(st, 2, out->counts[k].shard);
+            sqlite3_bind_blob(st, 3, r->min_enc, (int)r->min_len, SQLITE_STATIC);
+            sqlite3_bind_blob(st, 4, r->max_enc, (int)r->max_len, SQLITE_STATIC);
+            int s = sqlite3_step(st);
+            if (s == SQLITE_ROW) out->counts[k].in_range[z] = sqlite3_column_int(st, 0);
+            else rc = err_from_sqlite(err, s, "count zone range", cat_db_handle(c));
+        }
+        char owner[CAT_SHARD_NAME_BYTES_MAX];
+        bool found = false;
+        if (rc == 0) rc = range_straddler(c, ns, r, owner, sizeof owner, &found, err);
+        cat_bal_count_t *k = rc == 0 && found ? count_of(out, owner) : NULL;
+        if (k) k->in_range[z]--;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* A key range [lo, hi) of chunk minimums, and an optional cap on their maximums; a NULL
+ * bound is open. */
+typedef struct key_span {
+    const uint8_t *lo, *hi, *max_cap;
+    size_t lo_len, hi_len, max_cap_len;
+} key_span_t;
+
+/* Appends the first movable (non-jumbo) chunk of shard in span, if any. The statement is
+ * one of four shapes (which bounds are open), pinned to the (ns, shard, min) index: one
+ * probe, O(log n), whatever the collection's size. */
+static int first_movable_read(cat_t *c, const char *ns, const char *shard, const key_span_t *sp,
+                              cat_bal_data_t *out, int *cap, ms_error_t *err) {
+    char sql[384];
+    sqlite3_stmt *st = NULL;
+    snprintf(sql, sizeof sql,
+             "SELECT " BAL_CHUNK_COLS " FROM chunks INDEXED BY chunks_ns_shard_min WHERE ns = ?1"
+             " AND shard = ?2 AND jumbo = 0%s%s%s ORDER BY min_enc LIMIT 1",
+             sp->lo ? " AND min_enc >= ?3" : "", sp->hi ? " AND min_enc < ?4" : "",
+             sp->max_cap ? " AND max_enc <= ?5" : "");
+    int rc = cat_sql_prep(c, sql, &st, err);
+    if (rc) return rc;
+    cat_bind_text(st, 1, ns);
+    cat_bind_text(st, 2, shard);
+    if (sp->lo) sqlite3_bind_blob(st, 3, sp->lo, (int)sp->lo_len, SQLITE_STATIC);
+    if (sp->hi) sqlite3_bind_blob(st, 4, sp->hi, (int)sp->hi_len, SQLITE_STATIC);
+    if (sp->max_cap) sqlite3_bind_blob(st, 5, sp->max_cap, (int)sp->max_cap_len, SQLITE_STATIC);
+    rc = chunks_read(c, st, out, cap, err);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Appends the chunk that holds bound strictly after its min (the one a zone bound may
+ * fall inside), if any. */
+static int chunk_below_read(cat_t *c, const char *ns, const uint8_t *b, size_t blen, cat_bal_data_t *out,
+                            int *cap, ms_error_t *err) {
+    sqlite3_stmt *st = NULL;
+    int rc = cat_sql_prep(c, "SELECT " BAL_CHUNK_COLS " FROM chunks INDEXED BY chunks_ns_min WHERE ns = ?1"
+                             " AND min_enc < ?2 ORDER BY min_enc DESC LIMIT 1", &st, err);
+    if (rc) return rc;
+    cat_bind_text(st, 1, ns);
+    sqlite3_bind_blob(st, 2, b, (int)blen, SQLITE_STATIC);
+    rc = chunks_read(c, st, out, cap, err);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* The candidates of one shard: its first movable chunk overall (draining), in each zone
+ * range (zone violations, a zone's imbalance) and in each gap before, between and after
+ * the ranges (no zone's imbalance). */
+static int shard_candidates(cat_t *c, const char *ns, const char *shard, cat_bal_data_t *out, int *cap,
+                            ms_error_t *err) {
+    key_span_t all = {0};
+    int rc = first_movable_read(c, ns, shard, &all, out, cap, err);
+    for (int z = 0; rc == 0 && z <= out->nzones; z++) {
+        const bal_zone_range_t *prev = z > 0 ? &out->zones[z - 1] : NULL;
+        const bal_zone_range_t *r = z < out->nzones ? &out->zones[z] : NULL;
+        key_span_t gap = {.lo = prev ? prev->max_enc : NULL, .lo_len = prev ? prev->max_len : 0,
+                          .hi = r ? r->min_enc : NULL, .hi_len = r ? r->min_len : 0};
+        if (!(gap.lo && gap.hi && cat_blob_cmp(gap.lo, gap.lo_len, gap.hi, gap.hi_len) >= 0))
+            rc = first_movable_read(c, ns, shard, &gap, out, cap, err);
+        if (rc || !r) continue;
+        key_span_t in = {.lo = r->min_enc, .lo_len = r->min_len, .hi = r->max_enc, .hi_len = r->max_len,
+                         .max_cap = r->max_enc, .max_cap_len = r->max_len};
+        rc = first_movable_read(c, ns, shard, &in, out, cap, err);
+    }
+    return rc;
+}
+
+/* A candidate and its owner's name, for sorting the two arrays together. */
+typedef struct cand {
+    bal_chunk_t ch;
+    char owner[CAT_SHARD_NAME_BYTES_MAX];
+} cand_t;
+
+static int cand_cmp(const void *a, const void *b) {
+    const bal_chunk_t *x = &((const cand_t *)a)->ch, *y = &((const cand_t *)b)->ch;
+    return cat_blob_cmp(x->min_enc, x->min_len, y->min_enc, y->min_len);
+}
+
+/* Key order, each chunk once (a chunk may be the candidate of several reads). */
+static void candidates_sort(cat_bal_data_t *d) {
+    if (d->nchunks == 0) return;
+    cand_t *v = malloc(sizeof *v * (size_t)d->nchunks);
+    if (!v) abort();
+    for (int i = 0; i < d->nchunks; i++) {
+        v[i].ch = d->chunks[i];
+        memcpy(v[i].owner, d->owners[i], sizeof v[i].owner);
+    }
+    qsort(v, (size_t)d->nchunks, sizeof *v, cand_cmp);
+    int n = 0;
+    for (int i = 0; i < d->nchunks; i++) {
+        if (n > 0 && cand_cmp(&v[i], &v[n - 1]) == 0) {
+            free((void *)v[i].ch.min_enc);
+            free((void *)v[i].ch.max_enc);
+            bson_destroy((bson_t *)v[i].ch.min);
+            bson_destroy((bson_t *)v[i].ch.max);
+            continue;
+        }
+        v[n++] = v[i];
+    }
+    for (int i = 0; i < n; i++) {
+        d->chunks[i] = v[i].ch;
+        memcpy(d->owners[i], v[i].owner, sizeof v[i].owner);
+    }
+    d->nchunks = n;
+    free(v);
+}
+
+int cat_bal_load_summary(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err) {
+    int cap = 0;
+    memset(out, 0, sizeof *out);
+    out->summary = true;
+    cat_lock(c);
+    int rc = zones_load(c, ns, out, err);
+    if (rc == 0) rc = counts_load(c, ns, out, err);
+    if (rc == 0) rc = range_counts_load(c, ns, out, err);
+    for (int k = 0; rc == 0 && k < out->ncounts; k++)
+        rc = shard_candidates(c, ns, out->counts[k].shard, out, &cap, err);
+    for (int z = 0; rc == 0 && z < out->nzones; z++) {
+        const bal_zone_range_t *r = &out->zones[z];
+        rc = chunk_below_read(c, ns, r->min_enc, r->min_len, out, &cap, err);
+        if (rc == 0) rc = chunk_below_read(c, ns, r->max_enc, r->max_len, out, &cap, err);
+    }
+    cat_unlock(c);
+    if (rc == 0) candidates_sort(out);
+    else cat_bal_free(out);
+    return rc;
+}
+
+int cat_bal_load_shard(cat_t *c, const char *ns, const char *shard, cat_bal_data_t *out, int64_t **since_out,
+                       ms_error_t *err) {
+    sqlite3_stmt *st = NULL;
+    int cap = 0, scap = 0, s;
+    int64_t *since = NULL;
+    memset(out, 0, sizeof *out);
+    cat_lock(c);
+    int rc = cat_sql_prep(c, "SELECT " BAL_CHUNK_COLS ", since_t FROM chunks INDEXED BY chunks_ns_shard_min"
+                             " WHERE ns = ?1 AND shard = ?2 ORDER BY min_enc", &st, err);
+    if (rc == 0) {
+        cat_bind_text(st, 1, ns);
+        cat_bind_text(st, 2, shard);
+        while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+            chunk_append(out, st, &cap);
+            if (out->nchunks > scap) {
+                scap = cap;
+                since = realloc(since, sizeof *since * (size_t)scap);
+                if (!since) abort();
+            }
+            since[out->nchunks - 1] = sqlite3_column_int64(st, 7);
+        }
+        if (s != SQLITE_DONE) rc = err_from_sqlite(err, s, "read a shard's chunks", cat_db_handle(c));
+    }
+    sqlite3_finalize(st);
+    if (rc == 0) rc = zones_load(c, ns, out, err);
+    cat_unlock(c);
+    if (rc) {
+        cat_bal_free(out);
+        free(since);
+        since = NULL;
+    }
+    *since_out = since;
+    return rc;
+}
+
+int cat_bal_chunks_after(cat_t *c, const char *ns, const uint8_t *after, size_t after_len, int limit,
+                         cat_bal_data_t *out, ms_error_t *err) {
+    sqlite3_stmt *st = NULL;
+    int cap = 0;
+    memset(out, 0, sizeof *out);
+    cat_lock(c);
+    int rc = cat_sql_prep(c, after ? "SELECT " BAL_CHUNK_COLS " FROM chunks INDEXED BY chunks_ns_min WHERE ns = ?1"
+                                     " AND min_enc > ?2 AND jumbo = 0 ORDER BY min_enc LIMIT ?3"
+                                   : "SELECT " BAL_CHUNK_COLS " FROM chunks INDEXED BY chunks_ns_min WHERE ns = ?1"
+                                     " AND jumbo = 0 ORDER BY min_enc LIMIT ?3",
+                          &st, err);
+    if (rc == 0) {
+        cat_bind_text(st, 1, ns);
+        if (after) sqlite3_bind_blob(st, 2, after, (int)after_len, SQLITE_STATIC);
+        sqlite3_bind_int(st, 3, limit);
+        rc = chunks_read(c, st, out, &cap, err);
+    }
     sqlite3_finalize(st);
     cat_unlock(c);
     if (rc) cat_bal_free(out);

@@ -150,6 +150,31 @@ static const char *const SCHEMA =
     /* The jumbo chunks of a collection (shardctl status, count {uuid, jumbo: true}): a
      * partial index of the few flagged rows, so counting them reads only those. */
     "CREATE INDEX IF NOT EXISTS chunks_jumbo ON chunks(ns) WHERE jumbo = 1;"
+    /* Chunks per (collection, shard), and how many of them are jumbo: what the balancer's
+     * policy counts, kept by triggers in the same transaction as every insert, delete
+     * and owner / jumbo change of a chunk (create, split, merge, commit, drop, rename),
+     * so that a round reads a few rows, not the collection (SQLite's count(*) walks the
+     * index: linear). An empty table with chunks present (a catalog from before it) is
+     * filled at open (cat_open). */
+    "CREATE TABLE IF NOT EXISTS chunk_counts ("
+    "  ns TEXT NOT NULL, shard TEXT NOT NULL, n INTEGER NOT NULL, jumbo INTEGER NOT NULL,"
+    "  PRIMARY KEY (ns, shard)) WITHOUT ROWID;"
+    "CREATE TRIGGER IF NOT EXISTS chunk_counts_ins AFTER INSERT ON chunks BEGIN"
+    "  INSERT INTO chunk_counts (ns, shard, n, jumbo) VALUES (new.ns, new.shard, 1, new.jumbo != 0)"
+    "  ON CONFLICT (ns, shard) DO UPDATE SET n = n + 1, jumbo = jumbo + (new.jumbo != 0);"
+    " END;"
+    "CREATE TRIGGER IF NOT EXISTS chunk_counts_del AFTER DELETE ON chunks BEGIN"
+    "  UPDATE chunk_counts SET n = n - 1, jumbo = jumbo - (old.jumbo != 0)"
+    "  WHERE ns = old.ns AND shard = old.shard;"
+    "  DELETE FROM chunk_counts WHERE ns = old.ns AND shard = old.shard AND n = 0;"
+    " END;"
+    "CREATE TRIGGER IF NOT EXISTS chunk_counts_upd AFTER UPDATE OF ns, shard, jumbo ON chunks BEGIN"
+    "  UPDATE chunk_counts SET n = n - 1, jumbo = jumbo - (old.jumbo != 0)"
+    "  WHERE ns = old.ns AND shard = old.shard;"
+    "  DELETE FROM chunk_counts WHERE ns = old.ns AND shard = old.shard AND n = 0;"
+    "  INSERT INTO chunk_counts (ns, shard, n, jumbo) VALUES (new.ns, new.shard, 1, new.jumbo != 0)"
+    "  ON CONFLICT (ns, shard) DO UPDATE SET n = n + 1, jumbo = jumbo + (new.jumbo != 0);"
+    " END;"
     "CREATE TABLE IF NOT EXISTS tags ("
     "  id BLOB PRIMARY KEY, ns TEXT NOT NULL, min BLOB NOT NULL, max BLOB NOT NULL,"
     "  min_enc BLOB NOT NULL, max_enc BLOB NOT NULL, tag TEXT NOT NULL);"
@@ -166,6 +191,13 @@ static const char *const SCHEMA =
     "  what TEXT NOT NULL, ns TEXT NOT NULL, doc BLOB NOT NULL);"
     "CREATE TABLE IF NOT EXISTS actionlog (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
     "  what TEXT NOT NULL, ns TEXT NOT NULL, doc BLOB NOT NULL);";
+
+/* The chunk counts of a catalog written before chunk_counts existed (a no-op when the
+ * table has rows, or when there are no chunks). */
+static const char *const CHUNK_COUNTS_FILL =
+    "INSERT INTO chunk_counts (ns, shard, n, jumbo)"
+    " SELECT ns, shard, count(*), sum(jumbo != 0) FROM chunks"
+    " WHERE NOT EXISTS (SELECT 1 FROM chunk_counts) GROUP BY ns, shard;";
 
 /* ---- identifiers ------------------------------------------------------------------- */
 
@@ -201,6 +233,7 @@ int cat_open(const char *path, cat_t **out, ms_error_t *err) {
     rc = cat_sql_exec(c, "BEGIN IMMEDIATE", err);
     if (rc) goto out;
     rc = cat_sql_exec(c, SCHEMA, err);
+    if (rc == 0) rc = cat_sql_exec(c, CHUNK_COUNTS_FILL, err);
     if (rc == 0) rc = cat_sql_prep(c, "SELECT cluster_id, ts_t, ts_i FROM version WHERE id = 1", &st, err);
     if (rc == 0) {
         int s = sqlite3_step(st);

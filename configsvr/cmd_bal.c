@@ -38,9 +38,8 @@ static int view_load(cfg_t *cfg, const char *ns, bal_snap_t *sn, const bal_setti
     rc = bal_snap_coll(cfg, sn, ns, st->policy, &v->d, err);
     if (rc) return rc;
     int64_t csize = v->coll.max_chunk_size_bytes > 0 ? v->coll.max_chunk_size_bytes : st->chunk_size;
-    v->bc = (bal_coll_t){.ns = v->coll.ns, .chunks = v->d.chunks, .nchunks = v->d.nchunks,
-                         .zones = v->d.zones, .nzones = v->d.nzones,
-                         .no_balance = v->coll.no_balance, .chunk_size_bytes = csize};
+    v->bc = (bal_coll_t){.ns = v->coll.ns, .no_balance = v->coll.no_balance, .chunk_size_bytes = csize};
+    bal_coll_view(&v->d, &v->bc);
     return 0;
 }
 

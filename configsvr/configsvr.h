@@ -446,6 +446,13 @@ typedef struct bal_coll {
     bool no_balance;
     bool moved_last_round;     /* classic rule: threshold 2 while a collection is being balanced */
     int64_t chunk_size_bytes;
+    /* The counts of a summary snapshot (cat_bal_load_summary), or NULL: then chunks[] is
+     * the whole collection and the policy counts it. With them, chunks[] holds only the
+     * candidates (every chunk the policy may pick or test) and these say how many exist. */
+    const int *shard_chunks;   /* [nshards] chunks of the collection on each shard */
+    const int *shard_jumbo;    /* [nshards] of which jumbo */
+    const int *range_chunks;   /* [nzones × nshards] chunks wholly inside zone range z on s */
+    int total_chunks;          /* chunks of the collection (all shards) */
 } bal_coll_t;
 
 typedef enum { BAL_POLICY_CHUNK_COUNT = 0, BAL_POLICY_DATA_SIZE = 1 } bal_policy_t;
@@ -489,14 +496,41 @@ const char *bal_compliance(const bal_coll_t *c, const bal_shard_t *shards, int n
 /* The balancer's reads and writes of the catalog (cat_balancer.c). cat_bal_load: the
  * chunks of ns in key order (owner = -1; owners[i] names the shard) and its zone ranges,
  * all owned by *out until cat_bal_free (NULL-safe, safe on a zeroed struct). */
+typedef struct cat_bal_count {
+    char shard[CAT_SHARD_NAME_BYTES_MAX];
+    int chunks, jumbo;
+    int *in_range;             /* [nzones] chunks wholly inside each zone range */
+} cat_bal_count_t;
 typedef struct cat_bal_data {
     bal_chunk_t *chunks;
     char (*owners)[CAT_SHARD_NAME_BYTES_MAX];
     int nchunks;
     bal_zone_range_t *zones;
     int nzones;
+    /* A summary (cat_bal_load_summary) only: the counts per shard name, and the same
+     * mapped to a shard array by bal_snap_coll (NULL for a full load). */
+    bool summary;
+    cat_bal_count_t *counts;
+    int ncounts, total;
+    int *shard_chunks, *shard_jumbo, *range_chunks;
 } cat_bal_data_t;
 int cat_bal_load(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err);
+/* What the policy needs of ns without reading every chunk (cat_balancer.c): the zone
+ * ranges, the maintained chunk counts per shard (config chunk_counts), the chunks of each
+ * shard wholly inside each zone range (an index range count per range), and only the
+ * candidate chunks, in key order — per shard its first movable (non-jumbo) chunk overall,
+ * in each zone range and in each gap between ranges, and the chunks holding each zone
+ * bound. The policy's choice over them equals its choice over the whole collection. */
+int cat_bal_load_summary(cat_t *c, const char *ns, cat_bal_data_t *out, ms_error_t *err);
+/* The chunks of ns on shard in key order (the (ns, shard, min) index; neighbours in the
+ * array meet only where their bounds do) with the zone ranges, and into *since_out
+ * (malloc'ed, caller frees; NULL when none) each chunk's onCurrentShardSince seconds. */
+int cat_bal_load_shard(cat_t *c, const char *ns, const char *shard, cat_bal_data_t *out, int64_t **since_out,
+                       ms_error_t *err);
+/* Up to limit non-jumbo chunks of ns whose min (encoded) is above after (NULL: from the
+ * start), in key order: one window of the auto-split's walk over the collection. */
+int cat_bal_chunks_after(cat_t *c, const char *ns, const uint8_t *after, size_t after_len, int limit,
+                         cat_bal_data_t *out, ms_error_t *err);
 void cat_bal_free(cat_bal_data_t *d);
 /* The jumbo flag of the chunk exactly [min, max) of ns (cat_balancer.c). set: the
  * balancer's markJumbo, no version change; a chunk no longer there → 0, *changed false.
@@ -841,11 +875,16 @@ int bal_snap_shards(cfg_t *cfg, bal_snap_t *sn, ms_error_t *err);
 void bal_snap_free(bal_snap_t *sn);  /* NULL-safe */
 /* Index of the shard called name, or -1. */
 int bal_snap_index(const bal_snap_t *sn, const char *name);
-/* One collection: cat_bal_load into *d (release with cat_bal_free) with chunk owners
- * mapped to sn's indexes, and each shard's coll_bytes set (the collection's data size
- * there from dataSize under the dataSize policy, else 0). */
+/* One collection: cat_bal_load_summary into *d (release with cat_bal_free) with chunk
+ * owners and counts mapped to sn's indexes, and each shard's coll_bytes set (the
+ * collection's data size there from dataSize under the dataSize policy, else 0). */
 int bal_snap_coll(cfg_t *cfg, bal_snap_t *sn, const char *ns, bal_policy_t policy,
                   cat_bal_data_t *d, ms_error_t *err);
+/* d's chunk owners, and a summary's counts per shard name, mapped to sn's shard indexes
+ * (a shard not in sn — removed meanwhile — is left out, as a chunk owned by it is). */
+void bal_snap_map(const bal_snap_t *sn, cat_bal_data_t *d);
+/* Points bc's chunks, zones and counts at d (a full load: no counts, chunks counted). */
+void bal_coll_view(const cat_bal_data_t *d, bal_coll_t *bc);
 /* Marks busy the shards donor or recipient of a config.migrations entry (a migration
  * running now); appends {ns, fromShard, toShard} per entry to list (may be NULL) and
  * their number to *n (may be NULL). */
@@ -889,6 +928,17 @@ int bal_zone_cuts(const bal_chunk_t *ch, const bal_zone_range_t *zones, int nzon
  * appends a splits[] entry {ns, min, max, shard, points, reason: "zoneBoundary"} per
  * split to the round's splits array; returns how many chunks were split. */
 int bal_zone_split_coll(cfg_t *cfg, const char *ns, bson_t *splits, int *nsplits);
+/* Splits [min, max) of ns at pts under the collection's DDL lock (the catalog
+ * transaction re-checks the chunk; why names the lock's holder), then has the owner
+ * refresh (bal_jumbo.c). */
+int bal_split_commit(cfg_t *cfg, const char *ns, const bson_t *min, const bson_t *max,
+                     const char *owner, const bson_t *const *pts, int np, const char *why,
+                     ms_error_t *err);
+/* Appends one splits[] entry {ns, min, max, shard, points, reason} of a round (reason
+ * NULL: none, an auto-split). */
+void bal_split_entry(bson_t *splits, int *nsplits, const char *ns, const bson_t *min,
+                     const bson_t *max, const char *shard, const bson_t *const *pts, int np,
+                     const char *reason);
 /* After a balancer migration of [min, max) (max NULL: the chunk starting at min) from
  * owner failed with ChunkTooBig / ExceededMemoryLimit: one autoSplitVector point (limit
  * 1, the collection's chunk size) → split there, `splitAfterTooBig: point` appended to

@@ -69,6 +69,8 @@
 
 /* Split points one splitVector/autoSplitVector reply may carry besides the 16 MB cap. */
 #define SHARDD_SPLIT_POINTS_MAX 8192
+/* Ranges one _shardsvrAutoSplitVectorBatch may ask about (a balancer round's budget). */
+#define SHARDD_AUTOSPLIT_BATCH_RANGES_MAX MS_BALANCER_AUTOSPLIT_CHUNKS_MAX
 
 /* ========================== store.c, store_write.c, store_index.c ==================== */
 
@@ -116,6 +118,11 @@ typedef struct store_coll {
      * transaction's changes (writer only), folded in when it commits. */
     int64_t fast_n, fast_bytes;
     int64_t delta_n, delta_bytes;
+    /* Bytes added by growing changes (inserts, updates that grew a document) since this
+     * process opened the store: only goes up. The balancer's auto-split skips a shard
+     * whose chunks did not grow since it last checked them (delta_grown: the open write
+     * transaction's part). Not persisted. */
+    int64_t grown_bytes, delta_grown;
     bool dirty;
 } store_coll_t;
 
@@ -235,6 +242,8 @@ int store_get_by_rowid(store_txn_t *t, store_coll_t *c, int64_t rowid, bson_t *d
                        ms_error_t *err);
 
 /* count and total bytes of a collection's documents. */
+/* c's grown_bytes as of the last commit. */
+int64_t store_coll_grown(const store_coll_t *c);
 int store_coll_stats(store_txn_t *t, store_coll_t *c, int64_t *count, int64_t *bytes,
                      int64_t *storage_bytes, int64_t *index_bytes, ms_error_t *err);
 int64_t store_index_bytes(store_txn_t *t, store_coll_t *c, int i);  /* bytes of ix[i] */
@@ -620,6 +629,7 @@ int cmd_flush_db_cache(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_data_size(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_split_vector(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 int cmd_auto_split_vector(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
+int cmd_auto_split_vector_batch(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err);
 
 /* Split-point computation over an index whose pattern starts with kp (split.c). Exposed
  * for tests. keys_out: array of key documents {field: value...} (caller destroys). */

@@ -129,6 +129,11 @@ const cmd_spec_t shardd_cmd_table[] = {
      .fields = {REQ("keyPattern", CT_DOC), F("min", CT_DOC), F("max", CT_DOC),
                 REQ("maxChunkSizeBytes", CT_NUM), F("limit", CT_NUM)},
      .help = "split points of a range (5.0+ rules)"},
+    {.name = "_shardsvrAutoSplitVectorBatch", .handler = cmd_auto_split_vector_batch,
+     .flags = NSF | CMD_INTERNAL, .arg_types = CT_STR,
+     .fields = {REQ("keyPattern", CT_DOC), REQ("ranges", CT_ARR), REQ("maxChunkSizeBytes", CT_NUM),
+                F("limit", CT_NUM), F("ifGrownSince", CT_STR)},
+     .help = "autoSplitVector of many ranges at once (the balancer's auto-split; minishard's)"},
     /* cluster hooks (peers only) */
     {.name = "_addShard", .handler = cmd_add_shard,
      .flags = CMD_STRICT_FIELDS | CMD_WRITE | CMD_INTERNAL,

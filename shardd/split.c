@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "common/bsonx.h"
 #include "common/log.h"
@@ -369,9 +371,10 @@ static int split_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     avg = coll_bytes / coll_n;
     if (avg < 1) avg = 1;
     if (!a->force && !a->auto_mode && coll_bytes < a->max_chunk_bytes) goto out;
-    if (a->auto_mode && a->limit <= 0) {
+    if (a->auto_mode) {
         /* A range that fits in one chunk needs no point: decided from the index count
-         * before any key is read (the balancer asks this of every chunk each round). */
+         * before any key is read (the balancer asks this of every chunk each round).
+         * Exact with a limit too: a point needs more than max / avg keys (per below). */
         int64_t range_n;
         if ((rc = range_size(t, c, &ks, &lo, &hi, &range_n, NULL, err)) != 0) goto out;
         if (range_n * avg <= a->max_chunk_bytes) goto out;
@@ -486,4 +489,137 @@ int cmd_split_vector(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
 
 int cmd_auto_split_vector(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     return split_cmd(ctx, reply, true, err);
+}
+
+/* ---- the balancer's batch ------------------------------------------------------------- */
+
+/* One ranges[] element: {min, max} as views into the request. */
+static int batch_range(bson_iter_t *el, bson_t *min, bson_t *max, ms_error_t *err) {
+    bson_iter_t f;
+    uint32_t len;
+    const uint8_t *data;
+    bson_t doc;
+    bson_init(min);
+    bson_init(max);
+    if (!BSON_ITER_HOLDS_DOCUMENT(el))
+        return err_set(err, MS_ERR_TYPE_MISMATCH, "ranges elements must be {min, max} documents");
+    bson_iter_document(el, &len, &data);
+    if (!bson_init_static(&doc, data, len)) return err_set(err, MS_ERR_BAD_VALUE, "bad range document");
+    for (int k = 0; k < 2; k++) {
+        const char *name = k ? "max" : "min";
+        if (!bson_iter_init_find(&f, &doc, name) || !BSON_ITER_HOLDS_DOCUMENT(&f))
+            return err_set(err, MS_ERR_FAILED_TO_PARSE, "ranges element field '%s' must be a document", name);
+        bson_iter_document(&f, &len, &data);
+        if (!bson_init_static(k ? max : min, data, len)) return err_set(err, MS_ERR_BAD_VALUE, "bad %s", name);
+    }
+    return 0;
+}
+
+/* Appends {min, max, splitKeys} for one range with points to results; false when the
+ * reply would pass MS_BATCH_BYTES_MAX (the caller stops there: truncated). */
+static bool batch_result(bson_t *results, int *n, const bson_t *min, const bson_t *max, const bson_t *keys) {
+    if (results->len + min->len + max->len + keys->len + 64 > (uint32_t)MS_BATCH_BYTES_MAX) return false;
+    char k[16];
+    const char *key;
+    bson_t d;
+    bson_uint32_to_string((uint32_t)(*n)++, &key, k, sizeof k);
+    BSON_APPEND_DOCUMENT_BEGIN(results, key, &d);
+    BSON_APPEND_DOCUMENT(&d, "min", min);
+    BSON_APPEND_DOCUMENT(&d, "max", max);
+    BSON_APPEND_ARRAY(&d, "splitKeys", keys);
+    bson_append_document_end(results, &d);
+    return true;
+}
+
+/* This process's growth token of ns: "<incarnation>:<grown bytes>" — equal tokens mean
+ * no document of ns grew in between (the incarnation tells a restart apart). */
+typedef struct grown_arg {
+    const char *ns;
+    char *out;
+    size_t cap;
+} grown_arg_t;
+
+static int grown_fn(store_txn_t *t, void *arg, ms_error_t *err) {
+    static uint64_t incarnation;
+    grown_arg_t *g = arg;
+    (void)err;
+    uint64_t inc = __atomic_load_n(&incarnation, __ATOMIC_RELAXED);
+    if (inc == 0) {
+        inc = (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid();
+        __atomic_store_n(&incarnation, inc, __ATOMIC_RELAXED);
+    }
+    store_coll_t *c = store_coll_get(t, g->ns);
+    snprintf(g->out, g->cap, "%llx:%lld", (unsigned long long)inc, c ? (long long)store_coll_grown(c) : -1LL);
+    return 0;
+}
+
+/* _shardsvrAutoSplitVectorBatch (minishard's; MongoDB has no batch form): autoSplitVector
+ * for each of up to SHARDD_AUTOSPLIT_BATCH_RANGES_MAX ranges of one collection, so that a
+ * balancer round asks each shard once. Replies {results: [{min, max, splitKeys}] (only
+ * ranges with points), checked: ranges answered, truncated: the reply reached the batch
+ * limit before the last range (the rest are asked again later), grownToken}. With
+ * ifGrownSince equal to the current grownToken nothing grew since that reply: {unchanged:
+ * true}, nothing checked. */
+int cmd_auto_split_vector_batch(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
+    shardd_t *app = ctx->app;
+    char ns[MS_NS_BYTES_MAX + 8];
+    split_args_t a;
+    bson_iter_t it, el;
+    bson_t results = BSON_INITIALIZER;
+    int rc, n = 0, checked = 0, nranges = 0;
+    bool truncated = false;
+    memset(&a, 0, sizeof a);
+    if ((rc = shardd_ns(ctx, ns, sizeof ns, err)) != 0) goto out;
+    a.ns = ns;
+    a.auto_mode = true;
+    if (!doc_field(ctx, "keyPattern", &a.key_pattern) || bson_empty(&a.key_pattern)) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'keyPattern' is missing");
+        goto out;
+    }
+    if (!cmd_field(ctx, "maxChunkSizeBytes", &it) || !bsonx_as_int64(&it, &a.max_chunk_bytes)) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'maxChunkSizeBytes' must be a number");
+        goto out;
+    }
+    if (!(ctx->srv && cmd_server_test_commands(ctx->srv) && a.max_chunk_bytes >= MS_CHUNKSIZE_VALUE_BYTES_MIN &&
+          a.max_chunk_bytes < 1024 * 1024) &&
+        (rc = split_args_check(&a, err)) != 0)
+        goto out;
+    if (cmd_field(ctx, "limit", &it)) bsonx_as_int64(&it, &a.limit);
+    /* Taken before the checks: a write during them makes the next token differ. */
+    char token[64];
+    grown_arg_t ga = {ns, token, sizeof token};
+    if ((rc = store_read(app->st, grown_fn, &ga, err)) != 0) goto out;
+    BSON_APPEND_UTF8(reply, "grownToken", token);
+    if (cmd_field(ctx, "ifGrownSince", &it) && BSON_ITER_HOLDS_UTF8(&it) &&
+        strcmp(bson_iter_utf8(&it, NULL), token) == 0) {
+        BSON_APPEND_BOOL(reply, "unchanged", true);  /* nothing grew: nothing to check */
+        goto done;
+    }
+    if (!cmd_field(ctx, "ranges", &it) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &el)) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "BSON field 'ranges' must be an array");
+        goto out;
+    }
+    for (bson_iter_t cnt = el; bson_iter_next(&cnt);) nranges++;
+    if (nranges > SHARDD_AUTOSPLIT_BATCH_RANGES_MAX) {
+        rc = err_set(err, MS_ERR_BAD_VALUE, "ranges has %d elements, at most %d", nranges,
+                     SHARDD_AUTOSPLIT_BATCH_RANGES_MAX);
+        goto out;
+    }
+    while (!truncated && bson_iter_next(&el)) {
+        bson_t keys = BSON_INITIALIZER;
+        bool cont = false;
+        if ((rc = batch_range(&el, &a.min, &a.max, err)) == 0)
+            rc = split_compute(app->st, &a, &keys, &cont, err);
+        if (rc == 0 && !bson_empty(&keys)) truncated = !batch_result(&results, &n, &a.min, &a.max, &keys);
+        bson_destroy(&keys);
+        if (rc) goto out;
+        if (!truncated) checked++;
+    }
+done:
+    BSON_APPEND_ARRAY(reply, "results", &results);
+    BSON_APPEND_INT32(reply, "checked", checked);
+    BSON_APPEND_BOOL(reply, "truncated", truncated);
+out:
+    bson_destroy(&results);
+    return rc;
 }

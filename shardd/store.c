@@ -636,6 +636,11 @@ void store_counts_delta(store_txn_t *t, store_coll_t *c, int64_t dn, int64_t dby
     }
     c->delta_n += dn;
     c->delta_bytes += dbytes;
+    if (dbytes > 0) c->delta_grown += dbytes;
+}
+
+int64_t store_coll_grown(const store_coll_t *c) {
+    return __atomic_load_n(&c->grown_bytes, __ATOMIC_ACQUIRE);
 }
 
 /* Stores the new counts of every collection the transaction wrote (one row each). */
@@ -663,8 +668,9 @@ static void counts_end(store_t *st, bool committed) {
         if (committed) {
             __atomic_add_fetch(&c->fast_n, c->delta_n, __ATOMIC_RELEASE);
             __atomic_add_fetch(&c->fast_bytes, c->delta_bytes, __ATOMIC_RELEASE);
+            __atomic_add_fetch(&c->grown_bytes, c->delta_grown, __ATOMIC_RELEASE);
         }
-        c->delta_n = c->delta_bytes = 0;
+        c->delta_n = c->delta_bytes = c->delta_grown = 0;
         c->dirty = false;
     }
     st->ndirty = 0;

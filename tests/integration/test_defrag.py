@@ -302,7 +302,11 @@ def test_merge_all_chunks_on_shard_and_the_auto_merger(t):
         cs = chunks(c)
         return len(cs) < n and all(a["shard"] != b["shard"] for a, b in zip(cs, cs[1:]))
     wait_until(merged, 20, "auto-merged", interval=0.2)
-    rs = c.ok({"find": "actionlog", "$db": "config", "filter": {"what": "autoMerger.round"}})["cursor"]["firstBatch"]
+    # the pass logs its round when it ends, after its merges: wait for it
+    def rounds():
+        return c.ok({"find": "actionlog", "$db": "config", "filter": {"what": "autoMerger.round"}})["cursor"]["firstBatch"]
+    wait_until(lambda: rounds(), 10, "autoMerger.round logged", interval=0.2)
+    rs = rounds()
     assert rs and rs[0]["details"]["numMerges"] >= 1, rs
     assert (n0, h0) == digest(c)
 

@@ -311,6 +311,30 @@ def test_split_points(t):
     assert 2 <= len(ks) <= 4 and r["continuation"] is False, r
     r = c.ok({"autoSplitVector": "c", "$db": "app", "keyPattern": {"k": 1}, "maxChunkSizeBytes": 1 << 20, "limit": 1})
     assert len(r["splitKeys"]) == 1, r
+    # the balancer's batch form (minishard's): one request, each range's autoSplitVector
+    # points, ranges without points left out; its ranges are parsed and capped
+    ranges = [{"min": {"k": 0}, "max": {"k": 1000}}, {"min": {"k": 1000}, "max": {"k": 1010}},
+              {"min": {"k": 1010}, "max": {"k": 2000}}]
+    batch = {"_shardsvrAutoSplitVectorBatch": "c", "$db": "app", "keyPattern": {"k": 1},
+             "maxChunkSizeBytes": 1 << 20}
+    r = c.ok(dict(batch, ranges=ranges))
+    want = []
+    for rg in ranges:
+        one = c.ok({"autoSplitVector": "c", "$db": "app", "keyPattern": {"k": 1}, "min": rg["min"],
+                    "max": rg["max"], "maxChunkSizeBytes": 1 << 20})
+        if one["splitKeys"]:
+            want.append({"min": rg["min"], "max": rg["max"], "splitKeys": one["splitKeys"]})
+    assert len(want) == 2 and r["results"] == want and r["checked"] == 3 and r["truncated"] is False, r
+    # nothing grew since that answer: its token says so, and nothing is checked; a write
+    # that grows the collection changes the token
+    tok = r["grownToken"]
+    r2 = c.ok(dict(batch, ranges=ranges, ifGrownSince=tok))
+    assert r2["unchanged"] is True and r2["results"] == [] and r2["grownToken"] == tok, r2
+    c.ok({"insert": "c", "$db": "app", "documents": [{"_id": 99999, "k": 5, "pad": pad}]})
+    r3 = c.ok(dict(batch, ranges=ranges, ifGrownSince=tok))
+    assert "unchanged" not in r3 and r3["grownToken"] != tok and len(r3["results"]) == 2, r3
+    c.err(dict(batch, ranges=[{"min": {"k": 0}}]), 9)
+    c.err(dict(batch, ranges=[ranges[0]] * 1025), 2)
     c.err({"splitVector": "app.c", "keyPattern": {"k": 1}, "maxChunkSizeBytes": 100}, 72)
     c.err({"splitVector": "app.c", "keyPattern": {"zz": 1}, "maxChunkSizeBytes": 1 << 20}, 27)
     # low cardinality: one key value everywhere → no split points

@@ -119,6 +119,17 @@ static void test_runs(void) {
     CHECK(r[0].first == 2 && r[0].last == 3);
     mk(&t, 6, (int[]){0, 0, 1, 1, 2, 2}, NULL);
     CHECK_INT(bal_merge_runs(&t.coll, NULL, r, 2), 2);
+    /* one shard's chunks alone (mergeAllChunksOnShard reads only those): neighbours in
+     * the array that do not meet — another shard's chunk between — are no run.
+     * [0,1) [1,2) [3,4) [4,5): runs [0,1] and [2,3], not one */
+    mk(&t, 4, (int[]){0, 0, 0, 0}, NULL);
+    t.ch[2].min_enc = &t.keys[3];
+    t.ch[2].max_enc = &t.keys[4];
+    t.ch[3].min_enc = &t.keys[4];
+    t.ch[3].max_enc = &t.keys[5];
+    n = bal_merge_runs(&t.coll, NULL, r, NCH);
+    CHECK_INT(n, 2);
+    CHECK(r[0].first == 0 && r[0].last == 1 && r[1].first == 2 && r[1].last == 3);
 }
 
 static void test_scoring(void) {
