@@ -321,10 +321,34 @@ static int count_sliced(cat_t *c, const cfg_table_t *t, const cat_pin_t *pin, co
     return rc;
 }
 
+/* The chunks of the pinned collection (or of all), on one shard or all, jumbo ones or all:
+ * a sum over chunk_counts, the per-(collection, shard) counts the catalog's triggers keep
+ * with every chunk change — a row per shard read, whatever the chunk count. */
+static int chunks_count(cat_t *c, const cat_pin_t *pin, const char *shard, bool jumbo, int64_t *n,
+                        ms_error_t *err) {
+    char sql[384];
+    sqlite3_stmt *st = NULL;
+    int rc, s;
+    snprintf(sql, sizeof sql, "SELECT coalesce(sum(%s), 0) FROM chunk_counts WHERE 1%s%s", jumbo ? "jumbo" : "n",
+             pin && pin->ns ? " AND ns = ?1" : pin && pin->uuid ? " AND ns = (SELECT ns FROM collections WHERE uuid = ?1)" : "",
+             shard ? " AND shard = ?2" : "");
+    pthread_mutex_lock(&c->mu);
+    if ((rc = cat_sql_prep(c, sql, &st, err)) == 0) {
+        if (pin && pin->ns) sqlite3_bind_text(st, 1, pin->ns, -1, SQLITE_TRANSIENT);
+        else if (pin && pin->uuid) sqlite3_bind_blob(st, 1, pin->uuid, 16, SQLITE_TRANSIENT);
+        if (shard) sqlite3_bind_text(st, 2, shard, -1, SQLITE_TRANSIENT);
+        if ((s = sqlite3_step(st)) == SQLITE_ROW) *n = sqlite3_column_int64(st, 0);
+        else rc = err_from_sqlite(err, s, "count chunks", c->db);
+    }
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
 /* count(*) of config.<coll>, of the pinned collection's rows, of those on one shard when
- * shard is not NULL and of the jumbo ones when jumbo (chunks): no document is built; the
- * chunks and tags a slice at a time (count_sliced), the jumbo chunks on their partial
- * index, the small collections at once. */
+ * shard is not NULL and of the jumbo ones when jumbo (chunks only): no document is built;
+ * the chunks from chunk_counts (chunks_count), the tags a slice at a time (count_sliced),
+ * the small collections at once. */
 int cat_config_count(cat_t *c, const char *coll, const cat_pin_t *pin, const char *shard,
                      bool jumbo, int64_t *n, ms_error_t *err) {
     const cfg_table_t *t = cfg_table(coll);
@@ -332,105 +356,46 @@ int cat_config_count(cat_t *c, const char *coll, const cat_pin_t *pin, const cha
     sqlite3_stmt *st = NULL;
     int rc, s;
     if (!t) return err_set(err, MS_ERR_NAMESPACE_NOT_FOUND, "config.%s is not a config collection", coll);
-    if (t->by_ns && !jumbo) {
+    if (strcmp(coll, "chunks") == 0) return chunks_count(c, pin, shard, jumbo, n, err);
+    if (jumbo) return err_set(err, MS_ERR_BAD_VALUE, "config.%s has no jumbo flag", coll);
+    if (t->by_ns) {
         snprintf(sql, sizeof sql, "(1%s)", shard ? " AND shard = ?5" : "");
         return count_sliced(c, t, pin, sql, shard, n, err);
     }
-    if (jumbo) {   /* on the partial index of the jumbo rows: reads those only */
-        cat_page_pos_t start = {{NULL, NULL}, false};
-        char where[160];
-        page_where(t, pin, &start, where, sizeof where);
-        snprintf(sql, sizeof sql, "SELECT count(*) FROM chunks INDEXED BY chunks_jumbo%s AND jumbo = 1%s",
-                 where, shard ? " AND shard = ?5" : "");
-    } else {
-        snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", t->table);
-    }
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", t->table);
     pthread_mutex_lock(&c->mu);
-    if ((rc = cat_sql_prep(c, sql, &st, err)) != 0) goto out;
-    if (jumbo) {
-        cat_page_pos_t start = {{NULL, NULL}, false};
-        page_bind(st, pin, &start, 0);
-        if (shard) sqlite3_bind_text(st, 5, shard, -1, SQLITE_TRANSIENT);
+    if ((rc = cat_sql_prep(c, sql, &st, err)) == 0) {
+        if ((s = sqlite3_step(st)) == SQLITE_ROW) *n = sqlite3_column_int64(st, 0);
+        else rc = err_from_sqlite(err, s, "count config collection", c->db);
     }
-    if ((s = sqlite3_step(st)) == SQLITE_ROW) *n = sqlite3_column_int64(st, 0);
-    else rc = err_from_sqlite(err, s, "count config collection", c->db);
-out:
     sqlite3_finalize(st);
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
 
-/* The group being counted by cat_chunk_counts and where its walk of the index stands:
- * the last (ns, shard, min_enc) read, copied out of the statement (a slice's statement
- * is finalised before the next is prepared). */
-typedef struct count_walk {
-    char ns[MS_NS_BYTES_MAX + 1], shard[CAT_SHARD_NAME_BYTES_MAX];
-    int64_t n;               /* chunks of (ns, shard) so far; 0: no group yet */
-    uint8_t *min;            /* the last min_enc (owned) */
-    int min_len, min_cap;
-} count_walk_t;
-
-static int count_row(count_walk_t *w, sqlite3_stmt *st, cat_count_fn fn, void *arg) {
-    const char *ns = cat_col_text(st, 0), *shard = cat_col_text(st, 1);
-    int rc = 0, len = sqlite3_column_bytes(st, 2);
-    if (w->n > 0 && (strcmp(ns, w->ns) != 0 || strcmp(shard, w->shard) != 0)) {
-        rc = fn(arg, w->ns, w->shard, w->n);
-        w->n = 0;
-    }
-    if (w->n == 0) {
-        snprintf(w->ns, sizeof w->ns, "%s", ns);
-        snprintf(w->shard, sizeof w->shard, "%s", shard);
-    }
-    w->n++;
-    if (len > w->min_cap) {
-        w->min_cap = len * 2;
-        w->min = realloc(w->min, (size_t)w->min_cap);
-        ASSERT(w->min);
-    }
-    if (len > 0) memcpy(w->min, sqlite3_column_blob(st, 2), (size_t)len);
-    w->min_len = len;
-    return rc;
-}
-
-/* Chunks per (collection, shard), of the pinned collection or of all: a walk of the
- * (ns, shard, min) index entries, no chunk document built (sh.status()'s per-shard counts,
- * the web view's cards), in slices of CAT_COUNT_SLICE_ROWS entries, each one statement
- * seeking past the last entry of the one before, so the catalog lock is never held for
- * more than a slice (a million chunks would otherwise hold it for a second). */
+/* Chunks per (collection, shard), of the pinned collection or of all (sh.status()'s
+ * per-shard counts, the web view's cards): read from chunk_counts, which the catalog's
+ * triggers keep in the same transaction as every chunk change (catalog.c), so the answer
+ * costs a row per (collection, shard), not a walk of a million index entries. */
 int cat_chunk_counts(cat_t *c, const cat_pin_t *pin, cat_count_fn fn, void *arg, ms_error_t *err) {
-    cat_page_pos_t start = {{NULL, NULL}, false};
-    count_walk_t w = {.n = 0};
-    char where[160], sql[400];
-    bool pinned = pin && (pin->ns || pin->uuid), done = false;
-    int rc = 0;
-    page_where(cfg_table("chunks"), pin, &start, where, sizeof where);
-    while (!done && rc == 0) {
-        sqlite3_stmt *st = NULL;
-        int s, rows = 0;
-        snprintf(sql, sizeof sql, "SELECT ns, shard, min_enc FROM chunks INDEXED BY chunks_ns_shard_min"
-                 "%s%s ORDER BY ns, shard, min_enc LIMIT ?4", where,
-                 w.n == 0 ? "" : pinned ? " AND (shard, min_enc) > (?5, ?3)"
-                                        : " AND (ns, shard, min_enc) > (?2, ?5, ?3)");
-        pthread_mutex_lock(&c->mu);
-        if ((rc = cat_sql_prep(c, sql, &st, err)) == 0) {
-            page_bind(st, pin, &start, CAT_COUNT_SLICE_ROWS);
-            if (w.n > 0) {
-                sqlite3_bind_text(st, 2, w.ns, -1, SQLITE_TRANSIENT);
-                sqlite3_bind_blob(st, 3, w.min, w.min_len, SQLITE_TRANSIENT);
-                sqlite3_bind_text(st, 5, w.shard, -1, SQLITE_TRANSIENT);
-            }
-            while (rc == 0 && (s = sqlite3_step(st)) == SQLITE_ROW) {
-                rc = count_row(&w, st, fn, arg);
-                rows++;
-            }
-            if (rc == 0 && s != SQLITE_DONE) rc = err_from_sqlite(err, s, "count chunks per shard", c->db);
-        }
-        sqlite3_finalize(st);
-        pthread_mutex_unlock(&c->mu);
-        done = rows < CAT_COUNT_SLICE_ROWS;
+    const char *sql =
+        pin && pin->ns     ? "SELECT ns, shard, n FROM chunk_counts WHERE ns = ?1 ORDER BY ns, shard"
+        : pin && pin->uuid ? "SELECT ns, shard, n FROM chunk_counts"
+                             " WHERE ns = (SELECT ns FROM collections WHERE uuid = ?1) ORDER BY ns, shard"
+                           : "SELECT ns, shard, n FROM chunk_counts ORDER BY ns, shard";
+    sqlite3_stmt *st = NULL;
+    int rc, s = SQLITE_DONE;
+    pthread_mutex_lock(&c->mu);
+    if ((rc = cat_sql_prep(c, sql, &st, err)) == 0) {
+        if (pin && pin->ns) sqlite3_bind_text(st, 1, pin->ns, -1, SQLITE_TRANSIENT);
+        else if (pin && pin->uuid) sqlite3_bind_blob(st, 1, pin->uuid, 16, SQLITE_TRANSIENT);
+        while (rc == 0 && (s = sqlite3_step(st)) == SQLITE_ROW)
+            if (sqlite3_column_int64(st, 2) > 0)
+                rc = fn(arg, cat_col_text(st, 0), cat_col_text(st, 1), sqlite3_column_int64(st, 2));
+        if (rc == 0 && s != SQLITE_DONE) rc = err_from_sqlite(err, s, "count chunks per shard", c->db);
     }
-    if (rc == 0 && w.n > 0) rc = fn(arg, w.ns, w.shard, w.n);
-    free(w.min);
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&c->mu);
     return rc;
 }
 
