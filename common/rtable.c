@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "common/bsonx.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 
 int rtable_bytes_cmp(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen) {
@@ -805,99 +806,309 @@ void rtable_rotate_shards(rtable_t *t) {
     rotate_left(t->shard_at_max, sizeof t->shard_at_max[0], n);
 }
 
-int rtable_from_reply(const bson_t *reply, const rtable_t *base, rtable_t *out,
-                      bool *need_full, ms_error_t *err) {
-    bson_iter_t it, arr;
-    rtable_t *t = out;
-    rtable_chunk_t *fresh = NULL;
-    rtable_version_t cv;
-    int nfresh = 0, cap = 0, rc = 0;
-    bool full = true, have_key = false, have_epoch = false, have_ts = false;
-    bool have_chunks = false, have_cv = false;
-    *need_full = false;
+/* ---- loading from pages ------------------------------------------------------------------- */
 
-    /* Built in place: a keys_pattern_t holds a bson_t, which must never be moved. */
-    memset(t, 0, sizeof *t);
-    if (!bson_iter_init(&it, reply)) {
-        rc = err_set(err, MS_ERR_INVALID_BSON, "getRoutingTable: bad reply");
-        goto out;
+static int lastmod_cmp_desc(const rtable_chunk_t *a, const rtable_chunk_t *b) {
+    return lastmod(a) < lastmod(b) ? 1 : lastmod(a) > lastmod(b) ? -1 : 0;
+}
+
+/* By min, then newest first. */
+static int chunk_cmp_min_newest(const void *a, const void *b) {
+    int c = chunk_cmp_min(a, b);
+    return c ? c : lastmod_cmp_desc(a, b);
+}
+
+static int chunk_ptr_cmp_newest(const void *a, const void *b) {
+    return lastmod_cmp_desc(*(const rtable_chunk_t *const *)a, *(const rtable_chunk_t *const *)b);
+}
+
+/* In the cluster c[0, n) (sorted by min, each overlapping what came before it), marks
+ * dead every chunk that a newer one overlaps. Newest first, each chunk joins the kept
+ * ones (disjoint, sorted by min in acc) unless it overlaps one: among the kept whose min
+ * is below its max, the last has the largest max, so it is the only one to test. */
+static void resolve_cluster(rtable_chunk_t *c, int n, bool *dead) {
+    const rtable_chunk_t **by_age = xrealloc(NULL, (size_t)n * sizeof *by_age);
+    const rtable_chunk_t **acc = xrealloc(NULL, (size_t)n * sizeof *acc);
+    int nacc = 0;
+    for (int i = 0; i < n; i++) by_age[i] = &c[i];
+    qsort(by_age, (size_t)n, sizeof *by_age, chunk_ptr_cmp_newest);
+    for (int k = 0; k < n; k++) {
+        const rtable_chunk_t *x = by_age[k];
+        int lo = 0, hi = nacc;   /* first kept with min >= x->max */
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (buf_cmp(&acc[mid]->min, &x->max) < 0) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo > 0 && buf_cmp(&acc[lo - 1]->max, &x->min) > 0) {
+            dead[x - c] = true;
+            continue;
+        }
+        memmove(acc + lo + 1, acc + lo, (size_t)(nacc - lo) * sizeof *acc);
+        acc[lo] = x;
+        nacc++;
     }
+    free(by_age);
+    free(acc);
+}
+
+/* Sorts the chunks of all pages by min and drops each one a newer chunk overlaps: it was
+ * split, merged or moved between two pages, and what replaced it is newer. Chunks that
+ * overlap nothing (all of them when nothing changed while paging) cost one comparison;
+ * only clusters of overlapping chunks are resolved. */
+static void drop_superseded(rtable_chunk_t *c, int *n) {
+    int total = *n, kept = 0;
+    if (total < 2) return;
+    qsort(c, (size_t)total, sizeof *c, chunk_cmp_min_newest);
+    bool *dead = calloc((size_t)total, sizeof *dead);
+    ASSERT(dead);
+    for (int i = 0; i < total;) {
+        const buf_t *reach = &c[i].max;
+        int j = i + 1;
+        for (; j < total && buf_cmp(&c[j].min, reach) < 0; j++)
+            if (buf_cmp(&c[j].max, reach) > 0) reach = &c[j].max;
+        if (j - i > 1) resolve_cluster(c + i, j - i, dead + i);
+        i = j;
+    }
+    for (int i = 0; i < total; i++) {
+        if (dead[i]) chunk_free(&c[i]);
+        else c[kept++] = c[i];
+    }
+    free(dead);
+    *n = kept;
+}
+
+/* The fields of one page; the chunks array's iterator in *arr. */
+typedef struct page_head {
+    bool have_key, have_epoch, have_ts, have_chunks, have_cv, full, more, unique;
+    bson_oid_t epoch;
+    uint32_t ts_t, ts_i;
+    bson_t key;
+    rtable_version_t cv;
+} page_head_t;
+
+static void page_head_parse(const bson_t *reply, page_head_t *h, bson_iter_t *arr) {
+    bson_iter_t it;
+    memset(h, 0, sizeof *h);
+    h->full = true;   /* a reply without `full` is a whole table */
+    if (!bson_iter_init(&it, reply)) return;
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
-        if (!strcmp(k, "key") && BSON_ITER_HOLDS_DOCUMENT(&it) && !have_key) {
+        if (!strcmp(k, "key") && BSON_ITER_HOLDS_DOCUMENT(&it) && !h->have_key) {
             uint32_t len;
             const uint8_t *data;
-            bson_t key;
             bson_iter_document(&it, &len, &data);
-            if (!bson_init_static(&key, data, len)) continue;
-            if ((rc = keys_pattern_parse(&key, &t->pattern, err)) != 0) goto out;
-            have_key = true;
+            h->have_key = bson_init_static(&h->key, data, len);
         } else if (!strcmp(k, "epoch") && BSON_ITER_HOLDS_OID(&it)) {
-            bson_oid_copy(bson_iter_oid(&it), &t->epoch);
-            have_epoch = true;
+            bson_oid_copy(bson_iter_oid(&it), &h->epoch);
+            h->have_epoch = true;
         } else if (!strcmp(k, "timestamp") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
-            bson_iter_timestamp(&it, &t->ts_t, &t->ts_i);
-            have_ts = true;
+            bson_iter_timestamp(&it, &h->ts_t, &h->ts_i);
+            h->have_ts = true;
         } else if (!strcmp(k, "unique")) {
-            t->unique = bsonx_truthy(&it);
+            h->unique = bsonx_truthy(&it);
         } else if (!strcmp(k, "full") && BSON_ITER_HOLDS_BOOL(&it)) {
-            full = bson_iter_bool(&it);
+            h->full = bson_iter_bool(&it);
+        } else if (!strcmp(k, "more")) {
+            h->more = bsonx_truthy(&it);
         } else if (!strcmp(k, "chunks") && BSON_ITER_HOLDS_ARRAY(&it)) {
-            have_chunks = bson_iter_recurse(&it, &arr);
+            h->have_chunks = bson_iter_recurse(&it, arr);
         } else if (!strcmp(k, "collectionVersion")) {
-            have_cv = rtable_version_parse(&it, &cv, NULL) == 0;
+            h->have_cv = rtable_version_parse(&it, &h->cv, NULL) == 0;
         }
     }
-    if (!have_key || !have_epoch || !have_ts || !have_chunks) {
-        rc = err_set(err, MS_ERR_FAILED_TO_PARSE,
-                     "getRoutingTable: reply lacks key, epoch, timestamp or chunks");
+}
+
+void rtable_load_begin(rtable_load_t *l, const rtable_t *base, rtable_t *out) {
+    memset(l, 0, sizeof *l);
+    memset(out, 0, sizeof *out);   /* built in place: a keys_pattern_t must never move */
+    l->base = base;
+    l->out = out;
+}
+
+void rtable_load_abort(rtable_load_t *l) {
+    for (int i = 0; i < l->nfresh; i++) chunk_free(&l->fresh[i]);
+    free(l->fresh);
+    rtable_clear(l->out);
+    memset(l->out, 0, sizeof *l->out);
+    l->fresh = NULL;
+    l->nfresh = l->cap = 0;
+}
+
+/* The first page fixes the table's generation, key and kind (full or incremental). */
+static int load_first_page(rtable_load_t *l, const page_head_t *h, bool *restart,
+                           ms_error_t *err) {
+    rtable_t *t = l->out, *base = (rtable_t *)l->base;
+    int rc = keys_pattern_parse(&h->key, &t->pattern, err);
+    if (rc) return rc;
+    bson_oid_copy(&h->epoch, &t->epoch);
+    t->ts_t = h->ts_t;
+    t->ts_i = h->ts_i;
+    t->unique = h->unique;
+    l->full = h->full;
+    if (h->full) return 0;
+    if (!base || base->nchunks == 0 || !bson_oid_equal(&base->epoch, &t->epoch) ||
+        base->ts_t != t->ts_t || base->ts_i != t->ts_i) {
+        *restart = true;   /* an incremental answer we cannot apply */
+        return 0;
+    }
+    t->nshards = base->nshards;   /* keep base's numbering: old chunks copy over as they are */
+    memcpy(t->shards, base->shards, sizeof t->shards);
+    return 0;
+}
+
+/* Appends the page's chunks; lastmods must all follow the last page's. */
+static int load_chunks(rtable_load_t *l, bson_iter_t *arr, ms_error_t *err) {
+    uint64_t floor = (uint64_t)l->last_major << 32 | l->last_minor, top = floor;
+    while (bson_iter_next(arr)) {
+        if (l->nfresh >= 2 * MS_CHUNKS_PER_COLLECTION_MAX)
+            return err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable: more than %d chunks",
+                           MS_CHUNKS_PER_COLLECTION_MAX);
+        if (l->nfresh == l->cap) {
+            l->cap = l->cap ? 2 * l->cap : 16;
+            l->fresh = xrealloc(l->fresh, (size_t)l->cap * sizeof *l->fresh);
+        }
+        rtable_chunk_t *c = &l->fresh[l->nfresh++];   /* counted even on failure: freed later */
+        int rc = parse_chunk(arr, l->out, c, err);
+        if (rc) return rc;
+        if (l->npages > 0 && lastmod(c) <= floor)
+            return err_set(err, MS_ERR_FAILED_TO_PARSE,
+                           "getRoutingTable: a page repeats lastmods of the page before");
+        if (lastmod(c) > top) top = lastmod(c);
+    }
+    l->last_major = (uint32_t)(top >> 32);
+    l->last_minor = (uint32_t)top;
+    return 0;
+}
+
+int rtable_load_page(rtable_load_t *l, const bson_t *reply, bool *restart, ms_error_t *err) {
+    page_head_t h;
+    bson_iter_t arr;
+    rtable_t *t = l->out;
+    int rc = 0;
+    *restart = false;
+    page_head_parse(reply, &h, &arr);
+    if (!h.have_key || !h.have_epoch || !h.have_ts || !h.have_chunks)
+        return err_set(err, MS_ERR_FAILED_TO_PARSE,
+                       "getRoutingTable: reply lacks key, epoch, timestamp or chunks");
+    if (l->npages == 0) {
+        if ((rc = load_first_page(l, &h, restart, err)) != 0 || *restart) return rc;
+    } else if (!bson_oid_equal(&h.epoch, &t->epoch) || h.ts_t != t->ts_t || h.ts_i != t->ts_i ||
+               h.full != l->full) {
+        *restart = true;   /* dropped, resharded or recreated between two pages */
+        return 0;
+    }
+    if ((rc = load_chunks(l, &arr, err)) != 0) return rc;
+    l->npages++;
+    l->more = h.more;
+    l->have_cv = h.have_cv;
+    l->cv = h.cv;
+    return 0;
+}
+
+int rtable_load_end(rtable_load_t *l, bool *need_full, ms_error_t *err) {
+    rtable_t *t = l->out;
+    int rc = 0;
+    *need_full = false;
+    drop_superseded(l->fresh, &l->nfresh);
+    if (l->nfresh > MS_CHUNKS_PER_COLLECTION_MAX) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable: more than %d chunks",
+                     MS_CHUNKS_PER_COLLECTION_MAX);
         goto out;
     }
-    bool incremental = !full && base && base->nchunks > 0 &&
-                       bson_oid_equal(&base->epoch, &t->epoch) && base->ts_t == t->ts_t &&
-                       base->ts_i == t->ts_i;
-    if (!full && !incremental) {
-        *need_full = true;   /* an incremental answer we cannot apply */
-        goto out;
-    }
-    if (incremental) {   /* keep base's shard numbering: old chunks copy over as they are */
-        t->nshards = base->nshards;
-        memcpy(t->shards, base->shards, sizeof t->shards);
-    }
-    while (bson_iter_next(&arr)) {
-        if (nfresh >= MS_CHUNKS_PER_COLLECTION_MAX) {
-            rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable: more than %d chunks",
-                         MS_CHUNKS_PER_COLLECTION_MAX);
-            goto out;
-        }
-        if (nfresh == cap) {
-            cap = cap ? 2 * cap : 16;
-            fresh = xrealloc(fresh, (size_t)cap * sizeof *fresh);
-        }
-        rc = parse_chunk(&arr, t, &fresh[nfresh], err);
-        nfresh++;   /* counted even on failure: its buffers are freed at out */
-        if (rc) goto out;
-    }
-    if (nfresh > 1) qsort(fresh, (size_t)nfresh, sizeof *fresh, chunk_cmp_min);
     /* The reply's collection version is a floor (the maximum over all chunks, also those
      * an incremental reply leaves out); derive_finish raises it to the chunks' max. */
-    if (have_cv && bson_oid_equal(&cv.epoch, &t->epoch) && cv.ts_t == t->ts_t &&
-        cv.ts_i == t->ts_i) {
-        t->coll_major = cv.major;
-        t->coll_minor = cv.minor;
+    if (l->have_cv && bson_oid_equal(&l->cv.epoch, &t->epoch) && l->cv.ts_t == t->ts_t &&
+        l->cv.ts_i == t->ts_i) {
+        t->coll_major = l->cv.major;
+        t->coll_minor = l->cv.minor;
     }
-    if (incremental) {
-        if (!merge_into(t, base, fresh, nfresh)) *need_full = true;   /* a gap or overlap */
-    } else if (chunks_tile(t, fresh, nfresh)) {
-        build_full(t, fresh, nfresh);
+    if (!l->full) {
+        if (!merge_into(t, l->base, l->fresh, l->nfresh)) *need_full = true;   /* a gap or overlap */
+    } else if (chunks_tile(t, l->fresh, l->nfresh)) {
+        build_full(t, l->fresh, l->nfresh);
     } else {
         rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable: chunks do not tile the key space");
     }
 out:
-    for (int i = 0; i < nfresh; i++) chunk_free(&fresh[i]);
-    free(fresh);
-    if (rc || *need_full) rtable_clear(t);
+    for (int i = 0; i < l->nfresh; i++) chunk_free(&l->fresh[i]);
+    free(l->fresh);
+    l->fresh = NULL;
+    l->nfresh = l->cap = 0;
+    if (rc || *need_full) {
+        rtable_clear(t);
+        memset(t, 0, sizeof *t);
+    }
     return rc;
+}
+
+int rtable_from_reply(const bson_t *reply, const rtable_t *base, rtable_t *out,
+                      bool *need_full, ms_error_t *err) {
+    rtable_load_t l;
+    bool restart = false;
+    rtable_load_begin(&l, base, out);
+    int rc = rtable_load_page(&l, reply, &restart, err);
+    if (rc == 0 && !restart) return rtable_load_end(&l, need_full, err);
+    *need_full = rc == 0;
+    rtable_load_abort(&l);
+    return rc;
+}
+
+/* ---- fetching page by page ---------------------------------------------------------------- */
+
+static void page_cmd(bson_t *cmd, const char *ns, const rtable_t *base, const rtable_load_t *l) {
+    bson_init(cmd);
+    BSON_APPEND_UTF8(cmd, "getRoutingTable", ns);
+    BSON_APPEND_UTF8(cmd, "$db", "admin");
+    if (base) {
+        rtable_version_t v;
+        rtable_coll_version(base, &v);
+        rtable_version_append(cmd, "sinceVersion", &v);
+    }
+    if (l->npages > 0) BSON_APPEND_TIMESTAMP(cmd, "after", l->last_major, l->last_minor);
+}
+
+/* One load: its pages until one says no more. *restart: start over in full. */
+static int fetch_once(const char *ns, const rtable_t *base, rtable_call_fn call, void *arg,
+                      rtable_t *out, bool *restart, ms_error_t *err) {
+    rtable_load_t l;
+    int rc = 0;
+    rtable_load_begin(&l, base, out);
+    do {
+        bson_t cmd, reply;
+        if (l.npages > 0 && (rc = fp_eval(RTABLE_FP_HANG_BETWEEN_PAGES, err)) != 0) break;
+        page_cmd(&cmd, ns, base, &l);
+        rc = call(arg, &cmd, &reply, err);
+        bson_destroy(&cmd);
+        if (rc) break;
+        int before = l.nfresh;
+        rc = rtable_load_page(&l, &reply, restart, err);
+        bson_destroy(&reply);
+        if (rc || *restart) break;
+        if (l.more && l.nfresh == before) {   /* the loop must advance */
+            rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable: an empty page with more");
+            break;
+        }
+    } while (l.more);
+    if (rc || *restart) {
+        rtable_load_abort(&l);
+        return rc;
+    }
+    return rtable_load_end(&l, restart, err);   /* need_full: start over in full too */
+}
+
+int rtable_fetch(const char *ns, const rtable_t *base, rtable_call_fn call, void *arg,
+                 rtable_t *out, ms_error_t *err) {
+    for (int tries = 0; tries < MS_ROUTING_FETCH_TRIES; tries++) {
+        bool restart = false;
+        int rc = fetch_once(ns, tries == 0 ? base : NULL, call, arg, out, &restart, err);
+        if (rc || !restart) return rc;
+        log_info("routing table of %s changed generation or did not apply while read, "
+                 "reading it in full try=%d", log_str(ns), tries + 1);
+    }
+    return err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                   "routing table of %s changed generation while it was read, %d times", ns,
+                   MS_ROUTING_FETCH_TRIES);
 }
 
 /* ---- database versions ------------------------------------------------------------------- */

@@ -339,15 +339,27 @@ out:
     return rc;
 }
 
+/* One page of the routing table: {getRoutingTable: ns, sinceVersion?: {e, t, v},
+ * after?: Timestamp} (docs/protocol.md; the paging in docs/versioning-and-routing.md). */
 int cfg_cmd_get_routing_table(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
-    cat_version_t since;
+    cat_version_t since, after;
     bson_t sv;
-    bool have = false;
+    bson_iter_t it;
+    bool have = false, have_after = false;
     if (cfg_field_doc(ctx, "sinceVersion", &sv)) {
         int rc = cat_version_parse(&sv, &since, err);
         if (rc) return rc;
         have = true;
     }
-    return cat_routing_table(cfg->cat, cfg_arg_str(ctx), have ? &since : NULL, reply, err);
+    if (bson_iter_init_find(&it, ctx->req, "after")) {
+        if (!BSON_ITER_HOLDS_TIMESTAMP(&it))
+            return err_set(err, MS_ERR_TYPE_MISMATCH,
+                           "getRoutingTable: after must be a Timestamp (the last lastmod read)");
+        memset(&after, 0, sizeof after);
+        bson_iter_timestamp(&it, &after.major, &after.minor);
+        have_after = true;
+    }
+    return cat_routing_page(cfg->cat, cfg_arg_str(ctx), have ? &since : NULL,
+                            have_after ? &after : NULL, reply, err);
 }

@@ -287,46 +287,49 @@ int mig_coord_complete(mig_t *m, coord_t *c, bool committed, long long until_ms,
  * server now — by this call, never from a refresh some other caller started earlier —
  * so it reflects every commit that landed before the caller's fence. *gone: the
  * collection was dropped (or dropped and recreated: another uuid). */
-static int fetch_owner(mig_t *m, const coord_t *c, char *owner, size_t cap, bool *gone,
-                       ms_error_t *err) {
-    char url[MS_URL_BYTES_MAX];
-    bson_t cmd, reply;
+/* One getRoutingTable page for fetch_owner (rtable_fetch's call): *other_uuid when a page
+ * is of another incarnation of the collection than the migration's. */
+typedef struct owner_call {
+    const char *url;
+    const uint8_t *uuid;
+    bool other_uuid;
+} owner_call_t;
+
+static int owner_page(void *arg, const bson_t *cmd, bson_t *reply, ms_error_t *err) {
+    owner_call_t *oc = arg;
     bson_iter_t it;
-    rtable_t *rt = NULL;
-    buf_t key = {0};
-    bool need_full = false;
-    int rc;
-    *gone = false;
-    owner[0] = 0;
-    shv_identity(m->app->shv, NULL, 0, url, sizeof url);
-    bson_init(&cmd);
-    BSON_APPEND_UTF8(&cmd, "getRoutingTable", c->ns);
-    rc = mig_call(url, &cmd, MS_RPC_CONFIG_TIMEOUT_MS_DEFAULT, &reply, err);
-    bson_destroy(&cmd);
-    if (rc == MS_ERR_NAMESPACE_NOT_SHARDED) {
-        *gone = true;
-        memset(err, 0, sizeof *err);
-        return 0;
-    }
-    if (rc != 0) return rc;
-    if (bson_iter_init_find(&it, &reply, "uuid") && BSON_ITER_HOLDS_BINARY(&it)) {
+    int rc = mig_call(oc->url, cmd, MS_RPC_CONFIG_TIMEOUT_MS_DEFAULT, reply, err);
+    if (rc) return rc;
+    if (bson_iter_init_find(&it, reply, "uuid") && BSON_ITER_HOLDS_BINARY(&it)) {
         bson_subtype_t st;
         uint32_t len = 0;
         const uint8_t *data = NULL;
         bson_iter_binary(&it, &st, &len, &data);
-        if (len == 16 && memcmp(data, c->coll_uuid, 16) != 0) {
-            *gone = true;
-            bson_destroy(&reply);
-            return 0;
-        }
+        if (len == 16 && memcmp(data, oc->uuid, 16) != 0) oc->other_uuid = true;
     }
-    if (!(rt = calloc(1, sizeof *rt))) {
-        bson_destroy(&reply);
-        return err_set(err, MS_ERR_INTERNAL, "out of memory");
+    return 0;
+}
+
+static int fetch_owner(mig_t *m, const coord_t *c, char *owner, size_t cap, bool *gone,
+                       ms_error_t *err) {
+    char url[MS_URL_BYTES_MAX];
+    rtable_t *rt = NULL;
+    buf_t key = {0};
+    int rc;
+    *gone = false;
+    owner[0] = 0;
+    shv_identity(m->app->shv, NULL, 0, url, sizeof url);
+    owner_call_t oc = {.url = url, .uuid = c->coll_uuid};
+    if (!(rt = calloc(1, sizeof *rt))) return err_set(err, MS_ERR_INTERNAL, "out of memory");
+    /* The whole table, page by page (the decision is rare: a recovery after a crash). */
+    rc = rtable_fetch(c->ns, NULL, owner_page, &oc, rt, err);
+    if (rc == MS_ERR_NAMESPACE_NOT_SHARDED || (rc == 0 && oc.other_uuid)) {
+        *gone = true;
+        memset(err, 0, sizeof *err);
+        rtable_clear(rt);
+        free(rt);
+        return 0;
     }
-    if ((rc = rtable_from_reply(&reply, NULL, rt, &need_full, err)) == 0 && need_full)
-        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "routing table of %s: incremental reply to a "
-                     "full request", c->ns);
     if (rc == 0) {
         /* Versions only grow, and the fence made the collection's newer than the version
          * the migration started from: an older table was fetched before the fence (a
@@ -362,7 +365,6 @@ static int fetch_owner(mig_t *m, const coord_t *c, char *owner, size_t cap, bool
     buf_free(&key);
     rtable_clear(rt);
     free(rt);
-    bson_destroy(&reply);
     return rc;
 }
 
