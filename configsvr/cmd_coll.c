@@ -227,10 +227,11 @@ int cfg_cmd_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         /* Empty, hashed prefix: MongoDB's pre-split, numInitialChunks (default 2 per
          * shard) chunks round-robin over the shards. */
         int64_t n = nic > 0 ? nic : 2 * (int64_t)nowners;
-        if (n > CAT_INITIAL_CHUNKS_MAX || n > (int64_t)CAT_INITIAL_CHUNKS_PER_SHARD_MAX * nowners) {
+        /* MongoDB also caps each shard at 8,192; minishard takes the whole million on any
+         * number of shards (the routing table travels in pages, so nothing caps it). */
+        if (n > CAT_INITIAL_CHUNKS_MAX) {
             rc = err_set(err, MS_ERR_INVALID_OPTIONS,
-                         "numInitialChunks cannot be more than either: %d * number of shards; or %d",
-                         CAT_INITIAL_CHUNKS_PER_SHARD_MAX, CAT_INITIAL_CHUNKS_MAX);
+                         "numInitialChunks cannot be more than %d", CAT_INITIAL_CHUNKS_MAX);
             goto out;
         }
         nchunks = (int)n;
@@ -319,7 +320,7 @@ int cfg_cmd_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     BSON_APPEND_UTF8(reply, "collectionsharded", ns);
     bson_append_binary(reply, "collectionUUID", -1, BSON_SUBTYPE_UUID, coll.uuid, 16);
     cfg_ddl_unlock(&g);
-    for (int i = 0; i < nowners && i < nchunks; i++) cfg_flush_shard(cfg, owners[i], ns);
+    cfg_flush_shards(cfg, owners, nowners < nchunks ? nowners : nchunks, ns);
 out:
     cfg_ddl_unlock(&g);
     /* bounds are either owned documents (hashed pre-split) or views (split keys) */

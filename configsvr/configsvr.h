@@ -43,8 +43,8 @@
 #define CAT_CHUNKSIZE_MB_MIN 1
 #define CAT_CHUNKSIZE_MB_MAX 1024
 
-/* numInitialChunks bounds: MongoDB refuses more than 8192 per shard or 1,000,000 total. */
-#define CAT_INITIAL_CHUNKS_PER_SHARD_MAX 8192
+/* numInitialChunks bound: 1,000,000 in all, with any number of shards (MongoDB also
+ * refuses more than 8,192 per shard; minishard does not). */
 #define CAT_INITIAL_CHUNKS_MAX 1000000
 
 /* Split points accepted in one split (MongoDB's splitChunk reply cap is the 16 MB
@@ -714,6 +714,9 @@ int cfg_shard_command(cfg_t *cfg, const char *shard, const bson_t *cmd, int time
                       bson_t *reply, ms_error_t *err);
 /* Best effort `_flushRoutingTableCacheUpdates: ns` to shard; failures are logged. */
 void cfg_flush_shard(cfg_t *cfg, const char *shard, const char *ns);
+/* cfg_flush_shard to shards[0, n) at once (one thread each), returning when all answered
+ * or timed out. */
+void cfg_flush_shards(cfg_t *cfg, const char *const *shards, int n, const char *ns);
 
 /* Splits "db.coll" into db (cap >= CAT_DB_NAME_BYTES_MAX) and checks both parts are
  * non-empty and the whole fits MS_NS_BYTES_MAX (InvalidNamespace otherwise). */
