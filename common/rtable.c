@@ -34,11 +34,6 @@ static int buf_cmp(const buf_t *a, const buf_t *b) {
     return rtable_bytes_cmp(a->data, a->len, b->data, b->len);
 }
 
-static void chunk_free(rtable_chunk_t *c) {
-    buf_free(&c->min);
-    buf_free(&c->max);
-}
-
 /* ---- blocks and pages -------------------------------------------------------------------- */
 
 _Static_assert(MS_SHARDS_MAX <= 64, "a summary's owners mask has one bit per shard index");
@@ -433,7 +428,49 @@ static int shard_slot(rtable_t *t, const char *name, ms_error_t *err) {
     return t->nshards++;
 }
 
-static int parse_chunk(const bson_iter_t *it, rtable_t *t, rtable_chunk_t *c, ms_error_t *err) {
+/* Bytes for the loader's bounds: slabs of SLAB_BYTES (a bound larger than that gets its
+ * own), so a million chunks cost a few hundred allocations, not two million. */
+#define SLAB_BYTES (1u << 20)
+struct rtable_slab {
+    rtable_slab_t *next;
+    size_t used, cap;
+    uint8_t data[];
+};
+
+static uint8_t *slab_take(rtable_load_t *l, size_t n) {
+    rtable_slab_t *s = l->slabs;
+    if (!s || s->cap - s->used < n) {
+        size_t cap = n > SLAB_BYTES ? n : SLAB_BYTES;
+        s = xrealloc(NULL, sizeof *s + cap);
+        *s = (rtable_slab_t){.next = l->slabs, .used = 0, .cap = cap};
+        l->slabs = s;
+    }
+    s->used += n;
+    return s->data + s->used - n;
+}
+
+static void slabs_free(rtable_load_t *l) {
+    while (l->slabs) {
+        rtable_slab_t *next = l->slabs->next;
+        free(l->slabs);
+        l->slabs = next;
+    }
+    buf_free(&l->scratch);
+}
+
+/* The bound doc b encoded into the loader's slabs: *dst points there (cap 0: not owned). */
+static int encode_bound(rtable_load_t *l, const bson_t *b, buf_t *dst, ms_error_t *err) {
+    buf_reset(&l->scratch);
+    int rc = keys_encode_bound(&l->out->pattern, b, &l->scratch, err);
+    if (rc) return rc;
+    uint8_t *p = slab_take(l, l->scratch.len);
+    memcpy(p, l->scratch.data, l->scratch.len);
+    *dst = (buf_t){.data = p, .len = l->scratch.len, .cap = 0};
+    return 0;
+}
+
+static int parse_chunk(const bson_iter_t *it, rtable_load_t *l, rtable_chunk_t *c, ms_error_t *err) {
+    rtable_t *t = l->out;
     bson_iter_t d;
     int have = 0;
     memset(c, 0, sizeof *c);
@@ -449,9 +486,7 @@ static int parse_chunk(const bson_iter_t *it, rtable_t *t, rtable_chunk_t *c, ms
             bson_iter_document(&d, &len, &data);
             if (!bson_init_static(&b, data, len))
                 return err_set(err, MS_ERR_INVALID_BSON, "getRoutingTable: bad chunk bound");
-            buf_t *dst = is_min ? &c->min : &c->max;
-            buf_free(dst);
-            int rc = keys_encode_bound(&t->pattern, &b, dst, err);
+            int rc = encode_bound(l, &b, is_min ? &c->min : &c->max, err);
             if (rc) return rc;
             have |= is_min ? 1 : 2;
         } else if (!strcmp(k, "shard") && BSON_ITER_HOLDS_UTF8(&d)) {
@@ -870,10 +905,8 @@ static void drop_superseded(rtable_chunk_t *c, int *n) {
         if (j - i > 1) resolve_cluster(c + i, j - i, dead + i);
         i = j;
     }
-    for (int i = 0; i < total; i++) {
-        if (dead[i]) chunk_free(&c[i]);
-        else c[kept++] = c[i];
-    }
+    for (int i = 0; i < total; i++)
+        if (!dead[i]) c[kept++] = c[i];   /* (their bounds stay in the loader's slabs) */
     free(dead);
     *n = kept;
 }
@@ -927,8 +960,8 @@ void rtable_load_begin(rtable_load_t *l, const rtable_t *base, rtable_t *out) {
 }
 
 void rtable_load_abort(rtable_load_t *l) {
-    for (int i = 0; i < l->nfresh; i++) chunk_free(&l->fresh[i]);
     free(l->fresh);
+    slabs_free(l);
     rtable_clear(l->out);
     memset(l->out, 0, sizeof *l->out);
     l->fresh = NULL;
@@ -968,8 +1001,8 @@ static int load_chunks(rtable_load_t *l, bson_iter_t *arr, ms_error_t *err) {
             l->cap = l->cap ? 2 * l->cap : 16;
             l->fresh = xrealloc(l->fresh, (size_t)l->cap * sizeof *l->fresh);
         }
-        rtable_chunk_t *c = &l->fresh[l->nfresh++];   /* counted even on failure: freed later */
-        int rc = parse_chunk(arr, l->out, c, err);
+        rtable_chunk_t *c = &l->fresh[l->nfresh++];
+        int rc = parse_chunk(arr, l, c, err);
         if (rc) return rc;
         if (l->npages > 0 && lastmod(c) <= floor)
             return err_set(err, MS_ERR_FAILED_TO_PARSE,
@@ -1031,8 +1064,8 @@ int rtable_load_end(rtable_load_t *l, bool *need_full, ms_error_t *err) {
         rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable: chunks do not tile the key space");
     }
 out:
-    for (int i = 0; i < l->nfresh; i++) chunk_free(&l->fresh[i]);
     free(l->fresh);
+    slabs_free(l);
     l->fresh = NULL;
     l->nfresh = l->cap = 0;
     if (rc || *need_full) {

@@ -105,10 +105,13 @@ int rtable_from_reply(const bson_t *reply, const rtable_t *base, rtable_t *out,
  * replacements, being newer, came in a later page), so the table is the catalog's as of
  * the last page. A page of another generation (or `full`) than the first asks for a
  * restart. */
+typedef struct rtable_slab rtable_slab_t;
 typedef struct rtable_load {
     const rtable_t *base;     /* borrowed; NULL: a full load */
     rtable_t *out;            /* built in place at rtable_load_end */
-    rtable_chunk_t *fresh;    /* every chunk of every page so far */
+    rtable_chunk_t *fresh;    /* every chunk of every page so far; bounds in slabs */
+    rtable_slab_t *slabs;     /* the bounds' bytes, a few large allocations (newest first) */
+    buf_t scratch;            /* one bound being encoded */
     int nfresh, cap, npages;
     bool full;                /* the first page's */
     bool have_cv;
