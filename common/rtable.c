@@ -1089,6 +1089,18 @@ int rtable_from_reply(const bson_t *reply, const rtable_t *base, rtable_t *out,
 
 /* ---- fetching page by page ---------------------------------------------------------------- */
 
+bool rtable_reply_uuid(const bson_t *reply, uint8_t out[16]) {
+    bson_iter_t it;
+    bson_subtype_t st;
+    uint32_t len = 0;
+    const uint8_t *data = NULL;
+    if (!bson_iter_init_find(&it, reply, "uuid") || !BSON_ITER_HOLDS_BINARY(&it)) return false;
+    bson_iter_binary(&it, &st, &len, &data);
+    if (len != 16) return false;
+    memcpy(out, data, 16);
+    return true;
+}
+
 static void page_cmd(bson_t *cmd, const char *ns, const rtable_t *base, const rtable_load_t *l) {
     bson_init(cmd);
     BSON_APPEND_UTF8(cmd, "getRoutingTable", ns);

@@ -142,6 +142,8 @@ typedef int (*rtable_call_fn)(void *arg, const bson_t *cmd, bson_t *reply, ms_er
  * MS_ROUTING_FETCH_TRIES loads in all (then ConflictingOperationInProgress). The request
  * is {getRoutingTable: ns, $db: "admin", sinceVersion?, after?}. Failpoint
  * hangBetweenRoutingTablePages (test): evaluated before each page but the first. */
+/* The collection's UUID a page names (its `uuid`, 16 bytes) into out; false without one. */
+bool rtable_reply_uuid(const bson_t *reply, uint8_t out[16]);
 #define RTABLE_FP_HANG_BETWEEN_PAGES "hangBetweenRoutingTablePages"
 int rtable_fetch(const char *ns, const rtable_t *base, rtable_call_fn call, void *arg,
                  rtable_t *out, ms_error_t *err);

@@ -297,17 +297,11 @@ typedef struct owner_call {
 
 static int owner_page(void *arg, const bson_t *cmd, bson_t *reply, ms_error_t *err) {
     owner_call_t *oc = arg;
-    bson_iter_t it;
+    uint8_t u[16];
     int rc = mig_call(oc->url, cmd, MS_RPC_CONFIG_TIMEOUT_MS_DEFAULT, reply, err);
-    if (rc) return rc;
-    if (bson_iter_init_find(&it, reply, "uuid") && BSON_ITER_HOLDS_BINARY(&it)) {
-        bson_subtype_t st;
-        uint32_t len = 0;
-        const uint8_t *data = NULL;
-        bson_iter_binary(&it, &st, &len, &data);
-        if (len == 16 && memcmp(data, oc->uuid, 16) != 0) oc->other_uuid = true;
-    }
-    return 0;
+    if (rc == 0 && rtable_reply_uuid(reply, u) && memcmp(u, oc->uuid, 16) != 0)
+        oc->other_uuid = true;
+    return rc;
 }
 
 static int fetch_owner(mig_t *m, const coord_t *c, char *owner, size_t cap, bool *gone,

@@ -348,7 +348,6 @@ void shv_invalidate(shv_t *s, const char *ns) {
  * collection's UUID as the pages tell it. */
 typedef struct page_call {
     rpc_client_t *cli;
-    const char *ns, *url;
     uint8_t uuid[16];
     bool has_uuid;
 } page_call_t;
@@ -372,16 +371,7 @@ static int call_page(void *arg, const bson_t *cmd, bson_t *reply, ms_error_t *er
         bson_destroy(reply);
         return rc;
     }
-    if (bson_iter_init_find(&it, reply, "uuid") && BSON_ITER_HOLDS_BINARY(&it)) {
-        uint32_t n;
-        const uint8_t *d;
-        bson_subtype_t st;
-        bson_iter_binary(&it, &st, &n, &d);
-        if (n == 16) {
-            memcpy(pc->uuid, d, 16);
-            pc->has_uuid = true;
-        }
-    }
+    if (rtable_reply_uuid(reply, pc->uuid)) pc->has_uuid = true;
     return 0;
 }
 
@@ -390,7 +380,7 @@ static int call_page(void *arg, const bson_t *cmd, bson_t *reply, ms_error_t *er
 static int fetch_table(shv_t *s, const char *ns, shv_filter_t *base, shv_filter_t **out,
                        bool *unsharded, ms_error_t *err) {
     char url[MS_URL_BYTES_MAX], me[128];
-    page_call_t pc = {.ns = ns, .url = url};
+    page_call_t pc = {0};
     int rc;
     *unsharded = false;
     *out = NULL;

@@ -29,7 +29,7 @@ def timed(what, fn):
 @test
 def test_million_chunks(t):
     cl = t.cluster(2, 2)
-    c = cl.client()
+    c = cl.routers[0].client(timeout_ms=600000)
     c.ok({"enableSharding": "app", "primaryShard": "shard0", "$db": "admin"})
     c.err({"shardCollection": NS, "key": {"k": "hashed"}, "numInitialChunks": 1000001,
            "$db": "admin"}, 72)   # InvalidOptions, as MongoDB
@@ -45,7 +45,7 @@ def test_million_chunks(t):
         {"moveChunk": NS, "find": {"k": 42}, "to": "shard1", "_waitForDelete": True, "$db": "admin"}))
     got = timed("find after the move", lambda: c.ok({"find": "m", "$db": "app", "filter": {"k": 42}}))
     assert [d["_id"] for d in got["cursor"]["firstBatch"]] == [1], got
-    c2 = cl.client(1)
+    c2 = cl.routers[1].client(timeout_ms=600000)
     timed("second router's full load", lambda: c2.ok({"find": "m", "$db": "app", "filter": {"k": 42}}))
     v1 = c.ok({"getShardVersion": NS, "$db": "admin"})["version"]
     v2 = c2.ok({"getShardVersion": NS, "$db": "admin"})["version"]
