@@ -69,20 +69,51 @@ static void page_start(bool full, const cat_version_t *since, const cat_version_
     }
 }
 
-static void append_chunk(bson_t *arr, int i, sqlite3_stmt *st) {
-    char idx[16];
-    bson_t d, b;
-    snprintf(idx, sizeof idx, "%d", i);
-    bson_append_document_begin(arr, idx, -1, &d);
+/* One chunk of a page, kept until the page is sorted by min. */
+typedef struct page_row {
+    uint8_t *min_enc;
+    int min_len;
+    bson_t doc;
+} page_row_t;
+
+static void row_take(page_row_t *r, sqlite3_stmt *st) {
+    bson_t b;
+    r->min_len = sqlite3_column_bytes(st, CC_MIN_ENC);
+    r->min_enc = malloc((size_t)r->min_len + 1);
+    if (!r->min_enc) abort();
+    memcpy(r->min_enc, sqlite3_column_blob(st, CC_MIN_ENC), (size_t)r->min_len);
+    bson_init(&r->doc);
     cat_col_view(st, CC_MIN, &b);
-    BSON_APPEND_DOCUMENT(&d, "min", &b);
+    BSON_APPEND_DOCUMENT(&r->doc, "min", &b);
     cat_col_view(st, CC_MAX, &b);
-    BSON_APPEND_DOCUMENT(&d, "max", &b);
-    BSON_APPEND_UTF8(&d, "shard", cat_col_text(st, CC_SHARD));
-    bson_append_timestamp(&d, "lastmod", -1, (uint32_t)sqlite3_column_int64(st, CC_MAJOR),
+    BSON_APPEND_DOCUMENT(&r->doc, "max", &b);
+    BSON_APPEND_UTF8(&r->doc, "shard", cat_col_text(st, CC_SHARD));
+    bson_append_timestamp(&r->doc, "lastmod", -1, (uint32_t)sqlite3_column_int64(st, CC_MAJOR),
                           (uint32_t)sqlite3_column_int64(st, CC_MINOR));
-    if (sqlite3_column_int(st, CC_JUMBO)) BSON_APPEND_BOOL(&d, "jumbo", true);
-    bson_append_document_end(arr, &d);
+    if (sqlite3_column_int(st, CC_JUMBO)) BSON_APPEND_BOOL(&r->doc, "jumbo", true);
+}
+
+static int row_cmp_min(const void *a, const void *b) {
+    const page_row_t *x = a, *y = b;
+    int n = x->min_len < y->min_len ? x->min_len : y->min_len;
+    int c = memcmp(x->min_enc, y->min_enc, (size_t)n);
+    return c ? c : (x->min_len > y->min_len) - (x->min_len < y->min_len);
+}
+
+/* The page's rows into chunks, sorted by min (a table of one page reads as it always
+ * did; which chunks a page holds is decided by lastmod, their order within it is not). */
+static void append_rows(bson_t *reply, page_row_t *rows, int n) {
+    bson_t arr;
+    if (n > 1) qsort(rows, (size_t)n, sizeof *rows, row_cmp_min);
+    bson_append_array_begin(reply, "chunks", -1, &arr);
+    for (int i = 0; i < n; i++) {
+        char idx[16];
+        snprintf(idx, sizeof idx, "%d", i);
+        BSON_APPEND_DOCUMENT(&arr, idx, &rows[i].doc);
+        bson_destroy(&rows[i].doc);
+        free(rows[i].min_enc);
+    }
+    bson_append_array_end(reply, &arr);
 }
 
 static int routing_locked(cat_t *c, const char *ns, const cat_version_t *since,
@@ -90,10 +121,11 @@ static int routing_locked(cat_t *c, const char *ns, const cat_version_t *since,
     cat_coll_t coll;
     sqlite3_stmt *st = NULL;
     cat_version_t cv;
-    bson_t arr;
+    page_row_t *rows = NULL;
     bool full, more = false;
     uint32_t major, minor;
-    int rc, s = SQLITE_DONE, i = 0;
+    size_t bytes = 0;
+    int rc, s = SQLITE_DONE, n = 0, cap = 0;
     rc = cat_coll_get_locked(c, ns, &coll, err);
     if (rc) return rc;
     bson_oid_copy(&coll.epoch, &cv.epoch);
@@ -119,15 +151,21 @@ static int routing_locked(cat_t *c, const char *ns, const cat_version_t *since,
     sqlite3_bind_int64(st, 2, major);
     sqlite3_bind_int64(st, 3, minor);
     sqlite3_bind_int64(st, 4, (sqlite3_int64)page_chunks + 1);
-    bson_append_array_begin(reply, "chunks", -1, &arr);
     while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-        if (i >= page_chunks || arr.len > MS_ROUTING_PAGE_BYTES) {
+        if (n >= page_chunks || bytes > MS_ROUTING_PAGE_BYTES) {
             more = true;   /* a row past the page's end: the client asks again after it */
             break;
         }
-        append_chunk(&arr, i++, st);
+        if (n == cap) {
+            cap = cap ? 2 * cap : 256;
+            rows = realloc(rows, (size_t)cap * sizeof *rows);
+            if (!rows) abort();
+        }
+        row_take(&rows[n], st);
+        bytes += rows[n++].doc.len + 16;   /* + the array key and element header */
     }
-    bson_append_array_end(reply, &arr);
+    append_rows(reply, rows, n);
+    free(rows);
     BSON_APPEND_BOOL(reply, "more", more);
     if (s != SQLITE_DONE && s != SQLITE_ROW) rc = err_from_sqlite(err, s, "routing table", c->db);
 out:

@@ -4,8 +4,8 @@
  * chunks between the pages: the table built must be exactly the catalog as of the last
  * page, full or incremental; a generation change between pages starts the load over, and
  * one that never settles ends in ConflictingOperationInProgress. The simulated server
- * answers as configsvr/cat_routing.c does: chunks with lastmod >= sinceVersion (all for a
- * full table) and > after, in lastmod order, `more` while some remain.
+ * answers as configsvr/cat_routing.c does: the next chunks in lastmod order with lastmod >=
+ * sinceVersion (all for a full table) and > after, sorted by min, `more` while some remain.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +114,11 @@ static int by_lastmod(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+static int by_min(const void *a, const void *b) {
+    int64_t x = ((const ch_t *)a)->min, y = ((const ch_t *)b)->min;
+    return x < y ? -1 : x > y;
+}
+
 typedef struct server {
     sim_t *sim;
     unsigned seed;
@@ -151,7 +156,9 @@ static int serve(void *arg, const bson_t *cmd, bson_t *reply, ms_error_t *err) {
         if (lm(s->c[i].major, s->c[i].minor) >= from) page[n++] = s->c[i];
     qsort(page, (size_t)n, sizeof *page, by_lastmod);
     bool more = n > s->page_cap;
-    reply_of(reply, &s->epoch, s->ts, full, page, more ? s->page_cap : n);
+    if (more) n = s->page_cap;
+    qsort(page, (size_t)n, sizeof *page, by_min);   /* the page's own order, as the server's */
+    reply_of(reply, &s->epoch, s->ts, full, page, n);
     BSON_APPEND_BOOL(reply, "more", more);
     free(page);
     return 0;
