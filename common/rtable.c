@@ -892,9 +892,12 @@ static void resolve_cluster(rtable_chunk_t *c, int n, bool *dead) {
  * overlap nothing (all of them when nothing changed while paging) cost one comparison;
  * only clusters of overlapping chunks are resolved. */
 static void drop_superseded(rtable_chunk_t *c, int *n) {
-    int total = *n, kept = 0;
+    int total = *n, kept = 0, sorted = 1;
     if (total < 2) return;
-    qsort(c, (size_t)total, sizeof *c, chunk_cmp_min_newest);
+    /* Often sorted already: a table of one page, or a pre-split one (lastmods in key
+     * order, so the pages come in key order too). */
+    for (int i = 1; i < total && sorted; i++) sorted = chunk_cmp_min_newest(&c[i - 1], &c[i]) <= 0;
+    if (!sorted) qsort(c, (size_t)total, sizeof *c, chunk_cmp_min_newest);
     bool *dead = calloc((size_t)total, sizeof *dead);
     ASSERT(dead);
     for (int i = 0; i < total;) {
