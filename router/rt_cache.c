@@ -1,9 +1,9 @@
 /*
  * rt_cache.c — the router's caches (MongoDB's CatalogCache in miniature), run by
  * bin/router: per collection an immutable, reference-counted routing table (chunks
- * sorted by encoded min, found by binary search) fetched with getRoutingTable and
- * refreshed incrementally (sinceVersion = our collection version: only changed chunks
- * come back and replace the ones they overlap); per database its primary shard; and the
+ * sorted by encoded min, found by binary search) fetched with getRoutingTable, in pages
+ * (rtable_fetch), and refreshed incrementally (sinceVersion = our collection version:
+ * only changed chunks come back and replace the ones they overlap); per database its primary shard; and the
  * shard registry (listShards). One refresh per collection runs at a time; other
  * threads wait for it (bounded by the call deadline).
  */
