@@ -982,7 +982,7 @@ static int load_first_page(rtable_load_t *l, const page_head_t *h, bool *restart
     t->ts_i = h->ts_i;
     t->unique = h->unique;
     l->full = h->full;
-    if (h->full) return 0;
+    if (h->full || l->partial) return 0;
     if (!base || base->nchunks == 0 || !bson_oid_equal(&base->epoch, &t->epoch) ||
         base->ts_t != t->ts_t || base->ts_i != t->ts_i) {
         *restart = true;   /* an incremental answer we cannot apply */
@@ -1104,40 +1104,46 @@ bool rtable_reply_uuid(const bson_t *reply, uint8_t out[16]) {
     return true;
 }
 
-static void page_cmd(bson_t *cmd, const char *ns, const rtable_t *base, const rtable_load_t *l) {
+static void page_cmd(bson_t *cmd, const char *ns, const rtable_version_t *since,
+                     const rtable_load_t *l) {
     bson_init(cmd);
     BSON_APPEND_UTF8(cmd, "getRoutingTable", ns);
     BSON_APPEND_UTF8(cmd, "$db", "admin");
-    if (base) {
-        rtable_version_t v;
-        rtable_coll_version(base, &v);
-        rtable_version_append(cmd, "sinceVersion", &v);
-    }
+    if (since) rtable_version_append(cmd, "sinceVersion", since);
     if (l->npages > 0) BSON_APPEND_TIMESTAMP(cmd, "after", l->last_major, l->last_minor);
 }
 
-/* One load: its pages until one says no more. *restart: start over in full. */
-static int fetch_once(const char *ns, const rtable_t *base, rtable_call_fn call, void *arg,
-                      rtable_t *out, bool *restart, ms_error_t *err) {
-    rtable_load_t l;
+/* Reads pages into l until one says no more (*restart: a page that cannot join). */
+static int read_pages(const char *ns, const rtable_version_t *since, rtable_call_fn call,
+                      void *arg, rtable_load_t *l, bool *restart, ms_error_t *err) {
     int rc = 0;
-    rtable_load_begin(&l, base, out);
     do {
         bson_t cmd, reply;
-        if (l.npages > 0 && (rc = fp_eval(RTABLE_FP_HANG_BETWEEN_PAGES, err)) != 0) break;
-        page_cmd(&cmd, ns, base, &l);
+        if (l->npages > 0 && (rc = fp_eval(RTABLE_FP_HANG_BETWEEN_PAGES, err)) != 0) break;
+        page_cmd(&cmd, ns, since, l);
         rc = call(arg, &cmd, &reply, err);
         bson_destroy(&cmd);
         if (rc) break;
-        int before = l.nfresh;
-        rc = rtable_load_page(&l, &reply, restart, err);
+        int before = l->nfresh;
+        rc = rtable_load_page(l, &reply, restart, err);
         bson_destroy(&reply);
         if (rc || *restart) break;
-        if (l.more && l.nfresh == before) {   /* the loop must advance */
+        if (l->more && l->nfresh == before) {   /* the loop must advance */
             rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable: an empty page with more");
             break;
         }
-    } while (l.more);
+    } while (l->more);
+    return rc;
+}
+
+/* One load: its pages, then the table. *restart: start over in full. */
+static int fetch_once(const char *ns, const rtable_t *base, rtable_call_fn call, void *arg,
+                      rtable_t *out, bool *restart, ms_error_t *err) {
+    rtable_load_t l;
+    rtable_version_t since;
+    if (base) rtable_coll_version(base, &since);
+    rtable_load_begin(&l, base, out);
+    int rc = read_pages(ns, base ? &since : NULL, call, arg, &l, restart, err);
     if (rc || *restart) {
         rtable_load_abort(&l);
         return rc;
@@ -1238,4 +1244,48 @@ int rtable_db_entry_parse(const bson_t *doc, char *primary, size_t cap, rtable_d
         return err_set(err, MS_ERR_FAILED_TO_PARSE,
                        "database entry lacks primary or version {uuid, timestamp, lastMod}");
     return 0;
+}
+
+/* ---- one owner, from the chunks changed since a version ----------------------------------- */
+
+/* Of the chunks l read, the newest whose range holds the encoded key; NULL when none. */
+static const rtable_chunk_t *newest_holding(const rtable_load_t *l, const buf_t *key) {
+    const rtable_chunk_t *best = NULL;
+    for (int i = 0; i < l->nfresh; i++) {
+        const rtable_chunk_t *c = &l->fresh[i];
+        if (buf_cmp(&c->min, key) <= 0 && buf_cmp(key, &c->max) < 0 &&
+            (!best || lastmod(c) > lastmod(best)))
+            best = c;
+    }
+    return best;
+}
+
+int rtable_fetch_owner(const char *ns, const rtable_version_t *since, const bson_t *key,
+                       rtable_call_fn call, void *arg, char *owner, size_t cap,
+                       rtable_version_t *cv, ms_error_t *err) {
+    for (int tries = 0; tries < MS_ROUTING_FETCH_TRIES; tries++) {
+        rtable_t t;
+        rtable_load_t l;
+        buf_t k = {0};
+        bool restart = false;
+        rtable_load_begin(&l, NULL, &t);
+        l.partial = true;
+        int rc = read_pages(ns, since, call, arg, &l, &restart, err);
+        if (rc == 0 && !restart && (rc = keys_encode_bound(&t.pattern, key, &k, err)) == 0) {
+            const rtable_chunk_t *c = newest_holding(&l, &k);
+            if (!c)
+                rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable of %s: no chunk "
+                             "changed since the version given holds the key", ns);
+            else
+                snprintf(owner, cap, "%s", t.shards[c->shard]);
+            *cv = l.cv;
+            if (!l.have_cv || !bson_oid_equal(&l.cv.epoch, &t.epoch)) rtable_coll_version(&t, cv);
+        }
+        buf_free(&k);
+        rtable_load_abort(&l);
+        if (rc || !restart) return rc;
+    }
+    return err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                   "routing table of %s changed generation while it was read, %d times", ns,
+                   MS_ROUTING_FETCH_TRIES);
 }

@@ -118,6 +118,8 @@ typedef struct rtable_load {
     rtable_version_t cv;      /* the last page's collection version (a floor) */
     uint32_t last_major, last_minor;   /* the last lastmod read: the next page's `after` */
     bool more;                /* the last page said chunks remain */
+    bool partial;             /* only read (rtable_fetch_owner): an incremental first page
+                                 needs no base */
 } rtable_load_t;
 
 /* Starts a load into out (zeroed here) for base (NULL: full). */
@@ -147,6 +149,17 @@ bool rtable_reply_uuid(const bson_t *reply, uint8_t out[16]);
 #define RTABLE_FP_HANG_BETWEEN_PAGES "hangBetweenRoutingTablePages"
 int rtable_fetch(const char *ns, const rtable_t *base, rtable_call_fn call, void *arg,
                  rtable_t *out, ms_error_t *err);
+
+/* The shard that owns key (a shard-key document, borrowed) now, without the whole table:
+ * reads the pages of the chunks changed since `since` (a chunk's or collection's version;
+ * of another generation: all chunks) and of them takes the newest whose range holds key
+ * — the current one, when a chunk holding key had lastmod `since.v` then (every chunk
+ * replacing it is newer). *cv: the collection version the pages reported. Restarts on a
+ * generation change between pages as rtable_fetch. FailedToParse when no chunk read
+ * holds key. */
+int rtable_fetch_owner(const char *ns, const rtable_version_t *since, const bson_t *key,
+                       rtable_call_fn call, void *arg, char *owner, size_t cap,
+                       rtable_version_t *cv, ms_error_t *err);
 
 /* Releases what rtable_from_reply allocated (NULL-safe; a zeroed table is fine). Pages
  * and blocks another table still shares stay. */

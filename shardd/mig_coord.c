@@ -307,58 +307,36 @@ static int owner_page(void *arg, const bson_t *cmd, bson_t *reply, ms_error_t *e
 static int fetch_owner(mig_t *m, const coord_t *c, char *owner, size_t cap, bool *gone,
                        ms_error_t *err) {
     char url[MS_URL_BYTES_MAX];
-    rtable_t *rt = NULL;
-    buf_t key = {0};
-    int rc;
+    rtable_version_t pre, now;
+    bson_iter_t vi;
+    bson_t w;
+    bool comparable = false, parsed;
     *gone = false;
     owner[0] = 0;
     shv_identity(m->app->shv, NULL, 0, url, sizeof url);
     owner_call_t oc = {.url = url, .uuid = c->coll_uuid};
-    if (!(rt = calloc(1, sizeof *rt))) return err_set(err, MS_ERR_INTERNAL, "out of memory");
-    /* The whole table, page by page (the decision is rare: a recovery after a crash). */
-    rc = rtable_fetch(c->ns, NULL, owner_page, &oc, rt, err);
+    bson_init(&w);
+    BSON_APPEND_DOCUMENT(&w, "v", &c->pre_version);
+    parsed = bson_iter_init_find(&vi, &w, "v") && rtable_version_parse(&vi, &pre, NULL) == 0;
+    bson_destroy(&w);
+    /* Only the chunks changed since the migration began (its chunk then had lastmod
+     * pre.v; whatever holds its min now is newer): a page, not the whole table. Without a
+     * readable version, all of them. */
+    int rc = rtable_fetch_owner(c->ns, parsed ? &pre : NULL, &c->range_min, owner_page, &oc,
+                                owner, cap, &now, err);
     if (rc == MS_ERR_NAMESPACE_NOT_SHARDED || (rc == 0 && oc.other_uuid)) {
         *gone = true;
+        owner[0] = 0;
         memset(err, 0, sizeof *err);
-        rtable_clear(rt);
-        free(rt);
         return 0;
     }
-    if (rc == 0) {
-        /* Versions only grow, and the fence made the collection's newer than the version
-         * the migration started from: an older table was fetched before the fence (a
-         * stale answer), and deciding from it is what this function exists to avoid. */
-        rtable_version_t pre;
-        bson_iter_t vi;
-        bson_t w;
-        bool comparable = false, parsed;
-        bson_init(&w);
-        BSON_APPEND_DOCUMENT(&w, "v", &c->pre_version);
-        parsed = bson_iter_init_find(&vi, &w, "v") && rtable_version_parse(&vi, &pre, err) == 0;
-        bson_destroy(&w);
-        if (!parsed) {
-            /* (the document's own version unreadable: nothing to compare with) */
-            memset(err, 0, sizeof *err);
-        } else {
-            rtable_version_t now;
-            rtable_coll_version(rt, &now);
-            if (rtable_version_cmp(&now, &pre, &comparable) <= 0 && comparable)
-                rc = err_set(err, MS_ERR_STALE_CONFIG, "routing table of %s older than the "
-                             "recovery's fence (collection version %u|%u)", c->ns, now.major,
-                             now.minor);
-        }
-    }
-    if (rc == 0 && (rc = keys_encode_bound(&rt->pattern, &c->range_min, &key, err)) == 0) {
-        const rtable_chunk_t *ch = rtable_find_chunk(rt, key.data, key.len);
-        if (!ch || ch->shard < 0 || ch->shard >= rt->nshards)
-            rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "routing table of %s has no chunk for the "
-                         "migrated range", c->ns);
-        else
-            snprintf(owner, cap, "%s", rt->shards[ch->shard]);
-    }
-    buf_free(&key);
-    rtable_clear(rt);
-    free(rt);
+    /* Versions only grow, and the fence made the collection's newer than the version the
+     * migration started from: an older answer was read before the fence (stale), and
+     * deciding from it is what this function exists to avoid. */
+    if (rc == 0 && parsed && rtable_version_cmp(&now, &pre, &comparable) <= 0 && comparable)
+        rc = err_set(err, MS_ERR_STALE_CONFIG, "routing table of %s older than the recovery's "
+                     "fence (collection version %u|%u)", c->ns, now.major, now.minor);
+    if (rc) owner[0] = 0;
     return rc;
 }
 
