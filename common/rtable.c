@@ -1260,6 +1260,21 @@ static const rtable_chunk_t *newest_holding(const rtable_load_t *l, const buf_t 
     return best;
 }
 
+/* The collection version as the pages say: their generation, and the larger of the last
+ * page's collectionVersion and the highest lastmod read. */
+static void owner_version(const rtable_load_t *l, rtable_version_t *cv) {
+    uint64_t v = (uint64_t)l->last_major << 32 | l->last_minor;
+    bool same = l->have_cv && bson_oid_equal(&l->cv.epoch, &l->out->epoch) &&
+                l->cv.ts_t == l->out->ts_t && l->cv.ts_i == l->out->ts_i;
+    if (same && ((uint64_t)l->cv.major << 32 | l->cv.minor) > v)
+        v = (uint64_t)l->cv.major << 32 | l->cv.minor;
+    bson_oid_copy(&l->out->epoch, &cv->epoch);
+    cv->ts_t = l->out->ts_t;
+    cv->ts_i = l->out->ts_i;
+    cv->major = (uint32_t)(v >> 32);
+    cv->minor = (uint32_t)v;
+}
+
 int rtable_fetch_owner(const char *ns, const rtable_version_t *since, const bson_t *key,
                        rtable_call_fn call, void *arg, char *owner, size_t cap,
                        rtable_version_t *cv, ms_error_t *err) {
@@ -1278,8 +1293,7 @@ int rtable_fetch_owner(const char *ns, const rtable_version_t *since, const bson
                              "changed since the version given holds the key", ns);
             else
                 snprintf(owner, cap, "%s", t.shards[c->shard]);
-            *cv = l.cv;
-            if (!l.have_cv || !bson_oid_equal(&l.cv.epoch, &t.epoch)) rtable_coll_version(&t, cv);
+            owner_version(&l, cv);
         }
         buf_free(&k);
         rtable_load_abort(&l);
