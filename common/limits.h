@@ -84,6 +84,14 @@
 /* Chunks in one collection: bounds the routing table copy each router keeps. */
 #define MS_CHUNKS_PER_COLLECTION_MAX 1000000
 
+/* One page of getRoutingTable: at most this many bytes of chunks (one chunk past it
+ * ends the page), so no reply of any table nears MS_MSG_BYTES_MAX and the config
+ * server never builds a whole table in memory. At ~90 bytes a chunk: ~46,000 a page. */
+#define MS_ROUTING_PAGE_BYTES (4 * 1024 * 1024)
+/* A routing-table fetch that sees the collection change generation (dropped, resharded)
+ * between its pages starts over, at most this many times in all; then it fails. */
+#define MS_ROUTING_FETCH_TRIES 4
+
 /* Shards in one cluster: bounds scatter/gather fan-out arrays. */
 #define MS_SHARDS_MAX 64
 

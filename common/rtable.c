@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "common/bsonx.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "common/mem.h"
 
@@ -32,11 +33,6 @@ int rtable_bytes_cmp(const uint8_t *a, size_t alen, const uint8_t *b, size_t ble
 
 static int buf_cmp(const buf_t *a, const buf_t *b) {
     return rtable_bytes_cmp(a->data, a->len, b->data, b->len);
-}
-
-static void chunk_free(rtable_chunk_t *c) {
-    buf_free(&c->min);
-    buf_free(&c->max);
 }
 
 /* ---- blocks and pages -------------------------------------------------------------------- */
@@ -433,7 +429,49 @@ static int shard_slot(rtable_t *t, const char *name, ms_error_t *err) {
     return t->nshards++;
 }
 
-static int parse_chunk(const bson_iter_t *it, rtable_t *t, rtable_chunk_t *c, ms_error_t *err) {
+/* Bytes for the loader's bounds: slabs of SLAB_BYTES (a bound larger than that gets its
+ * own), so a million chunks cost a few hundred allocations, not two million. */
+#define SLAB_BYTES (1u << 20)
+struct rtable_slab {
+    rtable_slab_t *next;
+    size_t used, cap;
+    uint8_t data[];
+};
+
+static uint8_t *slab_take(rtable_load_t *l, size_t n) {
+    rtable_slab_t *s = l->slabs;
+    if (!s || s->cap - s->used < n) {
+        size_t cap = n > SLAB_BYTES ? n : SLAB_BYTES;
+        s = xrealloc(NULL, sizeof *s + cap);
+        *s = (rtable_slab_t){.next = l->slabs, .used = 0, .cap = cap};
+        l->slabs = s;
+    }
+    s->used += n;
+    return s->data + s->used - n;
+}
+
+static void slabs_free(rtable_load_t *l) {
+    while (l->slabs) {
+        rtable_slab_t *next = l->slabs->next;
+        free(l->slabs);
+        l->slabs = next;
+    }
+    buf_free(&l->scratch);
+}
+
+/* The bound doc b encoded into the loader's slabs: *dst points there (cap 0: not owned). */
+static int encode_bound(rtable_load_t *l, const bson_t *b, buf_t *dst, ms_error_t *err) {
+    buf_reset(&l->scratch);
+    int rc = keys_encode_bound(&l->out->pattern, b, &l->scratch, err);
+    if (rc) return rc;
+    uint8_t *p = slab_take(l, l->scratch.len);
+    memcpy(p, l->scratch.data, l->scratch.len);
+    *dst = (buf_t){.data = p, .len = l->scratch.len, .cap = 0};
+    return 0;
+}
+
+static int parse_chunk(const bson_iter_t *it, rtable_load_t *l, rtable_chunk_t *c, ms_error_t *err) {
+    rtable_t *t = l->out;
     bson_iter_t d;
     int have = 0;
     memset(c, 0, sizeof *c);
@@ -449,9 +487,7 @@ static int parse_chunk(const bson_iter_t *it, rtable_t *t, rtable_chunk_t *c, ms
             bson_iter_document(&d, &len, &data);
             if (!bson_init_static(&b, data, len))
                 return err_set(err, MS_ERR_INVALID_BSON, "getRoutingTable: bad chunk bound");
-            buf_t *dst = is_min ? &c->min : &c->max;
-            buf_free(dst);
-            int rc = keys_encode_bound(&t->pattern, &b, dst, err);
+            int rc = encode_bound(l, &b, is_min ? &c->min : &c->max, err);
             if (rc) return rc;
             have |= is_min ? 1 : 2;
         } else if (!strcmp(k, "shard") && BSON_ITER_HOLDS_UTF8(&d)) {
@@ -806,103 +842,332 @@ void rtable_rotate_shards(rtable_t *t) {
     rotate_left(t->shard_at_max, sizeof t->shard_at_max[0], n);
 }
 
-int rtable_from_reply(const bson_t *reply, const rtable_t *base, rtable_t *out,
-                      bool *need_full, ms_error_t *err) {
-    bson_iter_t it, arr;
-    rtable_t *t = out;
-    rtable_chunk_t *fresh = NULL;
-    rtable_version_t cv;
-    int nfresh = 0, cap = 0, rc = 0;
-    bool full = true, have_key = false, have_epoch = false, have_ts = false;
-    bool have_chunks = false, have_cv = false;
-    *need_full = false;
+/* ---- loading from pages ------------------------------------------------------------------- */
 
-    /* Built in place: a keys_pattern_t holds a bson_t, which must never be moved. */
-    memset(t, 0, sizeof *t);
-    if (!bson_iter_init(&it, reply)) {
-        rc = err_set(err, MS_ERR_INVALID_BSON, "getRoutingTable: bad reply");
-        goto out;
+static int lastmod_cmp_desc(const rtable_chunk_t *a, const rtable_chunk_t *b) {
+    return lastmod(a) < lastmod(b) ? 1 : lastmod(a) > lastmod(b) ? -1 : 0;
+}
+
+/* By min, then newest first. */
+static int chunk_cmp_min_newest(const void *a, const void *b) {
+    int c = chunk_cmp_min(a, b);
+    return c ? c : lastmod_cmp_desc(a, b);
+}
+
+static int chunk_ptr_cmp_newest(const void *a, const void *b) {
+    return lastmod_cmp_desc(*(const rtable_chunk_t *const *)a, *(const rtable_chunk_t *const *)b);
+}
+
+/* In the cluster c[0, n) (sorted by min, each overlapping what came before it), marks
+ * dead every chunk that a newer one overlaps. Newest first, each chunk joins the kept
+ * ones (disjoint, sorted by min in acc) unless it overlaps one: among the kept whose min
+ * is below its max, the last has the largest max, so it is the only one to test. */
+static void resolve_cluster(rtable_chunk_t *c, int n, bool *dead) {
+    const rtable_chunk_t **by_age = xrealloc(NULL, (size_t)n * sizeof *by_age);
+    const rtable_chunk_t **acc = xrealloc(NULL, (size_t)n * sizeof *acc);
+    int nacc = 0;
+    for (int i = 0; i < n; i++) by_age[i] = &c[i];
+    qsort(by_age, (size_t)n, sizeof *by_age, chunk_ptr_cmp_newest);
+    for (int k = 0; k < n; k++) {
+        const rtable_chunk_t *x = by_age[k];
+        int lo = 0, hi = nacc;   /* first kept with min >= x->max */
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (buf_cmp(&acc[mid]->min, &x->max) < 0) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo > 0 && buf_cmp(&acc[lo - 1]->max, &x->min) > 0) {
+            dead[x - c] = true;
+            continue;
+        }
+        memmove(acc + lo + 1, acc + lo, (size_t)(nacc - lo) * sizeof *acc);
+        acc[lo] = x;
+        nacc++;
     }
+    free(by_age);
+    free(acc);
+}
+
+/* Sorts the chunks of all pages by min and drops each one a newer chunk overlaps: it was
+ * split, merged or moved between two pages, and what replaced it is newer. Chunks that
+ * overlap nothing (all of them when nothing changed while paging) cost one comparison;
+ * only clusters of overlapping chunks are resolved. */
+static void drop_superseded(rtable_chunk_t *c, int *n) {
+    int total = *n, kept = 0, sorted = 1;
+    if (total < 2) return;
+    /* Often sorted already: a table of one page, or a pre-split one (lastmods in key
+     * order, so the pages come in key order too). */
+    for (int i = 1; i < total && sorted; i++) sorted = chunk_cmp_min_newest(&c[i - 1], &c[i]) <= 0;
+    if (!sorted) qsort(c, (size_t)total, sizeof *c, chunk_cmp_min_newest);
+    bool *dead = calloc((size_t)total, sizeof *dead);
+    ASSERT(dead);
+    for (int i = 0; i < total;) {
+        const buf_t *reach = &c[i].max;
+        int j = i + 1;
+        for (; j < total && buf_cmp(&c[j].min, reach) < 0; j++)
+            if (buf_cmp(&c[j].max, reach) > 0) reach = &c[j].max;
+        if (j - i > 1) resolve_cluster(c + i, j - i, dead + i);
+        i = j;
+    }
+    for (int i = 0; i < total; i++)
+        if (!dead[i]) c[kept++] = c[i];   /* (their bounds stay in the loader's slabs) */
+    free(dead);
+    *n = kept;
+}
+
+/* The fields of one page; the chunks array's iterator in *arr. */
+typedef struct page_head {
+    bool have_key, have_epoch, have_ts, have_chunks, have_cv, full, more, unique;
+    bson_oid_t epoch;
+    uint32_t ts_t, ts_i;
+    bson_t key;
+    rtable_version_t cv;
+} page_head_t;
+
+static void page_head_parse(const bson_t *reply, page_head_t *h, bson_iter_t *arr) {
+    bson_iter_t it;
+    memset(h, 0, sizeof *h);
+    h->full = true;   /* a reply without `full` is a whole table */
+    if (!bson_iter_init(&it, reply)) return;
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
-        if (!strcmp(k, "key") && BSON_ITER_HOLDS_DOCUMENT(&it) && !have_key) {
+        if (!strcmp(k, "key") && BSON_ITER_HOLDS_DOCUMENT(&it) && !h->have_key) {
             uint32_t len;
             const uint8_t *data;
-            bson_t key;
             bson_iter_document(&it, &len, &data);
-            if (!bson_init_static(&key, data, len)) continue;
-            if ((rc = keys_pattern_parse(&key, &t->pattern, err)) != 0) goto out;
-            have_key = true;
+            h->have_key = bson_init_static(&h->key, data, len);
         } else if (!strcmp(k, "epoch") && BSON_ITER_HOLDS_OID(&it)) {
-            bson_oid_copy(bson_iter_oid(&it), &t->epoch);
-            have_epoch = true;
+            bson_oid_copy(bson_iter_oid(&it), &h->epoch);
+            h->have_epoch = true;
         } else if (!strcmp(k, "timestamp") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
-            bson_iter_timestamp(&it, &t->ts_t, &t->ts_i);
-            have_ts = true;
+            bson_iter_timestamp(&it, &h->ts_t, &h->ts_i);
+            h->have_ts = true;
         } else if (!strcmp(k, "unique")) {
-            t->unique = bsonx_truthy(&it);
+            h->unique = bsonx_truthy(&it);
         } else if (!strcmp(k, "full") && BSON_ITER_HOLDS_BOOL(&it)) {
-            full = bson_iter_bool(&it);
+            h->full = bson_iter_bool(&it);
+        } else if (!strcmp(k, "more")) {
+            h->more = bsonx_truthy(&it);
         } else if (!strcmp(k, "chunks") && BSON_ITER_HOLDS_ARRAY(&it)) {
-            have_chunks = bson_iter_recurse(&it, &arr);
+            h->have_chunks = bson_iter_recurse(&it, arr);
         } else if (!strcmp(k, "collectionVersion")) {
-            have_cv = rtable_version_parse(&it, &cv, NULL) == 0;
+            h->have_cv = rtable_version_parse(&it, &h->cv, NULL) == 0;
         }
     }
-    if (!have_key || !have_epoch || !have_ts || !have_chunks) {
-        rc = err_set(err, MS_ERR_FAILED_TO_PARSE,
-                     "getRoutingTable: reply lacks key, epoch, timestamp or chunks");
+}
+
+void rtable_load_begin(rtable_load_t *l, const rtable_t *base, rtable_t *out) {
+    memset(l, 0, sizeof *l);
+    memset(out, 0, sizeof *out);   /* built in place: a keys_pattern_t must never move */
+    l->base = base;
+    l->out = out;
+}
+
+void rtable_load_abort(rtable_load_t *l) {
+    free(l->fresh);
+    slabs_free(l);
+    rtable_clear(l->out);
+    memset(l->out, 0, sizeof *l->out);
+    l->fresh = NULL;
+    l->nfresh = l->cap = 0;
+}
+
+/* The first page fixes the table's generation, key and kind (full or incremental). */
+static int load_first_page(rtable_load_t *l, const page_head_t *h, bool *restart,
+                           ms_error_t *err) {
+    rtable_t *t = l->out, *base = (rtable_t *)l->base;
+    int rc = keys_pattern_parse(&h->key, &t->pattern, err);
+    if (rc) return rc;
+    bson_oid_copy(&h->epoch, &t->epoch);
+    t->ts_t = h->ts_t;
+    t->ts_i = h->ts_i;
+    t->unique = h->unique;
+    l->full = h->full;
+    if (h->full || l->partial) return 0;
+    if (!base || base->nchunks == 0 || !bson_oid_equal(&base->epoch, &t->epoch) ||
+        base->ts_t != t->ts_t || base->ts_i != t->ts_i) {
+        *restart = true;   /* an incremental answer we cannot apply */
+        return 0;
+    }
+    t->nshards = base->nshards;   /* keep base's numbering: old chunks copy over as they are */
+    memcpy(t->shards, base->shards, sizeof t->shards);
+    return 0;
+}
+
+/* Appends the page's chunks; lastmods must all follow the last page's. */
+static int load_chunks(rtable_load_t *l, bson_iter_t *arr, ms_error_t *err) {
+    uint64_t floor = (uint64_t)l->last_major << 32 | l->last_minor, top = floor;
+    while (bson_iter_next(arr)) {
+        if (l->nfresh >= 2 * MS_CHUNKS_PER_COLLECTION_MAX)
+            return err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable: more than %d chunks",
+                           MS_CHUNKS_PER_COLLECTION_MAX);
+        if (l->nfresh == l->cap) {
+            l->cap = l->cap ? 2 * l->cap : 16;
+            l->fresh = xrealloc(l->fresh, (size_t)l->cap * sizeof *l->fresh);
+        }
+        rtable_chunk_t *c = &l->fresh[l->nfresh++];
+        int rc = parse_chunk(arr, l, c, err);
+        if (rc) return rc;
+        if (l->npages > 0 && lastmod(c) <= floor)
+            return err_set(err, MS_ERR_FAILED_TO_PARSE,
+                           "getRoutingTable: a page repeats lastmods of the page before");
+        if (lastmod(c) > top) top = lastmod(c);
+    }
+    l->last_major = (uint32_t)(top >> 32);
+    l->last_minor = (uint32_t)top;
+    return 0;
+}
+
+int rtable_load_page(rtable_load_t *l, const bson_t *reply, bool *restart, ms_error_t *err) {
+    page_head_t h;
+    bson_iter_t arr;
+    rtable_t *t = l->out;
+    int rc = 0;
+    *restart = false;
+    page_head_parse(reply, &h, &arr);
+    if (!h.have_key || !h.have_epoch || !h.have_ts || !h.have_chunks)
+        return err_set(err, MS_ERR_FAILED_TO_PARSE,
+                       "getRoutingTable: reply lacks key, epoch, timestamp or chunks");
+    if (l->npages == 0) {
+        if ((rc = load_first_page(l, &h, restart, err)) != 0 || *restart) return rc;
+    } else if (!bson_oid_equal(&h.epoch, &t->epoch) || h.ts_t != t->ts_t || h.ts_i != t->ts_i ||
+               h.full != l->full) {
+        *restart = true;   /* dropped, resharded or recreated between two pages */
+        return 0;
+    }
+    if ((rc = load_chunks(l, &arr, err)) != 0) return rc;
+    l->npages++;
+    l->more = h.more;
+    l->have_cv = h.have_cv;
+    l->cv = h.cv;
+    return 0;
+}
+
+int rtable_load_end(rtable_load_t *l, bool *need_full, ms_error_t *err) {
+    rtable_t *t = l->out;
+    int rc = 0;
+    *need_full = false;
+    drop_superseded(l->fresh, &l->nfresh);
+    if (l->nfresh > MS_CHUNKS_PER_COLLECTION_MAX) {
+        rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable: more than %d chunks",
+                     MS_CHUNKS_PER_COLLECTION_MAX);
         goto out;
     }
-    bool incremental = !full && base && base->nchunks > 0 &&
-                       bson_oid_equal(&base->epoch, &t->epoch) && base->ts_t == t->ts_t &&
-                       base->ts_i == t->ts_i;
-    if (!full && !incremental) {
-        *need_full = true;   /* an incremental answer we cannot apply */
-        goto out;
-    }
-    if (incremental) {   /* keep base's shard numbering: old chunks copy over as they are */
-        t->nshards = base->nshards;
-        memcpy(t->shards, base->shards, sizeof t->shards);
-    }
-    while (bson_iter_next(&arr)) {
-        if (nfresh >= MS_CHUNKS_PER_COLLECTION_MAX) {
-            rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable: more than %d chunks",
-                         MS_CHUNKS_PER_COLLECTION_MAX);
-            goto out;
-        }
-        if (nfresh == cap) {
-            cap = cap ? 2 * cap : 16;
-            fresh = xrealloc(fresh, (size_t)cap * sizeof *fresh);
-        }
-        rc = parse_chunk(&arr, t, &fresh[nfresh], err);
-        nfresh++;   /* counted even on failure: its buffers are freed at out */
-        if (rc) goto out;
-    }
-    if (nfresh > 1) qsort(fresh, (size_t)nfresh, sizeof *fresh, chunk_cmp_min);
     /* The reply's collection version is a floor (the maximum over all chunks, also those
      * an incremental reply leaves out); derive_finish raises it to the chunks' max. */
-    if (have_cv && bson_oid_equal(&cv.epoch, &t->epoch) && cv.ts_t == t->ts_t &&
-        cv.ts_i == t->ts_i) {
-        t->coll_major = cv.major;
-        t->coll_minor = cv.minor;
+    if (l->have_cv && bson_oid_equal(&l->cv.epoch, &t->epoch) && l->cv.ts_t == t->ts_t &&
+        l->cv.ts_i == t->ts_i) {
+        t->coll_major = l->cv.major;
+        t->coll_minor = l->cv.minor;
     }
-    if (incremental) {
-        if (!merge_into(t, base, fresh, nfresh)) *need_full = true;   /* a gap or overlap */
-    } else if (chunks_tile(t, fresh, nfresh)) {
-        build_full(t, fresh, nfresh);
+    if (!l->full) {
+        if (!merge_into(t, l->base, l->fresh, l->nfresh)) *need_full = true;   /* a gap or overlap */
+    } else if (chunks_tile(t, l->fresh, l->nfresh)) {
+        build_full(t, l->fresh, l->nfresh);
     } else {
         rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable: chunks do not tile the key space");
     }
 out:
-    for (int i = 0; i < nfresh; i++) chunk_free(&fresh[i]);
-    free(fresh);
-    if (rc || *need_full) rtable_clear(t);
-    /* The reply's bounds were decoded into one small allocation each, interleaved on the
-     * heap with the blocks kept: freed, they would stay resident (about 230 bytes per
-     * chunk beside the table's 100). */
-    mem_trim_after((size_t)nfresh);
+    size_t nloaded = (size_t)l->nfresh;
+    free(l->fresh);
+    slabs_free(l);
+    l->fresh = NULL;
+    l->nfresh = l->cap = 0;
+    if (rc || *need_full) {
+        rtable_clear(t);
+        memset(t, 0, sizeof *t);
+    }
+    /* Whatever parsing left freed between the blocks kept (the slabs go back to the system
+     * themselves) is returned too, so a large load does not stay resident. */
+    mem_trim_after(nloaded);
     return rc;
+}
+
+int rtable_from_reply(const bson_t *reply, const rtable_t *base, rtable_t *out,
+                      bool *need_full, ms_error_t *err) {
+    rtable_load_t l;
+    bool restart = false;
+    rtable_load_begin(&l, base, out);
+    int rc = rtable_load_page(&l, reply, &restart, err);
+    if (rc == 0 && !restart) return rtable_load_end(&l, need_full, err);
+    *need_full = rc == 0;
+    rtable_load_abort(&l);
+    return rc;
+}
+
+/* ---- fetching page by page ---------------------------------------------------------------- */
+
+bool rtable_reply_uuid(const bson_t *reply, uint8_t out[16]) {
+    bson_iter_t it;
+    bson_subtype_t st;
+    uint32_t len = 0;
+    const uint8_t *data = NULL;
+    if (!bson_iter_init_find(&it, reply, "uuid") || !BSON_ITER_HOLDS_BINARY(&it)) return false;
+    bson_iter_binary(&it, &st, &len, &data);
+    if (len != 16) return false;
+    memcpy(out, data, 16);
+    return true;
+}
+
+static void page_cmd(bson_t *cmd, const char *ns, const rtable_version_t *since,
+                     const rtable_load_t *l) {
+    bson_init(cmd);
+    BSON_APPEND_UTF8(cmd, "getRoutingTable", ns);
+    BSON_APPEND_UTF8(cmd, "$db", "admin");
+    if (since) rtable_version_append(cmd, "sinceVersion", since);
+    if (l->npages > 0) BSON_APPEND_TIMESTAMP(cmd, "after", l->last_major, l->last_minor);
+}
+
+/* Reads pages into l until one says no more (*restart: a page that cannot join). */
+static int read_pages(const char *ns, const rtable_version_t *since, rtable_call_fn call,
+                      void *arg, rtable_load_t *l, bool *restart, ms_error_t *err) {
+    int rc = 0;
+    do {
+        bson_t cmd, reply;
+        if (l->npages > 0 && (rc = fp_eval(RTABLE_FP_HANG_BETWEEN_PAGES, err)) != 0) break;
+        page_cmd(&cmd, ns, since, l);
+        rc = call(arg, &cmd, &reply, err);
+        bson_destroy(&cmd);
+        if (rc) break;
+        int before = l->nfresh;
+        rc = rtable_load_page(l, &reply, restart, err);
+        bson_destroy(&reply);
+        if (rc || *restart) break;
+        if (l->more && l->nfresh == before) {   /* the loop must advance */
+            rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable: an empty page with more");
+            break;
+        }
+    } while (l->more);
+    return rc;
+}
+
+/* One load: its pages, then the table. *restart: start over in full. */
+static int fetch_once(const char *ns, const rtable_t *base, rtable_call_fn call, void *arg,
+                      rtable_t *out, bool *restart, ms_error_t *err) {
+    rtable_load_t l;
+    rtable_version_t since;
+    if (base) rtable_coll_version(base, &since);
+    rtable_load_begin(&l, base, out);
+    int rc = read_pages(ns, base ? &since : NULL, call, arg, &l, restart, err);
+    if (rc || *restart) {
+        rtable_load_abort(&l);
+        return rc;
+    }
+    return rtable_load_end(&l, restart, err);   /* need_full: start over in full too */
+}
+
+int rtable_fetch(const char *ns, const rtable_t *base, rtable_call_fn call, void *arg,
+                 rtable_t *out, ms_error_t *err) {
+    for (int tries = 0; tries < MS_ROUTING_FETCH_TRIES; tries++) {
+        bool restart = false;
+        int rc = fetch_once(ns, tries == 0 ? base : NULL, call, arg, out, &restart, err);
+        if (rc || !restart) return rc;
+        log_info("routing table of %s changed generation or did not apply while read, "
+                 "reading it in full try=%d", log_str(ns), tries + 1);
+    }
+    return err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                   "routing table of %s changed generation while it was read, %d times", ns,
+                   MS_ROUTING_FETCH_TRIES);
 }
 
 /* ---- database versions ------------------------------------------------------------------- */
@@ -984,4 +1249,62 @@ int rtable_db_entry_parse(const bson_t *doc, char *primary, size_t cap, rtable_d
         return err_set(err, MS_ERR_FAILED_TO_PARSE,
                        "database entry lacks primary or version {uuid, timestamp, lastMod}");
     return 0;
+}
+
+/* ---- one owner, from the chunks changed since a version ----------------------------------- */
+
+/* Of the chunks l read, the newest whose range holds the encoded key; NULL when none. */
+static const rtable_chunk_t *newest_holding(const rtable_load_t *l, const buf_t *key) {
+    const rtable_chunk_t *best = NULL;
+    for (int i = 0; i < l->nfresh; i++) {
+        const rtable_chunk_t *c = &l->fresh[i];
+        if (buf_cmp(&c->min, key) <= 0 && buf_cmp(key, &c->max) < 0 &&
+            (!best || lastmod(c) > lastmod(best)))
+            best = c;
+    }
+    return best;
+}
+
+/* The collection version as the pages say: their generation, and the larger of the last
+ * page's collectionVersion and the highest lastmod read. */
+static void owner_version(const rtable_load_t *l, rtable_version_t *cv) {
+    uint64_t v = (uint64_t)l->last_major << 32 | l->last_minor;
+    bool same = l->have_cv && bson_oid_equal(&l->cv.epoch, &l->out->epoch) &&
+                l->cv.ts_t == l->out->ts_t && l->cv.ts_i == l->out->ts_i;
+    if (same && ((uint64_t)l->cv.major << 32 | l->cv.minor) > v)
+        v = (uint64_t)l->cv.major << 32 | l->cv.minor;
+    bson_oid_copy(&l->out->epoch, &cv->epoch);
+    cv->ts_t = l->out->ts_t;
+    cv->ts_i = l->out->ts_i;
+    cv->major = (uint32_t)(v >> 32);
+    cv->minor = (uint32_t)v;
+}
+
+int rtable_fetch_owner(const char *ns, const rtable_version_t *since, const bson_t *key,
+                       rtable_call_fn call, void *arg, char *owner, size_t cap,
+                       rtable_version_t *cv, ms_error_t *err) {
+    for (int tries = 0; tries < MS_ROUTING_FETCH_TRIES; tries++) {
+        rtable_t t;
+        rtable_load_t l;
+        buf_t k = {0};
+        bool restart = false;
+        rtable_load_begin(&l, NULL, &t);
+        l.partial = true;
+        int rc = read_pages(ns, since, call, arg, &l, &restart, err);
+        if (rc == 0 && !restart && (rc = keys_encode_bound(&t.pattern, key, &k, err)) == 0) {
+            const rtable_chunk_t *c = newest_holding(&l, &k);
+            if (!c)
+                rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "getRoutingTable of %s: no chunk "
+                             "changed since the version given holds the key", ns);
+            else
+                snprintf(owner, cap, "%s", t.shards[c->shard]);
+            owner_version(&l, cv);
+        }
+        buf_free(&k);
+        rtable_load_abort(&l);
+        if (rc || !restart) return rc;
+    }
+    return err_set(err, MS_ERR_CONFLICTING_OPERATION,
+                   "routing table of %s changed generation while it was read, %d times", ns,
+                   MS_ROUTING_FETCH_TRIES);
 }

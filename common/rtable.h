@@ -95,6 +95,72 @@ typedef struct rtable {
  * zeroed (rtable_clear is harmless). base stays valid and unchanged either way. */
 int rtable_from_reply(const bson_t *reply, const rtable_t *base, rtable_t *out,
                       bool *need_full, ms_error_t *err);
+
+/* ---- many replies, one table: a paged getRoutingTable ------------------------------------
+ * The config server answers in pages (docs/versioning-and-routing.md "batched routing
+ * tables"): the chunks in lastmod order from sinceVersion (or from the start), `more:
+ * true` while chunks remain, the next page asked with `after` = the last lastmod read.
+ * A loader collects the pages' chunks and builds one table at the end: a chunk that a
+ * newer chunk overlaps was split, merged or moved between two pages and is dropped (its
+ * replacements, being newer, came in a later page), so the table is the catalog's as of
+ * the last page. A page of another generation (or `full`) than the first asks for a
+ * restart. */
+typedef struct rtable_slab rtable_slab_t;
+typedef struct rtable_load {
+    const rtable_t *base;     /* borrowed; NULL: a full load */
+    rtable_t *out;            /* built in place at rtable_load_end */
+    rtable_chunk_t *fresh;    /* every chunk of every page so far; bounds in slabs */
+    rtable_slab_t *slabs;     /* the bounds' bytes, a few large allocations (newest first) */
+    buf_t scratch;            /* one bound being encoded */
+    int nfresh, cap, npages;
+    bool full;                /* the first page's */
+    bool have_cv;
+    rtable_version_t cv;      /* the last page's collection version (a floor) */
+    uint32_t last_major, last_minor;   /* the last lastmod read: the next page's `after` */
+    bool more;                /* the last page said chunks remain */
+    bool partial;             /* only read (rtable_fetch_owner): an incremental first page
+                                 needs no base */
+} rtable_load_t;
+
+/* Starts a load into out (zeroed here) for base (NULL: full). */
+void rtable_load_begin(rtable_load_t *l, const rtable_t *base, rtable_t *out);
+/* Takes one page (borrowed). *restart when the page cannot join the others (another
+ * generation or kind than the first, or the first page is incremental and base cannot
+ * take it): the caller aborts and starts over in full. FailedToParse for a malformed
+ * page, one whose lastmods do not follow the last page's, or past the chunk cap. */
+int rtable_load_page(rtable_load_t *l, const bson_t *reply, bool *restart, ms_error_t *err);
+/* Builds l->out from the pages (as rtable_from_reply: *need_full when an incremental
+ * load does not fit base) and frees the loader. */
+int rtable_load_end(rtable_load_t *l, bool *need_full, ms_error_t *err);
+/* Frees the loader without building (out stays zeroed). */
+void rtable_load_abort(rtable_load_t *l);
+
+/* Sends one getRoutingTable page request (cmd, borrowed) and returns its {ok: 1} reply in
+ * *reply (initialised on 0 only); an {ok: 0} answer is returned as its error code. */
+typedef int (*rtable_call_fn)(void *arg, const bson_t *cmd, bson_t *reply, ms_error_t *err);
+/* Fetches ns's table page by page through call and builds *out: incremental from base
+ * when base is non-NULL (falling back to a full load when it does not apply), full
+ * otherwise. Starts over on a generation change between pages, at most
+ * MS_ROUTING_FETCH_TRIES loads in all (then ConflictingOperationInProgress). The request
+ * is {getRoutingTable: ns, $db: "admin", sinceVersion?, after?}. Failpoint
+ * hangBetweenRoutingTablePages (test): evaluated before each page but the first. */
+/* The collection's UUID a page names (its `uuid`, 16 bytes) into out; false without one. */
+bool rtable_reply_uuid(const bson_t *reply, uint8_t out[16]);
+#define RTABLE_FP_HANG_BETWEEN_PAGES "hangBetweenRoutingTablePages"
+int rtable_fetch(const char *ns, const rtable_t *base, rtable_call_fn call, void *arg,
+                 rtable_t *out, ms_error_t *err);
+
+/* The shard that owns key (a shard-key document, borrowed) now, without the whole table:
+ * reads the pages of the chunks changed since `since` (a chunk's or collection's version;
+ * of another generation: all chunks) and of them takes the newest whose range holds key
+ * — the current one, when a chunk holding key had lastmod `since.v` then (every chunk
+ * replacing it is newer). *cv: the collection version the pages reported. Restarts on a
+ * generation change between pages as rtable_fetch. FailedToParse when no chunk read
+ * holds key. */
+int rtable_fetch_owner(const char *ns, const rtable_version_t *since, const bson_t *key,
+                       rtable_call_fn call, void *arg, char *owner, size_t cap,
+                       rtable_version_t *cv, ms_error_t *err);
+
 /* Releases what rtable_from_reply allocated (NULL-safe; a zeroed table is fine). Pages
  * and blocks another table still shares stay. */
 void rtable_clear(rtable_t *t);

@@ -76,11 +76,14 @@ enum { CC_ID, CC_MIN, CC_MAX, CC_SHARD, CC_MAJOR, CC_MINOR, CC_JUMBO, CC_EST, CC
     "UPDATE chunks SET major = ?1, minor = ?2 WHERE id = (SELECT id FROM chunks"       \
     " INDEXED BY chunks_ns_shard_min WHERE ns = ?3 AND shard = ?4 AND major <= ?5"     \
     " ORDER BY min_enc LIMIT 1)"
-/* The chunks changed since a version (an incremental refresh): read through the lastmod
- * index, then sorted by min — a refresh after one split reads its few chunks only. */
-#define CAT_SQL_ROUTING_SINCE                                                        \
+/* One page of a routing table: the chunks from a lastmod on, in lastmod order, read along
+ * the lastmod index (unique per collection, so (lastmod) alone orders the pages and says
+ * where the next starts). A full table starts at (0,0); a refresh at its sinceVersion;
+ * a later page just past the last lastmod of the page before. ?4: the page's chunk cap
+ * plus one (the extra row only says there is more). */
+#define CAT_SQL_ROUTING_PAGE                                                         \
     "SELECT " CHUNK_COLS " FROM chunks INDEXED BY chunks_ns_lastmod WHERE ns = ?1 AND" \
-    " (major, minor) >= (?2, ?3) ORDER BY min_enc"
+    " (major, minor) >= (?2, ?3) ORDER BY major, minor LIMIT ?4"
 /* {query, the index its plan must search} */
 #define CAT_HOT_CHUNK_SQL                                                            \
     {{CAT_SQL_TILING_BELOW, "chunks_ns_min"},                                        \
@@ -94,7 +97,7 @@ enum { CC_ID, CC_MIN, CC_MAX, CC_SHARD, CC_MAJOR, CC_MINOR, CC_JUMBO, CC_EST, CC
      {CAT_SQL_MERGE_PIECES, "chunks_ns_min"},                                        \
      {CAT_SQL_MERGE_DELETE, "chunks_ns_min"},                                        \
      {CAT_SQL_CONTROL_CHUNK, "chunks_ns_shard_min"},                                 \
-     {CAT_SQL_ROUTING_SINCE, "chunks_ns_lastmod"}}
+     {CAT_SQL_ROUTING_PAGE, "chunks_ns_lastmod"}}
 
 /* ---- SQLite helpers (catalog.c); SQLite codes become ms_err codes here ---------------- */
 int cat_sql_exec(cat_t *c, const char *sql, ms_error_t *err);

@@ -2,6 +2,7 @@
  * cfg_util.c — small helpers of the config server's command handlers (bin/configsvr):
  * namespace parsing, request field access, and calls to shards by name with a deadline.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -87,4 +88,31 @@ void cfg_flush_shard(cfg_t *cfg, const char *shard, const char *ns) {
     else log_warn("flush routing cache failed shard=%s ns=%s code=%d errmsg=%s", log_str(shard),
                   log_str(ns), rc, log_str(e.msg));
     bson_destroy(&cmd);
+}
+
+typedef struct flush_arg {
+    cfg_t *cfg;
+    const char *shard, *ns;
+} flush_arg_t;
+
+static void *flush_thread(void *p) {
+    flush_arg_t *a = p;
+    cfg_flush_shard(a->cfg, a->shard, a->ns);
+    return NULL;
+}
+
+void cfg_flush_shards(cfg_t *cfg, const char *const *shards, int n, const char *ns) {
+    pthread_t th[MS_SHARDS_MAX];
+    flush_arg_t args[MS_SHARDS_MAX];
+    bool started[MS_SHARDS_MAX] = {false};
+    if (n > MS_SHARDS_MAX) n = MS_SHARDS_MAX;
+    /* One thread per shard: each refresh reads the whole table (pages of it) and is
+     * bounded by its own call's deadline, so the slowest shard sets the time, not the sum. */
+    for (int i = 0; i < n; i++) {
+        args[i] = (flush_arg_t){cfg, shards[i], ns};
+        started[i] = pthread_create(&th[i], NULL, flush_thread, &args[i]) == 0;
+        if (!started[i]) cfg_flush_shard(cfg, shards[i], ns);   /* no thread: do it here */
+    }
+    for (int i = 0; i < n; i++)
+        if (started[i]) pthread_join(th[i], NULL);
 }

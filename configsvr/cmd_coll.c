@@ -227,10 +227,11 @@ int cfg_cmd_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
         /* Empty, hashed prefix: MongoDB's pre-split, numInitialChunks (default 2 per
          * shard) chunks round-robin over the shards. */
         int64_t n = nic > 0 ? nic : 2 * (int64_t)nowners;
-        if (n > CAT_INITIAL_CHUNKS_MAX || n > (int64_t)CAT_INITIAL_CHUNKS_PER_SHARD_MAX * nowners) {
+        /* MongoDB also caps each shard at 8,192; minishard takes the whole million on any
+         * number of shards (the routing table travels in pages, so nothing caps it). */
+        if (n > CAT_INITIAL_CHUNKS_MAX) {
             rc = err_set(err, MS_ERR_INVALID_OPTIONS,
-                         "numInitialChunks cannot be more than either: %d * number of shards; or %d",
-                         CAT_INITIAL_CHUNKS_PER_SHARD_MAX, CAT_INITIAL_CHUNKS_MAX);
+                         "numInitialChunks cannot be more than %d", CAT_INITIAL_CHUNKS_MAX);
             goto out;
         }
         nchunks = (int)n;
@@ -319,7 +320,7 @@ int cfg_cmd_shard_collection(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     BSON_APPEND_UTF8(reply, "collectionsharded", ns);
     bson_append_binary(reply, "collectionUUID", -1, BSON_SUBTYPE_UUID, coll.uuid, 16);
     cfg_ddl_unlock(&g);
-    for (int i = 0; i < nowners && i < nchunks; i++) cfg_flush_shard(cfg, owners[i], ns);
+    cfg_flush_shards(cfg, owners, nowners < nchunks ? nowners : nchunks, ns);
 out:
     cfg_ddl_unlock(&g);
     /* bounds are either owned documents (hashed pre-split) or views (split keys) */
@@ -339,15 +340,27 @@ out:
     return rc;
 }
 
+/* One page of the routing table: {getRoutingTable: ns, sinceVersion?: {e, t, v},
+ * after?: Timestamp} (docs/protocol.md; the paging in docs/versioning-and-routing.md). */
 int cfg_cmd_get_routing_table(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     cfg_t *cfg = ctx->app;
-    cat_version_t since;
+    cat_version_t since, after;
     bson_t sv;
-    bool have = false;
+    bson_iter_t it;
+    bool have = false, have_after = false;
     if (cfg_field_doc(ctx, "sinceVersion", &sv)) {
         int rc = cat_version_parse(&sv, &since, err);
         if (rc) return rc;
         have = true;
     }
-    return cat_routing_table(cfg->cat, cfg_arg_str(ctx), have ? &since : NULL, reply, err);
+    if (bson_iter_init_find(&it, ctx->req, "after")) {
+        if (!BSON_ITER_HOLDS_TIMESTAMP(&it))
+            return err_set(err, MS_ERR_TYPE_MISMATCH,
+                           "getRoutingTable: after must be a Timestamp (the last lastmod read)");
+        memset(&after, 0, sizeof after);
+        bson_iter_timestamp(&it, &after.major, &after.minor);
+        have_after = true;
+    }
+    return cat_routing_page(cfg->cat, cfg_arg_str(ctx), have ? &since : NULL,
+                            have_after ? &after : NULL, reply, err);
 }

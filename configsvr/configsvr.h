@@ -43,8 +43,8 @@
 #define CAT_CHUNKSIZE_MB_MIN 1
 #define CAT_CHUNKSIZE_MB_MAX 1024
 
-/* numInitialChunks bounds: MongoDB refuses more than 8192 per shard or 1,000,000 total. */
-#define CAT_INITIAL_CHUNKS_PER_SHARD_MAX 8192
+/* numInitialChunks bound: 1,000,000 in all, with any number of shards (MongoDB also
+ * refuses more than 8,192 per shard; minishard does not). */
 #define CAT_INITIAL_CHUNKS_MAX 1000000
 
 /* Split points accepted in one split (MongoDB's splitChunk reply cap is the 16 MB
@@ -304,10 +304,19 @@ void cat_zones_free(cat_zone_range_t *v, int n);  /* NULL-safe */
 int cat_shard_zones(cat_t *c, const char *shard, char ***zones_out, int *n_out, ms_error_t *err);
 
 /* -- routing -- */
-/* The getRoutingTable reply body (shardd/shardver.h) for ns into reply (initialised by
- * the caller). since NULL or of another generation → full table. */
+/* The first page of the getRoutingTable reply body (shardd/shardver.h) for ns into reply
+ * (initialised by the caller). since NULL or of another generation → full table. */
 int cat_routing_table(cat_t *c, const char *ns, const cat_version_t *since, bson_t *reply,
                       ms_error_t *err);
+/* One page of it: the chunks with lastmod >= since (all when full) and, when after is
+ * non-NULL, > *after (only its major and minor are read), in lastmod order, at most
+ * MS_ROUTING_PAGE_BYTES of them and at most the page chunk cap; `more: true` when chunks
+ * remain. The catalog lock is held for this page only. */
+int cat_routing_page(cat_t *c, const char *ns, const cat_version_t *since,
+                     const cat_version_t *after, bson_t *reply, ms_error_t *err);
+/* Caps a page at n chunks (1..MS_CHUNKS_PER_COLLECTION_MAX; other values: no chunk cap,
+ * only MS_ROUTING_PAGE_BYTES): --routing-table-page-chunks, a test flag. */
+void cat_set_routing_page_chunks(int n);
 /* Parses {e: ObjectId, t: Timestamp, v: Timestamp} into *out. BadValue when malformed. */
 int cat_version_parse(const bson_t *doc, cat_version_t *out, ms_error_t *err);
 void cat_version_append(bson_t *dst, const char *key, const cat_version_t *v);
@@ -768,6 +777,9 @@ int cfg_shard_command(cfg_t *cfg, const char *shard, const bson_t *cmd, int time
                       bson_t *reply, ms_error_t *err);
 /* Best effort `_flushRoutingTableCacheUpdates: ns` to shard; failures are logged. */
 void cfg_flush_shard(cfg_t *cfg, const char *shard, const char *ns);
+/* cfg_flush_shard to shards[0, n) at once (one thread each), returning when all answered
+ * or timed out. */
+void cfg_flush_shards(cfg_t *cfg, const char *const *shards, int n, const char *ns);
 
 /* Splits "db.coll" into db (cap >= CAT_DB_NAME_BYTES_MAX) and checks both parts are
  * non-empty and the whole fits MS_NS_BYTES_MAX (InvalidNamespace otherwise). */

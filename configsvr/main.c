@@ -27,6 +27,7 @@ static const char cfg_usage[] =
     "                 [--auto-merger-interval-ms N] [--auto-merger-throttle-ms N]\n"
     "                 [--auto-merger-horizon-ms N] [--defrag-throttle-ms N]\n"
     "                 [--http-port P] [--http-bind ADDR] [--http-idle-ms N]\n"
+    "                 [--routing-table-page-chunks N]\n"
     "The config server of a minishard cluster: the sharding catalog and the balancer.";
 
 /* Creates dir when missing (one level, as the parent is the caller's); it must be a
@@ -97,7 +98,7 @@ int main(int argc, char **argv) {
     int am_throttle_ms = MS_AUTOMERGER_THROTTLE_MS_DEFAULT;
     int am_horizon_ms = MS_AUTOMERGER_HORIZON_MS_DEFAULT;
     int defrag_throttle_ms = MS_DEFRAG_THROTTLE_MS_DEFAULT;
-    int http_port = 0, http_idle_ms = MS_HTTP_IDLE_MS_DEFAULT;
+    int http_port = 0, http_idle_ms = MS_HTTP_IDLE_MS_DEFAULT, page_chunks = 0;
     int cursor_idle_ms = MS_CURSOR_IDLE_MS_MAX;
     const char *http_bind = "127.0.0.1";
     cfg_http_t *http = NULL;
@@ -124,6 +125,9 @@ int main(int argc, char **argv) {
         {"cursor-timeout-ms", FLAG_INT, &cursor_idle_ms,
          "an idle config cursor is killed after this long (default 600000, MongoDB's "
          "cursorTimeoutMillis)"},
+        {"routing-table-page-chunks", FLAG_INT, &page_chunks,
+         "test: at most N chunks in one getRoutingTable page (needs --enable-test-commands; "
+         "default: pages end at 4 MiB only)"},
         {NULL, FLAG_BOOL, NULL, NULL},
     };
     daemon_t d;
@@ -163,6 +167,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "configsvr: --cursor-timeout-ms must be 1..%d\n", MS_CURSOR_IDLE_MS_MAX);
         return 2;
     }
+    if (page_chunks != 0 && (!d.test_commands || page_chunks < 1 ||
+                             page_chunks > MS_CHUNKS_PER_COLLECTION_MAX)) {
+        fprintf(stderr, "configsvr: --routing-table-page-chunks must be 1..%d and needs "
+                "--enable-test-commands\n", MS_CHUNKS_PER_COLLECTION_MAX);
+        return 2;
+    }
+    cat_set_routing_page_chunks(page_chunks);
     log_init("configsvr", LOG_INFO);
     cat_settings_allow_test_fields(d.test_commands);
     cfg_register_failpoints();  /* before anything can evaluate one */

@@ -54,7 +54,9 @@ int rt_cmd_to_config(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) {
     bson_t cmd, rep;
     bson_init(&cmd);
     rt_copy_cmd(&cmd, ctx->req, NULL);
-    int rc = rt_config_call(r, &cmd, &rep, err);
+    /* With a maxTimeMS the operation's own deadline is the call's, also when longer than
+     * the router's default (a pre-split of a million chunks takes about a minute). */
+    int rc = rt_config_call_ms(r, &cmd, op_deadline_ms() > 0 ? 0 : r->peer_timeout_ms, &rep, err);
     bson_destroy(&cmd);
     if (rc) return rc;
     rc = relay(ctx, &rep, reply, err);

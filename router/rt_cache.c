@@ -1,9 +1,9 @@
 /*
  * rt_cache.c — the router's caches (MongoDB's CatalogCache in miniature), run by
  * bin/router: per collection an immutable, reference-counted routing table (chunks
- * sorted by encoded min, found by binary search) fetched with getRoutingTable and
- * refreshed incrementally (sinceVersion = our collection version: only changed chunks
- * come back and replace the ones they overlap); per database its primary shard; and the
+ * sorted by encoded min, found by binary search) fetched with getRoutingTable, in pages
+ * (rtable_fetch), and refreshed incrementally (sinceVersion = our collection version:
+ * only changed chunks come back and replace the ones they overlap); per database its primary shard; and the
  * shard registry (listShards). One refresh per collection runs at a time; other
  * threads wait for it (bounded by the call deadline).
  */
@@ -23,6 +23,10 @@
 struct rt_coll_entry {
     char ns[MS_NS_BYTES_MAX + 1];
     rt_table_t *table;            /* NULL = unknown */
+    /* The table an invalidation set aside (a split, merge or move through this router):
+     * not routed with, but the base of the next refresh, so that it reads only what
+     * changed — at a million chunks a full load is seconds, an incremental one a page. */
+    rt_table_t *stale;
     bool refreshing;
     uint64_t seq;                 /* completed refreshes */
     uint64_t invalidations;
@@ -65,23 +69,6 @@ static rt_table_t *table_new(const char *ns) {
     return t;
 }
 
-/* Builds a table from a getRoutingTable reply, merged into base when incremental
- * (common/rtable.c). *retry_full when the incremental answer could not be applied. */
-static int table_from_reply(const char *ns, const bson_t *reply, const rt_table_t *base,
-                            rt_table_t **out, bool *retry_full, ms_error_t *err) {
-    rt_table_t *t = table_new(ns);
-    int rc = rtable_from_reply(reply, base && base->sharded ? &base->rt : NULL, &t->rt,
-                               retry_full, err);
-    if (rc || *retry_full) {
-        if (rc) err_prefix(err, "%s", ns);
-        table_free(t);
-        return rc;
-    }
-    t->sharded = true;
-    *out = t;
-    return 0;
-}
-
 int rt_config_call(router_t *r, const bson_t *cmd, bson_t *reply, ms_error_t *err) {
     return rt_config_call_ms(r, cmd, r->peer_timeout_ms, reply, err);
 }
@@ -93,6 +80,14 @@ int rt_config_call_ms(router_t *r, const bson_t *cmd, int dflt_ms, bson_t *reply
     /* The operation's maxTimeMS bounds the call when it has one. */
     rc = rpc_call_op(c, cmd, dflt_ms, reply, err);
     if (rc) err_prefix(err, "config server");
+    return rc;
+}
+
+/* One getRoutingTable page from the config server (rtable_fetch's call). */
+static int call_page(void *arg, const bson_t *cmd, bson_t *reply, ms_error_t *err) {
+    int rc = rt_config_call(arg, cmd, reply, err);
+    if (rc) return rc;
+    if ((rc = rt_reply_status(reply, err)) != 0) bson_destroy(reply);
     return rc;
 }
 
@@ -109,41 +104,26 @@ static int fetch_table(router_t *r, const char *ns, const rt_table_t *base, rt_t
         rotate = bson_iter_init_find(&fi, &fpdata, "rotateShards") && bsonx_truthy(&fi);
         bson_destroy(&fpdata);
     }
-    for (int round = force_full ? 1 : 0; round < 2; round++) {
-        bson_t cmd, reply;
-        bool retry_full = false;
-        int rc;
-        bson_init(&cmd);
-        BSON_APPEND_UTF8(&cmd, "getRoutingTable", ns);
-        BSON_APPEND_UTF8(&cmd, "$db", "admin");
-        if (round == 0 && base && base->sharded) {
-            rtable_version_t v;
-            rtable_coll_version(&base->rt, &v);
-            rtable_version_append(&cmd, "sinceVersion", &v);
-        }
-        rc = rt_config_call(r, &cmd, &reply, err);
-        bson_destroy(&cmd);
-        if (rc) return rc;
-        rc = rt_reply_status(&reply, err);
-        if (rc == MS_ERR_NAMESPACE_NOT_SHARDED) {
-            bson_destroy(&reply);
-            *out = table_new(ns);
-            return 0;
-        }
-        if (rc) {
-            bson_destroy(&reply);
-            err_prefix(err, "getRoutingTable %s", ns);
-            return rc;
-        }
-        rc = table_from_reply(ns, &reply, round == 0 ? base : NULL, out, &retry_full, err);
-        bson_destroy(&reply);
-        /* Test hook: a full refresh may number shards differently from the table it
-         * replaces (in the order the chunks mention them); nothing may rely on a shard
-         * keeping its index, and rotateShards makes that visible. */
-        if (rc == 0 && !retry_full && rotate && (*out)->sharded) rtable_rotate_shards(&(*out)->rt);
-        if (rc || !retry_full) return rc;
+    rt_table_t *t = table_new(ns);
+    const rtable_t *since = base && base->sharded && !force_full ? &base->rt : NULL;
+    int rc = rtable_fetch(ns, since, call_page, r, &t->rt, err);
+    if (rc == MS_ERR_NAMESPACE_NOT_SHARDED) {
+        memset(err, 0, sizeof *err);
+        *out = t;   /* unsharded: an empty entry */
+        return 0;
     }
-    return err_set(err, MS_ERR_INTERNAL, "routing table of %s could not be applied", ns);
+    if (rc) {
+        err_prefix(err, "getRoutingTable %s", ns);
+        table_free(t);
+        return rc;
+    }
+    t->sharded = true;
+    /* Test hook: a full refresh may number shards differently from the table it
+     * replaces (in the order the chunks mention them); nothing may rely on a shard
+     * keeping its index, and rotateShards makes that visible. */
+    if (rotate) rtable_rotate_shards(&t->rt);
+    *out = t;
+    return 0;
 }
 
 /* Caller holds r->mu. */
@@ -194,7 +174,7 @@ static int refresh(router_t *r, const char *ns, const rt_table_t *seen, rt_table
     }
     e->refreshing = true;
     inval = e->invalidations;
-    base = table_ref(e->table);
+    base = table_ref(e->table ? e->table : e->stale);
     pthread_mutex_unlock(&r->mu);
 
     long long t0 = time_mono_ms();
@@ -216,7 +196,9 @@ static int refresh(router_t *r, const char *ns, const rt_table_t *seen, rt_table
     bool discarded = rc == 0 && e->invalidations != inval;
     if (rc == 0 && !discarded) {
         rt_table_release(e->table);
+        rt_table_release(e->stale);
         e->table = fresh;
+        e->stale = NULL;
         fresh = NULL;
     }
     if (rc == 0 && got) *got = table_ref(discarded ? fresh : e->table);
@@ -265,10 +247,22 @@ int rt_table_refresh(router_t *r, const char *ns, const rt_table_t *seen, ms_err
 void rt_table_invalidate(router_t *r, const char *ns) {
     pthread_mutex_lock(&r->mu);
     rt_coll_entry_t *e = coll_entry(r, ns);
-    rt_table_release(e->table);
-    e->table = NULL;
+    if (e->table) {
+        rt_table_release(e->stale);
+        e->stale = e->table;
+        e->table = NULL;
+    }
     e->invalidations++;
     pthread_mutex_unlock(&r->mu);
+}
+
+/* Forgets e's table and any set-aside one: the next refresh reads in full. Caller holds
+ * r->mu. */
+static void entry_forget(rt_coll_entry_t *e) {
+    rt_table_release(e->table);
+    rt_table_release(e->stale);
+    e->table = e->stale = NULL;
+    e->invalidations++;
 }
 
 /* ---- databases and shards --------------------------------------------------------------- */
@@ -377,21 +371,13 @@ void rt_cache_flush_db(router_t *r, const char *db) {
     rt_db_invalidate(r, db);
     pthread_mutex_lock(&r->mu);
     for (rt_coll_entry_t *e = r->colls; e; e = e->next)
-        if (!strncmp(e->ns, db, dl) && e->ns[dl] == '.') {
-            rt_table_release(e->table);
-            e->table = NULL;
-            e->invalidations++;
-        }
+        if (!strncmp(e->ns, db, dl) && e->ns[dl] == '.') entry_forget(e);
     pthread_mutex_unlock(&r->mu);
 }
 
 void rt_cache_flush_all(router_t *r) {
     pthread_mutex_lock(&r->mu);
-    for (rt_coll_entry_t *e = r->colls; e; e = e->next) {
-        rt_table_release(e->table);
-        e->table = NULL;
-        e->invalidations++;
-    }
+    for (rt_coll_entry_t *e = r->colls; e; e = e->next) entry_forget(e);
     for (rt_db_entry_t *d = r->dbs, *n; d; d = n) {
         n = d->next;
         free(d);
@@ -481,6 +467,7 @@ int rt_open(const char *configdb, const char *url, router_t **out, ms_error_t *e
     r->peer_timeout_ms = RT_CALL_TIMEOUT_MS;
     atomic_init(&r->max_chunk_bytes, (int_fast64_t)MS_CHUNK_SIZE_MB_DEFAULT * 1024 * 1024);
     fp_register(RT_FP_FORCE_FULL_REFRESH);   /* before anything can evaluate it */
+    fp_register(RTABLE_FP_HANG_BETWEEN_PAGES);
     fp_register(RT_FP_HANG_INDEX_DDL_RETRY);
     int rc = rt_cursors_open(r, &r->cursors);
     if (rc) {
@@ -504,6 +491,7 @@ void rt_close(router_t *r) {
     for (rt_coll_entry_t *e = r->colls, *n; e; e = n) {
         n = e->next;
         rt_table_release(e->table);
+        rt_table_release(e->stale);
         free(e);
     }
     for (rt_db_entry_t *d = r->dbs, *n; d; d = n) {

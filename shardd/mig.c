@@ -34,6 +34,7 @@ void mig_register_failpoints(void) {
     for (int i = 0; i < 6; i++) fp_register(mig_donor_step_fps[i]);
     for (int i = 0; i < 7; i++) fp_register(mig_recv_step_fps[i]);
     fp_register(FP_HANG_BEFORE_LEAVING_CRIT_SEC);
+    fp_register(RTABLE_FP_HANG_BETWEEN_PAGES);   /* the filtering metadata's refresh */
     fp_register(FP_FAIL_MIGRATION_COMMIT);
     fp_register(FP_MIGRATION_COMMIT_NETWORK_ERROR);
     fp_register(FP_HANG_DONOR_RECOVERY);

@@ -283,153 +283,60 @@ int mig_coord_complete(mig_t *m, coord_t *c, bool committed, long long until_ms,
     return 0;
 }
 
-/* The embedded document at it, as a read-only view; false when it is not one. */
-static bool doc_at(const bson_iter_t *it, bson_t *out) {
-    return BSON_ITER_HOLDS_DOCUMENT(it) && bsonx_view_container(it, out);
-}
+/* One getRoutingTable page for fetch_owner (rtable_fetch's call): *other_uuid when a page
+ * is of another incarnation of the collection than the migration's. */
+typedef struct owner_call {
+    const char *url;
+    const uint8_t *uuid;
+    bool other_uuid;
+} owner_call_t;
 
-/* Asks the config server for the routing table of c's collection: the chunks changed at
- * or after since (NULL: every chunk). *gone: the collection was dropped (or dropped and
- * recreated: another uuid); *reply is then not initialised. */
-static int ask_table(const coord_t *c, const char *url, const rtable_version_t *since,
-                     bson_t *reply, bool *gone, ms_error_t *err) {
-    bson_t cmd;
-    bson_iter_t it;
-    bson_init(&cmd);
-    BSON_APPEND_UTF8(&cmd, "getRoutingTable", c->ns);
-    if (since) rtable_version_append(&cmd, "sinceVersion", since);
-    int rc = mig_call(url, &cmd, MS_RPC_CONFIG_TIMEOUT_MS_DEFAULT, reply, err);
-    bson_destroy(&cmd);
-    if (rc == MS_ERR_NAMESPACE_NOT_SHARDED) {
-        *gone = true;
-        memset(err, 0, sizeof *err);
-        return 0;
-    }
-    if (rc != 0) return rc;
-    if (bson_iter_init_find(&it, reply, "uuid") && BSON_ITER_HOLDS_BINARY(&it)) {
-        bson_subtype_t st;
-        uint32_t len = 0;
-        const uint8_t *data = NULL;
-        bson_iter_binary(&it, &st, &len, &data);
-        if (len == 16 && memcmp(data, c->coll_uuid, 16) != 0) {
-            *gone = true;
-            bson_destroy(reply);
-        }
-    }
-    return 0;
-}
-
-/* Versions only grow, and the fence made the collection's newer than the version the
- * migration started from: a reply whose collectionVersion is not newer was read before
- * the fence (a stale answer), and deciding from it is what fetch_owner exists to avoid. */
-static int check_after_fence(const coord_t *c, const bson_t *reply, const rtable_version_t *pre,
-                             ms_error_t *err) {
-    bson_iter_t it;
-    rtable_version_t now;
-    bool comparable = false;
-    if (!bson_iter_init_find(&it, reply, "collectionVersion") ||
-        rtable_version_parse(&it, &now, err) != 0)
-        return err_set(err, MS_ERR_FAILED_TO_PARSE, "routing table of %s without a "
-                       "collectionVersion", c->ns);
-    if (rtable_version_cmp(&now, pre, &comparable) <= 0 && comparable)
-        return err_set(err, MS_ERR_STALE_CONFIG, "routing table of %s older than the "
-                       "recovery's fence (collection version %u|%u)", c->ns, now.major, now.minor);
-    return 0;
-}
-
-/* The shard of the reply's chunk containing the encoded key (one pass over its chunks, no
- * table built): *found false when none of them does (an incremental reply leaves out the
- * chunks not changed since its sinceVersion). */
-static int reply_owner(const bson_t *reply, const keys_pattern_t *p, const buf_t *key,
-                       char *owner, size_t cap, bool *found, ms_error_t *err) {
-    bson_iter_t it, arr;
-    buf_t mn = {0}, mx = {0};
-    int rc = 0;
-    *found = false;
-    if (!bson_iter_init_find(&it, reply, "chunks") || !BSON_ITER_HOLDS_ARRAY(&it) ||
-        !bson_iter_recurse(&it, &arr))
-        return err_set(err, MS_ERR_FAILED_TO_PARSE, "routing table without chunks");
-    while (rc == 0 && !*found && bson_iter_next(&arr)) {
-        bson_t d, b;
-        bson_iter_t f;
-        const char *shard = NULL;
-        if (!doc_at(&arr, &d))
-            return err_set(err, MS_ERR_FAILED_TO_PARSE, "routing table: chunk is not a document");
-        buf_reset(&mn);
-        buf_reset(&mx);
-        bool ok = bson_iter_init_find(&f, &d, "min") && doc_at(&f, &b) &&
-                  keys_encode_bound(p, &b, &mn, err) == 0 &&
-                  bson_iter_init_find(&f, &d, "max") && doc_at(&f, &b) &&
-                  keys_encode_bound(p, &b, &mx, err) == 0 &&
-                  bson_iter_init_find(&f, &d, "shard") && BSON_ITER_HOLDS_UTF8(&f) &&
-                  (shard = bson_iter_utf8(&f, NULL)) != NULL;
-        if (!ok)
-            rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "routing table: chunk needs min, max and shard");
-        else if (rtable_bytes_cmp(mn.data, mn.len, key->data, key->len) <= 0 &&
-                 rtable_bytes_cmp(key->data, key->len, mx.data, mx.len) < 0) {
-            snprintf(owner, cap, "%s", shard);
-            *found = true;
-        }
-    }
-    buf_free(&mn);
-    buf_free(&mx);
+static int owner_page(void *arg, const bson_t *cmd, bson_t *reply, ms_error_t *err) {
+    owner_call_t *oc = arg;
+    uint8_t u[16];
+    int rc = mig_call(oc->url, cmd, MS_RPC_CONFIG_TIMEOUT_MS_DEFAULT, reply, err);
+    if (rc == 0 && rtable_reply_uuid(reply, u) && memcmp(u, oc->uuid, 16) != 0)
+        oc->other_uuid = true;
     return rc;
 }
 
 /* The owner of the migrated range's min in a routing table fetched from the config
  * server now — by this call, never from a refresh some other caller started earlier —
- * so it reflects every commit that landed before the caller's fence. First only the
- * chunks changed since the fence's version (the fence or the commit gave the chunk at
- * the range's min a major above the migration's), then, when that chunk is not among
- * them (a split since, at the old major), the whole table: the cost of a decision is
- * what changed, not the collection's size. *gone: the collection was dropped (or
- * dropped and recreated: another uuid). */
+ * so it reflects every commit that landed before the caller's fence. *gone: the
+ * collection was dropped (or dropped and recreated: another uuid). */
 static int fetch_owner(mig_t *m, const coord_t *c, char *owner, size_t cap, bool *gone,
                        ms_error_t *err) {
     char url[MS_URL_BYTES_MAX];
-    bson_t reply, w;
+    rtable_version_t pre, now;
     bson_iter_t vi;
-    rtable_version_t pre = {0}, since;
-    keys_pattern_t p;
-    buf_t key = {0};
-    bool found = false;
-    int rc = 0;
+    bson_t w;
+    bool comparable = false, parsed;
     *gone = false;
     owner[0] = 0;
-    memset(&p, 0, sizeof p);
     shv_identity(m->app->shv, NULL, 0, url, sizeof url);
+    owner_call_t oc = {.url = url, .uuid = c->coll_uuid};
     bson_init(&w);
     BSON_APPEND_DOCUMENT(&w, "v", &c->pre_version);
-    /* (the document's own version unreadable: nothing to compare with, the whole table) */
-    bool have_pre = bson_iter_init_find(&vi, &w, "v") && rtable_version_parse(&vi, &pre, NULL) == 0;
+    parsed = bson_iter_init_find(&vi, &w, "v") && rtable_version_parse(&vi, &pre, NULL) == 0;
     bson_destroy(&w);
-    since = pre;
-    since.major = pre.major + 1;
-    since.minor = 0;
-    for (int round = have_pre ? 0 : 1; rc == 0 && !found && !*gone && round < 2; round++) {
-        bson_iter_t it;
-        bson_t kd;
-        if ((rc = ask_table(c, url, round == 0 ? &since : NULL, &reply, gone, err)) != 0 || *gone)
-            break;
-        if (have_pre) rc = check_after_fence(c, &reply, &pre, err);
-        if (rc == 0 && p.nfields == 0) {
-            if (!bson_iter_init_find(&it, &reply, "key") || !doc_at(&it, &kd))
-                rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "routing table of %s without a key",
-                             c->ns);
-            else if ((rc = keys_pattern_parse(&kd, &p, err)) == 0)
-                rc = keys_encode_bound(&p, &c->range_min, &key, err);
-        }
-        if (rc == 0) rc = reply_owner(&reply, &p, &key, owner, cap, &found, err);
-        bson_destroy(&reply);
-        if (rc == 0 && !found && round == 0)
-            log_info("migration decide: the chunk at the range's min is older than %u|0, "
-                     "reading the whole table id=%s ns=%s", since.major, c->id, log_str(c->ns));
-        if (rc == 0 && !found && round == 1)
-            rc = err_set(err, MS_ERR_FAILED_TO_PARSE, "routing table of %s has no chunk for the "
-                         "migrated range", c->ns);
+    /* Only the chunks changed since the migration began (its chunk then had lastmod
+     * pre.v; whatever holds its min now is newer): a page, not the whole table. Without a
+     * readable version, all of them. */
+    int rc = rtable_fetch_owner(c->ns, parsed ? &pre : NULL, &c->range_min, owner_page, &oc,
+                                owner, cap, &now, err);
+    if (rc == MS_ERR_NAMESPACE_NOT_SHARDED || (rc == 0 && oc.other_uuid)) {
+        *gone = true;
+        owner[0] = 0;
+        memset(err, 0, sizeof *err);
+        return 0;
     }
-    buf_free(&key);
-    keys_pattern_free(&p);
+    /* Versions only grow, and the fence made the collection's newer than the version the
+     * migration started from: an older answer was read before the fence (stale), and
+     * deciding from it is what this function exists to avoid. */
+    if (rc == 0 && parsed && rtable_version_cmp(&now, &pre, &comparable) <= 0 && comparable)
+        rc = err_set(err, MS_ERR_STALE_CONFIG, "routing table of %s older than the recovery's "
+                     "fence (collection version %u|%u)", c->ns, now.major, now.minor);
+    if (rc) owner[0] = 0;
     return rc;
 }
 

@@ -344,43 +344,43 @@ void shv_invalidate(shv_t *s, const char *ns) {
 
 /* ---- refresh (MongoDB's onShardVersionMismatch → forceShardFilteringMetadataRefresh) ---- */
 
-/* Builds a snapshot from a getRoutingTable reply, merged into base when incremental
- * (common/rtable.c). *merge_failed when the caller must ask again in full. */
-static int snap_from_reply(const bson_t *reply, shv_filter_t *base, const char *me,
-                           shv_filter_t **out, bool *merge_failed, ms_error_t *err) {
-    shv_filter_t *f = mem_calloc_aligned(1, sizeof *f);   /* holds a bson_t (common/mem.h) */
-    ASSERT(f);
-    atomic_init(&f->refs, 1);
-    int rc = rtable_from_reply(reply, base ? &base->rt : NULL, &f->rt, merge_failed, err);
-    if (rc || *merge_failed) {
-        snap_free(f);
+/* What one refresh's page calls share (rtable_fetch's call): the config server, and the
+ * collection's UUID as the pages tell it. */
+typedef struct page_call {
+    rpc_client_t *cli;
+    uint8_t uuid[16];
+    bool has_uuid;
+} page_call_t;
+
+/* One getRoutingTable page. rpc_call_op, not rpc_command: the reply is ours whenever the
+ * call succeeds, so NamespaceNotSharded and other {ok: 0} answers are read without
+ * ambiguity. The request's maxTimeMS bounds it when shorter (MaxTimeMSExpired). */
+static int call_page(void *arg, const bson_t *cmd, bson_t *reply, ms_error_t *err) {
+    page_call_t *pc = arg;
+    bson_iter_t it;
+    int rc = rpc_call_op(pc->cli, cmd, SHV_REFRESH_TIMEOUT_MS, reply, err);
+    if (rc) return rc;
+    if (!bson_iter_init_find(&it, reply, "ok") || !bsonx_truthy(&it)) {
+        int code = MS_ERR_UNKNOWN_ERROR;
+        const char *msg = "";
+        if (bson_iter_init_find(&it, reply, "code") && BSON_ITER_HOLDS_INT32(&it))
+            code = bson_iter_int32(&it);
+        if (bson_iter_init_find(&it, reply, "errmsg") && BSON_ITER_HOLDS_UTF8(&it))
+            msg = bson_iter_utf8(&it, NULL);
+        rc = err_set(err, code ? code : MS_ERR_UNKNOWN_ERROR, "%s", msg);
+        bson_destroy(reply);
         return rc;
     }
-    snap_finish(f, me);
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, reply, "uuid") && BSON_ITER_HOLDS_BINARY(&it)) {
-        uint32_t n;
-        const uint8_t *d;
-        bson_subtype_t st;
-        bson_iter_binary(&it, &st, &n, &d);
-        if (n == 16) {
-            memcpy(f->uuid, d, 16);
-            f->has_uuid = true;
-        }
-    }
-    if (!f->has_uuid && base && base->has_uuid) {
-        memcpy(f->uuid, base->uuid, 16);
-        f->has_uuid = true;
-    }
-    *out = f;
+    if (rtable_reply_uuid(reply, pc->uuid)) pc->has_uuid = true;
     return 0;
 }
 
-/* Asks the config server. *unsharded set for NamespaceNotSharded; else *out a snapshot. */
+/* Asks the config server, page by page (common/rtable.h rtable_fetch), merging into base
+ * when it can. *unsharded set for NamespaceNotSharded; else *out a snapshot. */
 static int fetch_table(shv_t *s, const char *ns, shv_filter_t *base, shv_filter_t **out,
                        bool *unsharded, ms_error_t *err) {
     char url[MS_URL_BYTES_MAX], me[128];
-    rpc_client_t *cli = NULL;
+    page_call_t pc = {0};
     int rc;
     *unsharded = false;
     *out = NULL;
@@ -388,49 +388,32 @@ static int fetch_table(shv_t *s, const char *ns, shv_filter_t *base, shv_filter_
     memcpy(url, s->config_url, sizeof url);
     memcpy(me, s->shard_name, sizeof me);
     pthread_mutex_unlock(&s->mu);
-    rc = rpc_peer(url, &cli, err);
+    rc = rpc_peer(url, &pc.cli, err);
     if (rc) return rc;
-    /* At most two rounds: incremental, then full if the merge did not tile. */
-    for (int round = 0; round < 2; round++) {
-        bson_t cmd, reply;
-        bson_iter_t it;
-        bool merge_failed = false;
-        bson_init(&cmd);
-        BSON_APPEND_UTF8(&cmd, "getRoutingTable", ns);
-        if (base && round == 0) append_snap_version(&cmd, "sinceVersion", base, true);
-        /* rpc_call_op, not rpc_command: the reply is ours whenever the call succeeds, so
-         * NamespaceNotSharded and other {ok: 0} answers are read without ambiguity. The
-         * request's maxTimeMS bounds it when shorter (MaxTimeMSExpired). */
-        rc = rpc_call_op(cli, &cmd, SHV_REFRESH_TIMEOUT_MS, &reply, err);
-        bson_destroy(&cmd);
-        if (rc) {
-            err_prefix(err, "refreshing filtering metadata of %s from %s", ns, url);
-            return rc;
+    shv_filter_t *f = mem_calloc_aligned(1, sizeof *f);   /* holds a bson_t (common/mem.h) */
+    ASSERT(f);
+    atomic_init(&f->refs, 1);
+    rc = rtable_fetch(ns, base ? &base->rt : NULL, call_page, &pc, &f->rt, err);
+    if (rc) {
+        snap_free(f);
+        if (rc == MS_ERR_NAMESPACE_NOT_SHARDED) {
+            memset(err, 0, sizeof *err);
+            *unsharded = true;
+            return 0;
         }
-        if (!bson_iter_init_find(&it, &reply, "ok") || !bsonx_truthy(&it)) {
-            int code = MS_ERR_UNKNOWN_ERROR;
-            const char *msg = "";
-            if (bson_iter_init_find(&it, &reply, "code") && BSON_ITER_HOLDS_INT32(&it))
-                code = bson_iter_int32(&it);
-            if (bson_iter_init_find(&it, &reply, "errmsg") && BSON_ITER_HOLDS_UTF8(&it))
-                msg = bson_iter_utf8(&it, NULL);
-            if (code == MS_ERR_NAMESPACE_NOT_SHARDED) {
-                bson_destroy(&reply);
-                *unsharded = true;
-                return 0;
-            }
-            rc = err_set(err, code ? code : MS_ERR_UNKNOWN_ERROR,
-                         "refreshing filtering metadata of %s from %s: %s", ns, url, msg);
-            bson_destroy(&reply);
-            return rc;
-        }
-        rc = snap_from_reply(&reply, round == 0 ? base : NULL, me, out, &merge_failed, err);
-        bson_destroy(&reply);
-        if (rc) return rc;
-        if (!merge_failed) return 0;
-        log_info("incremental routing table did not apply, fetching in full ns=%s", log_str(ns));
+        err_prefix(err, "refreshing filtering metadata of %s from %s", ns, url);
+        return rc;
     }
-    return err_set(err, MS_ERR_INTERNAL, "routing table of %s could not be applied", ns);
+    snap_finish(f, me);
+    if (pc.has_uuid) {
+        memcpy(f->uuid, pc.uuid, 16);
+        f->has_uuid = true;
+    } else if (base && base->has_uuid) {
+        memcpy(f->uuid, base->uuid, 16);
+        f->has_uuid = true;
+    }
+    *out = f;
+    return 0;
 }
 
 /* One refresh of ns at a time: a second caller waits for the running one (bounded) and

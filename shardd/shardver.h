@@ -13,10 +13,13 @@
  * pinned snapshot of the owned ranges, so orphans are never returned.
  *
  * getRoutingTable (served by the config server; the same reply feeds routers):
- *   {getRoutingTable: "db.coll", sinceVersion?: {e, t, v}}
+ *   {getRoutingTable: "db.coll", sinceVersion?: {e, t, v}, after?: Timestamp}
  *   → {ok: 1, ns, key, unique, uuid, epoch, timestamp, full: bool,
  *      collectionVersion: {e, t, v},
- *      chunks: [{min, max, shard, lastmod: Timestamp(M, m), jumbo?}, ...]}   (sorted by min)
+ *      chunks: [{min, max, shard, lastmod: Timestamp(M, m), jumbo?}, ...],  (sorted by min)
+ *      more: bool}
+ *   One page: the next chunks in lastmod order (after `after`), at most 4 MiB; `more`
+ *   while some remain (common/rtable.h rtable_fetch reads them all and builds one table).
  *   full = false means only chunks with lastmod >= sinceVersion.v of the same
  *   generation are listed and must be merged into the cached table.
  *   An unknown or unsharded namespace → {ok: 0, code: 118 NamespaceNotSharded}.
