@@ -7,9 +7,10 @@
  * lastmod >= its collection version, in any order) to its table. The result must equal a
  * full load of the same catalog exactly: chunks, bounds, owners, lastmods, collection
  * version, each shard's version and chunk count. Some replies are damaged (a chunk
- * dropped, a bound moved, a chunk repeated): an oracle, the plain merge (old chunks that
- * no fresh one overlaps, plus the fresh ones, tiling checked over the whole table), says
- * whether the reply must ask for a full refresh. Some replies come from another
+ * dropped, a bound moved, a chunk repeated): an oracle, the plain merge (the fresh chunks
+ * no newer fresh one overlaps, as a paged reply's reader keeps them, plus the old chunks
+ * none of those overlaps, tiling checked over the whole table), says whether the reply
+ * must ask for a full refresh. Some replies come from another
  * generation. The previous table, whose blocks the new one shares, must stay unchanged.
  */
 #include <stdlib.h>
@@ -168,10 +169,31 @@ static int ch_cmp(const void *a, const void *b) {
     return x->min < y->min ? -1 : x->min > y->min;
 }
 
-/* The oracle: the plain merge. Old chunks no fresh chunk overlaps, plus the fresh ones,
- * sorted; false when that does not tile [MinKey, MaxKey). out holds the result. */
-static bool plain_merge(const ch_t *old, int nold, const ch_t *f, int nf, ch_t *out, int *nout) {
+static bool newer(const ch_t *a, const ch_t *b) {
+    return a->major > b->major || (a->major == b->major && a->minor > b->minor);
+}
+
+/* The fresh chunks a reply's reader keeps (rtable's pages may overlap: what a chunk
+ * became between two pages is newer): each one no newer fresh chunk overlaps, and of
+ * equally new overlapping ones the first (a repeated chunk counts once). */
+static int fresh_kept(const ch_t *f, int nf, ch_t *out) {
     int n = 0;
+    for (int i = 0; i < nf; i++) {
+        bool dead = false;
+        for (int k = 0; k < nf && !dead; k++)
+            dead = k != i && f[k].min < f[i].max && f[i].min < f[k].max &&
+                   (newer(&f[k], &f[i]) || (!newer(&f[i], &f[k]) && k < i));
+        if (!dead) out[n++] = f[i];
+    }
+    return n;
+}
+
+/* The oracle: the plain merge. Old chunks no kept fresh chunk overlaps, plus the kept
+ * fresh ones, sorted; false when that does not tile [MinKey, MaxKey). out holds the
+ * result. */
+static bool plain_merge(const ch_t *old, int nold, const ch_t *fresh, int nfresh, ch_t *out, int *nout) {
+    static ch_t f[MODEL_CHUNKS_MAX + 2];
+    int nf = fresh_kept(fresh, nfresh, f), n = 0;
     for (int i = 0; i < nold; i++) {
         bool hit = false;
         for (int k = 0; k < nf && !hit; k++) hit = f[k].min < old[i].max && old[i].min < f[k].max;
