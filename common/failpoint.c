@@ -11,7 +11,7 @@
  *
  * A point whose place is inside a lock other requests need is split in two (fp_eval_early
  * before the lock, fp_late at its place): the hang happens in the first half, error and
- * crash in the second, so a hang never holds such a lock (issue 21; data.holdLocks: true
+ * crash in the second, so a hang never holds such a lock (data.holdLocks: true
  * is the test instrument that keeps the hang inside).
  */
 #include "common/failpoint.h"

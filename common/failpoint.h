@@ -47,7 +47,7 @@ typedef struct fp_held {
 int fp_eval_held(const char *name, const fp_held_t *held, ms_error_t *err);
 
 /* A point whose place is inside a lock other requests need (a catalog transaction, the
- * shard's writer lock), split in two so that a hang never holds that lock (issue 21):
+ * shard's writer lock), split in two so that a hang never holds that lock:
  * fp_eval_early, called before the caller takes its lock, decides whether the point fires
  * (counting it, waking waitForFailPoint) and runs a `hang` right there; fp_late, called
  * where the point stands inside the lock, applies what remains: `error` (returns the code,

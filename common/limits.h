@@ -65,8 +65,8 @@
 #define MS_RPC_WORKERS_MAX 256
 /* Workers of every SP server reserved for the control commands (rpc_control_by_name:
  * ping, configureFailPoint, serverStatus, currentOp, hello), so a daemon whose ordinary
- * workers all wait behind a hung operation still answers them and can be released
- * (issue 21). Each connection holds at most one of them at a time. */
+ * workers all wait behind a hung operation still answers them and can be released.
+ * Each connection holds at most one of them at a time. */
 #define MS_RPC_CONTROL_WORKERS 2
 
 /* Default deadline of a call by an outer client (shardctl --timeout, rpc_call with no
@@ -301,7 +301,7 @@
  * a daemon restarting on loopback is back within tens of ms (NNG's RECONNMINT was 20 too). */
 #define MS_RPC_REDIAL_MS 20
 
-/* ---- migration entry points (issue 12: configsvr/cmd_migrate.c, router, shardctl) ---- */
+/* ---- migration entry points (configsvr/cmd_migrate.c, router, shardctl) ---- */
 /* Deadline of a whole migration when the request has no maxTimeMS: the config server's
  * wait on the donor's _shardsvrMoveRange. A migration copies a whole chunk (up to 1 GB)
  * and catches up with writes; MongoDB's moveChunk has no deadline at all, 30 minutes
@@ -367,7 +367,7 @@
 #define MS_MIG_SESSION_BATCH_BYTES_MAX (4 * 1024 * 1024)
 /* The recipient asks again this soon after a pull found nothing new. */
 #define MS_MIG_SESSION_POLL_MS 10
-/* ---- migration base: write capture, critical section, internal workers (issue 12) ---- */
+/* ---- migration base: write capture, critical section, internal workers ---- */
 
 /* Bytes of captured _id documents a migration's write capture (shardd/xfer.c) may hold
  * before it gives up with ExceededMemoryLimit and the migration aborts: MongoDB's limit on
@@ -407,7 +407,7 @@
  * cursors and checks whether it must stop or the task went away; it retries forever. */
 #define MS_RDEL_SNAPSHOT_WAIT_SLICE_MS 1000
 /* A task whose range is still owned by readers' snapshots is set aside and re-checked
- * this often, so tasks of other collections and ranges run meanwhile (issue 21). */
+ * this often, so tasks of other collections and ranges run meanwhile. */
 #define MS_RDEL_READERS_POLL_MS 100
 /* A task the deleter refused (the shard owns part of its range) is re-checked, with a
  * metadata refresh, this often: a refresh is a config server round trip. */
@@ -499,7 +499,7 @@
 #define MS_MERGE_ALL_CHUNKS_DEFAULT 1000
 #define MS_MERGE_ALL_CHUNKS_MAX 1000000
 
-/* balancer secondary thread (issue 13 item 7): the pause between two defragmentation
+/* balancer secondary thread: the pause between two defragmentation
  * steps of one collection (MongoDB's chunkDefragmentationThrottlingMS, 1000 ms in 6.x;
  * tests lower it). At most MS_AUTOMERGER_MS_MAX, like the auto-merger's pauses. */
 #define MS_DEFRAG_THROTTLE_MS_DEFAULT 1000
@@ -536,7 +536,7 @@
  * MS_AGG_RESULT_BYTES_MAX each, the router's merge as much in all: ExceededMemoryLimit. */
 #define MS_ROUTER_AGG_GATHER_BYTES_MAX (100LL * 1024 * 1024)
 
-/* ---- MongoDB wire protocol (common/wire.c, rpc_server.c's wire framing; issue 14) ---- */
+/* ---- MongoDB wire protocol (common/wire.c, rpc_server.c's wire framing) ---- */
 /* A whole wire message, header included: MongoDB's maxMessageSizeBytes (48,000,000), the
  * figure drivers read from hello and never exceed. A longer announced length closes the
  * connection before anything is allocated. */
@@ -563,7 +563,7 @@
 #define MS_QUIESCE_FLUSH_MS 2000
 
 
-/* ---- the config server's web view (configsvr/http.c, http_api.c; issue 15) ---- */
+/* ---- the config server's web view (configsvr/http.c, http_api.c) ---- */
 /* A request target (path and query) longer than this is refused with 400: the page asks
  * for short fixed paths; a cap keeps a hostile client from making us parse megabytes. */
 #define MS_HTTP_URI_BYTES_MAX 1024

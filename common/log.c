@@ -2,7 +2,7 @@
  * log.c — one event per line on stderr (see log.h). Used by every process. Every control
  * character of a message is escaped at the one output point (log_vwrite), and log_str()
  * quotes values that came from clients, so client text can neither start a line nor add a
- * field (issue 10 item 8).
+ * field.
  */
 #include "common/log.h"
 

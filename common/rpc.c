@@ -63,7 +63,7 @@ typedef struct rpc_slot {
 /* Idle slots kept per client; more concurrent callers than this get fresh ones. */
 #define RPC_IDLE_SLOTS_MAX 64
 
-/* Why a call to a dead or hung peer ends early (issue 10 item 3).
+/* Why a call to a dead or hung peer ends early.
  *
  * NNG's REQ context hands a request to a connection ("pipe") that is ready; with none,
  * the send waits in the socket's queue until its aio times out, so a call to a peer that
@@ -419,7 +419,7 @@ static int rpc_send(rpc_client_t *c, rpc_slot_t *slot, nng_msg *msg, long long d
 
 /* ---- client transport for tcp:// peers: one blocking connection per call ------------
  *
- * Why not NNG's REQ socket for tcp:// (issue 14 item 9): a call through a REQ context
+ * Why not NNG's REQ socket for tcp://: a call through a REQ context
  * crosses threads four times — the caller hands the request to NNG, NNG's poller sees
  * the reply, NNG's task threads read its head and then its body, and the caller is woken
  * — and on a small machine each hand-off is a scheduler wake-up costing about as much as

@@ -17,7 +17,7 @@
  *   starts with its backtrace, 4-byte words up to the first with the top bit set (the
  *   request id); the reply is that backtrace followed by the reply body. SP over IPC is
  *   the same with a 1-byte message type (1) before the length. MongoDB's wire protocol
- *   (issue 14; daemons' --wire-port) is a third framing over the same connection layer:
+ *   (daemons' --wire-port) is a third framing over the same connection layer:
  *   no greeting, a 16-byte little-endian header that is part of the message, an opcode
  *   we do not serve closing the connection at its header; its workers decode each
  *   message with common/wire.c, run the command through the same handler and encode the
@@ -34,7 +34,7 @@
  *   Optionally a second, small pool serves only the requests a classifier calls internal
  *   (shardd: command names starting with '_', the migration's peer calls), so user
  *   requests blocked on a critical section cannot take every worker the migration needs
- *   to finish (issue 12; docs/hostile-clients.md "Internal workers").
+ *   to finish (docs/hostile-clients.md "Internal workers").
  *
  * - awaitable requests: a handler that must wait (MongoDB's awaitable hello) parks its
  *   request on its connection instead of sleeping on a worker; an await thread runs it
@@ -179,7 +179,7 @@ static const rpc_framing_t rpc_wire = {"wire", 0, NULL, NULL, WIRE_HEADER_BYTES,
  * workers of their own that ordinary requests never occupy; and the control commands
  * (rpc_control_by_name: ping, configureFailPoint, serverStatus, currentOp, hello) on
  * MS_RPC_CONTROL_WORKERS of their own, so they are served while every ordinary worker
- * waits behind a hung operation (issue 21: a failpoint never freezes a daemon). */
+ * waits behind a hung operation (a failpoint never freezes a daemon). */
 enum { RPC_POOL_USER = 0, RPC_POOL_INTERNAL = 1, RPC_POOL_CONTROL = 2, RPC_POOLS = 3 };
 
 /* A complete request waiting for (or held by) a worker. */

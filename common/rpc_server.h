@@ -77,7 +77,7 @@ int rpc_server_start_opts(const char *url, const rpc_server_opts_t *o, rpc_serve
  * bounded by len. */
 bool rpc_internal_by_name(void *arg, const uint8_t *data, size_t len);
 /* The control commands every SP server serves on MS_RPC_CONTROL_WORKERS threads of their
- * own, never behind ordinary or internal requests (issue 21): ping, configureFailPoint,
+ * own, never behind ordinary or internal requests: ping, configureFailPoint,
  * serverStatus, currentOp, hello, isMaster. A hung operation — a failpoint's hang, a
  * request waiting on a lock — can take every ordinary worker; these still answer. (Not on
  * wire servers: a wire connection's messages run in order.) Bounded by len. */

@@ -1,5 +1,5 @@
 /*
- * http_api.c — what the config server's web view shows (bin/configsvr, issue 15): one
+ * http_api.c — what the config server's web view shows (bin/configsvr): one
  * build of the whole cluster state as one BSON document, which http.c caches and serves
  * as JSON (the page's /api/state and the per-section endpoints). Everything here only
  * reads: the catalog (shards, collections, chunks, changelog and actionlog tails), the

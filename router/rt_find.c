@@ -126,7 +126,7 @@ int rt_scatter(router_t *r, const char *db, const char *coll, const bson_t *filt
 
 /* ---- router cursors -------------------------------------------------------------------- */
 
-/* What a router cursor holds is bounded (issue 10 item 4): each shard is asked for about
+/* What a router cursor holds is bounded: each shard is asked for about
  * one client batch (the find forwards batchSize, every getMore to a shard carries the
  * count the merge still needs), a shard batch is released as soon as its last document is
  * consumed, and three caps apply: open cursors per client connection, open cursors in the

@@ -4,7 +4,7 @@
 # it; the correct model must show no error, and each "tooth" (a defect put back with a
 # -DBUG_... switch) must make pan report errors: 1 and write a trail.
 #   scripts/check-model.sh [--quick] [CHECK ...]
-#     (default) up to 2 crashes: the configuration issue 22 asks for (make check-model)
+#     (default) up to 2 crashes: the configuration make check-model runs
 #     --quick   up to 1 crash for the correct model (make test); the teeth are the same
 # Prints one line per check, then "N passed, N failed"; exits non-zero when one failed.
 set -uo pipefail

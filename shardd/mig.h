@@ -121,7 +121,7 @@ int mig_task_add_orphans(store_txn_t *t, const char *id, int64_t n, bool set, ms
  * the _locked check, under mu, tells whether it was. */
 void mig_remember_abort(mig_t *m, const uint8_t uuid[16]);
 bool mig_abort_remembered_locked(const mig_t *m, const uint8_t uuid[16]);
-/* Index DDL and migrations of one collection on this shard (issue 21 item 2): an index
+/* Index DDL and migrations of one collection on this shard: an index
  * command (createIndexes, dropIndexes) calls begin before it changes anything and end
  * after. begin waits (MS_MIG_INDEX_DDL_WAIT_MS or the op's maxTimeMS) while this shard
  * receives ns, or donates ns past its fence (from just before the critical section to

@@ -359,7 +359,7 @@ static int step_clone(mig_donor_t *d, ms_error_t *err) {
     }
 }
 
-/* Step 5's index sync (issue 21 item 2): the recipient's index list becomes this shard's.
+/* Step 5's index sync: the recipient's index list becomes this shard's.
  * Index commands of ns wait on both shards (fence), so the list is final; an index made
  * or dropped here while the migration ran reaches the recipient this way even when the
  * command never reached it. */

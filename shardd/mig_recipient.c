@@ -1068,7 +1068,7 @@ static int drop_extra_fn(store_txn_t *t, void *arg, ms_error_t *err) {
     return 0;
 }
 
-/* `_recvChunkSetIndexes` (minishard; issue 21 item 2): the donor, inside its critical
+/* `_recvChunkSetIndexes` (minishard): the donor, inside its critical
  * section and before the config commit, sends its index list; the recipient builds what
  * it lacks and drops what the donor no longer has. Index commands of ns wait on both
  * shards meanwhile (mig_index_ddl_begin), so the list is final. A build that fails (a

@@ -7,7 +7,7 @@
  * shape {_id: UUID, nss, collectionUuid, donorShardId, range: {min, max}, pending?,
  * processing?, whenToClean, timestamp, numOrphanDocs, keyPattern}. One thread runs the
  * ready (non-pending) tasks one at a time, those already processing first, and never
- * blocks on one of them (issue 21):
+ * blocks on one of them:
  *   1. a "delayed" task waits cleanup_delay_ms from when the deleter first saw it ready;
  *   2. while a live ownership snapshot of the namespace owns part of the range
  *      (shv_wait_snapshots, checked once: a running query or open cursor that may still

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
 bench_balancer.py — how long the balancer takes to fill a 4th shard added to a loaded
-3-shard cluster (issue 13, item 10), against the single-migration time measured in the
+3-shard cluster, against the single-migration time measured in the
 same run. Run by `make bench` (tests/bench/run.py) or alone; starts a config server
 (--balancer-idle-ms 200 --balancer-throttle-ms 100), 4 shardd and 1 router on 127.0.0.1
 with the integration-test toolkit and stops exactly the processes it started, by PID.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-bench_migration.py — what a chunk migration costs (issue 12, item 12), each figure
+bench_migration.py — what a chunk migration costs, each figure
 against a baseline measured in the same run. Run by `make bench` (tests/bench/run.py)
 or alone; starts a config server, 2 shardd and 1 router on 127.0.0.1 with the
 integration-test toolkit (and, for row 3, three redis-server processes) and stops

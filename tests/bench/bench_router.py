@@ -30,7 +30,7 @@ stops exactly what it started.
      shards, so an ordered batch goes as one shard request per run of same-shard ops
      (about 2/3 N requests, one after another: later ops must not run before an earlier
      one succeeded), the unordered one as 3 parallel requests; the ratio shows what that
-     costs. Each op is targeted once either way (issue 11: before, the ordered loop
+     costs. Each op is targeted once either way (before, the ordered loop
      re-targeted every pending op each round, quadratic: 8,000 ops took ~8 s). The same
      batch again into a collection ranged on _id and split in three chunks, where ops come
      in long same-chunk runs and an ordered batch is a few large requests.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
 bench_wire.py — what MongoDB's wire protocol costs next to NNG, and what the router costs
-next to a shard reached straight over the wire (issue 14 item 9). Run by `make bench`
+next to a shard reached straight over the wire. Run by `make bench`
 (tests/bench/run.py) or alone; starts a 3-shard cluster on 127.0.0.1 (config server,
 3 shardd with wire ports, 1 router with a wire port) with the integration-test toolkit
 and stops exactly what it started.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-soak.py — the seeded chaos soak (issue 22 items 3-5; `make chaos SECONDS=N SEED=S`;
+soak.py — the seeded chaos soak (`make chaos SECONDS=N SEED=S`;
 docs/testing-with-faults.md explains how to read it). It starts a config server with a busy
 balancer (short rounds, tiny chunks), SHARDS shards plus a spare one, and two routers —
 r0 carries the workload and every administrative command, r1 carries workload only, so its

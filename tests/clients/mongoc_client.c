@@ -1,6 +1,6 @@
 /*
  * mongoc_client.c — a small libmongoc (Debian's libmongoc-dev 1.23) client of minishard,
- * speaking MongoDB's wire protocol to a router or a shard (issue 14 items 7 and 9). Not a
+ * speaking MongoDB's wire protocol to a router or a shard. Not a
  * daemon: tests/integration/test_mongoc.py and tests/bench/bench_wire.py run it.
  *
  *   mongoc_client test  URL DB COLL N       drop, insert N docs with insert_many, find

@@ -1,6 +1,6 @@
 /*
  * nng_client.c — the NNG counterpart of tests/clients/mongoc_client.c's bench modes, for
- * tests/bench/bench_wire.py (issue 14 item 9): the same commands (ping, a point find with
+ * tests/bench/bench_wire.py: the same commands (ping, a point find with
  * limit 1 and singleBatch, one unordered insert of N documents built by bench_docs.h) sent
  * over minishard's own transport with common/rpc.c, one BSON command each way, as
  * shardctl and every daemon send them. Not a daemon.

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """
 pymongo_checks.py — what a pymongo user does, against one minishard process reached over
-MongoDB's wire protocol (issue 14 item 7). Run with Debian's python3-pymongo (3.11):
+MongoDB's wire protocol. Run with Debian's python3-pymongo (3.11):
 
     /usr/bin/python3 tests/clients/pymongo_checks.py mongodb://127.0.0.1:PORT/ [router|shard]
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-long_chaos.py — make check-long's chaos soak (issue 22 item 6): tests/chaos/soak.py for
+long_chaos.py — make check-long's chaos soak: tests/chaos/soak.py for
 T_CHAOS_S seconds (default 1800, 30 minutes) with a fresh printed seed (T_SEED reruns one),
 under the same history checker as test_chaos.py's 2-minute soak.
 """

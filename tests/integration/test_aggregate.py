@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-test_aggregate.py — issue 14 item 4 on one daemon: `aggregate` on a standalone bin/shardd.
+test_aggregate.py — aggregate on one daemon: `aggregate` on a standalone bin/shardd.
 Every stage against the same computation done here in Python over the same documents (a
 differential check), the cursor reply continued by getMore in batches, explain (the
 $cursor stage carries the planner's plan: an index serves the leading $match), `let`,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-test_aggregate_sharded.py — issue 14 item 4 through the router: a differential test. The
+test_aggregate_sharded.py — aggregate through the router: a differential test. The
 same documents go into a 3-shard cluster (a ranged collection split into 8 chunks spread
 over every shard, a hashed one pre-split over the 3 shards, an unsharded one on the
 primary) and into one standalone shardd; every pipeline of PIPELINES runs through the

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-test_bad_input_more.py — bad input left over (issue 21 item 7; docs/hostile-clients.md
+test_bad_input_more.py — bad input left over (docs/hostile-clients.md
 "Malformed commands"), each refused with MongoDB's code instead of being read as
 something else:
 

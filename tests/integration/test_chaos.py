@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-test_chaos.py — make test's chaos soak (issue 22 item 6): tests/chaos/soak.py for
+test_chaos.py — make test's chaos soak: tests/chaos/soak.py for
 T_CHAOS_S seconds (default 120) with a seed that changes every run and is printed (T_SEED
 reruns one; so does `make chaos SECONDS=120 SEED=S`). It passes when the history checker
 (tests/chaos/history.py) finds no anomaly: every acknowledged write applied exactly once

@@ -2,7 +2,7 @@
 """
 test_cursor_pins.py — a cursor a getMore is running on (pinned) obeys the same rules on the
 router and on the config server as on a shard, now that the three keep their cursors in one
-registry (common/cursor.c, issue 21 item 8): a second getMore gets CursorInUse (143);
+registry (common/cursor.c): a second getMore gets CursorInUse (143);
 killCursors reports it killed, the getMore holding it still answers, and the cursor (with
 the shard cursor behind a router cursor) is gone when that getMore ends. A getMore is held
 pinned with the failpoint waitAfterPinningCursorBeforeGetMoreBatch (MongoDB's name): on the

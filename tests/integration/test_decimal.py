@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-test_decimal.py — Decimal128 in minishard (issue 11 item 7), with real processes.
+test_decimal.py — Decimal128 in minishard, with real processes.
 
 decimal128 values are stored, matched, sorted and distinct'ed by value, but refused in
 every KEY (docs/query-language.md "Decimal128", docs/key-encoding.md): a write that would

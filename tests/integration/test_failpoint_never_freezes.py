@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-test_failpoint_never_freezes.py — a failpoint never freezes a daemon (issue 21 item 5).
+test_failpoint_never_freezes.py — a failpoint never freezes a daemon.
 
 Table-driven: for every point of every daemon that a `hang` can hold (the config server's
 and the shard's; the router has none: its points only decide, never wait), on a fresh

@@ -1,6 +1,6 @@
 """
 test_handshake.py — what drivers and mongosh send on connect and around every command
-(issue 14 item 3), over NNG against a shard, a router and a config server: hello /
+over NNG, against a shard, a router and a config server: hello /
 isMaster fields and their BSON types per daemon, buildInfo consistent with
 maxWireVersion, getParameter, getLog, endSessions, connectionStatus, whatsmyuri,
 listDatabases, listCommands, the generic fields drivers add (lsid, $clusterTime,

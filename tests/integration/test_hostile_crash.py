@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-test_hostile_crash.py — requests that used to kill a daemon (issue 10, item 1), with
+test_hostile_crash.py — requests that used to kill a daemon, with
 real processes on 127.0.0.1.
 
   config server, open-cursor cap: `find` on config.shards with batchSize 1, left open,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
 test_hostile_cursors.py — cursors cannot exhaust a daemon's memory, and one client's
-cursors cannot lock other clients out (issue 10 item 4), on the router, a shard and the
+cursors cannot lock other clients out, on the router, a shard and the
 config server. Each case ends by checking the daemon answers ping for another client
 within a second and (where memory is the point) its RSS stays under a stated bound.
 

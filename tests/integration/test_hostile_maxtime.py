@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-test_hostile_maxtime.py — issue 10 item 5, the time half: maxTimeMS bounds find, count,
+test_hostile_maxtime.py — the time half of the hostile-client limits: maxTimeMS bounds find, count,
 distinct, update, delete and findAndModify on a shard, through a router over 3 shards, and
 on the config server, answering MaxTimeMSExpired (50) (docs/protocol.md "maxTimeMS").
 

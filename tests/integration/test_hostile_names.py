@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-test_hostile_names.py — issue 10 items 6, 7 and 8 against real daemons, with raw BSON
+test_hostile_names.py — hostile names, numbers and nesting against real daemons, with raw BSON
 (hostile.RawReq) so a test can send what shardctl's JSON cannot: NaN and infinite
 numbers, strings with an embedded NUL, documents nested past libbson's JSON limit.
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
-test_hostile_peers.py — a dead or hung shard costs only the operations that need it
-(issue 10 item 3). Three shards and a router; app.c is sharded on {j: "hashed"} so its
+test_hostile_peers.py — a dead or hung shard costs only the operations that need it.
+Three shards and a router; app.c is sharded on {j: "hashed"} so its
 chunks sit on every shard, and we read each shard directly to learn which j lives where.
 
   (a) kill -9 one shard: many concurrent counts (they need every shard) each fail with

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
 test_hostile_regex.py — hostile regular expressions against a shard daemon and through
-a router (issue 10, item 5): a pattern whose counted repetition would expand to a huge
+a router: a pattern whose counted repetition would expand to a huge
 program is refused with BadValue and leaves memory alone; a back-reference is refused
 (our documented divergence from PCRE: it needs backtracking); a pattern that costs much
 per character over many long strings either finishes or answers MaxTimeMSExpired soon

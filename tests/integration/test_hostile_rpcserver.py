@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
 test_hostile_rpcserver.py — hostile clients against the RPC server of every daemon kind
-(common/rpc_server.c; issue 10 item 2): a client that pipelines requests and never reads
+(common/rpc_server.c): a client that pipelines requests and never reads
 its replies, 20 connections each holding most of a 95 MB message, slowloris connections,
 and connections that vanish mid-message or mid-reply. Each must cost only its own
 connection: other clients' ping is answered within a second, memory stays bounded, and

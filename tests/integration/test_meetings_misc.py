@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
 test_meetings_misc.py — three things that can meet the metadata of a cluster while it
-changes (issue 21 item 6; docs/how-a-migration-works.md "What can meet a migration"):
+changes (docs/how-a-migration-works.md "What can meet a migration"):
 
 - a shard cut off from the config server (SIGSTOP, then kill -9) keeps serving the writes
   whose metadata it knows: the chunks of a sharded collection it owns, and the database's

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-test_migration.py — chunk migration end to end with real processes (issue 12; DESIGN §7,
+test_migration.py — chunk migration end to end with real processes (DESIGN §7,
 notes §1–3): moveChunk / moveRange through a router move the documents, the indexes
 (unique included) and the ownership; the changelog tells every step; concurrent writers
 and readers lose nothing and never see a document twice; a router that has not

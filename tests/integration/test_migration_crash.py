@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-test_migration_crash.py — the kill -9 matrix of chunk migration (issue 12 item 6; notes
+test_migration_crash.py — the kill -9 matrix of chunk migration (notes
 §1.7–1.8): for every migration failpoint, the process it lives in (donor, recipient or
 config server) dies there with SIGKILL (failpoint action "crash"), and — with the
 migration held at a point — another process (donor, recipient or config server) is

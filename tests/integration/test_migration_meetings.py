@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-test_migration_meetings.py — what can meet a migration (issue 21 items 2, 3, 6): each
+test_migration_meetings.py — what can meet a migration: each
 test holds a migration at a failpoint (or kills a process there) so that the meeting
 happens every time, then checks what minishard promises:
   - the donor's write capture is freed only after a _transferMods that uses it is done;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-test_migration_progress.py — a migration in flight is visible (issue 12 item 8): the
+test_migration_progress.py — a migration in flight is visible: the
 router's currentOp gathers every shard's entries (the donor's with phase, documents and
 bytes cloned, mods pending, rate, elapsed, estimate; the recipient's with its state),
 each tagged with its shard, a silent shard listed in shardErrors; `shardctl status` and

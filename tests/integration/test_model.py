@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """
-test_model.py — issue 22 items 1 and 2: the Promela model of the migration protocol
+test_model.py — the Promela model of the migration protocol
 (docs/model/migration.pml, walked through in docs/model/README.md) checked by spin, one
 test per check of scripts/check-model.sh. The correct model must show no error (safety
 for each client, liveness "eventually quiet" under weak fairness) and each of the four
-teeth — a defect fixed in issue 21 put back with a -DBUG_... switch — must make pan write
+teeth — a defect fixed earlier put back with a -DBUG_... switch — must make pan write
 a counterexample trail. make test runs the --quick configuration (at most 1 crash for the
 correct model); `make check-model` runs the full one (at most 2 crashes).
 """

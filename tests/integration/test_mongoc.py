@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
 test_mongoc.py — libmongoc (Debian's libmongoc-dev 1.23) against minishard over MongoDB's
-wire protocol (issue 14 item 7): build/<mode>/c/mongoc_client (tests/clients/
+wire protocol: build/<mode>/c/mongoc_client (tests/clients/
 mongoc_client.c) connects to a router's mongodb:// URL, inserts 5,000 documents with one
 insert_many into a collection hashed over 3 shards, finds {g: 3} sorted in batches of 50
 (the cursor spans the 3 shards and needs several getMores), counts with count_documents;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
 test_mongosh.py — MongoDB's own shell, mongosh 2.x, against minishard over the wire
-protocol (issue 14 item 6). scripts/deps.sh installs mongosh with npm into build/mongosh
+protocol. scripts/deps.sh installs mongosh with npm into build/mongosh
 (`make test` runs it when missing); the tests skip, saying so, only when that install failed.
 mongosh runs as mongosh_lib.py runs it: tests/mongosh/lib.js then one script, each check
 printing "name => <relaxed EJSON>" (or

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-test_move_entry.py — the entry points of a chunk migration (issue 12 item 1; notes §1.1):
+test_move_entry.py — the entry points of a chunk migration (notes §1.1):
 moveChunk and moveRange through the router become _configsvrMoveRange on the config
 server, which checks the request (MongoDB's errors for an unknown namespace, an unknown
 or draining shard, bounds that are not a chunk, a range across chunks, missing fields,

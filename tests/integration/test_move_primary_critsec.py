@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
-test_move_primary_critsec.py — movePrimary's database critical section (issue 13 item 3,
-the bar "no acknowledged write lost"): the old primary holds it from before the clone
+test_move_primary_critsec.py — movePrimary's database critical section (the bar
+"no acknowledged write lost"): the old primary holds it from before the clone
 until after the switch, so writes through a router to the database's unsharded
 collections wait there and are retried on the new primary (StaleDbVersion) instead of
 landing on a copy that is about to be dropped; reads go on meanwhile. The config server's

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
 test_multiwrite_migration.py — multi-document writes (updateMany, deleteMany) are exactly
-once across a migration commit (issue 21 item 1; docs/versioning-and-routing.md
+once across a migration commit (docs/versioning-and-routing.md
 "Multi-document writes across a migration"). A shard applies a multi-write only to the
 ranges it owns at the version the router sent; a shard that answers StaleConfig is retried
 on exactly its old ranges at their new owners, each statement narrowed to those ranges by

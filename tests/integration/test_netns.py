@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
-test_netns.py — real network partitions (issue 22; issue 21 item 3(g) "as root, with a
-real cut"), built by tests/chaos/netns.py: each process in a network namespace of its
+test_netns.py — real network partitions (as root, with real
+cuts), built by tests/chaos/netns.py: each process in a network namespace of its
 own on one bridge, cuts made with iptables DROP rules inside the namespaces.
   - the harness itself: processes in two namespaces reach each other and the root
     namespace; a both-ways cut stops new connections and traffic on established ones;

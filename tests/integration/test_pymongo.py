@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
 test_pymongo.py — pymongo (Debian's python3-pymongo 3.11, run with /usr/bin/python3)
-against minishard over MongoDB's wire protocol (issue 14 item 7): tests/clients/
+against minishard over MongoDB's wire protocol: tests/clients/
 pymongo_checks.py runs CRUD, bulk_write ordered and unordered with per-op errors, cursors
 in batches of 7 over 10,000 documents, count_documents, estimated_document_count,
 distinct, aggregate, a unique index (DuplicateKeyError 11000), find_one_and_update,

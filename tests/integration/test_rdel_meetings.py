@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
 test_rdel_meetings.py — what the range deleter (shardd/rdel.c, docs/range-deleter.md) may
-meet, issue 21 item 4:
+meet:
 
 - a task whose range 3,000 open cursors still own is set aside, not waited for: a task of
   another collection, and one of another range of the same collection, run to their end

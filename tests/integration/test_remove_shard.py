@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-test_remove_shard.py — removeShard and movePrimary (issue 13 item 3) through the router:
+test_remove_shard.py — removeShard and movePrimary through the router:
 MongoDB's replies (started with dbsToMove and note; ongoing with remaining {chunks, dbs,
 jumboChunks}; completed, the shard gone), its refusals (last shard, a second draining
 shard, unknown shard); a shard holding chunks stays ongoing until its chunks leave (moved

@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """
 test_router_conformance.py — where a driver's conformance tests (MongoDB's published CRUD
-tests) saw the router answer differently from a shard or from MongoDB 7.0 (issue 11,
-item 6). Each case runs through the router of a 2-shard cluster and, where the shard's
+tests) saw the router answer differently from a shard or from MongoDB 7.0. Each case runs through the router of a 2-shard cluster and, where the shard's
 own answer is the reference, on one standalone shardd with the same data; the replies
 must match.
 
@@ -123,7 +122,7 @@ def test_refused_features_same_error_as_shard(t):
     """What the shard refuses, the router refuses with the shard's code, codeName and
     errmsg — its own shard-key checks do not come first (a pipeline update was
     ImmutableField through the router, findAndModify's pipeline a TypeMismatch). Pipeline
-    updates and positional paths are supported since issue 14: they give the same reply
+    updates and positional paths are supported now: they give the same reply
     and the same documents through the router as on the shard."""
     cl, R, S = setup(t)
     supported = [

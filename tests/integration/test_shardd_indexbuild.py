@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-test_shardd_indexbuild.py — an index build does not stall the shard (issue 11 item 3),
+test_shardd_indexbuild.py — an index build does not stall the shard,
 with real processes. createIndexes registers its indexes as building, fills them in
 batches of short write transactions and marks them ready (docs/storage.md "Index
 builds"); the point `hangIndexBuildAfterBatch` holds a build between two batches, which

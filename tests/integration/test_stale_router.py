@@ -141,7 +141,7 @@ def test_findandmodify_and_single_ops_from_stale_router(t):
 def test_multi_shard_update_retried_once_per_shard_by_name(t):
     """An updateMany {$inc} that one shard answers with StaleConfig is re-sent to that
     shard only, even when the refresh renumbers the shards of the routing table: the
-    router tracks which shards applied it by name, not by table index (issue 11)."""
+    router tracks which shards applied it by name, not by table index."""
     cl, A, B = setup(t)
     A.ok({"shardCollection": NS, "key": {"k": "hashed"}, "$db": "admin"})
     A.ok({"insert": "c", "$db": DB, "ordered": False,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-test_unknown_fields.py — issue 11 item 6 (d): the CRUD commands refuse a field they do not
+test_unknown_fields.py — the CRUD commands refuse a field they do not
 know, as MongoDB 7.0's IDL parser does (40415 Location40415, "BSON field '<cmd>.<field>' is
 an unknown field."), on a shard and through the router alike; so does a write statement
 with an unknown field (`sort` in an update statement is 7.1+). The generic arguments every

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-test_webview.py — the config server's live web view (issue 15): bin/configsvr --http-port
+test_webview.py — the config server's live web view: bin/configsvr --http-port
 serves the page (compiled in) and read-only JSON endpoints built from the catalog, the
 shards (listDatabases, currentOp, collStats) and the balancer. A live cluster with a
 migration held in flight (moveChunkHangAtStep3 on the donor) is checked through the

@@ -1,7 +1,6 @@
 #!/usr/bin/env python3
 """
-test_wire.py — MongoDB's wire protocol on the router and the shard (--wire-port; issue 14
-items 1, 2 and 8): messages built by hand on raw sockets (tests/integration/wireproto.py)
+test_wire.py — MongoDB's wire protocol on the router and the shard (--wire-port): messages built by hand on raw sockets (tests/integration/wireproto.py)
 check OP_MSG (body, kind-1 document sequences, checksumPresent, moreToCome), legacy
 OP_QUERY on <db>.$cmd answered with OP_REPLY, OP_COMPRESSED refused with an error, and
 that every command gets the same reply as over NNG (one dispatch, two transports),
@@ -346,7 +345,7 @@ assert db.pm.find({"name": "b"}).sort("_id", -1).limit(3).next()["_id"] == 11
 assert db.pm.estimated_document_count() == 11
 try:
     assert db.pm.count_documents({"name": "b"}) == 10
-except Exception as e:  # count_documents sends aggregate (issue 14 item 4, another helper)
+except Exception as e:  # count_documents sends aggregate
     if getattr(e, "code", None) != 59:
         raise
     print("PENDING count_documents: aggregate is not served yet (%s)" % e)
@@ -357,7 +356,7 @@ print("PYMONGO OK")
 @test
 def test_pymongo_smoke(t):
     """pymongo (python3-pymongo) through a router's wire port: insert_one, insert_many,
-    find_one, count_documents. Needs the handshake fields of issue 14 item 3."""
+    find_one, count_documents. Needs the handshake fields (hello's)."""
     have = subprocess.run(["/usr/bin/python3", "-c", "import pymongo"], stderr=subprocess.DEVNULL).returncode == 0
     if not have:
         print("  SKIP test_pymongo_smoke: python3-pymongo is not installed (scripts/deps.sh installs it)")

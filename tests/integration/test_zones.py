@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-test_zones.py — zone commands (issue 13 item 4; notes §4.4) through the router as mongos
+test_zones.py — zone commands (notes §4.4) through the router as mongos
 forwards them, and their state read back through find on config.shards (tags) and
 config.tags: addShardToZone / removeShardFromZone ($addToSet / $pull, ShardNotFound,
 ZoneStillInUse for the last shard of a zone a range uses), updateZoneKeyRange (prefix

@@ -364,7 +364,7 @@ static void fp_release_everything(void) {
     CHECK(!fp_active("fpRelA") && !fp_active("fpRelB"));
 }
 
-/* fp_eval_early / fp_late (issue 21): a hang waits in the early half (before the caller's
+/* fp_eval_early / fp_late: a hang waits in the early half (before the caller's
  * lock), error and crash act in the late half; holdLocks moves the hang to the late half. */
 typedef struct early_call {
     const char *name;

@@ -758,7 +758,7 @@ static void rpc_control_classifier(void) {
     CHECK(rpc_control_by_name(NULL, ping, 10));
 }
 
-/* Every ordinary worker hangs (issue 21: a hung operation, and more requests behind it):
+/* Every ordinary worker hangs (a hung operation, and more requests behind it):
  * ping and configureFailPoint are answered on the control workers while an ordinary
  * request waits; once the gate opens everything is answered. */
 static void rpc_control_workers(void) {

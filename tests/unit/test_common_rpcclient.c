@@ -1,11 +1,11 @@
 /*
  * test_common_rpcclient.c — the client side of common/rpc.c against a dead, a lost and
- * a hung peer (issue 10 item 3): a call to a port nobody listens on fails with
+ * a hung peer: a call to a port nobody listens on fails with
  * HostUnreachable after the connection wait (not its deadline) and the next one at
  * once; the peer coming up later is reached again; a connection lost mid-call is
  * HostUnreachable; the per-peer share cap refuses a call over it with ExceededTimeLimit
  * and counts it in rpc_peers_append_status; rpc_call_op takes the operation's maxTimeMS.
- * The tcp:// transport's own rules (issue 14 item 9: calls on pooled connections driven
+ * The tcp:// transport's own rules (calls on pooled connections driven
  * by the calling thread): a peer that takes the connection but never greets costs a
  * NetworkTimeout at the deadline, not HostUnreachable; a peer that is not REP v0, or
  * answers with another request's id or an announced length over the cap, is dropped
