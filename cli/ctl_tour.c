@@ -215,11 +215,14 @@ void tour_print_doc(const char *indent, const bson_t *d) {
 /* ---- the migration tour ------------------------------------------------------------------ */
 
 /* The moveChunk running in the background: its own connection, its answer. The fields
- * below mu are written by the mover thread and read by the tour under mu. */
+ * below mu are written by the mover thread and read by the tour under mu. On the heap and
+ * shared: a tour that stops early (Ctrl-C, an error) returns while the thread may still
+ * wait for its answer, so whichever of the two lets go last frees it. */
 typedef struct tour_mover {
     ctl_t c;                /* the mover thread's own connection to the router */
     bson_t cmd;             /* the moveChunk; owned, read-only once the thread runs */
     pthread_mutex_t mu;
+    int refs;               /* the tour and the thread */
     bool done;
     int rc;
     ms_error_t err;
@@ -243,8 +246,7 @@ typedef struct tour {
     int64_t since_ms;                  /* changelog entries from here on are the tour's */
     int changelog_shown;
     int writes_ok;                     /* probe writes that answered ok (each $inc tourWrites) */
-    tour_mover_t mover;
-    bool mover_started;
+    tour_mover_t *mover;               /* NULL until the moveChunk started */
 } tour_t;
 
 static void step_fp_name(int step, char *out, size_t n) {
@@ -439,6 +441,17 @@ static void failpoints_off(tour_t *t) {
                t->donor.host);
 }
 
+static void mover_release(tour_mover_t *m) {
+    pthread_mutex_lock(&m->mu);
+    bool last = --m->refs == 0;
+    pthread_mutex_unlock(&m->mu);
+    if (!last) return;
+    pthread_mutex_destroy(&m->mu);
+    bson_destroy(&m->cmd);
+    tour_close(&m->c);
+    free(m);
+}
+
 static void *mover_main(void *arg) {
     tour_mover_t *m = arg;
     bson_t reply;
@@ -450,16 +463,21 @@ static void *mover_main(void *arg) {
     m->rc = rc;
     m->err = err;
     pthread_mutex_unlock(&m->mu);
+    mover_release(m);
     return NULL;
 }
 
 /* moveChunk of exactly the chunk's bounds to the recipient, on its own connection. */
 static int mover_start(tour_t *t, ms_error_t *err) {
-    tour_mover_t *m = &t->mover;
+    tour_mover_t *m = calloc(1, sizeof *m);
     bson_t min, max, bounds;
     pthread_t th;
+    if (!m) return err_set(err, MS_ERR_INTERNAL, "out of memory");
     int rc = tour_open(t->router->host, &m->c, err);
-    if (rc) return rc;
+    if (rc) {
+        free(m);
+        return rc;
+    }
     ctl_sub(&t->chunk, "min", &min);
     ctl_sub(&t->chunk, "max", &max);
     bson_init(&m->cmd);
@@ -471,27 +489,31 @@ static int mover_start(tour_t *t, ms_error_t *err) {
     BSON_APPEND_UTF8(&m->cmd, "to", t->recipient_name);
     BSON_APPEND_UTF8(&m->cmd, "$db", "admin");
     pthread_mutex_init(&m->mu, NULL);
+    m->refs = 2;
     if (pthread_create(&th, NULL, mover_main, m) != 0) {
         pthread_mutex_destroy(&m->mu);
         bson_destroy(&m->cmd);
         tour_close(&m->c);
+        free(m);
         return err_set(err, MS_ERR_INTERNAL, "could not start the moveChunk thread");
     }
     pthread_detach(th);   /* on Ctrl-C the tour does not wait for the whole migration */
-    t->mover_started = true;
+    t->mover = m;
     return 0;
 }
 
 /* Whether the moveChunk answered; *rc / *err its answer then. */
 static bool mover_done(tour_t *t, int *rc, ms_error_t *err) {
+    tour_mover_t *m = t->mover;
     bool done;
-    pthread_mutex_lock(&t->mover.mu);
-    done = t->mover.done;
+    if (!m) return false;
+    pthread_mutex_lock(&m->mu);
+    done = m->done;
     if (done) {
-        *rc = t->mover.rc;
-        *err = t->mover.err;
+        *rc = m->rc;
+        *err = m->err;
     }
-    pthread_mutex_unlock(&t->mover.mu);
+    pthread_mutex_unlock(&m->mu);
     return done;
 }
 
@@ -503,13 +525,14 @@ static int wait_held(tour_t *t, int step, ms_error_t *err) {
     step_fp_name(step, name, sizeof name);
     while (time_mono_ms() < until) {
         int rc, mrc;
+        ms_error_t me = {0};
         if (tour_interrupted()) return err_set(err, MS_ERR_INTERRUPTED, "interrupted (Ctrl-C)");
         rc = tour_fp_wait(&t->donor, name, t->fp_base[step - 1] + 1, 1000, err);
         if (rc == 0) return 0;
         if (rc != MS_ERR_MAX_TIME_MS_EXPIRED) return rc;
-        if (mover_done(t, &mrc, err))
+        if (mover_done(t, &mrc, &me))
             return err_set(err, mrc ? mrc : MS_ERR_INTERNAL, "the moveChunk ended before step %d: %s", step,
-                           mrc ? err->msg : "ok");
+                           mrc ? me.msg : "ok");
     }
     return err_set(err, MS_ERR_EXCEEDED_TIME_LIMIT, "the donor did not reach the end of step %d in %d s", step,
                    TOUR_STEP_WAIT_MS / 1000);
@@ -782,6 +805,7 @@ static int run_end(tour_t *t, ms_error_t *err) {
 }
 
 static void tour_free(tour_t *t) {
+    if (t->mover) mover_release(t->mover);
     tour_close(&t->donor);
     tour_close(&t->recipient);
     bson_destroy(&t->coll);

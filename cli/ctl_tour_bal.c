@@ -228,7 +228,7 @@ out:
 
 /* balancerStart, then the round's migrations held at step 1 until the balancer is off
  * again; returns once the round ended (numBalancerRounds past rounds0). */
-static int one_round(tour_bal_t *b, int64_t rounds0, bool expect_moves, ms_error_t *err) {
+static int one_round(tour_bal_t *b, int64_t rounds0, ms_error_t *err) {
     long long until = time_mono_ms() + TOUR_BAL_ROUND_WAIT_MS;
     int64_t rounds = rounds0;
     bool held = false;
@@ -238,7 +238,9 @@ static int one_round(tour_bal_t *b, int64_t rounds0, bool expect_moves, ms_error
     while (!held && rounds <= rounds0) {
         if (tour_interrupted()) return err_set(err, MS_ERR_INTERRUPTED, "interrupted (Ctrl-C)");
         if (time_mono_ms() > until) return err_set(err, MS_ERR_EXCEEDED_TIME_LIMIT, "no balancer round ended");
-        held = expect_moves && donor_held(b);
+        /* Checked even when the explain foresaw no move: the round may see more (a split
+         * between the two), and a donor it holds would keep the round from ending. */
+        held = donor_held(b);
         if (!held && (rc = balancer_status(b->router, NULL, &rounds, err)) != 0) return rc;
         if (!held && rounds <= rounds0) tour_sleep_ms(50);
     }
@@ -298,7 +300,7 @@ int ctl_tour_balancer(ctl_t *router, const char *ns, bool automatic, int pause_m
     touched = true;
     printf("\n== 3. one round ==\n%s\n", moving ? "It will move the collections whose decision is \"move\" above."
                                                : "No collection is over its threshold: the round moves nothing.");
-    if ((rc = one_round(b, rounds0, moving > 0, &err)) != 0) goto out;
+    if ((rc = one_round(b, rounds0, &err)) != 0) goto out;
     printf("\n== 4. the round's entry (config.actionlog, what: \"balancer.round\") ==\n");
     show_round_entry(b, since_ms);
     printf("\n== 5. after the round ==\n");
@@ -312,8 +314,11 @@ out:
     }
     if (rc) {
         printf("\nshardctl tour balancer stopped: %s (code %d)\n", err.msg, rc);
-        printf("Every failpoint the tour set is off; the balancer is %s as before.\n"
+        bool all_off = true;
+        for (int i = 0; i < b->nshards; i++) all_off = all_off && !b->fp_on[i];
+        printf("%s; the balancer is %s as before.\n"
                "See what happened: shardctl --host %s status; shardctl --host %s watch --bars\n",
+               all_off ? "Every failpoint the tour set is off" : "The failpoints named above are still on",
                was_on ? "on" : "off", router->host, router->host);
     } else {
         printf("\nThe tour is over: one balancer round; the balancer is %s again, as it was.\n", was_on ? "on" : "off");

@@ -91,6 +91,10 @@
 /* A routing-table fetch that sees the collection change generation (dropped, resharded)
  * between its pages starts over, at most this many times in all; then it fails. */
 #define MS_ROUTING_FETCH_TRIES 4
+/* How long a request waits for a routing-table refresh another thread runs (router and
+ * shard): a refresh is many page calls, each with its own timeout, so the waiter follows
+ * it (in one-second slices) until it ends, the request's own maxTimeMS passes, or this. */
+#define MS_ROUTING_REFRESH_WAIT_MS 120000
 
 /* Shards in one cluster: bounds scatter/gather fan-out arrays. */
 #define MS_SHARDS_MAX 64

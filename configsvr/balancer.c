@@ -222,6 +222,9 @@ static void autosplit_ask(cfg_t *cfg, const cat_coll_t *coll, const char *db, co
     BSON_APPEND_INT64(&cmd, "maxChunkSizeBytes", chunk_size);
     BSON_APPEND_INT32(&cmd, "limit", CAT_SPLIT_POINTS_MAX);
     if (seen && seen->token[0] && seen->ranges_hash == h) BSON_APPEND_UTF8(&cmd, "ifGrownSince", seen->token);
+    /* The shard stops at half the call's timeout and answers what it checked (truncated):
+     * a slow shard is asked for the rest next round, never twice at once. */
+    BSON_APPEND_INT32(&cmd, "maxTimeMS", CFG_SHARD_CMD_TIMEOUT_MS / 2);
     BSON_APPEND_UTF8(&cmd, "$db", db);
     int rc = cfg_shard_command(cfg, owner, &cmd, CFG_SHARD_CMD_TIMEOUT_MS, &r, &e);
     bson_destroy(&cmd);

@@ -8,6 +8,7 @@
 
 #include "common/bsonx.h"
 #include "common/log.h"
+#include "common/opctx.h"
 #include "common/rpc.h"
 #include "configsvr/configsvr.h"
 
@@ -93,10 +94,12 @@ void cfg_flush_shard(cfg_t *cfg, const char *shard, const char *ns) {
 typedef struct flush_arg {
     cfg_t *cfg;
     const char *shard, *ns;
+    long long deadline_ms;   /* the command's maxTimeMS, which lives per thread */
 } flush_arg_t;
 
 static void *flush_thread(void *p) {
     flush_arg_t *a = p;
+    op_set_deadline_ms(a->deadline_ms);
     cfg_flush_shard(a->cfg, a->shard, a->ns);
     return NULL;
 }
@@ -109,7 +112,7 @@ void cfg_flush_shards(cfg_t *cfg, const char *const *shards, int n, const char *
     /* One thread per shard: each refresh reads the whole table (pages of it) and is
      * bounded by its own call's deadline, so the slowest shard sets the time, not the sum. */
     for (int i = 0; i < n; i++) {
-        args[i] = (flush_arg_t){cfg, shards[i], ns};
+        args[i] = (flush_arg_t){cfg, shards[i], ns, op_deadline_ms()};
         started[i] = pthread_create(&th[i], NULL, flush_thread, &args[i]) == 0;
         if (!started[i]) cfg_flush_shard(cfg, shards[i], ns);   /* no thread: do it here */
     }

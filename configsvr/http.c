@@ -25,8 +25,9 @@
  * line, 431 for the headers, and the connection closed); at most MS_HTTP_PIPELINE_MAX
  * requests wait in the queue (the one past it is not answered: the queued ones are,
  * then the connection is closed); while MS_HTTP_OUT_BYTES_MAX bytes of answers are unsent
- * no further request is read (the client's own socket buffer holds them), and answers
- * unsent for --http-idle-ms get the connection cut (a client that never reads).
+ * no further request is read (the client's own socket buffer holds them), and answers of
+ * which no byte could be sent for --http-idle-ms get the connection cut (a client that
+ * never reads; a slow reader that keeps taking bytes is not cut).
  *
  * Input. Other methods than GET/HEAD get 405 with Allow; a target over
  * MS_HTTP_URI_BYTES_MAX, bad percent-encoding, too many or unknown query parameters, or a
@@ -117,7 +118,8 @@ typedef struct web_conn {
     buf_t out;                     /* answers taken from the queue, out.data[out_off..) unsent */
     size_t out_off;
     long long accepted_ms, answered_ms;  /* accept, and the last answer fully sent */
-    long long out_since_ms;        /* when out last went from empty to holding answers */
+    long long out_since_ms;        /* when out last went from empty to holding answers, or
+                                    * last sent a byte: the send deadline runs from there */
     const char *closing;           /* set: read no more requests; close once answered */
     bool read_eof, lingering;      /* lingering: answers sent, our side shut, draining */
     long long linger_until;
@@ -251,7 +253,6 @@ static void reply_from_state(cfg_http_t *h, web_slot_t *slot, const web_req_t *r
                 free(body);
             }
         }
-        bson_concat(&out, &h->state);
         bson_concat(&out, &h->state);
     } else if (bson_iter_init_find(&it, &h->state, section) && bsonx_view_container(&it, &sec) &&
                bson_iter_init(&s, &sec)) {
@@ -702,8 +703,17 @@ static void slot_mark_last(web_slot_t *s) {
     s->close = true;
     if (s->parked) return;
     const char *end = memmem((const char *)s->resp.data, s->resp.len, "\r\n\r\n", 4);
-    if (!end || memmem((const char *)s->resp.data, (size_t)(end - (const char *)s->resp.data), "\r\nConnection:", 13))
+    if (!end) return;
+    size_t head = (size_t)(end - (const char *)s->resp.data);
+    char *ka = memmem(s->resp.data, head, "\r\nConnection: keep-alive", 24);
+    if (ka) {   /* an HTTP/1.0 keep-alive answer: it now says close */
+        char *v = ka + 14;
+        memcpy(v, "close", 5);
+        memmove(v + 5, v + 10, s->resp.len - (size_t)(v + 10 - (char *)s->resp.data));
+        s->resp.len -= 5;
         return;
+    }
+    if (memmem(s->resp.data, head, "\r\nConnection:", 13)) return;
     size_t at = (size_t)(end - (const char *)s->resp.data) + 2, tail = s->resp.len - at;
     buf_reserve(&s->resp, sizeof hdr - 1);
     memmove(s->resp.data + at + sizeof hdr - 1, s->resp.data + at, tail);
@@ -859,6 +869,7 @@ static bool conn_write(web_conn_t *c, const char **reason) {
             return false;
         }
         c->out_off += (size_t)n;
+        c->out_since_ms = time_mono_ms();   /* progress: a slow reader is not a dead one */
     }
     if (out_unsent(c) == 0 && c->out.len > 0) {
         buf_free(&c->out);  /* up to MS_HTTP_OUT_BYTES_MAX and an answer: not kept while idle */

@@ -160,11 +160,14 @@ static int refresh(router_t *r, const char *ns, const rt_table_t *seen, rt_table
     }
     if (e->refreshing) {
         uint64_t seq = e->seq;
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_sec += r->peer_timeout_ms / 1000 + 1;
-        while (e->refreshing && e->seq == seq)
-            if (pthread_cond_timedwait(&r->cv, &r->mu, &dl) != 0) break;
+        long long give_up = time_mono_ms() + MS_ROUTING_REFRESH_WAIT_MS, op_dl = op_deadline_ms();
+        if (op_dl > 0 && op_dl < give_up) give_up = op_dl;
+        while (e->refreshing && e->seq == seq && time_mono_ms() < give_up) {   /* bounded */
+            struct timespec dl;
+            clock_gettime(CLOCK_REALTIME, &dl);
+            dl.tv_sec += 1;
+            pthread_cond_timedwait(&r->cv, &r->mu, &dl);
+        }
         bool done = e->seq != seq;
         /* Installed by that refresh (NULL when an invalidation discarded its result). */
         if (done && got) *got = table_ref(e->table);

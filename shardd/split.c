@@ -16,6 +16,7 @@
 
 #include "common/bsonx.h"
 #include "common/log.h"
+#include "common/opctx.h"
 
 enum ks_kind { KS_SK, KS_ID, KS_IX };
 
@@ -608,6 +609,12 @@ int cmd_auto_split_vector_batch(cmd_ctx_t *ctx, bson_t *reply, ms_error_t *err) 
     while (!truncated && bson_iter_next(&el)) {
         bson_t keys = BSON_INITIALIZER;
         bool cont = false;
+        ms_error_t late = {0};
+        if (checked > 0 && op_check(&late) != 0) {   /* out of time: what was checked */
+            truncated = true;
+            bson_destroy(&keys);
+            break;
+        }
         if ((rc = batch_range(&el, &a.min, &a.max, err)) == 0)
             rc = split_compute(app->st, &a, &keys, &cont, err);
         if (rc == 0 && !bson_empty(&keys)) truncated = !batch_result(&results, &n, &a.min, &a.max, &keys);
