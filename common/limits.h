@@ -93,7 +93,7 @@
 #define MS_ROUTING_FETCH_TRIES 4
 /* How long a request waits for a routing-table refresh another thread runs (router and
  * shard): a refresh is many page calls, each with its own timeout, so the waiter follows
- * it (in one-second slices) until it ends, the request's own maxTimeMS passes, or this. */
+ * it until it ends, the request's own maxTimeMS passes, or this. */
 #define MS_ROUTING_REFRESH_WAIT_MS 120000
 
 /* Shards in one cluster: bounds scatter/gather fan-out arrays. */

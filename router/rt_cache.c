@@ -160,14 +160,9 @@ static int refresh(router_t *r, const char *ns, const rt_table_t *seen, rt_table
     }
     if (e->refreshing) {
         uint64_t seq = e->seq;
-        long long give_up = time_mono_ms() + MS_ROUTING_REFRESH_WAIT_MS, op_dl = op_deadline_ms();
-        if (op_dl > 0 && op_dl < give_up) give_up = op_dl;
-        while (e->refreshing && e->seq == seq && time_mono_ms() < give_up) {   /* bounded */
-            struct timespec dl;
-            clock_gettime(CLOCK_REALTIME, &dl);
-            dl.tv_sec += 1;
-            pthread_cond_timedwait(&r->cv, &r->mu, &dl);
-        }
+        long long now = time_mono_ms(), give_up = now + op_time_left_ms(MS_ROUTING_REFRESH_WAIT_MS);
+        while (e->refreshing && e->seq == seq && (now = time_mono_ms()) < give_up)   /* bounded */
+            time_cond_wait_ms(&r->cv, &r->mu, give_up - now);
         bool done = e->seq != seq;
         /* Installed by that refresh (NULL when an invalidation discarded its result). */
         if (done && got) *got = table_ref(e->table);

@@ -430,14 +430,9 @@ static int refresh_ns(shv_t *s, const char *ns, ms_error_t *err) {
     e = entry_get(s, ns);
     if (e->refreshing) {
         seq = e->refresh_seq;
-        long long give_up = time_mono_ms() + MS_ROUTING_REFRESH_WAIT_MS, op_dl = op_deadline_ms();
-        if (op_dl > 0 && op_dl < give_up) give_up = op_dl;
-        while (e->refreshing && e->refresh_seq == seq && time_mono_ms() < give_up) {   /* bounded */
-            struct timespec dl;
-            clock_gettime(CLOCK_REALTIME, &dl);
-            dl.tv_sec += 1;
-            pthread_cond_timedwait(&s->cv, &s->mu, &dl);
-        }
+        long long now = time_mono_ms(), give_up = now + op_time_left_ms(MS_ROUTING_REFRESH_WAIT_MS);
+        while (e->refreshing && e->refresh_seq == seq && (now = time_mono_ms()) < give_up)   /* bounded */
+            time_cond_wait_ms(&s->cv, &s->mu, give_up - now);
         bool done = e->refresh_seq != seq;
         pthread_mutex_unlock(&s->mu);
         if (!done)

@@ -24,6 +24,7 @@
 
 #include "common/log.h"
 #include "configsvr/configsvr.h"
+#include "tests/bench/b_stats.h"
 #include "tests/unit/t.h"
 
 #define NSH 4
@@ -31,22 +32,6 @@
 #define REPS 25
 
 static const char *const names[NSH] = {"shard0", "shard1", "shard2", "shard3"};
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return v[n / 2];
-}
 
 static void die(const char *what, const ms_error_t *e) {
     fprintf(stderr, "bench_configsvr_balancer: %s: %s\n", what, e->msg);
@@ -91,9 +76,9 @@ static cat_t *build(int n, char *path, size_t cap, row_t *r) {
     bson_oid_init(&coll.epoch, NULL);
     if (cat_next_ts(c, &coll.ts, &e)) die("ts", &e);
     cat_uuid_new(coll.uuid);
-    double t0 = now_ms();
+    double t0 = b_now_ms();
     if (cat_coll_create(c, &coll, plan, n, &e)) die("create", &e);
-    r->build_s = (now_ms() - t0) / 1e3;
+    r->build_s = (b_now_ms() - t0) / 1e3;
     /* Zone Z over [0, 2^63 / 50): 1 % of the hashed key space, on every shard. */
     bson_t *zmin = bson_new(), *zmax = bson_new();
     BSON_APPEND_INT64(zmin, "h", 0);
@@ -147,12 +132,12 @@ static double one(cat_t *c, int what, row_t *r) {
     bal_move_t mv[NSH];
     bson_t out = BSON_INITIALIZER;
     cluster_init(&k);
-    double t0 = now_ms();
+    double t0 = b_now_ms();
     summary(c, &k, &d, &bc);
     if (what == 0) r->moves = bal_choose(&bc, k.sh, NSH, BAL_POLICY_CHUNK_COUNT, mv, NSH);
     else if (what == 1) bal_explain(&bc, k.sh, NSH, BAL_POLICY_CHUNK_COUNT, &out);
     else (void)bal_compliance(&bc, k.sh, NSH, BAL_POLICY_CHUNK_COUNT);
-    double ms = now_ms() - t0;
+    double ms = b_now_ms() - t0;
     r->candidates = d.nchunks;
     bson_destroy(&out);
     cat_bal_free(&d);
@@ -163,14 +148,14 @@ static void measure(cat_t *c, row_t *r) {
     double v[3][REPS];
     for (int k = 0; k < REPS; k++)
         for (int w = 0; w < 3; w++) v[w][k] = one(c, w, r);
-    r->round_ms = median(v[0], REPS);
-    r->explain_ms = median(v[1], REPS);
-    r->status_ms = median(v[2], REPS);
+    r->round_ms = b_pct(v[0], REPS, 0.5);
+    r->explain_ms = b_pct(v[1], REPS, 0.5);
+    r->status_ms = b_pct(v[2], REPS, 0.5);
     cat_bal_data_t d;
     ms_error_t e = {0};
-    double t0 = now_ms();
+    double t0 = b_now_ms();
     if (cat_bal_load(c, "bench.c", &d, &e)) die("full load", &e);
-    r->full_load_ms = now_ms() - t0;
+    r->full_load_ms = b_now_ms() - t0;
     cat_bal_free(&d);
 }
 

@@ -29,27 +29,11 @@
 
 #include "common/log.h"
 #include "configsvr/configsvr.h"
+#include "tests/bench/b_stats.h"
 #include "tests/unit/t.h"
 
 #define OPS 150  /* 3 blocks each: 450 of the 500 blocks of 2,000 chunks */
 #define BLOCK 4  /* chunks per owner run */
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double pct(double *v, int n, double p) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    int i = (int)(p * (n - 1) + 0.5);
-    return v[i];
-}
 
 static uint64_t rng = 88172645463325252ull;
 static uint64_t rnd(void) {
@@ -132,13 +116,13 @@ static void routing(cat_t *c, row_t *r) {
     BSON_APPEND_INT64(mid, "h", 1);
     pts[0] = mid;
     if (cat_chunk_split(c, "bench.c", &ci.min, &ci.max, pts, 1, NULL, &e)) die("split", &e);
-    double t0 = now_ms();
+    double t0 = b_now_ms();
     if (cat_routing_table(c, "bench.c", &before, &reply, &e)) die("incremental", &e);
-    r->refresh_ms = now_ms() - t0;
+    r->refresh_ms = b_now_ms() - t0;
     bson_destroy(&reply);
-    t0 = now_ms();
+    t0 = b_now_ms();
     r->full_rc = full_table(c, &r->full_mb, &e);
-    r->full_ms = now_ms() - t0;
+    r->full_ms = b_now_ms() - t0;
     if (r->full_rc) log_warn("full routing table refused: %s", e.msg);
     bson_destroy(&ci.min);
     bson_destroy(&ci.max);
@@ -189,12 +173,12 @@ static void setup(scale_t *s, int n, row_t *r) {
     bson_oid_init(&s->coll.epoch, NULL);
     if (cat_next_ts(s->c, &s->coll.ts, &e)) die("ts", &e);
     cat_uuid_new(s->coll.uuid);
-    double t0 = now_ms();
+    double t0 = b_now_ms();
     if (cat_coll_create(s->c, &s->coll, plan, n, &e)) die("create", &e);
-    r->build_s = (now_ms() - t0) / 1e3;
-    t0 = now_ms();
+    r->build_s = (b_now_ms() - t0) / 1e3;
+    t0 = b_now_ms();
     if (cat_verify_tiling(s->c, "bench.c", &e)) die("tiling", &e);
-    r->scan_ms = now_ms() - t0;
+    r->scan_ms = b_now_ms() - t0;
     s->order = block_order(n / BLOCK);
     free(plan);
     bson_destroy(key);
@@ -214,14 +198,14 @@ static void round_k(scale_t *s, int k) {
     if (!bson_iter_init_find(&lo, &b[bs], "h") || !bson_iter_init_find(&hi, &b[bs + 1], "h")) abort();
     BSON_APPEND_INT64(&mid, "h", bson_iter_int64(&lo) / 2 + bson_iter_int64(&hi) / 2);
     const bson_t *pts[] = {&mid};
-    double t0 = now_ms();
+    double t0 = b_now_ms();
     if (cat_chunk_split(s->c, "bench.c", &b[bs], &b[bs + 1], pts, 1, NULL, &e)) die("split", &e);
-    s->split[k] = now_ms() - t0;
+    s->split[k] = b_now_ms() - t0;
     bson_destroy(&mid);
 
-    t0 = now_ms();
+    t0 = b_now_ms();
     if (cat_chunk_merge(s->c, "bench.c", &b[bm], &b[bm + 2], NULL, &e)) die("merge", &e);
-    s->merge[k] = now_ms() - t0;
+    s->merge[k] = b_now_ms() - t0;
 
     cat_chunk_info_t ci;
     cat_mig_commit_t m;
@@ -237,9 +221,9 @@ static void round_k(scale_t *s, int k) {
     m.chunk_minor = ci.minor;
     bson_oid_copy(&s->coll.epoch, &m.epoch);
     m.ts = s->coll.ts;
-    t0 = now_ms();
+    t0 = b_now_ms();
     if (cat_migration_commit(s->c, &m, &donor, &e)) die("commit", &e);
-    s->commit[k] = now_ms() - t0;
+    s->commit[k] = b_now_ms() - t0;
     bson_destroy(&ci.min);
     bson_destroy(&ci.max);
 }
@@ -248,12 +232,12 @@ static void finish(scale_t *s, row_t *r) {
     ms_error_t e = {0};
     if (cat_verify_tiling(s->c, "bench.c", &e)) die("tiling after", &e);
     routing(s->c, r);
-    r->split_p50 = pct(s->split, OPS, 0.5);
-    r->split_p99 = pct(s->split, OPS, 0.99);
-    r->merge_p50 = pct(s->merge, OPS, 0.5);
-    r->merge_p99 = pct(s->merge, OPS, 0.99);
-    r->commit_p50 = pct(s->commit, OPS, 0.5);
-    r->commit_p99 = pct(s->commit, OPS, 0.99);
+    r->split_p50 = b_pct(s->split, OPS, 0.5);
+    r->split_p99 = b_pct(s->split, OPS, 0.99);
+    r->merge_p50 = b_pct(s->merge, OPS, 0.5);
+    r->merge_p99 = b_pct(s->merge, OPS, 0.99);
+    r->commit_p50 = b_pct(s->commit, OPS, 0.5);
+    r->commit_p99 = b_pct(s->commit, OPS, 0.99);
     free(s->order);
     for (int i = 0; i <= s->n; i++) bson_destroy(&s->b[i]);
     free(s->b);
