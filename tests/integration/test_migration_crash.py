@@ -156,6 +156,12 @@ def run_case(t, proc_kind, point, action="crash", kill=None):
     mt.join(150)
     assert not mt.is_alive(), "moveChunk did not return"
     r = res["r"]
+    if action == "crash" and proc_kind == "recipient":
+        # The recipient's late points (after the decision) can fire after moveChunk
+        # answered: give the crash a moment to happen before the restart below.
+        deadline = time.monotonic() + 10
+        while target.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
     # the process that crashed comes back (same dbpath, same port)
     for p in procs.values():
         if not p.alive():
